@@ -1,0 +1,527 @@
+//! Owns the configuration schema — one set of keys for every language (DESIGN.md,
+//! "Configuration"): the Rust builder methods and the JSON form the C ABI, Go and
+//! Python use. Unknown keys and wrong types are `config` errors naming the key.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::provider::{ProviderKind, ToolSpec};
+
+/// Every top-level key of the JSON configuration.
+pub const KEYS: [&str; 16] = [
+    "provider",
+    "model",
+    "base_url",
+    "api_key",
+    "system",
+    "max_tokens",
+    "temperature",
+    "tools",
+    "max_steps",
+    "tool_concurrency",
+    "tool_timeout_ms",
+    "retry",
+    "timeouts",
+    "queue_capacity",
+    "headers",
+    "max_event_bytes",
+];
+
+/// Retry policy for requests that fail before their first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryConfig {
+    /// Retries after the first attempt (default 2).
+    pub max_retries: u32,
+    /// First backoff (default 500 ms), doubled per retry.
+    pub initial_delay_ms: u64,
+    /// Cap on one backoff (default 8000 ms).
+    pub max_delay_ms: u64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_retries: 2,
+            initial_delay_ms: 500,
+            max_delay_ms: 8000,
+        }
+    }
+}
+
+/// Network timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP + TLS connect (default 10 s).
+    pub connect_ms: u64,
+    /// Longest wait for stream progress; keep-alive comments do not count as progress
+    /// (default 120 s).
+    pub idle_ms: u64,
+    /// Whole request, from send to the last byte, per attempt (default 600 s).
+    pub request_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect_ms: 10_000,
+            idle_ms: 120_000,
+            request_ms: 600_000,
+        }
+    }
+}
+
+impl Timeouts {
+    pub fn connect(&self) -> Duration {
+        Duration::from_millis(self.connect_ms)
+    }
+    pub fn idle(&self) -> Duration {
+        Duration::from_millis(self.idle_ms)
+    }
+    pub fn request(&self) -> Duration {
+        Duration::from_millis(self.request_ms)
+    }
+}
+
+/// The agent configuration. Build it with [`Config::new`] and the `with_*` methods, or
+/// parse the JSON form with [`Config::from_json`].
+#[derive(Clone, PartialEq)]
+pub struct Config {
+    pub provider: ProviderKind,
+    pub model: String,
+    /// As in the provider's official SDK: OpenAI's includes `/v1`, Anthropic's does not.
+    pub base_url: String,
+    pub api_key: String,
+    pub system: Option<String>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    /// Host tools: declared here, implemented by the caller (answered through
+    /// `submit_tool_result`). Rust tools are added with `Agent::add_tool`.
+    pub tools: Vec<ToolSpec>,
+    pub max_steps: u32,
+    pub tool_concurrency: usize,
+    pub tool_timeout_ms: u64,
+    pub retry: RetryConfig,
+    pub timeouts: Timeouts,
+    pub queue_capacity: usize,
+    pub headers: BTreeMap<String, String>,
+    /// Cap on one SSE event (default 16 MiB); larger is a `protocol` error.
+    pub max_event_bytes: usize,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("provider", &self.provider)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &if self.api_key.is_empty() { "" } else { "[REDACTED]" })
+            .field("system", &self.system)
+            .field("max_tokens", &self.max_tokens)
+            .field("temperature", &self.temperature)
+            .field("tools", &self.tools)
+            .field("max_steps", &self.max_steps)
+            .field("tool_concurrency", &self.tool_concurrency)
+            .field("tool_timeout_ms", &self.tool_timeout_ms)
+            .field("retry", &self.retry)
+            .field("timeouts", &self.timeouts)
+            .field("queue_capacity", &self.queue_capacity)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("max_event_bytes", &self.max_event_bytes)
+            .finish()
+    }
+}
+
+pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+
+impl ProviderKind {
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => DEFAULT_OPENAI_BASE_URL,
+            ProviderKind::Anthropic => DEFAULT_ANTHROPIC_BASE_URL,
+        }
+    }
+    pub fn api_key_env(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "OPENAI_API_KEY",
+            ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+        }
+    }
+    /// The endpoint path appended to `base_url`.
+    pub fn endpoint_path(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "/chat/completions",
+            ProviderKind::Anthropic => "/v1/messages",
+        }
+    }
+}
+
+impl Config {
+    /// A configuration with every default: base URL of the provider, API key from its
+    /// environment variable (`OPENAI_API_KEY` / `ANTHROPIC_API_KEY`).
+    pub fn new(provider: ProviderKind, model: impl Into<String>) -> Config {
+        Config {
+            provider,
+            model: model.into(),
+            base_url: provider.default_base_url().to_owned(),
+            api_key: std::env::var(provider.api_key_env()).unwrap_or_default(),
+            system: None,
+            max_tokens: None,
+            temperature: None,
+            tools: Vec::new(),
+            max_steps: 16,
+            tool_concurrency: 4,
+            tool_timeout_ms: 120_000,
+            retry: RetryConfig::default(),
+            timeouts: Timeouts::default(),
+            queue_capacity: 256,
+            headers: BTreeMap::new(),
+            max_event_bytes: crate::sse::DEFAULT_MAX_EVENT_SIZE,
+        }
+    }
+
+    pub fn with_base_url(mut self, url: impl Into<String>) -> Config {
+        self.base_url = url.into();
+        self
+    }
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Config {
+        self.api_key = key.into();
+        self
+    }
+    pub fn with_system(mut self, system: impl Into<String>) -> Config {
+        self.system = Some(system.into());
+        self
+    }
+    pub fn with_max_tokens(mut self, n: u32) -> Config {
+        self.max_tokens = Some(n);
+        self
+    }
+    pub fn with_temperature(mut self, t: f64) -> Config {
+        self.temperature = Some(t);
+        self
+    }
+    /// Declares a host tool (answered through `submit_tool_result`).
+    pub fn with_host_tool(mut self, spec: ToolSpec) -> Config {
+        self.tools.push(spec);
+        self
+    }
+    pub fn with_max_steps(mut self, n: u32) -> Config {
+        self.max_steps = n;
+        self
+    }
+    pub fn with_tool_concurrency(mut self, n: usize) -> Config {
+        self.tool_concurrency = n;
+        self
+    }
+    pub fn with_tool_timeout_ms(mut self, ms: u64) -> Config {
+        self.tool_timeout_ms = ms;
+        self
+    }
+    pub fn with_retry(mut self, retry: RetryConfig) -> Config {
+        self.retry = retry;
+        self
+    }
+    pub fn with_timeouts(mut self, t: Timeouts) -> Config {
+        self.timeouts = t;
+        self
+    }
+    pub fn with_queue_capacity(mut self, n: usize) -> Config {
+        self.queue_capacity = n;
+        self
+    }
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Config {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// The full endpoint URL (`base_url` without trailing slash + the provider's path).
+    pub fn endpoint(&self) -> String {
+        format!(
+            "{}{}",
+            self.base_url.trim_end_matches('/'),
+            self.provider.endpoint_path()
+        )
+    }
+
+    /// Checks values a request would fail on anyway, so the caller hears it early.
+    pub fn validate(&self) -> Result<()> {
+        if self.model.trim().is_empty() {
+            return Err(Error::config("model: required"));
+        }
+        if !(self.base_url.starts_with("http://") || self.base_url.starts_with("https://")) {
+            return Err(Error::config(format!(
+                "base_url: must start with http:// or https:// (got {:?})",
+                self.base_url
+            )));
+        }
+        if self.max_steps == 0 {
+            return Err(Error::config("max_steps: must be at least 1"));
+        }
+        if self.tool_concurrency == 0 {
+            return Err(Error::config("tool_concurrency: must be at least 1"));
+        }
+        if self.queue_capacity == 0 {
+            return Err(Error::config("queue_capacity: must be at least 1"));
+        }
+        if self.max_event_bytes < 1024 {
+            return Err(Error::config("max_event_bytes: must be at least 1024"));
+        }
+        let t = &self.timeouts;
+        for (key, v) in [
+            ("timeouts.connect_ms", t.connect_ms),
+            ("timeouts.idle_ms", t.idle_ms),
+            ("timeouts.request_ms", t.request_ms),
+            ("tool_timeout_ms", self.tool_timeout_ms),
+        ] {
+            if v == 0 {
+                return Err(Error::config(format!("{key}: must be at least 1")));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, tool) in self.tools.iter().enumerate() {
+            if tool.name.is_empty() {
+                return Err(Error::config(format!("tools[{i}].name: required")));
+            }
+            if !seen.insert(tool.name.as_str()) {
+                return Err(Error::config(format!(
+                    "tools[{i}].name: duplicate tool {:?}",
+                    tool.name
+                )));
+            }
+        }
+        for name in self.headers.keys() {
+            if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(Error::config(format!("headers.{name}: not a valid header name")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses the JSON form. Every key is optional except `model`; `api_key` defaults to
+    /// the provider's environment variable.
+    pub fn from_json(json: &str) -> Result<Config> {
+        let root: Value = serde_json::from_str(json)
+            .map_err(|e| Error::config(format!("config: not valid JSON: {e}")))?;
+        let obj = root
+            .as_object()
+            .ok_or_else(|| Error::config("config: must be a JSON object"))?;
+        check_keys(obj, &KEYS, "")?;
+        let provider = match obj.get("provider") {
+            None | Some(Value::Null) => ProviderKind::OpenAi,
+            Some(v) => {
+                let s = v.as_str().ok_or_else(|| wrong_type("provider", "a string"))?;
+                ProviderKind::parse(s).ok_or_else(|| {
+                    Error::config(format!(
+                        "provider: must be \"openai\" or \"anthropic\" (got {s:?})"
+                    ))
+                })?
+            }
+        };
+        let model = opt_str(obj, "model")?.unwrap_or_default();
+        let mut c = Config::new(provider, model);
+        if let Some(v) = opt_str(obj, "base_url")? {
+            c.base_url = v;
+        }
+        if let Some(v) = opt_str(obj, "api_key")? {
+            c.api_key = v;
+        }
+        c.system = opt_str(obj, "system")?;
+        c.max_tokens = opt_u64(obj, "max_tokens", "max_tokens")?
+            .map(|v| u32::try_from(v).map_err(|_| Error::config("max_tokens: too large")))
+            .transpose()?;
+        c.temperature = match obj.get("temperature") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_f64().ok_or_else(|| wrong_type("temperature", "a number"))?),
+        };
+        if let Some(v) = obj.get("tools").filter(|v| !v.is_null()) {
+            let items = v.as_array().ok_or_else(|| wrong_type("tools", "an array"))?;
+            for (i, item) in items.iter().enumerate() {
+                c.tools.push(parse_tool(item, i)?);
+            }
+        }
+        if let Some(v) = opt_u64(obj, "max_steps", "max_steps")? {
+            c.max_steps = u32::try_from(v).map_err(|_| Error::config("max_steps: too large"))?;
+        }
+        if let Some(v) = opt_u64(obj, "tool_concurrency", "tool_concurrency")? {
+            c.tool_concurrency = v as usize;
+        }
+        if let Some(v) = opt_u64(obj, "tool_timeout_ms", "tool_timeout_ms")? {
+            c.tool_timeout_ms = v;
+        }
+        if let Some(v) = opt_u64(obj, "queue_capacity", "queue_capacity")? {
+            c.queue_capacity = v as usize;
+        }
+        if let Some(v) = opt_u64(obj, "max_event_bytes", "max_event_bytes")? {
+            c.max_event_bytes = v as usize;
+        }
+        if let Some(r) = opt_object(obj, "retry")? {
+            check_keys(r, &["max_retries", "initial_delay_ms", "max_delay_ms"], "retry.")?;
+            if let Some(v) = opt_u64(r, "max_retries", "retry.max_retries")? {
+                c.retry.max_retries = v.min(100) as u32;
+            }
+            if let Some(v) = opt_u64(r, "initial_delay_ms", "retry.initial_delay_ms")? {
+                c.retry.initial_delay_ms = v;
+            }
+            if let Some(v) = opt_u64(r, "max_delay_ms", "retry.max_delay_ms")? {
+                c.retry.max_delay_ms = v;
+            }
+        }
+        if let Some(t) = opt_object(obj, "timeouts")? {
+            check_keys(t, &["connect_ms", "idle_ms", "request_ms"], "timeouts.")?;
+            if let Some(v) = opt_u64(t, "connect_ms", "timeouts.connect_ms")? {
+                c.timeouts.connect_ms = v;
+            }
+            if let Some(v) = opt_u64(t, "idle_ms", "timeouts.idle_ms")? {
+                c.timeouts.idle_ms = v;
+            }
+            if let Some(v) = opt_u64(t, "request_ms", "timeouts.request_ms")? {
+                c.timeouts.request_ms = v;
+            }
+        }
+        if let Some(h) = opt_object(obj, "headers")? {
+            for (name, v) in h {
+                let v = v
+                    .as_str()
+                    .ok_or_else(|| wrong_type(&format!("headers.{name}"), "a string"))?;
+                c.headers.insert(name.clone(), v.to_owned());
+            }
+        }
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+fn wrong_type(key: &str, want: &str) -> Error {
+    Error::config(format!("{key}: must be {want}"))
+}
+
+fn check_keys(obj: &Map<String, Value>, known: &[&str], prefix: &str) -> Result<()> {
+    for k in obj.keys() {
+        if !known.contains(&k.as_str()) {
+            return Err(Error::config(format!(
+                "{prefix}{k}: unknown key (known: {})",
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn opt_str(obj: &Map<String, Value>, key: &str) -> Result<Option<String>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(wrong_type(key, "a string")),
+    }
+}
+
+fn opt_u64(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u64>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| wrong_type(path, "a non-negative integer")),
+    }
+}
+
+fn opt_object<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<Option<&'a Map<String, Value>>> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(o)) => Ok(Some(o)),
+        Some(_) => Err(wrong_type(key, "an object")),
+    }
+}
+
+fn parse_tool(item: &Value, i: usize) -> Result<ToolSpec> {
+    let obj = item
+        .as_object()
+        .ok_or_else(|| wrong_type(&format!("tools[{i}]"), "an object"))?;
+    check_keys(obj, &["name", "description", "parameters"], &format!("tools[{i}]."))?;
+    let name = match obj.get("name") {
+        Some(Value::String(s)) => s.clone(),
+        _ => return Err(wrong_type(&format!("tools[{i}].name"), "a string")),
+    };
+    let description = match obj.get("description") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(wrong_type(&format!("tools[{i}].description"), "a string")),
+    };
+    let parameters = match obj.get("parameters") {
+        None | Some(Value::Null) => crate::provider::empty_object_schema(),
+        Some(v @ Value::Object(_)) => v.clone(),
+        Some(_) => {
+            return Err(wrong_type(
+                &format!("tools[{i}].parameters"),
+                "a JSON Schema object",
+            ))
+        }
+    };
+    Ok(ToolSpec {
+        name,
+        description,
+        parameters,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_json_config_parses() {
+        let c = Config::from_json(
+            r#"{"provider":"anthropic","model":"claude","base_url":"http://localhost:1/",
+                "api_key":"k","system":"s","max_tokens":100,"temperature":0.5,
+                "tools":[{"name":"w","description":"d","parameters":{"type":"object"}}],
+                "max_steps":3,"tool_concurrency":2,"tool_timeout_ms":50,
+                "retry":{"max_retries":1,"initial_delay_ms":1,"max_delay_ms":2},
+                "timeouts":{"connect_ms":1,"idle_ms":2,"request_ms":3},
+                "queue_capacity":8,"headers":{"x-a":"b"}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.provider, ProviderKind::Anthropic);
+        assert_eq!(c.endpoint(), "http://localhost:1/v1/messages");
+        assert_eq!(c.tools[0].name, "w");
+        assert_eq!(c.retry.max_retries, 1);
+        assert_eq!(c.timeouts.request_ms, 3);
+        assert_eq!(c.queue_capacity, 8);
+        assert_eq!(c.headers["x-a"], "b");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            (r#"{"model":"m","colour":1}"#, "colour"),
+            (r#"{"model":"m","max_steps":"3"}"#, "max_steps"),
+            (r#"{"model":"m","retry":{"max_retries":-1}}"#, "retry.max_retries"),
+            (r#"{"model":"m","timeouts":{"idle":5}}"#, "timeouts.idle"),
+            (r#"{"model":"m","tools":[{"name":"a","parameters":3}]}"#, "tools[0].parameters"),
+            (r#"{"model":"m","provider":"gemini"}"#, "provider"),
+            (r#"{"model":""}"#, "model"),
+            (r#"{"model":"m","headers":{"x":1}}"#, "headers.x"),
+            (r#"[1]"#, "config"),
+        ];
+        for (json, key) in cases {
+            let e = Config::from_json(json).unwrap_err();
+            assert_eq!(e.kind, crate::ErrorKind::Config);
+            assert!(e.message.starts_with(key), "{json}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let c = Config::new(ProviderKind::OpenAi, "m").with_api_key("sk-secret-123456");
+        assert!(!format!("{c:?}").contains("sk-secret-123456"));
+    }
+
+    #[test]
+    fn openai_endpoint_keeps_the_version() {
+        let c = Config::new(ProviderKind::OpenAi, "m").with_base_url("http://localhost:11434/v1/");
+        assert_eq!(c.endpoint(), "http://localhost:11434/v1/chat/completions");
+    }
+}

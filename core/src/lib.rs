@@ -1,0 +1,47 @@
+//! panto — an embeddable LLM agent runtime.
+//!
+//! One assistant turn, stage by stage:
+//!
+//! ```text
+//!  Agent::run(input)                                                  (agent)
+//!    │ append the user message; loop until the model stops calling tools
+//!    ├─► request body from history + tools          (provider::{openai,anthropic})
+//!    ├─► HTTP POST, retries before the first byte, timeouts, cancel   (http, retry)
+//!    ├─► bytes ─► SseParser ─► SSE events                             (sse)
+//!    ├─► SSE events ─► provider Decoder ─► Events ─► Receiver         (provider, event)
+//!    ├─► complete tool calls ─► concurrent dispatch ─► tool_result    (tool)
+//!    └─► append assistant message + results in call order ─► next request
+//!  message_complete (once, last)
+//! ```
+//!
+//! Modules:
+//! - [`error`] — the one error type and its kinds.
+//! - [`message`] — messages, blocks, usage, stop reasons, saved-history JSON and its validator.
+//! - [`event`] — the event vocabulary with its canonical JSON, and the push [`Receiver`].
+//! - [`sse`] — the incremental WHATWG SSE parser.
+//! - [`provider`] — OpenAI-compatible and Anthropic wire formats: decoders and request bodies.
+//! - [`config`] — the configuration schema (builder and JSON), shared by every binding.
+//! - [`retry`] — which failures are retried, and how long to wait.
+//! - [`http`] — the pooled HTTP client, streaming a response into a decoder under timeouts and cancellation.
+//! - [`tool`] — the `Tool` trait, host tools and concurrent dispatch.
+//! - [`agent`] — the agent: conversation ownership and the turn loop.
+
+pub mod agent;
+pub mod config;
+pub mod error;
+pub mod event;
+pub mod http;
+pub mod message;
+pub mod provider;
+pub mod retry;
+pub mod sse;
+pub mod tool;
+
+
+pub use config::{Config, RetryConfig, Timeouts};
+pub use error::{Error, ErrorKind, Result};
+pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
+pub use message::{Block, Message, Role, StopReason, Usage};
+pub use provider::{ProviderKind, ToolSpec};
+
+pub use tokio_util::sync::CancellationToken;

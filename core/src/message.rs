@@ -1,0 +1,383 @@
+//! Owns the conversation model: messages, content blocks, usage, stop reasons, and the
+//! versioned JSON form of a saved history. It knows nothing about any provider's wire
+//! format (that is `provider`), only what panto keeps.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// Version of the saved-history JSON schema; bumped on any incompatible change.
+pub const HISTORY_VERSION: u32 = 1;
+
+/// Who wrote a message. Tool results live in their own `tool` message, which each
+/// provider renders its own way (OpenAI: one `tool` message per result; Anthropic: a user
+/// message of `tool_result` blocks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One content block, in its canonical JSON form (`{"type":"text","text":…}` …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Block {
+    Text {
+        text: String,
+    },
+    Reasoning {
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    RedactedReasoning {
+        data: String,
+    },
+    /// A tool call. `arguments` holds the parsed JSON; when the model sent arguments that
+    /// do not parse, `arguments` is absent and the raw text is kept in `arguments_raw`
+    /// (such a call is answered with an error result, never executed).
+    ToolCall {
+        call_id: String,
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments_raw: Option<String>,
+    },
+    ToolResult {
+        call_id: String,
+        name: String,
+        output: String,
+        is_error: bool,
+    },
+}
+
+impl Block {
+    pub fn text(text: impl Into<String>) -> Block {
+        Block::Text { text: text.into() }
+    }
+}
+
+/// One complete message of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<Block>,
+}
+
+impl Message {
+    pub fn user(text: impl Into<String>) -> Message {
+        Message {
+            role: Role::User,
+            content: vec![Block::text(text)],
+        }
+    }
+
+    /// Concatenated text blocks (what `message_complete.text` reports).
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for b in &self.content {
+            if let Block::Text { text } = b {
+                out.push_str(text);
+            }
+        }
+        out
+    }
+
+    /// The tool calls of an assistant message, in order.
+    pub fn tool_calls(&self) -> impl Iterator<Item = &Block> {
+        self.content
+            .iter()
+            .filter(|b| matches!(b, Block::ToolCall { .. }))
+    }
+}
+
+/// Token usage. For a message: what the provider reported for that response; for a
+/// turn (`message_complete`): the sum over its messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+    }
+}
+
+/// Why a message (or a turn) ended, normalized across providers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StopReason {
+    EndTurn,
+    ToolUse,
+    MaxTokens,
+    StopSequence,
+    Refusal,
+    ContentFilter,
+    MaxSteps,
+    /// A value panto does not know, kept verbatim (`other:<raw>` in JSON).
+    Other(String),
+}
+
+impl StopReason {
+    pub fn as_string(&self) -> String {
+        match self {
+            StopReason::EndTurn => "end_turn".into(),
+            StopReason::ToolUse => "tool_use".into(),
+            StopReason::MaxTokens => "max_tokens".into(),
+            StopReason::StopSequence => "stop_sequence".into(),
+            StopReason::Refusal => "refusal".into(),
+            StopReason::ContentFilter => "content_filter".into(),
+            StopReason::MaxSteps => "max_steps".into(),
+            StopReason::Other(raw) => format!("other:{raw}"),
+        }
+    }
+
+    /// Parses the canonical string form (inverse of [`StopReason::as_string`]).
+    pub fn parse(s: &str) -> StopReason {
+        match s {
+            "end_turn" => StopReason::EndTurn,
+            "tool_use" => StopReason::ToolUse,
+            "max_tokens" => StopReason::MaxTokens,
+            "stop_sequence" => StopReason::StopSequence,
+            "refusal" => StopReason::Refusal,
+            "content_filter" => StopReason::ContentFilter,
+            "max_steps" => StopReason::MaxSteps,
+            other => StopReason::Other(other.strip_prefix("other:").unwrap_or(other).into()),
+        }
+    }
+
+    /// Maps an OpenAI-compatible `finish_reason`.
+    pub fn from_openai(raw: &str) -> StopReason {
+        match raw {
+            "stop" | "eos" => StopReason::EndTurn,
+            "tool_calls" | "function_call" => StopReason::ToolUse,
+            "length" => StopReason::MaxTokens,
+            "content_filter" => StopReason::ContentFilter,
+            other => StopReason::Other(other.into()),
+        }
+    }
+
+    /// Maps an Anthropic `stop_reason`.
+    pub fn from_anthropic(raw: &str) -> StopReason {
+        match raw {
+            "end_turn" => StopReason::EndTurn,
+            "tool_use" => StopReason::ToolUse,
+            "max_tokens" | "model_context_window_exceeded" => StopReason::MaxTokens,
+            "stop_sequence" => StopReason::StopSequence,
+            "refusal" => StopReason::Refusal,
+            other => StopReason::Other(other.into()),
+        }
+    }
+}
+
+impl Serialize for StopReason {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.as_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for StopReason {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(StopReason::parse(&s))
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedHistory {
+    version: u32,
+    messages: Vec<Message>,
+}
+
+/// Serializes a history as versioned JSON: `{"version":1,"messages":[…]}`.
+pub fn history_to_json(messages: &[Message]) -> String {
+    #[derive(Serialize)]
+    struct Borrowed<'a> {
+        version: u32,
+        messages: &'a [Message],
+    }
+    serde_json::to_string(&Borrowed {
+        version: HISTORY_VERSION,
+        messages,
+    })
+    .unwrap_or_default()
+}
+
+/// Parses a saved history, rejecting other versions and histories a provider would
+/// refuse (see [`validate_history`]).
+pub fn history_from_json(json: &str) -> Result<Vec<Message>> {
+    let saved: SavedHistory = serde_json::from_str(json)
+        .map_err(|e| Error::config(format!("history: not a saved panto history: {e}")))?;
+    if saved.version != HISTORY_VERSION {
+        return Err(Error::config(format!(
+            "history: version {} is not supported (expected {HISTORY_VERSION})",
+            saved.version
+        )));
+    }
+    validate_history(&saved.messages)?;
+    Ok(saved.messages)
+}
+
+/// Checks the rules both providers enforce on a conversation: it starts with a user
+/// message; every assistant tool call is answered by exactly one result in the tool
+/// message that immediately follows it, with matching ids; no result without a call;
+/// tool messages hold only results and assistant messages hold no results.
+pub fn validate_history(messages: &[Message]) -> Result<()> {
+    let bad = |i: usize, why: String| Err(Error::config(format!("history: message {i}: {why}")));
+    if let Some(first) = messages.first() {
+        if first.role != Role::User {
+            return bad(0, "a conversation must start with a user message".into());
+        }
+    }
+    let mut i = 0;
+    while i < messages.len() {
+        let m = &messages[i];
+        match m.role {
+            Role::User => {
+                if m.content.iter().any(|b| {
+                    matches!(b, Block::ToolResult { .. } | Block::ToolCall { .. })
+                }) {
+                    return bad(i, "user messages hold no tool calls or results".into());
+                }
+            }
+            Role::Tool => return bad(i, "tool results without a preceding tool call".into()),
+            Role::Assistant => {
+                if m.content.iter().any(|b| matches!(b, Block::ToolResult { .. })) {
+                    return bad(i, "assistant messages hold no tool results".into());
+                }
+                let calls: Vec<&str> = m
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        Block::ToolCall { call_id, .. } => Some(call_id.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                if !calls.is_empty() {
+                    let Some(next) = messages.get(i + 1).filter(|n| n.role == Role::Tool) else {
+                        return bad(i, "tool calls are not followed by their results".into());
+                    };
+                    let mut results = Vec::with_capacity(next.content.len());
+                    for b in &next.content {
+                        match b {
+                            Block::ToolResult { call_id, .. } => results.push(call_id.as_str()),
+                            _ => return bad(i + 1, "tool messages hold only results".into()),
+                        }
+                    }
+                    if results != calls {
+                        return bad(
+                            i + 1,
+                            format!("tool results {results:?} do not answer the calls {calls:?}"),
+                        );
+                    }
+                    i += 1;
+                }
+            }
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str) -> Block {
+        Block::ToolCall {
+            call_id: id.into(),
+            name: "t".into(),
+            arguments: Some(serde_json::json!({})),
+            arguments_raw: None,
+        }
+    }
+    fn result(id: &str) -> Block {
+        Block::ToolResult {
+            call_id: id.into(),
+            name: "t".into(),
+            output: "ok".into(),
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn stop_reason_round_trips() {
+        for s in ["end_turn", "tool_use", "max_tokens", "refusal", "other:weird"] {
+            assert_eq!(StopReason::parse(s).as_string(), s);
+        }
+        assert_eq!(StopReason::from_openai("length"), StopReason::MaxTokens);
+        assert_eq!(
+            StopReason::from_openai("insufficient_system_resource").as_string(),
+            "other:insufficient_system_resource"
+        );
+    }
+
+    #[test]
+    fn history_round_trips_and_validates() {
+        let h = vec![
+            Message::user("hi"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    Block::Reasoning {
+                        text: "hm".into(),
+                        signature: Some("sig".into()),
+                    },
+                    call("a"),
+                    call("b"),
+                ],
+            },
+            Message {
+                role: Role::Tool,
+                content: vec![result("a"), result("b")],
+            },
+        ];
+        let json = history_to_json(&h);
+        assert!(json.starts_with("{\"version\":1,"));
+        assert_eq!(history_from_json(&json).unwrap(), h);
+    }
+
+    #[test]
+    fn validator_rejects_unbalanced_histories() {
+        let asst = Message {
+            role: Role::Assistant,
+            content: vec![call("a"), call("b")],
+        };
+        let missing = vec![Message::user("x"), asst.clone()];
+        assert!(validate_history(&missing).is_err());
+        let wrong_order = vec![
+            Message::user("x"),
+            asst.clone(),
+            Message {
+                role: Role::Tool,
+                content: vec![result("b"), result("a")],
+            },
+        ];
+        assert!(validate_history(&wrong_order).is_err());
+        let orphan = vec![
+            Message::user("x"),
+            Message {
+                role: Role::Tool,
+                content: vec![result("a")],
+            },
+        ];
+        assert!(validate_history(&orphan).is_err());
+        let bad_version = r#"{"version":9,"messages":[]}"#;
+        assert_eq!(
+            history_from_json(bad_version).unwrap_err().kind,
+            crate::ErrorKind::Config
+        );
+    }
+}

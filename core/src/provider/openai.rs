@@ -1,0 +1,519 @@
+//! Owns the OpenAI Chat Completions wire format (and every compatible server: Azure,
+//! vLLM, llama.cpp, Ollama, Groq, DeepSeek, OpenRouter, Together, Mistral…): the
+//! streaming chunk decoder with its tool-call accumulator, and request encoding.
+//!
+//! Tolerances, each from a real server (notes/core-anchors.md §1.2): `choices` empty,
+//! null or missing; `delta` missing; `finish_reason` absent; reasoning under
+//! `reasoning_content` or `reasoning`; content as an array of typed parts (Mistral);
+//! tool-call deltas keyed by `index`, without `index`, or all on index 0 with distinct ids
+//! (Ollama); `arguments` as an object; `"id": ""`/`null` on continuations; an `error`
+//! object in a 200 stream; `[DONE]` missing after a `finish_reason` (llama-box).
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use super::{protocol_json_error, stream_error, Assembly, Emit, Progress, RequestParams};
+use crate::error::{Error, Result};
+use crate::event::{BlockKind, DeltaKind};
+use crate::message::{Block, Role, StopReason};
+use crate::sse::SseEvent;
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default)]
+    index: u32,
+    #[serde(borrow, default)]
+    delta: Option<Delta<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<ToolCallDelta<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta<'a> {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    function: Option<FunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+    /// DeepSeek's name for cached prompt tokens.
+    #[serde(default)]
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+/// A text part of Mistral's array-valued `content`.
+#[derive(Deserialize)]
+struct ContentPart {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    thinking: Option<Value>,
+}
+
+/// The channel a sequential (non-tool) block belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Channel {
+    Text,
+    Reasoning,
+}
+
+#[derive(Debug)]
+struct OpenCall {
+    wire_index: Option<u32>,
+    id: String,
+    block: usize,
+}
+
+/// Streaming decoder of one Chat Completions response.
+#[derive(Debug)]
+pub struct Decoder {
+    pub(crate) asm: Assembly,
+    sequential: Option<(Channel, usize)>,
+    calls: Vec<OpenCall>,
+    finish: Option<StopReason>,
+    refused: bool,
+    done: bool,
+}
+
+impl Decoder {
+    pub fn new(message: u32) -> Decoder {
+        Decoder {
+            asm: Assembly::new(message),
+            sequential: None,
+            calls: Vec::new(),
+            finish: None,
+            refused: false,
+            done: false,
+        }
+    }
+
+    pub fn on_sse(&mut self, ev: &SseEvent<'_>, emit: Emit<'_>) -> Result<Progress> {
+        if self.done {
+            return Ok(Progress::Finished);
+        }
+        if ev.event == "error" {
+            return Err(stream_error(ev.data));
+        }
+        let data = ev.data.trim_start();
+        if data.starts_with("[DONE]") {
+            self.complete(emit)?;
+            return Ok(Progress::Finished);
+        }
+        if data.trim().is_empty() {
+            return Ok(Progress::Continue);
+        }
+        let chunk: Chunk<'_> =
+            serde_json::from_str(data).map_err(|e| protocol_json_error("chunk", e))?;
+        if let Some(err) = chunk.error {
+            if err.get() != "null" {
+                return Err(stream_error(data));
+            }
+        }
+        if !self.asm.started_flag() {
+            // Azure's first chunk has an empty id/model: keep the first non-empty ones.
+            if let Some(m) = chunk.model.as_deref().filter(|m| !m.is_empty()) {
+                self.asm.model = m.to_owned();
+            }
+            if let Some(id) = chunk.id.as_deref().filter(|m| !m.is_empty()) {
+                self.asm.response_id = Some(id.to_owned());
+            }
+        }
+        if let Some(u) = &chunk.usage {
+            self.set_usage(u);
+        }
+        for choice in chunk.choices.into_iter().flatten() {
+            if choice.index != 0 {
+                continue; // panto asks for one choice; extra ones (n > 1) are ignored
+            }
+            if self.finish.is_some() {
+                continue;
+            }
+            if let Some(delta) = choice.delta {
+                self.on_delta(delta, emit)?;
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.finish = Some(if self.refused {
+                    StopReason::Refusal
+                } else {
+                    StopReason::from_openai(&reason)
+                });
+                self.close_at_finish(emit)?;
+            }
+        }
+        Ok(Progress::Continue)
+    }
+
+    /// End of body. Complete if the server already sent its `finish_reason` (some
+    /// servers omit `[DONE]`); otherwise the response was cut short.
+    pub fn on_eof(&mut self, emit: Emit<'_>) -> Result<()> {
+        if self.done {
+            return Ok(());
+        }
+        if self.finish.is_some() {
+            return self.complete(emit);
+        }
+        Err(Error::incomplete(
+            "the stream ended before the provider finished the message (no finish_reason, no [DONE])",
+        ))
+    }
+
+    fn complete(&mut self, emit: Emit<'_>) -> Result<()> {
+        self.done = true;
+        let stop = match self.finish.take() {
+            Some(s) => s,
+            // `[DONE]` without any finish_reason (seen on OpenRouter): the server says it
+            // is done, so infer the reason from what arrived.
+            None if self.refused => StopReason::Refusal,
+            None if self.asm.has_tool_calls() => StopReason::ToolUse,
+            None => StopReason::EndTurn,
+        };
+        if self.sequential.is_some() || !self.calls.is_empty() {
+            self.close_at_finish_with(&stop, emit)?;
+        }
+        self.asm.finish(stop, emit)
+    }
+
+    fn set_usage(&mut self, u: &WireUsage) {
+        let usage = &mut self.asm.usage;
+        if let Some(p) = u.prompt_tokens {
+            usage.input_tokens = p;
+        }
+        if let Some(c) = u.completion_tokens {
+            usage.output_tokens = c;
+        }
+        if let Some(c) = u
+            .prompt_tokens_details
+            .as_ref()
+            .and_then(|d| d.cached_tokens)
+            .or(u.prompt_cache_hit_tokens)
+        {
+            usage.cache_read_tokens = c;
+        }
+        if let Some(r) = u
+            .completion_tokens_details
+            .as_ref()
+            .and_then(|d| d.reasoning_tokens)
+        {
+            usage.reasoning_tokens = r;
+        }
+    }
+
+    fn on_delta(&mut self, delta: Delta<'_>, emit: Emit<'_>) -> Result<()> {
+        if let Some(r) = delta.reasoning_content.as_deref().or(delta.reasoning.as_deref()) {
+            self.sequential_text(Channel::Reasoning, r, emit)?;
+        }
+        if let Some(raw) = delta.content {
+            self.on_content(raw, emit)?;
+        }
+        if let Some(refusal) = delta.refusal.as_deref().filter(|r| !r.is_empty()) {
+            self.refused = true;
+            self.sequential_text(Channel::Text, refusal, emit)?;
+        }
+        for call in delta.tool_calls.into_iter().flatten() {
+            self.on_tool_call(call, emit)?;
+        }
+        Ok(())
+    }
+
+    fn on_content(&mut self, raw: &RawValue, emit: Emit<'_>) -> Result<()> {
+        let text = raw.get();
+        match text.as_bytes().first() {
+            Some(b'"') => {
+                let s: Cow<'_, str> =
+                    serde_json::from_str(text).map_err(|e| protocol_json_error("content", e))?;
+                self.sequential_text(Channel::Text, &s, emit)
+            }
+            Some(b'[') => {
+                let parts: Vec<ContentPart> =
+                    serde_json::from_str(text).map_err(|e| protocol_json_error("content", e))?;
+                for part in parts {
+                    match part.kind.as_str() {
+                        "text" => {
+                            if let Some(t) = part.text {
+                                self.sequential_text(Channel::Text, &t, emit)?;
+                            }
+                        }
+                        "thinking" => {
+                            let mut t = String::new();
+                            collect_text(part.thinking.as_ref(), &mut t);
+                            self.sequential_text(Channel::Reasoning, &t, emit)?;
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()), // null
+        }
+    }
+
+    /// Text and reasoning arrive as runs: a run of one channel closes when another
+    /// starts (or a tool call does).
+    fn sequential_text(&mut self, channel: Channel, text: &str, emit: Emit<'_>) -> Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        let block = match self.sequential {
+            Some((c, b)) if c == channel => b,
+            previous => {
+                if let Some((_, b)) = previous {
+                    self.asm.close(b, false, emit)?;
+                }
+                let kind = match channel {
+                    Channel::Text => BlockKind::Text,
+                    Channel::Reasoning => BlockKind::Reasoning,
+                };
+                let b = self.asm.open(kind, emit)?;
+                self.sequential = Some((channel, b));
+                b
+            }
+        };
+        let kind = match channel {
+            Channel::Text => DeltaKind::Text,
+            Channel::Reasoning => DeltaKind::Reasoning,
+        };
+        self.asm.delta(block, kind, text, emit)
+    }
+
+    fn on_tool_call(&mut self, call: ToolCallDelta<'_>, emit: Emit<'_>) -> Result<()> {
+        let id = call.id.as_deref().unwrap_or("");
+        let existing = match call.index {
+            Some(i) => self
+                .calls
+                .iter()
+                .rposition(|c| c.wire_index == Some(i))
+                // Ollama labels parallel calls all index 0, with distinct ids.
+                .filter(|&p| id.is_empty() || self.calls[p].id.is_empty() || self.calls[p].id == id),
+            None => match self.calls.last() {
+                Some(last) if id.is_empty() || last.id == id => Some(self.calls.len() - 1),
+                _ => None,
+            },
+        };
+        let pos = match existing {
+            Some(p) => p,
+            None => {
+                if let Some((_, b)) = self.sequential.take() {
+                    self.asm.close(b, false, emit)?;
+                }
+                let block = self.asm.open(BlockKind::ToolCall, emit)?;
+                self.calls.push(OpenCall {
+                    wire_index: call.index,
+                    id: String::new(),
+                    block,
+                });
+                self.calls.len() - 1
+            }
+        };
+        let block = self.calls[pos].block;
+        if self.calls[pos].id.is_empty() && !id.is_empty() {
+            self.calls[pos].id = id.to_owned();
+        }
+        let function = call.function;
+        let name = function
+            .as_ref()
+            .and_then(|f| f.name.as_deref())
+            .unwrap_or("");
+        self.asm.tool_ids(block, id, name, emit)?;
+        if let Some(args) = function.and_then(|f| f.arguments) {
+            let raw = args.get();
+            match raw.as_bytes().first() {
+                Some(b'"') => {
+                    let s: Cow<'_, str> = serde_json::from_str(raw)
+                        .map_err(|e| protocol_json_error("tool call arguments", e))?;
+                    self.asm.delta(block, DeltaKind::ToolArgs, &s, emit)?;
+                }
+                Some(b'n') => {} // null
+                // Arguments sent as a JSON object (some gateways): pass the JSON through.
+                Some(_) => self.asm.delta(block, DeltaKind::ToolArgs, raw, emit)?,
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn close_at_finish(&mut self, emit: Emit<'_>) -> Result<()> {
+        let stop = self.finish.clone().unwrap_or(StopReason::EndTurn);
+        self.close_at_finish_with(&stop, emit)
+    }
+
+    /// At `finish_reason` every block closes. When the response hit the token limit,
+    /// the last tool call may be partial: it is marked cut off and never executed.
+    fn close_at_finish_with(&mut self, stop: &StopReason, emit: Emit<'_>) -> Result<()> {
+        if let Some((_, b)) = self.sequential.take() {
+            self.asm.close(b, false, emit)?;
+        }
+        let last = self.calls.len().checked_sub(1);
+        for (i, call) in std::mem::take(&mut self.calls).into_iter().enumerate() {
+            let cut = *stop == StopReason::MaxTokens && Some(i) == last;
+            self.asm.close(call.block, cut, emit)?;
+        }
+        Ok(())
+    }
+}
+
+fn collect_text(v: Option<&Value>, out: &mut String) {
+    match v {
+        Some(Value::String(s)) => out.push_str(s),
+        Some(Value::Array(items)) => items.iter().for_each(|i| collect_text(Some(i), out)),
+        Some(Value::Object(o)) => collect_text(o.get("text"), out),
+        _ => {}
+    }
+}
+
+impl Assembly {
+    pub(crate) fn started_flag(&self) -> bool {
+        self.started
+    }
+}
+
+/// The Chat Completions request body for a streamed turn.
+pub fn request_body(p: &RequestParams<'_>) -> Value {
+    let mut messages = Vec::with_capacity(p.messages.len() + 1);
+    if let Some(system) = p.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for m in p.messages {
+        match m.role {
+            Role::User => messages.push(json!({"role": "user", "content": m.text()})),
+            Role::Assistant => {
+                let mut msg = json!({"role": "assistant"});
+                let text = m.text();
+                msg["content"] = if text.is_empty() {
+                    Value::Null
+                } else {
+                    Value::String(text)
+                };
+                let calls: Vec<Value> = m
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        Block::ToolCall {
+                            call_id,
+                            name,
+                            arguments,
+                            arguments_raw,
+                        } => Some(json!({
+                            "id": call_id,
+                            "type": "function",
+                            "function": {
+                                "name": name,
+                                "arguments": match (arguments, arguments_raw) {
+                                    (Some(v), _) => v.to_string(),
+                                    (None, Some(raw)) => raw.clone(),
+                                    (None, None) => "{}".to_owned(),
+                                },
+                            },
+                        })),
+                        _ => None,
+                    })
+                    .collect();
+                if !calls.is_empty() {
+                    msg["tool_calls"] = Value::Array(calls);
+                }
+                messages.push(msg);
+            }
+            Role::Tool => {
+                for b in &m.content {
+                    if let Block::ToolResult {
+                        call_id, output, ..
+                    } = b
+                    {
+                        messages.push(json!({
+                            "role": "tool",
+                            "tool_call_id": call_id,
+                            "content": output,
+                        }));
+                    }
+                }
+            }
+        }
+    }
+    let mut body = json!({
+        "model": p.model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if let Some(max) = p.max_tokens {
+        body["max_tokens"] = json!(max);
+    }
+    if let Some(t) = p.temperature {
+        body["temperature"] = json!(t);
+    }
+    if !p.tools.is_empty() {
+        body["tools"] = p
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+    }
+    body
+}

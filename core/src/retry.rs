@@ -1,0 +1,159 @@
+//! Owns the retry policy: which failures may be retried and how long to wait. Only
+//! failures before any event of the response was emitted are retried (the caller checks
+//! that); this module decides on the error and the server's hints.
+//!
+//! Hints honoured, in order: `x-should-retry: true|false` (forces or forbids),
+//! `retry-after-ms` (milliseconds), `retry-after` (seconds or an HTTP date). A hint is
+//! used when it is between 0 and 60 s; otherwise exponential backoff with jitter.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::header::HeaderMap;
+
+use crate::config::RetryConfig;
+use crate::error::{Error, ErrorKind};
+
+/// Longest wait a server hint may impose before panto falls back to its own backoff.
+pub const MAX_HINTED_DELAY: Duration = Duration::from_secs(60);
+
+/// What the server said about retrying, extracted from a failed response's headers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetryHints {
+    pub should_retry: Option<bool>,
+    pub after: Option<Duration>,
+}
+
+impl RetryHints {
+    pub fn from_headers(headers: &HeaderMap) -> RetryHints {
+        let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+        let should_retry = match get("x-should-retry") {
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            _ => None,
+        };
+        let after = get("retry-after-ms")
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
+            .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+            .or_else(|| get("retry-after").and_then(parse_retry_after));
+        RetryHints {
+            should_retry,
+            after,
+        }
+    }
+}
+
+fn parse_retry_after(v: &str) -> Option<Duration> {
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let when = httpdate::parse_http_date(v).ok()?;
+    Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+}
+
+/// Whether `err` may be retried, given the server's hints.
+pub fn should_retry(err: &Error, hints: &RetryHints) -> bool {
+    if matches!(err.kind, ErrorKind::Cancelled | ErrorKind::Config) {
+        return false;
+    }
+    // Quota exhaustion looks like a 429 but waiting does not help; never retry it, even
+    // if a proxy says otherwise.
+    if matches!(
+        err.provider_code.as_deref(),
+        Some("insufficient_quota" | "enforced_spend_limit_reached" | "billing_hard_limit_reached")
+    ) {
+        return false;
+    }
+    match hints.should_retry {
+        Some(forced) => forced,
+        None => err.retryable,
+    }
+}
+
+/// How long to wait before retry number `retry` (1-based).
+pub fn delay(retry: u32, cfg: &RetryConfig, hints: &RetryHints) -> Duration {
+    if let Some(after) = hints.after.filter(|d| *d <= MAX_HINTED_DELAY) {
+        return after;
+    }
+    let exp = retry.saturating_sub(1).min(30);
+    let base = cfg
+        .initial_delay_ms
+        .saturating_mul(1u64 << exp)
+        .min(cfg.max_delay_ms);
+    // Jitter in (0.75, 1]: spreads synchronized clients without ever waiting longer
+    // than the configured backoff.
+    let jitter = 1.0 - 0.25 * random_unit();
+    Duration::from_millis((base as f64 * jitter) as u64)
+}
+
+/// A cheap pseudo-random number in [0, 1) — jitter needs spread, not quality.
+fn random_unit() -> f64 {
+    use std::cell::Cell;
+    use std::hash::{BuildHasher, RandomState};
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(RandomState::new().hash_one(0u8) | 1);
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn hints(pairs: &[(&'static str, &str)]) -> RetryHints {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        RetryHints::from_headers(&h)
+    }
+
+    #[test]
+    fn header_hints() {
+        assert_eq!(hints(&[("retry-after-ms", "250")]).after, Some(Duration::from_millis(250)));
+        assert_eq!(hints(&[("retry-after", "2")]).after, Some(Duration::from_secs(2)));
+        let past = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(5));
+        assert_eq!(hints(&[("retry-after", &past)]).after, Some(Duration::ZERO));
+        assert_eq!(hints(&[("retry-after", "soon")]).after, None);
+        assert_eq!(hints(&[("x-should-retry", "false")]).should_retry, Some(false));
+    }
+
+    #[test]
+    fn policy() {
+        let rate = Error::new(ErrorKind::RateLimited, "x").with_retryable(true);
+        assert!(should_retry(&rate, &RetryHints::default()));
+        assert!(!should_retry(&rate, &hints(&[("x-should-retry", "false")])));
+        let quota = rate.clone().with_provider_code(Some("insufficient_quota".into()));
+        assert!(!should_retry(&quota, &hints(&[("x-should-retry", "true")])));
+        let auth = Error::new(ErrorKind::Authentication, "x");
+        assert!(!should_retry(&auth, &RetryHints::default()));
+        assert!(should_retry(&auth, &hints(&[("x-should-retry", "true")])));
+    }
+
+    #[test]
+    fn backoff_grows_caps_and_jitters_down() {
+        let cfg = RetryConfig {
+            max_retries: 5,
+            initial_delay_ms: 100,
+            max_delay_ms: 350,
+        };
+        for _ in 0..100 {
+            let d1 = delay(1, &cfg, &RetryHints::default()).as_millis();
+            let d2 = delay(2, &cfg, &RetryHints::default()).as_millis();
+            let d5 = delay(5, &cfg, &RetryHints::default()).as_millis();
+            assert!((75..=100).contains(&d1), "{d1}");
+            assert!((150..=200).contains(&d2), "{d2}");
+            assert!((262..=350).contains(&d5), "{d5}");
+        }
+        let long = hints(&[("retry-after", "3600")]);
+        assert!(delay(1, &cfg, &long) <= Duration::from_millis(100));
+    }
+}

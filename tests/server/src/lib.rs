@@ -1,0 +1,148 @@
+//! `panto-testserver`: a real HTTP/1.1 server that plays scripted LLM-provider responses.
+//!
+//! Tests of every language point their provider base URL at it: Rust in-process through
+//! [`TestServer`], other languages through the `panto-testserver` binary. A [`Scenario`]
+//! lists the expected requests in order and, for each, the response to play: an OpenAI
+//! Chat Completions / Anthropic Messages style SSE stream, raw chunks, JSON, or a captured
+//! provider body, with pacing and byte-exact fault injection (reset, stall, close, trickle).
+//! The scenario JSON format is documented in `tests/server/README.md`.
+//!
+//! Module map:
+//! - `scenario`: the JSON format, validation, pre-encoding and request matching.
+//! - `http`: hand-written HTTP/1.1 request parsing and response framing on raw sockets.
+//! - `server`: accept loop, connections, shared state, control endpoints, body writer and
+//!   faults.
+//! - this file: [`TestServer`], the in-process handle that owns the server thread.
+//!
+//! ```no_run
+//! use panto_testserver::{Scenario, TestServer};
+//! let scenario = Scenario::from_json(r#"{"exchanges":[{"response":{"sse":[{"data":"[DONE]"}]}}]}"#)?;
+//! let server = TestServer::start(scenario).map_err(|e| e.to_string())?;
+//! let base_url = server.url(); // "http://127.0.0.1:PORT"
+//! # Ok::<(), String>(())
+//! ```
+
+mod http;
+mod scenario;
+mod server;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::oneshot;
+
+pub use scenario::Scenario;
+pub use server::RecordedRequest;
+
+use server::Shared;
+
+/// A running server on `127.0.0.1`, served from its own thread and tokio runtime so it works
+/// the same from sync tests, async tests and benchmarks. Dropping it stops the thread and
+/// closes every socket, including stalled streams.
+pub struct TestServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Starts a server on a free port of 127.0.0.1.
+    pub fn start(scenario: Scenario) -> io::Result<TestServer> {
+        TestServer::start_on_port(scenario, 0)
+    }
+
+    /// Starts a server on `127.0.0.1:port` (`0` picks a free port).
+    pub fn start_on_port(scenario: Scenario, port: u16) -> io::Result<TestServer> {
+        // Bind and build the runtime here, not in the thread, so failures reach the caller
+        // and the port is known before `start` returns.
+        let listener =
+            std::net::TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let shared = Arc::new(Shared::new(scenario));
+        let (tx, rx) = oneshot::channel();
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("panto-testserver-{}", addr.port()))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    // `from_std` only fails outside a runtime with IO enabled, which this is
+                    // not; were it to fail, connections are refused and tests see a clear
+                    // connect error.
+                    if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
+                        server::serve(listener, thread_shared, rx).await;
+                    }
+                });
+                // Dropping the runtime here, in the server's own thread, cancels every
+                // connection task and so closes their sockets (stalled ones included).
+                drop(runtime);
+            })?;
+        Ok(TestServer {
+            addr,
+            shared,
+            shutdown: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT` (no trailing slash).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request recorded since the start, the last reset or the last scenario change.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared.requests()
+    }
+
+    /// Replaces the scenario, rewinds to its first exchange and clears the record.
+    pub fn set_scenario(&self, scenario: Scenario) {
+        self.shared.set_scenario(scenario);
+    }
+
+    /// Rewinds the scenario to its first exchange and clears the record.
+    pub fn reset(&self) {
+        self.shared.reset();
+    }
+
+    /// TCP connections currently open.
+    pub fn connections_open(&self) -> usize {
+        self.shared.connections_open()
+    }
+
+    /// TCP connections accepted since the start.
+    pub fn connections_total(&self) -> usize {
+        self.shared.connections_total()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        // Sending (or just dropping the sender) ends the accept loop; joining waits for the
+        // runtime drop that closes the connections, so sockets are gone when drop returns.
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for TestServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestServer").field("addr", &self.addr).finish()
+    }
+}

@@ -1,0 +1,558 @@
+//! The running server: accept loop, per-connection request loop, shared state, control
+//! endpoints (`/_panto/...`) and the response body writer with its fault injection.
+//!
+//! Shared state (scenario cursor, request record) lives behind one `std::sync::Mutex` that is
+//! never held across an `.await`: a request takes the lock once to match, consume and record,
+//! then streams its response without it, so concurrent connections interleave freely while
+//! exchange consumption stays in arrival order.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+use crate::http::{response_head, Conn, ReadError, Request};
+use crate::scenario::{Fault, Framing, RequestView, Response, Scenario};
+
+/// One request as the server saw it, in arrival order.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RecordedRequest {
+    /// Position in the record (0-based; restarts after a reset or a new scenario).
+    pub seq: usize,
+    /// Which TCP connection carried it (0-based counter over the server's lifetime), so
+    /// tests can assert that a client reused a pooled connection.
+    pub connection: usize,
+    pub method: String,
+    /// Path without the query string.
+    pub path: String,
+    /// The query string without `?`, when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Lowercased header names; repeated headers joined with ", ".
+    pub headers: BTreeMap<String, String>,
+    /// The body parsed as JSON when it is JSON, else the body as a (lossy UTF-8) string;
+    /// `null` when the request had no body.
+    pub body: Value,
+    /// Whether the request matched the exchange that was due.
+    pub matched: bool,
+    /// Index of the exchange that answered it.
+    pub exchange: Option<usize>,
+    /// Why it did not match (only for `matched: false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mismatch: Option<String>,
+}
+
+/// State shared by the accept loop, every connection task and the `TestServer` handle.
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    connections_open: AtomicUsize,
+    connections_total: AtomicUsize,
+}
+
+struct State {
+    scenario: Scenario,
+    /// Index of the exchange due next.
+    cursor: usize,
+    /// How many requests the due exchange has answered so far.
+    used: u64,
+    record: Vec<RecordedRequest>,
+}
+
+impl Shared {
+    pub(crate) fn new(scenario: Scenario) -> Shared {
+        Shared {
+            state: Mutex::new(State {
+                scenario,
+                cursor: 0,
+                used: 0,
+                record: Vec::new(),
+            }),
+            connections_open: AtomicUsize::new(0),
+            connections_total: AtomicUsize::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the state half-updated in a way that
+        // matters for a test server, so keep serving instead of cascading the panic.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn requests(&self) -> Vec<RecordedRequest> {
+        self.lock().record.clone()
+    }
+
+    pub(crate) fn set_scenario(&self, scenario: Scenario) {
+        let mut st = self.lock();
+        st.scenario = scenario;
+        st.cursor = 0;
+        st.used = 0;
+        st.record.clear();
+    }
+
+    pub(crate) fn reset(&self) {
+        let mut st = self.lock();
+        st.cursor = 0;
+        st.used = 0;
+        st.record.clear();
+    }
+
+    pub(crate) fn connections_open(&self) -> usize {
+        self.connections_open.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn connections_total(&self) -> usize {
+        self.connections_total.load(Ordering::SeqCst)
+    }
+
+    /// Matches `req` against the due exchange, consumes it on success, records the request.
+    fn take_exchange(
+        &self,
+        connection: usize,
+        req: &Request,
+    ) -> Result<Arc<Response>, String> {
+        let json_body = serde_json::from_slice::<Value>(&req.body).ok();
+        let recorded_body = match &json_body {
+            Some(v) => v.clone(),
+            None if req.body.is_empty() => Value::Null,
+            None => Value::String(String::from_utf8_lossy(&req.body).into_owned()),
+        };
+        let view = RequestView {
+            method: &req.method,
+            path: &req.path,
+            headers: &req.headers,
+            raw_body: &req.body,
+            json_body: json_body.as_ref(),
+        };
+        let mut st = self.lock();
+        let seq = st.record.len();
+        let cursor = st.cursor;
+        let outcome = match st.scenario.exchanges.get(cursor) {
+            None => Err(format!(
+                "no exchange left (all {} used); received {} {}",
+                st.scenario.exchanges.len(),
+                req.method,
+                req.path
+            )),
+            Some(ex) => match ex.check(&view) {
+                Ok(()) => Ok((ex.response.clone(), ex.times)),
+                Err(why) => Err(format!(
+                    "request {seq} did not match exchange {cursor} ({}): {why}; received {} {}",
+                    ex.describe(),
+                    req.method,
+                    req.path
+                )),
+            },
+        };
+        let (result, exchange, mismatch) = match outcome {
+            Ok((response, times)) => {
+                st.used += 1;
+                if st.used >= times {
+                    st.cursor += 1;
+                    st.used = 0;
+                }
+                (Ok(response), Some(cursor), None)
+            }
+            Err(why) => (Err(why.clone()), None, Some(why)),
+        };
+        st.record.push(RecordedRequest {
+            seq,
+            connection,
+            method: req.method.clone(),
+            path: req.path.clone(),
+            query: req.query.clone(),
+            headers: req.headers.clone(),
+            body: recorded_body,
+            matched: result.is_ok(),
+            exchange,
+            mismatch,
+        });
+        result
+    }
+}
+
+/// Keeps `connections_open` right however a connection task ends (return, error, or being
+/// dropped when the runtime shuts down).
+struct OpenGuard(Arc<Shared>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.connections_open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Accepts connections until `shutdown` fires (or its sender is dropped).
+pub(crate) async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: oneshot::Receiver<()>,
+) {
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    let id = shared.connections_total.fetch_add(1, Ordering::SeqCst);
+                    shared.connections_open.fetch_add(1, Ordering::SeqCst);
+                    let guard = OpenGuard(shared.clone());
+                    tokio::spawn(async move {
+                        let _guard = guard;
+                        handle_connection(stream, id, &_guard.0).await;
+                    });
+                }
+                // EMFILE and friends: back off briefly instead of spinning; the listener
+                // stays usable once descriptors are freed.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+        }
+    }
+}
+
+/// How a connection continues after a response.
+enum After {
+    KeepAlive,
+    /// Send FIN, wait briefly for the client's, then drop.
+    Close,
+    /// Drop with SO_LINGER 0 already set: the kernel sends RST.
+    Reset,
+    /// Keep the socket open, send nothing, until the client closes or the server stops.
+    Stall,
+}
+
+async fn handle_connection(stream: TcpStream, id: usize, shared: &Shared) {
+    // Streams are many tiny writes; Nagle would batch them and hide chunk boundaries.
+    let _ = stream.set_nodelay(true);
+    let mut conn = Conn::new(stream);
+    loop {
+        let req = match conn.read_request().await {
+            Ok(Some(req)) => req,
+            Ok(None) | Err(ReadError::Gone) => return,
+            Err(ReadError::Bad(msg)) => {
+                let body = error_body("testserver_bad_request", &msg);
+                let _ = write_simple(&mut conn.stream, 400, &body, true).await;
+                graceful_close(&mut conn).await;
+                return;
+            }
+        };
+        let after = if req.path.starts_with("/_panto/") {
+            control(&mut conn, shared, &req).await
+        } else {
+            match shared.take_exchange(id, &req) {
+                Ok(response) => send_response(&mut conn, &response, &req).await,
+                Err(why) => {
+                    let body = error_body("testserver_mismatch", &why);
+                    write_simple(&mut conn.stream, 404, &body, req.wants_close())
+                        .await
+                        .map(|_| close_if(req.wants_close()))
+                }
+            }
+        };
+        match after {
+            Ok(After::KeepAlive) => {}
+            Ok(After::Close) => {
+                graceful_close(&mut conn).await;
+                return;
+            }
+            // Dropping the stream with linger 0 sends the RST.
+            Ok(After::Reset) | Err(_) => return,
+            Ok(After::Stall) => {
+                conn.drain_until_closed().await;
+                return;
+            }
+        }
+    }
+}
+
+fn close_if(close: bool) -> After {
+    if close {
+        After::Close
+    } else {
+        After::KeepAlive
+    }
+}
+
+/// FIN first, then read until the client's FIN (bounded): closing a socket that still has
+/// unread input makes the kernel send RST, which can destroy response bytes the client has
+/// not read yet.
+async fn graceful_close(conn: &mut Conn) {
+    let _ = conn.stream.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_millis(500), conn.drain_until_closed()).await;
+}
+
+fn error_body(kind: &str, message: &str) -> Vec<u8> {
+    json!({"error": {"type": kind, "message": message}})
+        .to_string()
+        .into_bytes()
+}
+
+/// A complete `Content-Length` response in one write (mismatches, control endpoints, 400s).
+async fn write_simple(
+    stream: &mut TcpStream,
+    status: u16,
+    json_body: &[u8],
+    close: bool,
+) -> io::Result<()> {
+    let mut framing = vec![("content-length", json_body.len().to_string())];
+    if close {
+        framing.push(("connection", "close".to_string()));
+    }
+    let mut out = response_head(status, [("content-type", "application/json")], &framing);
+    out.extend_from_slice(json_body);
+    stream.write_all(&out).await
+}
+
+async fn control(conn: &mut Conn, shared: &Shared, req: &Request) -> io::Result<After> {
+    let close = req.wants_close();
+    let (status, body): (u16, Vec<u8>) = match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/_panto/requests") => match serde_json::to_vec(&shared.requests()) {
+            Ok(b) => (200, b),
+            Err(e) => (500, error_body("testserver_internal", &e.to_string())),
+        },
+        ("GET", "/_panto/stats") => (
+            200,
+            json!({
+                "connections_open": shared.connections_open(),
+                "connections_total": shared.connections_total(),
+            })
+            .to_string()
+            .into_bytes(),
+        ),
+        ("POST", "/_panto/reset") => {
+            shared.reset();
+            (200, b"{\"ok\":true}".to_vec())
+        }
+        ("POST", "/_panto/scenario") => {
+            match std::str::from_utf8(&req.body)
+                .map_err(|e| format!("scenario body is not UTF-8: {e}"))
+                .and_then(Scenario::from_json)
+            {
+                Ok(s) => {
+                    let n = s.len();
+                    shared.set_scenario(s);
+                    (200, json!({"ok": true, "exchanges": n}).to_string().into_bytes())
+                }
+                Err(e) => (400, error_body("testserver_bad_scenario", &e)),
+            }
+        }
+        (_, "/_panto/requests" | "/_panto/stats" | "/_panto/reset" | "/_panto/scenario") => (
+            405,
+            error_body(
+                "testserver_method_not_allowed",
+                &format!("{} is not allowed on {}", req.method, req.path),
+            ),
+        ),
+        _ => (
+            404,
+            error_body(
+                "testserver_unknown_control",
+                &format!(
+                    "unknown control endpoint {}; known: GET /_panto/requests, GET /_panto/stats, \
+                     POST /_panto/scenario, POST /_panto/reset",
+                    req.path
+                ),
+            ),
+        ),
+    };
+    write_simple(&mut conn.stream, status, &body, close).await?;
+    Ok(close_if(close))
+}
+
+/// Plays one scripted response: optional delay, head, body with framing, chunking,
+/// pacing and fault.
+async fn send_response(conn: &mut Conn, resp: &Response, req: &Request) -> io::Result<After> {
+    if !resp.delay.is_zero() {
+        tokio::time::sleep(resp.delay).await;
+    }
+    // HTTP/1.0 clients cannot decode chunked bodies: close-delimit instead.
+    let framing = match resp.framing {
+        Framing::Chunked if req.http10 => Framing::Close,
+        f => f,
+    };
+    // A scenario that sets a framing header itself is deliberately describing the wire
+    // (e.g. a lying Content-Length): send its header and add none of ours.
+    let custom_framing = resp
+        .headers
+        .iter()
+        .any(|(n, _)| n == "content-length" || n == "transfer-encoding");
+    let close_after = framing == Framing::Close || req.wants_close();
+    let mut extra: Vec<(&str, String)> = Vec::new();
+    if !custom_framing {
+        match framing {
+            Framing::Chunked => extra.push(("transfer-encoding", "chunked".to_string())),
+            Framing::Length => extra.push(("content-length", resp.body.len().to_string())),
+            Framing::Close => {}
+        }
+    }
+    if close_after {
+        extra.push(("connection", "close".to_string()));
+    }
+    let head = response_head(
+        resp.status,
+        resp.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+        &extra,
+    );
+    conn.stream.write_all(&head).await?;
+
+    let mut w = BodyWriter {
+        stream: &mut conn.stream,
+        chunked: framing == Framing::Chunked,
+        out: Vec::with_capacity(16 * 1024),
+        sent: 0,
+        first: true,
+        chunk_delay: resp.chunk_delay,
+        fault: resp.fault,
+    };
+    match resp.chunk_size {
+        None => {
+            for chunk in resp.body.chunks() {
+                if let Some(stop) = w.chunk(chunk).await? {
+                    return Ok(stop);
+                }
+            }
+        }
+        Some(size) => {
+            // Re-split the concatenated body into `size`-byte pieces on the fly; a piece
+            // that lies inside one source chunk is written straight from it, only pieces
+            // spanning a boundary are assembled in `pending`.
+            let mut pending: Vec<u8> = Vec::with_capacity(size);
+            for mut chunk in resp.body.chunks() {
+                while !chunk.is_empty() {
+                    if pending.is_empty() && chunk.len() >= size {
+                        let (piece, rest) = chunk.split_at(size);
+                        chunk = rest;
+                        if let Some(stop) = w.chunk(piece).await? {
+                            return Ok(stop);
+                        }
+                        continue;
+                    }
+                    let take = (size - pending.len()).min(chunk.len());
+                    pending.extend_from_slice(&chunk[..take]);
+                    chunk = &chunk[take..];
+                    if pending.len() == size {
+                        if let Some(stop) = w.chunk(&pending).await? {
+                            return Ok(stop);
+                        }
+                        pending.clear();
+                    }
+                }
+            }
+            if let Some(stop) = w.chunk(&pending).await? {
+                return Ok(stop);
+            }
+        }
+    }
+    w.finish(close_after).await
+}
+
+/// Writes body chunks with the response's framing, pacing and fault.
+struct BodyWriter<'a> {
+    stream: &'a mut TcpStream,
+    chunked: bool,
+    /// Reused framing buffer: one write (one syscall) per chunk without allocating.
+    out: Vec<u8>,
+    /// Body bytes written so far (framing excluded): what `after_bytes` counts.
+    sent: u64,
+    first: bool,
+    chunk_delay: Duration,
+    fault: Option<Fault>,
+}
+
+impl BodyWriter<'_> {
+    /// Sends one scenario chunk. `Some(after)` means a fault ended the response.
+    async fn chunk(&mut self, data: &[u8]) -> io::Result<Option<After>> {
+        // An empty HTTP chunk would terminate a chunked body early.
+        if data.is_empty() {
+            return Ok(None);
+        }
+        if !self.first && !self.chunk_delay.is_zero() {
+            tokio::time::sleep(self.chunk_delay).await;
+        }
+        self.first = false;
+        match self.fault {
+            None => self.emit(data).await?,
+            Some(Fault::Trickle { after, every, bytes }) => {
+                let room = after.saturating_sub(self.sent);
+                let (normal, slow) = data.split_at(clamp_len(room, data.len()));
+                if !normal.is_empty() {
+                    self.emit(normal).await?;
+                }
+                for (i, bit) in slow.chunks(bytes).enumerate() {
+                    // Pause before every trickled piece except one that directly follows
+                    // the chunk delay (or the head) so the pacing stays `every`.
+                    if i > 0 || !normal.is_empty() {
+                        tokio::time::sleep(every).await;
+                    }
+                    self.emit(bit).await?;
+                }
+            }
+            Some(Fault::Reset { after } | Fault::Stall { after } | Fault::Close { after }) => {
+                let room = after.saturating_sub(self.sent);
+                let n = clamp_len(room, data.len());
+                if n > 0 {
+                    self.emit(&data[..n]).await?;
+                }
+                if n < data.len() {
+                    return self.trigger().await.map(Some);
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    async fn emit(&mut self, data: &[u8]) -> io::Result<()> {
+        if self.chunked {
+            self.out.clear();
+            self.out
+                .extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+            self.out.extend_from_slice(data);
+            self.out.extend_from_slice(b"\r\n");
+            self.stream.write_all(&self.out).await?;
+        } else {
+            self.stream.write_all(data).await?;
+        }
+        self.sent += data.len() as u64;
+        Ok(())
+    }
+
+    /// End of the body: a fault whose `after_bytes` reached the body's end still fires here
+    /// (the body is complete but its framing is not); otherwise the terminating chunk.
+    async fn finish(&mut self, close_after: bool) -> io::Result<After> {
+        if matches!(
+            self.fault,
+            Some(Fault::Reset { .. } | Fault::Stall { .. } | Fault::Close { .. })
+        ) {
+            return self.trigger().await;
+        }
+        if self.chunked {
+            self.stream.write_all(b"0\r\n\r\n").await?;
+        }
+        Ok(close_if(close_after))
+    }
+
+    async fn trigger(&mut self) -> io::Result<After> {
+        match self.fault {
+            Some(Fault::Reset { .. }) => {
+                // RST discards whatever is still in our send queue; give loopback a moment
+                // to deliver the bytes already written so the client sees them before the
+                // reset.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                socket2::SockRef::from(&*self.stream).set_linger(Some(Duration::ZERO))?;
+                Ok(After::Reset)
+            }
+            Some(Fault::Stall { .. }) => Ok(After::Stall),
+            _ => Ok(After::Close),
+        }
+    }
+}
+
+/// `min(room, len)` without truncating a u64 on 32-bit targets.
+fn clamp_len(room: u64, len: usize) -> usize {
+    usize::try_from(room).map_or(len, |r| r.min(len))
+}
