@@ -38,10 +38,12 @@ pub mod sse;
 pub mod tool;
 
 
+pub use agent::{Agent, TurnControl, TurnOptions, TurnSlot, TurnSummary};
 pub use config::{Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use message::{Block, Message, Role, StopReason, Usage};
 pub use provider::{ProviderKind, ToolSpec};
+pub use tool::{FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
 
 pub use tokio_util::sync::CancellationToken;

@@ -274,7 +274,7 @@ mod tests {
                 vec!["1\n2\n3\n4"],
             ),
             (b"data:test1\n\nid:test\ndata:test2", vec!["test1"]),
-            (b"data:\n\ndata\ndata\n\ndata:test\n\n", vec!["\n", "test"]),
+            (b"data:\n\ndata\ndata\n\ndata:test\n\n", vec!["", "\n", "test"]),
             (
                 b"data:\0\ndata:  2\rData:1\ndata\0:2\ndata:1\r\0data:4\nda-ta:3\rdata_5\ndata:3\rdata:\r\n data:32\ndata:4\n\n",
                 vec!["\0\n 2\n1\n3\n\n4"],

@@ -1,1 +1,344 @@
-//! placeholder
+//! Owns tools: the [`Tool`] trait for tools written in Rust, host tools (declared in
+//! the configuration, answered from outside the loop through [`HostToolResults`]), and
+//! the concurrent dispatch of one message's tool calls. It does not decide when tools
+//! run (that is `agent`).
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::Event;
+use crate::provider::{Emit, ToolSpec};
+
+/// What a tool call produced: text for the model, and whether it is an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub output: String,
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    pub fn ok(output: impl Into<String>) -> ToolOutput {
+        ToolOutput {
+            output: output.into(),
+            is_error: false,
+        }
+    }
+    pub fn error(output: impl Into<String>) -> ToolOutput {
+        ToolOutput {
+            output: output.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// The future a tool call returns.
+pub type ToolFuture = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'static>>;
+
+/// A tool implemented in Rust. `call` receives the parsed arguments and a token that is
+/// cancelled when the turn is cancelled or the call times out; a tool that ignores it is
+/// aborted at its next await point.
+pub trait Tool: Send + Sync + 'static {
+    fn spec(&self) -> ToolSpec;
+    fn call(&self, arguments: Value, cancel: CancellationToken) -> ToolFuture;
+}
+
+/// A [`Tool`] made of a spec and an async closure.
+pub struct FnTool<F> {
+    spec: ToolSpec,
+    f: F,
+}
+
+impl<F, Fut> FnTool<F>
+where
+    F: Fn(Value, CancellationToken) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ToolOutput> + Send + 'static,
+{
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+        f: F,
+    ) -> FnTool<F> {
+        FnTool {
+            spec: ToolSpec {
+                name: name.into(),
+                description: description.into(),
+                parameters,
+            },
+            f,
+        }
+    }
+}
+
+impl<F, Fut> Tool for FnTool<F>
+where
+    F: Fn(Value, CancellationToken) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ToolOutput> + Send + 'static,
+{
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+    fn call(&self, arguments: Value, cancel: CancellationToken) -> ToolFuture {
+        Box::pin((self.f)(arguments, cancel))
+    }
+}
+
+#[derive(Default)]
+struct HostSlots {
+    waiting: HashMap<String, oneshot::Sender<ToolOutput>>,
+    answered: HashSet<String>,
+}
+
+/// Where results of host-tool calls are submitted from outside the loop (any thread).
+/// Cloning shares the same slots.
+#[derive(Clone, Default)]
+pub struct HostToolResults {
+    slots: Arc<Mutex<HostSlots>>,
+}
+
+impl std::fmt::Debug for HostToolResults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostToolResults").finish_non_exhaustive()
+    }
+}
+
+impl HostToolResults {
+    /// Answers the host-tool call `call_id`. An id that is not waiting for a result
+    /// (unknown, already answered, or given up on after its timeout) is a `tool` error
+    /// for this call only; the stream goes on.
+    pub fn submit(&self, call_id: &str, output: impl Into<String>, is_error: bool) -> Result<()> {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(tx) = slots.waiting.remove(call_id) else {
+            let why = if slots.answered.contains(call_id) {
+                "was already answered"
+            } else {
+                "is not a pending host-tool call"
+            };
+            return Err(Error::new(
+                ErrorKind::Tool,
+                format!("tool call {call_id:?} {why}"),
+            ));
+        };
+        slots.answered.insert(call_id.to_owned());
+        // The loop may have given up (timeout, cancel) between our lookup and now; the
+        // result is then simply not needed.
+        let _ = tx.send(ToolOutput {
+            output: output.into(),
+            is_error,
+        });
+        Ok(())
+    }
+
+    fn register(&self, call_id: &str) -> oneshot::Receiver<ToolOutput> {
+        let (tx, rx) = oneshot::channel();
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        slots.waiting.insert(call_id.to_owned(), tx);
+        rx
+    }
+
+    fn forget(&self, call_id: &str) {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        if slots.waiting.remove(call_id).is_some() {
+            slots.answered.insert(call_id.to_owned());
+        }
+    }
+}
+
+/// One call to dispatch, as the model made it.
+#[derive(Debug, Clone)]
+pub(crate) struct CallRequest {
+    pub call_id: String,
+    pub name: String,
+    /// Parsed arguments, or why the call must not run.
+    pub arguments: std::result::Result<Value, String>,
+    /// What `tool_call_start` reports as arguments (the raw text when unparsable).
+    pub shown_arguments: Value,
+}
+
+/// How a call is answered.
+pub(crate) enum Runner {
+    Rust(Arc<dyn Tool>),
+    Host,
+    Refuse(String),
+}
+
+/// Dispatch settings for one batch.
+pub(crate) struct Dispatch<'a> {
+    pub message: u32,
+    pub concurrency: usize,
+    pub timeout: Duration,
+    pub host: &'a HostToolResults,
+    pub cancel: &'a CancellationToken,
+}
+
+/// Runs one message's calls, at most `concurrency` at a time, emitting `tool_call_start`
+/// when a call begins and `tool_result` as each finishes. Returns the outputs in call
+/// order; on cancellation (or a receiver asking to stop), the calls that did not finish
+/// are `None` and the error is returned alongside.
+pub(crate) async fn dispatch(
+    d: Dispatch<'_>,
+    calls: &[(CallRequest, Runner)],
+    emit: Emit<'_>,
+) -> (Vec<Option<ToolOutput>>, Option<Error>) {
+    let mut outputs: Vec<Option<ToolOutput>> = vec![None; calls.len()];
+    let mut running = FuturesUnordered::new();
+    let mut next = 0;
+    let batch_cancel = d.cancel.child_token();
+    // Aborts every spawned tool when the batch ends early (dropping a JoinHandle would
+    // only detach it).
+    let mut aborts = Vec::new();
+    let mut failure = None;
+    loop {
+        while running.len() < d.concurrency && next < calls.len() && failure.is_none() {
+            let (req, runner) = &calls[next];
+            let host = matches!(runner, Runner::Host);
+            // Register before announcing, so a host answering immediately finds the slot.
+            let host_rx = host.then(|| d.host.register(&req.call_id));
+            let started = emit(Event::ToolCallStart {
+                message: d.message,
+                call_id: req.call_id.clone(),
+                name: req.name.clone(),
+                arguments: req.shown_arguments.clone(),
+                host,
+            });
+            if let Err(e) = started {
+                if host {
+                    d.host.forget(&req.call_id);
+                }
+                failure = Some(e);
+                break;
+            }
+            let fut = start_call(req, runner, host_rx, d.timeout, batch_cancel.child_token());
+            let handle = tokio::spawn(fut);
+            aborts.push(handle.abort_handle());
+            let idx = next;
+            running.push(async move { (idx, handle.await) });
+            next += 1;
+        }
+        if running.is_empty() || failure.is_some() {
+            break;
+        }
+        let (idx, joined) = tokio::select! {
+            biased;
+            _ = d.cancel.cancelled() => {
+                failure = Some(Error::cancelled());
+                break;
+            }
+            Some(done) = running.next() => done,
+        };
+        let out = match joined {
+            Ok(out) => out,
+            Err(e) if e.is_panic() => ToolOutput::error(format!(
+                "the tool {:?} panicked: {}",
+                calls[idx].0.name,
+                panic_message(e.into_panic())
+            )),
+            Err(_) => ToolOutput::error("the tool was aborted"),
+        };
+        let (req, runner) = &calls[idx];
+        if matches!(runner, Runner::Host) {
+            d.host.forget(&req.call_id);
+        }
+        outputs[idx] = Some(out.clone());
+        if let Err(e) = emit(Event::ToolResult {
+            message: d.message,
+            call_id: req.call_id.clone(),
+            name: req.name.clone(),
+            output: out.output,
+            is_error: out.is_error,
+        }) {
+            failure = Some(e);
+            break;
+        }
+    }
+    if failure.is_some() {
+        batch_cancel.cancel();
+        for a in &aborts {
+            a.abort();
+        }
+        for (req, runner) in calls {
+            if matches!(runner, Runner::Host) {
+                d.host.forget(&req.call_id);
+            }
+        }
+    }
+    (outputs, failure)
+}
+
+fn start_call(
+    req: &CallRequest,
+    runner: &Runner,
+    host_rx: Option<oneshot::Receiver<ToolOutput>>,
+    timeout: Duration,
+    cancel: CancellationToken,
+) -> impl Future<Output = ToolOutput> + Send + 'static {
+    let name = req.name.clone();
+    let work: ToolFuture = match (runner, &req.arguments, host_rx) {
+        (Runner::Refuse(why), _, _) => {
+            let why = why.clone();
+            Box::pin(async move { ToolOutput::error(why) })
+        }
+        (_, Err(why), _) => {
+            let why = why.clone();
+            Box::pin(async move { ToolOutput::error(why) })
+        }
+        (Runner::Host, Ok(_), Some(rx)) => Box::pin(async move {
+            rx.await.unwrap_or_else(|_| ToolOutput::error("the host-tool call was abandoned"))
+        }),
+        (Runner::Host, Ok(_), None) => {
+            Box::pin(async { ToolOutput::error("the host-tool call has no result slot") })
+        }
+        (Runner::Rust(tool), Ok(args), _) => tool.call(args.clone(), cancel.clone()),
+    };
+    async move {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => ToolOutput::error("the tool call was cancelled"),
+            r = tokio::time::timeout(timeout, work) => match r {
+                Ok(out) => out,
+                Err(_) => {
+                    cancel.cancel();
+                    ToolOutput::error(format!(
+                        "the tool {name:?} timed out after {} ms",
+                        timeout.as_millis()
+                    ))
+                }
+            },
+        }
+    }
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn submit_unknown_or_twice_is_a_tool_error() {
+        let host = HostToolResults::default();
+        assert_eq!(host.submit("nope", "x", false).unwrap_err().kind, ErrorKind::Tool);
+        let _rx = host.register("a");
+        host.submit("a", "x", false).unwrap();
+        let again = host.submit("a", "x", false).unwrap_err();
+        assert_eq!(again.kind, ErrorKind::Tool);
+        assert!(again.message.contains("already answered"));
+    }
+}

@@ -47,10 +47,8 @@ impl Request {
     /// Whether the client asked for the connection to end after this exchange.
     pub(crate) fn wants_close(&self) -> bool {
         let has_token = |token: &str| {
-            self.header("connection").is_some_and(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case(token))
-            })
+            self.header("connection")
+                .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
         };
         if self.http10 {
             !has_token("keep-alive")
@@ -219,7 +217,8 @@ impl Conn {
                 if line.last() == Some(&b'\r') {
                     line.pop();
                 }
-                return String::from_utf8(line).or_else(|_| bad("chunked framing line is not UTF-8"));
+                return String::from_utf8(line)
+                    .or_else(|_| bad("chunked framing line is not UTF-8"));
             }
             if self.buf.len() > MAX_LINE {
                 return bad("chunked framing line too long");
@@ -426,10 +425,9 @@ mod tests {
 
     #[test]
     fn parse_head_basics() {
-        let r = parse_head(
-            b"POST http://h:1/v1/x?a=b HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nx-a: 2\r\n\r\n",
-        )
-        .unwrap();
+        let r =
+            parse_head(b"POST http://h:1/v1/x?a=b HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nx-a: 2\r\n\r\n")
+                .unwrap();
         assert_eq!(r.method, "POST");
         assert_eq!(r.path, "/v1/x");
         assert_eq!(r.query.as_deref(), Some("a=b"));

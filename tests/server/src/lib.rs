@@ -58,8 +58,7 @@ impl TestServer {
     pub fn start_on_port(scenario: Scenario, port: u16) -> io::Result<TestServer> {
         // Bind and build the runtime here, not in the thread, so failures reach the caller
         // and the port is known before `start` returns.
-        let listener =
-            std::net::TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))?;
+        let listener = std::net::TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -143,6 +142,8 @@ impl Drop for TestServer {
 
 impl std::fmt::Debug for TestServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestServer").field("addr", &self.addr).finish()
+        f.debug_struct("TestServer")
+            .field("addr", &self.addr)
+            .finish()
     }
 }

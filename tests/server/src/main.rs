@@ -60,7 +60,11 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<ParseOutcome, Stri
                 let v = value("--chunk-size")?;
                 match v.parse::<usize>() {
                     Ok(n) if n > 0 => args.chunk_size = Some(n),
-                    _ => return Err(format!("--chunk-size must be a positive integer, got {v:?}")),
+                    _ => {
+                        return Err(format!(
+                            "--chunk-size must be a positive integer, got {v:?}"
+                        ))
+                    }
                 }
             }
             "--port" => {
@@ -116,7 +120,10 @@ fn main() -> ExitCode {
     let server = match TestServer::start_on_port(scenario, args.port) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("panto-testserver: cannot listen on 127.0.0.1:{}: {e}", args.port);
+            eprintln!(
+                "panto-testserver: cannot listen on 127.0.0.1:{}: {e}",
+                args.port
+            );
             return ExitCode::from(1);
         }
     };

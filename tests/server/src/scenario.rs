@@ -46,6 +46,8 @@ impl Scenario {
     }
 
     /// Like [`Scenario::from_json`], from an already parsed JSON value (handy with `json!`).
+    /// Note that `serde_json::Value` objects have sorted keys, so `data` objects are sent
+    /// with sorted keys; use [`Scenario::from_json`] when key order matters.
     pub fn from_value(value: &Value) -> Result<Scenario, String> {
         // Through text so that `sse`/`json` bodies keep the RawValue path (key order as written).
         Scenario::from_json(&value.to_string())
@@ -422,11 +424,7 @@ impl Exchange {
         for (name, want) in &m.headers {
             match req.headers.get(name) {
                 Some(got) if got == want => {}
-                Some(got) => {
-                    return Err(format!(
-                        "expected header {name}: {want:?}, got {got:?}"
-                    ))
-                }
+                Some(got) => return Err(format!("expected header {name}: {want:?}, got {got:?}")),
                 None => return Err(format!("expected header {name}: {want:?}, it is missing")),
             }
         }
@@ -548,7 +546,9 @@ fn compile_response(
 ) -> Result<Response, String> {
     let status = spec.status.unwrap_or(200);
     if !(100..=999).contains(&status) {
-        return Err(format!("{ctx}.status: {status} is not a 3-digit status code"));
+        return Err(format!(
+            "{ctx}.status: {status} is not a 3-digit status code"
+        ));
     }
     let forms = [
         ("sse", spec.sse.is_some()),
@@ -568,7 +568,9 @@ fn compile_response(
         return Err(format!("{ctx}.chunk_size: must be at least 1"));
     }
     if spec.repeat.is_some() && spec.sse.is_none() && spec.chunks.is_none() {
-        return Err(format!("{ctx}.repeat: only works with \"sse\" or \"chunks\""));
+        return Err(format!(
+            "{ctx}.repeat: only works with \"sse\" or \"chunks\""
+        ));
     }
 
     let mut body = Body::new();
@@ -618,7 +620,9 @@ fn compile_response(
     let mut headers: Vec<(String, String)> = Vec::new();
     for (name, value) in spec.headers {
         if name.is_empty() || !name.bytes().all(is_token_byte) {
-            return Err(format!("{ctx}.headers: {name:?} is not a valid header name"));
+            return Err(format!(
+                "{ctx}.headers: {name:?} is not a valid header name"
+            ));
         }
         check_header_value(&format!("{ctx}.headers.{name}"), &value)?;
         headers.push((name.to_ascii_lowercase(), value));
@@ -808,7 +812,10 @@ mod tests {
         )
         .unwrap();
         let body = &s.exchanges[0].response.body;
-        assert_eq!(body.data.len(), "data: {\"a\":1}\n\n".len() + "data: [DONE]\n\n".len());
+        assert_eq!(
+            body.data.len(),
+            "data: {\"a\":1}\n\n".len() + "data: [DONE]\n\n".len()
+        );
         assert_eq!(body.chunks().count(), 100_001);
         assert_eq!(body.len(), 100_000 * 15 + 14);
     }
@@ -826,6 +833,15 @@ mod tests {
         assert!(e.contains("times"), "{e}");
         let e = Scenario::from_json(r#"{"exchanges":[{"respnse":{}}]}"#).unwrap_err();
         assert!(e.contains("respnse"), "{e}");
+    }
+
+    #[test]
+    fn serde_deserialize_compiles_too() {
+        let s: Scenario =
+            serde_json::from_str(r#"{"exchanges":[{"times":2,"response":{"body":"x"}}]}"#).unwrap();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.exchanges[0].times, 2);
+        assert!(serde_json::from_str::<Scenario>(r#"{"exchanges":[{"times":0}]}"#).is_err());
     }
 
     #[test]

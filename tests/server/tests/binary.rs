@@ -73,7 +73,11 @@ fn bad_arguments_and_bad_scenarios_exit_2() {
     let bad_dir = std::env::temp_dir().join(format!("panto-ts-bin-{}", std::process::id()));
     std::fs::create_dir_all(&bad_dir).unwrap();
     let bad_file = bad_dir.join("bad.json");
-    std::fs::write(&bad_file, br#"{"exchanges":[{"response":{"sse":[{"dta":1}]}}]}"#).unwrap();
+    std::fs::write(
+        &bad_file,
+        br#"{"exchanges":[{"response":{"sse":[{"dta":1}]}}]}"#,
+    )
+    .unwrap();
     let cases: Vec<Vec<String>> = vec![
         vec!["--bogus".into()],
         vec!["--port".into()],
@@ -91,14 +95,20 @@ fn bad_arguments_and_bad_scenarios_exit_2() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.starts_with("panto-testserver: "), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("panto-testserver: "),
+            "{args:?}: {stderr}"
+        );
     }
     let out = Command::new(BIN)
         .args(["--scenario", &bad_file.to_string_lossy()])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("exchanges[0].response.sse[0]") && stderr.contains("dta"), "{stderr}");
+    assert!(
+        stderr.contains("exchanges[0].response.sse[0]") && stderr.contains("dta"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&bad_dir);
 }
 

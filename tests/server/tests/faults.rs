@@ -27,7 +27,11 @@ fn reset_fault_ends_the_stream_before_the_terminating_chunk() {
     let (bytes, err) = c.read_until_end_or_error();
     let first_chunk = b"9\r\ndata: a\n\n\r\n";
     // The prefix normally arrives whole; RST may in theory eat part of it, never add to it.
-    assert!(first_chunk.starts_with(&bytes), "{:?}", String::from_utf8_lossy(&bytes));
+    assert!(
+        first_chunk.starts_with(&bytes),
+        "{:?}",
+        String::from_utf8_lossy(&bytes)
+    );
     match err {
         None => {} // early EOF
         Some(e) => assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}"),
@@ -173,7 +177,9 @@ fn connections_open_returns_to_zero_after_clients_close() {
     assert_eq!(stats["connections_open"], 1);
     assert_eq!(stats["connections_total"], 2);
     drop(b);
-    wait_until("all connections to close", || server.connections_open() == 0);
+    wait_until("all connections to close", || {
+        server.connections_open() == 0
+    });
     assert_eq!(server.connections_total(), 2);
 }
 

@@ -31,13 +31,18 @@ fn replays_an_sse_capture_byte_for_byte() {
 #[test]
 fn replays_an_error_capture_with_its_status() {
     for (file, status) in [
-        ("fixtures/real/anthropic/sonnet-4-5-http429-rate-limit.error.json", 429),
-        ("fixtures/real/azure/gpt-4o-mini-prompt-filtered-http400.error.json", 400),
+        (
+            "fixtures/real/anthropic/sonnet-4-5-http429-rate-limit.error.json",
+            429,
+        ),
+        (
+            "fixtures/real/azure/gpt-4o-mini-prompt-filtered-http400.error.json",
+            400,
+        ),
     ] {
         let capture = tests_path(file);
         let expected = std::fs::read(&capture).unwrap();
-        let server =
-            TestServer::start(Scenario::replay_capture(&capture, None).unwrap()).unwrap();
+        let server = TestServer::start(Scenario::replay_capture(&capture, None).unwrap()).unwrap();
         let r = Client::connect(&server).post_json("/v1/messages", &json!({"stream": true}));
         assert_eq!(r.status, status, "{file}");
         assert_eq!(r.header("content-type"), Some("application/json"));

@@ -10,17 +10,28 @@ use serde_json::json;
 
 #[test]
 fn sse_body_is_chunked_one_http_chunk_per_event() {
-    let server = TestServer::start(scenario(json!({"exchanges": [{
-        "match": {"method": "POST", "path": "/v1/chat/completions"},
-        "response": {"sse": [
-            {"data": {"id": "c1", "choices": [{"delta": {"content": "Hi"}}]}},
-            {"event": "ping", "data": "x", "id": 3},
-            {"comment": "keep-alive"},
-            {"data": "[DONE]"}
-        ]}
-    }]})))
+    // Raw JSON text, not `json!`: `serde_json::Value` sorts keys, and this checks that
+    // `data` objects keep the key order written in the scenario.
+    let server = TestServer::start(
+        Scenario::from_json(
+            r#"{"exchanges": [{
+                "match": {"method": "POST", "path": "/v1/chat/completions"},
+                "response": {"sse": [
+                    {"data": {"id": "c1", "choices": [{"delta": {"content": "Hi"}}]}},
+                    {"event": "ping", "data": "x", "id": 3},
+                    {"comment": "keep-alive"},
+                    {"data": "[DONE]"}
+                ]}
+            }]}"#,
+        )
+        .unwrap(),
+    )
     .unwrap();
-    let resp = post_json(&server, "/v1/chat/completions?x=1", &json!({"stream": true}));
+    let resp = post_json(
+        &server,
+        "/v1/chat/completions?x=1",
+        &json!({"stream": true}),
+    );
     assert_eq!(resp.status, 200);
     assert_eq!(resp.header("content-type"), Some("text/event-stream"));
     assert_eq!(resp.header("transfer-encoding"), Some("chunked"));
@@ -118,7 +129,11 @@ fn requests_consume_exchanges_in_order_and_mismatches_get_404() {
             (false, None)
         ]
     );
-    assert!(reqs[0].mismatch.as_deref().unwrap().contains("expected path"));
+    assert!(reqs[0]
+        .mismatch
+        .as_deref()
+        .unwrap()
+        .contains("expected path"));
     assert_eq!(
         reqs.iter().map(|r| r.seq).collect::<Vec<_>>(),
         vec![0, 1, 2, 3, 4]
@@ -181,14 +196,24 @@ fn body_pointer_header_and_substring_predicates() {
     c.send("POST", "/", &auth, no_tool.to_string().as_bytes());
     assert_eq!(c.read_response().unwrap().status, 404);
 
-    c.send("POST", "/", &[("authorization", "Bearer other")], good.to_string().as_bytes());
+    c.send(
+        "POST",
+        "/",
+        &[("authorization", "Bearer other")],
+        good.to_string().as_bytes(),
+    );
     assert_eq!(c.read_response().unwrap().status, 404);
 
     c.send("POST", "/", &[], b"not json get_weather");
     assert_eq!(c.read_response().unwrap().status, 404);
 
     // Header names are case-insensitive on both sides.
-    c.send("POST", "/", &[("AUTHORIZATION", "Bearer sk-test")], good.to_string().as_bytes());
+    c.send(
+        "POST",
+        "/",
+        &[("AUTHORIZATION", "Bearer sk-test")],
+        good.to_string().as_bytes(),
+    );
     let r = c.read_response().unwrap();
     assert_eq!((r.status, r.text().as_str()), (200, "ok"));
 
@@ -247,7 +272,9 @@ fn raw_chunks_status_headers_and_close_framing() {
     c.send("GET", "/", &[], b"");
     let (status, headers) = c.read_head().unwrap();
     assert_eq!(status, 200);
-    assert!(headers.iter().all(|(n, _)| n != "content-length" && n != "transfer-encoding"));
+    assert!(headers
+        .iter()
+        .all(|(n, _)| n != "content-length" && n != "transfer-encoding"));
     assert!(headers.contains(&("connection".to_string(), "close".to_string())));
     let body = c.read_to_end().unwrap();
     assert_eq!(body, b"data: {\"a\":1}\n\n");
@@ -312,7 +339,11 @@ fn control_endpoints() {
     assert_eq!(c.get("/v1/models").status, 404);
 
     let reqs = c.get("/_panto/requests").json();
-    assert_eq!(reqs.as_array().unwrap().len(), 1, "control calls are not recorded");
+    assert_eq!(
+        reqs.as_array().unwrap().len(),
+        1,
+        "control calls are not recorded"
+    );
     assert_eq!(reqs[0]["seq"], 0);
     assert_eq!(reqs[0]["method"], "GET");
     assert_eq!(reqs[0]["path"], "/v1/models");
@@ -322,7 +353,10 @@ fn control_endpoints() {
     assert!(reqs[0]["connection"].is_u64());
 
     let stats = c.get("/_panto/stats").json();
-    assert_eq!(stats, json!({"connections_open": 1, "connections_total": 1}));
+    assert_eq!(
+        stats,
+        json!({"connections_open": 1, "connections_total": 1})
+    );
 
     let new = json!({"exchanges": [{"match": {"path": "/v1/models"}, "response": {"json": {"data": []}}}]});
     let r = c.post_json("/_panto/scenario", &new);
@@ -334,7 +368,11 @@ fn control_endpoints() {
     let r = c.post_json("/_panto/reset", &json!({}));
     assert_eq!(r.status, 200);
     assert_eq!(c.get("/_panto/requests").json(), json!([]));
-    assert_eq!(c.get("/v1/models").status, 200, "reset rewinds the scenario");
+    assert_eq!(
+        c.get("/v1/models").status,
+        200,
+        "reset rewinds the scenario"
+    );
 
     let bad = c.post_json("/_panto/scenario", &json!({"exchanges": [{"times": 0}]}));
     assert_eq!(bad.status, 400);
@@ -349,10 +387,14 @@ fn control_endpoints() {
 
 #[test]
 fn set_scenario_replaces_and_clears() {
-    let server = TestServer::start(scenario(json!({"exchanges": [{"response": {"body": "old"}}]})))
-        .unwrap();
+    let server = TestServer::start(scenario(
+        json!({"exchanges": [{"response": {"body": "old"}}]}),
+    ))
+    .unwrap();
     assert_eq!(Client::connect(&server).get("/").text(), "old");
-    server.set_scenario(scenario(json!({"exchanges": [{"response": {"body": "new"}}]})));
+    server.set_scenario(scenario(
+        json!({"exchanges": [{"response": {"body": "new"}}]}),
+    ));
     assert!(server.requests().is_empty());
     assert_eq!(Client::connect(&server).get("/").text(), "new");
 }
@@ -389,8 +431,9 @@ fn body_file_resolves_relative_to_the_scenario_file() {
     let r = Client::connect(&server).get("/");
     assert_eq!(r.header("content-type"), Some("text/event-stream"));
     assert_eq!(r.text(), "data: from file\n\n");
-    let missing = Scenario::from_json(r#"{"exchanges":[{"response":{"body_file":"/nonexistent/x"}}]}"#)
-        .unwrap_err();
+    let missing =
+        Scenario::from_json(r#"{"exchanges":[{"response":{"body_file":"/nonexistent/x"}}]}"#)
+            .unwrap_err();
     assert!(missing.contains("body_file"), "{missing}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -417,7 +460,11 @@ fn demo_weather_scenario_plays_a_tool_call_then_text() {
     assert_eq!(second.status, 200);
     let text: String = events(&second.text())
         .iter()
-        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .filter_map(|e| {
+            e["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect();
     assert_eq!(text, "It is 18°C and sunny in Paris.");
     assert!(second.text().ends_with("data: [DONE]\n\n"));
@@ -441,7 +488,11 @@ fn openai_tool_args(body: &str) -> (String, String) {
             continue;
         }
         let choice = &e["choices"][0];
-        for call in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
+        for call in choice["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             if let Some(id) = call["id"].as_str() {
                 assert_eq!(id, "call_1");
                 assert_eq!(call["function"]["name"], "weather");

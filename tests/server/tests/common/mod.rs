@@ -125,7 +125,11 @@ impl Client {
     pub fn read_head(&mut self) -> io::Result<(u16, Vec<(String, String)>)> {
         let status_line = self.read_line()?;
         let mut parts = status_line.splitn(3, ' ');
-        assert_eq!(parts.next(), Some("HTTP/1.1"), "status line {status_line:?}");
+        assert_eq!(
+            parts.next(),
+            Some("HTTP/1.1"),
+            "status line {status_line:?}"
+        );
         let status: u16 = parts
             .next()
             .and_then(|s| s.parse().ok())
@@ -151,7 +155,11 @@ impl Client {
             return Ok(None);
         }
         let data = self.read_exact_buf(size)?;
-        assert_eq!(self.read_exact_buf(2)?, b"\r\n", "chunk data ends with CRLF");
+        assert_eq!(
+            self.read_exact_buf(2)?,
+            b"\r\n",
+            "chunk data ends with CRLF"
+        );
         Ok(Some(data))
     }
 
