@@ -116,9 +116,16 @@ impl Agent {
                 spec.name
             )));
         }
-        let mut tools = self.inner.tools.write().unwrap_or_else(PoisonError::into_inner);
+        let mut tools = self
+            .inner
+            .tools
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         if tools.contains_key(&spec.name) {
-            return Err(Error::config(format!("tool {:?}: already added", spec.name)));
+            return Err(Error::config(format!(
+                "tool {:?}: already added",
+                spec.name
+            )));
         }
         tools.insert(spec.name, Arc::new(tool));
         Ok(())
@@ -126,7 +133,11 @@ impl Agent {
 
     /// Every tool the model is offered: host tools first, then Rust tools by name.
     pub fn tool_specs(&self) -> Vec<ToolSpec> {
-        let tools = self.inner.tools.read().unwrap_or_else(PoisonError::into_inner);
+        let tools = self
+            .inner
+            .tools
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut rust: Vec<ToolSpec> = tools.values().map(|t| t.spec()).collect();
         rust.sort_by(|a, b| a.name.cmp(&b.name));
         let mut all = self.inner.config.tools.clone();
@@ -135,7 +146,10 @@ impl Agent {
     }
 
     fn history_lock(&self) -> MutexGuard<'_, Vec<Message>> {
-        self.inner.history.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A copy of the conversation (complete messages only).
@@ -255,21 +269,22 @@ impl Agent {
             if control.cancel.is_cancelled() {
                 return Err(Error::cancelled());
             }
-            let body = {
-                let history = self.history_lock();
-                let params = RequestParams {
-                    model: &model,
-                    system: config.system.as_deref(),
-                    max_tokens: config.max_tokens,
-                    temperature: config.temperature,
-                    tools: &specs,
-                    messages: &history,
+            let body =
+                {
+                    let history = self.history_lock();
+                    let params = RequestParams {
+                        model: &model,
+                        system: config.system.as_deref(),
+                        max_tokens: config.max_tokens,
+                        temperature: config.temperature,
+                        tools: &specs,
+                        messages: &history,
+                    };
+                    let value = provider::request_body(config.provider, &params);
+                    Bytes::from(serde_json::to_vec(&value).map_err(|e| {
+                        Error::internal(format!("cannot serialize the request: {e}"))
+                    })?)
                 };
-                let value = provider::request_body(config.provider, &params);
-                Bytes::from(serde_json::to_vec(&value).map_err(|e| {
-                    Error::internal(format!("cannot serialize the request: {e}"))
-                })?)
-            };
             let decoded = self
                 .inner
                 .transport
@@ -347,7 +362,11 @@ impl Agent {
     /// Decides how each tool call of a finished message is answered. Decided from the
     /// calls actually received, not from the stop reason.
     fn plan_calls(&self, msg: &Message, cut_off: &[String]) -> Vec<(CallRequest, Runner)> {
-        let tools = self.inner.tools.read().unwrap_or_else(PoisonError::into_inner);
+        let tools = self
+            .inner
+            .tools
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         msg.content
             .iter()
             .filter_map(|b| match b {

@@ -118,7 +118,14 @@ impl fmt::Debug for Config {
             .field("provider", &self.provider)
             .field("model", &self.model)
             .field("base_url", &self.base_url)
-            .field("api_key", &if self.api_key.is_empty() { "" } else { "[REDACTED]" })
+            .field(
+                "api_key",
+                &if self.api_key.is_empty() {
+                    ""
+                } else {
+                    "[REDACTED]"
+                },
+            )
             .field("system", &self.system)
             .field("max_tokens", &self.max_tokens)
             .field("temperature", &self.temperature)
@@ -295,7 +302,9 @@ impl Config {
         }
         for name in self.headers.keys() {
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(Error::config(format!("headers.{name}: not a valid header name")));
+                return Err(Error::config(format!(
+                    "headers.{name}: not a valid header name"
+                )));
             }
         }
         Ok(())
@@ -313,7 +322,9 @@ impl Config {
         let provider = match obj.get("provider") {
             None | Some(Value::Null) => ProviderKind::OpenAi,
             Some(v) => {
-                let s = v.as_str().ok_or_else(|| wrong_type("provider", "a string"))?;
+                let s = v
+                    .as_str()
+                    .ok_or_else(|| wrong_type("provider", "a string"))?;
                 ProviderKind::parse(s).ok_or_else(|| {
                     Error::config(format!(
                         "provider: must be \"openai\" or \"anthropic\" (got {s:?})"
@@ -335,10 +346,15 @@ impl Config {
             .transpose()?;
         c.temperature = match obj.get("temperature") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_f64().ok_or_else(|| wrong_type("temperature", "a number"))?),
+            Some(v) => Some(
+                v.as_f64()
+                    .ok_or_else(|| wrong_type("temperature", "a number"))?,
+            ),
         };
         if let Some(v) = obj.get("tools").filter(|v| !v.is_null()) {
-            let items = v.as_array().ok_or_else(|| wrong_type("tools", "an array"))?;
+            let items = v
+                .as_array()
+                .ok_or_else(|| wrong_type("tools", "an array"))?;
             for (i, item) in items.iter().enumerate() {
                 c.tools.push(parse_tool(item, i)?);
             }
@@ -359,7 +375,11 @@ impl Config {
             c.max_event_bytes = v as usize;
         }
         if let Some(r) = opt_object(obj, "retry")? {
-            check_keys(r, &["max_retries", "initial_delay_ms", "max_delay_ms"], "retry.")?;
+            check_keys(
+                r,
+                &["max_retries", "initial_delay_ms", "max_delay_ms"],
+                "retry.",
+            )?;
             if let Some(v) = opt_u64(r, "max_retries", "retry.max_retries")? {
                 c.retry.max_retries = v.min(100) as u32;
             }
@@ -429,7 +449,10 @@ fn opt_u64(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u64
     }
 }
 
-fn opt_object<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<Option<&'a Map<String, Value>>> {
+fn opt_object<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+) -> Result<Option<&'a Map<String, Value>>> {
     match obj.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(o)) => Ok(Some(o)),
@@ -441,7 +464,11 @@ fn parse_tool(item: &Value, i: usize) -> Result<ToolSpec> {
     let obj = item
         .as_object()
         .ok_or_else(|| wrong_type(&format!("tools[{i}]"), "an object"))?;
-    check_keys(obj, &["name", "description", "parameters"], &format!("tools[{i}]."))?;
+    check_keys(
+        obj,
+        &["name", "description", "parameters"],
+        &format!("tools[{i}]."),
+    )?;
     let name = match obj.get("name") {
         Some(Value::String(s)) => s.clone(),
         _ => return Err(wrong_type(&format!("tools[{i}].name"), "a string")),
@@ -498,9 +525,15 @@ mod tests {
         let cases = [
             (r#"{"model":"m","colour":1}"#, "colour"),
             (r#"{"model":"m","max_steps":"3"}"#, "max_steps"),
-            (r#"{"model":"m","retry":{"max_retries":-1}}"#, "retry.max_retries"),
+            (
+                r#"{"model":"m","retry":{"max_retries":-1}}"#,
+                "retry.max_retries",
+            ),
             (r#"{"model":"m","timeouts":{"idle":5}}"#, "timeouts.idle"),
-            (r#"{"model":"m","tools":[{"name":"a","parameters":3}]}"#, "tools[0].parameters"),
+            (
+                r#"{"model":"m","tools":[{"name":"a","parameters":3}]}"#,
+                "tools[0].parameters",
+            ),
             (r#"{"model":"m","provider":"gemini"}"#, "provider"),
             (r#"{"model":""}"#, "model"),
             (r#"{"model":"m","headers":{"x":1}}"#, "headers.x"),

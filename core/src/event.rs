@@ -287,7 +287,14 @@ fn dispatch<R: Receiver + ?Sized>(r: &mut R, event: &Event) -> Flow {
             delay_ms,
             reason,
             status,
-        } => r.on_provider_retry(*message, *attempt, *max_attempts, *delay_ms, reason, *status),
+        } => r.on_provider_retry(
+            *message,
+            *attempt,
+            *max_attempts,
+            *delay_ms,
+            reason,
+            *status,
+        ),
         Event::MessageComplete {
             stop_reason,
             usage,

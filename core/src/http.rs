@@ -14,7 +14,9 @@ use tracing::{debug, debug_span, Instrument};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::Event;
-use crate::provider::{anthropic, http_error, Decoder, DecodedMessage, Emit, Progress, ProviderKind};
+use crate::provider::{
+    anthropic, http_error, DecodedMessage, Decoder, Emit, Progress, ProviderKind,
+};
 use crate::retry::{self, RetryHints};
 use crate::sse::SseParser;
 
@@ -51,8 +53,9 @@ impl Transport {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert("accept", HeaderValue::from_static("text/event-stream"));
         let key_header = |v: String| {
-            let mut v = HeaderValue::from_str(&v)
-                .map_err(|_| Error::config("api_key: contains characters not allowed in a header"))?;
+            let mut v = HeaderValue::from_str(&v).map_err(|_| {
+                Error::config("api_key: contains characters not allowed in a header")
+            })?;
             // Sensitive values are redacted from reqwest's and http's Debug output.
             v.set_sensitive(true);
             Ok::<_, Error>(v)
@@ -60,7 +63,10 @@ impl Transport {
         match config.provider {
             ProviderKind::OpenAi => {
                 if !config.api_key.is_empty() {
-                    headers.insert("authorization", key_header(format!("Bearer {}", config.api_key))?);
+                    headers.insert(
+                        "authorization",
+                        key_header(format!("Bearer {}", config.api_key))?,
+                    );
                 }
             }
             ProviderKind::Anthropic => {
@@ -109,9 +115,9 @@ impl Transport {
                 .await;
             let (err, hints) = match outcome {
                 Ok(()) => {
-                    return decoder.into_message().ok_or_else(|| {
-                        Error::internal("the decoder finished without a message")
-                    })
+                    return decoder
+                        .into_message()
+                        .ok_or_else(|| Error::internal("the decoder finished without a message"))
                 }
                 Err((err, hints)) => (err.redact(&self.api_key), hints),
             };
@@ -161,7 +167,11 @@ impl Transport {
             r = request => r.map_err(|e| no_hints(transport_error(&e, "sending the request")))?,
         };
         let status = response.status().as_u16();
-        debug!(status, elapsed_ms = started.elapsed().as_millis() as u64, "response headers");
+        debug!(
+            status,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "response headers"
+        );
         if !response.status().is_success() {
             let hints = RetryHints::from_headers(response.headers());
             let body = read_bounded(response, cancel, request_deadline).await;

@@ -37,7 +37,6 @@ pub mod retry;
 pub mod sse;
 pub mod tool;
 
-
 pub use agent::{Agent, TurnControl, TurnOptions, TurnSlot, TurnSummary};
 pub use config::{Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};

@@ -246,15 +246,19 @@ pub fn validate_history(messages: &[Message]) -> Result<()> {
         let m = &messages[i];
         match m.role {
             Role::User => {
-                if m.content.iter().any(|b| {
-                    matches!(b, Block::ToolResult { .. } | Block::ToolCall { .. })
-                }) {
+                if m.content
+                    .iter()
+                    .any(|b| matches!(b, Block::ToolResult { .. } | Block::ToolCall { .. }))
+                {
                     return bad(i, "user messages hold no tool calls or results".into());
                 }
             }
             Role::Tool => return bad(i, "tool results without a preceding tool call".into()),
             Role::Assistant => {
-                if m.content.iter().any(|b| matches!(b, Block::ToolResult { .. })) {
+                if m.content
+                    .iter()
+                    .any(|b| matches!(b, Block::ToolResult { .. }))
+                {
                     return bad(i, "assistant messages hold no tool results".into());
                 }
                 let calls: Vec<&str> = m
@@ -314,7 +318,13 @@ mod tests {
 
     #[test]
     fn stop_reason_round_trips() {
-        for s in ["end_turn", "tool_use", "max_tokens", "refusal", "other:weird"] {
+        for s in [
+            "end_turn",
+            "tool_use",
+            "max_tokens",
+            "refusal",
+            "other:weird",
+        ] {
             assert_eq!(StopReason::parse(s).as_string(), s);
         }
         assert_eq!(StopReason::from_openai("length"), StopReason::MaxTokens);

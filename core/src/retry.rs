@@ -25,7 +25,12 @@ pub struct RetryHints {
 
 impl RetryHints {
     pub fn from_headers(headers: &HeaderMap) -> RetryHints {
-        let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+        let get = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+        };
         let should_retry = match get("x-should-retry") {
             Some("true") => Some(true),
             Some("false") => Some(false),
@@ -48,7 +53,10 @@ fn parse_retry_after(v: &str) -> Option<Duration> {
         return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
     }
     let when = httpdate::parse_http_date(v).ok()?;
-    Some(when.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO))
+    Some(
+        when.duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// Whether `err` may be retried, given the server's hints.
@@ -118,12 +126,21 @@ mod tests {
 
     #[test]
     fn header_hints() {
-        assert_eq!(hints(&[("retry-after-ms", "250")]).after, Some(Duration::from_millis(250)));
-        assert_eq!(hints(&[("retry-after", "2")]).after, Some(Duration::from_secs(2)));
+        assert_eq!(
+            hints(&[("retry-after-ms", "250")]).after,
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            hints(&[("retry-after", "2")]).after,
+            Some(Duration::from_secs(2))
+        );
         let past = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(5));
         assert_eq!(hints(&[("retry-after", &past)]).after, Some(Duration::ZERO));
         assert_eq!(hints(&[("retry-after", "soon")]).after, None);
-        assert_eq!(hints(&[("x-should-retry", "false")]).should_retry, Some(false));
+        assert_eq!(
+            hints(&[("x-should-retry", "false")]).should_retry,
+            Some(false)
+        );
     }
 
     #[test]
@@ -131,7 +148,9 @@ mod tests {
         let rate = Error::new(ErrorKind::RateLimited, "x").with_retryable(true);
         assert!(should_retry(&rate, &RetryHints::default()));
         assert!(!should_retry(&rate, &hints(&[("x-should-retry", "false")])));
-        let quota = rate.clone().with_provider_code(Some("insufficient_quota".into()));
+        let quota = rate
+            .clone()
+            .with_provider_code(Some("insufficient_quota".into()));
         assert!(!should_retry(&quota, &hints(&[("x-should-retry", "true")])));
         let auth = Error::new(ErrorKind::Authentication, "x");
         assert!(!should_retry(&auth, &RetryHints::default()));

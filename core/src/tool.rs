@@ -292,7 +292,8 @@ fn start_call(
             Box::pin(async move { ToolOutput::error(why) })
         }
         (Runner::Host, Ok(_), Some(rx)) => Box::pin(async move {
-            rx.await.unwrap_or_else(|_| ToolOutput::error("the host-tool call was abandoned"))
+            rx.await
+                .unwrap_or_else(|_| ToolOutput::error("the host-tool call was abandoned"))
         }),
         (Runner::Host, Ok(_), None) => {
             Box::pin(async { ToolOutput::error("the host-tool call has no result slot") })
@@ -334,7 +335,10 @@ mod tests {
     #[test]
     fn submit_unknown_or_twice_is_a_tool_error() {
         let host = HostToolResults::default();
-        assert_eq!(host.submit("nope", "x", false).unwrap_err().kind, ErrorKind::Tool);
+        assert_eq!(
+            host.submit("nope", "x", false).unwrap_err().kind,
+            ErrorKind::Tool
+        );
         let _rx = host.register("a");
         host.submit("a", "x", false).unwrap();
         let again = host.submit("a", "x", false).unwrap_err();

@@ -88,7 +88,10 @@ fn replay_all_splits(c: &Capture) -> Outcome {
     let mut rng = Rng::seeded_from(&c.label);
     for mean in [3, 40] {
         let cuts = rng.cuts(c.body.len(), mean);
-        variants.push((format!("random cuts {cuts:?}"), decode_at(c.kind, &c.body, &cuts)));
+        variants.push((
+            format!("random cuts {cuts:?}"),
+            decode_at(c.kind, &c.body, &cuts),
+        ));
     }
     for (how, o) in variants {
         if o != whole {
@@ -178,7 +181,11 @@ fn check_success(c: &Capture, e: &Value, o: &Outcome) {
     }
     match e["id"].as_str().unwrap() {
         "" => assert!(decoded.response_id.is_some(), "{label}: response id"),
-        id => assert_eq!(decoded.response_id.as_deref(), Some(id), "{label}: response id"),
+        id => assert_eq!(
+            decoded.response_id.as_deref(),
+            Some(id),
+            "{label}: response id"
+        ),
     }
 
     // Text. For n>1 the top-level fields must be choice 0's.
@@ -207,7 +214,10 @@ fn check_success(c: &Capture, e: &Value, o: &Outcome) {
         None if e["non_string_content_deltas"].as_u64().unwrap_or(0) > 0 => {
             // Mistral's typed thinking parts: the SDK drops them, panto keeps them as a
             // reasoning block ahead of the text.
-            assert!(reasoning.starts_with("Okay, the user"), "{label}: reasoning {reasoning:?}");
+            assert!(
+                reasoning.starts_with("Okay, the user"),
+                "{label}: reasoning {reasoning:?}"
+            );
             assert!(matches!(
                 decoded.message.content.first(),
                 Some(Block::Reasoning { .. })
@@ -218,9 +228,11 @@ fn check_success(c: &Capture, e: &Value, o: &Outcome) {
 
     // Anthropic thinking signatures and redacted thinking, block by block.
     if c.kind == ProviderKind::Anthropic {
-        let ours = decoded.message.content.iter().filter(|b| {
-            matches!(b, Block::Reasoning { .. } | Block::RedactedReasoning { .. })
-        });
+        let ours = decoded
+            .message
+            .content
+            .iter()
+            .filter(|b| matches!(b, Block::Reasoning { .. } | Block::RedactedReasoning { .. }));
         let theirs = e["content_blocks"]
             .as_array()
             .unwrap()
@@ -231,7 +243,11 @@ fn check_success(c: &Capture, e: &Value, o: &Outcome) {
             n += 1;
             match (ours, theirs["type"].as_str()) {
                 (Block::Reasoning { text, signature }, Some("thinking")) => {
-                    assert_eq!(text, theirs["thinking"].as_str().unwrap(), "{label}: thinking");
+                    assert_eq!(
+                        text,
+                        theirs["thinking"].as_str().unwrap(),
+                        "{label}: thinking"
+                    );
                     assert_eq!(
                         signature.as_deref().map_or(0, str::len) as u64,
                         theirs["signature_len"].as_u64().unwrap(),
@@ -271,24 +287,44 @@ fn check_success(c: &Capture, e: &Value, o: &Outcome) {
         else {
             unreachable!()
         };
-        assert_eq!(call_id, theirs["id"].as_str().unwrap(), "{label}: call {i} id");
-        assert_eq!(name, theirs["name"].as_str().unwrap(), "{label}: call {i} name");
+        assert_eq!(
+            call_id,
+            theirs["id"].as_str().unwrap(),
+            "{label}: call {i} id"
+        );
+        assert_eq!(
+            name,
+            theirs["name"].as_str().unwrap(),
+            "{label}: call {i} name"
+        );
         let raw = theirs["arguments"].as_str().unwrap();
         let want: Value = if raw.trim().is_empty() {
             json!({})
         } else {
             serde_json::from_str(raw).unwrap()
         };
-        assert_eq!(arguments.as_ref(), Some(&want), "{label}: call {i} arguments");
+        assert_eq!(
+            arguments.as_ref(),
+            Some(&want),
+            "{label}: call {i} arguments"
+        );
         assert_eq!(*arguments_raw, None, "{label}: call {i} arguments_raw");
         if let Some(input) = theirs.get("input") {
             assert_eq!(&want, input, "{label}: call {i} SDK input vs arguments");
         }
     }
-    assert!(decoded.cut_off_calls.is_empty(), "{label}: cut-off calls {:?}", decoded.cut_off_calls);
+    assert!(
+        decoded.cut_off_calls.is_empty(),
+        "{label}: cut-off calls {:?}",
+        decoded.cut_off_calls
+    );
 
     // Stop reason.
-    assert_eq!(decoded.stop_reason, expected_stop(c, e, decoded), "{label}: stop reason");
+    assert_eq!(
+        decoded.stop_reason,
+        expected_stop(c, e, decoded),
+        "{label}: stop reason"
+    );
 
     // Usage (the SDK's `usage` is the last non-null one; see gpt-5-moderation).
     let u = &e["usage"];
@@ -296,8 +332,16 @@ fn check_success(c: &Capture, e: &Value, o: &Outcome) {
         ProviderKind::Anthropic => (&u["input_tokens"], &u["output_tokens"]),
         ProviderKind::OpenAi => (&u["prompt_tokens"], &u["completion_tokens"]),
     };
-    assert_eq!(decoded.usage.input_tokens, input.as_u64().unwrap_or(0), "{label}: input tokens");
-    assert_eq!(decoded.usage.output_tokens, output.as_u64().unwrap_or(0), "{label}: output tokens");
+    assert_eq!(
+        decoded.usage.input_tokens,
+        input.as_u64().unwrap_or(0),
+        "{label}: input tokens"
+    );
+    assert_eq!(
+        decoded.usage.output_tokens,
+        output.as_u64().unwrap_or(0),
+        "{label}: output tokens"
+    );
     if c.kind == ProviderKind::Anthropic {
         assert_eq!(
             decoded.usage.cache_read_tokens,
@@ -310,23 +354,40 @@ fn check_success(c: &Capture, e: &Value, o: &Outcome) {
             "{label}: cache write tokens"
         );
     } else if let Some(r) = u["completion_tokens_details"]["reasoning_tokens"].as_u64() {
-        assert_eq!(decoded.usage.reasoning_tokens, r, "{label}: reasoning tokens");
+        assert_eq!(
+            decoded.usage.reasoning_tokens, r,
+            "{label}: reasoning tokens"
+        );
     }
 }
 
 fn check_stream_failure(c: &Capture, e: &Value, o: &Outcome) {
     let label = &c.label;
     let err = match &o.result {
-        Ok(_) => panic!("{label}: decoding succeeded but the SDK raised {}", e["error"]),
+        Ok(_) => panic!(
+            "{label}: decoding succeeded but the SDK raised {}",
+            e["error"]
+        ),
         Err(err) => err,
     };
     assert_eq!(err.kind, ErrorKind::Provider, "{label}: error kind ({err})");
-    assert!(err.provider_code.is_some(), "{label}: no provider code ({err})");
+    assert!(
+        err.provider_code.is_some(),
+        "{label}: no provider code ({err})"
+    );
     if let Some(m) = e["error"]["message"].as_str() {
-        assert!(err.message.contains(m), "{label}: error message {:?} lacks {m:?}", err.message);
+        assert!(
+            err.message.contains(m),
+            "{label}: error message {:?} lacks {m:?}",
+            err.message
+        );
     }
     if c.label.starts_with("groq/") {
-        assert_eq!(err.provider_code.as_deref(), Some("tool_use_failed"), "{label}");
+        assert_eq!(
+            err.provider_code.as_deref(),
+            Some("tool_use_failed"),
+            "{label}"
+        );
     }
     // The partial answer the SDK had before the error was also seen by panto's caller.
     let reasoning: String = o
@@ -350,19 +411,37 @@ fn check_http_error(c: &Capture, e: &Value) {
     let label = &c.label;
     let body = std::str::from_utf8(&c.body).unwrap();
     let err = http_error(c.status, body);
-    assert_eq!(u64::from(err.status), e["http_status"].as_u64().unwrap(), "{label}: status");
+    assert_eq!(
+        u64::from(err.status),
+        e["http_status"].as_u64().unwrap(),
+        "{label}: status"
+    );
     assert_eq!(e["ok"], false, "{label}: SDK should have raised");
     match c.status {
         400 => {
             assert_eq!(err.kind, ErrorKind::BadRequest, "{label}: {err}");
-            assert_eq!(err.provider_code.as_deref(), Some("content_filter"), "{label}");
-            assert!(!err.retryable, "{label}: a filtered prompt is not retryable");
-            assert!(err.message.contains("content management policy"), "{label}: {err}");
+            assert_eq!(
+                err.provider_code.as_deref(),
+                Some("content_filter"),
+                "{label}"
+            );
+            assert!(
+                !err.retryable,
+                "{label}: a filtered prompt is not retryable"
+            );
+            assert!(
+                err.message.contains("content management policy"),
+                "{label}: {err}"
+            );
         }
         429 => {
             assert_eq!(err.kind, ErrorKind::RateLimited, "{label}: {err}");
             assert!(err.retryable, "{label}: 429 is retryable");
-            assert_eq!(err.provider_code.as_deref(), Some("rate_limit_error"), "{label}");
+            assert_eq!(
+                err.provider_code.as_deref(),
+                Some("rate_limit_error"),
+                "{label}"
+            );
             assert!(err.message.contains("rate limit"), "{label}: {err}");
         }
         s => panic!("{label}: no expectation for HTTP {s}"),
@@ -396,7 +475,11 @@ fn every_real_capture_decodes_like_the_sdk() {
             if expected["ok"] == true {
                 check_success(c, &expected, &outcome);
             } else {
-                assert!(!expected["error"].is_null(), "{}: ok=false without error", c.label);
+                assert!(
+                    !expected["error"].is_null(),
+                    "{}: ok=false without error",
+                    c.label
+                );
                 check_stream_failure(c, &expected, &outcome);
             }
         });

@@ -251,7 +251,10 @@ impl Decoder {
                 let id = block.id.as_deref().unwrap_or("");
                 let name = block.name.as_deref().unwrap_or("");
                 self.asm.tool_ids(b, id, name, emit)?;
-                if let Some(input) = block.input.filter(|v| v.as_object().is_some_and(|o| !o.is_empty())) {
+                if let Some(input) = block
+                    .input
+                    .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
+                {
                     self.preset_input.push((b, input.to_string()));
                 }
                 Some(b)
@@ -376,6 +379,8 @@ fn encode_block(b: &Block) -> Option<Value> {
             output,
             is_error,
             ..
-        } => json!({"type": "tool_result", "tool_use_id": call_id, "content": output, "is_error": is_error}),
+        } => {
+            json!({"type": "tool_result", "tool_use_id": call_id, "content": output, "is_error": is_error})
+        }
     })
 }

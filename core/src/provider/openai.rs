@@ -264,7 +264,11 @@ impl Decoder {
     }
 
     fn on_delta(&mut self, delta: Delta<'_>, emit: Emit<'_>) -> Result<()> {
-        if let Some(r) = delta.reasoning_content.as_deref().or(delta.reasoning.as_deref()) {
+        if let Some(r) = delta
+            .reasoning_content
+            .as_deref()
+            .or(delta.reasoning.as_deref())
+        {
             self.sequential_text(Channel::Reasoning, r, emit)?;
         }
         if let Some(raw) = delta.content {
@@ -348,7 +352,9 @@ impl Decoder {
                 .iter()
                 .rposition(|c| c.wire_index == Some(i))
                 // Ollama labels parallel calls all index 0, with distinct ids.
-                .filter(|&p| id.is_empty() || self.calls[p].id.is_empty() || self.calls[p].id == id),
+                .filter(|&p| {
+                    id.is_empty() || self.calls[p].id.is_empty() || self.calls[p].id == id
+                }),
             None => match self.calls.last() {
                 Some(last) if id.is_empty() || last.id == id => Some(self.calls.len() - 1),
                 _ => None,

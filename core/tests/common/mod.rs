@@ -33,7 +33,7 @@ pub fn decode_chunks<'a>(
         Ok(())
     };
     let mut finished = false;
-    let mut run = || -> panto::Result<()> {
+    let run = || -> panto::Result<()> {
         for chunk in chunks {
             parser.feed(chunk, |ev| {
                 if finished {
@@ -284,7 +284,9 @@ pub fn check_invariants(outcome: &Outcome, message: u32) -> Result<(), String> {
                                     serde_json::json!({})
                                 } else {
                                     serde_json::from_str(&b.deltas).map_err(|e| {
-                                        at(&format!("parsed arguments but deltas are not JSON: {e}"))
+                                        at(&format!(
+                                            "parsed arguments but deltas are not JSON: {e}"
+                                        ))
                                     })?
                                 };
                                 if *v != parsed {
@@ -311,7 +313,9 @@ pub fn check_invariants(outcome: &Outcome, message: u32) -> Result<(), String> {
                     return Err(at("message_end in a failed response"));
                 }
                 if let Some((idx, _)) = blocks.iter().find(|(_, b)| b.complete.is_none()) {
-                    return Err(at(&format!("block {idx} never completed before message_end")));
+                    return Err(at(&format!(
+                        "block {idx} never completed before message_end"
+                    )));
                 }
                 ended = true;
             }

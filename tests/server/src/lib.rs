@@ -24,6 +24,7 @@
 
 mod http;
 mod scenario;
+pub mod script;
 mod server;
 
 use std::io;

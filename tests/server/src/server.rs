@@ -397,12 +397,13 @@ async fn send_response(conn: &mut Conn, resp: &Response, req: &Request) -> io::R
         resp.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
         &extra,
     );
-    conn.stream.write_all(&head).await?;
-
+    // The head goes out together with the first chunk(s), at the first flush.
+    let mut out = Vec::with_capacity(FLUSH_AT + 4096);
+    out.extend_from_slice(&head);
     let mut w = BodyWriter {
         stream: &mut conn.stream,
         chunked: framing == Framing::Chunked,
-        out: Vec::with_capacity(16 * 1024),
+        out,
         sent: 0,
         first: true,
         chunk_delay: resp.chunk_delay,
@@ -450,11 +451,21 @@ async fn send_response(conn: &mut Conn, resp: &Response, req: &Request) -> io::R
     w.finish(close_after).await
 }
 
+/// Bytes gathered before a write when no pause intervenes.
+const FLUSH_AT: usize = 64 * 1024;
+
 /// Writes body chunks with the response's framing, pacing and fault.
+///
+/// Chunks are gathered in `out` and written when it holds `FLUSH_AT` bytes, and always
+/// before any pause (chunk delay, trickle, fault) and at the end. So every chunk that is
+/// followed by a pause is on the wire before the pause starts, exactly as if each chunk were
+/// written on its own, while back-to-back chunks (a 100,000-chunk benchmark stream with no
+/// delay) cost one syscall per 64 KiB instead of one per chunk. HTTP chunk boundaries are
+/// the same either way.
 struct BodyWriter<'a> {
     stream: &'a mut TcpStream,
     chunked: bool,
-    /// Reused framing buffer: one write (one syscall) per chunk without allocating.
+    /// Pending bytes (head, framed chunks) not written yet; reused, never reallocated.
     out: Vec<u8>,
     /// Body bytes written so far (framing excluded): what `after_bytes` counts.
     sent: u64,
@@ -471,7 +482,7 @@ impl BodyWriter<'_> {
             return Ok(None);
         }
         if !self.first && !self.chunk_delay.is_zero() {
-            tokio::time::sleep(self.chunk_delay).await;
+            self.pause(self.chunk_delay).await?;
         }
         self.first = false;
         match self.fault {
@@ -490,7 +501,7 @@ impl BodyWriter<'_> {
                     // Pause before every trickled piece except one that directly follows
                     // the chunk delay (or the head) so the pacing stays `every`.
                     if i > 0 || !normal.is_empty() {
-                        tokio::time::sleep(every).await;
+                        self.pause(every).await?;
                     }
                     self.emit(bit).await?;
                 }
@@ -509,19 +520,35 @@ impl BodyWriter<'_> {
         Ok(None)
     }
 
+    /// Frames `data` into the pending buffer (written once it is large enough).
     async fn emit(&mut self, data: &[u8]) -> io::Result<()> {
         if self.chunked {
-            self.out.clear();
-            // `write!` into the reused Vec (cannot fail): no allocation per chunk, which
-            // matters for 100k-chunk benchmark streams.
+            // `write!` into a Vec cannot fail and does not allocate per chunk.
             let _ = write!(self.out, "{:x}\r\n", data.len());
             self.out.extend_from_slice(data);
             self.out.extend_from_slice(b"\r\n");
-            self.stream.write_all(&self.out).await?;
         } else {
-            self.stream.write_all(data).await?;
+            self.out.extend_from_slice(data);
         }
         self.sent += data.len() as u64;
+        if self.out.len() >= FLUSH_AT {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        if !self.out.is_empty() {
+            self.stream.write_all(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// Everything emitted so far reaches the socket before the pause begins.
+    async fn pause(&mut self, d: Duration) -> io::Result<()> {
+        self.flush().await?;
+        tokio::time::sleep(d).await;
         Ok(())
     }
 
@@ -535,12 +562,14 @@ impl BodyWriter<'_> {
             return self.trigger().await;
         }
         if self.chunked {
-            self.stream.write_all(b"0\r\n\r\n").await?;
+            self.out.extend_from_slice(b"0\r\n\r\n");
         }
+        self.flush().await?;
         Ok(close_if(close_after))
     }
 
     async fn trigger(&mut self) -> io::Result<After> {
+        self.flush().await?;
         match self.fault {
             Some(Fault::Reset { .. }) => {
                 // RST discards whatever is still in our send queue; give loopback a moment

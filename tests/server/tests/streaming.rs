@@ -506,3 +506,21 @@ fn openai_tool_args(body: &str) -> (String, String) {
     assert!(saw_usage, "usage chunk present");
     (args, finish)
 }
+
+#[test]
+fn each_chunk_is_on_the_wire_before_the_pause_that_follows_it() {
+    // With a one-minute delay, the head and first chunk can only arrive in time if they are
+    // flushed before the pause (the server batches writes only between pause-free chunks).
+    let server = TestServer::start(scenario(json!({"exchanges": [{"response": {
+        "chunks": ["first", "second"], "chunk_delay_ms": 60000
+    }}]})))
+    .unwrap();
+    let mut c = Client::connect(&server);
+    c.stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    c.send("GET", "/", &[], b"");
+    assert_eq!(c.read_head().unwrap().0, 200);
+    assert_eq!(c.read_chunk().unwrap().unwrap(), b"first");
+    drop(server); // ends the pending pause promptly
+}

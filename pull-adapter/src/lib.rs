@@ -1,0 +1,393 @@
+//! `panto-pull`: the pull-shaped [`Stream`] over panto's push agent loop — the spine
+//! every binding (C, Go, Python, the CLI) stands on.
+//!
+//! ```text
+//!  agent.stream(input) ──► worker thread: runtime.block_on(agent.run(…, Forward))
+//!                                   │ Forward::on_event = blocking send
+//!                                   ▼
+//!                       bounded crossbeam queue (queue_capacity)
+//!                                   │
+//!  Stream::next() ◄─────────────────┘   enforces the contract (DESIGN.md)
+//! ```
+//!
+//! The loop runs unchanged on a dedicated worker thread (`Handle::block_on`), so a full
+//! queue blocks only that thread: the HTTP read of this stream waits (a slow consumer
+//! slows the network read, memory stays bounded), while tool tasks, timers and
+//! connection tasks live on a small shared multi-thread runtime and keep running, and
+//! connections stay pooled across the streams of one agent.
+//!
+//! The contract, enforced here for every binding: `message_complete` once and last;
+//! exhausted (`Ok(None)`) only after it; a worker that ends without it is `incomplete`
+//! (or `internal` if it panicked); errors are sticky; no event after a failure;
+//! `cancel` from any thread wakes a blocked `next`; dropping the stream cancels the
+//! turn and joins its worker, so no thread, socket or queue outlives it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{
+    bounded, select, Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx,
+};
+use panto::{Agent, Error, Event, Flow, Receiver, TurnControl, TurnOptions};
+
+type Item = Result<Event, Error>;
+
+static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);
+
+/// The shared runtime on which tool tasks, timers and connection tasks run.
+fn runtime() -> Result<tokio::runtime::Handle, Error> {
+    let rt = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("panto-rt")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    });
+    match rt {
+        Ok(rt) => Ok(rt.handle().clone()),
+        Err(e) => Err(Error::internal(format!(
+            "cannot start the panto runtime: {e}"
+        ))),
+    }
+}
+
+/// How many stream worker threads are alive right now (for leak checks).
+pub fn live_workers() -> usize {
+    LIVE_WORKERS.load(Ordering::SeqCst)
+}
+
+/// What [`Stream::next_timeout`] saw.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    Event(Event),
+    /// The stream is exhausted (`message_complete` was delivered).
+    Done,
+    /// Nothing arrived within the timeout; the stream goes on.
+    Pending,
+}
+
+/// Cancels a stream and answers its host-tool calls from any thread. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct StreamControl {
+    control: TurnControl,
+    cancelled: Arc<AtomicBool>,
+    /// Dropping the sender wakes everything selecting on the paired receiver.
+    wake: Arc<Mutex<Option<QueueTx<()>>>>,
+}
+
+impl StreamControl {
+    /// Cancels the turn. Idempotent; wakes a `next` blocked on another thread, which
+    /// then fails with `cancelled` (unless `message_complete` was already delivered).
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.control.cancel.cancel();
+        self.wake
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Answers a host-tool call announced by `tool_call_start{host: true}`. An unknown or
+    /// already-answered id is a `tool` error for this call; the stream is unaffected.
+    pub fn submit_tool_result(
+        &self,
+        call_id: &str,
+        output: &str,
+        is_error: bool,
+    ) -> Result<(), Error> {
+        self.control.host.submit(call_id, output, is_error)
+    }
+}
+
+enum State {
+    Active,
+    Completed,
+    Failed(Error),
+}
+
+/// One turn as a pull stream. `Send`; see the crate docs for the contract.
+pub struct Stream {
+    events: Option<QueueRx<Item>>,
+    wake_rx: QueueRx<()>,
+    control: StreamControl,
+    worker: Option<JoinHandle<()>>,
+    state: State,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").finish_non_exhaustive()
+    }
+}
+
+/// `agent.stream(input)`: starts a turn as a pull [`Stream`].
+pub trait AgentStreamExt {
+    fn stream(&self, input: &str) -> Result<Stream, Error>;
+    fn stream_with(&self, input: &str, options: TurnOptions) -> Result<Stream, Error>;
+}
+
+impl AgentStreamExt for Agent {
+    fn stream(&self, input: &str) -> Result<Stream, Error> {
+        Stream::start(self, input, TurnOptions::default())
+    }
+    fn stream_with(&self, input: &str, options: TurnOptions) -> Result<Stream, Error> {
+        Stream::start(self, input, options)
+    }
+}
+
+/// The push receiver of the worker: forwards each event into the queue, blocking while
+/// it is full, and stops the loop when the consumer is gone or cancelled.
+struct Forward {
+    tx: QueueTx<Item>,
+    wake_rx: QueueRx<()>,
+}
+
+impl Forward {
+    fn send(&self, item: Item) -> bool {
+        select! {
+            send(self.tx, item) -> r => r.is_ok(),
+            // Cancelled while the queue is full: give up forwarding at once.
+            recv(self.wake_rx) -> _ => false,
+        }
+    }
+}
+
+impl Receiver for Forward {
+    fn on_event(&mut self, event: Event) -> Flow {
+        if self.send(Ok(event)) {
+            Flow::Continue
+        } else {
+            Flow::Stop
+        }
+    }
+}
+
+impl Stream {
+    fn start(agent: &Agent, input: &str, options: TurnOptions) -> Result<Stream, Error> {
+        let handle = runtime()?;
+        // Reserve on the caller's thread so `busy` is reported synchronously.
+        let slot = agent.reserve()?;
+        let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);
+        let (wake_tx, wake_rx) = bounded::<()>(0);
+        let control = StreamControl {
+            control: TurnControl::default(),
+            cancelled: Arc::new(AtomicBool::new(false)),
+            wake: Arc::new(Mutex::new(Some(wake_tx))),
+        };
+        let turn = control.control.clone();
+        let agent = agent.clone();
+        let input = input.to_owned();
+        let forward_wake = wake_rx.clone();
+        LIVE_WORKERS.fetch_add(1, Ordering::SeqCst);
+        let spawned = std::thread::Builder::new()
+            .name("panto-stream".into())
+            .spawn(move || {
+                let _live = LiveWorker;
+                let mut forward = Forward {
+                    tx,
+                    wake_rx: forward_wake,
+                };
+                let run = catch_unwind(AssertUnwindSafe(|| {
+                    handle.block_on(agent.run_reserved(slot, &input, &mut forward, &turn, options))
+                }));
+                match run {
+                    Ok(Ok(_summary)) => {} // message_complete already went through the queue
+                    Ok(Err(e)) => {
+                        forward.send(Err(e));
+                    }
+                    Err(panic) => {
+                        turn.cancel.cancel();
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a non-string panic payload".into());
+                        forward.send(Err(Error::internal(format!(
+                            "the stream worker panicked: {what}"
+                        ))));
+                    }
+                }
+            });
+        let worker = match spawned {
+            Ok(w) => w,
+            Err(e) => {
+                LIVE_WORKERS.fetch_sub(1, Ordering::SeqCst);
+                return Err(Error::internal(format!(
+                    "cannot start the stream worker: {e}"
+                )));
+            }
+        };
+        Ok(Stream {
+            events: Some(rx),
+            wake_rx,
+            control,
+            worker: Some(worker),
+            state: State::Active,
+        })
+    }
+
+    /// A handle to cancel this stream or answer host tools from other threads.
+    pub fn control(&self) -> StreamControl {
+        self.control.clone()
+    }
+
+    /// Cancels the turn (see [`StreamControl::cancel`]).
+    pub fn cancel(&self) {
+        self.control.cancel();
+    }
+
+    /// Answers a host-tool call (see [`StreamControl::submit_tool_result`]).
+    pub fn submit_tool_result(
+        &self,
+        call_id: &str,
+        output: &str,
+        is_error: bool,
+    ) -> Result<(), Error> {
+        self.control.submit_tool_result(call_id, output, is_error)
+    }
+
+    /// The next event: `Ok(Some(ev))`, `Ok(None)` once exhausted (only after
+    /// `message_complete`), or `Err` — and the same error again on every later call.
+    /// Blocks until one of those is known.
+    pub fn next(&mut self) -> Result<Option<Event>, Error> {
+        match self.next_deadline(None) {
+            Ok(Next::Event(ev)) => Ok(Some(ev)),
+            Ok(Next::Done) => Ok(None),
+            Ok(Next::Pending) => Err(Error::internal("no deadline, yet the wait timed out")),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Like [`Stream::next`], but gives up after `timeout` with [`Next::Pending`].
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Next, Error> {
+        self.next_deadline(Some(Instant::now() + timeout))
+    }
+
+    fn next_deadline(&mut self, deadline: Option<Instant>) -> Result<Next, Error> {
+        match &self.state {
+            State::Completed => return Ok(Next::Done),
+            State::Failed(e) => return Err(e.clone()),
+            State::Active => {}
+        }
+        if self.control.is_cancelled() {
+            return Err(self.fail(Error::cancelled()));
+        }
+        let Some(events) = &self.events else {
+            return Err(self.fail(Error::internal("the stream queue is gone")));
+        };
+        let received = match deadline {
+            None => select! {
+                recv(events) -> r => r.map_err(|_| RecvTimeoutError::Disconnected),
+                recv(self.wake_rx) -> _ => return Err(self.fail(Error::cancelled())),
+            },
+            Some(d) => select! {
+                recv(events) -> r => r.map_err(|_| RecvTimeoutError::Disconnected),
+                recv(self.wake_rx) -> _ => return Err(self.fail(Error::cancelled())),
+                default(d.saturating_duration_since(Instant::now())) => Err(RecvTimeoutError::Timeout),
+            },
+        };
+        // A cancel that raced with an event wins: no event is delivered after cancel().
+        if self.control.is_cancelled() {
+            return Err(self.fail(Error::cancelled()));
+        }
+        match received {
+            Ok(Ok(ev)) => {
+                if ev.is_terminal() {
+                    self.state = State::Completed;
+                    self.release();
+                }
+                Ok(Next::Event(ev))
+            }
+            Ok(Err(e)) => Err(self.fail(e)),
+            Err(RecvTimeoutError::Timeout) => Ok(Next::Pending),
+            Err(RecvTimeoutError::Disconnected) => {
+                let panicked = self.join_worker();
+                let e = if panicked {
+                    Error::internal("the stream worker died without reporting")
+                } else {
+                    Error::incomplete("the stream worker ended before message_complete")
+                };
+                Err(self.fail(e))
+            }
+        }
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        self.state = State::Failed(e.clone());
+        self.release();
+        e
+    }
+
+    /// Stops the worker (if still running) and waits for it: after this no thread,
+    /// socket or queue of this stream is left.
+    fn release(&mut self) {
+        if !matches!(self.state, State::Completed) {
+            self.control.control.cancel.cancel();
+        }
+        self.events.take();
+        self.join_worker();
+    }
+
+    /// Joins the worker; true if it panicked outside the guarded run.
+    fn join_worker(&mut self) -> bool {
+        match self.worker.take() {
+            Some(w) => w.join().is_err(),
+            None => false,
+        }
+    }
+}
+
+impl Iterator for Stream {
+    type Item = Result<Event, Error>;
+
+    /// Yields each event, then ends; a failure is yielded once as `Err`, then the
+    /// iterator ends (the error stays available from [`Stream::next`]).
+    fn next(&mut self) -> Option<Self::Item> {
+        let already_failed = matches!(self.state, State::Failed(_));
+        match Stream::next(self) {
+            Ok(Some(ev)) => Some(Ok(ev)),
+            Ok(None) => None,
+            Err(_) if already_failed => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if matches!(self.state, State::Active) {
+            self.control.cancel();
+        }
+        self.release();
+    }
+}
+
+struct LiveWorker;
+
+impl Drop for LiveWorker {
+    fn drop(&mut self) {
+        LIVE_WORKERS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn stream_and_control_are_send() {
+        assert_send::<Stream>();
+        assert_send::<StreamControl>();
+    }
+}
