@@ -1,1 +1,672 @@
-fn main() {}
+//! Decode throughput of a 100,000-chunk OpenAI text stream, in µs per chunk.
+//!
+//! Variants (each one turn = one 100k-chunk response; criterion reports elements/s with
+//! `Throughput::Elements(100_000)`):
+//!
+//! - `mem/panto`: `SseParser` + `provider::Decoder` fed the body from memory in 16 KiB
+//!   pieces, events into a counting emit closure.
+//! - `mem/peer-lines`, `mem/peer-lines+json`, `mem/peer-eventsource+typed`: the peers below,
+//!   fed the same pieces from memory (no HTTP), for a transport-free comparison.
+//! - `http/panto`: the full `Agent::run` path against an in-process `panto-testserver`, with
+//!   a `Receiver` counting events.
+//! - `http/panto-parser-loop` (diagnostic): panto's `SseParser` + `Decoder` driven by a bare
+//!   `reqwest` read loop (no timers, no cancellation, no agent) — the difference to
+//!   `http/panto` is what the transport's per-chunk bookkeeping costs.
+//! - PEERS over the same server in the same run: `http/peer-lines` (reqwest + naive line
+//!   split, no JSON), `http/peer-lines+json` (the same + `serde_json::Value` per data line),
+//!   `http/peer-eventsource+typed` (`eventsource-stream` + serde_json into a typed chunk
+//!   struct shaped like async-openai's).
+//!
+//! All HTTP variants run on one current-thread tokio runtime (the server runs on its own
+//! thread). At the end a `[summary] NAME: X.XX µs/chunk` line per variant (median over the
+//! turns timed here) goes to stderr, with the client's CPU time per chunk (process CPU from
+//! `getrusage` minus the server thread's, from `/proc`), and `[ratio]` lines panto / peer.
+//! `scripts/bench.sh` collects them.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, Throughput};
+use futures_util::StreamExt;
+use panto::provider::{Decoder, ProviderKind};
+use panto::sse::SseParser;
+use panto::{Agent, Config, Event, Flow, Receiver, TurnControl, TurnOptions};
+use panto_testserver::{Scenario, TestServer};
+use serde::Deserialize;
+
+/// Content chunks per response.
+const CHUNKS: u64 = 100_000;
+/// Size of the pieces the in-memory variants are fed (a realistic network read).
+const PIECE: usize = 16 * 1024;
+
+/// One content chunk as OpenAI sends it (minus `system_fingerprint`/`logprobs`).
+const CONTENT_CHUNK: &str = r#"{"id":"chatcmpl-B1x2","object":"chat.completion.chunk","created":1735689600,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}"#;
+const FINISH_CHUNK: &str = r#"{"id":"chatcmpl-B1x2","object":"chat.completion.chunk","created":1735689600,"model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
+const USAGE_CHUNK: &str = r#"{"id":"chatcmpl-B1x2","object":"chat.completion.chunk","created":1735689600,"model":"gpt-4o","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":100000,"total_tokens":100012}}"#;
+/// What the peers POST (the server matches anything).
+const PEER_REQUEST: &str = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"bench"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+
+// ---------------------------------------------------------------------------------------
+// Inputs
+
+fn scenario() -> Scenario {
+    let v = serde_json::json!({
+        "exchanges": [{
+            "times": 1_000_000_000u64,
+            "response": {
+                "repeat": {"count": CHUNKS, "chunk": {"data": CONTENT_CHUNK}},
+                "sse": [{"data": FINISH_CHUNK}, {"data": USAGE_CHUNK}, {"data": "[DONE]"}],
+            },
+        }],
+    });
+    Scenario::from_value(&v).expect("valid bench scenario")
+}
+
+/// The response body the server plays, built independently (checked against the server).
+fn body() -> Vec<u8> {
+    let mut out = Vec::with_capacity((CONTENT_CHUNK.len() + 8) * CHUNKS as usize + 1024);
+    let mut event = |data: &str| {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(data.as_bytes());
+        out.extend_from_slice(b"\n\n");
+    };
+    for _ in 0..CHUNKS {
+        event(CONTENT_CHUNK);
+    }
+    event(FINISH_CHUNK);
+    event(USAGE_CHUNK);
+    event("[DONE]");
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU accounting: process CPU minus the in-process server thread(s)
+
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Thread ids of the test servers (threads named `panto-testserver-PORT`, which Linux
+/// truncates to 15 bytes). Empty where `/proc` is not available.
+fn server_threads() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("comm"))
+                .is_ok_and(|c| c.starts_with("panto-testserv"))
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// On-CPU time of one thread: `/proc/self/task/TID/schedstat` (ns), else `stat` ticks.
+fn thread_cpu(tid: &str) -> Option<Duration> {
+    if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) {
+        if let Some(ns) = s.split_whitespace().next().and_then(|v| v.parse().ok()) {
+            return Some(Duration::from_nanos(ns));
+        }
+    }
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(Duration::from_nanos(ticks * 1_000_000_000 / hz))
+}
+
+#[derive(Clone, Copy)]
+struct CpuSnap {
+    process: Duration,
+    server: Option<Duration>,
+}
+
+fn cpu_snap(server: &[String]) -> CpuSnap {
+    let server_cpu = if server.is_empty() {
+        None
+    } else {
+        server
+            .iter()
+            .map(|t| thread_cpu(t))
+            .sum::<Option<Duration>>()
+    };
+    CpuSnap {
+        process: process_cpu(),
+        server: server_cpu,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-turn samples behind the summary lines
+
+#[derive(Clone, Copy)]
+struct Sample {
+    wall: Duration,
+    process_cpu: Duration,
+    client_cpu: Option<Duration>,
+}
+
+static SAMPLES: Mutex<BTreeMap<String, Vec<Sample>>> = Mutex::new(BTreeMap::new());
+
+/// Times `iters` turns of `turn` (which returns the number of content chunks it saw),
+/// recording each; `prep` runs before each turn, untimed.
+fn time_turns(
+    name: &str,
+    iters: u64,
+    server: &[String],
+    mut prep: impl FnMut(),
+    mut turn: impl FnMut() -> u64,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut samples = Vec::with_capacity(iters as usize);
+    for _ in 0..iters {
+        prep();
+        let c0 = cpu_snap(server);
+        let t0 = Instant::now();
+        let n = turn();
+        let wall = t0.elapsed();
+        let c1 = cpu_snap(server);
+        assert_eq!(n, CHUNKS, "{name}: wrong number of content chunks");
+        total += wall;
+        let process_cpu = c1.process.saturating_sub(c0.process);
+        let client_cpu = match (c0.server, c1.server) {
+            (Some(a), Some(b)) => Some(process_cpu.saturating_sub(b.saturating_sub(a))),
+            _ => None,
+        };
+        samples.push(Sample {
+            wall,
+            process_cpu,
+            client_cpu,
+        });
+    }
+    SAMPLES
+        .lock()
+        .unwrap()
+        .entry(name.to_owned())
+        .or_default()
+        .extend(samples);
+    total
+}
+
+fn median(mut v: Vec<Duration>) -> Option<Duration> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort();
+    Some(v[v.len() / 2])
+}
+
+fn per_chunk_us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6 / CHUNKS as f64
+}
+
+fn print_summary() {
+    let samples = SAMPLES.lock().unwrap();
+    let mut wall_us = BTreeMap::new();
+    for (name, s) in samples.iter() {
+        let Some(wall) = median(s.iter().map(|x| x.wall).collect()) else {
+            continue;
+        };
+        let proc_cpu = median(s.iter().map(|x| x.process_cpu).collect()).unwrap_or_default();
+        let client: Vec<Duration> = s.iter().filter_map(|x| x.client_cpu).collect();
+        let cpu = match median(client) {
+            Some(c) if name.starts_with("decode/http") => format!(
+                ", client cpu {:.2} µs/chunk, process cpu {:.2} µs/chunk",
+                per_chunk_us(c),
+                per_chunk_us(proc_cpu)
+            ),
+            _ => format!(", cpu {:.2} µs/chunk", per_chunk_us(proc_cpu)),
+        };
+        eprintln!(
+            "[summary] {name}: {:.2} µs/chunk (wall, median of {} turns{cpu})",
+            per_chunk_us(wall),
+            s.len()
+        );
+        wall_us.insert(name.clone(), per_chunk_us(wall));
+    }
+    for transport in ["mem", "http"] {
+        let Some(panto) = wall_us.get(&format!("decode/{transport}/panto")) else {
+            continue;
+        };
+        for peer in ["peer-lines", "peer-lines+json", "peer-eventsource+typed"] {
+            if let Some(p) = wall_us.get(&format!("decode/{transport}/{peer}")) {
+                eprintln!(
+                    "[ratio] decode/{transport}: panto / {peer} = {:.2}",
+                    panto / p
+                );
+            }
+        }
+    }
+    if let Some(h) = wall_us.get("decode/http/panto") {
+        let verdict = if *h <= 1.3 { "met" } else { "NOT met" };
+        eprintln!("[target] decode/http/panto <= 1.30 µs/chunk: {h:.2} ({verdict})");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The decoders under test
+
+/// panto's SSE parser + OpenAI decoder over `pieces`; returns content deltas seen.
+fn panto_decode<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let mut parser = SseParser::default();
+    let mut decoder = Decoder::new(ProviderKind::OpenAi, 0);
+    let mut deltas = 0u64;
+    let mut emit = |ev: Event| -> panto::Result<()> {
+        if matches!(ev, Event::ContentDelta { .. }) {
+            deltas += 1;
+        }
+        black_box(ev);
+        Ok(())
+    };
+    let mut finished = false;
+    for piece in pieces {
+        parser
+            .feed(piece, |ev| {
+                if !finished
+                    && decoder.on_sse(&ev, &mut emit)? == panto::provider::Progress::Finished
+                {
+                    finished = true;
+                }
+                Ok(())
+            })
+            .expect("decodes");
+    }
+    assert!(finished, "the decoder did not finish");
+    deltas
+}
+
+/// Naive peer: split lines on LF, take `data: ` lines, optionally parse each as a
+/// `serde_json::Value`. Returns content chunks seen (data lines before `[DONE]`, minus the
+/// finish and usage chunks).
+#[derive(Default)]
+struct LineSplit {
+    buf: Vec<u8>,
+    data_lines: u64,
+    done: bool,
+}
+
+impl LineSplit {
+    fn feed(&mut self, piece: &[u8], json: bool) {
+        self.buf.extend_from_slice(piece);
+        let mut start = 0;
+        while let Some(pos) = memchr::memchr(b'\n', &self.buf[start..]) {
+            let line = &self.buf[start..start + pos];
+            start += pos + 1;
+            let Some(data) = line.strip_prefix(b"data: ") else {
+                continue;
+            };
+            if self.done {
+                continue;
+            }
+            if data == b"[DONE]" {
+                self.done = true;
+                continue;
+            }
+            if json {
+                let text = std::str::from_utf8(data).expect("utf-8");
+                let v: serde_json::Value = serde_json::from_str(text).expect("json");
+                black_box(v);
+            }
+            self.data_lines += 1;
+        }
+        self.buf.drain(..start);
+    }
+
+    fn content_chunks(&self) -> u64 {
+        assert!(self.done, "no [DONE]");
+        self.data_lines - 2
+    }
+}
+
+/// The typed chunk, shaped like async-openai's `CreateChatCompletionStreamResponse`.
+#[allow(dead_code)]
+#[derive(Deserialize)]
+struct ChatChunk {
+    id: String,
+    object: String,
+    created: u64,
+    model: String,
+    #[serde(default)]
+    system_fingerprint: Option<String>,
+    #[serde(default)]
+    service_tier: Option<String>,
+    choices: Vec<ChatChoice>,
+    #[serde(default)]
+    usage: Option<ChatUsage>,
+}
+
+#[allow(dead_code)]
+#[derive(Deserialize)]
+struct ChatChoice {
+    index: u32,
+    delta: ChatDelta,
+    #[serde(default)]
+    finish_reason: Option<String>,
+    #[serde(default)]
+    logprobs: Option<serde_json::Value>,
+}
+
+#[allow(dead_code)]
+#[derive(Deserialize)]
+struct ChatDelta {
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<serde_json::Value>>,
+}
+
+#[allow(dead_code)]
+#[derive(Deserialize)]
+struct ChatUsage {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+}
+
+/// eventsource-stream + typed serde over any byte stream; returns chunks with content.
+async fn eventsource_typed<S, B, E>(bytes: S) -> u64
+where
+    S: futures_util::Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: std::fmt::Debug,
+{
+    use eventsource_stream::Eventsource;
+    let mut events = bytes.eventsource();
+    let mut content = 0u64;
+    let mut done = false;
+    while let Some(ev) = events.next().await {
+        let ev = ev.expect("event stream");
+        if done {
+            continue; // read to the end so the connection goes back to the pool
+        }
+        if ev.data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let chunk: ChatChunk = serde_json::from_str(&ev.data).expect("chunk");
+        if chunk
+            .choices
+            .first()
+            .is_some_and(|c| c.delta.content.is_some())
+        {
+            content += 1;
+        }
+        black_box(chunk);
+    }
+    assert!(done, "no [DONE]");
+    content
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP clients
+
+struct CountDeltas(u64);
+
+impl Receiver for CountDeltas {
+    fn on_event(&mut self, event: Event) -> Flow {
+        if matches!(event, Event::ContentDelta { .. }) {
+            self.0 += 1;
+        }
+        black_box(event);
+        Flow::Continue
+    }
+}
+
+fn reqwest_client() -> reqwest::Client {
+    // The same transport settings panto uses.
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .build()
+        .expect("reqwest client")
+}
+
+async fn post(client: &reqwest::Client, url: &str) -> reqwest::Response {
+    let resp = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .header("authorization", "Bearer sk-bench")
+        .body(PEER_REQUEST)
+        .send()
+        .await
+        .expect("request");
+    assert!(resp.status().is_success(), "status {}", resp.status());
+    resp
+}
+
+async fn http_lines(client: &reqwest::Client, url: &str, json: bool) -> u64 {
+    let mut resp = post(client, url).await;
+    let mut split = LineSplit::default();
+    while let Some(chunk) = resp.chunk().await.expect("body") {
+        split.feed(&chunk, json);
+    }
+    split.content_chunks()
+}
+
+async fn http_parser_loop(client: &reqwest::Client, url: &str) -> u64 {
+    let mut resp = post(client, url).await;
+    let mut parser = SseParser::default();
+    let mut decoder = Decoder::new(ProviderKind::OpenAi, 0);
+    let mut deltas = 0u64;
+    let mut emit = |ev: Event| -> panto::Result<()> {
+        if matches!(ev, Event::ContentDelta { .. }) {
+            deltas += 1;
+        }
+        black_box(ev);
+        Ok(())
+    };
+    let mut finished = false;
+    while let Some(chunk) = resp.chunk().await.expect("body") {
+        parser
+            .feed(&chunk, |ev| {
+                if !finished
+                    && decoder.on_sse(&ev, &mut emit)? == panto::provider::Progress::Finished
+                {
+                    finished = true;
+                }
+                Ok(())
+            })
+            .expect("decodes");
+    }
+    assert!(finished, "the decoder did not finish");
+    deltas
+}
+
+// ---------------------------------------------------------------------------------------
+
+fn heavy_group<'a>(
+    c: &'a mut Criterion,
+    name: &str,
+) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
+    let mut g = c.benchmark_group(name);
+    g.throughput(Throughput::Elements(CHUNKS));
+    g.sample_size(10);
+    g.sampling_mode(SamplingMode::Flat);
+    g
+}
+
+fn bench_mem(c: &mut Criterion, body: &[u8]) {
+    let pieces: Vec<&[u8]> = body.chunks(PIECE).collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let mut g = heavy_group(c, "decode/mem");
+    g.bench_function("panto", |b| {
+        b.iter_custom(|iters| {
+            time_turns(
+                "decode/mem/panto",
+                iters,
+                &[],
+                || {},
+                || panto_decode(pieces.iter().copied()),
+            )
+        })
+    });
+    for (id, json) in [("peer-lines", false), ("peer-lines+json", true)] {
+        g.bench_function(id, |b| {
+            b.iter_custom(|iters| {
+                time_turns(
+                    &format!("decode/mem/{id}"),
+                    iters,
+                    &[],
+                    || {},
+                    || {
+                        let mut split = LineSplit::default();
+                        for p in &pieces {
+                            split.feed(p, json);
+                        }
+                        split.content_chunks()
+                    },
+                )
+            })
+        });
+    }
+    g.bench_function("peer-eventsource+typed", |b| {
+        b.iter_custom(|iters| {
+            time_turns(
+                "decode/mem/peer-eventsource+typed",
+                iters,
+                &[],
+                || {},
+                || {
+                    let stream = futures_util::stream::iter(
+                        pieces
+                            .iter()
+                            .map(|p| Ok::<&[u8], std::convert::Infallible>(*p)),
+                    );
+                    rt.block_on(eventsource_typed(stream))
+                },
+            )
+        })
+    });
+    g.finish();
+}
+
+fn bench_http(c: &mut Criterion, body: &[u8]) {
+    let server = TestServer::start(scenario()).expect("test server");
+    let url = format!("{}/v1/chat/completions", server.url());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = reqwest_client();
+
+    // The server must play exactly the bytes the in-memory variants decode.
+    let served = rt.block_on(async {
+        let resp = post(&client, &url).await;
+        resp.bytes().await.expect("body")
+    });
+    assert!(
+        served.as_ref() == body,
+        "the server's body differs from the in-memory body ({} vs {} bytes)",
+        served.len(),
+        body.len()
+    );
+    let tids = server_threads();
+    if tids.is_empty() {
+        eprintln!("note: cannot find the server thread in /proc; client CPU is not reported");
+    }
+
+    let config = Config::new(ProviderKind::OpenAi, "gpt-4o")
+        .with_base_url(format!("{}/v1", server.url()))
+        .with_api_key("sk-bench");
+    let agent = Agent::new(config).expect("agent");
+
+    let mut g = heavy_group(c, "decode/http");
+    g.bench_function("panto", |b| {
+        b.iter_custom(|iters| {
+            time_turns(
+                "decode/http/panto",
+                iters,
+                &tids,
+                || {
+                    agent.clear_history().expect("idle agent");
+                    server.reset();
+                },
+                || {
+                    let mut count = CountDeltas(0);
+                    rt.block_on(agent.run(
+                        "bench",
+                        &mut count,
+                        &TurnControl::default(),
+                        TurnOptions::default(),
+                    ))
+                    .expect("turn");
+                    count.0
+                },
+            )
+        })
+    });
+    g.bench_function("panto-parser-loop", |b| {
+        b.iter_custom(|iters| {
+            time_turns(
+                "decode/http/panto-parser-loop",
+                iters,
+                &tids,
+                || server.reset(),
+                || rt.block_on(http_parser_loop(&client, &url)),
+            )
+        })
+    });
+    for (id, json) in [("peer-lines", false), ("peer-lines+json", true)] {
+        g.bench_function(id, |b| {
+            b.iter_custom(|iters| {
+                time_turns(
+                    &format!("decode/http/{id}"),
+                    iters,
+                    &tids,
+                    || server.reset(),
+                    || rt.block_on(http_lines(&client, &url, json)),
+                )
+            })
+        });
+    }
+    g.bench_function("peer-eventsource+typed", |b| {
+        b.iter_custom(|iters| {
+            time_turns(
+                "decode/http/peer-eventsource+typed",
+                iters,
+                &tids,
+                || server.reset(),
+                || {
+                    rt.block_on(async {
+                        let resp = post(&client, &url).await;
+                        eventsource_typed(resp.bytes_stream()).await
+                    })
+                },
+            )
+        })
+    });
+    g.finish();
+}
+
+fn main() {
+    let body = body();
+    eprintln!(
+        "decode bench: {CHUNKS} content chunks of {} bytes on the wire ({} bytes of JSON), body {} bytes",
+        CONTENT_CHUNK.len() + 8,
+        CONTENT_CHUNK.len(),
+        body.len()
+    );
+    let mut c = Criterion::default().configure_from_args();
+    bench_mem(&mut c, &body);
+    bench_http(&mut c, &body);
+    c.final_summary();
+    print_summary();
+}

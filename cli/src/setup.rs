@@ -1,0 +1,252 @@
+//! Owns turning the options into a ready agent: the configuration, the host-tool
+//! declarations (`--tool` + `--tools FILE`) and the `--session` file (load and save).
+//! Every problem found here is a `config` error (exit code 2).
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use panto::{Agent, Config, Error, ProviderKind, ToolSpec};
+use serde_json::Value;
+
+use crate::args::{AgentArgs, Provider};
+use crate::shell_tool::ShellTools;
+
+/// What a subcommand needs to run turns.
+pub struct Setup {
+    pub agent: Agent,
+    pub tools: ShellTools,
+    pub session: Option<Session>,
+}
+
+impl Setup {
+    pub fn build(args: &AgentArgs) -> Result<Setup, Error> {
+        let provider = match args.provider {
+            Provider::OpenAi => ProviderKind::OpenAi,
+            Provider::Anthropic => ProviderKind::Anthropic,
+        };
+        let model = args
+            .model
+            .clone()
+            .unwrap_or_else(|| default_model(provider).to_owned());
+        // `Config::new` reads the provider's API key variable.
+        let mut config = Config::new(provider, model);
+        if let Some(url) = &args.base_url {
+            config = config.with_base_url(url.clone());
+        }
+        if let Some(key) = &args.api_key {
+            config = config.with_api_key(key.clone());
+        }
+        if config.api_key.is_empty() && args.base_url.is_none() {
+            // The provider's own endpoint always wants a key; say so now rather than
+            // after a round trip that ends in a 401. (Local servers given with
+            // --base-url often need none.)
+            return Err(Error::config(format!(
+                "no API key: set {} or pass --api-key",
+                provider.api_key_env()
+            )));
+        }
+        if let Some(system) = &args.system {
+            config = config.with_system(system.clone());
+        }
+        if let Some(n) = args.max_tokens {
+            config = config.with_max_tokens(n);
+        }
+        if let Some(n) = args.max_steps {
+            config = config.with_max_steps(n);
+        }
+        if let Some(n) = args.retries {
+            config.retry.max_retries = n;
+        }
+        if let Some(ms) = args.idle_timeout_ms {
+            config.timeouts.idle_ms = ms;
+        }
+        if let Some(ms) = args.timeout_ms {
+            config.timeouts.request_ms = ms;
+        }
+        let (specs, commands) = host_tools(args)?;
+        for spec in specs {
+            config = config.with_host_tool(spec);
+        }
+        // Validates the whole configuration (URL, zero limits, …) as `config` errors.
+        let agent = Agent::new(config)?;
+        let session = args.session.clone().map(Session::new);
+        if let Some(session) = &session {
+            session.load(&agent)?;
+        }
+        Ok(Setup {
+            agent,
+            tools: ShellTools::new(commands),
+            session,
+        })
+    }
+}
+
+pub fn default_model(provider: ProviderKind) -> &'static str {
+    match provider {
+        ProviderKind::OpenAi => "gpt-4o-mini",
+        ProviderKind::Anthropic => "claude-sonnet-4-5",
+    }
+}
+
+/// The tool declarations for the model and the command of each tool, in `--tool` order.
+fn host_tools(args: &AgentArgs) -> Result<(Vec<ToolSpec>, HashMap<String, String>), Error> {
+    let mut described = match &args.tools_file {
+        Some(path) => read_tools_file(path)?,
+        None => Vec::new(),
+    };
+    let mut specs = Vec::new();
+    let mut commands = HashMap::new();
+    for tool in &args.tools {
+        if commands
+            .insert(tool.name.clone(), tool.command.clone())
+            .is_some()
+        {
+            return Err(Error::config(format!(
+                "--tool {}: given more than once",
+                tool.name
+            )));
+        }
+        let spec = match described.iter().position(|s| s.name == tool.name) {
+            Some(i) => described.remove(i),
+            None => ToolSpec {
+                name: tool.name.clone(),
+                description: String::new(),
+                parameters: serde_json::json!({"type": "object"}),
+            },
+        };
+        specs.push(spec);
+    }
+    if let Some(orphan) = described.first() {
+        return Err(Error::config(format!(
+            "--tools: {:?} is described but has no command (add --tool {}=COMMAND)",
+            orphan.name, orphan.name
+        )));
+    }
+    Ok((specs, commands))
+}
+
+/// Reads `[{"name","description","parameters"}]`, strictly: an unknown key is a typo
+/// that would otherwise silently drop a description or a schema.
+fn read_tools_file(path: &Path) -> Result<Vec<ToolSpec>, Error> {
+    let shown = path.display();
+    let text = fs::read_to_string(path)
+        .map_err(|e| Error::config(format!("--tools {shown}: cannot read: {e}")))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| Error::config(format!("--tools {shown}: not valid JSON: {e}")))?;
+    let Value::Array(items) = value else {
+        return Err(Error::config(format!(
+            "--tools {shown}: must be a JSON array of tools"
+        )));
+    };
+    let mut specs: Vec<ToolSpec> = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let at = |what: &str| Error::config(format!("--tools {shown}: [{i}]{what}"));
+        let Value::Object(mut obj) = item else {
+            return Err(at(": must be an object"));
+        };
+        if let Some(key) = obj
+            .keys()
+            .find(|k| !matches!(k.as_str(), "name" | "description" | "parameters"))
+        {
+            return Err(at(&format!(
+                ".{key}: unknown key (known: name, description, parameters)"
+            )));
+        }
+        let name = match obj.remove("name") {
+            Some(Value::String(s)) if !s.is_empty() => s,
+            _ => return Err(at(".name: must be a non-empty string")),
+        };
+        let description = match obj.remove("description") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s,
+            Some(_) => return Err(at(".description: must be a string")),
+        };
+        let parameters = match obj.remove("parameters") {
+            None | Some(Value::Null) => serde_json::json!({"type": "object"}),
+            Some(v @ Value::Object(_)) => v,
+            Some(_) => return Err(at(".parameters: must be a JSON Schema object")),
+        };
+        if specs.iter().any(|s| s.name == name) {
+            return Err(at(&format!(".name: {name:?} is described twice")));
+        }
+        specs.push(ToolSpec {
+            name,
+            description,
+            parameters,
+        });
+    }
+    Ok(specs)
+}
+
+/// The `--session` file.
+pub struct Session {
+    path: PathBuf,
+}
+
+impl Session {
+    pub fn new(path: PathBuf) -> Session {
+        Session { path }
+    }
+
+    /// Loads the saved conversation; a missing or empty file is a new conversation.
+    fn load(&self, agent: &Agent) -> Result<(), Error> {
+        let text = match fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(self.error("cannot read", &e.to_string())),
+        };
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        agent
+            .load_history_json(&text)
+            .map_err(|e| self.error("cannot load", &e.message))
+    }
+
+    /// Saves the conversation. Written to a temporary file then renamed over the old
+    /// one, so an interruption never leaves a half-written session behind.
+    pub fn save(&self, agent: &Agent) -> Result<(), Error> {
+        let json = agent.history_json();
+        let name = self
+            .path
+            .file_name()
+            .ok_or_else(|| self.error("cannot save", "not a file name"))?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".tmp-{}", std::process::id()));
+        let tmp = self.path.with_file_name(tmp_name);
+        let written = write_private(&tmp, json.as_bytes(), &self.path)
+            .and_then(|()| fs::rename(&tmp, &self.path));
+        if let Err(e) = written {
+            // Leave nothing behind; the old session (if any) is untouched.
+            let _ = fs::remove_file(&tmp);
+            return Err(self.error("cannot save", &e.to_string()));
+        }
+        Ok(())
+    }
+
+    fn error(&self, what: &str, why: &str) -> Error {
+        Error::config(format!("--session {}: {what}: {why}", self.path.display()))
+    }
+}
+
+/// Writes `bytes` to `tmp` with the permissions of `like` if it exists, else readable by
+/// the owner only (a conversation is private by default), and flushes it to disk.
+fn write_private(tmp: &Path, bytes: &[u8], like: &Path) -> io::Result<()> {
+    use std::io::Write;
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(tmp)?;
+    if let Ok(meta) = fs::metadata(like) {
+        file.set_permissions(meta.permissions())?;
+    }
+    file.write_all(bytes)?;
+    file.sync_all()
+}

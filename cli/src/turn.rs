@@ -1,0 +1,80 @@
+//! Owns one turn on the pull stream: pull events, hand host-tool calls to their shell
+//! commands, render, and leave the agent with a final history (worker joined) whatever
+//! the outcome.
+
+use std::io;
+
+use panto::{Error, Event};
+use panto_pull::{AgentStreamExt, Next, Stream, StreamControl};
+
+use crate::interrupt::Interrupt;
+use crate::render::Render;
+use crate::setup::Setup;
+use crate::shell_tool::ShellTools;
+
+/// Runs one turn of `prompt`. On return the stream's worker has ended, so the history
+/// is complete and valid (also after a failure or a cancel) and can be saved. Ctrl-C
+/// cancels this turn from the moment the stream exists until the next
+/// [`Interrupt::idle`].
+pub fn run(
+    setup: &Setup,
+    prompt: &str,
+    out: &mut dyn Render,
+    interrupt: &Interrupt,
+) -> Result<(), Error> {
+    let mut stream = setup.agent.stream(prompt)?;
+    let control = stream.control();
+    interrupt.begin_turn(control.clone());
+    let result = pull(&mut stream, &control, &setup.tools, out);
+    // Dropping cancels a turn left early (output error) and joins the worker.
+    drop(stream);
+    // Commands of a turn that did not finish are not wanted any more.
+    setup.tools.kill_running();
+    result
+}
+
+fn pull(
+    stream: &mut Stream,
+    control: &StreamControl,
+    tools: &ShellTools,
+    out: &mut dyn Render,
+) -> Result<(), Error> {
+    out.turn_start().map_err(output_error)?;
+    loop {
+        let next = match out.tick_interval() {
+            Some(tick) => stream.next_timeout(tick)?,
+            None => match stream.next()? {
+                Some(event) => Next::Event(event),
+                None => Next::Done,
+            },
+        };
+        match next {
+            Next::Done => return Ok(()),
+            Next::Pending => {}
+            Next::Event(event) => {
+                match &event {
+                    // Start the command first: it runs on its own thread while this one
+                    // goes on rendering and pulling.
+                    Event::ToolCallStart {
+                        call_id,
+                        name,
+                        arguments,
+                        host: true,
+                        ..
+                    } => tools.start(call_id, name, arguments, control),
+                    Event::ToolResult { call_id, .. } => tools.abandon(call_id),
+                    _ => {}
+                }
+                out.event(&event).map_err(output_error)?;
+                if event.is_terminal() {
+                    return Ok(());
+                }
+            }
+        }
+        out.tick().map_err(output_error)?;
+    }
+}
+
+fn output_error(e: io::Error) -> Error {
+    Error::internal(format!("cannot write the output: {e}"))
+}

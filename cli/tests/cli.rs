@@ -1,0 +1,778 @@
+//! End-to-end tests of the `panto` binary against the scripted provider server: event
+//! sequences with host tools (both providers), the error → exit-code table, sessions,
+//! key secrecy, the stdin prompt, Ctrl-C, chat, and concurrent tool commands.
+//!
+//! No test sleeps to synchronize; every timeout below is a hang guard only.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use panto_testserver::{Scenario, TestServer};
+use serde_json::{json, Value};
+
+/// How long any single `panto` process may take before the test calls it hung.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+fn server(scenario: Value) -> TestServer {
+    let scenario = Scenario::from_json(&scenario.to_string()).expect("valid scenario");
+    TestServer::start(scenario).expect("test server starts")
+}
+
+/// A fresh, empty directory for one test's files.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("panto-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// `panto` with a clean environment: no key variables leak in from the developer's shell.
+fn panto_cmd(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_panto"));
+    cmd.args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Waits for `child` to exit under the hang guard (killing it if it hangs).
+fn finish(child: Child) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(HANG_GUARD) {
+        Ok(out) => out.expect("wait for panto"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("panto (pid {pid}) hung for {HANG_GUARD:?}");
+        }
+    }
+}
+
+fn panto(args: &[&str]) -> Output {
+    finish(panto_cmd(args).spawn().expect("spawn panto"))
+}
+
+fn panto_with_stdin(args: &[&str], stdin: &str) -> Output {
+    let mut child = panto_cmd(args)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn panto");
+    let mut pipe = child.stdin.take().expect("stdin pipe");
+    pipe.write_all(stdin.as_bytes()).expect("write stdin");
+    drop(pipe);
+    finish(child)
+}
+
+fn stdout_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Every stdout line parsed as JSON (a line that is not JSON fails the test).
+fn json_lines(out: &Output) -> Vec<Value> {
+    stdout_of(out)
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}"))
+        })
+        .collect()
+}
+
+fn types(lines: &[Value]) -> Vec<&str> {
+    lines
+        .iter()
+        .map(|v| v["type"].as_str().unwrap_or("?"))
+        .collect()
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code(),
+        stdout_of(out),
+        stderr_of(out)
+    )
+}
+
+// ---- scenario builders -------------------------------------------------------------
+
+fn openai_chunk(delta: Value, finish: Option<&str>) -> Value {
+    json!({"data": {"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": "gpt-test",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}})
+}
+
+fn openai_usage(input: u32, output: u32) -> Value {
+    json!({"data": {"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": "gpt-test",
+        "choices": [], "usage": {"prompt_tokens": input, "completion_tokens": output}}})
+}
+
+fn openai_text(text: &str) -> Vec<Value> {
+    vec![
+        openai_chunk(json!({"role": "assistant", "content": ""}), None),
+        openai_chunk(json!({"content": text}), None),
+        openai_chunk(json!({}), Some("stop")),
+        openai_usage(20, 5),
+        json!({"data": "[DONE]"}),
+    ]
+}
+
+/// One message calling `weather` once per id, with `{"city":"Paris"}`.
+fn openai_tool_calls(ids: &[&str]) -> Vec<Value> {
+    let mut sse = vec![openai_chunk(
+        json!({"role": "assistant", "content": null}),
+        None,
+    )];
+    for (i, id) in ids.iter().enumerate() {
+        sse.push(openai_chunk(
+            json!({"tool_calls": [{"index": i, "id": id, "type": "function",
+                "function": {"name": "weather", "arguments": ""}}]}),
+            None,
+        ));
+        sse.push(openai_chunk(
+            json!({"tool_calls": [{"index": i, "function": {"arguments": "{\"city\":\"Paris\"}"}}]}),
+            None,
+        ));
+    }
+    sse.push(openai_chunk(json!({}), Some("tool_calls")));
+    sse.push(openai_usage(10, 7));
+    sse.push(json!({"data": "[DONE]"}));
+    sse
+}
+
+fn openai_exchange(body_contains: &[&str], sse: Vec<Value>) -> Value {
+    json!({"match": {"method": "POST", "path": "/v1/chat/completions", "body_contains": body_contains},
+           "response": {"status": 200, "sse": sse}})
+}
+
+fn anthropic_event(data: Value) -> Value {
+    let name = data["type"].clone();
+    json!({"event": name, "data": data})
+}
+
+fn anthropic_message(blocks: Vec<Vec<Value>>, stop_reason: &str) -> Vec<Value> {
+    let mut sse = vec![anthropic_event(
+        json!({"type": "message_start", "message": {
+        "id": "msg_t", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+    )];
+    for block in blocks {
+        sse.extend(block);
+    }
+    sse.push(anthropic_event(json!({"type": "message_delta",
+        "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+        "usage": {"output_tokens": 9}})));
+    sse.push(anthropic_event(json!({"type": "message_stop"})));
+    sse
+}
+
+fn anthropic_tool_use(index: u32, id: &str, name: &str, input_json: &str) -> Vec<Value> {
+    vec![
+        anthropic_event(json!({"type": "content_block_start", "index": index,
+            "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})),
+        anthropic_event(json!({"type": "content_block_delta", "index": index,
+            "delta": {"type": "input_json_delta", "partial_json": input_json}})),
+        anthropic_event(json!({"type": "content_block_stop", "index": index})),
+    ]
+}
+
+fn anthropic_text(index: u32, text: &str) -> Vec<Value> {
+    vec![
+        anthropic_event(json!({"type": "content_block_start", "index": index,
+            "content_block": {"type": "text", "text": ""}})),
+        anthropic_event(json!({"type": "content_block_delta", "index": index,
+            "delta": {"type": "text_delta", "text": text}})),
+        anthropic_event(json!({"type": "content_block_stop", "index": index})),
+    ]
+}
+
+/// A server answering every request with `response` (error scenarios).
+fn answering(response: Value) -> TestServer {
+    server(json!({"exchanges": [{"response": response}]}))
+}
+
+// ---- 1. a two-step turn with a host tool -------------------------------------------
+
+const WEATHER_TOOL: &str = r#"weather=cat >/dev/null; echo "{\"temp_c\":18}""#;
+
+/// Checks the JSON lines of a weather turn: tool call, its result, then the answer.
+fn assert_weather_turn(out: &Output, call_id: &str, answer: &str) {
+    assert_eq!(out.status.code(), Some(0), "{}", describe(out));
+    let lines = json_lines(out);
+    let milestones: Vec<&str> = types(&lines)
+        .into_iter()
+        .filter(|t| {
+            matches!(
+                *t,
+                "message_start"
+                    | "message_end"
+                    | "tool_call_start"
+                    | "tool_result"
+                    | "message_complete"
+            )
+        })
+        .collect();
+    assert_eq!(
+        milestones,
+        [
+            "message_start",
+            "message_end",
+            "tool_call_start",
+            "tool_result",
+            "message_start",
+            "message_end",
+            "message_complete"
+        ],
+        "{}",
+        describe(out)
+    );
+    assert_eq!(types(&lines).last(), Some(&"message_complete"));
+    let start = lines
+        .iter()
+        .find(|l| l["type"] == "tool_call_start")
+        .expect("tool_call_start");
+    assert_eq!(start["host"], true);
+    assert_eq!(start["name"], "weather");
+    assert_eq!(start["call_id"], call_id);
+    assert_eq!(start["arguments"], json!({"city": "Paris"}));
+    let result = lines
+        .iter()
+        .find(|l| l["type"] == "tool_result")
+        .expect("tool_result");
+    assert_eq!(result["call_id"], call_id);
+    assert_eq!(result["output"], "{\"temp_c\":18}");
+    assert_eq!(result["is_error"], false);
+    let complete = lines.last().expect("a last line");
+    assert_eq!(complete["text"], answer);
+    assert_eq!(complete["messages"], 2);
+}
+
+#[test]
+fn openai_two_step_turn_runs_the_shell_tool() {
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], openai_tool_calls(&["call_1"])),
+        openai_exchange(&["temp_c"], openai_text("It is 18°C in Paris.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "sk-test",
+        "--tool",
+        WEATHER_TOOL,
+        "Weather in Paris?",
+    ]);
+    assert_weather_turn(&out, "call_1", "It is 18°C in Paris.");
+    let reqs = srv.requests();
+    assert_eq!(reqs.len(), 2);
+    let second = reqs[1].body.to_string();
+    assert!(second.contains(r#"{\"temp_c\":18}"#), "{second}");
+    assert!(second.contains("call_1"), "{second}");
+    // The tool was declared to the model, with the default schema.
+    let tools = &reqs[0].body["tools"];
+    assert_eq!(tools[0]["function"]["name"], "weather");
+    assert_eq!(
+        tools[0]["function"]["parameters"],
+        json!({"type": "object"})
+    );
+}
+
+#[test]
+fn anthropic_two_step_turn_runs_the_shell_tool() {
+    let srv = server(json!({"exchanges": [
+        {"match": {"method": "POST", "path": "/v1/messages"},
+         "response": {"sse": anthropic_message(
+             vec![anthropic_tool_use(0, "toolu_1", "weather", "{\"city\": \"Paris\"}")], "tool_use")}},
+        {"match": {"method": "POST", "path": "/v1/messages", "body_contains": ["temp_c"]},
+         "response": {"sse": anthropic_message(vec![anthropic_text(0, "Mild, 18°C.")], "end_turn")}},
+    ]}));
+    let out = panto(&[
+        "run",
+        "--json",
+        "--provider",
+        "anthropic",
+        "--base-url",
+        &srv.url(),
+        "--api-key",
+        "sk-ant-test",
+        "--tool",
+        WEATHER_TOOL,
+        "Weather in Paris?",
+    ]);
+    assert_weather_turn(&out, "toolu_1", "Mild, 18°C.");
+    let reqs = srv.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].body["model"], "claude-sonnet-4-5");
+    assert_eq!(
+        reqs[0].headers.get("x-api-key").map(String::as_str),
+        Some("sk-ant-test")
+    );
+    let second = reqs[1].body.to_string();
+    assert!(second.contains(r#"{\"temp_c\":18}"#), "{second}");
+    assert!(second.contains("toolu_1"), "{second}");
+}
+
+#[test]
+fn tools_file_describes_the_tool_and_orphans_are_usage_errors() {
+    let dir = temp_dir("tools-file");
+    let file = dir.join("tools.json");
+    let schema =
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+    std::fs::write(
+        &file,
+        json!([{"name": "weather", "description": "Current weather", "parameters": schema}])
+            .to_string(),
+    )
+    .expect("write tools file");
+    let srv =
+        server(json!({"exchanges": [openai_exchange(&["Current weather"], openai_text("ok"))]}));
+    let base = format!("{}/v1", srv.url());
+    let file_arg = file.to_string_lossy().into_owned();
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--tool",
+        WEATHER_TOOL,
+        "--tools",
+        &file_arg,
+        "hi",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let tools = &srv.requests()[0].body["tools"];
+    assert_eq!(tools[0]["function"]["description"], "Current weather");
+    assert_eq!(tools[0]["function"]["parameters"], schema);
+
+    // Described, but no --tool command for it.
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--tools",
+        &file_arg,
+        "hi",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let last = json_lines(&out).pop().expect("an error line");
+    assert_eq!(last["kind"], "config");
+    assert!(
+        stderr_of(&out).contains("panto: error[config]:"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn concurrent_tool_calls_run_at_the_same_time() {
+    // Each call waits until both calls have started: run one after the other, the
+    // first would give up and report an error.
+    let dir = temp_dir("concurrent");
+    let command = format!(
+        "weather=cat >/dev/null; d='{}'; touch \"$d/$PANTO_TOOL_CALL_ID\"; i=0; \
+         while [ ! -e \"$d/call_a\" ] || [ ! -e \"$d/call_b\" ]; do \
+           i=$((i+1)); [ $i -gt 2000 ] && {{ echo alone; exit 1; }}; sleep 0.01; done; \
+         echo \"together $PANTO_TOOL_CALL_ID\"",
+        dir.display()
+    );
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], openai_tool_calls(&["call_a", "call_b"])),
+        openai_exchange(&["together call_a", "together call_b"], openai_text("done")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--tool",
+        &command,
+        "go",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let results: Vec<Value> = json_lines(&out)
+        .into_iter()
+        .filter(|l| l["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 2);
+    for r in &results {
+        assert_eq!(r["is_error"], false, "{r}");
+        assert_eq!(
+            r["output"],
+            format!("together {}", r["call_id"].as_str().unwrap_or(""))
+        );
+    }
+}
+
+// ---- 2. errors → exit codes ----------------------------------------------------------
+
+/// Runs a one-turn `--json` request against `srv` and returns (exit code, last line).
+fn fail_run(srv: &TestServer, extra: &[&str]) -> (Option<i32>, Value, Output) {
+    let base = format!("{}/v1", srv.url());
+    let mut args = vec!["run", "--json", "--base-url", &base, "--api-key", "k"];
+    args.extend_from_slice(extra);
+    args.push("hello");
+    let out = panto(&args);
+    let lines = json_lines(&out);
+    let last = lines.last().cloned().unwrap_or(Value::Null);
+    assert_eq!(last["type"], "error", "{}", describe(&out));
+    // Exactly one error line, and it is the last one.
+    assert_eq!(types(&lines).iter().filter(|t| **t == "error").count(), 1);
+    (out.status.code(), last, out)
+}
+
+#[test]
+fn error_kinds_map_to_exit_codes() {
+    let first_event = openai_chunk(json!({"role": "assistant", "content": "Hel"}), None);
+    let cases: Vec<(&str, Value, Vec<&str>, &str, i32)> = vec![
+        (
+            "401",
+            json!({"status": 401, "json": {"error": {"message": "Incorrect API key provided",
+                "type": "invalid_request_error", "code": "invalid_api_key"}}}),
+            vec![],
+            "authentication",
+            3,
+        ),
+        (
+            "429",
+            json!({"status": 429, "headers": {"retry-after": "0"},
+                "json": {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}}),
+            vec!["--retries", "0"],
+            "rate_limited",
+            4,
+        ),
+        (
+            "500",
+            json!({"status": 500, "json": {"error": {"message": "boom", "type": "server_error"}}}),
+            vec!["--retries", "0"],
+            "server",
+            4,
+        ),
+        (
+            "reset before any byte",
+            json!({"sse": [first_event], "fault": {"kind": "reset", "after_bytes": 0}}),
+            vec!["--retries", "0"],
+            "connection",
+            5,
+        ),
+        (
+            "stall",
+            json!({"sse": [first_event], "fault": {"kind": "stall", "after_bytes": 0}}),
+            vec!["--retries", "0", "--idle-timeout-ms", "300"],
+            "timeout",
+            5,
+        ),
+        (
+            "truncated stream",
+            json!({"sse": [first_event, openai_chunk(json!({"content": "lo"}), None)]}),
+            vec!["--retries", "0"],
+            "incomplete",
+            6,
+        ),
+        (
+            "malformed JSON",
+            json!({"sse": [first_event, "data: {\"choices\": [{\"delta\": \n\n"]}),
+            vec!["--retries", "0"],
+            "protocol",
+            6,
+        ),
+    ];
+    for (name, response, extra, kind, code) in cases {
+        let srv = answering(response);
+        let (got, last, out) = fail_run(&srv, &extra);
+        assert_eq!(last["kind"], kind, "{name}: {}", describe(&out));
+        assert_eq!(got, Some(code), "{name}: {}", describe(&out));
+        assert!(
+            stderr_of(&out).contains(&format!("panto: error[{kind}]:")),
+            "{name}: {}",
+            describe(&out)
+        );
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        vec!["run", "--no-such-flag", "hi"],
+        vec!["run", "--provider", "gemini", "hi"],
+        vec!["run", "--tool", "no-equals-sign", "hi"],
+        vec!["frobnicate"],
+    ] {
+        let out = panto(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        assert!(out.stdout.is_empty(), "{args:?}: {}", describe(&out));
+    }
+    // Config errors found after parsing: exit 2, and a JSON error line with --json.
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        "ftp://x",
+        "--api-key",
+        "k",
+        "hi",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert_eq!(json_lines(&out)[0]["kind"], "config");
+    let out = panto(&["run", "hi"]); // no key anywhere, the provider's own endpoint
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr_of(&out).contains("OPENAI_API_KEY"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let out = panto(&["run", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = stdout_of(&out);
+    for needle in ["Exit codes:", "130", "rate_limited", "incomplete"] {
+        assert!(help.contains(needle), "{needle} missing from:\n{help}");
+    }
+}
+
+// ---- 3. sessions -------------------------------------------------------------------
+
+#[test]
+fn session_file_carries_history_between_runs() {
+    let dir = temp_dir("session");
+    let session = dir.join("conversation.json");
+    let session_arg = session.to_string_lossy().into_owned();
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&["first question"], openai_text("The capital is Paris.")),
+        openai_exchange(&["The capital is Paris.", "second question"], openai_text("Yes.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    for prompt in ["first question", "second question"] {
+        let out = panto(&[
+            "run",
+            "--base-url",
+            &base,
+            "--api-key",
+            "k",
+            "--session",
+            &session_arg,
+            prompt,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    }
+    let reqs = srv.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs.iter().all(|r| r.matched), "{reqs:?}");
+    let messages = saved_messages(&session);
+    assert_eq!(messages.len(), 4, "{messages:?}");
+}
+
+/// The messages of a saved session, checked by the core's own loader.
+fn saved_messages(path: &Path) -> Vec<panto::Message> {
+    let text = std::fs::read_to_string(path).expect("session file exists");
+    panto::message::history_from_json(&text).expect("the session is a valid history")
+}
+
+// ---- 4. the key stays secret -------------------------------------------------------
+
+#[test]
+fn api_key_never_appears_in_output() {
+    const KEY: &str = "sk-test-SECRET123";
+    let echo = json!({"status": 401, "json": {"error": {
+        "message": format!("Incorrect API key provided: {KEY}. You can find your API key at https://example.invalid."),
+        "type": "invalid_request_error", "code": "invalid_api_key"}}});
+    for json_mode in [true, false] {
+        let srv = answering(echo.clone());
+        let base = format!("{}/v1", srv.url());
+        let mut args = vec!["run", "--base-url", &base, "--api-key", KEY, "hello"];
+        if json_mode {
+            args.insert(1, "--json");
+        }
+        let out = panto(&args);
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        let all = describe(&out);
+        assert!(!all.contains("SECRET123"), "the key leaked:\n{all}");
+        // The key did reach the server, so the redaction was really needed.
+        let auth = srv.requests()[0].headers.get("authorization").cloned();
+        assert_eq!(auth.as_deref(), Some("Bearer sk-test-SECRET123"));
+    }
+}
+
+// ---- 5. prompt on stdin ------------------------------------------------------------
+
+#[test]
+fn prompt_is_read_from_stdin_when_absent() {
+    let srv =
+        server(json!({"exchanges": [openai_exchange(&["What's up?"], openai_text("Not much."))]}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto_with_stdin(
+        &["run", "--base-url", &base, "--api-key", "k"],
+        "What's up?\n",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    // Not a terminal: plain text, no ANSI escape anywhere.
+    assert_eq!(stdout_of(&out), "Not much.\n");
+    assert!(!stderr_of(&out).contains('\x1b'), "{}", describe(&out));
+    let body = &srv.requests()[0].body;
+    let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+    assert_eq!(
+        last.map(|m| m["content"].clone()),
+        Some(json!("What's up?"))
+    );
+
+    let out = panto_with_stdin(&["run", "--base-url", &base, "--api-key", "k"], "\n");
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+}
+
+#[test]
+fn plain_output_shows_tool_lines() {
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], openai_tool_calls(&["call_1"])),
+        openai_exchange(&["temp_c"], openai_text("Warm.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto(&[
+        "run",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--tool",
+        WEATHER_TOOL,
+        "w?",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        stdout_of(&out),
+        "→ weather {\"city\":\"Paris\"}\n← weather: {\"temp_c\":18}\nWarm.\n"
+    );
+}
+
+// ---- 6. Ctrl-C -------------------------------------------------------------------------
+
+#[test]
+fn ctrl_c_cancels_the_turn_saves_the_session_and_exits_130() {
+    let dir = temp_dir("ctrl-c");
+    let session = dir.join("s.json");
+    let session_arg = session.to_string_lossy().into_owned();
+    // One event, then the server stalls forever (the fault replaces the end of the body).
+    let srv = answering(json!({
+        "sse": [openai_chunk(json!({"role": "assistant", "content": "Thinking"}), None)],
+        "fault": {"kind": "stall", "after_bytes": 1_000_000}
+    }));
+    let base = format!("{}/v1", srv.url());
+    let mut child = panto_cmd(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--session",
+        &session_arg,
+        "long task",
+    ])
+    .spawn()
+    .expect("spawn panto");
+    let stdout = child.stdout.take().expect("stdout pipe");
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(HANG_GUARD).expect("a first JSON line");
+    let first: Value = serde_json::from_str(&first).expect("JSON");
+    assert_eq!(first["type"], "message_start");
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success());
+    let out = finish(child);
+    let _ = reader.join();
+    let rest: Vec<Value> = rx
+        .try_iter()
+        .map(|l| serde_json::from_str(&l).expect("JSON line"))
+        .collect();
+    let last = rest.last().expect("a final error line");
+    assert_eq!(last["type"], "error");
+    assert_eq!(last["kind"], "cancelled");
+    assert_eq!(out.status.code(), Some(130), "stderr: {}", stderr_of(&out));
+    // The partial answer is dropped; the user message stays, as a valid history.
+    let messages = saved_messages(&session);
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(messages[0].text(), "long task");
+}
+
+// ---- chat --------------------------------------------------------------------------
+
+#[test]
+fn chat_runs_one_turn_per_line_and_clear_forgets() {
+    let dir = temp_dir("chat");
+    let session = dir.join("chat.json");
+    let session_arg = session.to_string_lossy().into_owned();
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&["remember banana"], openai_text("Noted.")),
+        openai_exchange(&["Noted.", "what fruit"], openai_text("Banana.")),
+        openai_exchange(&["fresh start"], openai_text("Hello again.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto_with_stdin(
+        &[
+            "chat",
+            "--base-url",
+            &base,
+            "--api-key",
+            "k",
+            "--session",
+            &session_arg,
+        ],
+        "remember banana\nwhat fruit\n/clear\nfresh start\n/exit\nnever sent\n",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout_of(&out), "Noted.\nBanana.\nHello again.\n");
+    let reqs = srv.requests();
+    assert_eq!(reqs.len(), 3);
+    assert!(reqs.iter().all(|r| r.matched), "{reqs:?}");
+    assert!(!reqs[2].body.to_string().contains("banana"));
+    assert_eq!(saved_messages(&session).len(), 2);
+}
+
+#[test]
+fn chat_from_a_script_stops_at_the_first_failure() {
+    let srv = answering(json!({"status": 401, "json": {"error": {"message": "nope"}}}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto_with_stdin(
+        &["chat", "--json", "--base-url", &base, "--api-key", "k"],
+        "hello\nagain\n",
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert_eq!(json_lines(&out).len(), 1);
+    assert_eq!(srv.requests().len(), 1);
+}
