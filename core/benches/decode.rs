@@ -96,8 +96,20 @@ fn process_cpu() -> Duration {
 }
 
 /// Thread ids of the test servers (threads named `panto-testserver-PORT`, which Linux
-/// truncates to 15 bytes). Empty where `/proc` is not available.
+/// truncates to 15 bytes). Empty where `/proc` is not available. A thread names itself
+/// once it runs, so a server that was just started is waited for (up to a second).
 fn server_threads() -> Vec<String> {
+    for _ in 0..100 {
+        let found = find_server_threads();
+        if !found.is_empty() {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Vec::new()
+}
+
+fn find_server_threads() -> Vec<String> {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return Vec::new();
     };

@@ -104,7 +104,7 @@ impl SseParser {
         }
         // An empty chunk must not settle a pending CR: the LF of a CRLF may still come in
         // the next non-empty chunk (found by the chunking property test).
-        if self.pending_cr {
+        if self.pending_cr && !input.is_empty() {
             self.pending_cr = false;
             if input.first() == Some(&b'\n') {
                 input = &input[1..];

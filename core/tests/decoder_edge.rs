@@ -250,6 +250,36 @@ fn openai_empty_and_null_ids_on_continuations() {
 }
 
 #[test]
+fn openai_tool_call_id_and_name_in_separate_fragments_or_never() {
+    // The id first and the name later: tool_details waits until both are known.
+    let body = sse(&[
+        calls_delta(json!([{"index": 0, "id": "c1", "type": "function"}])),
+        calls_delta(json!([{"index": 0, "function": {"name": "f"}}])),
+        calls_delta(json!([{"index": 0, "function": {"arguments": "{}"}}])),
+        finish("tool_calls"),
+    ]) + DONE;
+    let o = run(OA, &body);
+    assert_eq!(calls(ok(&o)), vec![call("c1", "f", json!({}))]);
+    let details = o
+        .events
+        .iter()
+        .position(|e| e.type_name() == "tool_details")
+        .unwrap();
+    assert!(matches!(&o.events[details - 1], Event::BlockStart { .. }));
+    // A server that never sends an id: panto makes one up, unique within the turn.
+    let body = sse(&[
+        calls_delta(json!([{"index": 0, "function": {"name": "f", "arguments": "{}"}}])),
+        calls_delta(json!([{"index": 1, "function": {"name": "g", "arguments": "{}"}}])),
+        finish("tool_calls"),
+    ]) + DONE;
+    let o = decode_message(OA, 2, [body.as_bytes()]);
+    check_invariants(&o, 2).unwrap();
+    let ids: Vec<String> = calls(ok(&o)).into_iter().map(|c| c.0).collect();
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1]);
+}
+
+#[test]
 fn openai_interleaved_parallel_calls_by_index() {
     let body = sse(&[
         calls_delta(json!([{"index": 0, "id": "c0", "function": {"name": "f", "arguments": ""}}])),
@@ -1104,6 +1134,8 @@ fn anthropic_redacted_thinking() {
             0,
             json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"}),
         ),
+        // Redacted thinking has no deltas; a stray one is ignored.
+        block_delta(0, json!({"type": "thinking_delta", "thinking": "leak"})),
         block_stop(0),
         text_start(1),
         text_delta(1, "ok"),
@@ -1199,6 +1231,30 @@ fn anthropic_tool_use_inputs() {
             call("toolu_d", "g", json!({"new": 2})),
         ]
     );
+}
+
+#[test]
+fn anthropic_deltas_of_the_wrong_kind_are_ignored() {
+    // A confused proxy sending a delta type that does not belong to the block: dropped,
+    // like an unknown delta type, so the block and the event contract stay intact.
+    let body = named(&[
+        msg_start(),
+        text_start(0),
+        text_delta(0, "a"),
+        json_delta(0, "{\"x\":1}"),
+        block_delta(0, json!({"type": "thinking_delta", "thinking": "no"})),
+        block_stop(0),
+        tool_start(1, "toolu_1", "f"),
+        text_delta(1, "not json"),
+        json_delta(1, "{}"),
+        block_stop(1),
+        msg_delta("tool_use", 1),
+        msg_stop(),
+    ]);
+    let o = run(AN, &body);
+    let m = ok(&o);
+    assert_eq!(m.message.text(), "a");
+    assert_eq!(calls(m), vec![call("toolu_1", "f", json!({}))]);
 }
 
 #[test]

@@ -6,7 +6,11 @@
 //!     tokio runtime (the cheapest push setup);
 //!   - `push-multi-thread`: the same on a 2-worker multi-thread runtime (the shape the pull
 //!     adapter itself uses: the turn future on one thread, connection tasks on the workers);
-//!   - `pull`: `agent.stream(..)` + `Stream::next` until exhausted.
+//!   - `pull`: `agent.stream(..)` + `Stream::next` until exhausted;
+//!   - `probe-ct-worker+queue` (a design probe, not panto-pull): a thread per turn running
+//!     the turn on a current-thread runtime that also owns the agent's connections, events
+//!     sent through a bounded crossbeam queue to the consumer — what a pull adapter costs
+//!     when only the event queue crosses threads.
 //!
 //!   Wall time per chunk, plus CPU time per chunk: the process's (`getrusage(RUSAGE_SELF)`)
 //!   and the client's (the process's minus the in-process server thread's, read from
@@ -81,8 +85,20 @@ fn process_cpu() -> Duration {
 }
 
 /// Thread ids of the test servers (threads named `panto-testserver-PORT`, which Linux
-/// truncates to 15 bytes). Empty where `/proc` is not available.
+/// truncates to 15 bytes). Empty where `/proc` is not available. A thread names itself
+/// once it runs, so a server that was just started is waited for (up to a second).
 fn server_threads() -> Vec<String> {
+    for _ in 0..100 {
+        let found = find_server_threads();
+        if !found.is_empty() {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Vec::new()
+}
+
+fn find_server_threads() -> Vec<String> {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return Vec::new();
     };
@@ -231,20 +247,25 @@ fn print_summary() {
         }
         figures.insert(name.as_str(), (w, p, cl));
     }
-    if let Some(&(pw, pp, pc)) = figures.get("pull/per-event/pull") {
+    for subject in ["pull", "probe-ct-worker+queue"] {
+        let Some(&(sw, sp, sc)) = figures.get(format!("pull/per-event/{subject}").as_str()) else {
+            continue;
+        };
         for push in ["push-current-thread", "push-multi-thread"] {
             let Some(&(w, p, c)) = figures.get(format!("pull/per-event/{push}").as_str()) else {
                 continue;
             };
-            eprintln!("[ratio] pull / {push} (wall) = {:.2}", pw / w);
-            eprintln!("[ratio] pull / {push} (process cpu) = {:.2}", pp / p);
-            if let (Some(pc), Some(c)) = (pc, c) {
-                let r = pc / c;
-                eprintln!("[ratio] pull / {push} (client cpu) = {r:.2}");
-                let verdict = if r <= 1.15 { "met" } else { "NOT met" };
-                eprintln!(
-                    "[target] pull <= 1.15 x {push} client cpu per chunk: {r:.2} ({verdict})"
-                );
+            eprintln!("[ratio] {subject} / {push} (wall) = {:.2}", sw / w);
+            eprintln!("[ratio] {subject} / {push} (process cpu) = {:.2}", sp / p);
+            if let (Some(sc), Some(c)) = (sc, c) {
+                let r = sc / c;
+                eprintln!("[ratio] {subject} / {push} (client cpu) = {r:.2}");
+                if subject == "pull" {
+                    let verdict = if r <= 1.15 { "met" } else { "NOT met" };
+                    eprintln!(
+                        "[target] pull <= 1.15 x {push} client cpu per chunk: {r:.2} ({verdict})"
+                    );
+                }
             }
         }
     }
@@ -320,6 +341,47 @@ fn pull_turn(agent: &Agent) -> u64 {
     deltas
 }
 
+/// Forwards every event into a bounded queue with a plain blocking send.
+struct Queue(crossbeam_channel::Sender<Event>);
+
+impl Receiver for Queue {
+    fn on_event(&mut self, event: Event) -> Flow {
+        match self.0.send(event) {
+            Ok(()) => Flow::Continue,
+            Err(_) => Flow::Stop,
+        }
+    }
+}
+
+/// Design probe, not panto-pull: a thread per turn like the adapter, but the turn runs
+/// on a current-thread runtime that also owns the agent's connection tasks, so only the
+/// event queue crosses threads (in the adapter, every HTTP chunk also crosses from the
+/// connection task on a runtime worker to the `block_on` thread).
+fn probe_turn(rt: &tokio::runtime::Runtime, agent: &Agent, capacity: usize) -> u64 {
+    let (tx, rx) = crossbeam_channel::bounded::<Event>(capacity);
+    std::thread::scope(|s| {
+        let worker = s.spawn(move || {
+            let mut queue = Queue(tx);
+            rt.block_on(agent.run(
+                "bench",
+                &mut queue,
+                &TurnControl::default(),
+                TurnOptions::default(),
+            ))
+            .expect("turn");
+        });
+        let mut deltas = 0;
+        for ev in rx.iter() {
+            if matches!(ev, Event::ContentDelta { .. }) {
+                deltas += 1;
+            }
+            black_box(ev);
+        }
+        worker.join().expect("worker");
+        deltas
+    })
+}
+
 fn bench_per_event(c: &mut Criterion) {
     let server = TestServer::start(big_scenario()).expect("test server");
     let tids = server_threads();
@@ -339,6 +401,11 @@ fn bench_per_event(c: &mut Criterion) {
     let agent_ct = agent_for(&server);
     let agent_mt = agent_for(&server);
     let agent_pull = agent_for(&server);
+    let rt_probe = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let agent_probe = agent_for(&server);
 
     let mut g = c.benchmark_group("pull/per-event");
     g.throughput(Throughput::Elements(CHUNKS));
@@ -374,6 +441,20 @@ fn bench_per_event(c: &mut Criterion) {
                     server.reset();
                 },
                 || pull_turn(&agent_pull),
+            )
+        })
+    });
+    g.bench_function("probe-ct-worker+queue", |b| {
+        b.iter_custom(|iters| {
+            time_turns(
+                "pull/per-event/probe-ct-worker+queue",
+                iters,
+                &tids,
+                || {
+                    agent_probe.clear_history().expect("idle agent");
+                    server.reset();
+                },
+                || probe_turn(&rt_probe, &agent_probe, agent_probe.config().queue_capacity),
             )
         })
     });

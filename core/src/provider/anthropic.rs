@@ -127,7 +127,7 @@ impl Decoder {
         // whatever its data looks like (a proxy's body may lack `"type":"error"`, or not be
         // JSON at all), as in Anthropic's own SDK; parsing it as an event would misreport
         // it as a protocol error.
-        if ev.event == "error" && false {
+        if ev.event == "error" {
             return Err(stream_error(ev.data));
         }
         if ev.data.trim().is_empty() {

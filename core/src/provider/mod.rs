@@ -230,6 +230,19 @@ impl Assembly {
         let Some(b) = self.blocks.get_mut(idx).filter(|b| !b.closed) else {
             return Ok(());
         };
+        // A fragment of another kind than its block (a proxy sending a text_delta into a
+        // tool_use block, a thinking_delta into redacted thinking) is dropped like an
+        // unknown delta type: appending it would corrupt the block and emit a
+        // content_delta that contradicts its block_start.
+        let fits = match b.kind {
+            Some(BlockKind::Text) => kind == DeltaKind::Text,
+            Some(BlockKind::Reasoning) => kind == DeltaKind::Reasoning && b.redacted.is_none(),
+            Some(BlockKind::ToolCall) => kind == DeltaKind::ToolArgs,
+            None => false,
+        };
+        if !fits {
+            return Ok(());
+        }
         b.text.push_str(text);
         emit(Event::ContentDelta {
             message: self.message,

@@ -199,7 +199,7 @@ impl Decoder {
             // `"finish_reason": ""` on every intermediate chunk (Ollama #4357, SGLang
             // #3912, some gateways) means "not finished", like null: ending the message
             // there would drop the rest of the answer.
-            if let Some(reason) = choice.finish_reason {
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
                 self.finish = Some(if self.refused {
                     StopReason::Refusal
                 } else {
