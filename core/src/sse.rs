@@ -186,22 +186,19 @@ impl SseParser {
                 self.event_type.clear();
                 self.event_type.extend_from_slice(value);
             }
-            b"id" => {
-                if !value.contains(&0) {
-                    self.id_buffer.clear();
-                    self.id_buffer.extend_from_slice(value);
-                }
+            // An id containing NUL is ignored.
+            b"id" if !value.contains(&0) => {
+                self.id_buffer.clear();
+                self.id_buffer.extend_from_slice(value);
             }
-            b"retry" => {
-                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
-                    // Digits only, so parsing can fail only on overflow: saturate.
-                    self.retry_ms = Some(
-                        std::str::from_utf8(value)
-                            .ok()
-                            .and_then(|s| s.parse().ok())
-                            .unwrap_or(u64::MAX),
-                    );
-                }
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                // Digits only, so parsing can fail only on overflow: saturate.
+                self.retry_ms = Some(
+                    std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(u64::MAX),
+                );
             }
             _ => {}
         }

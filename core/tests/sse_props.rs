@@ -84,12 +84,12 @@ fn reference(input: &[u8]) -> Vec<Ev> {
         i += 1;
     }
     // Bytes after the last line end are an unterminated line: never processed.
-    let (mut data, mut event, mut id_buf, mut last_id) =
-        (Vec::new(), Vec::new(), Vec::new(), String::new());
+    let (mut data, mut event, mut id_buf) = (Vec::new(), Vec::new(), Vec::new());
     let mut out = Vec::new();
     for line in lines {
         if line.is_empty() {
-            last_id = String::from_utf8_lossy(&id_buf).into_owned();
+            // The last event id is committed at every dispatch, even a data-less one.
+            let last_id = String::from_utf8_lossy(&id_buf).into_owned();
             if !data.is_empty() {
                 data.pop();
                 let ty = String::from_utf8_lossy(&event).into_owned();
@@ -100,7 +100,7 @@ fn reference(input: &[u8]) -> Vec<Ev> {
                         ty
                     },
                     String::from_utf8_lossy(&data).into_owned(),
-                    last_id.clone(),
+                    last_id,
                 ));
             }
             data.clear();

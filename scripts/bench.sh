@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs panto's benchmarks in release and prints a summary table.
+#
+#   scripts/bench.sh                  quick settings (a few minutes on 2 cores)
+#   scripts/bench.sh http             extra arguments go to both bench binaries
+#                                     (criterion filters and flags)
+#   BENCH_ARGS="--warm-up-time 3 --measurement-time 10" scripts/bench.sh   longer runs
+#   BENCH_LOG=bench.log scripts/bench.sh                                    keep the full log
+#
+# Benches (see their headers): core/benches/decode.rs (µs per chunk of a 100,000-chunk
+# OpenAI stream, panto vs peers measured in the same run) and pull-adapter/benches/pull.rs
+# (pull Stream vs push Receiver per event, time to first event). Both use the in-process
+# panto-testserver on 127.0.0.1: no network besides crates.io for the first build.
+# Figures are printed, never asserted: compare ratios measured in the same run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+read -r -a quick <<<"${BENCH_ARGS:---warm-up-time 1 --measurement-time 3}"
+extra=("$@")
+if [[ -n "${BENCH_LOG:-}" ]]; then
+    log="$BENCH_LOG"
+    : >"$log"
+else
+    log="$(mktemp "${TMPDIR:-/tmp}/panto-bench.XXXXXX")"
+    trap 'rm -f "$log"' EXIT
+fi
+
+run_bench() {
+    echo "==> cargo bench $*" >&2
+    cargo bench "$@" 2>&1 | tee -a "$log"
+}
+
+start=$SECONDS
+run_bench -p panto --bench decode -- ${quick[@]+"${quick[@]}"} ${extra[@]+"${extra[@]}"}
+run_bench -p panto-pull --bench pull -- ${quick[@]+"${quick[@]}"} ${extra[@]+"${extra[@]}"}
+
+echo
+echo "== panto benchmark summary ($((SECONDS - start)) s; lower is better; ratios < 1 favour panto) =="
+load="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
+[[ -n "$load" ]] && echo "load average at the end: $load (figures are noisier on a busy machine)"
+echo
+printf '%-52s %s\n' "variant" "figure"
+printf '%-52s %s\n' "-------" "------"
+grep -a '^\[summary\] ' "$log" | sed 's/^\[summary\] //' | while IFS= read -r line; do
+    name="${line%%: *}"
+    figure="${line#*: }"
+    printf '%-52s %s\n' "$name" "$figure"
+done
+echo
+grep -a -E '^\[ratio\] ' "$log" | sed 's/^\[ratio\] /ratio  /' || true
+grep -a -E '^\[target\] ' "$log" | sed 's/^\[target\] /target /' || true

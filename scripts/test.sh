@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every test suite of panto, in every language that exists so far, from a clean
+# checkout. One cargo target dir is shared by every step, so the workspace builds once.
+#
+#   scripts/test.sh            # everything
+#   PANTO_SKIP_LINT=1 scripts/test.sh   # skip fmt/clippy (faster local loop)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step() { printf '\n==> %s\n' "$*"; }
+started=$SECONDS
+
+if [ -z "${PANTO_SKIP_LINT:-}" ]; then
+  step "cargo fmt --check"
+  cargo fmt --all -- --check
+  step "cargo clippy (all targets, -D warnings)"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+fi
+
+step "build workspace (all targets, once)"
+cargo build --workspace --all-targets --locked
+
+step "cargo test (core, pull adapter, CLI, test server; fixtures, properties, faults)"
+cargo test --workspace --locked
+
+step "benchmarks compile"
+cargo bench --workspace --no-run --locked
+
+step "push example and 'panto run --json' print the same turn"
+scripts/check-push-pull-equivalence.sh
+
+echo
+echo "all suites passed in $((SECONDS - started)) s"
