@@ -203,7 +203,7 @@ fn stream() -> impl Strategy<Value = Vec<u8>> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 512,
+        cases: 1024,
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
@@ -285,7 +285,7 @@ fn baseline(i: usize) -> &'static common::Outcome {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 96,
+        cases: 128,
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
