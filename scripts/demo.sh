@@ -25,11 +25,12 @@ server_in=${SERVER[1]}
 
 stop_server() {
     exec {server_in}>&- 2>/dev/null || true
-    # EOF normally stops it at once; a stuck server is killed by its own pid.
-    if kill -0 "$server_pid" 2>/dev/null; then
-        sleep 0.2
-        kill "$server_pid" 2>/dev/null || true
-    fi
+    # EOF normally stops it within moments; a stuck server is killed by its own pid.
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        kill -0 "$server_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
 }
 trap stop_server EXIT

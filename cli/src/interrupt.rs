@@ -20,15 +20,18 @@ enum Phase {
 #[derive(Clone)]
 pub struct Interrupt {
     phase: Arc<Mutex<Phase>>,
+    /// `--json`: leaving on a signal still ends stdout with the error line.
+    json: bool,
 }
 
 impl Interrupt {
     /// Installs the handler. If that fails (a handler already set by an embedding
     /// process, or no signal support), Ctrl-C keeps its default effect of killing the
     /// process: worse for the session file, but never a reason not to run.
-    pub fn install() -> Interrupt {
+    pub fn install(json: bool) -> Interrupt {
         let interrupt = Interrupt {
             phase: Arc::new(Mutex::new(Phase::Idle)),
+            json,
         };
         let handler = interrupt.clone();
         let _ = ctrlc::set_handler(move || handler.on_signal());
@@ -53,16 +56,27 @@ impl Interrupt {
 
     fn on_signal(&self) {
         let phase = self.lock();
-        match &*phase {
-            // The first signal cancels cleanly; a second one while the cancelled turn
-            // is still winding down means the user insists: leave now.
-            Phase::Turn(control) if !control.is_cancelled() => control.cancel(),
-            Phase::Turn(_) | Phase::Idle => {
-                drop(phase);
-                leave_terminal_clean();
-                std::process::exit(i32::from(exit_code(panto::ErrorKind::Cancelled)));
+        let idle = match &*phase {
+            // The first signal cancels cleanly; the main thread takes it from there.
+            Phase::Turn(control) if !control.is_cancelled() => {
+                control.cancel();
+                return;
             }
+            // A second one while the cancelled turn is still winding down means the
+            // user insists: leave now.
+            Phase::Turn(_) => false,
+            Phase::Idle => true,
+        };
+        drop(phase);
+        leave_terminal_clean();
+        // Only when idle: the main thread is then reading input, not holding stdout,
+        // which a consumer that stopped reading could make it hold forever.
+        if idle && self.json {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", panto::Error::cancelled().to_json());
+            let _ = out.flush();
         }
+        std::process::exit(i32::from(exit_code(panto::ErrorKind::Cancelled)));
     }
 }
 

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use panto::{Error, ErrorKind};
 
-use crate::args::{AgentArgs, Cli, Command, Provider, RunArgs};
+use crate::args::{AgentArgs, Cli, Command, RunArgs};
 use crate::exit::{exit_code, OK};
 use crate::interrupt::Interrupt;
 use crate::render::Render;
@@ -32,7 +32,11 @@ use crate::setup::Setup;
 fn main() -> ExitCode {
     // Usage errors exit here with code 2 (clap's own), --help / --version with 0.
     let cli = Cli::parse();
-    let interrupt = Interrupt::install();
+    let json = match &cli.command {
+        Command::Run(args) => args.agent.json,
+        Command::Chat(args) => args.json,
+    };
+    let interrupt = Interrupt::install(json);
     let code = match cli.command {
         Command::Run(args) => run(args, &interrupt),
         Command::Chat(args) => chat(args, &interrupt),
@@ -48,10 +52,7 @@ struct Reporter {
 
 impl Reporter {
     fn new(args: &AgentArgs) -> Reporter {
-        let env = match args.provider {
-            Provider::OpenAi => "OPENAI_API_KEY",
-            Provider::Anthropic => "ANTHROPIC_API_KEY",
-        };
+        let env = setup::provider_kind(args.provider).api_key_env();
         let secret = args
             .api_key
             .clone()

@@ -290,8 +290,9 @@ impl Render for Human {
             Event::MessageEnd { .. } => {
                 self.leave_reasoning()?;
                 self.end_line()?;
-                // Next come tool calls or the end of the turn.
-                self.waiting = true;
+                // Next come tool calls (which restart the spinner) or the end of the
+                // turn, both at once: nothing to wait for.
+                self.waiting = false;
                 Ok(())
             }
             Event::ToolCallStart {

@@ -22,10 +22,7 @@ pub struct Setup {
 
 impl Setup {
     pub fn build(args: &AgentArgs) -> Result<Setup, Error> {
-        let provider = match args.provider {
-            Provider::OpenAi => ProviderKind::OpenAi,
-            Provider::Anthropic => ProviderKind::Anthropic,
-        };
+        let provider = provider_kind(args.provider);
         let model = args
             .model
             .clone()
@@ -83,7 +80,14 @@ impl Setup {
     }
 }
 
-pub fn default_model(provider: ProviderKind) -> &'static str {
+pub fn provider_kind(provider: Provider) -> ProviderKind {
+    match provider {
+        Provider::OpenAi => ProviderKind::OpenAi,
+        Provider::Anthropic => ProviderKind::Anthropic,
+    }
+}
+
+fn default_model(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::OpenAi => "gpt-4o-mini",
         ProviderKind::Anthropic => "claude-sonnet-4-5",

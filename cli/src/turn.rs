@@ -54,14 +54,17 @@ fn pull(
             Next::Event(event) => {
                 match &event {
                     // Start the command first: it runs on its own thread while this one
-                    // goes on rendering and pulling.
+                    // goes on rendering and pulling. Only for object arguments: the core
+                    // also announces calls with unparsable or non-object arguments as
+                    // `host: true` but answers those itself with an error, and such a
+                    // call must never be executed.
                     Event::ToolCallStart {
                         call_id,
                         name,
                         arguments,
                         host: true,
                         ..
-                    } => tools.start(call_id, name, arguments, control),
+                    } if arguments.is_object() => tools.start(call_id, name, arguments, control),
                     Event::ToolResult { call_id, .. } => tools.abandon(call_id),
                     _ => {}
                 }

@@ -776,3 +776,109 @@ fn chat_from_a_script_stops_at_the_first_failure() {
     assert_eq!(json_lines(&out).len(), 1);
     assert_eq!(srv.requests().len(), 1);
 }
+
+#[test]
+fn calls_with_invalid_arguments_are_never_executed() {
+    let dir = temp_dir("bad-args");
+    let marker = dir.join("ran");
+    let command = format!("weather=touch '{}'; echo ran", marker.display());
+    let sse = vec![
+        openai_chunk(json!({"role": "assistant", "content": null}), None),
+        openai_chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_bad", "type": "function",
+                "function": {"name": "weather", "arguments": "{\"city\": Par"}}]}),
+            None,
+        ),
+        openai_chunk(json!({}), Some("tool_calls")),
+        json!({"data": "[DONE]"}),
+    ];
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], sse),
+        openai_exchange(&["call_bad"], openai_text("Sorry.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--tool",
+        &command,
+        "w?",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let lines = json_lines(&out);
+    let result = lines
+        .iter()
+        .find(|l| l["type"] == "tool_result")
+        .expect("tool_result");
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(!marker.exists(), "the command ran for unparsable arguments");
+}
+
+#[test]
+fn chat_ctrl_c_cancels_the_turn_then_exits_130_at_the_prompt() {
+    let dir = temp_dir("chat-ctrl-c");
+    let session = dir.join("s.json");
+    let session_arg = session.to_string_lossy().into_owned();
+    let srv = answering(json!({
+        "sse": [openai_chunk(json!({"role": "assistant", "content": "Hmm"}), None)],
+        "fault": {"kind": "stall", "after_bytes": 1_000_000}
+    }));
+    let base = format!("{}/v1", srv.url());
+    let mut child = panto_cmd(&[
+        "chat",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--session",
+        &session_arg,
+    ])
+    .stdin(Stdio::piped())
+    .spawn()
+    .expect("spawn panto");
+    // Kept open: the chat must not see end of input.
+    let mut stdin = child.stdin.take().expect("stdin pipe");
+    stdin.write_all(b"long task\n").expect("write stdin");
+    stdin.flush().expect("flush stdin");
+    let stdout = child.stdout.take().expect("stdout pipe");
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = || -> Value {
+        let line = rx.recv_timeout(HANG_GUARD).expect("a JSON line");
+        serde_json::from_str(&line).expect("JSON")
+    };
+    let sigint = |pid: u32| {
+        let sent = Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success());
+    };
+    assert_eq!(next_line()["type"], "message_start");
+    sigint(child.id());
+    // The turn ends as cancelled; the chat goes on (it is waiting for the next line).
+    let mut line = next_line();
+    while line["type"] != "error" {
+        line = next_line();
+    }
+    assert_eq!(line["kind"], "cancelled");
+    assert_eq!(saved_messages(&session).len(), 1);
+    // At the prompt, Ctrl-C leaves with 130.
+    sigint(child.id());
+    let out = finish(child);
+    drop(stdin);
+    let _ = reader.join();
+    assert_eq!(out.status.code(), Some(130), "stderr: {}", stderr_of(&out));
+}

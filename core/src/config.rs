@@ -265,6 +265,9 @@ impl Config {
                 self.base_url
             )));
         }
+        if self.retry.max_retries > 100 {
+            return Err(Error::config("retry.max_retries: at most 100"));
+        }
         if self.max_steps == 0 {
             return Err(Error::config("max_steps: must be at least 1"));
         }
@@ -381,7 +384,7 @@ impl Config {
                 "retry.",
             )?;
             if let Some(v) = opt_u64(r, "max_retries", "retry.max_retries")? {
-                c.retry.max_retries = v.min(100) as u32;
+                c.retry.max_retries = u32::try_from(v).unwrap_or(u32::MAX);
             }
             if let Some(v) = opt_u64(r, "initial_delay_ms", "retry.initial_delay_ms")? {
                 c.retry.initial_delay_ms = v;
@@ -537,6 +540,10 @@ mod tests {
             (r#"{"model":"m","provider":"gemini"}"#, "provider"),
             (r#"{"model":""}"#, "model"),
             (r#"{"model":"m","headers":{"x":1}}"#, "headers.x"),
+            (
+                r#"{"model":"m","retry":{"max_retries":1000}}"#,
+                "retry.max_retries",
+            ),
             (r#"[1]"#, "config"),
         ];
         for (json, key) in cases {

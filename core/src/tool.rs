@@ -200,7 +200,9 @@ pub(crate) async fn dispatch(
     loop {
         while running.len() < d.concurrency && next < calls.len() && failure.is_none() {
             let (req, runner) = &calls[next];
-            let host = matches!(runner, Runner::Host);
+            // A host tool whose arguments panto already rejected is answered by panto
+            // itself; announcing it as a host call would invite the host to run it.
+            let host = matches!(runner, Runner::Host) && req.arguments.is_ok();
             // Register before announcing, so a host answering immediately finds the slot.
             let host_rx = host.then(|| d.host.register(&req.call_id));
             let started = emit(Event::ToolCallStart {
@@ -211,9 +213,7 @@ pub(crate) async fn dispatch(
                 host,
             });
             if let Err(e) = started {
-                if host {
-                    d.host.forget(&req.call_id);
-                }
+                d.host.forget(&req.call_id);
                 failure = Some(e);
                 break;
             }
@@ -244,10 +244,8 @@ pub(crate) async fn dispatch(
             )),
             Err(_) => ToolOutput::error("the tool was aborted"),
         };
-        let (req, runner) = &calls[idx];
-        if matches!(runner, Runner::Host) {
-            d.host.forget(&req.call_id);
-        }
+        let (req, _) = &calls[idx];
+        d.host.forget(&req.call_id);
         outputs[idx] = Some(out.clone());
         if let Err(e) = emit(Event::ToolResult {
             message: d.message,
@@ -265,10 +263,8 @@ pub(crate) async fn dispatch(
         for a in &aborts {
             a.abort();
         }
-        for (req, runner) in calls {
-            if matches!(runner, Runner::Host) {
-                d.host.forget(&req.call_id);
-            }
+        for (req, _) in calls {
+            d.host.forget(&req.call_id);
         }
     }
     (outputs, failure)

@@ -894,3 +894,41 @@ async fn anthropic_overloaded_error_event_before_content_is_retried() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn host_calls_panto_rejects_are_not_announced_as_host_calls() {
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[
+            ("bad", "lookup", "{not json"),
+            ("arr", "lookup", "[1]"),
+        ])),
+        exchange(script::openai_text(&["ok"])),
+    ]))
+    .unwrap();
+    let spec = ToolSpec {
+        name: "lookup".into(),
+        description: "".into(),
+        parameters: json!({"type":"object"}),
+    };
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_host_tool(spec)).unwrap();
+    let (events, r) = run(&agent, "go", &TurnControl::default()).await;
+    r.unwrap();
+    check_invariants(&events);
+    let starts: Vec<bool> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolCallStart { host, .. } => Some(*host),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        starts,
+        [false, false],
+        "the host must not be asked to run rejected calls"
+    );
+    let errors = events
+        .iter()
+        .filter(|e| matches!(e, Event::ToolResult { is_error: true, .. }))
+        .count();
+    assert_eq!(errors, 2);
+}

@@ -258,6 +258,9 @@ impl Stream {
     /// The next event: `Ok(Some(ev))`, `Ok(None)` once exhausted (only after
     /// `message_complete`), or `Err` — and the same error again on every later call.
     /// Blocks until one of those is known.
+    // The contract's shape (`Result<Option<_>>`, sticky errors) differs from
+    // `Iterator::next`; the `Iterator` impl below offers the `Option<Result<_>>` view.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Event>, Error> {
         match self.next_deadline(None) {
             Ok(Next::Event(ev)) => Ok(Some(ev)),
