@@ -54,10 +54,9 @@ fn pull(
             Next::Event(event) => {
                 match &event {
                     // Start the command first: it runs on its own thread while this one
-                    // goes on rendering and pulling. Only for object arguments: the core
-                    // also announces calls with unparsable or non-object arguments as
-                    // `host: true` but answers those itself with an error, and such a
-                    // call must never be executed.
+                    // goes on rendering and pulling. The core announces calls it rejects
+                    // (unparsable or non-object arguments) with `host: false`; checking
+                    // for an object here too keeps such a call from ever running.
                     Event::ToolCallStart {
                         call_id,
                         name,
