@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -43,6 +43,22 @@ pub struct TurnSummary {
 pub struct TurnControl {
     pub cancel: CancellationToken,
     pub host: HostToolResults,
+    /// Where tool tasks run; the current runtime when `None`. The pull adapter points
+    /// this at a shared multi-thread runtime so tools keep running while the loop's own
+    /// thread waits for a slow consumer.
+    pub tool_runtime: Option<tokio::runtime::Handle>,
+}
+
+/// An agent's own single-threaded runtime, shut down without blocking when the agent
+/// goes (an agent may be dropped inside async code, where a blocking shutdown panics).
+struct AgentRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for AgentRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 struct Inner {
@@ -51,6 +67,7 @@ struct Inner {
     tools: RwLock<HashMap<String, Arc<dyn Tool>>>,
     history: Mutex<Vec<Message>>,
     busy: AtomicBool,
+    runtime: OnceLock<std::result::Result<AgentRuntime, String>>,
 }
 
 /// An agent: one conversation with one provider configuration. Cheap to clone (clones
@@ -91,6 +108,7 @@ impl Agent {
                 tools: RwLock::new(HashMap::new()),
                 history: Mutex::new(Vec::new()),
                 busy: AtomicBool::new(false),
+                runtime: OnceLock::new(),
             }),
         })
     }
@@ -102,6 +120,28 @@ impl Agent {
 
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The agent's own single-threaded runtime, created on first use, for callers that
+    /// drive turns from plain threads (the pull adapter, the bindings). HTTP connections
+    /// live on the runtime that opened them, so driving every turn of this agent on this
+    /// runtime keeps its connections pooled between turns, and keeps a turn's network
+    /// reads on the thread that drives it (no cross-thread wake-up per chunk).
+    pub fn runtime(&self) -> Result<&tokio::runtime::Runtime> {
+        let rt = self.inner.runtime.get_or_init(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| AgentRuntime(Some(rt)))
+                .map_err(|e| e.to_string())
+        });
+        match rt {
+            Ok(AgentRuntime(Some(rt))) => Ok(rt),
+            Ok(AgentRuntime(None)) => Err(Error::internal("the agent's runtime is shut down")),
+            Err(e) => Err(Error::internal(format!(
+                "cannot start the agent's runtime: {e}"
+            ))),
+        }
     }
 
     /// Adds a Rust tool. Its name must not clash with another tool or a host tool.
@@ -306,6 +346,7 @@ impl Agent {
                 timeout: Duration::from_millis(config.tool_timeout_ms),
                 host: &control.host,
                 cancel: &control.cancel,
+                runtime: control.tool_runtime.as_ref(),
             };
             let (outputs, failure) = tool::dispatch(dispatch, &calls, emit).await;
             let results = calls

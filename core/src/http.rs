@@ -154,6 +154,13 @@ impl Transport {
         let no_hints = |e: Error| (e, RetryHints::default());
         let started = Instant::now();
         let request_deadline = tokio::time::Instant::from_std(started + config.timeouts.request());
+        // The cancel and deadline futures are created once per attempt and polled by
+        // reference: building them per chunk would register and deregister a timer (and
+        // a cancel waiter) for every chunk of a long stream.
+        let cancelled = cancel.cancelled();
+        tokio::pin!(cancelled);
+        let request_timer = sleep_until(request_deadline);
+        tokio::pin!(request_timer);
         let request = self
             .client
             .post(&self.endpoint)
@@ -162,8 +169,8 @@ impl Transport {
             .send();
         let response = tokio::select! {
             biased;
-            _ = cancel.cancelled() => return Err(no_hints(Error::cancelled())),
-            _ = sleep_until(request_deadline) => return Err(no_hints(timeout_error("request", config.timeouts.request_ms))),
+            _ = &mut cancelled => return Err(no_hints(Error::cancelled())),
+            _ = &mut request_timer => return Err(no_hints(timeout_error("request", config.timeouts.request_ms))),
             r = request => r.map_err(|e| no_hints(transport_error(&e, "sending the request")))?,
         };
         let status = response.status().as_u16();
@@ -195,16 +202,39 @@ impl Transport {
         }
         let mut parser = SseParser::new(config.max_event_bytes);
         let idle = config.timeouts.idle();
-        let mut idle_deadline = tokio::time::Instant::now() + idle;
+        // Progress only records the time; the idle timer is re-armed lazily when it fires,
+        // so a chunk costs a clock read, not a timer update.
+        let mut last_progress = tokio::time::Instant::now();
+        let idle_timer = sleep_until(last_progress + idle);
+        tokio::pin!(idle_timer);
         let mut response = response;
         let mut finished = false;
         while !finished {
+            // The chunk is polled first: while data keeps arriving, the cancel and timer
+            // futures are not polled at all (each poll costs more than a chunk's parsing);
+            // a cancel and the request deadline are then noticed by the cheap checks here.
+            if cancel.is_cancelled() {
+                return Err(no_hints(Error::cancelled()));
+            }
+            if last_progress >= request_deadline {
+                return Err(no_hints(timeout_error(
+                    "request",
+                    config.timeouts.request_ms,
+                )));
+            }
             let chunk = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => return Err(no_hints(Error::cancelled())),
-                _ = sleep_until(request_deadline) => return Err(no_hints(timeout_error("request", config.timeouts.request_ms))),
-                _ = sleep_until(idle_deadline) => return Err(no_hints(timeout_error("idle", config.timeouts.idle_ms))),
                 c = response.chunk() => c,
+                _ = &mut cancelled => return Err(no_hints(Error::cancelled())),
+                _ = &mut request_timer => return Err(no_hints(timeout_error("request", config.timeouts.request_ms))),
+                _ = &mut idle_timer => {
+                    let due = last_progress + idle;
+                    if due <= tokio::time::Instant::now() {
+                        return Err(no_hints(timeout_error("idle", config.timeouts.idle_ms)));
+                    }
+                    idle_timer.as_mut().reset(due);
+                    continue;
+                }
             };
             let chunk = match chunk {
                 Ok(Some(c)) => c,
@@ -229,7 +259,7 @@ impl Transport {
                 })
                 .map_err(no_hints)?;
             if progressed {
-                idle_deadline = tokio::time::Instant::now() + idle;
+                last_progress = tokio::time::Instant::now();
             }
         }
         // Read the rest (normally just the end of the chunked body) so the connection

@@ -178,6 +178,8 @@ pub(crate) struct Dispatch<'a> {
     pub timeout: Duration,
     pub host: &'a HostToolResults,
     pub cancel: &'a CancellationToken,
+    /// Where tool tasks are spawned (the current runtime if `None`).
+    pub runtime: Option<&'a tokio::runtime::Handle>,
 }
 
 /// Runs one message's calls, at most `concurrency` at a time, emitting `tool_call_start`
@@ -218,7 +220,10 @@ pub(crate) async fn dispatch(
                 break;
             }
             let fut = start_call(req, runner, host_rx, d.timeout, batch_cancel.child_token());
-            let handle = tokio::spawn(fut);
+            let handle = match d.runtime {
+                Some(rt) => rt.spawn(fut),
+                None => tokio::spawn(fut),
+            };
             aborts.push(handle.abort_handle());
             let idx = next;
             running.push(async move { (idx, handle.await) });

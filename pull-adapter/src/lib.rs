@@ -10,11 +10,15 @@
 //!  Stream::next() ◄─────────────────┘   enforces the contract (DESIGN.md)
 //! ```
 //!
-//! The loop runs unchanged on a dedicated worker thread (`Handle::block_on`), so a full
-//! queue blocks only that thread: the HTTP read of this stream waits (a slow consumer
-//! slows the network read, memory stays bounded), while tool tasks, timers and
-//! connection tasks live on a small shared multi-thread runtime and keep running, and
-//! connections stay pooled across the streams of one agent.
+//! The loop runs unchanged on a dedicated worker thread, driven by the agent's own
+//! single-threaded runtime (`Agent::runtime`): the HTTP connection and the loop share that
+//! thread, so no chunk crosses threads before it becomes an event, and the connection
+//! stays pooled for the agent's next stream. A full queue blocks only that thread — the
+//! stream's HTTP read waits (a slow consumer slows the network read; memory stays
+//! bounded) — while tool tasks and their timers run on a small shared multi-thread
+//! runtime and keep going, as do other agents' streams. Both ends take a fast path
+//! (`try_send` / `try_recv` with a short spin) before parking, so a consumer that keeps up
+//! costs no context switch per event.
 //!
 //! The contract, enforced here for every binding: `message_complete` once and last;
 //! exhausted (`Ok(None)`) only after it; a worker that ends without it is `incomplete`
@@ -29,8 +33,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{
-    bounded, select, Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx,
+    bounded, select, Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx, TryRecvError,
+    TrySendError,
 };
+use crossbeam_utils::Backoff;
 use panto::{Agent, Error, Event, Flow, Receiver, TurnControl, TurnOptions};
 
 type Item = Result<Event, Error>;
@@ -38,7 +44,7 @@ type Item = Result<Event, Error>;
 static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
 static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);
 
-/// The shared runtime on which tool tasks, timers and connection tasks run.
+/// The shared runtime on which tool tasks (and their timers) run.
 fn runtime() -> Result<tokio::runtime::Handle, Error> {
     let rt = RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -153,6 +159,13 @@ struct Forward {
 
 impl Forward {
     fn send(&self, item: Item) -> bool {
+        // Fast path: room in the queue. `select!` (which also watches for a cancel) costs
+        // more than a plain send, so it is kept for when the queue is full.
+        let item = match self.tx.try_send(item) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(item)) => item,
+        };
         select! {
             send(self.tx, item) -> r => r.is_ok(),
             // Cancelled while the queue is full: give up forwarding at once.
@@ -173,13 +186,18 @@ impl Receiver for Forward {
 
 impl Stream {
     fn start(agent: &Agent, input: &str, options: TurnOptions) -> Result<Stream, Error> {
-        let handle = runtime()?;
+        let tools = runtime()?;
+        // Creates the agent's runtime now, so a failure is reported synchronously.
+        agent.runtime()?;
         // Reserve on the caller's thread so `busy` is reported synchronously.
         let slot = agent.reserve()?;
         let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);
         let (wake_tx, wake_rx) = bounded::<()>(0);
         let control = StreamControl {
-            control: TurnControl::default(),
+            control: TurnControl {
+                tool_runtime: Some(tools),
+                ..TurnControl::default()
+            },
             cancelled: Arc::new(AtomicBool::new(false)),
             wake: Arc::new(Mutex::new(Some(wake_tx))),
         };
@@ -197,7 +215,17 @@ impl Stream {
                     wake_rx: forward_wake,
                 };
                 let run = catch_unwind(AssertUnwindSafe(|| {
-                    handle.block_on(agent.run_reserved(slot, &input, &mut forward, &turn, options))
+                    let rt = agent.runtime()?;
+                    let result =
+                        rt.block_on(agent.run_reserved(slot, &input, &mut forward, &turn, options));
+                    // Let the connection tasks react to what the turn left behind (a
+                    // response dropped mid-body closes its socket now, not at the next turn).
+                    rt.block_on(async {
+                        for _ in 0..8 {
+                            tokio::task::yield_now().await;
+                        }
+                    });
+                    result
                 }));
                 match run {
                     Ok(Ok(_summary)) => {} // message_complete already went through the queue
@@ -287,6 +315,20 @@ impl Stream {
         let Some(events) = &self.events else {
             return Err(self.fail(Error::internal("the stream queue is gone")));
         };
+        // Fast path: an event is waiting, or arrives within a short spin. Parking (the
+        // `select!` below) costs a context switch on each side, which would dominate the
+        // per-event cost of a stream whose consumer keeps up.
+        let backoff = Backoff::new();
+        loop {
+            match events.try_recv() {
+                Ok(item) => return self.deliver(Ok(item)),
+                Err(TryRecvError::Disconnected) => {
+                    return self.deliver(Err(RecvTimeoutError::Disconnected))
+                }
+                Err(TryRecvError::Empty) if !backoff.is_completed() => backoff.snooze(),
+                Err(TryRecvError::Empty) => break,
+            }
+        }
         let received = match deadline {
             None => select! {
                 recv(events) -> r => r.map_err(|_| RecvTimeoutError::Disconnected),
@@ -298,6 +340,10 @@ impl Stream {
                 default(d.saturating_duration_since(Instant::now())) => Err(RecvTimeoutError::Timeout),
             },
         };
+        self.deliver(received)
+    }
+
+    fn deliver(&mut self, received: Result<Item, RecvTimeoutError>) -> Result<Next, Error> {
         // A cancel that raced with an event wins: no event is delivered after cancel().
         if self.control.is_cancelled() {
             return Err(self.fail(Error::cancelled()));

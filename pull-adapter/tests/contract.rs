@@ -293,6 +293,10 @@ fn drop_while_the_worker_is_blocked_on_a_full_queue() {
     // The worker fills the 2-slot queue and blocks; the 500-chunk response cannot finish.
     drop(s);
     assert_eq!(live_workers(), 0, "drop joins the worker");
+    // The half-read response's socket closes with the stream, not with the agent.
+    eventually("the dropped stream's socket to close", || {
+        server.connections_open() == 0
+    });
     panto::message::validate_history(&agent.history()).unwrap();
     drop(agent);
     assert_released(&server, threads);
