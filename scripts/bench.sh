@@ -39,12 +39,12 @@ echo "== panto benchmark summary ($((SECONDS - start)) s; lower is better; ratio
 load="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
 [[ -n "$load" ]] && echo "load average at the end: $load (figures are noisier on a busy machine)"
 echo
-printf '%-52s %s\n' "variant" "figure"
-printf '%-52s %s\n' "-------" "------"
+printf '%-56s %s\n' "variant" "figure"
+printf '%-56s %s\n' "-------" "------"
 grep -a '^\[summary\] ' "$log" | sed 's/^\[summary\] //' | while IFS= read -r line; do
     name="${line%%: *}"
     figure="${line#*: }"
-    printf '%-52s %s\n' "$name" "$figure"
+    printf '%-56s %s\n' "$name" "$figure"
 done
 echo
 grep -a -E '^\[ratio\] ' "$log" | sed 's/^\[ratio\] /ratio  /' || true

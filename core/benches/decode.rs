@@ -18,14 +18,16 @@
 //!   struct shaped like async-openai's).
 //!
 //! All HTTP variants run on one current-thread tokio runtime (the server runs on its own
-//! thread). At the end a `[summary] NAME: X.XX µs/chunk` line per variant (median over the
-//! turns timed here) goes to stderr, with the client's CPU time per chunk (process CPU from
-//! `getrusage` minus the server thread's, from `/proc`), and `[ratio]` lines panto / peer.
-//! `scripts/bench.sh` collects them.
+//! thread). After criterion's groups, an interleaved pass runs every selected variant once
+//! per round, round after round (`PANTO_BENCH_ROUNDS`, default 5), so that load changes on
+//! a shared machine hit every variant alike; from it come one
+//! `[summary] NAME: X.XX µs/chunk (…)` line per variant on stderr (median wall time, with the
+//! client's CPU time per chunk: process CPU from `getrusage` minus the server thread's, read
+//! from `/proc`), `[ratio]` lines panto / peer and a `[target]` line. `scripts/bench.sh`
+//! collects them. Criterion filters (regex, or `--exact`) select variants for both passes.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
@@ -95,13 +97,13 @@ fn process_cpu() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Thread ids of the test servers (threads named `panto-testserver-PORT`, which Linux
-/// truncates to 15 bytes). Empty where `/proc` is not available. A thread names itself
-/// once it runs, so a server that was just started is waited for (up to a second).
-fn server_threads() -> Vec<String> {
+/// Thread ids of the `expected` test servers (threads named `panto-testserver-PORT`,
+/// which Linux truncates to 15 bytes); empty where `/proc` does not show them all. A thread
+/// names itself once it runs, so servers that were just started are waited for (up to 1 s).
+fn server_threads(expected: usize) -> Vec<String> {
     for _ in 0..100 {
         let found = find_server_threads();
-        if !found.is_empty() {
+        if found.len() >= expected {
             return found;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -161,7 +163,7 @@ fn cpu_snap(server: &[String]) -> CpuSnap {
 }
 
 // ---------------------------------------------------------------------------------------
-// Per-turn samples behind the summary lines
+// Variants, samples and the summary
 
 #[derive(Clone, Copy)]
 struct Sample {
@@ -170,46 +172,114 @@ struct Sample {
     client_cpu: Option<Duration>,
 }
 
-static SAMPLES: Mutex<BTreeMap<String, Vec<Sample>>> = Mutex::new(BTreeMap::new());
+/// One way of consuming the 100k-chunk response.
+struct Variant<'a> {
+    /// `decode/<group>/<id>`.
+    name: &'static str,
+    /// Runs before each turn, untimed.
+    prep: Box<dyn FnMut() + 'a>,
+    /// One turn; returns the content chunks it saw.
+    turn: Box<dyn FnMut() -> u64 + 'a>,
+}
 
-/// Times `iters` turns of `turn` (which returns the number of content chunks it saw),
-/// recording each; `prep` runs before each turn, untimed.
-fn time_turns(
-    name: &str,
-    iters: u64,
-    server: &[String],
-    mut prep: impl FnMut(),
-    mut turn: impl FnMut() -> u64,
-) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut samples = Vec::with_capacity(iters as usize);
-    for _ in 0..iters {
-        prep();
+impl Variant<'_> {
+    fn run(&mut self, server: &[String]) -> Sample {
+        (self.prep)();
         let c0 = cpu_snap(server);
         let t0 = Instant::now();
-        let n = turn();
+        let n = (self.turn)();
         let wall = t0.elapsed();
         let c1 = cpu_snap(server);
-        assert_eq!(n, CHUNKS, "{name}: wrong number of content chunks");
-        total += wall;
+        assert_eq!(n, CHUNKS, "{}: wrong number of content chunks", self.name);
         let process_cpu = c1.process.saturating_sub(c0.process);
         let client_cpu = match (c0.server, c1.server) {
             (Some(a), Some(b)) => Some(process_cpu.saturating_sub(b.saturating_sub(a))),
             _ => None,
         };
-        samples.push(Sample {
+        Sample {
             wall,
             process_cpu,
             client_cpu,
-        });
+        }
     }
-    SAMPLES
-        .lock()
-        .unwrap()
-        .entry(name.to_owned())
-        .or_default()
-        .extend(samples);
-    total
+}
+
+/// What the command line selects, as criterion reads it (for the interleaved pass).
+struct Selection {
+    filter: Option<regex::Regex>,
+    exact: Option<String>,
+    /// `--test`, or run without `--bench` (`cargo test --benches`): one round only.
+    test: bool,
+    list: bool,
+}
+
+impl Selection {
+    fn from_args() -> Selection {
+        // Criterion 0.5 flags that take a value.
+        const VALUED: &[&str] = &[
+            "-c",
+            "--color",
+            "-s",
+            "--save-baseline",
+            "-b",
+            "--baseline",
+            "--baseline-lenient",
+            "--load-baseline",
+            "--sample-size",
+            "--warm-up-time",
+            "--measurement-time",
+            "--nresamples",
+            "--noise-threshold",
+            "--confidence-level",
+            "--significance-level",
+            "--profile-time",
+            "--plotting-backend",
+            "--output-format",
+            "--format",
+        ];
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let mut positional = None;
+        let mut i = 0;
+        while i < args.len() {
+            let a = &args[i];
+            if VALUED.contains(&a.as_str()) {
+                i += 1;
+            } else if !a.starts_with('-') && positional.is_none() {
+                positional = Some(a.clone());
+            }
+            i += 1;
+        }
+        let has = |f: &str| args.iter().any(|a| a == f);
+        let exact = has("--exact");
+        Selection {
+            filter: positional
+                .as_deref()
+                .filter(|_| !exact)
+                .map(|f| regex::Regex::new(f).expect("a valid filter regex")),
+            exact: positional.filter(|_| exact),
+            test: has("--test") || !has("--bench"),
+            list: has("--list"),
+        }
+    }
+
+    fn selects(&self, name: &str) -> bool {
+        match (&self.filter, &self.exact) {
+            (Some(re), _) => re.is_match(name),
+            (None, Some(e)) => name == e,
+            (None, None) => true,
+        }
+    }
+
+    fn rounds(&self) -> usize {
+        if self.test {
+            return 1;
+        }
+        std::env::var("PANTO_BENCH_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5)
+            .max(1)
+    }
 }
 
 fn median(mut v: Vec<Duration>) -> Option<Duration> {
@@ -224,10 +294,9 @@ fn per_chunk_us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6 / CHUNKS as f64
 }
 
-fn print_summary() {
-    let samples = SAMPLES.lock().unwrap();
+fn print_summary(samples: &BTreeMap<&'static str, Vec<Sample>>) {
     let mut wall_us = BTreeMap::new();
-    for (name, s) in samples.iter() {
+    for (name, s) in samples {
         let Some(wall) = median(s.iter().map(|x| x.wall).collect()) else {
             continue;
         };
@@ -242,18 +311,18 @@ fn print_summary() {
             _ => format!(", cpu {:.2} µs/chunk", per_chunk_us(proc_cpu)),
         };
         eprintln!(
-            "[summary] {name}: {:.2} µs/chunk (wall, median of {} turns{cpu})",
+            "[summary] {name}: {:.2} µs/chunk (wall, median of {} interleaved turns{cpu})",
             per_chunk_us(wall),
             s.len()
         );
-        wall_us.insert(name.clone(), per_chunk_us(wall));
+        wall_us.insert(*name, per_chunk_us(wall));
     }
     for transport in ["mem", "http"] {
-        let Some(panto) = wall_us.get(&format!("decode/{transport}/panto")) else {
+        let Some(panto) = wall_us.get(format!("decode/{transport}/panto").as_str()) else {
             continue;
         };
         for peer in ["peer-lines", "peer-lines+json", "peer-eventsource+typed"] {
-            if let Some(p) = wall_us.get(&format!("decode/{transport}/{peer}")) {
+            if let Some(p) = wall_us.get(format!("decode/{transport}/{peer}").as_str()) {
                 eprintln!(
                     "[ratio] decode/{transport}: panto / {peer} = {:.2}",
                     panto / p
@@ -340,6 +409,14 @@ impl LineSplit {
         assert!(self.done, "no [DONE]");
         self.data_lines - 2
     }
+}
+
+fn mem_lines(pieces: &[&[u8]], json: bool) -> u64 {
+    let mut split = LineSplit::default();
+    for p in pieces {
+        split.feed(p, json);
+    }
+    split.content_chunks()
 }
 
 /// The typed chunk, shaped like async-openai's `CreateChatCompletionStreamResponse`.
@@ -502,75 +579,20 @@ async fn http_parser_loop(client: &reqwest::Client, url: &str) -> u64 {
 
 // ---------------------------------------------------------------------------------------
 
-fn heavy_group<'a>(
-    c: &'a mut Criterion,
-    name: &str,
-) -> criterion::BenchmarkGroup<'a, criterion::measurement::WallTime> {
-    let mut g = c.benchmark_group(name);
-    g.throughput(Throughput::Elements(CHUNKS));
-    g.sample_size(10);
-    g.sampling_mode(SamplingMode::Flat);
-    g
-}
-
-fn bench_mem(c: &mut Criterion, body: &[u8]) {
+fn main() {
+    let selection = Selection::from_args();
+    let body = body();
     let pieces: Vec<&[u8]> = body.chunks(PIECE).collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
+    eprintln!(
+        "decode bench: {CHUNKS} content chunks of {} bytes on the wire ({} bytes of JSON), body {} bytes",
+        CONTENT_CHUNK.len() + 8,
+        CONTENT_CHUNK.len(),
+        body.len()
+    );
+
+    let mem_rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
-    let mut g = heavy_group(c, "decode/mem");
-    g.bench_function("panto", |b| {
-        b.iter_custom(|iters| {
-            time_turns(
-                "decode/mem/panto",
-                iters,
-                &[],
-                || {},
-                || panto_decode(pieces.iter().copied()),
-            )
-        })
-    });
-    for (id, json) in [("peer-lines", false), ("peer-lines+json", true)] {
-        g.bench_function(id, |b| {
-            b.iter_custom(|iters| {
-                time_turns(
-                    &format!("decode/mem/{id}"),
-                    iters,
-                    &[],
-                    || {},
-                    || {
-                        let mut split = LineSplit::default();
-                        for p in &pieces {
-                            split.feed(p, json);
-                        }
-                        split.content_chunks()
-                    },
-                )
-            })
-        });
-    }
-    g.bench_function("peer-eventsource+typed", |b| {
-        b.iter_custom(|iters| {
-            time_turns(
-                "decode/mem/peer-eventsource+typed",
-                iters,
-                &[],
-                || {},
-                || {
-                    let stream = futures_util::stream::iter(
-                        pieces
-                            .iter()
-                            .map(|p| Ok::<&[u8], std::convert::Infallible>(*p)),
-                    );
-                    rt.block_on(eventsource_typed(stream))
-                },
-            )
-        })
-    });
-    g.finish();
-}
-
-fn bench_http(c: &mut Criterion, body: &[u8]) {
     let server = TestServer::start(scenario()).expect("test server");
     let url = format!("{}/v1/chat/completions", server.url());
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -578,107 +600,134 @@ fn bench_http(c: &mut Criterion, body: &[u8]) {
         .build()
         .expect("runtime");
     let client = reqwest_client();
-
     // The server must play exactly the bytes the in-memory variants decode.
-    let served = rt.block_on(async {
-        let resp = post(&client, &url).await;
-        resp.bytes().await.expect("body")
-    });
+    let served = rt.block_on(async { post(&client, &url).await.bytes().await.expect("body") });
     assert!(
-        served.as_ref() == body,
+        served.as_ref() == body.as_slice(),
         "the server's body differs from the in-memory body ({} vs {} bytes)",
         served.len(),
         body.len()
     );
-    let tids = server_threads();
+    let tids = server_threads(1);
     if tids.is_empty() {
         eprintln!("note: cannot find the server thread in /proc; client CPU is not reported");
     }
-
     let config = Config::new(ProviderKind::OpenAi, "gpt-4o")
         .with_base_url(format!("{}/v1", server.url()))
         .with_api_key("sk-bench");
     let agent = Agent::new(config).expect("agent");
 
-    let mut g = heavy_group(c, "decode/http");
-    g.bench_function("panto", |b| {
-        b.iter_custom(|iters| {
-            time_turns(
-                "decode/http/panto",
-                iters,
-                &tids,
-                || {
-                    agent.clear_history().expect("idle agent");
-                    server.reset();
-                },
-                || {
-                    let mut count = CountDeltas(0);
-                    rt.block_on(agent.run(
-                        "bench",
-                        &mut count,
-                        &TurnControl::default(),
-                        TurnOptions::default(),
-                    ))
-                    .expect("turn");
-                    count.0
-                },
-            )
-        })
-    });
-    g.bench_function("panto-parser-loop", |b| {
-        b.iter_custom(|iters| {
-            time_turns(
-                "decode/http/panto-parser-loop",
-                iters,
-                &tids,
-                || server.reset(),
-                || rt.block_on(http_parser_loop(&client, &url)),
-            )
-        })
-    });
-    for (id, json) in [("peer-lines", false), ("peer-lines+json", true)] {
-        g.bench_function(id, |b| {
-            b.iter_custom(|iters| {
-                time_turns(
-                    &format!("decode/http/{id}"),
-                    iters,
-                    &tids,
-                    || server.reset(),
-                    || rt.block_on(http_lines(&client, &url, json)),
-                )
-            })
-        });
-    }
-    g.bench_function("peer-eventsource+typed", |b| {
-        b.iter_custom(|iters| {
-            time_turns(
-                "decode/http/peer-eventsource+typed",
-                iters,
-                &tids,
-                || server.reset(),
-                || {
-                    rt.block_on(async {
-                        let resp = post(&client, &url).await;
-                        eventsource_typed(resp.bytes_stream()).await
-                    })
-                },
-            )
-        })
-    });
-    g.finish();
-}
+    let (pieces, mem_rt, server, url, rt, client, agent) =
+        (&pieces, &mem_rt, &server, &url, &rt, &client, &agent);
+    let nothing = || Box::new(|| {}) as Box<dyn FnMut()>;
+    let reset = || Box::new(|| server.reset()) as Box<dyn FnMut()>;
+    let mut variants: Vec<Variant<'_>> = vec![
+        Variant {
+            name: "decode/mem/panto",
+            prep: nothing(),
+            turn: Box::new(|| panto_decode(pieces.iter().copied())),
+        },
+        Variant {
+            name: "decode/mem/peer-lines",
+            prep: nothing(),
+            turn: Box::new(|| mem_lines(pieces, false)),
+        },
+        Variant {
+            name: "decode/mem/peer-lines+json",
+            prep: nothing(),
+            turn: Box::new(|| mem_lines(pieces, true)),
+        },
+        Variant {
+            name: "decode/mem/peer-eventsource+typed",
+            prep: nothing(),
+            turn: Box::new(|| {
+                let stream = futures_util::stream::iter(
+                    pieces
+                        .iter()
+                        .map(|p| Ok::<&[u8], std::convert::Infallible>(*p)),
+                );
+                mem_rt.block_on(eventsource_typed(stream))
+            }),
+        },
+        Variant {
+            name: "decode/http/panto",
+            prep: Box::new(|| {
+                agent.clear_history().expect("idle agent");
+                server.reset();
+            }),
+            turn: Box::new(|| {
+                let mut count = CountDeltas(0);
+                rt.block_on(agent.run(
+                    "bench",
+                    &mut count,
+                    &TurnControl::default(),
+                    TurnOptions::default(),
+                ))
+                .expect("turn");
+                count.0
+            }),
+        },
+        Variant {
+            name: "decode/http/panto-parser-loop",
+            prep: reset(),
+            turn: Box::new(|| rt.block_on(http_parser_loop(client, url))),
+        },
+        Variant {
+            name: "decode/http/peer-lines",
+            prep: reset(),
+            turn: Box::new(|| rt.block_on(http_lines(client, url, false))),
+        },
+        Variant {
+            name: "decode/http/peer-lines+json",
+            prep: reset(),
+            turn: Box::new(|| rt.block_on(http_lines(client, url, true))),
+        },
+        Variant {
+            name: "decode/http/peer-eventsource+typed",
+            prep: reset(),
+            turn: Box::new(|| {
+                rt.block_on(async {
+                    let resp = post(client, url).await;
+                    eventsource_typed(resp.bytes_stream()).await
+                })
+            }),
+        },
+    ];
 
-fn main() {
-    let body = body();
-    eprintln!(
-        "decode bench: {CHUNKS} content chunks of {} bytes on the wire ({} bytes of JSON), body {} bytes",
-        CONTENT_CHUNK.len() + 8,
-        CONTENT_CHUNK.len(),
-        body.len()
-    );
     let mut c = Criterion::default().configure_from_args();
-    bench_mem(&mut c, &body);
-    bench_http(&mut c, &body);
+    for group in ["decode/mem", "decode/http"] {
+        let mut g = c.benchmark_group(group);
+        g.throughput(Throughput::Elements(CHUNKS));
+        g.sample_size(10);
+        g.sampling_mode(SamplingMode::Flat);
+        for v in variants.iter_mut().filter(|v| v.name.starts_with(group)) {
+            let id = &v.name[group.len() + 1..];
+            g.bench_function(id, |b| {
+                b.iter_custom(|iters| (0..iters).map(|_| v.run(&[]).wall).sum())
+            });
+        }
+        g.finish();
+    }
     c.final_summary();
-    print_summary();
+
+    if selection.list {
+        return;
+    }
+    let mut selected: Vec<&mut Variant<'_>> = variants
+        .iter_mut()
+        .filter(|v| selection.selects(v.name))
+        .collect();
+    let rounds = selection.rounds();
+    eprintln!(
+        "interleaved pass: {rounds} round(s) of {} variant(s)",
+        selected.len()
+    );
+    let mut samples: BTreeMap<&'static str, Vec<Sample>> = BTreeMap::new();
+    for _ in 0..rounds {
+        for v in selected.iter_mut() {
+            let s = v.run(&tids);
+            samples.entry(v.name).or_default().push(s);
+        }
+    }
+    print_summary(&samples);
 }

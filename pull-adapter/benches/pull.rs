@@ -1,11 +1,12 @@
 //! The cost of the pull adapter against the push loop it wraps.
 //!
 //! - `pull/per-event`: one turn = one 100,000-chunk OpenAI text response from an in-process
-//!   `panto-testserver`, consumed three ways:
+//!   `panto-testserver`, consumed four ways:
 //!   - `push-current-thread`: `agent.run(..)` with a counting `Receiver` on a current-thread
 //!     tokio runtime (the cheapest push setup);
 //!   - `push-multi-thread`: the same on a 2-worker multi-thread runtime (the shape the pull
-//!     adapter itself uses: the turn future on one thread, connection tasks on the workers);
+//!     adapter itself uses: the turn future on the `block_on` thread, connection tasks on
+//!     the workers);
 //!   - `pull`: `agent.stream(..)` + `Stream::next` until exhausted;
 //!   - `probe-ct-worker+queue` (a design probe, not panto-pull): a thread per turn running
 //!     the turn on a current-thread runtime that also owns the agent's connections, events
@@ -13,19 +14,21 @@
 //!     when only the event queue crosses threads.
 //!
 //!   Wall time per chunk, plus CPU time per chunk: the process's (`getrusage(RUSAGE_SELF)`)
-//!   and the client's (the process's minus the in-process server thread's, read from
-//!   `/proc`), since pull spends CPU on two threads.
+//!   and the client's (the process's minus the in-process server threads', read from
+//!   `/proc`), since pull spends CPU on several threads.
 //! - `pull/ttfe`: time to first event on a small response: `warm` (one agent whose pool was
 //!   warmed by a completed stream; `agent.stream(..)` + first `next()`), `cold` (a new agent
-//!   each time, created untimed), and `push-warm` (push `run` until its first event, for
-//!   contrast).
+//!   each time, created untimed), and `push-warm` (push `run` on a current-thread runtime
+//!   until its first event, for contrast).
 //!
-//! At the end, `[summary]`, `[ratio]` and `[target]` lines go to stderr for
-//! `scripts/bench.sh`.
+//! After criterion's groups, an interleaved pass runs the selected variants round-robin
+//! (`PANTO_BENCH_ROUNDS` rounds, default 5; TTFE variants 60 samples per round) so load
+//! changes on a shared machine hit every variant alike; from it come the `[summary]`,
+//! `[ratio]` and `[target]` lines on stderr that `scripts/bench.sh` collects. Criterion
+//! filters (regex, or `--exact`) select variants for both passes.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
@@ -73,24 +76,28 @@ fn agent_for(server: &TestServer) -> Agent {
 // ---------------------------------------------------------------------------------------
 // CPU accounting: process CPU minus the in-process server thread(s)
 
-fn process_cpu() -> Duration {
+/// CPU time of the whole process and its context switches (all threads).
+fn process_usage() -> (Duration, u64) {
     // SAFETY: getrusage only writes the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     if rc != 0 {
-        return Duration::ZERO;
+        return (Duration::ZERO, 0);
     }
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    (
+        tv(ru.ru_utime) + tv(ru.ru_stime),
+        (ru.ru_nvcsw + ru.ru_nivcsw) as u64,
+    )
 }
 
-/// Thread ids of the test servers (threads named `panto-testserver-PORT`, which Linux
-/// truncates to 15 bytes). Empty where `/proc` is not available. A thread names itself
-/// once it runs, so a server that was just started is waited for (up to a second).
-fn server_threads() -> Vec<String> {
+/// Thread ids of the `expected` test servers (threads named `panto-testserver-PORT`,
+/// which Linux truncates to 15 bytes); empty where `/proc` does not show them all. A thread
+/// names itself once it runs, so servers that were just started are waited for (up to 1 s).
+fn server_threads(expected: usize) -> Vec<String> {
     for _ in 0..100 {
         let found = find_server_threads();
-        if !found.is_empty() {
+        if found.len() >= expected {
             return found;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -131,6 +138,7 @@ fn thread_cpu(tid: &str) -> Option<Duration> {
 #[derive(Clone, Copy)]
 struct CpuSnap {
     process: Duration,
+    switches: u64,
     server: Option<Duration>,
 }
 
@@ -143,90 +151,165 @@ fn cpu_snap(server: &[String]) -> CpuSnap {
             .map(|t| thread_cpu(t))
             .sum::<Option<Duration>>()
     };
+    let (process, switches) = process_usage();
     CpuSnap {
-        process: process_cpu(),
+        process,
+        switches,
         server: server_cpu,
     }
 }
 
 // ---------------------------------------------------------------------------------------
-// Samples behind the summary lines
+// Variants, samples and the summary
 
 #[derive(Clone, Copy)]
 struct Sample {
     wall: Duration,
     process_cpu: Duration,
     client_cpu: Option<Duration>,
+    /// Voluntary + involuntary context switches of the process (server included).
+    switches: u64,
 }
 
-static TURNS: Mutex<BTreeMap<String, Vec<Sample>>> = Mutex::new(BTreeMap::new());
-static TTFE: Mutex<BTreeMap<String, Vec<Duration>>> = Mutex::new(BTreeMap::new());
+/// One way of consuming the 100k-chunk response.
+struct TurnVariant<'a> {
+    /// `pull/per-event/<id>`.
+    name: &'static str,
+    /// Runs before each turn, untimed.
+    prep: Box<dyn FnMut() + 'a>,
+    /// One turn; returns the content deltas it saw.
+    turn: Box<dyn FnMut() -> u64 + 'a>,
+}
 
-/// Times `iters` turns (each returning the content deltas it saw), recording each; `prep`
-/// runs before each turn, untimed.
-fn time_turns(
-    name: &str,
-    iters: u64,
-    server: &[String],
-    mut prep: impl FnMut(),
-    mut turn: impl FnMut() -> u64,
-) -> Duration {
-    let mut total = Duration::ZERO;
-    let mut samples = Vec::with_capacity(iters as usize);
-    for _ in 0..iters {
-        prep();
+impl TurnVariant<'_> {
+    fn run(&mut self, server: &[String]) -> Sample {
+        (self.prep)();
         let c0 = cpu_snap(server);
         let t0 = Instant::now();
-        let n = turn();
+        let n = (self.turn)();
         let wall = t0.elapsed();
         let c1 = cpu_snap(server);
-        assert_eq!(n, CHUNKS, "{name}: wrong number of content deltas");
-        total += wall;
+        assert_eq!(n, CHUNKS, "{}: wrong number of content deltas", self.name);
         let process_cpu = c1.process.saturating_sub(c0.process);
         let client_cpu = match (c0.server, c1.server) {
             (Some(a), Some(b)) => Some(process_cpu.saturating_sub(b.saturating_sub(a))),
             _ => None,
         };
-        samples.push(Sample {
+        Sample {
             wall,
             process_cpu,
             client_cpu,
-        });
+            switches: c1.switches.saturating_sub(c0.switches),
+        }
     }
-    TURNS
-        .lock()
-        .unwrap()
-        .entry(name.to_owned())
-        .or_default()
-        .extend(samples);
-    total
 }
 
-fn record_ttfe(name: &str, d: Duration) {
-    TTFE.lock()
-        .unwrap()
-        .entry(name.to_owned())
-        .or_default()
-        .push(d);
+/// One time-to-first-event measurement (untimed preparation and draining inside).
+struct TtfeVariant<'a> {
+    /// `pull/ttfe/<id>`.
+    name: &'static str,
+    sample: Box<dyn FnMut() -> Duration + 'a>,
 }
 
-fn median(mut v: Vec<Duration>) -> Option<Duration> {
-    if v.is_empty() {
-        return None;
+/// What the command line selects, as criterion reads it (for the interleaved pass).
+struct Selection {
+    filter: Option<regex::Regex>,
+    exact: Option<String>,
+    /// `--test`, or run without `--bench` (`cargo test --benches`): one short round only.
+    test: bool,
+    list: bool,
+}
+
+impl Selection {
+    fn from_args() -> Selection {
+        // Criterion 0.5 flags that take a value.
+        const VALUED: &[&str] = &[
+            "-c",
+            "--color",
+            "-s",
+            "--save-baseline",
+            "-b",
+            "--baseline",
+            "--baseline-lenient",
+            "--load-baseline",
+            "--sample-size",
+            "--warm-up-time",
+            "--measurement-time",
+            "--nresamples",
+            "--noise-threshold",
+            "--confidence-level",
+            "--significance-level",
+            "--profile-time",
+            "--plotting-backend",
+            "--output-format",
+            "--format",
+        ];
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let mut positional = None;
+        let mut i = 0;
+        while i < args.len() {
+            let a = &args[i];
+            if VALUED.contains(&a.as_str()) {
+                i += 1;
+            } else if !a.starts_with('-') && positional.is_none() {
+                positional = Some(a.clone());
+            }
+            i += 1;
+        }
+        let has = |f: &str| args.iter().any(|a| a == f);
+        let exact = has("--exact");
+        Selection {
+            filter: positional
+                .as_deref()
+                .filter(|_| !exact)
+                .map(|f| regex::Regex::new(f).expect("a valid filter regex")),
+            exact: positional.filter(|_| exact),
+            test: has("--test") || !has("--bench"),
+            list: has("--list"),
+        }
     }
+
+    fn selects(&self, name: &str) -> bool {
+        match (&self.filter, &self.exact) {
+            (Some(re), _) => re.is_match(name),
+            (None, Some(e)) => name == e,
+            (None, None) => true,
+        }
+    }
+
+    fn rounds(&self) -> usize {
+        if self.test {
+            return 1;
+        }
+        std::env::var("PANTO_BENCH_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(5)
+            .max(1)
+    }
+}
+
+fn sorted(mut v: Vec<Duration>) -> Vec<Duration> {
     v.sort();
-    Some(v[v.len() / 2])
+    v
+}
+
+fn median(v: Vec<Duration>) -> Option<Duration> {
+    let v = sorted(v);
+    v.get(v.len() / 2).copied()
 }
 
 fn per_chunk_us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6 / CHUNKS as f64
 }
 
-fn print_summary() {
-    let turns = TURNS.lock().unwrap();
+fn print_summary(
+    turns: &BTreeMap<&'static str, Vec<Sample>>,
+    ttfe: &BTreeMap<&'static str, Vec<Duration>>,
+) {
     // name -> (wall, process cpu, client cpu) in µs/chunk
     let mut figures: BTreeMap<&str, (f64, f64, Option<f64>)> = BTreeMap::new();
-    for (name, s) in turns.iter() {
+    for (name, s) in turns {
         let Some(wall) = median(s.iter().map(|x| x.wall).collect()) else {
             continue;
         };
@@ -238,14 +321,20 @@ fn print_summary() {
             client.map(per_chunk_us),
         );
         eprintln!(
-            "[summary] {name}: {w:.2} µs/chunk (wall, median of {} turns)",
+            "[summary] {name}: {w:.2} µs/chunk (wall, median of {} interleaved turns)",
             s.len()
         );
         eprintln!("[summary] {name} [process cpu]: {p:.2} µs/chunk");
         if let Some(cl) = cl {
             eprintln!("[summary] {name} [client cpu]: {cl:.2} µs/chunk");
         }
-        figures.insert(name.as_str(), (w, p, cl));
+        let mut switches: Vec<u64> = s.iter().map(|x| x.switches).collect();
+        switches.sort_unstable();
+        eprintln!(
+            "[summary] {name} [context switches]: {:.2} per chunk",
+            switches[switches.len() / 2] as f64 / CHUNKS as f64
+        );
+        figures.insert(name, (w, p, cl));
     }
     for subject in ["pull", "probe-ct-worker+queue"] {
         let Some(&(sw, sp, sc)) = figures.get(format!("pull/per-event/{subject}").as_str()) else {
@@ -269,18 +358,20 @@ fn print_summary() {
             }
         }
     }
-    for (name, v) in TTFE.lock().unwrap().iter() {
-        let n = v.len();
-        let Some(med) = median(v.clone()) else {
+    for (name, v) in ttfe {
+        let v = sorted(v.clone());
+        if v.is_empty() {
             continue;
-        };
-        let min = v.iter().min().copied().unwrap_or_default();
-        let ms = med.as_secs_f64() * 1e3;
+        }
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3;
+        let ms = at(0.5);
         eprintln!(
-            "[summary] {name}: {ms:.3} ms (median of {n}, min {:.3} ms)",
-            min.as_secs_f64() * 1e3
+            "[summary] {name}: {ms:.3} ms (median of {} interleaved; p10 {:.3} ms, p90 {:.3} ms)",
+            v.len(),
+            at(0.1),
+            at(0.9)
         );
-        if name == "pull/ttfe/warm" {
+        if *name == "pull/ttfe/warm" {
             let verdict = if ms <= 0.3 { "met" } else { "NOT met" };
             eprintln!("[target] pull warm time-to-first-event <= 0.3 ms: {ms:.3} ms ({verdict})");
         }
@@ -288,6 +379,7 @@ fn print_summary() {
 }
 
 // ---------------------------------------------------------------------------------------
+// The consumers under test
 
 /// Counts content deltas; optionally notes when the first event arrived.
 struct Count {
@@ -382,85 +474,6 @@ fn probe_turn(rt: &tokio::runtime::Runtime, agent: &Agent, capacity: usize) -> u
     })
 }
 
-fn bench_per_event(c: &mut Criterion) {
-    let server = TestServer::start(big_scenario()).expect("test server");
-    let tids = server_threads();
-    if tids.is_empty() {
-        eprintln!("note: cannot find the server thread in /proc; client CPU is not reported");
-    }
-    let rt_ct = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let rt_mt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    // One agent per runtime: pooled connections belong to the runtime that opened them.
-    let agent_ct = agent_for(&server);
-    let agent_mt = agent_for(&server);
-    let agent_pull = agent_for(&server);
-    let rt_probe = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let agent_probe = agent_for(&server);
-
-    let mut g = c.benchmark_group("pull/per-event");
-    g.throughput(Throughput::Elements(CHUNKS));
-    g.sample_size(10);
-    g.sampling_mode(SamplingMode::Flat);
-    for (id, rt, agent) in [
-        ("push-current-thread", &rt_ct, &agent_ct),
-        ("push-multi-thread", &rt_mt, &agent_mt),
-    ] {
-        g.bench_function(id, |b| {
-            b.iter_custom(|iters| {
-                time_turns(
-                    &format!("pull/per-event/{id}"),
-                    iters,
-                    &tids,
-                    || {
-                        agent.clear_history().expect("idle agent");
-                        server.reset();
-                    },
-                    || push_turn(rt, agent).deltas,
-                )
-            })
-        });
-    }
-    g.bench_function("pull", |b| {
-        b.iter_custom(|iters| {
-            time_turns(
-                "pull/per-event/pull",
-                iters,
-                &tids,
-                || {
-                    agent_pull.clear_history().expect("idle agent");
-                    server.reset();
-                },
-                || pull_turn(&agent_pull),
-            )
-        })
-    });
-    g.bench_function("probe-ct-worker+queue", |b| {
-        b.iter_custom(|iters| {
-            time_turns(
-                "pull/per-event/probe-ct-worker+queue",
-                iters,
-                &tids,
-                || {
-                    agent_probe.clear_history().expect("idle agent");
-                    server.reset();
-                },
-                || probe_turn(&rt_probe, &agent_probe, agent_probe.config().queue_capacity),
-            )
-        })
-    });
-    g.finish();
-}
-
 /// `stream(..)` + first `next()`, timed; the rest of the stream is drained untimed.
 fn pull_ttfe(agent: &Agent) -> Duration {
     let t0 = Instant::now();
@@ -472,72 +485,167 @@ fn pull_ttfe(agent: &Agent) -> Duration {
     ttfe
 }
 
-fn bench_ttfe(c: &mut Criterion) {
-    let server = TestServer::start(small_scenario()).expect("test server");
-    let warm = agent_for(&server);
-    // Warm the pool (and the adapter's shared runtime) with one complete stream.
-    pull_ttfe(&warm);
+fn main() {
+    let selection = Selection::from_args();
+    let big = TestServer::start(big_scenario()).expect("test server");
+    let small = TestServer::start(small_scenario()).expect("test server");
+    let tids = server_threads(2);
+    if tids.is_empty() {
+        eprintln!("note: cannot find the server threads in /proc; client CPU is not reported");
+    }
     let rt_ct = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let push_agent = agent_for(&server);
-    push_turn(&rt_ct, &push_agent);
+    let rt_mt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let rt_probe = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // One agent per runtime: pooled connections belong to the runtime that opened them.
+    let agent_ct = agent_for(&big);
+    let agent_mt = agent_for(&big);
+    let agent_pull = agent_for(&big);
+    let agent_probe = agent_for(&big);
+    // Time to first event: warm agents completed one turn first (pool and runtimes warm).
+    let warm = agent_for(&small);
+    pull_ttfe(&warm);
+    let push_warm = agent_for(&small);
+    push_turn(&rt_ct, &push_warm);
 
-    let mut g = c.benchmark_group("pull/ttfe");
-    // Each iteration also drains and resets untimed, several times what is timed: keep
-    // criterion's time budget for these small.
-    g.warm_up_time(Duration::from_millis(300));
-    g.measurement_time(Duration::from_secs(1));
-    g.sample_size(20);
-    g.bench_function("warm", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
+    let (big, small) = (&big, &small);
+    let (rt_ct, rt_mt, rt_probe) = (&rt_ct, &rt_mt, &rt_probe);
+    let prep = |agent: &'static str| -> Box<dyn FnMut() + '_> {
+        let agent = match agent {
+            "ct" => &agent_ct,
+            "mt" => &agent_mt,
+            "pull" => &agent_pull,
+            _ => &agent_probe,
+        };
+        Box::new(move || {
+            agent.clear_history().expect("idle agent");
+            big.reset();
+        })
+    };
+    let mut turns: Vec<TurnVariant<'_>> = vec![
+        TurnVariant {
+            name: "pull/per-event/push-current-thread",
+            prep: prep("ct"),
+            turn: Box::new(|| push_turn(rt_ct, &agent_ct).deltas),
+        },
+        TurnVariant {
+            name: "pull/per-event/push-multi-thread",
+            prep: prep("mt"),
+            turn: Box::new(|| push_turn(rt_mt, &agent_mt).deltas),
+        },
+        TurnVariant {
+            name: "pull/per-event/pull",
+            prep: prep("pull"),
+            turn: Box::new(|| pull_turn(&agent_pull)),
+        },
+        TurnVariant {
+            name: "pull/per-event/probe-ct-worker+queue",
+            prep: prep("probe"),
+            turn: Box::new(|| {
+                probe_turn(rt_probe, &agent_probe, agent_probe.config().queue_capacity)
+            }),
+        },
+    ];
+    let mut ttfes: Vec<TtfeVariant<'_>> = vec![
+        TtfeVariant {
+            name: "pull/ttfe/warm",
+            sample: Box::new(|| {
                 warm.clear_history().expect("idle agent");
-                server.reset();
-                let d = pull_ttfe(&warm);
-                record_ttfe("pull/ttfe/warm", d);
-                total += d;
-            }
-            total
-        })
-    });
-    g.bench_function("cold", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                server.reset();
-                let agent = agent_for(&server);
-                let d = pull_ttfe(&agent);
-                record_ttfe("pull/ttfe/cold", d);
-                total += d;
-            }
-            total
-        })
-    });
-    g.bench_function("push-warm", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                push_agent.clear_history().expect("idle agent");
-                server.reset();
+                small.reset();
+                pull_ttfe(&warm)
+            }),
+        },
+        TtfeVariant {
+            name: "pull/ttfe/cold",
+            sample: Box::new(|| {
+                small.reset();
+                let agent = agent_for(small);
+                pull_ttfe(&agent)
+            }),
+        },
+        TtfeVariant {
+            name: "pull/ttfe/push-warm",
+            sample: Box::new(|| {
+                push_warm.clear_history().expect("idle agent");
+                small.reset();
                 let t0 = Instant::now();
-                let count = push_turn(&rt_ct, &push_agent);
-                let d = count.first.expect("an event") - t0;
-                record_ttfe("pull/ttfe/push-warm", d);
-                total += d;
-            }
-            total
-        })
-    });
-    g.finish();
-}
+                let count = push_turn(rt_ct, &push_warm);
+                count.first.expect("an event") - t0
+            }),
+        },
+    ];
 
-fn main() {
     let mut c = Criterion::default().configure_from_args();
-    bench_per_event(&mut c);
-    bench_ttfe(&mut c);
+    {
+        let mut g = c.benchmark_group("pull/per-event");
+        g.throughput(Throughput::Elements(CHUNKS));
+        g.sample_size(10);
+        g.sampling_mode(SamplingMode::Flat);
+        for v in turns.iter_mut() {
+            let id = &v.name["pull/per-event/".len()..];
+            g.bench_function(id, |b| {
+                b.iter_custom(|iters| (0..iters).map(|_| v.run(&[]).wall).sum())
+            });
+        }
+        g.finish();
+    }
+    {
+        let mut g = c.benchmark_group("pull/ttfe");
+        // Each iteration also drains and resets untimed, several times what is timed: keep
+        // criterion's time budget for these small.
+        g.warm_up_time(Duration::from_millis(300));
+        g.measurement_time(Duration::from_secs(1));
+        g.sample_size(20);
+        for v in ttfes.iter_mut() {
+            let id = &v.name["pull/ttfe/".len()..];
+            g.bench_function(id, |b| {
+                b.iter_custom(|iters| (0..iters).map(|_| (v.sample)()).sum())
+            });
+        }
+        g.finish();
+    }
     c.final_summary();
-    print_summary();
+
+    if selection.list {
+        return;
+    }
+    let rounds = selection.rounds();
+    let per_round = if selection.test { 3 } else { 60 };
+    let mut turns: Vec<&mut TurnVariant<'_>> = turns
+        .iter_mut()
+        .filter(|v| selection.selects(v.name))
+        .collect();
+    let mut ttfes: Vec<&mut TtfeVariant<'_>> = ttfes
+        .iter_mut()
+        .filter(|v| selection.selects(v.name))
+        .collect();
+    eprintln!(
+        "interleaved pass: {rounds} round(s) of {} turn variant(s) and {} time-to-first-event variant(s) x {per_round}",
+        turns.len(),
+        ttfes.len()
+    );
+    let mut turn_samples: BTreeMap<&'static str, Vec<Sample>> = BTreeMap::new();
+    let mut ttfe_samples: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
+    for _ in 0..rounds {
+        for v in turns.iter_mut() {
+            let s = v.run(&tids);
+            turn_samples.entry(v.name).or_default().push(s);
+        }
+        for v in ttfes.iter_mut() {
+            for _ in 0..per_round {
+                let d = (v.sample)();
+                ttfe_samples.entry(v.name).or_default().push(d);
+            }
+        }
+    }
+    print_summary(&turn_samples, &ttfe_samples);
 }
