@@ -37,11 +37,13 @@ run_bench -p panto-pull --bench pull -- ${quick[@]+"${quick[@]}"} ${extra[@]+"${
 echo
 echo "== panto benchmark summary ($((SECONDS - start)) s; lower is better; ratios < 1 favour panto) =="
 load="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
-[[ -n "$load" ]] && echo "load average at the end: $load (figures are noisier on a busy machine)"
+if [[ -n "$load" ]]; then
+    echo "load average at the end: $load (figures are noisier on a busy machine)"
+fi
 echo
 printf '%-56s %s\n' "variant" "figure"
 printf '%-56s %s\n' "-------" "------"
-grep -a '^\[summary\] ' "$log" | sed 's/^\[summary\] //' | while IFS= read -r line; do
+{ grep -a '^\[summary\] ' "$log" || true; } | sed 's/^\[summary\] //' | while IFS= read -r line; do
     name="${line%%: *}"
     figure="${line#*: }"
     printf '%-56s %s\n' "$name" "$figure"

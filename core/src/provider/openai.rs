@@ -28,11 +28,40 @@ struct Chunk<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    choices: Option<Vec<Choice<'a>>>,
+    choices: Option<FirstChoice<'a>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
+}
+
+/// The choice with index 0 of a chunk's `choices` (panto asks for one; extra choices of
+/// `n > 1` are skipped). Read without collecting a `Vec`: this runs once per chunk.
+struct FirstChoice<'a>(Option<Choice<'a>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for FirstChoice<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = FirstChoice<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut first = None;
+                while let Some(choice) = seq.next_element::<Choice<'de>>()? {
+                    if choice.index == 0 && first.is_none() {
+                        first = Some(choice);
+                    }
+                }
+                Ok(FirstChoice(first))
+            }
+        }
+        d.deserialize_seq(Visit(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -186,12 +215,9 @@ impl Decoder {
         if let Some(u) = &chunk.usage {
             self.set_usage(u);
         }
-        for choice in chunk.choices.into_iter().flatten() {
-            if choice.index != 0 {
-                continue; // panto asks for one choice; extra ones (n > 1) are ignored
-            }
+        if let Some(choice) = chunk.choices.and_then(|c| c.0) {
             if self.finish.is_some() {
-                continue;
+                return Ok(Progress::Continue);
             }
             if let Some(delta) = choice.delta {
                 self.on_delta(delta, emit)?;
