@@ -49,6 +49,25 @@ pub struct TurnControl {
     pub tool_runtime: Option<tokio::runtime::Handle>,
 }
 
+thread_local! {
+    static PARK_HOOK: std::cell::Cell<Option<fn()>> = const { std::cell::Cell::new(None) };
+}
+
+/// Registers `hook` to run on the calling thread each time an agent's runtime
+/// ([`Agent::runtime`]) driven by this thread is about to block it (nothing left to do
+/// until the network, a timer or a tool wakes it). A receiver that buffers events flushes
+/// them there: batches then follow the network's own pace without delaying any event
+/// past the moment the loop would wait. `None` removes it.
+pub fn set_park_hook(hook: Option<fn()>) {
+    PARK_HOOK.with(|h| h.set(hook));
+}
+
+fn run_park_hook() {
+    if let Some(hook) = PARK_HOOK.with(|h| h.get()) {
+        hook();
+    }
+}
+
 /// An agent's own single-threaded runtime, shut down without blocking when the agent
 /// goes (an agent may be dropped inside async code, where a blocking shutdown panics).
 struct AgentRuntime(Option<tokio::runtime::Runtime>);
@@ -131,6 +150,7 @@ impl Agent {
         let rt = self.inner.runtime.get_or_init(|| {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
+                .on_thread_park(run_park_hook)
                 .build()
                 .map(|rt| AgentRuntime(Some(rt)))
                 .map_err(|e| e.to_string())

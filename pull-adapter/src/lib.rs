@@ -36,7 +36,6 @@ use crossbeam_channel::{
     bounded, select, Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx, TryRecvError,
     TrySendError,
 };
-use crossbeam_utils::Backoff;
 use panto::{Agent, Error, Event, Flow, Receiver, TurnControl, TurnOptions};
 
 type Item = Result<Event, Error>;
@@ -150,14 +149,54 @@ impl AgentStreamExt for Agent {
     }
 }
 
-/// The push receiver of the worker: forwards each event into the queue, blocking while
-/// it is full, and stops the loop when the consumer is gone or cancelled.
-struct Forward {
+/// How long `next` spins for an event before parking: 2^0 + … + 2^(n-1) spin hints.
+const SPIN_STEPS: u32 = 7;
+
+/// Most events handed to the queue at once; a bound on what waits in the outbox.
+const MAX_BATCH: usize = 64;
+
+/// The worker's side of the queue. Events wait here until the worker thread is about to
+/// block (the agent runtime's park hook), a batch is full, or the event is terminal —
+/// then go into the queue together, so a consumer that keeps up is woken once per burst
+/// rather than once per event, and no event waits while the loop itself waits.
+struct Outbox {
     tx: QueueTx<Item>,
     wake_rx: QueueRx<()>,
+    buffer: Vec<Item>,
+    closed: bool,
 }
 
-impl Forward {
+thread_local! {
+    static OUTBOX: std::cell::RefCell<Option<Outbox>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Outbox {
+    /// Queues `item`; false once the consumer is gone or the stream was cancelled.
+    fn push(&mut self, item: Item) -> bool {
+        if self.closed {
+            return false;
+        }
+        let urgent = match &item {
+            Ok(ev) => ev.is_terminal(),
+            Err(_) => true,
+        };
+        self.buffer.push(item);
+        if urgent || self.buffer.len() >= MAX_BATCH {
+            self.flush()
+        } else {
+            true
+        }
+    }
+
+    fn flush(&mut self) -> bool {
+        for item in std::mem::take(&mut self.buffer) {
+            if self.closed || !self.send(item) {
+                self.closed = true;
+            }
+        }
+        !self.closed
+    }
+
     fn send(&self, item: Item) -> bool {
         // Fast path: room in the queue. `select!` (which also watches for a cancel) costs
         // more than a plain send, so it is kept for when the queue is full.
@@ -174,9 +213,33 @@ impl Forward {
     }
 }
 
+/// Runs on the worker thread when the agent runtime is about to block it.
+fn flush_outbox() {
+    OUTBOX.with(|o| {
+        // The hook never runs inside `push` (same thread, not re-entrant); `try_` keeps
+        // even that impossible case from panicking.
+        if let Ok(mut o) = o.try_borrow_mut() {
+            if let Some(o) = o.as_mut() {
+                o.flush();
+            }
+        }
+    });
+}
+
+fn outbox_push(item: Item) -> bool {
+    OUTBOX.with(|o| match o.try_borrow_mut() {
+        Ok(mut o) => o.as_mut().is_some_and(|o| o.push(item)),
+        Err(_) => false,
+    })
+}
+
+/// The push receiver of the worker: hands each event to the outbox, and stops the loop
+/// when the consumer is gone or the stream was cancelled.
+struct Forward;
+
 impl Receiver for Forward {
     fn on_event(&mut self, event: Event) -> Flow {
-        if self.send(Ok(event)) {
+        if outbox_push(Ok(event)) {
             Flow::Continue
         } else {
             Flow::Stop
@@ -210,10 +273,16 @@ impl Stream {
             .name("panto-stream".into())
             .spawn(move || {
                 let _live = LiveWorker;
-                let mut forward = Forward {
-                    tx,
-                    wake_rx: forward_wake,
-                };
+                OUTBOX.with(|o| {
+                    *o.borrow_mut() = Some(Outbox {
+                        tx,
+                        wake_rx: forward_wake,
+                        buffer: Vec::with_capacity(MAX_BATCH),
+                        closed: false,
+                    })
+                });
+                panto::agent::set_park_hook(Some(flush_outbox));
+                let mut forward = Forward;
                 let run = catch_unwind(AssertUnwindSafe(|| {
                     let rt = agent.runtime()?;
                     let result =
@@ -230,7 +299,7 @@ impl Stream {
                 match run {
                     Ok(Ok(_summary)) => {} // message_complete already went through the queue
                     Ok(Err(e)) => {
-                        forward.send(Err(e));
+                        outbox_push(Err(e));
                     }
                     Err(panic) => {
                         turn.cancel.cancel();
@@ -239,11 +308,15 @@ impl Stream {
                             .map(|s| s.to_string())
                             .or_else(|| panic.downcast_ref::<String>().cloned())
                             .unwrap_or_else(|| "a non-string panic payload".into());
-                        forward.send(Err(Error::internal(format!(
+                        outbox_push(Err(Error::internal(format!(
                             "the stream worker panicked: {what}"
                         ))));
                     }
                 }
+                flush_outbox();
+                panto::agent::set_park_hook(None);
+                // Dropping the outbox drops the sender: the consumer sees the end.
+                OUTBOX.with(|o| o.borrow_mut().take());
             });
         let worker = match spawned {
             Ok(w) => w,
@@ -315,18 +388,20 @@ impl Stream {
         let Some(events) = &self.events else {
             return Err(self.fail(Error::internal("the stream queue is gone")));
         };
-        // Fast path: an event is waiting, or arrives within a short spin. Parking (the
-        // `select!` below) costs a context switch on each side, which would dominate the
-        // per-event cost of a stream whose consumer keeps up.
-        let backoff = Backoff::new();
-        loop {
+        // Fast path: an event is waiting (the worker hands them over in bursts), or
+        // arrives within a very short spin. Only then park in `select!`, which costs a
+        // context switch on each side.
+        for step in 0..SPIN_STEPS {
             match events.try_recv() {
                 Ok(item) => return self.deliver(Ok(item)),
                 Err(TryRecvError::Disconnected) => {
                     return self.deliver(Err(RecvTimeoutError::Disconnected))
                 }
-                Err(TryRecvError::Empty) if !backoff.is_completed() => backoff.snooze(),
-                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Empty) => {
+                    for _ in 0..(1u32 << step) {
+                        std::hint::spin_loop();
+                    }
+                }
             }
         }
         let received = match deadline {
