@@ -16,9 +16,10 @@
 //! stays pooled for the agent's next stream. A full queue blocks only that thread — the
 //! stream's HTTP read waits (a slow consumer slows the network read; memory stays
 //! bounded) — while tool tasks and their timers run on a small shared multi-thread
-//! runtime and keep going, as do other agents' streams. Both ends take a fast path
-//! (`try_send` / `try_recv` with a short spin) before parking, so a consumer that keeps up
-//! costs no context switch per event.
+//! runtime and keep going, as do other agents' streams. The worker hands events over in
+//! bursts — when its runtime is about to block (`panto::agent::set_park_hook`), when 64
+//! are waiting, or at the terminal event — so no event waits while the loop waits, and a
+//! consumer that keeps up is woken once per burst, not once per event.
 //!
 //! The contract, enforced here for every binding: `message_complete` once and last;
 //! exhausted (`Ok(None)`) only after it; a worker that ends without it is `incomplete`
