@@ -31,5 +31,13 @@ cargo bench --workspace --no-run --locked
 step "push example and 'panto run --json' print the same turn"
 scripts/check-push-pull-equivalence.sh
 
+step "README's demo command (scripts/demo.sh) runs the two-step turn"
+demo_out=$(scripts/demo.sh 2>/dev/null)
+printf '%s\n' "$demo_out"
+case "$demo_out" in
+  *"weather"*"It is 18°C and sunny in Paris."*) ;;
+  *) echo "demo output is not the expected tool call and answer" >&2; exit 1 ;;
+esac
+
 echo
 echo "all suites passed in $((SECONDS - started)) s"
