@@ -19,7 +19,10 @@ impl Receiver for PrintJson {
     }
 }
 
-#[tokio::main]
+// A current-thread runtime keeps the connection and the loop on one thread: on a
+// multi-thread runtime every HTTP chunk crosses threads (≈4× the CPU per chunk in
+// scripts/bench.sh). `Agent::runtime()` gives such a runtime, owned by the agent.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let base_url = args

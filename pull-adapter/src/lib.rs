@@ -27,6 +27,21 @@
 //! `cancel` from any thread wakes a blocked `next`; dropping the stream cancels the
 //! turn and joins its worker, so no thread, socket or queue outlives it.
 
+//!
+//! ```no_run
+//! use panto::{Agent, Config, Event, ProviderKind};
+//! use panto_pull::AgentStreamExt;
+//!
+//! let agent = Agent::new(Config::new(ProviderKind::OpenAi, "gpt-4o-mini"))?;
+//! let mut stream = agent.stream("Hello")?;
+//! while let Some(event) = stream.next()? {
+//!     if let Event::ContentDelta { text, .. } = &event {
+//!         print!("{text}");
+//!     }
+//! }
+//! # Ok::<(), panto::Error>(())
+//! ```
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
