@@ -932,3 +932,79 @@ async fn host_calls_panto_rejects_are_not_announced_as_host_calls() {
         .count();
     assert_eq!(errors, 2);
 }
+
+#[tokio::test]
+async fn cancel_during_a_retry_backoff_is_prompt() {
+    // The server asks for a 30 s wait; the hang guard (30 s) would trip if the sleep were
+    // not interrupted by the cancel.
+    let slow = exchange(script::http_error(
+        429,
+        "rate_limit_error",
+        json!({"retry-after": "30"}),
+    ));
+    let server = TestServer::start(script::scenario(vec![
+        slow,
+        exchange(script::openai_text(&["late"])),
+    ]))
+    .unwrap();
+    let agent = Agent::new(
+        config(ProviderKind::OpenAi, &server).with_retry(RetryConfig {
+            max_retries: 2,
+            initial_delay_ms: 1,
+            max_delay_ms: 5,
+        }),
+    )
+    .unwrap();
+    let control = TurnControl::default();
+    struct CancelOnRetry(TurnControl);
+    impl Receiver for CancelOnRetry {
+        fn on_provider_retry(
+            &mut self,
+            _: u32,
+            _: u32,
+            _: u32,
+            delay_ms: u64,
+            _: &str,
+            _: Option<u16>,
+        ) -> Flow {
+            assert_eq!(delay_ms, 30_000, "retry-after is honoured");
+            self.0.cancel.cancel();
+            Flow::Continue
+        }
+    }
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(
+        HANG_GUARD,
+        agent.run(
+            "x",
+            &mut CancelOnRetry(control.clone()),
+            &control,
+            Default::default(),
+        ),
+    )
+    .await
+    .expect("the backoff sleep ignored the cancel");
+    assert_eq!(r.unwrap_err().kind, ErrorKind::Cancelled);
+    assert!(started.elapsed() < Duration::from_secs(25));
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_slow_but_steady_stream_is_not_an_idle_timeout() {
+    // 1 byte every 10 ms for the whole body, with a 400 ms idle timeout: progress resets
+    // the idle timer, so the turn completes.
+    let mut resp = script::openai_text(&["steady"]);
+    resp["fault"] = json!({"kind": "trickle", "after_bytes": 0, "every_ms": 10, "bytes": 8});
+    let server = TestServer::start(script::scenario(vec![exchange(resp)])).unwrap();
+    let agent = Agent::new(
+        config(ProviderKind::OpenAi, &server).with_timeouts(Timeouts {
+            connect_ms: 5_000,
+            idle_ms: 400,
+            request_ms: 60_000,
+        }),
+    )
+    .unwrap();
+    let (events, r) = run(&agent, "x", &TurnControl::default()).await;
+    assert_eq!(r.unwrap().text, "steady");
+    check_invariants(&events);
+}
