@@ -31,7 +31,11 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
+
+#[path = "../../tests/bench-support/measure.rs"]
+mod measure;
 use futures_util::StreamExt;
+use measure::{server_threads, thread_cpu, Selection};
 use panto::provider::{Decoder, ProviderKind};
 use panto::sse::SseParser;
 use panto::{Agent, Config, Event, Flow, Receiver, TurnControl, TurnOptions};
@@ -97,50 +101,6 @@ fn process_cpu() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Thread ids of the `expected` test servers (threads named `panto-testserver-PORT`,
-/// which Linux truncates to 15 bytes); empty where `/proc` does not show them all. A thread
-/// names itself once it runs, so servers that were just started are waited for (up to 1 s).
-fn server_threads(expected: usize) -> Vec<String> {
-    for _ in 0..100 {
-        let found = find_server_threads();
-        if found.len() >= expected {
-            return found;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Vec::new()
-}
-
-fn find_server_threads() -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter(|e| {
-            std::fs::read_to_string(e.path().join("comm"))
-                .is_ok_and(|c| c.starts_with("panto-testserv"))
-        })
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
-/// On-CPU time of one thread: `/proc/self/task/TID/schedstat` (ns), else `stat` ticks.
-fn thread_cpu(tid: &str) -> Option<Duration> {
-    if let Ok(s) = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")) {
-        if let Some(ns) = s.split_whitespace().next().and_then(|v| v.parse().ok()) {
-            return Some(Duration::from_nanos(ns));
-        }
-    }
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Some(Duration::from_nanos(ticks * 1_000_000_000 / hz))
-}
-
 #[derive(Clone, Copy)]
 struct CpuSnap {
     process: Duration,
@@ -201,84 +161,6 @@ impl Variant<'_> {
             process_cpu,
             client_cpu,
         }
-    }
-}
-
-/// What the command line selects, as criterion reads it (for the interleaved pass).
-struct Selection {
-    filter: Option<regex::Regex>,
-    exact: Option<String>,
-    /// `--test`, or run without `--bench` (`cargo test --benches`): one round only.
-    test: bool,
-    list: bool,
-}
-
-impl Selection {
-    fn from_args() -> Selection {
-        // Criterion 0.5 flags that take a value.
-        const VALUED: &[&str] = &[
-            "-c",
-            "--color",
-            "-s",
-            "--save-baseline",
-            "-b",
-            "--baseline",
-            "--baseline-lenient",
-            "--load-baseline",
-            "--sample-size",
-            "--warm-up-time",
-            "--measurement-time",
-            "--nresamples",
-            "--noise-threshold",
-            "--confidence-level",
-            "--significance-level",
-            "--profile-time",
-            "--plotting-backend",
-            "--output-format",
-            "--format",
-        ];
-        let args: Vec<String> = std::env::args().skip(1).collect();
-        let mut positional = None;
-        let mut i = 0;
-        while i < args.len() {
-            let a = &args[i];
-            if VALUED.contains(&a.as_str()) {
-                i += 1;
-            } else if !a.starts_with('-') && positional.is_none() {
-                positional = Some(a.clone());
-            }
-            i += 1;
-        }
-        let has = |f: &str| args.iter().any(|a| a == f);
-        let exact = has("--exact");
-        Selection {
-            filter: positional
-                .as_deref()
-                .filter(|_| !exact)
-                .map(|f| regex::Regex::new(f).expect("a valid filter regex")),
-            exact: positional.filter(|_| exact),
-            test: has("--test") || !has("--bench"),
-            list: has("--list"),
-        }
-    }
-
-    fn selects(&self, name: &str) -> bool {
-        match (&self.filter, &self.exact) {
-            (Some(re), _) => re.is_match(name),
-            (None, Some(e)) => name == e,
-            (None, None) => true,
-        }
-    }
-
-    fn rounds(&self) -> usize {
-        if self.test {
-            return 1;
-        }
-        std::env::var("PANTO_BENCH_ROUNDS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(5)
-            .max(1)
     }
 }
 
