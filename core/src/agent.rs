@@ -329,22 +329,24 @@ impl Agent {
             if control.cancel.is_cancelled() {
                 return Err(Error::cancelled());
             }
-            let body =
-                {
-                    let history = self.history_lock();
-                    let params = RequestParams {
-                        model: &model,
-                        system: config.system.as_deref(),
-                        max_tokens: config.max_tokens,
-                        temperature: config.temperature,
-                        tools: &specs,
-                        messages: &history,
-                    };
-                    let value = provider::request_body(config.provider, &params);
-                    Bytes::from(serde_json::to_vec(&value).map_err(|e| {
-                        Error::internal(format!("cannot serialize the request: {e}"))
-                    })?)
+            let body = {
+                let history = self.history_lock();
+                let params = RequestParams {
+                    model: &model,
+                    system: config.system.as_deref(),
+                    max_tokens: config.max_tokens,
+                    temperature: config.temperature,
+                    tools: &specs,
+                    messages: &history,
+                    max_completion_tokens: provider::uses_max_completion_tokens(&config.base_url),
                 };
+                let value = provider::request_body(config.provider, &params);
+                Bytes::from(
+                    serde_json::to_vec(&value).map_err(|e| {
+                        Error::internal(format!("cannot serialize the request: {e}"))
+                    })?,
+                )
+            };
             let decoded = self
                 .inner
                 .transport

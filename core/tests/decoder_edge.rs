@@ -1347,6 +1347,7 @@ fn openai_request_body() {
         temperature: Some(0.2),
         tools: &tools,
         messages: &messages,
+        max_completion_tokens: false,
     };
     let body = request_body(OA, &params);
     assert_eq!(
@@ -1387,6 +1388,7 @@ fn openai_request_body() {
             temperature: None,
             tools: &[],
             messages: &[Message::user("hi")],
+            max_completion_tokens: false,
         },
     );
     assert_eq!(
@@ -1432,6 +1434,7 @@ fn anthropic_request_body() {
         temperature: Some(0.2),
         tools: &tools,
         messages: &messages,
+        max_completion_tokens: false,
     };
     let body = request_body(AN, &params);
     assert_eq!(
@@ -1474,6 +1477,7 @@ fn anthropic_request_body() {
             temperature: None,
             tools: &[],
             messages: &[Message::user("hi")],
+            max_completion_tokens: false,
         },
     );
     assert_eq!(
@@ -1513,6 +1517,7 @@ fn decoded_message_round_trips_through_the_request_body() {
             temperature: None,
             tools: &[],
             messages: &messages,
+            max_completion_tokens: false,
         },
     );
     assert_eq!(
@@ -1522,4 +1527,33 @@ fn decoded_message_round_trips_through_the_request_body() {
             {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}},
         ])
     );
+}
+
+#[test]
+fn openai_output_limit_field_follows_the_server() {
+    use panto::provider::uses_max_completion_tokens;
+    assert!(uses_max_completion_tokens("https://api.openai.com/v1"));
+    assert!(uses_max_completion_tokens(
+        "https://myres.openai.azure.com/openai/v1/"
+    ));
+    assert!(!uses_max_completion_tokens("http://localhost:11434/v1"));
+    assert!(!uses_max_completion_tokens(
+        "https://api.openai.com.evil.example/v1"
+    ));
+    let messages = [Message::user("hi")];
+    let params = |official| RequestParams {
+        model: "m",
+        system: None,
+        max_tokens: Some(64),
+        temperature: None,
+        tools: &[],
+        messages: &messages,
+        max_completion_tokens: official,
+    };
+    let official = request_body(OA, &params(true));
+    assert_eq!(official["max_completion_tokens"], 64);
+    assert!(official.get("max_tokens").is_none());
+    let compatible = request_body(OA, &params(false));
+    assert_eq!(compatible["max_tokens"], 64);
+    assert!(compatible.get("max_completion_tokens").is_none());
 }

@@ -65,6 +65,23 @@ pub struct RequestParams<'a> {
     pub temperature: Option<f64>,
     pub tools: &'a [ToolSpec],
     pub messages: &'a [Message],
+    /// OpenAI only: send the output limit as `max_completion_tokens` (what OpenAI's own
+    /// API wants; its reasoning models reject `max_tokens`) instead of `max_tokens` (what
+    /// compatible servers know). [`uses_max_completion_tokens`] decides from the URL.
+    pub max_completion_tokens: bool,
+}
+
+/// Whether an OpenAI base URL is OpenAI's own API (or Azure OpenAI), which take
+/// `max_completion_tokens`; compatible servers (vLLM, Ollama, llama.cpp…) keep `max_tokens`.
+pub fn uses_max_completion_tokens(base_url: &str) -> bool {
+    let host = base_url
+        .split("://")
+        .nth(1)
+        .unwrap_or(base_url)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or("");
+    host == "api.openai.com" || host.ends_with(".openai.azure.com")
 }
 
 /// Builds the JSON request body for `kind`.

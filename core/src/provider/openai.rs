@@ -535,7 +535,12 @@ pub fn request_body(p: &RequestParams<'_>) -> Value {
         "stream_options": {"include_usage": true},
     });
     if let Some(max) = p.max_tokens {
-        body["max_tokens"] = json!(max);
+        let key = if p.max_completion_tokens {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body[key] = json!(max);
     }
     if let Some(t) = p.temperature {
         body["temperature"] = json!(t);
