@@ -3,7 +3,7 @@
 //! OpenAI Chat Completions (and compatible servers) and Anthropic Messages. Pure: no
 //! I/O, no timers — `http` feeds it bytes, `agent` drives it.
 //!
-//! Both decoders share [`Assembly`], which numbers blocks, emits the block lifecycle
+//! Both decoders share `Assembly`, which numbers blocks, emits the block lifecycle
 //! events and assembles the final assistant [`Message`].
 
 pub mod anthropic;
