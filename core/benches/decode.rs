@@ -28,14 +28,14 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, Throughput};
 
 #[path = "../../tests/bench-support/measure.rs"]
 mod measure;
 use futures_util::StreamExt;
-use measure::{server_threads, thread_cpu, Selection};
+use measure::{measure, server_threads, Sample, Selection};
 use panto::provider::{Decoder, ProviderKind};
 use panto::sse::SseParser;
 use panto::{Agent, Config, Event, Flow, Receiver, TurnControl, TurnOptions};
@@ -90,47 +90,8 @@ fn body() -> Vec<u8> {
 // ---------------------------------------------------------------------------------------
 // CPU accounting: process CPU minus the in-process server thread(s)
 
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-#[derive(Clone, Copy)]
-struct CpuSnap {
-    process: Duration,
-    server: Option<Duration>,
-}
-
-fn cpu_snap(server: &[String]) -> CpuSnap {
-    let server_cpu = if server.is_empty() {
-        None
-    } else {
-        server
-            .iter()
-            .map(|t| thread_cpu(t))
-            .sum::<Option<Duration>>()
-    };
-    CpuSnap {
-        process: process_cpu(),
-        server: server_cpu,
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Variants, samples and the summary
-
-#[derive(Clone, Copy)]
-struct Sample {
-    wall: Duration,
-    process_cpu: Duration,
-    client_cpu: Option<Duration>,
-}
 
 /// One way of consuming the 100k-chunk response.
 struct Variant<'a> {
@@ -145,22 +106,9 @@ struct Variant<'a> {
 impl Variant<'_> {
     fn run(&mut self, server: &[String]) -> Sample {
         (self.prep)();
-        let c0 = cpu_snap(server);
-        let t0 = Instant::now();
-        let n = (self.turn)();
-        let wall = t0.elapsed();
-        let c1 = cpu_snap(server);
+        let (n, sample) = measure(server, &mut self.turn);
         assert_eq!(n, CHUNKS, "{}: wrong number of content chunks", self.name);
-        let process_cpu = c1.process.saturating_sub(c0.process);
-        let client_cpu = match (c0.server, c1.server) {
-            (Some(a), Some(b)) => Some(process_cpu.saturating_sub(b.saturating_sub(a))),
-            _ => None,
-        };
-        Sample {
-            wall,
-            process_cpu,
-            client_cpu,
-        }
+        sample
     }
 }
 

@@ -35,7 +35,7 @@ use criterion::{Criterion, SamplingMode, Throughput};
 
 #[path = "../../tests/bench-support/measure.rs"]
 mod measure;
-use measure::{server_threads, thread_cpu, Selection};
+use measure::{measure, server_threads, Sample, Selection};
 use panto::{Agent, Config, Event, Flow, ProviderKind, Receiver, TurnControl, TurnOptions};
 use panto_pull::AgentStreamExt;
 use panto_testserver::{script, Scenario, TestServer};
@@ -80,56 +80,8 @@ fn agent_for(server: &TestServer) -> Agent {
 // ---------------------------------------------------------------------------------------
 // CPU accounting: process CPU minus the in-process server thread(s)
 
-/// CPU time of the whole process and its context switches (all threads).
-fn process_usage() -> (Duration, u64) {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    if rc != 0 {
-        return (Duration::ZERO, 0);
-    }
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    (
-        tv(ru.ru_utime) + tv(ru.ru_stime),
-        (ru.ru_nvcsw + ru.ru_nivcsw) as u64,
-    )
-}
-
-#[derive(Clone, Copy)]
-struct CpuSnap {
-    process: Duration,
-    switches: u64,
-    server: Option<Duration>,
-}
-
-fn cpu_snap(server: &[String]) -> CpuSnap {
-    let server_cpu = if server.is_empty() {
-        None
-    } else {
-        server
-            .iter()
-            .map(|t| thread_cpu(t))
-            .sum::<Option<Duration>>()
-    };
-    let (process, switches) = process_usage();
-    CpuSnap {
-        process,
-        switches,
-        server: server_cpu,
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Variants, samples and the summary
-
-#[derive(Clone, Copy)]
-struct Sample {
-    wall: Duration,
-    process_cpu: Duration,
-    client_cpu: Option<Duration>,
-    /// Voluntary + involuntary context switches of the process (server included).
-    switches: u64,
-}
 
 /// One way of consuming the 100k-chunk response.
 struct TurnVariant<'a> {
@@ -144,23 +96,9 @@ struct TurnVariant<'a> {
 impl TurnVariant<'_> {
     fn run(&mut self, server: &[String]) -> Sample {
         (self.prep)();
-        let c0 = cpu_snap(server);
-        let t0 = Instant::now();
-        let n = (self.turn)();
-        let wall = t0.elapsed();
-        let c1 = cpu_snap(server);
+        let (n, sample) = measure(server, &mut self.turn);
         assert_eq!(n, CHUNKS, "{}: wrong number of content deltas", self.name);
-        let process_cpu = c1.process.saturating_sub(c0.process);
-        let client_cpu = match (c0.server, c1.server) {
-            (Some(a), Some(b)) => Some(process_cpu.saturating_sub(b.saturating_sub(a))),
-            _ => None,
-        };
-        Sample {
-            wall,
-            process_cpu,
-            client_cpu,
-            switches: c1.switches.saturating_sub(c0.switches),
-        }
+        sample
     }
 }
 

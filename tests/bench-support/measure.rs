@@ -1,9 +1,9 @@
 //! Measurement helpers shared by the benchmarks (`core/benches/decode.rs`,
 //! `pull-adapter/benches/pull.rs`), included with `#[path]`: CPU time of the in-process
-//! test server's threads (subtracted to get the client's own CPU), and criterion's
+//! test server's threads (subtracted to get the client's own CPU), per-turn samples, and criterion's
 //! command-line selection for the interleaved pass.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Thread ids of the `expected` test servers (threads named `panto-testserver-PORT`,
 /// which Linux truncates to 15 bytes); empty where `/proc` does not show them all. A thread
@@ -125,4 +125,77 @@ impl Selection {
             .unwrap_or(5)
             .max(1)
     }
+}
+
+/// CPU time of the whole process and its context switches (all threads).
+fn process_usage() -> (Duration, u64) {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    if rc != 0 {
+        return (Duration::ZERO, 0);
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    (
+        tv(ru.ru_utime) + tv(ru.ru_stime),
+        (ru.ru_nvcsw + ru.ru_nivcsw) as u64,
+    )
+}
+
+#[derive(Clone, Copy)]
+struct CpuSnap {
+    process: Duration,
+    switches: u64,
+    server: Option<Duration>,
+}
+
+fn cpu_snap(server: &[String]) -> CpuSnap {
+    let server_cpu = if server.is_empty() {
+        None
+    } else {
+        server
+            .iter()
+            .map(|t| thread_cpu(t))
+            .sum::<Option<Duration>>()
+    };
+    let (process, switches) = process_usage();
+    CpuSnap {
+        process,
+        switches,
+        server: server_cpu,
+    }
+}
+
+/// What one measured turn cost.
+#[derive(Clone, Copy)]
+pub struct Sample {
+    pub wall: Duration,
+    pub process_cpu: Duration,
+    /// Process CPU minus the server threads' (`None` where `/proc` does not tell).
+    pub client_cpu: Option<Duration>,
+    /// Voluntary + involuntary context switches of the process (server included).
+    #[allow(dead_code)] // reported by pull.rs only
+    pub switches: u64,
+}
+
+/// Runs `turn`, timing it and charging its CPU to the client (everything but the
+/// `server` threads). Returns what `turn` returned and the sample.
+pub fn measure(server: &[String], turn: impl FnOnce() -> u64) -> (u64, Sample) {
+    let c0 = cpu_snap(server);
+    let t0 = Instant::now();
+    let n = turn();
+    let wall = t0.elapsed();
+    let c1 = cpu_snap(server);
+    let process_cpu = c1.process.saturating_sub(c0.process);
+    let client_cpu = match (c0.server, c1.server) {
+        (Some(a), Some(b)) => Some(process_cpu.saturating_sub(b.saturating_sub(a))),
+        _ => None,
+    };
+    let sample = Sample {
+        wall,
+        process_cpu,
+        client_cpu,
+        switches: c1.switches.saturating_sub(c0.switches),
+    };
+    (n, sample)
 }
