@@ -217,10 +217,10 @@ impl Human {
         }
     }
 
-    fn tool_call(&mut self, name: &str, arguments: &serde_json::Value) -> io::Result<()> {
+    fn tool_call(&mut self, name: &str, arguments: &str) -> io::Result<()> {
         self.tools_running += 1;
         self.waiting = true;
-        let args = shorten(&arguments.to_string(), LINE_CHARS);
+        let args = shorten(arguments, LINE_CHARS);
         let head = self.paint(CYAN, &format!("→ {name}"));
         self.line(&format!("{head} {args}"))
     }
@@ -296,8 +296,18 @@ impl Render for Human {
                 Ok(())
             }
             Event::ToolCallStart {
-                name, arguments, ..
-            } => self.tool_call(name, arguments),
+                name,
+                arguments,
+                arguments_raw,
+                ..
+            } => {
+                let shown = match (arguments, arguments_raw) {
+                    (Some(args), _) => args.to_string(),
+                    (None, Some(raw)) => raw.clone(),
+                    (None, None) => String::new(),
+                };
+                self.tool_call(name, &shown)
+            }
             Event::ToolResult {
                 name,
                 output,
@@ -311,14 +321,13 @@ impl Render for Human {
                 reason,
                 ..
             } => self.note(&format!(
-                "panto: retrying ({attempt}/{max_attempts}) in {delay_ms} ms: {reason}"
+                "panto: retrying (attempt {attempt} of {max_attempts}) in {delay_ms} ms: {reason}"
             )),
             Event::MessageComplete {
                 stop_reason, usage, ..
             } => self.complete(stop_reason, usage),
-            Event::MessageStart { .. } | Event::BlockStart { .. } | Event::ToolDetails { .. } => {
-                Ok(())
-            }
+            // Nothing to show for these, nor for event types added after this CLI.
+            _ => Ok(()),
         }
     }
 

@@ -60,7 +60,7 @@ fn pull(
                     Event::ToolCallStart {
                         call_id,
                         name,
-                        arguments,
+                        arguments: Some(arguments),
                         host: true,
                         ..
                     } if arguments.is_object() => tools.start(call_id, name, arguments, control),

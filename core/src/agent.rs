@@ -1,25 +1,33 @@
 //! Owns the agent: its configuration, its tools, its conversation, and the turn loop
 //! (stream a message → dispatch its complete tool calls → append results → repeat).
 //! Events go to a push [`Receiver`]; the pull adapter (`panto-pull`) runs this same loop
-//! on a worker thread.
+//! on its own worker threads. The core owns no runtime and no thread: a turn runs on
+//! whatever tokio runtime polls it, and its tool tasks are spawned there.
+//!
+//! The conversation only ever holds complete steps. A step (an assistant message and
+//! the results of its tool calls) enters the history whole, under one lock, even when
+//! the turn's future is dropped half-way through its tools: unfinished calls then get a
+//! cancelled result. Another thread reading the history mid-turn sees the last valid
+//! state, and a dropped turn leaves a history the provider accepts.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info_span, Instrument};
 
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
-use crate::event::{Event, Flow, Receiver};
-use crate::http::Transport;
+use crate::event::{Event, Receiver};
+use crate::http::{Transport, TurnSink};
 use crate::message::{self, Block, Message, Role, StopReason, Usage};
 use crate::provider::{self, RequestParams, ToolSpec};
-use crate::tool::{self, CallRequest, Dispatch, HostToolResults, Runner, Tool, ToolOutput};
+use crate::tool::{
+    self, CallRequest, Dispatch, HostToolResults, Outputs, Runner, Tool, ToolOutput,
+};
 
 /// Options for one turn.
 #[derive(Debug, Clone, Default)]
@@ -43,42 +51,9 @@ pub struct TurnSummary {
 pub struct TurnControl {
     pub cancel: CancellationToken,
     pub host: HostToolResults,
-    /// Where tool tasks run; the current runtime when `None`. The pull adapter points
-    /// this at a shared multi-thread runtime so tools keep running while the loop's own
-    /// thread waits for a slow consumer.
-    pub tool_runtime: Option<tokio::runtime::Handle>,
 }
 
-thread_local! {
-    static PARK_HOOK: std::cell::Cell<Option<fn()>> = const { std::cell::Cell::new(None) };
-}
-
-/// Registers `hook` to run on the calling thread each time an agent's runtime
-/// ([`Agent::runtime`]) driven by this thread is about to block it (nothing left to do
-/// until the network, a timer or a tool wakes it). A receiver that buffers events flushes
-/// them there: batches then follow the network's own pace without delaying any event
-/// past the moment the loop would wait. `None` removes it.
-pub fn set_park_hook(hook: Option<fn()>) {
-    PARK_HOOK.with(|h| h.set(hook));
-}
-
-fn run_park_hook() {
-    if let Some(hook) = PARK_HOOK.with(|h| h.get()) {
-        hook();
-    }
-}
-
-/// An agent's own single-threaded runtime, shut down without blocking when the agent
-/// goes (an agent may be dropped inside async code, where a blocking shutdown panics).
-struct AgentRuntime(Option<tokio::runtime::Runtime>);
-
-impl Drop for AgentRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
+static NEXT_AGENT_ID: AtomicU64 = AtomicU64::new(1);
 
 struct Inner {
     config: Config,
@@ -86,7 +61,7 @@ struct Inner {
     tools: RwLock<HashMap<String, Arc<dyn Tool>>>,
     history: Mutex<Vec<Message>>,
     busy: AtomicBool,
-    runtime: OnceLock<std::result::Result<AgentRuntime, String>>,
+    id: u64,
 }
 
 /// An agent: one conversation with one provider configuration. Cheap to clone (clones
@@ -104,7 +79,10 @@ impl std::fmt::Debug for Agent {
     }
 }
 
-/// The right to run a turn on an agent (one at a time); released when dropped.
+/// The right to run one turn on an agent, taken synchronously with [`Agent::reserve`]
+/// (so `busy` is known at once) and used later, possibly on another thread, with
+/// [`TurnSlot::run`]. At most one exists per agent; dropping it, or the future of its
+/// `run`, frees the agent.
 #[derive(Debug)]
 pub struct TurnSlot {
     agent: Agent,
@@ -127,7 +105,7 @@ impl Agent {
                 tools: RwLock::new(HashMap::new()),
                 history: Mutex::new(Vec::new()),
                 busy: AtomicBool::new(false),
-                runtime: OnceLock::new(),
+                id: NEXT_AGENT_ID.fetch_add(1, Ordering::Relaxed),
             }),
         })
     }
@@ -141,27 +119,11 @@ impl Agent {
         &self.inner.config
     }
 
-    /// The agent's own single-threaded runtime, created on first use, for callers that
-    /// drive turns from plain threads (the pull adapter, the bindings). HTTP connections
-    /// live on the runtime that opened them, so driving every turn of this agent on this
-    /// runtime keeps its connections pooled between turns, and keeps a turn's network
-    /// reads on the thread that drives it (no cross-thread wake-up per chunk).
-    pub fn runtime(&self) -> Result<&tokio::runtime::Runtime> {
-        let rt = self.inner.runtime.get_or_init(|| {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .on_thread_park(run_park_hook)
-                .build()
-                .map(|rt| AgentRuntime(Some(rt)))
-                .map_err(|e| e.to_string())
-        });
-        match rt {
-            Ok(AgentRuntime(Some(rt))) => Ok(rt),
-            Ok(AgentRuntime(None)) => Err(Error::internal("the agent's runtime is shut down")),
-            Err(e) => Err(Error::internal(format!(
-                "cannot start the agent's runtime: {e}"
-            ))),
-        }
+    /// A number that identifies this agent (and its clones) within the process. The
+    /// pull adapter uses it to keep all of an agent's turns on one worker thread, where
+    /// its pooled connections live.
+    pub fn id(&self) -> u64 {
+        self.inner.id
     }
 
     /// Adds a Rust tool. Its name must not clash with another tool or a host tool.
@@ -260,6 +222,9 @@ impl Agent {
     /// Runs one turn: appends `input` as a user message and streams until the model is
     /// done, delivering every event to `receiver`. The last event is `message_complete`;
     /// on failure the error is returned instead and no `message_complete` is sent.
+    ///
+    /// The future is `Send`, so it can be `tokio::spawn`ed; dropping it cancels the turn
+    /// (its tools are aborted) and leaves the history valid.
     pub async fn run(
         &self,
         input: &str,
@@ -267,55 +232,13 @@ impl Agent {
         control: &TurnControl,
         options: TurnOptions,
     ) -> Result<TurnSummary> {
-        let slot = self.reserve()?;
-        self.run_reserved(slot, input, receiver, control, options)
-            .await
-    }
-
-    /// [`Agent::run`] with a slot already reserved (the pull adapter reserves
-    /// synchronously, so `busy` is reported before any thread starts).
-    pub async fn run_reserved(
-        &self,
-        slot: TurnSlot,
-        input: &str,
-        receiver: &mut dyn Receiver,
-        control: &TurnControl,
-        options: TurnOptions,
-    ) -> Result<TurnSummary> {
-        if !Arc::ptr_eq(&slot.agent.inner, &self.inner) {
-            return Err(Error::internal("the turn slot belongs to another agent"));
-        }
-        let span = info_span!("turn", provider = self.inner.config.provider.as_str());
-        let cancel = control.cancel.clone();
-        let mut emit = |ev: Event| -> Result<()> {
-            match receiver.on_event(ev) {
-                Flow::Continue => Ok(()),
-                Flow::Stop => {
-                    cancel.cancel();
-                    Err(Error::cancelled())
-                }
-            }
-        };
-        let result = self
-            .turn(input, &mut emit, control, options)
-            .instrument(span)
-            .await;
-        drop(slot);
-        match result {
-            // A failure caused by cancelling (a cut read, an aborted tool) is reported
-            // as what it is: a cancellation.
-            Err(e) if control.cancel.is_cancelled() && e.kind != ErrorKind::Cancelled => {
-                debug!(error = %e, "failure after cancel reported as cancelled");
-                Err(Error::cancelled())
-            }
-            other => other,
-        }
+        self.reserve()?.run(input, receiver, control, options).await
     }
 
     async fn turn(
         &self,
         input: &str,
-        emit: &mut dyn FnMut(Event) -> Result<()>,
+        sink: &mut TurnSink<'_>,
         control: &TurnControl,
         options: TurnOptions,
     ) -> Result<TurnSummary> {
@@ -350,53 +273,67 @@ impl Agent {
             let decoded = self
                 .inner
                 .transport
-                .stream_message(config, body, message, &control.cancel, emit)
+                .stream_message(config, body, message, &control.cancel, sink)
                 .await?;
             usage.add(&decoded.usage);
-            let calls = self.plan_calls(&decoded.message, &decoded.cut_off_calls);
             let stop = decoded.stop_reason.clone();
             let text = decoded.message.text();
-            // Only now, complete, does the assistant message enter the history.
-            self.history_lock().push(decoded.message);
             message += 1;
-            if calls.is_empty() {
-                return self.complete(stop, usage, message, text, emit);
+            if stop == StopReason::MaxTokens {
+                // The output was cut off by the limit: whatever tool calls it holds may be
+                // clipped, and asking again would repeat the cut. Nothing runs, nothing is
+                // announced; the calls get results saying so, which keeps the history
+                // valid for the next turn.
+                let results = unrun_results(&decoded.message);
+                self.commit(decoded.message, results);
+                return self.complete(stop, usage, message, text, sink);
             }
+            let calls = self.plan_calls(&decoded.message, &decoded.cut_off_calls);
+            if calls.is_empty() {
+                self.commit(decoded.message, Vec::new());
+                return self.complete(stop, usage, message, text, sink);
+            }
+            let outputs: Outputs = Arc::new(Mutex::new(vec![None; calls.len()]));
+            let step = StepGuard {
+                agent: self,
+                assistant: Some(decoded.message),
+                calls: calls
+                    .iter()
+                    .map(|(r, _)| (r.call_id.clone(), r.name.clone()))
+                    .collect(),
+                outputs: outputs.clone(),
+            };
             let dispatch = Dispatch {
                 message: message - 1,
                 concurrency: config.tool_concurrency,
                 timeout: Duration::from_millis(config.tool_timeout_ms),
+                max_output_bytes: config.max_tool_output_bytes,
                 host: &control.host,
                 cancel: &control.cancel,
-                runtime: control.tool_runtime.as_ref(),
             };
-            let (outputs, failure) = tool::dispatch(dispatch, &calls, emit).await;
-            let results = calls
-                .iter()
-                .zip(outputs)
-                .map(|((req, _), out)| {
-                    let out =
-                        out.unwrap_or_else(|| ToolOutput::error("the tool call was cancelled"));
-                    Block::ToolResult {
-                        call_id: req.call_id.clone(),
-                        name: req.name.clone(),
-                        output: out.output,
-                        is_error: out.is_error,
-                    }
-                })
-                .collect();
+            let failure = tool::dispatch(dispatch, &calls, &outputs, &mut |ev| sink.emit(ev)).await;
             // Every call gets its result in call order, even when the turn stops here,
             // so the history stays acceptable to the provider.
-            self.history_lock().push(Message {
-                role: Role::Tool,
-                content: results,
-            });
+            step.commit();
             if let Some(err) = failure {
                 return Err(err);
             }
             if message >= config.max_steps {
-                return self.complete(StopReason::MaxSteps, usage, message, text, emit);
+                return self.complete(StopReason::MaxSteps, usage, message, text, sink);
             }
+        }
+    }
+
+    /// Appends one whole step: the assistant message, then (if it called tools) their
+    /// results, under one lock.
+    fn commit(&self, assistant: Message, results: Vec<Block>) {
+        let mut history = self.history_lock();
+        history.push(assistant);
+        if !results.is_empty() {
+            history.push(Message {
+                role: Role::Tool,
+                content: results,
+            });
         }
     }
 
@@ -406,9 +343,9 @@ impl Agent {
         usage: Usage,
         messages: u32,
         text: String,
-        emit: &mut dyn FnMut(Event) -> Result<()>,
+        sink: &mut TurnSink<'_>,
     ) -> Result<TurnSummary> {
-        emit(Event::MessageComplete {
+        sink.emit(Event::MessageComplete {
             stop_reason: stop_reason.clone(),
             usage,
             messages,
@@ -439,9 +376,11 @@ impl Agent {
                     arguments,
                     arguments_raw,
                 } => {
-                    let shown = arguments.clone().unwrap_or_else(|| {
-                        Value::String(arguments_raw.clone().unwrap_or_default())
-                    });
+                    let (shown, shown_raw) = match arguments {
+                        Some(v) if v.is_object() => (Some(v.clone()), None),
+                        Some(v) => (None, Some(v.to_string())),
+                        None => (None, Some(arguments_raw.clone().unwrap_or_default())),
+                    };
                     let parsed = match arguments {
                         Some(v) if v.is_object() => Ok(v.clone()),
                         Some(_) => Err("the tool arguments must be a JSON object".to_owned()),
@@ -468,6 +407,7 @@ impl Agent {
                             name: name.clone(),
                             arguments: parsed,
                             shown_arguments: shown,
+                            shown_raw,
                         },
                         runner,
                     ))
@@ -476,4 +416,104 @@ impl Agent {
             })
             .collect()
     }
+}
+
+impl TurnSlot {
+    /// The agent this slot reserves.
+    pub fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
+    /// Runs the reserved turn (see [`Agent::run`]); the agent is free again when the
+    /// returned future completes or is dropped.
+    pub async fn run(
+        self,
+        input: &str,
+        receiver: &mut dyn Receiver,
+        control: &TurnControl,
+        options: TurnOptions,
+    ) -> Result<TurnSummary> {
+        let agent = self.agent.clone();
+        let span = info_span!("turn", provider = agent.inner.config.provider.as_str());
+        let secrets = agent.inner.transport.secrets();
+        let mut sink = TurnSink::new(receiver, control.cancel.clone(), secrets);
+        let result = agent
+            .turn(input, &mut sink, control, options)
+            .instrument(span)
+            .await;
+        drop(self);
+        match result {
+            // A failure caused by cancelling (a cut read, an aborted tool) is reported
+            // as what it is: a cancellation.
+            Err(e) if control.cancel.is_cancelled() && e.kind != ErrorKind::Cancelled => {
+                debug!(error = %e, "failure after cancel reported as cancelled");
+                Err(Error::cancelled())
+            }
+            Err(e) => Err(e.redact(secrets)),
+            ok => ok,
+        }
+    }
+}
+
+/// One step whose tools are running: on drop — normal or because the turn's future was
+/// dropped mid-await — the assistant message and every call's result (cancelled where
+/// none arrived) enter the history together.
+struct StepGuard<'a> {
+    agent: &'a Agent,
+    assistant: Option<Message>,
+    calls: Vec<(String, String)>,
+    outputs: Outputs,
+}
+
+impl StepGuard<'_> {
+    fn commit(self) {
+        drop(self);
+    }
+}
+
+impl Drop for StepGuard<'_> {
+    fn drop(&mut self) {
+        let Some(assistant) = self.assistant.take() else {
+            return;
+        };
+        let outputs =
+            std::mem::take(&mut *self.outputs.lock().unwrap_or_else(PoisonError::into_inner));
+        let results = self
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, (call_id, name))| {
+                let out = outputs
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_else(|| ToolOutput::error("the tool call was cancelled"));
+                Block::ToolResult {
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                    output: out.output,
+                    is_error: out.is_error,
+                }
+            })
+            .collect();
+        self.agent.commit(assistant, results);
+    }
+}
+
+/// Results for the tool calls of a message that ended at the output limit: none ran.
+fn unrun_results(msg: &Message) -> Vec<Block> {
+    msg.content
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolCall { call_id, name, .. } => Some(Block::ToolResult {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                output: "not run: the reply was cut off by the output limit (max_tokens) \
+                         before this call was known to be complete"
+                    .to_owned(),
+                is_error: true,
+            }),
+            _ => None,
+        })
+        .collect()
 }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::provider::{ProviderKind, ToolSpec};
 
 /// Every top-level key of the JSON configuration.
-pub const KEYS: [&str; 16] = [
+pub const KEYS: [&str; 18] = [
     "provider",
     "model",
     "base_url",
@@ -29,7 +29,18 @@ pub const KEYS: [&str; 16] = [
     "queue_capacity",
     "headers",
     "max_event_bytes",
+    "max_message_bytes",
+    "max_tool_output_bytes",
 ];
+
+/// The largest `queue_capacity` accepted: the queue is allocated up front, so a larger
+/// value would be a multi-gigabyte allocation rather than a setting.
+pub const MAX_QUEUE_CAPACITY: usize = 65_536;
+
+/// Custom headers that carry the provider credentials panto sets itself. Setting one in
+/// `headers` while `api_key` is also set is a `config` error: two credentials, one of
+/// them silently ignored, is never what was meant.
+pub const AUTH_HEADERS: [&str; 2] = ["authorization", "x-api-key"];
 
 /// Retry policy for requests that fail before their first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +51,10 @@ pub struct RetryConfig {
     pub initial_delay_ms: u64,
     /// Cap on one backoff (default 8000 ms).
     pub max_delay_ms: u64,
+    /// The overall deadline of one message's retries (default 300 000 ms): no retry
+    /// starts once this much time has passed since the message's first attempt began, or
+    /// would pass during its backoff; the last error is reported instead.
+    pub max_elapsed_ms: u64,
 }
 
 impl Default for RetryConfig {
@@ -48,6 +63,7 @@ impl Default for RetryConfig {
             max_retries: 2,
             initial_delay_ms: 500,
             max_delay_ms: 8000,
+            max_elapsed_ms: 300_000,
         }
     }
 }
@@ -57,10 +73,13 @@ impl Default for RetryConfig {
 pub struct Timeouts {
     /// TCP + TLS connect (default 10 s).
     pub connect_ms: u64,
-    /// Longest wait for stream progress; keep-alive comments do not count as progress
-    /// (default 120 s).
+    /// Longest wait for the provider (default 120 s): for the response headers, and
+    /// between any two reads of the body. Anything the server sends re-arms it, keep-alive
+    /// comments and empty events included; time spent waiting for a slow consumer does
+    /// not count.
     pub idle_ms: u64,
-    /// Whole request, from send to the last byte, per attempt (default 600 s).
+    /// One whole attempt, from sending the request to the provider's last byte (default
+    /// 600 s), not counting time spent waiting for a slow consumer.
     pub request_ms: u64,
 }
 
@@ -110,6 +129,12 @@ pub struct Config {
     pub headers: BTreeMap<String, String>,
     /// Cap on one SSE event (default 16 MiB); larger is a `protocol` error.
     pub max_event_bytes: usize,
+    /// Cap on one assistant message's text and tool arguments together (default 32 MiB);
+    /// larger is a `protocol` error.
+    pub max_message_bytes: usize,
+    /// Cap on one tool result (default 100 KiB), for Rust and host tools alike: longer
+    /// output is cut at this size and ends with a note saying so, which the model reads.
+    pub max_tool_output_bytes: usize,
 }
 
 impl fmt::Debug for Config {
@@ -138,9 +163,16 @@ impl fmt::Debug for Config {
             .field("queue_capacity", &self.queue_capacity)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("max_event_bytes", &self.max_event_bytes)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("max_tool_output_bytes", &self.max_tool_output_bytes)
             .finish()
     }
 }
+
+/// Default of `max_message_bytes`.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 32 << 20;
+/// Default of `max_tool_output_bytes`.
+pub const DEFAULT_MAX_TOOL_OUTPUT_BYTES: usize = 100 << 10;
 
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -188,6 +220,8 @@ impl Config {
             queue_capacity: 256,
             headers: BTreeMap::new(),
             max_event_bytes: crate::sse::DEFAULT_MAX_EVENT_SIZE,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            max_tool_output_bytes: DEFAULT_MAX_TOOL_OUTPUT_BYTES,
         }
     }
 
@@ -240,6 +274,14 @@ impl Config {
         self.queue_capacity = n;
         self
     }
+    pub fn with_max_tool_output_bytes(mut self, n: usize) -> Config {
+        self.max_tool_output_bytes = n;
+        self
+    }
+    pub fn with_max_message_bytes(mut self, n: usize) -> Config {
+        self.max_message_bytes = n;
+        self
+    }
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Config {
         self.headers.insert(name.into(), value.into());
         self
@@ -277,6 +319,18 @@ impl Config {
         if self.queue_capacity == 0 {
             return Err(Error::config("queue_capacity: must be at least 1"));
         }
+        if self.queue_capacity > MAX_QUEUE_CAPACITY {
+            return Err(Error::config(format!(
+                "queue_capacity: at most {MAX_QUEUE_CAPACITY} (got {})",
+                self.queue_capacity
+            )));
+        }
+        if self.max_message_bytes < 1024 {
+            return Err(Error::config("max_message_bytes: must be at least 1024"));
+        }
+        if self.max_tool_output_bytes < 256 {
+            return Err(Error::config("max_tool_output_bytes: must be at least 256"));
+        }
         if self.max_event_bytes < 1024 {
             return Err(Error::config("max_event_bytes: must be at least 1024"));
         }
@@ -303,10 +357,22 @@ impl Config {
                 )));
             }
         }
-        for name in self.headers.keys() {
+        for (name, value) in &self.headers {
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
                 return Err(Error::config(format!(
                     "headers.{name}: not a valid header name"
+                )));
+            }
+            if reqwest::header::HeaderValue::from_str(value).is_err() {
+                return Err(Error::config(format!(
+                    "headers.{name}: not a valid header value"
+                )));
+            }
+            let lower = name.to_ascii_lowercase();
+            if AUTH_HEADERS.contains(&lower.as_str()) && !self.api_key.is_empty() {
+                return Err(Error::config(format!(
+                    "headers.{name}: would replace the credential panto sends for api_key; \
+                     to send your own, set api_key to \"\" (an empty string)"
                 )));
             }
         }
@@ -366,23 +432,37 @@ impl Config {
             c.max_steps = u32::try_from(v).map_err(|_| Error::config("max_steps: too large"))?;
         }
         if let Some(v) = opt_u64(obj, "tool_concurrency", "tool_concurrency")? {
-            c.tool_concurrency = v as usize;
+            c.tool_concurrency = usize::try_from(v).unwrap_or(usize::MAX);
         }
         if let Some(v) = opt_u64(obj, "tool_timeout_ms", "tool_timeout_ms")? {
             c.tool_timeout_ms = v;
         }
         if let Some(v) = opt_u64(obj, "queue_capacity", "queue_capacity")? {
-            c.queue_capacity = v as usize;
+            c.queue_capacity = usize::try_from(v).unwrap_or(usize::MAX);
         }
         if let Some(v) = opt_u64(obj, "max_event_bytes", "max_event_bytes")? {
-            c.max_event_bytes = v as usize;
+            c.max_event_bytes = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = opt_u64(obj, "max_message_bytes", "max_message_bytes")? {
+            c.max_message_bytes = usize::try_from(v).unwrap_or(usize::MAX);
+        }
+        if let Some(v) = opt_u64(obj, "max_tool_output_bytes", "max_tool_output_bytes")? {
+            c.max_tool_output_bytes = usize::try_from(v).unwrap_or(usize::MAX);
         }
         if let Some(r) = opt_object(obj, "retry")? {
             check_keys(
                 r,
-                &["max_retries", "initial_delay_ms", "max_delay_ms"],
+                &[
+                    "max_retries",
+                    "initial_delay_ms",
+                    "max_delay_ms",
+                    "max_elapsed_ms",
+                ],
                 "retry.",
             )?;
+            if let Some(v) = opt_u64(r, "max_elapsed_ms", "retry.max_elapsed_ms")? {
+                c.retry.max_elapsed_ms = v;
+            }
             if let Some(v) = opt_u64(r, "max_retries", "retry.max_retries")? {
                 c.retry.max_retries = u32::try_from(v).unwrap_or(u32::MAX);
             }
@@ -545,12 +625,41 @@ mod tests {
                 "retry.max_retries",
             ),
             (r#"[1]"#, "config"),
+            (
+                r#"{"model":"m","queue_capacity":100000000000}"#,
+                "queue_capacity",
+            ),
+            (
+                r#"{"model":"m","api_key":"k","headers":{"Authorization":"Bearer x"}}"#,
+                "headers.Authorization",
+            ),
+            (
+                r#"{"model":"m","api_key":"k","headers":{"x-api-key":"x"}}"#,
+                "headers.x-api-key",
+            ),
+            (
+                r#"{"model":"m","max_tool_output_bytes":3}"#,
+                "max_tool_output_bytes",
+            ),
+            (
+                r#"{"model":"m","headers":{"x-a":"line\nbreak"}}"#,
+                "headers.x-a",
+            ),
         ];
         for (json, key) in cases {
             let e = Config::from_json(json).unwrap_err();
             assert_eq!(e.kind, crate::ErrorKind::Config);
             assert!(e.message.starts_with(key), "{json}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn own_auth_header_is_allowed_without_api_key() {
+        let c = Config::from_json(
+            r#"{"model":"m","api_key":"","headers":{"Authorization":"Bearer mine"}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.headers["Authorization"], "Bearer mine");
     }
 
     #[test]

@@ -7,8 +7,13 @@ use std::fmt;
 use serde::ser::SerializeMap;
 use serde::Serialize;
 
-/// The closed set of failure classes, identical in every language binding.
+use crate::secret::Secrets;
+
+/// The set of failure classes, identical in every language binding. Non-exhaustive: a
+/// later version may add a kind, so callers keep a fallback arm (bindings map an unknown
+/// code to a generic error, never to a crash).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ErrorKind {
     Config,
     Authentication,
@@ -69,6 +74,34 @@ impl ErrorKind {
             ErrorKind::Incomplete => "incomplete",
             ErrorKind::Internal => "internal",
         }
+    }
+
+    /// The stable numeric code of this kind, as the C ABI reports it (`PANTO_ERR_*`):
+    /// 1-based, in the order of [`ErrorKind::ALL`], never reused or renumbered.
+    pub fn code(self) -> u32 {
+        match self {
+            ErrorKind::Config => 1,
+            ErrorKind::Authentication => 2,
+            ErrorKind::Permission => 3,
+            ErrorKind::NotFound => 4,
+            ErrorKind::BadRequest => 5,
+            ErrorKind::RateLimited => 6,
+            ErrorKind::Server => 7,
+            ErrorKind::Connection => 8,
+            ErrorKind::Timeout => 9,
+            ErrorKind::Protocol => 10,
+            ErrorKind::Provider => 11,
+            ErrorKind::Cancelled => 12,
+            ErrorKind::Busy => 13,
+            ErrorKind::Tool => 14,
+            ErrorKind::Incomplete => 15,
+            ErrorKind::Internal => 16,
+        }
+    }
+
+    /// The kind with numeric code `code`, if any.
+    pub fn from_code(code: u32) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.code() == code)
     }
 
     /// Parses a canonical name back (used by the test server harnesses and bindings).
@@ -155,12 +188,13 @@ impl Error {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// Removes every occurrence of `secret` from the message. Called on every error built
-    /// from text a server or a transport library produced, so a key echoed back by a
-    /// proxy (or embedded in a URL) never reaches a caller.
-    pub(crate) fn redact(mut self, secret: &str) -> Error {
-        if secret.len() >= 4 && self.message.contains(secret) {
-            self.message = self.message.replace(secret, "[REDACTED]");
+    /// Removes every secret from every string field (message and provider code). Called
+    /// once on every error a turn reports, so a key echoed back by a proxy, embedded in
+    /// a URL, or cut in half by a truncation never reaches a caller.
+    pub(crate) fn redact(mut self, secrets: &Secrets) -> Error {
+        secrets.redact_in_place(&mut self.message);
+        if let Some(code) = &mut self.provider_code {
+            secrets.redact_in_place(code);
         }
         self
     }
@@ -223,10 +257,23 @@ mod tests {
     }
 
     #[test]
-    fn redact_removes_the_secret() {
+    fn redact_removes_the_secret_from_every_field() {
+        let secrets = Secrets::new(["sk-abcdef123"]);
         let e = Error::new(ErrorKind::Authentication, "bad key sk-abcdef123 given")
-            .redact("sk-abcdef123");
+            .with_provider_code(Some("key_sk-abcdef123".into()))
+            .redact(&secrets);
         assert!(!e.message.contains("sk-abcdef123"));
         assert!(e.message.contains("[REDACTED]"));
+        assert_eq!(e.provider_code.as_deref(), Some("key_[REDACTED]"));
+    }
+
+    #[test]
+    fn codes_are_stable_and_distinct() {
+        let codes: Vec<u32> = ErrorKind::ALL.iter().map(|k| k.code()).collect();
+        assert_eq!(codes, (1..=16).collect::<Vec<_>>());
+        for k in ErrorKind::ALL {
+            assert_eq!(ErrorKind::from_code(k.code()), Some(k));
+        }
+        assert_eq!(ErrorKind::from_code(0), None);
     }
 }

@@ -8,7 +8,59 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use std::task::{Context, Poll};
+
 use crate::message::{Block, StopReason, Usage};
+use crate::secret::Secrets;
+
+/// Removes secrets from every string of a content block.
+pub(crate) fn redact_block(block: &mut Block, secrets: &Secrets) {
+    match block {
+        Block::Text { text } => secrets.redact_in_place(text),
+        Block::Reasoning { text, signature } => {
+            secrets.redact_in_place(text);
+            if let Some(s) = signature {
+                secrets.redact_in_place(s);
+            }
+        }
+        Block::RedactedReasoning { data } => secrets.redact_in_place(data),
+        Block::ToolCall {
+            call_id,
+            name,
+            arguments,
+            arguments_raw,
+        } => {
+            secrets.redact_in_place(call_id);
+            secrets.redact_in_place(name);
+            if let Some(v) = arguments {
+                redact_value(v, secrets);
+            }
+            if let Some(r) = arguments_raw {
+                secrets.redact_in_place(r);
+            }
+        }
+        Block::ToolResult {
+            call_id,
+            name,
+            output,
+            ..
+        } => {
+            secrets.redact_in_place(call_id);
+            secrets.redact_in_place(name);
+            secrets.redact_in_place(output);
+        }
+    }
+}
+
+/// Removes secrets from every string inside a JSON value (tool arguments).
+pub(crate) fn redact_value(v: &mut Value, secrets: &Secrets) {
+    match v {
+        Value::String(s) => secrets.redact_in_place(s),
+        Value::Array(items) => items.iter_mut().for_each(|i| redact_value(i, secrets)),
+        Value::Object(map) => map.values_mut().for_each(|i| redact_value(i, secrets)),
+        _ => {}
+    }
+}
 
 /// The kind of a content block as announced by `block_start`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,8 +83,12 @@ pub enum DeltaKind {
 
 /// One event of a turn. `message` is the 0-based index of the assistant message within
 /// the turn; `block` the 0-based index of a block within that message.
+///
+/// Non-exhaustive: a later version may add an event type, so a `match` keeps a fallback
+/// arm that ignores what it does not know.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Event {
     MessageStart {
         message: u32,
@@ -67,11 +123,16 @@ pub enum Event {
         stop_reason: StopReason,
         usage: Usage,
     },
+    /// Dispatch of one call begins. `arguments` is the parsed arguments object, or
+    /// `null` when the model's arguments were not a JSON object; `arguments_raw` then holds
+    /// the raw text (the same pair as the call's `tool_call` block).
     ToolCallStart {
         message: u32,
         call_id: String,
         name: String,
-        arguments: Value,
+        arguments: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments_raw: Option<String>,
         host: bool,
     },
     ToolResult {
@@ -81,6 +142,9 @@ pub enum Event {
         output: String,
         is_error: bool,
     },
+    /// A request failed before any of its answer was shown and is tried again after
+    /// `delay_ms`. `attempt` is the number of the attempt about to start (2 for the first
+    /// retry); `max_attempts` is the most there can be (`1 + retry.max_retries`).
     ProviderRetry {
         message: u32,
         attempt: u32,
@@ -114,6 +178,80 @@ impl Event {
         "provider_retry",
         "message_complete",
     ];
+
+    /// The stable numeric code of this event type, as the C ABI reports it
+    /// (`PANTO_EV_*`): 1-based, in the order of [`Event::TYPES`], never renumbered.
+    pub fn code(&self) -> u32 {
+        match self {
+            Event::MessageStart { .. } => 1,
+            Event::BlockStart { .. } => 2,
+            Event::ContentDelta { .. } => 3,
+            Event::ToolDetails { .. } => 4,
+            Event::BlockComplete { .. } => 5,
+            Event::MessageEnd { .. } => 6,
+            Event::ToolCallStart { .. } => 7,
+            Event::ToolResult { .. } => 8,
+            Event::ProviderRetry { .. } => 9,
+            Event::MessageComplete { .. } => 10,
+        }
+    }
+
+    /// The type name of numeric code `code` (see [`Event::code`]).
+    pub fn type_name_of_code(code: u32) -> Option<&'static str> {
+        (code as usize)
+            .checked_sub(1)
+            .and_then(|i| Event::TYPES.get(i).copied())
+    }
+
+    /// Removes the agent's secrets from every string the event carries.
+    pub(crate) fn redact(&mut self, secrets: &Secrets) {
+        let fix = |s: &mut String| secrets.redact_in_place(s);
+        match self {
+            Event::MessageStart {
+                model, response_id, ..
+            } => {
+                fix(model);
+                if let Some(r) = response_id {
+                    fix(r);
+                }
+            }
+            Event::BlockStart { .. } | Event::MessageEnd { .. } => {}
+            Event::ContentDelta { text, .. } => fix(text),
+            Event::ToolDetails { call_id, name, .. } => {
+                fix(call_id);
+                fix(name);
+            }
+            Event::BlockComplete { content, .. } => redact_block(content, secrets),
+            Event::ToolCallStart {
+                call_id,
+                name,
+                arguments,
+                arguments_raw,
+                ..
+            } => {
+                fix(call_id);
+                fix(name);
+                if let Some(v) = arguments {
+                    redact_value(v, secrets);
+                }
+                if let Some(r) = arguments_raw {
+                    fix(r);
+                }
+            }
+            Event::ToolResult {
+                call_id,
+                name,
+                output,
+                ..
+            } => {
+                fix(call_id);
+                fix(name);
+                fix(output);
+            }
+            Event::ProviderRetry { reason, .. } => fix(reason),
+            Event::MessageComplete { text, .. } => fix(text),
+        }
+    }
 
     /// The canonical `type` name of this event.
     pub fn type_name(&self) -> &'static str {
@@ -172,6 +310,15 @@ pub trait Receiver: Send {
     fn on_event(&mut self, event: Event) -> Flow {
         dispatch(self, &event)
     }
+    /// Backpressure. The loop polls this before each read from the network; a receiver
+    /// that cannot take more events yet returns `Pending` and wakes `cx` when it can (the
+    /// pull adapter does this while its queue is full). The read waits, nothing is lost,
+    /// and the time spent waiting here counts against no timeout: a slow consumer slows
+    /// the turn, it never fails it. `Ready(Flow::Stop)` ends the turn like `on_event`'s.
+    /// The default is always ready.
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+        Poll::Ready(Flow::Continue)
+    }
     fn on_message_start(&mut self, message: u32, model: &str, response_id: Option<&str>) -> Flow {
         Flow::Continue
     }
@@ -195,7 +342,7 @@ pub trait Receiver: Send {
         message: u32,
         call_id: &str,
         name: &str,
-        arguments: &Value,
+        arguments: Option<&Value>,
         host: bool,
     ) -> Flow {
         Flow::Continue
@@ -272,7 +419,8 @@ fn dispatch<R: Receiver + ?Sized>(r: &mut R, event: &Event) -> Flow {
             name,
             arguments,
             host,
-        } => r.on_tool_call_start(*message, call_id, name, arguments, *host),
+            ..
+        } => r.on_tool_call_start(*message, call_id, name, arguments.as_ref(), *host),
         Event::ToolResult {
             message,
             call_id,
@@ -373,6 +521,49 @@ mod tests {
             let back: Event = serde_json::from_value(got).unwrap();
             assert_eq!(back, ev);
         }
+    }
+
+    #[test]
+    fn codes_follow_the_type_list() {
+        let ev = Event::ToolResult {
+            message: 0,
+            call_id: "c".into(),
+            name: "n".into(),
+            output: "o".into(),
+            is_error: false,
+        };
+        assert_eq!(Event::type_name_of_code(ev.code()), Some(ev.type_name()));
+        assert_eq!(Event::type_name_of_code(0), None);
+        assert_eq!(Event::type_name_of_code(11), None);
+        for (i, name) in Event::TYPES.iter().enumerate() {
+            assert_eq!(Event::type_name_of_code(i as u32 + 1), Some(*name));
+        }
+    }
+
+    #[test]
+    fn tool_call_start_mirrors_the_tool_call_block() {
+        let parsed = Event::ToolCallStart {
+            message: 0,
+            call_id: "c".into(),
+            name: "n".into(),
+            arguments: Some(json!({"a": 1})),
+            arguments_raw: None,
+            host: true,
+        };
+        let v: Value = serde_json::from_str(&parsed.to_json()).unwrap();
+        assert_eq!(v["arguments"], json!({"a": 1}));
+        assert!(v.get("arguments_raw").is_none());
+        let raw = Event::ToolCallStart {
+            message: 0,
+            call_id: "c".into(),
+            name: "n".into(),
+            arguments: None,
+            arguments_raw: Some("{oops".into()),
+            host: false,
+        };
+        let v: Value = serde_json::from_str(&raw.to_json()).unwrap();
+        assert_eq!(v["arguments"], Value::Null);
+        assert_eq!(v["arguments_raw"], "{oops");
     }
 
     #[test]

@@ -1,35 +1,126 @@
-//! Owns the transport: one pooled reqwest client per agent, sending a request and
-//! streaming its body through the SSE parser into a provider decoder — with retries
-//! before the first event, connect / idle / request timeouts and prompt cancellation.
-//! It does not know what the events mean (that is `provider`) or what a turn is (`agent`).
+//! Owns the transport: the agent's HTTP connection pools, sending a request and streaming
+//! its body through the SSE parser into a provider decoder — with retries before the
+//! first event, connect / idle / request timeouts, backpressure from the receiver and
+//! prompt cancellation. It does not know what the events mean (that is `provider`) or
+//! what a turn is (`agent`).
+//!
+//! A connection is driven by a task on the tokio runtime that opened it, so a pooled
+//! connection is only usable while that runtime runs. Callers drive turns from different
+//! runtimes (a push caller's own, the pull adapter's workers), and some of those stop
+//! being driven between turns (a current-thread runtime outside `block_on`). The
+//! transport therefore keeps one pool per runtime: a turn only ever reuses connections
+//! its own runtime drives.
 
-use std::time::{Duration, Instant};
+use std::future::poll_fn;
+use std::sync::{Mutex, PoisonError};
+use std::task::Poll;
+use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
-use tokio::time::sleep_until;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
+use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, debug_span, Instrument};
 
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
-use crate::event::Event;
-use crate::provider::{
-    anthropic, http_error, DecodedMessage, Decoder, Emit, Progress, ProviderKind,
-};
+use crate::event::{Event, Flow, Receiver};
+use crate::provider::{anthropic, http_error, DecodedMessage, Decoder, Progress, ProviderKind};
 use crate::retry::{self, RetryHints};
+use crate::secret::{is_secret_header, Secrets};
 use crate::sse::SseParser;
 
 /// Cap on an error body read into memory (bodies of failed requests are short).
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// The HTTP side of an agent: a connection pool and the request headers.
-#[derive(Clone)]
+/// How many runtimes' pools are kept; the least recently used beyond that is dropped
+/// (its idle connections close).
+const MAX_POOLS: usize = 8;
+
+/// Most redirects followed within the endpoint's own origin.
+const MAX_REDIRECTS: usize = 5;
+
+/// Where the loop delivers the events of a turn: the caller's [`Receiver`], behind the
+/// rules every event obeys — nothing is delivered after a cancel, secrets are removed
+/// once here, and the receiver's backpressure reaches the network read.
+pub(crate) struct TurnSink<'a> {
+    receiver: &'a mut dyn Receiver,
+    cancel: CancellationToken,
+    secrets: &'a Secrets,
+}
+
+impl<'a> TurnSink<'a> {
+    pub(crate) fn new(
+        receiver: &'a mut dyn Receiver,
+        cancel: CancellationToken,
+        secrets: &'a Secrets,
+    ) -> TurnSink<'a> {
+        TurnSink {
+            receiver,
+            cancel,
+            secrets,
+        }
+    }
+
+    pub(crate) fn emit(&mut self, mut event: Event) -> Result<()> {
+        if self.cancel.is_cancelled() {
+            return Err(Error::cancelled());
+        }
+        if !self.secrets.is_empty() {
+            event.redact(self.secrets);
+        }
+        match self.receiver.on_event(event) {
+            Flow::Continue => Ok(()),
+            Flow::Stop => {
+                self.cancel.cancel();
+                Err(Error::cancelled())
+            }
+        }
+    }
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<()>> {
+        if self.cancel.is_cancelled() {
+            return Poll::Ready(Err(Error::cancelled()));
+        }
+        self.receiver.poll_ready(cx).map(|flow| match flow {
+            Flow::Continue => Ok(()),
+            Flow::Stop => {
+                self.cancel.cancel();
+                Err(Error::cancelled())
+            }
+        })
+    }
+
+    /// Waits until the receiver takes events again. Returns how long that took (zero
+    /// when it was ready), so the caller can keep that time out of its timeouts.
+    async fn ready(&mut self) -> Result<Duration> {
+        // One poll first: the common case is ready, and costs no clock read.
+        let first = poll_fn(|cx| Poll::Ready(self.poll_ready(cx))).await;
+        match first {
+            Poll::Ready(r) => r.map(|()| Duration::ZERO),
+            Poll::Pending => {
+                let paused = Instant::now();
+                let cancel = self.cancel.clone();
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => Err(Error::cancelled()),
+                    r = poll_fn(|cx| self.poll_ready(cx)) => r.map(|()| paused.elapsed()),
+                }
+            }
+        }
+    }
+}
+
+/// The HTTP side of an agent: connection pools, the request headers, the secrets.
 pub struct Transport {
-    client: reqwest::Client,
+    pools: Mutex<Vec<(tokio::runtime::Id, reqwest::Client)>>,
+    connect_timeout: Duration,
     headers: HeaderMap,
     endpoint: String,
-    api_key: String,
+    secrets: Secrets,
+    /// The body left over after the provider finished, read to its end in the
+    /// background so its connection can be reused.
+    draining: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -42,20 +133,12 @@ impl std::fmt::Debug for Transport {
 
 impl Transport {
     pub fn new(config: &Config) -> Result<Transport> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.timeouts.connect())
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .user_agent(concat!("panto/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| Error::internal(format!("cannot build the HTTP client: {e}")))?;
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert("accept", HeaderValue::from_static("text/event-stream"));
-        let key_header = |v: String| {
-            let mut v = HeaderValue::from_str(&v).map_err(|_| {
-                Error::config("api_key: contains characters not allowed in a header")
-            })?;
+        let secret_value = |v: &str, what: &str| {
+            let mut v = HeaderValue::from_str(v)
+                .map_err(|_| Error::config(format!("{what}: not a valid header value")))?;
             // Sensitive values are redacted from reqwest's and http's Debug output.
             v.set_sensitive(true);
             Ok::<_, Error>(v)
@@ -65,13 +148,13 @@ impl Transport {
                 if !config.api_key.is_empty() {
                     headers.insert(
                         "authorization",
-                        key_header(format!("Bearer {}", config.api_key))?,
+                        secret_value(&format!("Bearer {}", config.api_key), "api_key")?,
                     );
                 }
             }
             ProviderKind::Anthropic => {
                 if !config.api_key.is_empty() {
-                    headers.insert("x-api-key", key_header(config.api_key.clone())?);
+                    headers.insert("x-api-key", secret_value(&config.api_key, "api_key")?);
                 }
                 headers.insert(
                     "anthropic-version",
@@ -79,60 +162,130 @@ impl Transport {
                 );
             }
         }
+        let mut secrets = vec![config.api_key.clone()];
         for (name, value) in &config.headers {
-            let name = HeaderName::from_bytes(name.as_bytes())
+            let header = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| Error::config(format!("headers.{name}: not a valid header name")))?;
-            let value = HeaderValue::from_str(value)
-                .map_err(|_| Error::config(format!("headers.{name}: not a valid header value")))?;
-            headers.insert(name, value);
+            let value = if is_secret_header(name) {
+                // A credential of the user's own (Azure's `api-key`, a proxy token, a
+                // bearer token sent instead of api_key): hidden like the API key.
+                secrets.push(value.clone());
+                if let Some(token) = value.strip_prefix("Bearer ") {
+                    secrets.push(token.to_owned());
+                }
+                secret_value(value, &format!("headers.{name}"))?
+            } else {
+                HeaderValue::from_str(value).map_err(|_| {
+                    Error::config(format!("headers.{name}: not a valid header value"))
+                })?
+            };
+            // Replacing a header panto set (anthropic-version, accept) is what naming it
+            // means; replacing a credential while api_key is set was refused by
+            // `Config::validate`.
+            headers.insert(header, value);
         }
-        Ok(Transport {
-            client,
+        let transport = Transport {
+            pools: Mutex::new(Vec::new()),
+            connect_timeout: config.timeouts.connect(),
             headers,
             endpoint: config.endpoint(),
-            api_key: config.api_key.clone(),
-        })
+            secrets: Secrets::new(secrets),
+            draining: Mutex::new(None),
+        };
+        // Builds one client now, so a configuration the HTTP stack refuses is reported
+        // when the agent is created rather than at its first turn.
+        transport.build_client()?;
+        Ok(transport)
+    }
+
+    /// The agent's secrets (its API key and credential headers), for redaction.
+    pub(crate) fn secrets(&self) -> &Secrets {
+        &self.secrets
+    }
+
+    fn build_client(&self) -> Result<reqwest::Client> {
+        reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .redirect(same_origin_redirects())
+            .user_agent(concat!("panto/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Error::internal(format!("cannot build the HTTP client: {e}")))
+    }
+
+    /// The pool of the runtime this turn runs on.
+    fn client(&self) -> Result<reqwest::Client> {
+        let id = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::internal("a turn must run inside a tokio runtime"))?
+            .id();
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = pools.iter().position(|(rt, _)| *rt == id) {
+            let entry = pools.remove(i);
+            let client = entry.1.clone();
+            pools.insert(0, entry);
+            return Ok(client);
+        }
+        let client = self.build_client()?;
+        pools.insert(0, (id, client.clone()));
+        pools.truncate(MAX_POOLS);
+        Ok(client)
     }
 
     /// Streams one assistant message: sends `body`, retries failures that happen before
-    /// any event was emitted, decodes the response into events through `emit`.
-    pub async fn stream_message(
+    /// any event was emitted, decodes the response into events through `sink`.
+    pub(crate) async fn stream_message(
         &self,
         config: &Config,
         body: Bytes,
         message: u32,
         cancel: &CancellationToken,
-        emit: Emit<'_>,
+        sink: &mut TurnSink<'_>,
     ) -> Result<DecodedMessage> {
         let max = config.retry.max_retries;
+        let first_attempt = Instant::now();
+        let retry_budget = Duration::from_millis(config.retry.max_elapsed_ms);
+        let client = self.client()?;
+        self.let_drain_finish().await;
         let mut retry_no = 0;
         loop {
             let span = debug_span!("provider_request", message, attempt = retry_no + 1);
             let mut decoder = Decoder::new(config.provider, message);
             let outcome = self
-                .attempt(config, body.clone(), &mut decoder, cancel, emit)
+                .attempt(&client, config, body.clone(), &mut decoder, cancel, sink)
                 .instrument(span)
                 .await;
             let (err, hints) = match outcome {
-                Ok(()) => {
+                Ok(Some(decoded)) => return Ok(decoded),
+                Ok(None) => {
                     return decoder
                         .into_message()
                         .ok_or_else(|| Error::internal("the decoder finished without a message"))
                 }
-                Err((err, hints)) => (err.redact(&self.api_key), hints),
+                Err((err, hints)) => (err.redact(&self.secrets), hints),
             };
+            if cancel.is_cancelled() {
+                return Err(Error::cancelled());
+            }
             let retry_allowed = !decoder.emitted_content() && retry_no < max;
             if !retry_allowed || !retry::should_retry(&err, &hints) {
                 return Err(err);
             }
+            let wait = retry::delay(retry_no + 1, &config.retry, &hints);
+            if first_attempt.elapsed().saturating_add(wait) > retry_budget {
+                debug!(
+                    budget_ms = config.retry.max_elapsed_ms,
+                    "retry budget spent; reporting the last error"
+                );
+                return Err(err);
+            }
             retry_no += 1;
-            let wait = retry::delay(retry_no, &config.retry, &hints);
             debug!(kind = %err.kind, status = err.status, wait_ms = wait.as_millis() as u64, "retrying");
-            emit(Event::ProviderRetry {
+            sink.emit(Event::ProviderRetry {
                 message,
-                attempt: retry_no,
-                max_attempts: max,
-                delay_ms: wait.as_millis() as u64,
+                attempt: retry_no + 1,
+                max_attempts: max.saturating_add(1),
+                delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                 reason: err.to_string(),
                 status: (err.status != 0).then_some(err.status),
             })?;
@@ -143,17 +296,38 @@ impl Transport {
         }
     }
 
+    /// Gives the previous response's background drain one chance to finish, so its
+    /// connection is back in the pool before the next request picks one. Never waits
+    /// on the network.
+    async fn let_drain_finish(&self) {
+        let pending = self
+            .draining
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(handle) = pending {
+            if !handle.is_finished() {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    /// One HTTP attempt. `Ok(Some(_))` when the server answered with a complete message
+    /// in one JSON body, `Ok(None)` when the decoder holds the streamed message.
     async fn attempt(
         &self,
+        client: &reqwest::Client,
         config: &Config,
         body: Bytes,
         decoder: &mut Decoder,
         cancel: &CancellationToken,
-        emit: Emit<'_>,
-    ) -> std::result::Result<(), (Error, RetryHints)> {
+        sink: &mut TurnSink<'_>,
+    ) -> std::result::Result<Option<DecodedMessage>, (Error, RetryHints)> {
         let no_hints = |e: Error| (e, RetryHints::default());
-        let started = Instant::now();
-        let request_deadline = tokio::time::Instant::from_std(started + config.timeouts.request());
+        let request_ms = config.timeouts.request_ms;
+        let idle_ms = config.timeouts.idle_ms;
+        let idle = config.timeouts.idle();
+        let mut request_deadline = Instant::now() + config.timeouts.request();
         // The cancel and deadline futures are created once per attempt and polled by
         // reference: building them per chunk would register and deregister a timer (and
         // a cancel waiter) for every chunk of a long stream.
@@ -161,8 +335,10 @@ impl Transport {
         tokio::pin!(cancelled);
         let request_timer = sleep_until(request_deadline);
         tokio::pin!(request_timer);
-        let request = self
-            .client
+        let mut last_progress = Instant::now();
+        let idle_timer = sleep_until(last_progress + idle);
+        tokio::pin!(idle_timer);
+        let request = client
             .post(&self.endpoint)
             .headers(self.headers.clone())
             .body(body)
@@ -170,46 +346,75 @@ impl Transport {
         let response = tokio::select! {
             biased;
             _ = &mut cancelled => return Err(no_hints(Error::cancelled())),
-            _ = &mut request_timer => return Err(no_hints(timeout_error("request", config.timeouts.request_ms))),
+            _ = &mut request_timer => return Err(no_hints(request_timeout(request_ms))),
+            _ = &mut idle_timer => return Err(no_hints(Error::new(
+                ErrorKind::Timeout,
+                format!("no response headers within {idle_ms} ms (timeouts.idle_ms)"),
+            ).with_retryable(true))),
             r = request => r.map_err(|e| no_hints(transport_error(&e, "sending the request")))?,
         };
         let status = response.status().as_u16();
-        debug!(
-            status,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "response headers"
-        );
+        debug!(status, "response headers");
+        if response.status().is_redirection() {
+            return Err(no_hints(redirect_error(&response)));
+        }
         if !response.status().is_success() {
             let hints = RetryHints::from_headers(response.headers());
-            let body = read_bounded(response, cancel, request_deadline).await;
+            let body = read_bounded(response, MAX_ERROR_BODY, cancel, request_deadline).await;
+            // Redact before anything cuts the body short: a cut can split a key in two.
+            let body = self.secrets.redact(&body);
             return Err((http_error(status, &body), hints));
         }
-        let is_json = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.starts_with("application/json"));
-        if is_json {
-            // A 200 with a JSON body: some servers answer an error (or a non-streamed
-            // completion) this way. Either way it is not the stream that was asked for.
-            let body = read_bounded(response, cancel, request_deadline).await;
-            let (message, code) = crate::provider::describe_error_body(&body);
-            let err = match message {
-                Some(m) => Error::new(ErrorKind::Provider, m).with_provider_code(code),
-                None => Error::protocol("expected an event stream, got a JSON body"),
-            };
-            return Err(no_hints(err.with_status(status)));
+        let header = |name| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+                .map(|v| v.trim().to_ascii_lowercase())
+        };
+        if let Some(encoding) = header(CONTENT_ENCODING).filter(|e| e != "identity") {
+            return Err(no_hints(
+                Error::protocol(format!(
+                    "expected an event stream, got a body compressed with {encoding:?} \
+                 (Content-Encoding), which panto does not decode; \
+                 configure the server or proxy not to compress event streams"
+                ))
+                .with_status(status),
+            ));
+        }
+        let content_type = header(CONTENT_TYPE).unwrap_or_default();
+        if content_type.starts_with("application/json") {
+            let body =
+                read_bounded(response, config.max_message_bytes, cancel, request_deadline).await;
+            return self
+                .complete_body(config, decoder, &body, sink)
+                .map_err(no_hints)
+                .map(Some);
+        }
+        if is_not_a_stream(&content_type) {
+            let body = read_bounded(response, 512, cancel, request_deadline).await;
+            let body = self.secrets.redact(&body);
+            return Err(no_hints(
+                Error::protocol(format!(
+                    "expected an event stream, got {content_type:?}: {:?}",
+                    crate::provider::truncate(body.trim(), 200)
+                ))
+                .with_status(status),
+            ));
         }
         let mut parser = SseParser::new(config.max_event_bytes);
-        let idle = config.timeouts.idle();
-        // Progress only records the time; the idle timer is re-armed lazily when it fires,
-        // so a chunk costs a clock read, not a timer update.
-        let mut last_progress = tokio::time::Instant::now();
-        let idle_timer = sleep_until(last_progress + idle);
-        tokio::pin!(idle_timer);
         let mut response = response;
         let mut finished = false;
         while !finished {
+            // Backpressure: while the receiver cannot take events, the socket is not read.
+            // That wait is the consumer's time, not the provider's: it re-arms the idle
+            // timer and moves the request deadline back.
+            let paused = sink.ready().await.map_err(no_hints)?;
+            if !paused.is_zero() {
+                last_progress = Instant::now();
+                request_deadline += paused;
+                request_timer.as_mut().reset(request_deadline);
+            }
             // The chunk is polled first: while data keeps arriving, the cancel and timer
             // futures are not polled at all (each poll costs more than a chunk's parsing);
             // a cancel and the request deadline are then noticed by the cheap checks here.
@@ -217,20 +422,20 @@ impl Transport {
                 return Err(no_hints(Error::cancelled()));
             }
             if last_progress >= request_deadline {
-                return Err(no_hints(timeout_error(
-                    "request",
-                    config.timeouts.request_ms,
-                )));
+                return Err(no_hints(request_timeout(request_ms)));
             }
             let chunk = tokio::select! {
                 biased;
                 c = response.chunk() => c,
                 _ = &mut cancelled => return Err(no_hints(Error::cancelled())),
-                _ = &mut request_timer => return Err(no_hints(timeout_error("request", config.timeouts.request_ms))),
+                _ = &mut request_timer => return Err(no_hints(request_timeout(request_ms))),
                 _ = &mut idle_timer => {
                     let due = last_progress + idle;
-                    if due <= tokio::time::Instant::now() {
-                        return Err(no_hints(timeout_error("idle", config.timeouts.idle_ms)));
+                    if due <= Instant::now() {
+                        return Err(no_hints(Error::new(
+                            ErrorKind::Timeout,
+                            format!("nothing arrived from the provider for {idle_ms} ms (timeouts.idle_ms)"),
+                        ).with_retryable(true)));
                     }
                     idle_timer.as_mut().reset(due);
                     continue;
@@ -242,48 +447,145 @@ impl Transport {
                     if parser.has_pending() {
                         debug!("stream ended inside an event; the partial event is discarded");
                     }
-                    decoder.on_eof(emit).map_err(no_hints)?;
-                    return Ok(());
+                    decoder.on_eof(&mut |ev| sink.emit(ev)).map_err(no_hints)?;
+                    return Ok(None);
                 }
-                Err(e) => return Err(no_hints(transport_error(&e, "reading the stream"))),
+                Err(e) => {
+                    let err = transport_error(&e, "reading the stream");
+                    // A reset after the provider said it finished is the same as a clean
+                    // end at that point: the answer is complete.
+                    return match decoder.on_eof(&mut |ev| sink.emit(ev)) {
+                        Ok(()) => {
+                            debug!(error = %err, "connection failed after the provider finished");
+                            Ok(None)
+                        }
+                        Err(_) => Err(no_hints(err)),
+                    };
+                }
             };
-            let progressed = parser
+            // Anything the server sends proves the connection alive, keep-alive comments
+            // and empty events included.
+            last_progress = Instant::now();
+            parser
                 .feed(&chunk, |ev| {
                     if finished {
                         return Ok(());
                     }
-                    if decoder.on_sse(&ev, emit)? == Progress::Finished {
+                    if decoder.on_sse(&ev, &mut |e| sink.emit(e))? == Progress::Finished {
                         finished = true;
                     }
                     Ok(())
                 })
                 .map_err(no_hints)?;
-            if progressed {
-                last_progress = tokio::time::Instant::now();
-            }
+            // Lets the runtime's other tasks run between chunks of a fast stream (tokio's
+            // cooperative budget): one busy stream never starves the others that share
+            // its thread.
+            tokio::task::coop::consume_budget().await;
         }
-        // Read the rest (normally just the end of the chunked body) so the connection
-        // goes back to the pool; give up quietly if the server dawdles.
-        let drain_deadline = tokio::time::Instant::now() + idle.min(Duration::from_secs(2));
-        loop {
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => break,
-                _ = sleep_until(drain_deadline) => break,
-                c = response.chunk() => match c {
-                    Ok(Some(_)) => continue,
-                    _ => break,
-                },
-            }
-        }
-        Ok(())
+        self.drain_in_background(response, idle.min(Duration::from_secs(2)));
+        Ok(None)
     }
+
+    /// Reads what is left of a finished response (normally just the end of the chunked
+    /// body) in the background, so the connection goes back to the pool without the
+    /// turn waiting for it; gives up quietly if the server dawdles.
+    fn drain_in_background(&self, mut response: reqwest::Response, within: Duration) {
+        let deadline = Instant::now() + within;
+        let handle = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = sleep_until(deadline) => break,
+                    c = response.chunk() => match c {
+                        Ok(Some(_)) => continue,
+                        _ => break,
+                    },
+                }
+            }
+        });
+        *self.draining.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
+    }
+
+    /// A 200 whose body is one JSON document: a complete message from a server that
+    /// ignores `stream: true`, or an error.
+    fn complete_body(
+        &self,
+        config: &Config,
+        decoder: &mut Decoder,
+        body: &str,
+        sink: &mut TurnSink<'_>,
+    ) -> Result<DecodedMessage> {
+        let _ = (config, decoder);
+        let _ = sink;
+        let (message, code) = crate::provider::describe_error_body(body);
+        let body = self.secrets.redact(body);
+        Err(match message {
+            Some(m) => Error::new(ErrorKind::Provider, m).with_provider_code(code),
+            None => Error::protocol(format!(
+                "expected an event stream, got a JSON body: {:?}",
+                crate::provider::truncate(body.trim(), 200)
+            )),
+        }
+        .with_status(200))
+    }
+}
+
+/// Follows a redirect only within the endpoint's own origin (scheme, host and port):
+/// the request carries the API key and the whole conversation, and neither may reach a
+/// server the user did not point panto at. Anything else stops at the 3xx answer, which
+/// [`redirect_error`] turns into a clear error.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt.previous().first().is_some_and(|first| {
+            first.scheme() == attempt.url().scheme()
+                && first.host_str() == attempt.url().host_str()
+                && first.port_or_known_default() == attempt.url().port_or_known_default()
+        });
+        if same && attempt.previous().len() <= MAX_REDIRECTS {
+            attempt.follow()
+        } else {
+            attempt.stop()
+        }
+    })
+}
+
+fn redirect_error(response: &reqwest::Response) -> Error {
+    let status = response.status().as_u16();
+    let target = response
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(|l| crate::provider::truncate(l, 300).to_owned());
+    let what = match target {
+        Some(t) => format!("the server redirected the request to {t:?}"),
+        None => "the server answered with a redirect without a target".to_owned(),
+    };
+    Error::config(format!(
+        "HTTP {status}: {what}; panto follows no redirect to another origin (the request \
+         carries the API key and the conversation); set base_url to the address you mean"
+    ))
+    .with_status(status)
+}
+
+/// Content types that are certainly not an event stream (an HTML error page from a
+/// proxy, a captive portal, a misconfigured base URL).
+fn is_not_a_stream(content_type: &str) -> bool {
+    [
+        "text/html",
+        "application/xhtml",
+        "text/xml",
+        "application/xml",
+        "image/",
+    ]
+    .iter()
+    .any(|t| content_type.starts_with(t))
 }
 
 async fn read_bounded(
     mut response: reqwest::Response,
+    limit: usize,
     cancel: &CancellationToken,
-    deadline: tokio::time::Instant,
+    deadline: Instant,
 ) -> String {
     let mut body = Vec::new();
     loop {
@@ -294,9 +596,9 @@ async fn read_bounded(
         };
         match chunk {
             Ok(Some(c)) => {
-                let room = MAX_ERROR_BODY.saturating_sub(body.len());
+                let room = limit.saturating_sub(body.len());
                 body.extend_from_slice(&c[..c.len().min(room)]);
-                if body.len() >= MAX_ERROR_BODY {
+                if body.len() >= limit {
                     break;
                 }
             }
@@ -306,17 +608,16 @@ async fn read_bounded(
     String::from_utf8_lossy(&body).into_owned()
 }
 
-fn timeout_error(which: &str, ms: u64) -> Error {
-    let what = match which {
-        "idle" => format!("no stream progress for {ms} ms (timeouts.idle_ms)"),
-        _ => format!("the request took longer than {ms} ms (timeouts.request_ms)"),
-    };
-    Error::new(ErrorKind::Timeout, what).with_retryable(true)
+fn request_timeout(ms: u64) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!("the request took longer than {ms} ms (timeouts.request_ms)"),
+    )
+    .with_retryable(true)
 }
 
 fn transport_error(e: &reqwest::Error, doing: &str) -> Error {
-    // reqwest's Display names the URL, never headers; the key cannot appear here, and
-    // `stream_message` redacts it anyway.
+    // reqwest's Display names the URL, never headers; `stream_message` redacts anyway.
     let mut source = String::new();
     let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(e);
     while let Some(s) = cur {

@@ -22,7 +22,8 @@
 //! - [`provider`] — OpenAI-compatible and Anthropic wire formats: decoders and request bodies.
 //! - [`config`] — the configuration schema (builder and JSON), shared by every binding.
 //! - [`retry`] — which failures are retried, and how long to wait.
-//! - [`http`] — the pooled HTTP client, streaming a response into a decoder under timeouts and cancellation.
+//! - [`http`] — connection pools (one per runtime), streaming a response into a decoder under timeouts, backpressure and cancellation.
+//! - [`secret`] — the API key and credential headers, and their removal from everything panto reports.
 //! - [`tool`] — the `Tool` trait, host tools and concurrent dispatch.
 //! - [`agent`] — the agent: conversation ownership and the turn loop.
 
@@ -34,6 +35,7 @@ pub mod http;
 pub mod message;
 pub mod provider;
 pub mod retry;
+pub mod secret;
 pub mod sse;
 pub mod tool;
 
@@ -43,6 +45,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use message::{Block, Message, Role, StopReason, Usage};
 pub use provider::{ProviderKind, ToolSpec};
+pub use secret::Secrets;
 pub use tool::{FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
 
 pub use tokio_util::sync::CancellationToken;

@@ -163,6 +163,7 @@ mod tests {
             max_retries: 5,
             initial_delay_ms: 100,
             max_delay_ms: 350,
+            ..RetryConfig::default()
         };
         for _ in 0..100 {
             let d1 = delay(1, &cfg, &RetryHints::default()).as_millis();

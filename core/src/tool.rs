@@ -160,8 +160,10 @@ pub(crate) struct CallRequest {
     pub name: String,
     /// Parsed arguments, or why the call must not run.
     pub arguments: std::result::Result<Value, String>,
-    /// What `tool_call_start` reports as arguments (the raw text when unparsable).
-    pub shown_arguments: Value,
+    /// What `tool_call_start` reports: the arguments object, or `None` with the raw
+    /// text when the model's arguments were not a JSON object.
+    pub shown_arguments: Option<Value>,
+    pub shown_raw: Option<String>,
 }
 
 /// How a call is answered.
@@ -176,32 +178,82 @@ pub(crate) struct Dispatch<'a> {
     pub message: u32,
     pub concurrency: usize,
     pub timeout: Duration,
+    pub max_output_bytes: usize,
     pub host: &'a HostToolResults,
     pub cancel: &'a CancellationToken,
-    /// Where tool tasks are spawned (the current runtime if `None`).
-    pub runtime: Option<&'a tokio::runtime::Handle>,
+}
+
+/// The outputs of one batch, in call order, shared with whoever must commit them even
+/// if the dispatch itself is dropped half-way (the agent's step guard).
+pub(crate) type Outputs = Arc<Mutex<Vec<Option<ToolOutput>>>>;
+
+/// Everything a batch started, stopped when the batch ends for any reason — including
+/// its future being dropped mid-await, which is how async Rust cancels: spawned tool
+/// tasks are aborted (a dropped `JoinHandle` would only detach them), their cancel token
+/// fires, and host calls stop waiting.
+struct BatchGuard<'a> {
+    cancel: CancellationToken,
+    aborts: Vec<tokio::task::AbortHandle>,
+    host: &'a HostToolResults,
+    call_ids: Vec<&'a str>,
+}
+
+impl Drop for BatchGuard<'_> {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+        for a in &self.aborts {
+            a.abort();
+        }
+        for id in &self.call_ids {
+            self.host.forget(id);
+        }
+    }
+}
+
+/// Cuts a tool's output at `max` bytes (on a character boundary) and says so at the end,
+/// in words the model reads.
+pub(crate) fn cap_output(mut out: ToolOutput, max: usize) -> ToolOutput {
+    if out.output.len() <= max {
+        return out;
+    }
+    let total = out.output.len();
+    let mut end = max;
+    while !out.output.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.output.truncate(end);
+    out.output.push_str(&format!(
+        "\n[panto: output truncated: the tool produced {total} bytes; only the first {end} are shown]"
+    ));
+    out
 }
 
 /// Runs one message's calls, at most `concurrency` at a time, emitting `tool_call_start`
-/// when a call begins and `tool_result` as each finishes. Returns the outputs in call
-/// order; on cancellation (or a receiver asking to stop), the calls that did not finish
-/// are `None` and the error is returned alongside.
+/// when a call begins and `tool_result` as each finishes; each output lands in
+/// `outputs` (call order) as it arrives. On cancellation (or a receiver asking to stop)
+/// the calls that did not finish stay `None` and the error is returned.
 pub(crate) async fn dispatch(
     d: Dispatch<'_>,
     calls: &[(CallRequest, Runner)],
+    outputs: &Outputs,
     emit: Emit<'_>,
-) -> (Vec<Option<ToolOutput>>, Option<Error>) {
-    let mut outputs: Vec<Option<ToolOutput>> = vec![None; calls.len()];
+) -> Option<Error> {
     let mut running = FuturesUnordered::new();
     let mut next = 0;
-    let batch_cancel = d.cancel.child_token();
-    // Aborts every spawned tool when the batch ends early (dropping a JoinHandle would
-    // only detach it).
-    let mut aborts = Vec::new();
+    let mut guard = BatchGuard {
+        cancel: d.cancel.child_token(),
+        aborts: Vec::new(),
+        host: d.host,
+        call_ids: calls.iter().map(|(r, _)| r.call_id.as_str()).collect(),
+    };
     let mut failure = None;
     loop {
         while running.len() < d.concurrency && next < calls.len() && failure.is_none() {
             let (req, runner) = &calls[next];
+            if d.cancel.is_cancelled() {
+                failure = Some(Error::cancelled());
+                break;
+            }
             // A host tool whose arguments panto already rejected is answered by panto
             // itself; announcing it as a host call would invite the host to run it.
             let host = matches!(runner, Runner::Host) && req.arguments.is_ok();
@@ -212,19 +264,16 @@ pub(crate) async fn dispatch(
                 call_id: req.call_id.clone(),
                 name: req.name.clone(),
                 arguments: req.shown_arguments.clone(),
+                arguments_raw: req.shown_raw.clone(),
                 host,
             });
             if let Err(e) = started {
-                d.host.forget(&req.call_id);
                 failure = Some(e);
                 break;
             }
-            let fut = start_call(req, runner, host_rx, d.timeout, batch_cancel.child_token());
-            let handle = match d.runtime {
-                Some(rt) => rt.spawn(fut),
-                None => tokio::spawn(fut),
-            };
-            aborts.push(handle.abort_handle());
+            let fut = start_call(req, runner, host_rx, d.timeout, guard.cancel.child_token());
+            let handle = tokio::spawn(fut);
+            guard.aborts.push(handle.abort_handle());
             let idx = next;
             running.push(async move { (idx, handle.await) });
             next += 1;
@@ -249,9 +298,16 @@ pub(crate) async fn dispatch(
             )),
             Err(_) => ToolOutput::error("the tool was aborted"),
         };
+        let out = cap_output(out, d.max_output_bytes);
         let (req, _) = &calls[idx];
         d.host.forget(&req.call_id);
-        outputs[idx] = Some(out.clone());
+        if let Some(slot) = outputs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(idx)
+        {
+            *slot = Some(out.clone());
+        }
         if let Err(e) = emit(Event::ToolResult {
             message: d.message,
             call_id: req.call_id.clone(),
@@ -263,16 +319,8 @@ pub(crate) async fn dispatch(
             break;
         }
     }
-    if failure.is_some() {
-        batch_cancel.cancel();
-        for a in &aborts {
-            a.abort();
-        }
-        for (req, _) in calls {
-            d.host.forget(&req.call_id);
-        }
-    }
-    (outputs, failure)
+    drop(guard);
+    failure
 }
 
 fn start_call(

@@ -30,6 +30,7 @@ fn config(kind: ProviderKind, server: &TestServer) -> Config {
             max_retries: 2,
             initial_delay_ms: 1,
             max_delay_ms: 5,
+            ..RetryConfig::default()
         })
 }
 
@@ -216,7 +217,10 @@ impl Receiver for HostAnswerer {
         } = &event
         {
             let host = self.control.host.clone();
-            let (id, args) = (call_id.clone(), arguments.to_string());
+            let (id, args) = (
+                call_id.clone(),
+                arguments.clone().unwrap_or_default().to_string(),
+            );
             std::thread::spawn(move || {
                 host.submit(&id, format!("host saw {args}"), false).unwrap();
                 // Answering twice is an error for this call only.
@@ -703,7 +707,8 @@ async fn rate_limit_with_retry_after_then_success() {
         } => {
             assert_eq!(
                 (*attempt, *max_attempts, *delay_ms, *status),
-                (1, 2, 0, Some(429))
+                (2, 3, 0, Some(429)),
+                "attempt 2 of at most 1 + max_retries (2)"
             );
         }
         other => panic!("first event {other:?}"),
@@ -822,24 +827,57 @@ async fn stall_hits_the_idle_timeout() {
     assert!(err.message.contains("idle"), "{}", err.message);
 }
 
+fn slow_thinker(keepalive: Value, count: usize) -> Value {
+    // A reasoning model behind a gateway: nothing but keep-alives while it thinks (20 ms
+    // apart, far longer in total than idle_ms), then the answer.
+    let mut sse: Vec<Value> = (0..count).map(|_| keepalive.clone()).collect();
+    sse.extend(script::openai_text_events(&["thought it through"]));
+    json!({"sse": sse, "chunk_delay_ms": 20})
+}
+
+fn short_idle(c: Config, request_ms: u64) -> Config {
+    c.with_retry(RetryConfig {
+        max_retries: 0,
+        initial_delay_ms: 1,
+        max_delay_ms: 1,
+        ..RetryConfig::default()
+    })
+    .with_timeouts(Timeouts {
+        connect_ms: 5000,
+        idle_ms: 300,
+        request_ms,
+    })
+}
+
 #[tokio::test]
-async fn keepalive_comments_do_not_keep_a_dead_stream_alive() {
+async fn keepalive_comments_keep_a_thinking_model_alive() {
+    // 50 comments × 20 ms = 1 s of silence but for comments, against idle_ms = 300.
+    let resp = slow_thinker(json!({"comment": "OPENROUTER PROCESSING"}), 50);
+    let server = TestServer::start(script::scenario(vec![exchange(resp)])).unwrap();
+    let agent = Agent::new(short_idle(config(ProviderKind::OpenAi, &server), 60_000)).unwrap();
+    let (events, r) = run(&agent, "think", &TurnControl::default()).await;
+    assert_eq!(r.unwrap().text, "thought it through");
+    check_invariants(&events);
+}
+
+#[tokio::test]
+async fn empty_events_keep_the_connection_alive_too() {
+    let resp = slow_thinker(json!({"data": ""}), 50);
+    let server = TestServer::start(script::scenario(vec![exchange(resp)])).unwrap();
+    let agent = Agent::new(short_idle(config(ProviderKind::OpenAi, &server), 60_000)).unwrap();
+    let (_, r) = run(&agent, "think", &TurnControl::default()).await;
+    assert_eq!(r.unwrap().text, "thought it through");
+}
+
+#[tokio::test]
+async fn request_ms_bounds_a_stream_of_only_keepalives() {
+    // Keep-alives forever (200 × 20 ms = 4 s) prove the connection alive, not the
+    // answer coming: request_ms (1.5 s) ends the attempt.
     let comments: Vec<Value> = (0..200).map(|_| json!({"comment": "keep-alive"})).collect();
     let resp = json!({"sse": comments, "chunk_delay_ms": 20});
-    let (_, err, _, _) = fault_run(vec![exchange(resp)], |c| {
-        c.with_retry(RetryConfig {
-            max_retries: 0,
-            initial_delay_ms: 1,
-            max_delay_ms: 1,
-        })
-        .with_timeouts(Timeouts {
-            connect_ms: 5000,
-            idle_ms: 300,
-            request_ms: 60_000,
-        })
-    })
-    .await;
+    let (_, err, _, _) = fault_run(vec![exchange(resp)], |c| short_idle(c, 1500)).await;
     assert_eq!(err.kind, ErrorKind::Timeout);
+    assert!(err.message.contains("request_ms"), "{}", err.message);
 }
 
 #[tokio::test]
@@ -952,6 +990,7 @@ async fn cancel_during_a_retry_backoff_is_prompt() {
             max_retries: 2,
             initial_delay_ms: 1,
             max_delay_ms: 5,
+            ..RetryConfig::default()
         }),
     )
     .unwrap();

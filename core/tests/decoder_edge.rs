@@ -697,9 +697,9 @@ fn openai_after_done_everything_is_ignored() {
     assert_eq!(ok(&o).message.text(), "a");
     // The decoder itself ignores events after [DONE], not only the reader.
     let mut d = Decoder::new(OA, 0);
-    let emitted = std::cell::Cell::new(0usize);
+    let emitted = std::sync::atomic::AtomicUsize::new(0);
     let mut emit = |_: Event| {
-        emitted.set(emitted.get() + 1);
+        emitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     };
     let ev = |data: &'static str| SseEvent {
@@ -711,7 +711,7 @@ fn openai_after_done_everything_is_ignored() {
         d.on_sse(&ev("[DONE]"), &mut emit).unwrap(),
         Progress::Finished
     );
-    let n = emitted.get();
+    let n = emitted.load(std::sync::atomic::Ordering::Relaxed);
     let garbage = [
         ev("{not json"),
         ev("{\"error\":{}}"),
@@ -725,7 +725,7 @@ fn openai_after_done_everything_is_ignored() {
         assert_eq!(d.on_sse(&g, &mut emit).unwrap(), Progress::Finished);
     }
     d.on_eof(&mut emit).unwrap();
-    assert_eq!(emitted.get(), n);
+    assert_eq!(emitted.load(std::sync::atomic::Ordering::Relaxed), n);
     assert!(d.is_finished());
 }
 

@@ -319,6 +319,7 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
             max_retries: 1,
             initial_delay_ms: 1,
             max_delay_ms: 2,
+            ..RetryConfig::default()
         })
         .with_timeouts(Timeouts {
             connect_ms: 5_000,

@@ -62,6 +62,7 @@ fn the_key_is_never_logged_or_reported() {
                 max_retries: 0,
                 initial_delay_ms: 1,
                 max_delay_ms: 1,
+                ..RetryConfig::default()
             });
         let agent = Agent::new(config.clone()).unwrap();
         let mut texts = vec![format!("{config:?}"), format!("{agent:?}")];

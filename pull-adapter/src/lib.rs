@@ -2,31 +2,42 @@
 //! every binding (C, Go, Python, the CLI) stands on.
 //!
 //! ```text
-//!  agent.stream(input) ──► worker thread: runtime.block_on(agent.run(…, Forward))
-//!                                   │ Forward::on_event = blocking send
-//!                                   ▼
-//!                       bounded crossbeam queue (queue_capacity)
-//!                                   │
-//!  Stream::next() ◄─────────────────┘   enforces the contract (DESIGN.md)
+//!  agent.stream(input) ──► worker k (agent.id() % workers): a thread driving its own
+//!                          current-thread runtime; many streams share it
+//!                            Pump(turn future) ── Forward::on_event ──► outbox (≤ 64)
+//!                                                                          │ flush
+//!                                          bounded crossbeam queue (queue_capacity)
+//!                                                                          │
+//!  Stream::next() ◄────────────────────────────────────────────────────────┘
+//!                 enforces the contract (DESIGN.md)
 //! ```
 //!
-//! The loop runs unchanged on a dedicated worker thread, driven by the agent's own
-//! single-threaded runtime (`Agent::runtime`): the HTTP connection and the loop share that
-//! thread, so no chunk crosses threads before it becomes an event, and the connection
-//! stays pooled for the agent's next stream. A full queue blocks only that thread — the
-//! stream's HTTP read waits (a slow consumer slows the network read; memory stays
-//! bounded) — while tool tasks and their timers run on a small shared multi-thread
-//! runtime and keep going, as do other agents' streams. The worker hands events over in
-//! bursts — when its runtime is about to block (`panto::agent::set_park_hook`), when 64
-//! are waiting, or at the terminal event — so no event waits while the loop waits, and a
-//! consumer that keeps up is woken once per burst, not once per event.
+//! **Runtime model.** The adapter owns the runtimes; the core never sees them. A small
+//! fixed pool of worker threads (one per core, at least two), each driving its own
+//! current-thread tokio runtime for the life of the process, runs every stream's turn as
+//! an ordinary task — the push loop, unchanged. All turns of one agent go to the same
+//! worker, so the connections the agent's pool keeps for that runtime are always driven
+//! and reused, and a chunk never crosses threads before it becomes an event. The loop
+//! never runs on the caller's thread, and 1,000 streams need no 1,000 threads.
+//!
+//! **Hand-off.** The turn's receiver (`Forward`) never blocks: it appends each event to
+//! the stream's outbox and hands the outbox to the queue in bursts — whenever the turn
+//! future returns `Pending` (the `Pump` wrapper), when 64 events wait, at the terminal
+//! event, and at once while the consumer is blocked in `next`. So no event waits in the
+//! worker while the consumer waits, whatever the scheduler does, and a consumer that
+//! keeps up is woken once per burst. Before parking, the consumer itself flushes the
+//! outbox, which closes the race between the two.
+//!
+//! **Backpressure.** When the queue is full the outbox fills; at 64 waiting events the
+//! receiver's `poll_ready` returns `Pending` and the core stops reading the socket until
+//! the consumer pops — parking only this turn, never the shared thread. The core does not
+//! count that wait against its idle or request timeouts.
 //!
 //! The contract, enforced here for every binding: `message_complete` once and last;
-//! exhausted (`Ok(None)`) only after it; a worker that ends without it is `incomplete`
+//! exhausted (`Ok(None)`) only after it; a turn that ends without it is `incomplete`
 //! (or `internal` if it panicked); errors are sticky; no event after a failure;
 //! `cancel` from any thread wakes a blocked `next`; dropping the stream cancels the
-//! turn and joins its worker, so no thread, socket or queue outlives it.
-
+//! turn and waits for its task to end, so no socket or queue outlives it.
 //!
 //! ```no_run
 //! use panto::{Agent, Config, Event, ProviderKind};
@@ -42,44 +53,94 @@
 //! # Ok::<(), panto::Error>(())
 //! ```
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{
     bounded, select, Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx, TryRecvError,
     TrySendError,
 };
+use futures_util::FutureExt;
 use panto::{Agent, Error, Event, Flow, Receiver, TurnControl, TurnOptions};
 
 type Item = Result<Event, Error>;
 
-static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
-static LIVE_WORKERS: AtomicUsize = AtomicUsize::new(0);
+/// Most events waiting in a stream's outbox before they go to the queue together, and
+/// the point at which a turn whose queue is full stops reading the network.
+const MAX_BATCH: usize = 64;
 
-/// The shared runtime on which tool tasks (and their timers) run.
-fn runtime() -> Result<tokio::runtime::Handle, Error> {
-    let rt = RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("panto-rt")
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())
+/// How long `next` spins for an event before parking: 2^0 + … + 2^(n-1) spin hints.
+const SPIN_STEPS: u32 = 7;
+
+static POOL: OnceLock<Result<Pool, String>> = OnceLock::new();
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static ON_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The adapter's worker threads.
+struct Pool {
+    workers: Vec<tokio::runtime::Handle>,
+}
+
+fn pool() -> Result<&'static Pool, Error> {
+    let pool = POOL.get_or_init(|| {
+        let n = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .clamp(2, 64);
+        (0..n)
+            .map(start_worker)
+            .collect::<Result<Vec<_>, String>>()
+            .map(|workers| Pool { workers })
     });
-    match rt {
-        Ok(rt) => Ok(rt.handle().clone()),
+    match pool {
+        Ok(p) => Ok(p),
         Err(e) => Err(Error::internal(format!(
-            "cannot start the panto runtime: {e}"
+            "cannot start the panto worker threads: {e}"
         ))),
     }
 }
 
-/// How many stream worker threads are alive right now (for leak checks).
-pub fn live_workers() -> usize {
-    LIVE_WORKERS.load(Ordering::SeqCst)
+/// Starts worker `i`: a thread that drives a current-thread runtime forever.
+fn start_worker(i: usize) -> Result<tokio::runtime::Handle, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        // Only name resolution uses blocking threads; one per worker, gone when idle.
+        .max_blocking_threads(1)
+        .thread_name(format!("panto-resolve-{i}"))
+        .thread_keep_alive(Duration::from_secs(5))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let handle = rt.handle().clone();
+    std::thread::Builder::new()
+        .name(format!("panto-worker-{i}"))
+        .spawn(move || {
+            ON_WORKER.with(|w| w.set(true));
+            rt.block_on(std::future::pending::<()>());
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(handle)
+}
+
+/// How many worker threads the adapter runs (fixed once the first stream starts; one
+/// per core, at least two). With their name-resolution helpers, the adapter never runs
+/// more than twice this many threads, however many streams are open.
+pub fn worker_threads() -> usize {
+    pool().map(|p| p.workers.len()).unwrap_or(0)
+}
+
+/// How many streams' turns are still running (for leak checks: it returns to its
+/// earlier value once every stream has ended or been dropped).
+pub fn active_streams() -> usize {
+    ACTIVE.load(Ordering::SeqCst)
 }
 
 /// What [`Stream::next_timeout`] saw.
@@ -92,29 +153,126 @@ pub enum Next {
     Pending,
 }
 
+/// The events on their way from a turn to its consumer, beyond what the queue holds.
+struct Outbox {
+    /// `None` once the consumer has everything (the consumer then sees the queue end).
+    tx: Option<QueueTx<Item>>,
+    items: VecDeque<Item>,
+    /// The consumer is gone or the stream was cancelled: events are dropped.
+    closed: bool,
+    /// The turn is over; the queue ends once the outbox is empty.
+    finished: bool,
+    /// The turn's task, parked until the outbox has room again.
+    producer: Option<Waker>,
+}
+
+impl Outbox {
+    /// Moves what fits from the outbox into the queue.
+    fn flush(&mut self) {
+        while let Some(item) = self.items.pop_front() {
+            let Some(tx) = &self.tx else {
+                self.items.clear();
+                return;
+            };
+            match tx.try_send(item) {
+                Ok(()) => {}
+                Err(TrySendError::Full(item)) => {
+                    self.items.push_front(item);
+                    return;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    self.closed = true;
+                    self.items.clear();
+                    self.tx = None;
+                    return;
+                }
+            }
+        }
+        if self.finished {
+            // Everything was handed over: dropping the sender ends the queue.
+            self.tx = None;
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.items.len() < MAX_BATCH
+    }
+}
+
+/// State shared by a stream's consumer, its control handles and its turn.
+struct Shared {
+    outbox: Mutex<Outbox>,
+    /// The consumer is about to block (or blocked) in `next`: flush every event at once.
+    consumer_waiting: AtomicBool,
+    /// The turn is parked on a full outbox: the consumer wakes it when it pops.
+    producer_waiting: AtomicBool,
+    cancelled: AtomicBool,
+    /// Dropping the sender wakes everything selecting on the paired receiver.
+    wake: Mutex<Option<QueueTx<()>>>,
+}
+
+impl Shared {
+    fn outbox(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The consumer's flush: moves waiting events into the queue and, if that made room,
+    /// wakes a turn parked on a full outbox.
+    fn flush_for_consumer(&self) {
+        let mut outbox = self.outbox();
+        outbox.flush();
+        if outbox.has_room() || outbox.closed {
+            if let Some(w) = outbox.producer.take() {
+                self.producer_waiting.store(false, Ordering::SeqCst);
+                w.wake();
+            }
+        }
+    }
+}
+
 /// Cancels a stream and answers its host-tool calls from any thread. Cheap to clone.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct StreamControl {
     control: TurnControl,
-    cancelled: Arc<AtomicBool>,
-    /// Dropping the sender wakes everything selecting on the paired receiver.
-    wake: Arc<Mutex<Option<QueueTx<()>>>>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for StreamControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamControl")
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
 }
 
 impl StreamControl {
     /// Cancels the turn. Idempotent; wakes a `next` blocked on another thread, which
     /// then fails with `cancelled` (unless `message_complete` was already delivered).
     pub fn cancel(&self) {
-        self.cancelled.store(true, Ordering::SeqCst);
+        self.shared.cancelled.store(true, Ordering::SeqCst);
         self.control.cancel.cancel();
-        self.wake
+        self.shared
+            .wake
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
+        self.shared.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// True while a `next` on this stream is waiting for an event (parked, or about to
+    /// park). For diagnostics, and for tests that must know the consumer is blocked.
+    pub fn consumer_waiting(&self) -> bool {
+        self.shared.consumer_waiting.load(Ordering::SeqCst)
+    }
+
+    /// True while the turn is paused because the consumer has not taken its events (the
+    /// queue is full): the network is not being read. For diagnostics ("the consumer is
+    /// the bottleneck"), and for tests that must know the turn is held back.
+    pub fn turn_paused(&self) -> bool {
+        self.shared.producer_waiting.load(Ordering::SeqCst)
     }
 
     /// Answers a host-tool call announced by `tool_call_start{host: true}`. An unknown or
@@ -139,8 +297,9 @@ enum State {
 pub struct Stream {
     events: Option<QueueRx<Item>>,
     wake_rx: QueueRx<()>,
+    /// Disconnected when the turn's task has ended (completed, failed or dropped).
+    task_done: QueueRx<()>,
     control: StreamControl,
-    worker: Option<JoinHandle<()>>,
     state: State,
 }
 
@@ -165,189 +324,177 @@ impl AgentStreamExt for Agent {
     }
 }
 
-/// How long `next` spins for an event before parking: 2^0 + … + 2^(n-1) spin hints.
-const SPIN_STEPS: u32 = 7;
-
-/// Most events handed to the queue at once; a bound on what waits in the outbox.
-const MAX_BATCH: usize = 64;
-
-/// The worker's side of the queue. Events wait here until the worker thread is about to
-/// block (the agent runtime's park hook), a batch is full, or the event is terminal —
-/// then go into the queue together, so a consumer that keeps up is woken once per burst
-/// rather than once per event, and no event waits while the loop itself waits.
-struct Outbox {
-    tx: QueueTx<Item>,
-    wake_rx: QueueRx<()>,
-    buffer: Vec<Item>,
-    closed: bool,
+/// The push receiver of a turn: appends to the outbox, never blocks.
+struct Forward {
+    shared: Arc<Shared>,
 }
-
-thread_local! {
-    static OUTBOX: std::cell::RefCell<Option<Outbox>> = const { std::cell::RefCell::new(None) };
-}
-
-impl Outbox {
-    /// Queues `item`; false once the consumer is gone or the stream was cancelled.
-    fn push(&mut self, item: Item) -> bool {
-        if self.closed {
-            return false;
-        }
-        let urgent = match &item {
-            Ok(ev) => ev.is_terminal(),
-            Err(_) => true,
-        };
-        self.buffer.push(item);
-        if urgent || self.buffer.len() >= MAX_BATCH {
-            self.flush()
-        } else {
-            true
-        }
-    }
-
-    fn flush(&mut self) -> bool {
-        for item in std::mem::take(&mut self.buffer) {
-            if self.closed || !self.send(item) {
-                self.closed = true;
-            }
-        }
-        !self.closed
-    }
-
-    fn send(&self, item: Item) -> bool {
-        // Fast path: room in the queue. `select!` (which also watches for a cancel) costs
-        // more than a plain send, so it is kept for when the queue is full.
-        let item = match self.tx.try_send(item) {
-            Ok(()) => return true,
-            Err(TrySendError::Disconnected(_)) => return false,
-            Err(TrySendError::Full(item)) => item,
-        };
-        select! {
-            send(self.tx, item) -> r => r.is_ok(),
-            // Cancelled while the queue is full: give up forwarding at once.
-            recv(self.wake_rx) -> _ => false,
-        }
-    }
-}
-
-/// Runs on the worker thread when the agent runtime is about to block it.
-fn flush_outbox() {
-    OUTBOX.with(|o| {
-        // The hook never runs inside `push` (same thread, not re-entrant); `try_` keeps
-        // even that impossible case from panicking.
-        if let Ok(mut o) = o.try_borrow_mut() {
-            if let Some(o) = o.as_mut() {
-                o.flush();
-            }
-        }
-    });
-}
-
-fn outbox_push(item: Item) -> bool {
-    OUTBOX.with(|o| match o.try_borrow_mut() {
-        Ok(mut o) => o.as_mut().is_some_and(|o| o.push(item)),
-        Err(_) => false,
-    })
-}
-
-/// The push receiver of the worker: hands each event to the outbox, and stops the loop
-/// when the consumer is gone or the stream was cancelled.
-struct Forward;
 
 impl Receiver for Forward {
     fn on_event(&mut self, event: Event) -> Flow {
-        if outbox_push(Ok(event)) {
-            Flow::Continue
-        } else {
-            Flow::Stop
+        let urgent = event.is_terminal();
+        let mut outbox = self.shared.outbox();
+        if outbox.closed {
+            return Flow::Stop;
         }
+        outbox.items.push_back(Ok(event));
+        // The consumer flag is read under the outbox lock, which the consumer takes after
+        // raising it: either this flush happens, or the consumer's own does.
+        if urgent
+            || outbox.items.len() >= MAX_BATCH
+            || self.shared.consumer_waiting.load(Ordering::Relaxed)
+        {
+            outbox.flush();
+        }
+        if outbox.closed {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    }
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+        let mut outbox = self.shared.outbox();
+        if outbox.closed {
+            return Poll::Ready(Flow::Stop);
+        }
+        if outbox.has_room() {
+            return Poll::Ready(Flow::Continue);
+        }
+        outbox.flush();
+        if outbox.has_room() || outbox.closed {
+            return Poll::Ready(if outbox.closed {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            });
+        }
+        // Full: park this turn (not the thread) until the consumer pops.
+        outbox.producer = Some(cx.waker().clone());
+        self.shared.producer_waiting.store(true, Ordering::SeqCst);
+        Poll::Pending
+    }
+}
+
+impl Forward {
+    fn push_final(&mut self, item: Item) {
+        let mut outbox = self.shared.outbox();
+        if !outbox.closed {
+            outbox.items.push_back(item);
+        }
+    }
+}
+
+/// Wraps a turn's task: hands the outbox over each time the turn waits, ends the queue
+/// when the turn ends, and tells `Stream::drop` (through `task_done`) that it is gone.
+struct Pump {
+    turn: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    shared: Arc<Shared>,
+    _task_done: QueueTx<()>,
+}
+
+impl Future for Pump {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(turn) = self.turn.as_mut() else {
+            return Poll::Ready(());
+        };
+        let done = turn.as_mut().poll(cx).is_ready();
+        let mut outbox = self.shared.outbox();
+        if done {
+            outbox.finished = true;
+        }
+        if !outbox.items.is_empty() || done {
+            outbox.flush();
+        }
+        drop(outbox);
+        if done {
+            self.turn = None;
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        if self.turn.take().is_some() {
+            // Dropped before its turn ended (the runtime went away): end the queue, so a
+            // consumer sees `incomplete` rather than waiting forever.
+            let mut outbox = self.shared.outbox();
+            outbox.finished = true;
+            outbox.flush();
+            outbox.tx = None;
+        }
+        ACTIVE.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Stream {
     fn start(agent: &Agent, input: &str, options: TurnOptions) -> Result<Stream, Error> {
-        let tools = runtime()?;
-        // Creates the agent's runtime now, so a failure is reported synchronously.
-        agent.runtime()?;
+        let pool = pool()?;
         // Reserve on the caller's thread so `busy` is reported synchronously.
         let slot = agent.reserve()?;
         let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);
         let (wake_tx, wake_rx) = bounded::<()>(0);
+        let (done_tx, done_rx) = bounded::<()>(0);
+        let shared = Arc::new(Shared {
+            outbox: Mutex::new(Outbox {
+                tx: Some(tx),
+                items: VecDeque::with_capacity(MAX_BATCH),
+                closed: false,
+                finished: false,
+                producer: None,
+            }),
+            consumer_waiting: AtomicBool::new(false),
+            producer_waiting: AtomicBool::new(false),
+            cancelled: AtomicBool::new(false),
+            wake: Mutex::new(Some(wake_tx)),
+        });
         let control = StreamControl {
-            control: TurnControl {
-                tool_runtime: Some(tools),
-                ..TurnControl::default()
-            },
-            cancelled: Arc::new(AtomicBool::new(false)),
-            wake: Arc::new(Mutex::new(Some(wake_tx))),
+            control: TurnControl::default(),
+            shared: shared.clone(),
         };
-        let turn = control.control.clone();
-        let agent = agent.clone();
+        let turn_control = control.control.clone();
         let input = input.to_owned();
-        let forward_wake = wake_rx.clone();
-        LIVE_WORKERS.fetch_add(1, Ordering::SeqCst);
-        let spawned = std::thread::Builder::new()
-            .name("panto-stream".into())
-            .spawn(move || {
-                let _live = LiveWorker;
-                OUTBOX.with(|o| {
-                    *o.borrow_mut() = Some(Outbox {
-                        tx,
-                        wake_rx: forward_wake,
-                        buffer: Vec::with_capacity(MAX_BATCH),
-                        closed: false,
-                    })
-                });
-                panto::agent::set_park_hook(Some(flush_outbox));
-                let mut forward = Forward;
-                let run = catch_unwind(AssertUnwindSafe(|| {
-                    let rt = agent.runtime()?;
-                    let result =
-                        rt.block_on(agent.run_reserved(slot, &input, &mut forward, &turn, options));
-                    // Let the connection tasks react to what the turn left behind (a
-                    // response dropped mid-body closes its socket now, not at the next turn).
-                    rt.block_on(async {
-                        for _ in 0..8 {
-                            tokio::task::yield_now().await;
-                        }
-                    });
-                    result
-                }));
-                match run {
-                    Ok(Ok(_summary)) => {} // message_complete already went through the queue
-                    Ok(Err(e)) => {
-                        outbox_push(Err(e));
-                    }
-                    Err(panic) => {
-                        turn.cancel.cancel();
-                        let what = panic
-                            .downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "a non-string panic payload".into());
-                        outbox_push(Err(Error::internal(format!(
-                            "the stream worker panicked: {what}"
-                        ))));
-                    }
+        let mut forward = Forward {
+            shared: shared.clone(),
+        };
+        let turn = async move {
+            let run = AssertUnwindSafe(slot.run(&input, &mut forward, &turn_control, options))
+                .catch_unwind()
+                .await;
+            match run {
+                Ok(Ok(_summary)) => {} // message_complete already went to the outbox
+                Ok(Err(e)) => forward.push_final(Err(e)),
+                Err(panic) => {
+                    turn_control.cancel.cancel();
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a non-string panic payload".into());
+                    forward.push_final(Err(Error::internal(format!(
+                        "the stream's turn panicked: {what}"
+                    ))));
                 }
-                flush_outbox();
-                panto::agent::set_park_hook(None);
-                // Dropping the outbox drops the sender: the consumer sees the end.
-                OUTBOX.with(|o| o.borrow_mut().take());
-            });
-        let worker = match spawned {
-            Ok(w) => w,
-            Err(e) => {
-                LIVE_WORKERS.fetch_sub(1, Ordering::SeqCst);
-                return Err(Error::internal(format!(
-                    "cannot start the stream worker: {e}"
-                )));
             }
         };
+        let worker = &pool.workers[(agent.id() as usize) % pool.workers.len()];
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        let pump = Pump {
+            turn: Some(Box::pin(turn)),
+            shared,
+            _task_done: done_tx,
+        };
+        // The worker runtimes live as long as the process: the task always runs.
+        drop(worker.spawn(pump));
         Ok(Stream {
             events: Some(rx),
             wake_rx,
+            task_done: done_rx,
             control,
-            worker: Some(worker),
             state: State::Active,
         })
     }
@@ -374,9 +521,8 @@ impl Stream {
 
     /// The next event: `Ok(Some(ev))`, `Ok(None)` once exhausted (only after
     /// `message_complete`), or `Err` — and the same error again on every later call.
-    /// Blocks until one of those is known.
-    // The contract's shape (`Result<Option<_>>`, sticky errors) differs from
-    // `Iterator::next`; the `Iterator` impl below offers the `Option<Result<_>>` view.
+    /// Blocks until one of those is known. (The contract's `Result<Option<_>>` shape;
+    /// [`Stream::events`] gives an `Iterator` view.)
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Event>, Error> {
         match self.next_deadline(None) {
@@ -387,9 +533,16 @@ impl Stream {
         }
     }
 
-    /// Like [`Stream::next`], but gives up after `timeout` with [`Next::Pending`].
+    /// Like [`Stream::next`], but gives up after `timeout` with [`Next::Pending`]. A
+    /// timeout too large to represent (`Duration::MAX`) waits without a limit.
     pub fn next_timeout(&mut self, timeout: Duration) -> Result<Next, Error> {
-        self.next_deadline(Some(Instant::now() + timeout))
+        self.next_deadline(Instant::now().checked_add(timeout))
+    }
+
+    /// The events as an `Iterator` of `Result`s: each event, then the end — or a failure
+    /// once as `Err`, then the end (the error stays available from [`Stream::next`]).
+    pub fn events(&mut self) -> Events<'_> {
+        Events { stream: self }
     }
 
     fn next_deadline(&mut self, deadline: Option<Instant>) -> Result<Next, Error> {
@@ -404,6 +557,7 @@ impl Stream {
         let Some(events) = &self.events else {
             return Err(self.fail(Error::internal("the stream queue is gone")));
         };
+        let shared = &self.control.shared;
         // Fast path: an event is waiting (the worker hands them over in bursts), or
         // arrives within a very short spin. Only then park in `select!`, which costs a
         // context switch on each side.
@@ -420,17 +574,22 @@ impl Stream {
                 }
             }
         }
+        // About to park: from now on the turn flushes every event at once, and what is
+        // already in the outbox is flushed here.
+        shared.consumer_waiting.store(true, Ordering::SeqCst);
+        shared.flush_for_consumer();
         let received = match deadline {
             None => select! {
                 recv(events) -> r => r.map_err(|_| RecvTimeoutError::Disconnected),
-                recv(self.wake_rx) -> _ => return Err(self.fail(Error::cancelled())),
+                recv(self.wake_rx) -> _ => Err(RecvTimeoutError::Timeout),
             },
             Some(d) => select! {
                 recv(events) -> r => r.map_err(|_| RecvTimeoutError::Disconnected),
-                recv(self.wake_rx) -> _ => return Err(self.fail(Error::cancelled())),
+                recv(self.wake_rx) -> _ => Err(RecvTimeoutError::Timeout),
                 default(d.saturating_duration_since(Instant::now())) => Err(RecvTimeoutError::Timeout),
             },
         };
+        shared.consumer_waiting.store(false, Ordering::SeqCst);
         self.deliver(received)
     }
 
@@ -438,6 +597,10 @@ impl Stream {
         // A cancel that raced with an event wins: no event is delivered after cancel().
         if self.control.is_cancelled() {
             return Err(self.fail(Error::cancelled()));
+        }
+        let shared = &self.control.shared;
+        if received.is_ok() && shared.producer_waiting.load(Ordering::SeqCst) {
+            shared.flush_for_consumer();
         }
         match received {
             Ok(Ok(ev)) => {
@@ -449,15 +612,9 @@ impl Stream {
             }
             Ok(Err(e)) => Err(self.fail(e)),
             Err(RecvTimeoutError::Timeout) => Ok(Next::Pending),
-            Err(RecvTimeoutError::Disconnected) => {
-                let panicked = self.join_worker();
-                let e = if panicked {
-                    Error::internal("the stream worker died without reporting")
-                } else {
-                    Error::incomplete("the stream worker ended before message_complete")
-                };
-                Err(self.fail(e))
-            }
+            Err(RecvTimeoutError::Disconnected) => Err(self.fail(Error::incomplete(
+                "the stream's turn ended before message_complete",
+            ))),
         }
     }
 
@@ -467,33 +624,40 @@ impl Stream {
         e
     }
 
-    /// Stops the worker (if still running) and waits for it: after this no thread,
+    /// Stops the turn (if still running) and waits for its task to end: after this no
     /// socket or queue of this stream is left.
     fn release(&mut self) {
         if !matches!(self.state, State::Completed) {
             self.control.control.cancel.cancel();
         }
+        {
+            let mut outbox = self.control.shared.outbox();
+            outbox.closed = true;
+            outbox.items.clear();
+            if let Some(w) = outbox.producer.take() {
+                w.wake();
+            }
+        }
         self.events.take();
-        self.join_worker();
-    }
-
-    /// Joins the worker; true if it panicked outside the guarded run.
-    fn join_worker(&mut self) -> bool {
-        match self.worker.take() {
-            Some(w) => w.join().is_err(),
-            None => false,
+        // On a worker thread (a stream dropped inside another turn's tool), waiting for
+        // a task that may need this very thread would never end; the cancel suffices.
+        if !ON_WORKER.with(|w| w.get()) {
+            let _ = self.task_done.recv();
         }
     }
 }
 
-impl Iterator for Stream {
+/// The iterator of [`Stream::events`].
+pub struct Events<'a> {
+    stream: &'a mut Stream,
+}
+
+impl Iterator for Events<'_> {
     type Item = Result<Event, Error>;
 
-    /// Yields each event, then ends; a failure is yielded once as `Err`, then the
-    /// iterator ends (the error stays available from [`Stream::next`]).
     fn next(&mut self) -> Option<Self::Item> {
-        let already_failed = matches!(self.state, State::Failed(_));
-        match Stream::next(self) {
+        let already_failed = matches!(self.stream.state, State::Failed(_));
+        match self.stream.next() {
             Ok(Some(ev)) => Some(Ok(ev)),
             Ok(None) => None,
             Err(_) if already_failed => None,
@@ -511,14 +675,6 @@ impl Drop for Stream {
     }
 }
 
-struct LiveWorker;
-
-impl Drop for LiveWorker {
-    fn drop(&mut self) {
-        LIVE_WORKERS.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,5 +685,7 @@ mod tests {
     fn stream_and_control_are_send() {
         assert_send::<Stream>();
         assert_send::<StreamControl>();
+        fn assert_sync<T: Sync>() {}
+        assert_sync::<StreamControl>();
     }
 }

@@ -11,7 +11,7 @@ use panto::{
     Agent, Collect, Config, ErrorKind, Event, FnTool, ProviderKind, RetryConfig, ToolOutput,
     ToolSpec, TurnControl,
 };
-use panto_pull::{live_workers, AgentStreamExt, Next, Stream};
+use panto_pull::{active_streams, AgentStreamExt, Next, Stream};
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use proptest::prelude::*;
@@ -35,6 +35,7 @@ fn agent_for(server: &TestServer, tweak: impl FnOnce(Config) -> Config) -> Agent
             max_retries: 0,
             initial_delay_ms: 1,
             max_delay_ms: 1,
+            ..RetryConfig::default()
         });
     Agent::new(tweak(c)).unwrap()
 }
@@ -84,7 +85,7 @@ fn os_threads() -> usize {
 
 /// Workers, OS threads and the server's sockets are back to where they were.
 fn assert_released(server: &TestServer, threads_before: usize) {
-    eventually("stream workers to exit", || live_workers() == 0);
+    eventually("stream workers to exit", || active_streams() == 0);
     eventually("server sockets to close", || server.connections_open() == 0);
     let end = Instant::now() + DEADLINE;
     while os_threads() > threads_before {
@@ -223,7 +224,7 @@ fn errors_are_sticky_and_no_event_follows() {
         server.reset();
         agent.stream("y").unwrap()
     };
-    let items: Vec<_> = (&mut s).collect();
+    let items: Vec<_> = s.events().collect();
     assert_eq!(items.len(), 1);
     assert_eq!(
         items[0].as_ref().unwrap_err().kind,
@@ -292,7 +293,7 @@ fn drop_while_the_worker_is_blocked_on_a_full_queue() {
     ));
     // The worker fills the 2-slot queue and blocks; the 500-chunk response cannot finish.
     drop(s);
-    assert_eq!(live_workers(), 0, "drop joins the worker");
+    assert_eq!(active_streams(), 0, "drop joins the worker");
     // The half-read response's socket closes with the stream, not with the agent.
     eventually("the dropped stream's socket to close", || {
         server.connections_open() == 0
@@ -329,7 +330,7 @@ fn drop_while_a_host_tool_is_awaited() {
         Next::Pending
     );
     drop(s);
-    assert_eq!(live_workers(), 0);
+    assert_eq!(active_streams(), 0);
     // The call was given a cancelled result; answering it now is a tool error.
     assert_eq!(
         control
@@ -510,7 +511,7 @@ fn a_panicking_worker_is_an_internal_error() {
     assert!(err.message.contains("spec exploded"));
     assert_eq!(s.next().unwrap_err().kind, ErrorKind::Internal);
     drop(s);
-    assert_eq!(live_workers(), 0);
+    assert_eq!(active_streams(), 0);
     // The agent is usable again (the turn slot was released by the unwinding).
     assert!(agent.reserve().is_ok());
 }
@@ -596,7 +597,7 @@ proptest! {
             }
         }
         drop(s);
-        prop_assert_eq!(live_workers(), 0);
+        prop_assert_eq!(active_streams(), 0);
         panto::message::validate_history(&agent.history()).unwrap();
         drop(agent);
         eventually("sockets closed", || server.connections_open() == 0);

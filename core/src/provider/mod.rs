@@ -93,7 +93,7 @@ pub fn request_body(kind: ProviderKind, params: &RequestParams<'_>) -> Value {
 }
 
 /// Where the event callback sends decoded events; an error stops decoding.
-pub type Emit<'a> = &'a mut dyn FnMut(Event) -> Result<()>;
+pub type Emit<'a> = &'a mut (dyn FnMut(Event) -> Result<()> + Send);
 
 /// Whether a response is over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
