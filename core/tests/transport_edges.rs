@@ -1,0 +1,195 @@
+//! What a server sends besides a clean event stream: a connection reset after the
+//! provider said it finished, an HTML page or a compressed body instead of a stream —
+//! and that nothing at all is delivered after a cancel.
+
+use std::time::Duration;
+
+use panto::message::validate_history;
+use panto::{
+    Agent, Collect, Config, ErrorKind, Event, Flow, FnTool, ProviderKind, Receiver, RetryConfig,
+    StopReason, ToolOutput, TurnControl,
+};
+use panto_testserver::script::{self, exchange};
+use panto_testserver::TestServer;
+use serde_json::{json, Value};
+
+fn config(kind: ProviderKind, server: &TestServer) -> Config {
+    let base = match kind {
+        ProviderKind::OpenAi => format!("{}/v1", server.url()),
+        ProviderKind::Anthropic => server.url(),
+    };
+    Config::new(kind, "scripted-model")
+        .with_base_url(base)
+        .with_api_key("sk-test-edges-0001")
+        .with_retry(RetryConfig {
+            max_retries: 0,
+            initial_delay_ms: 1,
+            max_delay_ms: 1,
+            ..RetryConfig::default()
+        })
+}
+
+async fn run(agent: &Agent) -> (Vec<Event>, panto::Result<panto::TurnSummary>) {
+    let mut events = Collect::default();
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        agent.run(
+            "x",
+            &mut events,
+            &TurnControl::default(),
+            Default::default(),
+        ),
+    )
+    .await
+    .expect("the turn hung");
+    (events.0, r)
+}
+
+/// The body bytes of SSE items as the test server writes them.
+fn sse_len(items: &[Value]) -> usize {
+    items
+        .iter()
+        .map(|item| {
+            let mut n = 0;
+            if let Some(ev) = item.get("event").and_then(Value::as_str) {
+                n += "event: ".len() + ev.len() + 1;
+            }
+            let data = match &item["data"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            n + "data: ".len() + data.len() + 2
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn a_reset_after_the_provider_finished_is_a_complete_answer() {
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+        for fault in ["reset", "close"] {
+            let sse = match kind {
+                ProviderKind::OpenAi => script::openai_text_events(&["all ", "here"]),
+                ProviderKind::Anthropic => script::anthropic_text_events(&["all ", "here"]),
+            };
+            // Everything up to the stop reason (OpenAI: finish_reason + usage; Anthropic:
+            // message_delta), then the fault instead of [DONE] / message_stop.
+            let keep = sse.len() - 1;
+            let after = sse_len(&sse[..keep]);
+            let server = TestServer::start(script::scenario(vec![exchange(
+                json!({"sse": sse, "fault": {"kind": fault, "after_bytes": after}}),
+            )]))
+            .unwrap();
+            let agent = Agent::new(config(kind, &server)).unwrap();
+            let (events, r) = run(&agent).await;
+            let summary = r.unwrap_or_else(|e| panic!("{kind:?} {fault}: {e}"));
+            assert_eq!(summary.text, "all here");
+            assert_eq!(summary.stop_reason, StopReason::EndTurn);
+            assert!(events.last().unwrap().is_terminal());
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_reset_before_the_stop_reason_is_still_a_failure() {
+    let sse = script::openai_text_events(&["cut"]);
+    let after = sse_len(&sse[..2]);
+    let server = TestServer::start(script::scenario(vec![exchange(
+        json!({"sse": sse, "fault": {"kind": "reset", "after_bytes": after}}),
+    )]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    let (_, r) = run(&agent).await;
+    assert_eq!(r.unwrap_err().kind, ErrorKind::Connection);
+}
+
+#[tokio::test]
+async fn an_html_page_is_reported_as_what_it_is() {
+    let server = TestServer::start(script::scenario(vec![exchange(json!({
+        "headers": {"content-type": "text/html; charset=utf-8"},
+        "body": "<html><body>Please log in to the captive portal</body></html>"
+    }))]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    let (_, r) = run(&agent).await;
+    let err = r.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Protocol);
+    assert!(err.message.contains("text/html"), "{}", err.message);
+    assert!(err.message.contains("captive portal"), "{}", err.message);
+    assert_eq!(err.status, 200);
+}
+
+#[tokio::test]
+async fn a_compressed_body_is_reported_as_what_it_is() {
+    let server = TestServer::start(script::scenario(vec![exchange(json!({
+        "headers": {"content-encoding": "gzip", "content-type": "text/event-stream"},
+        "chunks": ["\u{1f}\u{8b}\u{8}\u{0}binary"]
+    }))]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    let (_, r) = run(&agent).await;
+    let err = r.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Protocol);
+    assert!(err.message.contains("gzip"), "{}", err.message);
+}
+
+/// Cancels the turn (through its token, as another thread would) when the first tool
+/// result arrives, and keeps every event.
+struct CancelOnFirstResult {
+    control: TurnControl,
+    events: Vec<Event>,
+}
+
+impl Receiver for CancelOnFirstResult {
+    fn on_event(&mut self, event: Event) -> Flow {
+        if matches!(event, Event::ToolResult { .. }) {
+            self.control.cancel.cancel();
+        }
+        self.events.push(event);
+        Flow::Continue
+    }
+}
+
+#[tokio::test]
+async fn nothing_is_delivered_after_a_cancel() {
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[
+            ("a", "quick", "{}"),
+            ("b", "quick", "{}"),
+            ("c", "quick", "{}"),
+        ])),
+        exchange(script::openai_text(&["never"])),
+    ]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_tool_concurrency(1)).unwrap();
+    agent
+        .add_tool(FnTool::new(
+            "quick",
+            "",
+            json!({"type":"object"}),
+            |_: Value, _| async { ToolOutput::ok("ok") },
+        ))
+        .unwrap();
+    let control = TurnControl::default();
+    let mut receiver = CancelOnFirstResult {
+        control: control.clone(),
+        events: Vec::new(),
+    };
+    let r = agent
+        .run("x", &mut receiver, &control, Default::default())
+        .await;
+    assert_eq!(r.unwrap_err().kind, ErrorKind::Cancelled);
+    let last = receiver.events.last().unwrap();
+    assert!(
+        matches!(last, Event::ToolResult { .. }),
+        "an event followed the cancel: {}",
+        last.to_json()
+    );
+    let starts = receiver
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::ToolCallStart { .. }))
+        .count();
+    assert_eq!(starts, 1, "a tool started after the cancel");
+    assert_eq!(server.requests().len(), 1);
+    validate_history(&agent.history()).unwrap();
+}
