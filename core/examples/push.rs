@@ -1,5 +1,7 @@
-//! A push caller: runs one turn with a Rust tool and prints every event as canonical
-//! JSON, one per line — the same lines `panto run --json` prints.
+//! A push caller: `tokio::spawn`s one turn with a Rust tool on a multi-thread runtime
+//! and prints every event as canonical JSON, one per line — the same lines
+//! `panto run --json` prints. The turn's future is `Send`; dropping it (or its task)
+//! cancels the turn and leaves the conversation valid.
 //!
 //! ```sh
 //! cargo run -p panto --example push -- http://127.0.0.1:PORT/v1 "What's the weather in Paris?"
@@ -19,10 +21,10 @@ impl Receiver for PrintJson {
     }
 }
 
-// A current-thread runtime keeps the connection and the loop on one thread: on a
-// multi-thread runtime every HTTP chunk crosses threads (≈4× the CPU per chunk in
-// scripts/bench.sh). `Agent::runtime()` gives such a runtime, owned by the agent.
-#[tokio::main(flavor = "current_thread")]
+// Any tokio runtime drives a turn. A current-thread runtime keeps the connection and the
+// loop on one thread, which costs the least CPU per chunk (see scripts/bench.sh); this
+// example shows the general case, a task on the default multi-thread runtime.
+#[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let base_url = args
@@ -46,15 +48,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     ))?;
 
-    let result = agent
-        .run(
-            &prompt,
-            &mut PrintJson,
-            &TurnControl::default(),
-            Default::default(),
-        )
-        .await;
-    if let Err(e) = result {
+    let turn = tokio::spawn(async move {
+        agent
+            .run(
+                &prompt,
+                &mut PrintJson,
+                &TurnControl::default(),
+                Default::default(),
+            )
+            .await
+    });
+    if let Err(e) = turn.await? {
         println!("{}", e.to_json());
         std::process::exit(1);
     }

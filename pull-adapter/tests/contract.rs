@@ -258,12 +258,22 @@ fn cancel_from_another_thread_wakes_a_blocked_next() {
         Next::Pending
     );
     let control = s.control();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let (tx, rx) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tid_tx.send(unsafe { libc::gettid() }).unwrap();
         let r = s.next();
         tx.send(()).unwrap();
         (r, s)
     });
+    // Establish that the waiter really is blocked inside next(): the stream says its
+    // consumer is waiting, and the kernel says the thread is asleep.
+    let tid = tid_rx.recv_timeout(DEADLINE).unwrap();
+    eventually("the waiter to block in next()", || {
+        control.consumer_waiting() && thread_state(tid) == Some('S')
+    });
+    assert!(rx.try_recv().is_err(), "next() returned before the cancel");
     control.cancel();
     control.cancel(); // idempotent
     rx.recv_timeout(DEADLINE)
@@ -277,8 +287,15 @@ fn cancel_from_another_thread_wakes_a_blocked_next() {
     assert_released(&server, threads);
 }
 
+/// The scheduling state of thread `tid` of this process (`R`, `S`, `D`…).
+fn thread_state(tid: libc::pid_t) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // The state follows the parenthesized command name, which may contain spaces.
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
 #[test]
-fn drop_while_the_worker_is_blocked_on_a_full_queue() {
+fn drop_while_the_turn_is_paused_on_a_full_queue() {
     let _g = serial();
     let threads = warm_up();
     let pieces: Vec<String> = (0..500).map(|i| format!("w{i} ")).collect();
@@ -287,13 +304,22 @@ fn drop_while_the_worker_is_blocked_on_a_full_queue() {
         TestServer::start(script::scenario(vec![exchange(script::openai_text(&refs))])).unwrap();
     let agent = agent_for(&server, |c| c.with_queue_capacity(2));
     let mut s = agent.stream("x").unwrap();
+    let control = s.control();
     assert!(matches!(
         s.next().unwrap(),
         Some(Event::MessageStart { .. })
     ));
-    // The worker fills the 2-slot queue and blocks; the 500-chunk response cannot finish.
-    drop(s);
-    assert_eq!(active_streams(), 0, "drop joins the worker");
+    // The turn fills the 2-slot queue and its outbox, and pauses; the 500-chunk response
+    // cannot finish. Establish that before dropping.
+    eventually("the turn to pause on the full queue", || control.turn_paused());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(s);
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(DEADLINE)
+        .expect("dropping a stream whose turn is paused hung");
+    assert_eq!(active_streams(), 0, "drop waits for the turn to end");
     // The half-read response's socket closes with the stream, not with the agent.
     eventually("the dropped stream's socket to close", || {
         server.connections_open() == 0

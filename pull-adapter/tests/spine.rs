@@ -1,0 +1,528 @@
+//! The spine under real use: events are delivered while the server is still busy,
+//! backpressure never becomes a timeout, pooled connections stay healthy across push and
+//! pull turns, agents stream side by side, and a thousand streams need no thousand
+//! threads. Servers hold or flood at a gate (`panto-testserver`), so every wait here is
+//! on a state the test has established, never on a sleep.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use panto::{
+    Agent, Collect, Config, ErrorKind, Event, ProviderKind, RetryConfig, Timeouts, ToolSpec,
+    TurnControl,
+};
+use panto_pull::{active_streams, worker_threads, AgentStreamExt, Next, Stream};
+use panto_testserver::script::{self, exchange};
+use panto_testserver::TestServer;
+use serde_json::{json, Value};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Thread counts and timing-sensitive waits: one test at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn config(kind: ProviderKind, server: &TestServer) -> Config {
+    let base = match kind {
+        ProviderKind::OpenAi => format!("{}/v1", server.url()),
+        ProviderKind::Anthropic => server.url(),
+    };
+    Config::new(kind, "scripted-model")
+        .with_base_url(base)
+        .with_api_key("sk-test-spine")
+        .with_retry(RetryConfig {
+            max_retries: 0,
+            initial_delay_ms: 1,
+            max_delay_ms: 1,
+            ..RetryConfig::default()
+        })
+}
+
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + DEADLINE;
+    while !cond() {
+        assert!(Instant::now() < end, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The next event, failing the test (instead of hanging) if none comes in time.
+fn next_event(s: &mut Stream) -> Event {
+    match s.next_timeout(DEADLINE) {
+        Ok(Next::Event(ev)) => ev,
+        other => panic!("expected an event, got {other:?}"),
+    }
+}
+
+fn drain(s: &mut Stream) -> Vec<Event> {
+    let mut events = Vec::new();
+    loop {
+        match s.next_timeout(DEADLINE) {
+            Ok(Next::Event(ev)) => events.push(ev),
+            Ok(Next::Done) => return events,
+            other => panic!("stream ended with {other:?} after {} events", events.len()),
+        }
+    }
+}
+
+fn final_text(events: &[Event]) -> String {
+    match events.last() {
+        Some(Event::MessageComplete { text, .. }) => text.clone(),
+        other => panic!("not complete: {other:?}"),
+    }
+}
+
+/// The body bytes of SSE items as the test server writes them.
+fn sse_len(items: &[Value]) -> usize {
+    items
+        .iter()
+        .map(|item| {
+            let mut n = 0;
+            if let Some(ev) = item.get("event").and_then(Value::as_str) {
+                n += "event: ".len() + ev.len() + 1;
+            }
+            let data = match &item["data"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            n + "data: ".len() + data.len() + 2
+        })
+        .sum()
+}
+
+fn pieces(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i} ")).collect()
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// An Anthropic text response whose server floods `ping` events after the first `k`
+/// deltas, until the gate opens.
+fn anthropic_flood_after(k: usize, total: usize) -> Value {
+    let words = pieces("w", total);
+    let sse = script::anthropic_text_events(&refs(&words));
+    // message_start, content_block_start, then the deltas.
+    let after = sse_len(&sse[..2 + k]);
+    json!({"sse": sse, "fault": {"kind": "flood", "after_bytes": after,
+        "chunk": {"event": "ping", "data": {"type": "ping"}}}})
+}
+
+// ---- 1. prompt delivery ---------------------------------------------------------------
+
+#[test]
+fn the_first_delta_arrives_while_the_server_floods_pings() {
+    let _g = serial();
+    let server = TestServer::start(script::scenario(vec![exchange(anthropic_flood_after(
+        1, 2,
+    ))]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::Anthropic, &server)).unwrap();
+    let mut s = agent.stream("x").unwrap();
+    loop {
+        if let Event::ContentDelta { text, .. } = next_event(&mut s) {
+            assert_eq!(text, "w0 ");
+            break;
+        }
+    }
+    assert_eq!(server.held(), 1, "the delta waited for the flood to end");
+    server.open_gate();
+    assert_eq!(final_text(&drain(&mut s)), "w0 w1 ");
+}
+
+#[test]
+fn a_burst_of_seventy_events_arrives_whole_while_the_server_floods() {
+    let _g = serial();
+    let server = TestServer::start(script::scenario(vec![exchange(anthropic_flood_after(
+        70, 71,
+    ))]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::Anthropic, &server)).unwrap();
+    let mut s = agent.stream("x").unwrap();
+    let mut deltas = 0;
+    while deltas < 70 {
+        if let Event::ContentDelta { .. } = next_event(&mut s) {
+            deltas += 1;
+        }
+    }
+    assert_eq!(server.held(), 1, "the last events waited for the flood to end");
+    server.open_gate();
+    drain(&mut s);
+}
+
+#[test]
+fn keepalive_comment_floods_do_not_hold_events_back_either() {
+    let _g = serial();
+    let sse = script::openai_text_events(&["thinking done", " answer"]);
+    let after = sse_len(&sse[..2]);
+    let server = TestServer::start(script::scenario(vec![exchange(json!({"sse": sse,
+        "fault": {"kind": "flood", "after_bytes": after,
+            "chunk": {"comment": "OPENROUTER PROCESSING"}}}))]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    let mut s = agent.stream("x").unwrap();
+    loop {
+        if let Event::ContentDelta { .. } = next_event(&mut s) {
+            break;
+        }
+    }
+    assert_eq!(server.held(), 1);
+    server.open_gate();
+    assert_eq!(final_text(&drain(&mut s)), "thinking done answer");
+}
+
+// ---- 2. backpressure is not idleness --------------------------------------------------
+
+#[test]
+fn a_consumer_pausing_three_idle_periods_at_a_time_gets_the_whole_turn() {
+    let _g = serial();
+    let idle_ms = 400;
+    let words = pieces("p", 600);
+    let sse = script::openai_text_events(&refs(&words));
+    // The server sends 300 deltas, waits at the gate, then sends the rest.
+    let after = sse_len(&sse[..301]);
+    let server = TestServer::start(script::scenario(vec![exchange(
+        json!({"sse": sse, "fault": {"kind": "hold", "after_bytes": after}}),
+    )]))
+    .unwrap();
+    let agent = Agent::new(
+        config(ProviderKind::OpenAi, &server)
+            .with_queue_capacity(1)
+            .with_timeouts(Timeouts {
+                connect_ms: 5000,
+                idle_ms,
+                request_ms: 600_000,
+            }),
+    )
+    .unwrap();
+    let mut s = agent.stream("x").unwrap();
+    let control = s.control();
+    let mut events = vec![next_event(&mut s)];
+    let pause = || std::thread::sleep(Duration::from_millis(3 * idle_ms));
+
+    // Pause 1: the turn is held back by the full queue, then the consumer stays away for
+    // three idle periods. Right after it comes back the server is at its gate: the
+    // socket has nothing to read, which an idle timer counting the pause would punish.
+    eventually("the turn to pause on the full queue", || control.turn_paused());
+    pause();
+    loop {
+        match s.next_timeout(Duration::from_millis(20)).unwrap() {
+            Next::Event(ev) => events.push(ev),
+            Next::Pending if server.held() == 1 => break,
+            Next::Pending => {}
+            Next::Done => panic!("done before the gate opened"),
+        }
+    }
+    server.open_gate();
+
+    // Pause 2, in the second half of the response.
+    eventually("the turn to pause again", || control.turn_paused());
+    pause();
+    events.extend(drain(&mut s));
+    let text = final_text(&events);
+    assert_eq!(text, words.concat());
+}
+
+// ---- 3. one runtime model: pooled connections stay healthy ---------------------------
+
+#[test]
+fn push_after_pull_and_pull_after_push_on_one_agent() {
+    let _g = serial();
+    let server = TestServer::start(script::scenario(
+        (0..6)
+            .map(|i| exchange(script::openai_text(&[&format!("turn {i}")])))
+            .collect(),
+    ))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    let pull = |agent: &Agent| {
+        let mut s = agent.stream("x").unwrap();
+        final_text(&drain(&mut s))
+    };
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let push = |rt: &tokio::runtime::Runtime, agent: &Agent| {
+        let agent = agent.clone();
+        rt.block_on(async move {
+            let mut events = Collect::default();
+            tokio::time::timeout(
+                DEADLINE,
+                agent.run("x", &mut events, &TurnControl::default(), Default::default()),
+            )
+            .await
+            .expect("the push turn hung")
+            .unwrap()
+            .text
+        })
+    };
+    assert_eq!(pull(&agent), "turn 0");
+    assert_eq!(push(&multi, &agent), "turn 1");
+    assert_eq!(pull(&agent), "turn 2");
+    // The current-thread runtime is not driven between its turns: its connections must
+    // not be handed to a pull turn, nor its pull connections to it.
+    assert_eq!(push(&current, &agent), "turn 3");
+    assert_eq!(pull(&agent), "turn 4");
+    assert_eq!(push(&current, &agent), "turn 5");
+}
+
+#[test]
+fn idle_connections_the_server_closed_are_not_reused() {
+    let _g = serial();
+    let server = TestServer::start(script::scenario(
+        (0..4)
+            .map(|i| exchange(script::openai_text(&[&format!("turn {i}")])))
+            .collect(),
+    ))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    for i in 0..4 {
+        let mut s = agent.stream("x").unwrap();
+        assert_eq!(final_text(&drain(&mut s)), format!("turn {i}"));
+        drop(s);
+        // The server drops the keep-alive connection while the agent is idle.
+        eventually("the connection to go idle", || {
+            server.close_idle_connections() > 0 || server.connections_open() == 0
+        });
+        eventually("the closed connection to be gone", || {
+            server.connections_open() == 0
+        });
+    }
+    assert_eq!(server.requests().len(), 4);
+}
+
+#[test]
+fn ten_turns_reuse_one_connection() {
+    let _g = serial();
+    let server = TestServer::start(script::scenario(
+        (0..10)
+            .map(|i| exchange(script::openai_text(&[&format!("turn {i}")])))
+            .collect(),
+    ))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    for i in 0..10 {
+        let mut s = agent.stream("x").unwrap();
+        assert_eq!(final_text(&drain(&mut s)), format!("turn {i}"));
+    }
+    assert_eq!(server.connections_total(), 1, "a turn paid a new connect");
+}
+
+#[test]
+fn two_agents_stream_at_once() {
+    let _g = serial();
+    let words = pieces("a", 200);
+    let server_a =
+        TestServer::start(script::scenario(vec![exchange(script::openai_text(&refs(&words)))]))
+            .unwrap();
+    let server_b = TestServer::start(script::scenario(vec![exchange(script::anthropic_text(
+        &refs(&words),
+    ))]))
+    .unwrap();
+    let a = Agent::new(config(ProviderKind::OpenAi, &server_a).with_queue_capacity(2)).unwrap();
+    let b =
+        Agent::new(config(ProviderKind::Anthropic, &server_b).with_queue_capacity(2)).unwrap();
+    let mut sa = a.stream("x").unwrap();
+    let mut sb = b.stream("y").unwrap();
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    let (mut done_a, mut done_b) = (false, false);
+    // Interleaved, one event at a time from each.
+    while !(done_a && done_b) {
+        for (s, events, done) in [(&mut sa, &mut ea, &mut done_a), (&mut sb, &mut eb, &mut done_b)]
+        {
+            if *done {
+                continue;
+            }
+            match s.next_timeout(DEADLINE).unwrap() {
+                Next::Event(ev) => events.push(ev),
+                Next::Done => *done = true,
+                Next::Pending => panic!("a stream stalled"),
+            }
+        }
+    }
+    assert_eq!(final_text(&ea), words.concat());
+    assert_eq!(final_text(&eb), words.concat());
+}
+
+/// panto's own threads in this process (workers and their resolver helpers).
+fn panto_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|dir| {
+            dir.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|name| name.starts_with("panto-") && !name.starts_with("panto-testserv"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_thousand_streams_at_once_on_a_bounded_number_of_threads() {
+    let _g = serial();
+    const STREAMS: usize = 1000;
+    let server = TestServer::start(script::scenario(vec![json!({
+        "times": STREAMS,
+        "response": {"sse": script::openai_text_events(&["one ", "of ", "many"]), "chunk_delay_ms": 2}
+    })]))
+    .unwrap();
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let before = active_streams();
+    let agents: Vec<Agent> = (0..STREAMS)
+        .map(|_| Agent::new(config(ProviderKind::OpenAi, &server)).unwrap())
+        .collect();
+    let mut streams: Vec<Stream> = agents.iter().map(|a| a.stream("x").unwrap()).collect();
+    assert!(active_streams() >= before + 1);
+    let mut most_threads = panto_threads();
+    // Round-robin consumption, as many consumer threads would do.
+    let mut done = vec![false; STREAMS];
+    let mut texts = vec![String::new(); STREAMS];
+    let end = Instant::now() + Duration::from_secs(120);
+    while done.iter().any(|d| !d) {
+        assert!(Instant::now() < end, "the streams did not finish");
+        for (i, s) in streams.iter_mut().enumerate() {
+            if done[i] {
+                continue;
+            }
+            match s.next_timeout(Duration::from_millis(1)).unwrap() {
+                Next::Event(Event::MessageComplete { text, .. }) => texts[i] = text,
+                Next::Event(_) | Next::Pending => {}
+                Next::Done => done[i] = true,
+            }
+        }
+        most_threads = most_threads.max(panto_threads());
+    }
+    assert!(texts.iter().all(|t| t == "one of many"));
+    assert!(
+        most_threads <= cores + 4,
+        "{most_threads} panto threads for {STREAMS} streams on {cores} cores"
+    );
+    assert!(worker_threads() <= cores.max(2));
+    drop(streams);
+    assert_eq!(active_streams(), before);
+}
+
+// ---- 4. host tools are announced at once ----------------------------------------------
+
+#[test]
+fn a_host_call_is_announced_while_another_stream_floods_the_same_worker() {
+    let _g = serial();
+    let flood_server = TestServer::start(script::scenario(vec![exchange(anthropic_flood_after(
+        1, 2,
+    ))]))
+    .unwrap();
+    let host_server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[("h1", "ask", "{}")])),
+        exchange(script::openai_text(&["thanks"])),
+    ]))
+    .unwrap();
+    let flooder = Agent::new(config(ProviderKind::Anthropic, &flood_server)).unwrap();
+    // An agent whose turns run on the flooder's worker thread.
+    let spec = ToolSpec {
+        name: "ask".into(),
+        description: String::new(),
+        parameters: json!({"type":"object"}),
+    };
+    let asker = std::iter::repeat_with(|| {
+        Agent::new(config(ProviderKind::OpenAi, &host_server).with_host_tool(spec.clone()))
+            .unwrap()
+    })
+    .find(|a| (a.id() as usize) % worker_threads() == (flooder.id() as usize) % worker_threads())
+    .unwrap();
+    let mut flood = flooder.stream("x").unwrap();
+    while !matches!(next_event(&mut flood), Event::ContentDelta { .. }) {}
+    assert_eq!(flood_server.held(), 1);
+    let mut s = asker.stream("y").unwrap();
+    let call_id = loop {
+        if let Event::ToolCallStart {
+            call_id,
+            host: true,
+            ..
+        } = next_event(&mut s)
+        {
+            break call_id;
+        }
+    };
+    assert_eq!(flood_server.held(), 1, "announced only after the flood ended");
+    s.submit_tool_result(&call_id, "Ada", false).unwrap();
+    assert_eq!(final_text(&drain(&mut s)), "thanks");
+    flood_server.open_gate();
+    drain(&mut flood);
+}
+
+// ---- 9. the end of a body is not waited for -------------------------------------------
+
+#[test]
+fn message_complete_does_not_wait_for_the_rest_of_the_body() {
+    let _g = serial();
+    // The server sends the whole answer, [DONE] included, then holds the body open.
+    let sse = script::openai_text_events(&["finished"]);
+    let all = sse_len(&sse);
+    let server = TestServer::start(script::scenario(vec![exchange(
+        json!({"sse": sse, "fault": {"kind": "hold", "after_bytes": all}}),
+    )]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    let mut s = agent.stream("x").unwrap();
+    assert_eq!(final_text(&drain(&mut s)), "finished");
+    assert_eq!(server.held(), 1, "message_complete waited for the body's end");
+    server.open_gate();
+}
+
+#[test]
+fn the_next_step_does_not_wait_for_the_rest_of_the_body() {
+    let _g = serial();
+    let sse = script::openai_tool_calls_events(&[("h1", "ask", "{}")]);
+    let all = sse_len(&sse);
+    let server = TestServer::start(script::scenario(vec![
+        exchange(json!({"sse": sse, "fault": {"kind": "hold", "after_bytes": all}})),
+        exchange(script::openai_text(&["next step"])),
+    ]))
+    .unwrap();
+    let spec = ToolSpec {
+        name: "ask".into(),
+        description: String::new(),
+        parameters: json!({"type":"object"}),
+    };
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_host_tool(spec)).unwrap();
+    let mut s = agent.stream("x").unwrap();
+    let mut events = Vec::new();
+    loop {
+        let ev = next_event(&mut s);
+        if let Event::ToolCallStart { call_id, .. } = &ev {
+            s.submit_tool_result(call_id, "answer", false).unwrap();
+        }
+        let last = ev.is_terminal();
+        events.push(ev);
+        if last {
+            break;
+        }
+    }
+    assert_eq!(final_text(&events), "next step");
+    assert_eq!(server.held(), 1, "the second request waited for the first body's end");
+    assert_eq!(server.requests().len(), 2);
+    server.open_gate();
+}
+
+#[test]
+fn a_failed_stream_reports_its_kind_and_frees_the_agent() {
+    let _g = serial();
+    let server = TestServer::start(script::scenario(vec![exchange(script::http_error(
+        401,
+        "authentication_error",
+        json!({}),
+    ))]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    let mut s = agent.stream("x").unwrap();
+    assert_eq!(s.next().unwrap_err().kind, ErrorKind::Authentication);
+    assert!(agent.reserve().is_ok());
+}
