@@ -227,6 +227,17 @@ impl Conn {
         }
     }
 
+    /// Whether bytes of a next request were already read (pipelined).
+    pub(crate) fn has_buffered(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
+    /// Reads whatever arrives next into the buffer; `Ok(0)` at EOF. Cancel-safe.
+    pub(crate) async fn read_some(&mut self) -> io::Result<usize> {
+        self.buf.reserve(16 * 1024);
+        self.stream.read_buf(&mut self.buf).await
+    }
+
     /// Reads and throws away whatever the peer sends until it closes (EOF or error).
     /// Used by the `stall` fault and by lingering closes.
     pub(crate) async fn drain_until_closed(&mut self) {

@@ -4,7 +4,8 @@
 //! [`TestServer`], other languages through the `panto-testserver` binary. A [`Scenario`]
 //! lists the expected requests in order and, for each, the response to play: an OpenAI
 //! Chat Completions / Anthropic Messages style SSE stream, raw chunks, JSON, or a captured
-//! provider body, with pacing and byte-exact fault injection (reset, stall, close, trickle).
+//! provider body, with pacing and byte-exact fault injection (reset, stall, close, trickle,
+//! and `hold` / `flood` until the test opens the server's gate).
 //! The scenario JSON format is documented in `tests/server/README.md`.
 //!
 //! Module map:
@@ -125,6 +126,36 @@ impl TestServer {
     /// TCP connections accepted since the start.
     pub fn connections_total(&self) -> usize {
         self.shared.connections_total()
+    }
+
+    /// Opens the gate: responses waiting at a `hold` fault, or running a `flood` fault,
+    /// go on with the rest of their body, and later ones pass straight through. The gate is
+    /// closed when the server starts and on every [`set_scenario`](Self::set_scenario) and
+    /// [`reset`](Self::reset).
+    pub fn open_gate(&self) {
+        self.shared.open_gate();
+    }
+
+    /// Closes the gate again: `hold` / `flood` faults reached from now on wait for the next
+    /// [`open_gate`](Self::open_gate).
+    pub fn close_gate(&self) {
+        self.shared.close_gate();
+    }
+
+    /// Responses waiting at a `hold` fault or running a `flood` fault right now. A `hold`
+    /// or `flood` counts from the moment the bytes before it have been written to the socket.
+    pub fn held(&self) -> usize {
+        self.shared.held()
+    }
+
+    /// Shuts down (sends FIN on) every keep-alive connection that is idle right now, i.e.
+    /// has finished a response and has not received any byte of a next request, and returns
+    /// how many. Connections in the middle of a request or response, and new connections
+    /// that have not sent a request yet, are left alone. The FINs are sent before this
+    /// returns and [`connections_open`](Self::connections_open) no longer counts the closed
+    /// connections.
+    pub fn close_idle_connections(&self) -> usize {
+        self.shared.close_idle_connections()
     }
 }
 

@@ -239,6 +239,8 @@ struct FaultSpec {
     after_bytes: u64,
     every_ms: Option<u64>,
     bytes: Option<usize>,
+    /// `flood` only: the SSE item sent over and over while the gate is closed.
+    chunk: Option<Box<RawValue>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -248,6 +250,8 @@ enum FaultKind {
     Stall,
     Close,
     Trickle,
+    Hold,
+    Flood,
 }
 
 #[derive(Deserialize)]
@@ -317,7 +321,7 @@ pub(crate) struct Response {
     pub(crate) fault: Option<Fault>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Fault {
     /// RST (SO_LINGER 0) after `after` body bytes.
     Reset { after: u64 },
@@ -331,6 +335,11 @@ pub(crate) enum Fault {
         every: Duration,
         bytes: usize,
     },
+    /// After `after` body bytes, wait until the server's gate is open, then send the rest.
+    Hold { after: u64 },
+    /// After `after` body bytes, send `chunk` (one encoded SSE item) again and again, each
+    /// copy its own HTTP chunk, until the gate is open; then send the rest.
+    Flood { after: u64, chunk: Vec<u8> },
 }
 
 /// A response body: one byte buffer and the list of chunks cut from it. A run is a chunk
@@ -641,6 +650,9 @@ fn compile_response(
                     "{ctx}.fault: every_ms and bytes only apply to kind \"trickle\""
                 ));
             }
+            if f.kind != FaultKind::Flood && f.chunk.is_some() {
+                return Err(format!("{ctx}.fault.chunk: only applies to kind \"flood\""));
+            }
             Some(match f.kind {
                 FaultKind::Reset => Fault::Reset {
                     after: f.after_bytes,
@@ -660,6 +672,33 @@ fn compile_response(
                         after: f.after_bytes,
                         every: Duration::from_millis(f.every_ms.unwrap_or(50)),
                         bytes,
+                    }
+                }
+                FaultKind::Hold => Fault::Hold {
+                    after: f.after_bytes,
+                },
+                FaultKind::Flood => {
+                    let Some(item) = &f.chunk else {
+                        return Err(format!(
+                            "{ctx}.fault.chunk: required for kind \"flood\" (one sse item, \
+                             e.g. {{\"comment\":\"keep-alive\"}})"
+                        ));
+                    };
+                    let mut chunk = Vec::new();
+                    encode_sse_item(item, &mut chunk, &format!("{ctx}.fault.chunk"))?;
+                    if chunk.is_empty() {
+                        // An empty HTTP chunk would end a chunked body.
+                        return Err(format!("{ctx}.fault.chunk: must not be empty"));
+                    }
+                    if spec.framing == Some(Framing::Length) {
+                        return Err(format!(
+                            "{ctx}.fault: kind \"flood\" sends bytes beyond the body, which \
+                             \"length\" framing cannot carry; use \"chunked\" or \"close\""
+                        ));
+                    }
+                    Fault::Flood {
+                        after: f.after_bytes,
+                        chunk,
                     }
                 }
             })
@@ -833,6 +872,55 @@ mod tests {
         assert!(e.contains("times"), "{e}");
         let e = Scenario::from_json(r#"{"exchanges":[{"respnse":{}}]}"#).unwrap_err();
         assert!(e.contains("respnse"), "{e}");
+    }
+
+    #[test]
+    fn hold_and_flood_faults() {
+        let err = |response: &str| {
+            Scenario::from_json(&format!(
+                r#"{{"exchanges":[{{}},{{"response":{response}}}]}}"#
+            ))
+            .unwrap_err()
+        };
+        let e = err(r#"{"fault":{"kind":"flood"}}"#);
+        assert!(
+            e.contains("exchanges[1].response.fault.chunk: required"),
+            "{e}"
+        );
+        let e = err(r#"{"fault":{"kind":"hold","chunk":": x\n\n"}}"#);
+        assert!(
+            e.contains("exchanges[1].response.fault.chunk: only applies"),
+            "{e}"
+        );
+        let e = err(r#"{"fault":{"kind":"flood","chunk":{"dat":1}}}"#);
+        assert!(e.contains("exchanges[1].response.fault.chunk"), "{e}");
+        assert!(e.contains("dat"), "{e}");
+        let e = err(r#"{"fault":{"kind":"flood","chunk":""}}"#);
+        assert!(e.contains("fault.chunk: must not be empty"), "{e}");
+        let e = err(r#"{"fault":{"kind":"flood","chunk":[1]}}"#);
+        assert!(e.contains("fault.chunk: an sse item"), "{e}");
+        let e = err(r#"{"framing":"length","fault":{"kind":"flood","chunk":"x"}}"#);
+        assert!(e.contains("exchanges[1].response.fault"), "{e}");
+        assert!(e.contains("length"), "{e}");
+        let e = err(r#"{"fault":{"kind":"hold","every_ms":1}}"#);
+        assert!(e.contains("only apply to kind"), "{e}");
+
+        let s = Scenario::from_json(
+            r#"{"exchanges":[{"response":{"fault":{"kind":"hold","after_bytes":5}}},
+               {"response":{"fault":{"kind":"flood","chunk":{"event":"ping","data":{"type":"ping"}}}}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            s.exchanges[0].response.fault,
+            Some(Fault::Hold { after: 5 })
+        );
+        assert_eq!(
+            s.exchanges[1].response.fault,
+            Some(Fault::Flood {
+                after: 0,
+                chunk: b"event: ping\ndata: {\"type\":\"ping\"}\n\n".to_vec()
+            })
+        );
     }
 
     #[test]

@@ -5,9 +5,14 @@
 //! never held across an `.await`: a request takes the lock once to match, consume and record,
 //! then streams its response without it, so concurrent connections interleave freely while
 //! exchange consumption stays in arrival order.
+//!
+//! The gate (for the `hold` and `flood` faults) is a `watch` channel; the connection registry
+//! (for `connections_open` and `close_idle_connections`) is a second small mutex, also never
+//! held across an `.await`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write as _};
+use std::net::Shutdown;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -16,7 +21,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::http::{response_head, Conn, ReadError, Request};
 use crate::scenario::{Fault, Framing, RequestView, Response, Scenario};
@@ -52,8 +57,43 @@ pub struct RecordedRequest {
 /// State shared by the accept loop, every connection task and the `TestServer` handle.
 pub(crate) struct Shared {
     state: Mutex<State>,
-    connections_open: AtomicUsize,
+    conns: Mutex<Conns>,
     connections_total: AtomicUsize,
+    gate: watch::Sender<Gate>,
+    /// Responses waiting at a `hold` or running a `flood` right now.
+    held: AtomicUsize,
+}
+
+/// The gate that `hold` and `flood` faults wait for.
+#[derive(Clone, Copy, Debug)]
+struct Gate {
+    open: bool,
+    /// How many times the gate was opened: a waiter that saw the gate closed is released by
+    /// any later opening, even one that was closed again before it looked.
+    opened: u64,
+}
+
+/// The open connections. `open` counts the slots not closed by `close_idle_connections`
+/// (those still finish their lingering close in the background but no longer count).
+#[derive(Default)]
+struct Conns {
+    open: usize,
+    slots: HashMap<usize, Slot>,
+}
+
+struct Slot {
+    /// A duplicate of the connection's socket, so `close_idle` can send the FIN right away
+    /// from any thread (`shutdown` acts on the socket, not on one descriptor). `None` when
+    /// duplicating failed (out of descriptors): then the task sends the FIN when told to.
+    sock: Option<socket2::Socket>,
+    /// Set while the connection is idle (see `enter_idle`); firing it tells the task that
+    /// `close_idle_connections` closed it.
+    idle: Option<oneshot::Sender<()>>,
+    /// Idle, but the response's last bytes are still being written: then the task, not
+    /// `close_idle_connections`, sends the FIN once they are out.
+    writing: bool,
+    /// Shut down by `close_idle` (and already uncounted from `open`).
+    closed: bool,
 }
 
 struct State {
@@ -74,9 +114,18 @@ impl Shared {
                 used: 0,
                 record: Vec::new(),
             }),
-            connections_open: AtomicUsize::new(0),
+            conns: Mutex::new(Conns::default()),
             connections_total: AtomicUsize::new(0),
+            gate: watch::Sender::new(Gate {
+                open: false,
+                opened: 0,
+            }),
+            held: AtomicUsize::new(0),
         }
+    }
+
+    fn conns(&self) -> MutexGuard<'_, Conns> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -95,6 +144,8 @@ impl Shared {
         st.cursor = 0;
         st.used = 0;
         st.record.clear();
+        drop(st);
+        self.close_gate();
     }
 
     pub(crate) fn reset(&self) {
@@ -102,10 +153,116 @@ impl Shared {
         st.cursor = 0;
         st.used = 0;
         st.record.clear();
+        drop(st);
+        self.close_gate();
+    }
+
+    pub(crate) fn open_gate(&self) {
+        self.gate.send_modify(|g| {
+            g.open = true;
+            g.opened += 1;
+        });
+    }
+
+    pub(crate) fn close_gate(&self) {
+        self.gate.send_modify(|g| g.open = false);
+    }
+
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
     }
 
     pub(crate) fn connections_open(&self) -> usize {
-        self.connections_open.load(Ordering::SeqCst)
+        self.conns().open
+    }
+
+    /// Shuts down (FIN) every idle connection (see `enter_idle`) and returns how many. They
+    /// no longer count in `connections_open`, and their FINs are sent before this returns
+    /// (right after the response's last bytes for a connection still writing them).
+    pub(crate) fn close_idle_connections(&self) -> usize {
+        let mut conns = self.conns();
+        let mut closed = 0;
+        for slot in conns.slots.values_mut() {
+            if slot.closed {
+                continue;
+            }
+            // Only idle connections whose task is still there to hear it (not so while the
+            // runtime shuts down).
+            let Some(wake) = slot.idle.take_if(|w| !w.is_closed()) else {
+                continue;
+            };
+            // FIN now when the response is fully written; otherwise (or without a duplicate
+            // socket) the task sends it as soon as it learns of the close.
+            if let (Some(sock), false) = (&slot.sock, slot.writing) {
+                let _ = sock.shutdown(Shutdown::Write);
+            }
+            let _ = wake.send(());
+            slot.closed = true;
+            closed += 1;
+        }
+        conns.open -= closed;
+        closed
+    }
+
+    /// A new connection: counted open, registered for `close_idle_connections`.
+    fn register(&self, id: usize, stream: &TcpStream) {
+        let sock = socket2::SockRef::from(stream).try_clone().ok();
+        let mut conns = self.conns();
+        conns.open += 1;
+        conns.slots.insert(
+            id,
+            Slot {
+                sock,
+                idle: None,
+                writing: false,
+                closed: false,
+            },
+        );
+    }
+
+    fn unregister(&self, id: usize) {
+        let mut conns = self.conns();
+        if let Some(slot) = conns.slots.remove(&id) {
+            if !slot.closed {
+                conns.open -= 1;
+            }
+        }
+    }
+
+    /// A keep-alive response is complete except for its last write, and nothing of a next
+    /// request has arrived: from now on the connection is idle, as the client will see it.
+    /// The receiver fires if `close_idle_connections` closes it.
+    fn enter_idle(&self, id: usize) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        if let Some(slot) = self.conns().slots.get_mut(&id) {
+            slot.idle = Some(tx);
+            slot.writing = true;
+        }
+        rx
+    }
+
+    /// The last write of the response is done. `false` when `close_idle_connections` closed
+    /// the connection during that write: the task must send the FIN itself.
+    fn idle_written(&self, id: usize) -> bool {
+        match self.conns().slots.get_mut(&id) {
+            Some(slot) => {
+                slot.writing = false;
+                !slot.closed
+            }
+            None => true,
+        }
+    }
+
+    /// The connection got bytes of a new request (or its client left). `false` when it was
+    /// shut down as idle before that, so the request must not be served.
+    fn leave_idle(&self, id: usize) -> bool {
+        match self.conns().slots.get_mut(&id) {
+            Some(slot) => {
+                slot.idle = None;
+                !slot.closed
+            }
+            None => true,
+        }
     }
 
     pub(crate) fn connections_total(&self) -> usize {
@@ -176,11 +333,28 @@ impl Shared {
 
 /// Keeps `connections_open` right however a connection task ends (return, error, or being
 /// dropped when the runtime shuts down).
-struct OpenGuard(Arc<Shared>);
+struct OpenGuard(Arc<Shared>, usize);
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
-        self.0.connections_open.fetch_sub(1, Ordering::SeqCst);
+        self.0.unregister(self.1);
+    }
+}
+
+/// Counts a response in `held` while it waits at a `hold` or runs a `flood`, however that
+/// ends (gate opened, client gone, server stopped).
+struct HeldGuard<'a>(&'a Shared);
+
+impl<'a> HeldGuard<'a> {
+    fn new(shared: &'a Shared) -> HeldGuard<'a> {
+        shared.held.fetch_add(1, Ordering::SeqCst);
+        HeldGuard(shared)
+    }
+}
+
+impl Drop for HeldGuard<'_> {
+    fn drop(&mut self) {
+        self.0.held.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -196,8 +370,8 @@ pub(crate) async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _peer)) => {
                     let id = shared.connections_total.fetch_add(1, Ordering::SeqCst);
-                    shared.connections_open.fetch_add(1, Ordering::SeqCst);
-                    let guard = OpenGuard(shared.clone());
+                    shared.register(id, &stream);
+                    let guard = OpenGuard(shared.clone(), id);
                     tokio::spawn(async move {
                         let _guard = guard;
                         handle_connection(stream, id, &_guard.0).await;
@@ -226,42 +400,89 @@ async fn handle_connection(stream: TcpStream, id: usize, shared: &Shared) {
     // Streams are many tiny writes; Nagle would batch them and hide chunk boundaries.
     let _ = stream.set_nodelay(true);
     let mut conn = Conn::new(stream);
+    // Set while the connection is idle (see `Shared::enter_idle`).
+    let mut idle: Option<oneshot::Receiver<()>> = None;
     loop {
+        if let Some(closed) = idle.take() {
+            if !wait_while_idle(&mut conn, id, shared, closed).await {
+                return;
+            }
+        }
         let req = match conn.read_request().await {
             Ok(Some(req)) => req,
             Ok(None) | Err(ReadError::Gone) => return,
             Err(ReadError::Bad(msg)) => {
                 let body = error_body("testserver_bad_request", &msg);
-                let _ = write_simple(&mut conn.stream, 400, &body, true).await;
+                let out = simple_response(400, &body, true);
+                let _ = conn.stream.write_all(&out).await;
                 graceful_close(&mut conn).await;
                 return;
             }
         };
-        let after = if req.path.starts_with("/_panto/") {
-            control(&mut conn, shared, &req).await
+        // Every path leaves the response's last bytes unwritten (`tail`), so that a
+        // keep-alive connection is marked idle *before* the client can see the end of the
+        // response: a test that calls `close_idle_connections` right after reading a
+        // response always finds that connection idle.
+        let reply = if req.path.starts_with("/_panto/") {
+            Ok(control(shared, &req))
         } else {
             match shared.take_exchange(id, &req) {
-                Ok(response) => send_response(&mut conn, &response, &req).await,
+                Ok(response) => send_response(&mut conn, shared, &response, &req).await,
                 Err(why) => {
                     let body = error_body("testserver_mismatch", &why);
-                    write_simple(&mut conn.stream, 404, &body, req.wants_close())
-                        .await
-                        .map(|_| close_if(req.wants_close()))
+                    let close = req.wants_close();
+                    Ok((close_if(close), simple_response(404, &body, close)))
                 }
             }
         };
+        let Ok((after, tail)) = reply else { return };
+        // Not idle when bytes of a next (pipelined) request were read already.
+        if matches!(after, After::KeepAlive) && !conn.has_buffered() {
+            idle = Some(shared.enter_idle(id));
+        }
+        if !tail.is_empty() && conn.stream.write_all(&tail).await.is_err() {
+            return;
+        }
         match after {
-            Ok(After::KeepAlive) => {}
-            Ok(After::Close) => {
+            After::KeepAlive => {}
+            After::Close => {
                 graceful_close(&mut conn).await;
                 return;
             }
             // Dropping the stream with linger 0 sends the RST.
-            Ok(After::Reset) | Err(_) => return,
-            Ok(After::Stall) => {
+            After::Reset => return,
+            After::Stall => {
                 conn.drain_until_closed().await;
                 return;
             }
+        }
+    }
+}
+
+/// An idle connection waits for the first bytes of its next request. Returns `false` when
+/// the connection is done: the client left, or `close_idle_connections` shut it down (a
+/// request that raced that FIN is dropped, as with a real server's idle timeout).
+async fn wait_while_idle(
+    conn: &mut Conn,
+    id: usize,
+    shared: &Shared,
+    mut closed: oneshot::Receiver<()>,
+) -> bool {
+    if !shared.idle_written(id) {
+        graceful_close(conn).await;
+        return false;
+    }
+    let got = tokio::select! {
+        _ = &mut closed => None,
+        r = conn.read_some() => Some(r),
+    };
+    let open = shared.leave_idle(id);
+    match got {
+        Some(Ok(0) | Err(_)) => false,
+        Some(Ok(_)) if open => true,
+        _ => {
+            graceful_close(conn).await;
+            false
         }
     }
 }
@@ -288,23 +509,20 @@ fn error_body(kind: &str, message: &str) -> Vec<u8> {
         .into_bytes()
 }
 
-/// A complete `Content-Length` response in one write (mismatches, control endpoints, 400s).
-async fn write_simple(
-    stream: &mut TcpStream,
-    status: u16,
-    json_body: &[u8],
-    close: bool,
-) -> io::Result<()> {
+/// A complete `Content-Length` JSON response, for one write (mismatches, control endpoints,
+/// 400s).
+fn simple_response(status: u16, json_body: &[u8], close: bool) -> Vec<u8> {
     let mut framing = vec![("content-length", json_body.len().to_string())];
     if close {
         framing.push(("connection", "close".to_string()));
     }
     let mut out = response_head(status, [("content-type", "application/json")], &framing);
     out.extend_from_slice(json_body);
-    stream.write_all(&out).await
+    out
 }
 
-async fn control(conn: &mut Conn, shared: &Shared, req: &Request) -> io::Result<After> {
+/// Answers a `/_panto/...` request: how the connection goes on and the bytes to write.
+fn control(shared: &Shared, req: &Request) -> (After, Vec<u8>) {
     let close = req.wants_close();
     let (status, body): (u16, Vec<u8>) = match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/_panto/requests") => match serde_json::to_vec(&shared.requests()) {
@@ -316,6 +534,7 @@ async fn control(conn: &mut Conn, shared: &Shared, req: &Request) -> io::Result<
             json!({
                 "connections_open": shared.connections_open(),
                 "connections_total": shared.connections_total(),
+                "held": shared.held(),
             })
             .to_string()
             .into_bytes(),
@@ -323,6 +542,21 @@ async fn control(conn: &mut Conn, shared: &Shared, req: &Request) -> io::Result<
         ("POST", "/_panto/reset") => {
             shared.reset();
             (200, b"{\"ok\":true}".to_vec())
+        }
+        ("POST", "/_panto/gate/open") => {
+            shared.open_gate();
+            (200, b"{\"ok\":true}".to_vec())
+        }
+        ("POST", "/_panto/gate/close") => {
+            shared.close_gate();
+            (200, b"{\"ok\":true}".to_vec())
+        }
+        ("POST", "/_panto/close-idle") => {
+            let n = shared.close_idle_connections();
+            (
+                200,
+                json!({"ok": true, "closed": n}).to_string().into_bytes(),
+            )
         }
         ("POST", "/_panto/scenario") => {
             match std::str::from_utf8(&req.body)
@@ -340,7 +574,11 @@ async fn control(conn: &mut Conn, shared: &Shared, req: &Request) -> io::Result<
                 Err(e) => (400, error_body("testserver_bad_scenario", &e)),
             }
         }
-        (_, "/_panto/requests" | "/_panto/stats" | "/_panto/reset" | "/_panto/scenario") => (
+        (
+            _,
+            "/_panto/requests" | "/_panto/stats" | "/_panto/reset" | "/_panto/scenario"
+            | "/_panto/gate/open" | "/_panto/gate/close" | "/_panto/close-idle",
+        ) => (
             405,
             error_body(
                 "testserver_method_not_allowed",
@@ -353,19 +591,25 @@ async fn control(conn: &mut Conn, shared: &Shared, req: &Request) -> io::Result<
                 "testserver_unknown_control",
                 &format!(
                     "unknown control endpoint {}; known: GET /_panto/requests, GET /_panto/stats, \
-                     POST /_panto/scenario, POST /_panto/reset",
+                     POST /_panto/scenario, POST /_panto/reset, POST /_panto/gate/open, \
+                     POST /_panto/gate/close, POST /_panto/close-idle",
                     req.path
                 ),
             ),
         ),
     };
-    write_simple(&mut conn.stream, status, &body, close).await?;
-    Ok(close_if(close))
+    (close_if(close), simple_response(status, &body, close))
 }
 
 /// Plays one scripted response: optional delay, head, body with framing, chunking,
-/// pacing and fault.
-async fn send_response(conn: &mut Conn, resp: &Response, req: &Request) -> io::Result<After> {
+/// pacing and fault. Returns how the connection goes on and the response's last bytes,
+/// which the caller writes.
+async fn send_response(
+    conn: &mut Conn,
+    shared: &Shared,
+    resp: &Response,
+    req: &Request,
+) -> io::Result<(After, Vec<u8>)> {
     if !resp.delay.is_zero() {
         tokio::time::sleep(resp.delay).await;
     }
@@ -407,8 +651,20 @@ async fn send_response(conn: &mut Conn, resp: &Response, req: &Request) -> io::R
         sent: 0,
         first: true,
         chunk_delay: resp.chunk_delay,
-        fault: resp.fault,
+        fault: resp.fault.as_ref(),
+        gate_passed: false,
+        shared,
     };
+    let after = play_body(&mut w, resp, close_after).await?;
+    Ok((after, std::mem::take(&mut w.out)))
+}
+
+/// Feeds the body's chunks (re-split to `chunk_size` if asked) through the writer.
+async fn play_body(
+    w: &mut BodyWriter<'_>,
+    resp: &Response,
+    close_after: bool,
+) -> io::Result<After> {
     match resp.chunk_size {
         None => {
             for chunk in resp.body.chunks() {
@@ -454,14 +710,17 @@ async fn send_response(conn: &mut Conn, resp: &Response, req: &Request) -> io::R
 /// Bytes gathered before a write when no pause intervenes.
 const FLUSH_AT: usize = 64 * 1024;
 
+/// Approximate size of one `flood` write (whole copies of the chunk).
+const FLOOD_BLOCK: usize = 8 * 1024;
+
 /// Writes body chunks with the response's framing, pacing and fault.
 ///
 /// Chunks are gathered in `out` and written when it holds `FLUSH_AT` bytes, and always
-/// before any pause (chunk delay, trickle, fault) and at the end. So every chunk that is
-/// followed by a pause is on the wire before the pause starts, exactly as if each chunk were
-/// written on its own, while back-to-back chunks (a 100,000-chunk benchmark stream with no
-/// delay) cost one syscall per 64 KiB instead of one per chunk. HTTP chunk boundaries are
-/// the same either way.
+/// before any pause (chunk delay, trickle, fault, gate); what is left at the end is written
+/// by the connection loop. So every chunk that is followed by a pause is on the wire before
+/// the pause starts, exactly as if each chunk were written on its own, while back-to-back
+/// chunks (a 100,000-chunk benchmark stream with no delay) cost one syscall per 64 KiB
+/// instead of one per chunk. HTTP chunk boundaries are the same either way.
 struct BodyWriter<'a> {
     stream: &'a mut TcpStream,
     chunked: bool,
@@ -471,7 +730,10 @@ struct BodyWriter<'a> {
     sent: u64,
     first: bool,
     chunk_delay: Duration,
-    fault: Option<Fault>,
+    fault: Option<&'a Fault>,
+    /// A `hold` / `flood` has waited for the gate already (it fires once).
+    gate_passed: bool,
+    shared: &'a Shared,
 }
 
 impl BodyWriter<'_> {
@@ -487,7 +749,7 @@ impl BodyWriter<'_> {
         self.first = false;
         match self.fault {
             None => self.emit(data).await?,
-            Some(Fault::Trickle {
+            Some(&Fault::Trickle {
                 after,
                 every,
                 bytes,
@@ -506,7 +768,21 @@ impl BodyWriter<'_> {
                     self.emit(bit).await?;
                 }
             }
-            Some(Fault::Reset { after } | Fault::Stall { after } | Fault::Close { after }) => {
+            Some(Fault::Hold { .. } | Fault::Flood { .. }) if self.gate_passed => {
+                self.emit(data).await?
+            }
+            Some(&(Fault::Hold { after } | Fault::Flood { after, .. })) => {
+                let room = after.saturating_sub(self.sent);
+                let n = clamp_len(room, data.len());
+                if n > 0 {
+                    self.emit(&data[..n]).await?;
+                }
+                if n < data.len() {
+                    self.wait_for_gate().await?;
+                    self.emit(&data[n..]).await?;
+                }
+            }
+            Some(&(Fault::Reset { after } | Fault::Stall { after } | Fault::Close { after })) => {
                 let room = after.saturating_sub(self.sent);
                 let n = clamp_len(room, data.len());
                 if n > 0 {
@@ -553,7 +829,8 @@ impl BodyWriter<'_> {
     }
 
     /// End of the body: a fault whose `after_bytes` reached the body's end still fires here
-    /// (the body is complete but its framing is not); otherwise the terminating chunk.
+    /// (the body is complete but its framing is not); otherwise the terminating chunk, left
+    /// in `out` for the caller to write.
     async fn finish(&mut self, close_after: bool) -> io::Result<After> {
         if matches!(
             self.fault,
@@ -561,11 +838,73 @@ impl BodyWriter<'_> {
         ) {
             return self.trigger().await;
         }
+        if matches!(self.fault, Some(Fault::Hold { .. } | Fault::Flood { .. })) && !self.gate_passed
+        {
+            self.wait_for_gate().await?;
+        }
         if self.chunked {
             self.out.extend_from_slice(b"0\r\n\r\n");
         }
-        self.flush().await?;
         Ok(close_if(close_after))
+    }
+
+    /// `hold` / `flood`: puts everything so far on the wire, then waits until the gate is
+    /// open (or has been opened since this call), flooding meanwhile for `flood`. Counted in
+    /// `held` while waiting. An error means the client went away.
+    async fn wait_for_gate(&mut self) -> io::Result<()> {
+        self.gate_passed = true;
+        self.flush().await?;
+        let mut gate = self.shared.gate.subscribe();
+        let start = *gate.borrow_and_update();
+        if start.open {
+            return Ok(());
+        }
+        let passed = move |g: &Gate| g.open || g.opened != start.opened;
+        let _held = HeldGuard::new(self.shared);
+        if let Some(Fault::Flood { chunk, .. }) = self.fault {
+            // Copies are framed once into a block of about FLOOD_BLOCK bytes (each copy its
+            // own HTTP chunk) that is written again and again: back to back, as fast as the
+            // client reads, yielding between writes so the gate and other connections are
+            // served. A vanished client ends it with a write error.
+            let mut one = Vec::with_capacity(chunk.len() + 12);
+            if self.chunked {
+                let _ = write!(one, "{:x}\r\n", chunk.len());
+                one.extend_from_slice(chunk);
+                one.extend_from_slice(b"\r\n");
+            } else {
+                one.extend_from_slice(chunk);
+            }
+            let block = one.repeat((FLOOD_BLOCK / one.len()).max(1));
+            while !passed(&gate.borrow()) {
+                self.stream.write_all(&block).await?;
+                tokio::task::yield_now().await;
+            }
+            return Ok(());
+        }
+        // `hold`: wait for the gate, and notice a client that closes meanwhile (peek sees
+        // EOF) so it does not stay counted in `held` until the gate opens. Once the client
+        // has sent anything (a pipelined request), only the gate is watched.
+        let mut probe = [0u8; 1];
+        let mut watch_client = true;
+        loop {
+            tokio::select! {
+                r = gate.wait_for(passed) => {
+                    return r.map(|_| ()).map_err(|_| {
+                        io::Error::new(io::ErrorKind::Interrupted, "server stopping")
+                    });
+                }
+                r = self.stream.peek(&mut probe), if watch_client => match r {
+                    Ok(0) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::ConnectionAborted,
+                            "client closed during hold",
+                        ))
+                    }
+                    Ok(_) => watch_client = false,
+                    Err(e) => return Err(e),
+                },
+            }
+        }
     }
 
     async fn trigger(&mut self) -> io::Result<After> {
