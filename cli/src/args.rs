@@ -109,7 +109,9 @@ pub struct AgentArgs {
     pub session: Option<PathBuf>,
 
     /// Print every event as one line of canonical JSON (and a final error line on
-    /// failure) instead of human output.
+    /// failure) instead of human output. Text is kept exact there (JSON escapes control
+    /// characters); human output removes escape sequences coming from the model, the
+    /// server or tools, and shows other control characters as symbols (␀, ␇, ␡, …).
     #[arg(long)]
     pub json: bool,
 }

@@ -13,6 +13,7 @@ mod args;
 mod exit;
 mod interrupt;
 mod render;
+mod sanitize;
 mod setup;
 mod shell_tool;
 mod turn;

@@ -1,11 +1,18 @@
 //! Owns what the user sees: `--json` (one canonical JSON line per event, a final error
 //! line on failure) and the human output (streamed text, dimmed reasoning, tool lines, a
 //! spinner while waiting, usage) with its plain variant when stdout is not a terminal.
+//!
+//! Everything the human output shows that came from the server, the model or a tool
+//! goes through [`crate::sanitize`] first: only panto's own attributes reach the
+//! terminal as escape sequences. `--json` needs no such pass: JSON escaping already
+//! encodes every control character, and its lines stay byte-exact.
 
 use std::io::{self, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use panto::{DeltaKind, Error, Event, StopReason, Usage};
+
+use crate::sanitize::{clean, Sanitizer};
 
 /// How often the spinner advances; also how long the turn loop waits for an event
 /// before redrawing it.
@@ -47,7 +54,8 @@ pub fn for_mode(json: bool) -> Box<dyn Render> {
 }
 
 fn error_line(error: &Error) -> String {
-    let mut line = format!("panto: error[{}]: {}", error.kind, error.message);
+    // The message often quotes the server; the kind is panto's own.
+    let mut line = format!("panto: error[{}]: {}", error.kind, clean(&error.message));
     if error.status != 0 && !error.message.contains(&error.status.to_string()) {
         line.push_str(&format!(" (HTTP {})", error.status));
     }
@@ -86,7 +94,7 @@ impl Render for Json {
         self.line(&error.to_json())
     }
     fn warn(&mut self, message: &str) -> io::Result<()> {
-        writeln!(io::stderr(), "panto: warning: {message}")
+        writeln!(io::stderr(), "panto: warning: {}", clean(message))
     }
 }
 
@@ -109,6 +117,11 @@ struct Human {
     /// tool-argument fragments, must not freeze it).
     last_frame: Instant,
     tools_running: usize,
+    /// Filters streamed text and reasoning; its state spans fragments, so an escape
+    /// sequence split between two deltas is still removed.
+    filter: Sanitizer,
+    /// The kind of delta `filter` is in the middle of.
+    filtering: Option<DeltaKind>,
 }
 
 impl Human {
@@ -124,6 +137,8 @@ impl Human {
             frame: 0,
             last_frame: Instant::now(),
             tools_running: 0,
+            filter: Sanitizer::new(),
+            filtering: None,
         }
     }
 
@@ -186,7 +201,30 @@ impl Human {
         writeln!(io::stderr(), "{text}")
     }
 
+    /// Streams a fragment of model text through the filter.
+    fn write_filtered(&mut self, kind: DeltaKind, text: &str) -> io::Result<()> {
+        if self.filtering != Some(kind) {
+            self.end_filtered()?;
+            self.filtering = Some(kind);
+        }
+        let mut safe = String::with_capacity(text.len());
+        self.filter.push(text, &mut safe);
+        self.write(&safe)
+    }
+
+    /// The streamed block ended: writes what the filter held back, and makes sure an
+    /// unfinished sequence cannot swallow what follows.
+    fn end_filtered(&mut self) -> io::Result<()> {
+        if self.filtering.take().is_some() {
+            let mut rest = String::new();
+            self.filter.finish(&mut rest);
+            self.write(&rest)?;
+        }
+        Ok(())
+    }
+
     fn leave_reasoning(&mut self) -> io::Result<()> {
+        self.end_filtered()?;
         if self.in_reasoning {
             self.in_reasoning = false;
             self.attribute(RESET)?;
@@ -199,35 +237,41 @@ impl Human {
         match kind {
             DeltaKind::Text => {
                 self.waiting = false;
-                self.leave_reasoning()?;
-                self.write(text)
+                if self.in_reasoning {
+                    self.leave_reasoning()?;
+                }
+                self.write_filtered(kind, text)
             }
             // Plain output carries only the answer; reasoning cannot be told apart
             // from it without the dimming.
             DeltaKind::Reasoning if self.tty => {
                 self.waiting = false;
                 if !self.in_reasoning {
+                    self.end_filtered()?;
                     self.in_reasoning = true;
                     self.attribute(DIM)?;
                 }
-                self.write(text)
+                self.write_filtered(kind, text)
             }
             // Arguments are shown whole when the call starts.
-            DeltaKind::Reasoning | DeltaKind::ToolArgs => Ok(()),
+            _ => Ok(()),
         }
     }
 
-    fn tool_call(&mut self, name: &str, arguments: &serde_json::Value) -> io::Result<()> {
+    /// `arguments` is the JSON text of the call's arguments as the model gave them.
+    fn tool_call(&mut self, name: &str, arguments: &str) -> io::Result<()> {
         self.tools_running += 1;
         self.waiting = true;
-        let args = shorten(&arguments.to_string(), LINE_CHARS);
-        let head = self.paint(CYAN, &format!("→ {name}"));
+        // serde_json escapes C0 controls in strings, but not DEL or C1.
+        let args = shorten(&clean(arguments), LINE_CHARS);
+        let head = self.paint(CYAN, &format!("→ {}", clean(name)));
         self.line(&format!("{head} {args}"))
     }
 
     fn tool_result(&mut self, name: &str, output: &str, is_error: bool) -> io::Result<()> {
         self.tools_running = self.tools_running.saturating_sub(1);
         self.waiting = true;
+        let name = clean(name);
         let head = if is_error {
             self.paint(RED, &format!("✗ {name}:"))
         } else {
@@ -236,10 +280,10 @@ impl Human {
         let lines: Vec<&str> = output.lines().collect();
         let mut text = match lines.first() {
             None => format!("{head} (no output)"),
-            Some(first) => format!("{head} {}", shorten(first, LINE_CHARS)),
+            Some(first) => format!("{head} {}", shorten(&clean(first), LINE_CHARS)),
         };
         for l in lines.iter().skip(1).take(RESULT_LINES - 1) {
-            text.push_str(&format!("\n  {}", shorten(l, LINE_CHARS)));
+            text.push_str(&format!("\n  {}", shorten(&clean(l), LINE_CHARS)));
         }
         if lines.len() > RESULT_LINES {
             let more = lines.len() - RESULT_LINES;
@@ -286,6 +330,7 @@ impl Render for Human {
     fn event(&mut self, event: &Event) -> io::Result<()> {
         match event {
             Event::ContentDelta { kind, text, .. } => self.delta(*kind, text),
+            // Also ends the filter: a sequence left open in a block dies with it.
             Event::BlockComplete { .. } => self.leave_reasoning(),
             Event::MessageEnd { .. } => {
                 self.leave_reasoning()?;
@@ -297,7 +342,7 @@ impl Render for Human {
             }
             Event::ToolCallStart {
                 name, arguments, ..
-            } => self.tool_call(name, arguments),
+            } => self.tool_call(name, &arguments.to_string()),
             Event::ToolResult {
                 name,
                 output,
@@ -311,14 +356,14 @@ impl Render for Human {
                 reason,
                 ..
             } => self.note(&format!(
-                "panto: retrying ({attempt}/{max_attempts}) in {delay_ms} ms: {reason}"
+                "panto: retrying ({attempt}/{max_attempts}) in {delay_ms} ms: {}",
+                clean(reason)
             )),
             Event::MessageComplete {
                 stop_reason, usage, ..
             } => self.complete(stop_reason, usage),
-            Event::MessageStart { .. } | Event::BlockStart { .. } | Event::ToolDetails { .. } => {
-                Ok(())
-            }
+            // message_start, block_start, tool_details, and whatever a newer core adds.
+            _ => Ok(()),
         }
     }
 
@@ -351,7 +396,7 @@ impl Render for Human {
     }
 
     fn warn(&mut self, message: &str) -> io::Result<()> {
-        self.note(&format!("panto: warning: {message}"))
+        self.note(&format!("panto: warning: {}", clean(message)))
     }
 }
 
@@ -363,7 +408,8 @@ fn unusual_stop(stop: &StopReason) -> Option<String> {
             Some("the answer was cut off at the token limit (--max-tokens)".into())
         }
         StopReason::MaxSteps => Some("stopped at the step limit (--max-steps)".into()),
-        other => Some(format!("the model stopped: {}", other.as_string())),
+        // `other:<raw>` carries the server's own words.
+        other => Some(format!("the model stopped: {}", clean(&other.as_string()))),
     }
 }
 

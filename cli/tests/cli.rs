@@ -882,3 +882,136 @@ fn chat_ctrl_c_cancels_the_turn_then_exits_130_at_the_prompt() {
     let _ = reader.join();
     assert_eq!(out.status.code(), Some(130), "stderr: {}", stderr_of(&out));
 }
+
+// ---- 7. terminal injection (human mode) ---------------------------------------------
+
+/// Nothing a terminal would act on: no C0 control but `\n` and `\t`, no DEL, no C1.
+fn assert_inert(text: &str, what: &str) {
+    if let Some(c) = text
+        .chars()
+        .find(|c| c.is_control() && *c != '\n' && *c != '\t')
+    {
+        panic!("{what}: control {c:?} reached the terminal:\n{text:?}");
+    }
+}
+
+#[test]
+fn human_output_neutralises_control_sequences_even_split_across_deltas() {
+    let pieces = [
+        "Hello \x1b]52;c;ZXZp",
+        "bA==\x07world \x1b",
+        "[2Jclear \u{9b}31mred \0nul \x7fdel \x07bell\r",
+        "\nnext\n",
+    ];
+    let mut sse = vec![openai_chunk(
+        json!({"role": "assistant", "content": ""}),
+        None,
+    )];
+    for piece in pieces {
+        sse.push(openai_chunk(json!({"content": piece}), None));
+    }
+    sse.push(openai_chunk(json!({}), Some("stop")));
+    sse.push(json!({"data": "[DONE]"}));
+    let srv = server(json!({"exchanges": [
+        {"response": {"sse": sse}, "times": 2},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto(&["run", "--base-url", &base, "--api-key", "k", "hi"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        stdout_of(&out),
+        "Hello world clear red ␀nul ␡del ␇bell\nnext\n"
+    );
+
+    // --json keeps every byte: the deltas carry the text exactly as sent.
+    let out = panto(&["run", "--json", "--base-url", &base, "--api-key", "k", "hi"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(!out.stdout.contains(&0x1b), "raw ESC in --json output");
+    let text: String = json_lines(&out)
+        .iter()
+        .filter(|l| l["type"] == "content_delta")
+        .map(|l| l["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(text, pieces.concat());
+}
+
+#[test]
+fn human_output_neutralises_tool_names_arguments_output_and_errors() {
+    let mut sse = vec![openai_chunk(
+        json!({"role": "assistant", "content": null}),
+        None,
+    )];
+    for (i, id, name, args) in [
+        (
+            0,
+            "call_1",
+            "weather",
+            "{\"city\":\"Par\\u007fis\\u009b2J\"}",
+        ),
+        (1, "call_2", "evil\x1b]0;pwned\x07", "{}"),
+    ] {
+        sse.push(openai_chunk(
+            json!({"tool_calls": [{"index": i, "id": id, "type": "function",
+                "function": {"name": name, "arguments": args}}]}),
+            None,
+        ));
+    }
+    sse.push(openai_chunk(json!({}), Some("tool_calls")));
+    sse.push(json!({"data": "[DONE]"}));
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], sse),
+        openai_exchange(&[], openai_text("Done.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let tool = r"weather=cat >/dev/null; printf 'ok\033[2J\033]52;c;eA==\007 done\n'";
+    let out = panto(&[
+        "run",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--tool",
+        tool,
+        "w?",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = stdout_of(&out);
+    assert_inert(&stdout, "stdout");
+    assert_inert(&stderr_of(&out), "stderr");
+    assert!(
+        // DEL shown, the C1 CSI removed with its sequence.
+        stdout.contains("→ weather {\"city\":\"Par␡is\"}"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("← weather: ok done"), "{stdout}");
+    assert!(stdout.contains("→ evil {}"), "{stdout}");
+    assert!(stdout.contains("✗ evil:"), "{stdout}");
+
+    // A server's error message reaches stderr in both modes.
+    let message = "bad \x1b]0;pwned\x07request\x1b[2J";
+    for json_mode in [false, true] {
+        let srv = answering(json!({"status": 400, "json": {"error": {"message": message}}}));
+        let base = format!("{}/v1", srv.url());
+        let mut args = vec!["run", "--base-url", &base, "--api-key", "k", "hi"];
+        if json_mode {
+            args.insert(1, "--json");
+        }
+        let out = panto(&args);
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        let stderr = stderr_of(&out);
+        assert_inert(&stderr, "stderr");
+        assert!(stderr.contains("bad request"), "{stderr}");
+        if json_mode {
+            let last = json_lines(&out).pop().expect("an error line");
+            assert!(
+                last["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(message),
+                "{last}"
+            );
+        } else {
+            assert_inert(&stdout_of(&out), "stdout");
+        }
+    }
+}
