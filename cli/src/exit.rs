@@ -18,7 +18,8 @@ Exit codes:
   5    connection, timeout
   6    protocol, incomplete
   70   internal (also tool and busy, which the CLI should never see)
-  130  cancelled by Ctrl-C (the --session file is still saved and valid)";
+  130  cancelled by Ctrl-C, SIGTERM or SIGHUP (the --session file is still saved and
+       valid; tool processes are killed)";
 
 /// The exit code for a failure of kind `kind`. The match is exhaustive on purpose: a new
 /// kind in the core fails to compile here instead of silently getting a default code.

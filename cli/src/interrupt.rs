@@ -1,6 +1,7 @@
 //! Owns Ctrl-C (and SIGTERM/SIGHUP): during a turn it cancels the turn — the main thread
 //! then sees `cancelled`, saves the session and decides what follows (exit 130 for
-//! `run`, back to the prompt for `chat`); outside a turn it exits with 130 at once.
+//! `run`, back to the prompt for `chat`); outside a turn it exits with 130 at once,
+//! killing the tool processes still running.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -68,6 +69,8 @@ impl Interrupt {
             Phase::Idle => true,
         };
         drop(phase);
+        // Stays locked until the process is gone, so no new tool starts meanwhile.
+        crate::shell_tool::kill_all_for_exit();
         leave_terminal_clean();
         // Only when idle: the main thread is then reading input, not holding stdout,
         // which a consumer that stopped reading could make it hold forever.

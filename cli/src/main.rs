@@ -7,6 +7,7 @@
 //!  turn: stream.next() ─► render (json | human) ; tool_call_start{host} ─► shell_tool thread
 //!                                                    └─► control.submit_tool_result
 //!  Ctrl-C (interrupt) ─► control.cancel() during a turn, exit 130 otherwise
+//!                        (killing tool process groups)
 //! ```
 
 mod args;

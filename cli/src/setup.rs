@@ -62,6 +62,12 @@ impl Setup {
         if let Some(ms) = args.timeout_ms {
             config.timeouts.request_ms = ms;
         }
+        if let Some(ms) = args.tool_timeout_ms {
+            config = config.with_tool_timeout_ms(ms);
+        }
+        // The core will read `max_tool_output_bytes` too; the shell tools cap their own
+        // reading, which is what keeps a runaway command from filling memory.
+        let max_tool_output = usize::try_from(args.max_tool_output_bytes).unwrap_or(usize::MAX);
         let (specs, commands) = host_tools(args)?;
         for spec in specs {
             config = config.with_host_tool(spec);
@@ -74,7 +80,7 @@ impl Setup {
         }
         Ok(Setup {
             agent,
-            tools: ShellTools::new(commands),
+            tools: ShellTools::new(commands, max_tool_output),
             session,
         })
     }

@@ -1015,3 +1015,214 @@ fn human_output_neutralises_tool_names_arguments_output_and_errors() {
         }
     }
 }
+
+// ---- helpers for processes and files ------------------------------------------------
+
+/// Whether process `pid` is running: it exists and is not a zombie (a zombie is dead;
+/// its parent may be an init that never reaps).
+fn alive(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(
+            stat.rsplit(')')
+                .next()
+                .and_then(|s| s.split_whitespace().next()),
+            Some("Z" | "X")
+        ),
+        Err(_) => false,
+    }
+}
+
+/// Polls until `cond` holds, up to `bound`; returns whether it did.
+fn eventually(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        if cond() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn assert_gone(pids: &[String], what: &str) {
+    for pid in pids {
+        assert!(
+            eventually(Duration::from_secs(10), || !alive(pid)),
+            "{what}: process {pid} is still running"
+        );
+    }
+}
+
+/// Waits for `path` to appear (written atomically by the tool) and returns its words.
+/// Fails early if `child` exits first.
+fn wait_for_pids(path: &Path, child: &mut Child) -> Vec<String> {
+    let mut text = None;
+    let appeared = eventually(HANG_GUARD, || {
+        if let Ok(t) = std::fs::read_to_string(path) {
+            text = Some(t);
+            return true;
+        }
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    let text = text.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!(
+            "the tool never wrote {} (appeared: {appeared})",
+            path.display()
+        )
+    });
+    text.split_whitespace().map(str::to_owned).collect()
+}
+
+fn signal(pid: u32, name: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -{name} {pid}");
+}
+
+/// A tool that starts a grandchild (`sleep`) and waits for it, after writing
+/// "SHELL_PID GRANDCHILD_PID" to `pid_file`.
+fn grandchild_tool(pid_file: &Path) -> String {
+    format!(
+        "weather=cat >/dev/null; sleep 1000 & echo $$ $! > '{0}.tmp'; mv '{0}.tmp' '{0}'; wait",
+        pid_file.display()
+    )
+}
+
+/// Runs `panto run --json` with `tool` against a server that asks for one weather call,
+/// waits until the tool wrote its pids, then applies `interrupt` to the child.
+fn run_tool_then(tool: &str, pid_file: &Path, extra: &[&str], signal_name: &str) -> Output {
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], openai_tool_calls(&["call_1"])),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let mut args = vec!["run", "--json", "--base-url", &base, "--api-key", "k"];
+    args.extend_from_slice(&["--tool", tool]);
+    args.extend_from_slice(extra);
+    args.push("w?");
+    let mut child = panto_cmd(&args).spawn().expect("spawn panto");
+    let pids = wait_for_pids(pid_file, &mut child);
+    signal(child.id(), signal_name);
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    assert_gone(&pids, &format!("after {signal_name}"));
+    out
+}
+
+// ---- 8. tool output cap ---------------------------------------------------------------
+
+#[test]
+fn tool_output_past_the_cap_is_cut_and_the_command_stopped() {
+    let dir = temp_dir("output-cap");
+    let done = dir.join("done");
+    let tool = format!(
+        "weather=cat >/dev/null; head -c 2000000 /dev/zero | tr '\\0' y; touch '{}'",
+        done.display()
+    );
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], openai_tool_calls(&["call_1"])),
+        openai_exchange(&["[output truncated"], openai_text("Too much.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--max-tool-output-bytes",
+        "1000",
+        "--tool",
+        &tool,
+        "w?",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let result = json_lines(&out)
+        .into_iter()
+        .find(|l| l["type"] == "tool_result")
+        .expect("tool_result");
+    let output = result["output"].as_str().unwrap_or_default();
+    let (kept, marker) = output.split_once('\n').expect("a marker line");
+    assert_eq!(kept, "y".repeat(1000));
+    assert!(
+        marker.starts_with("[output truncated:") && marker.contains("1000-byte limit"),
+        "{marker}"
+    );
+    assert_eq!(result["is_error"], true);
+    assert!(srv.requests().iter().all(|r| r.matched));
+    // Stopped at the cap: the command never got to its last step.
+    assert!(!done.exists(), "the command ran to its end");
+
+    let out = panto(&["run", "--max-tool-output-bytes", "0", "hi"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+}
+
+// ---- 9. tool processes end with the turn --------------------------------------------
+
+#[test]
+fn ctrl_c_kills_the_tool_and_its_children() {
+    let dir = temp_dir("tool-ctrl-c");
+    let pid_file = dir.join("pids");
+    let out = run_tool_then(&grandchild_tool(&pid_file), &pid_file, &[], "INT");
+    let last = json_lines(&out).pop().expect("an error line");
+    assert_eq!(last["kind"], "cancelled");
+}
+
+#[test]
+fn sigterm_kills_the_tool_and_its_children() {
+    let dir = temp_dir("tool-sigterm");
+    let pid_file = dir.join("pids");
+    run_tool_then(&grandchild_tool(&pid_file), &pid_file, &[], "TERM");
+}
+
+#[test]
+fn a_tool_that_closed_its_pipes_is_killed_too() {
+    let dir = temp_dir("tool-closed-pipes");
+    let pid_file = dir.join("pids");
+    let tool = format!(
+        "weather=cat >/dev/null; echo $$ > '{0}.tmp'; mv '{0}.tmp' '{0}'; \
+         exec >/dev/null 2>&1; exec sleep 1000",
+        pid_file.display()
+    );
+    run_tool_then(&tool, &pid_file, &[], "INT");
+}
+
+#[test]
+fn a_timed_out_tool_is_killed_with_its_children() {
+    let dir = temp_dir("tool-timeout");
+    let pid_file = dir.join("pids");
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], openai_tool_calls(&["call_1"])),
+        openai_exchange(&["call_1"], openai_text("It timed out.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let tool = grandchild_tool(&pid_file);
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--tool-timeout-ms",
+        "3000",
+        "--tool",
+        &tool,
+        "w?",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let result = json_lines(&out)
+        .into_iter()
+        .find(|l| l["type"] == "tool_result")
+        .expect("tool_result");
+    assert_eq!(result["is_error"], true, "{result}");
+    let pids = std::fs::read_to_string(&pid_file).expect("the tool started within 3 s");
+    let pids: Vec<String> = pids.split_whitespace().map(str::to_owned).collect();
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_gone(&pids, "after the tool timeout");
+}
