@@ -121,7 +121,9 @@ pub struct AgentArgs {
     pub max_tool_output_bytes: u64,
 
     /// Conversation file: loaded if it exists, saved after every turn (also after a
-    /// failed or cancelled one).
+    /// failed or cancelled one), written atomically with mode 0600 for a new file. A
+    /// symlink is followed to its target. Locked while panto runs (FILE.lock): a second
+    /// panto on the same file fails with exit code 2.
     #[arg(long, value_name = "FILE")]
     pub session: Option<PathBuf>,
 

@@ -12,7 +12,8 @@ pub const OK: u8 = 0;
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success
-  2    usage error, or error kind config
+  2    usage error, or error kind config (also: the --session file is in use by
+       another panto process)
   3    authentication, permission, bad_request, not_found
   4    rate_limited, server, provider
   5    connection, timeout

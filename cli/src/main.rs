@@ -7,7 +7,7 @@
 //!  turn: stream.next() ─► render (json | human) ; tool_call_start{host} ─► shell_tool thread
 //!                                                    └─► control.submit_tool_result
 //!  Ctrl-C (interrupt) ─► control.cancel() during a turn, exit 130 otherwise
-//!                        (killing tool process groups)
+//!                        (killing tool process groups, removing a half-written save)
 //! ```
 
 mod args;
@@ -15,6 +15,7 @@ mod exit;
 mod interrupt;
 mod render;
 mod sanitize;
+mod session;
 mod setup;
 mod shell_tool;
 mod turn;

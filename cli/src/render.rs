@@ -8,6 +8,8 @@
 //! encodes every control character, and its lines stay byte-exact.
 
 use std::io::{self, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use panto::{DeltaKind, Error, Event, StopReason, Usage};
@@ -53,6 +55,36 @@ pub fn for_mode(json: bool) -> Box<dyn Render> {
     }
 }
 
+/// Whether the `--json` error line that ends stdout was written (see
+/// [`write_exit_line`]); cleared by [`new_final_line`].
+static FINAL_LINE_WRITTEN: AtomicBool = AtomicBool::new(false);
+
+/// A new turn or prompt begins: its failure gets its own final error line.
+pub fn new_final_line() {
+    FINAL_LINE_WRITTEN.store(false, Ordering::SeqCst);
+}
+
+/// On a forced exit in `--json` mode (a second Ctrl-C, or one at the prompt): ends
+/// stdout with the `cancelled` error line unless the main thread already wrote the final
+/// error line. Waits at most `patience` for stdout, which the main thread may hold
+/// forever when the consumer stopped reading.
+pub fn write_exit_line(patience: Duration) {
+    let (done, wait) = mpsc::channel();
+    let writer = std::thread::Builder::new()
+        .name("exit-line".to_owned())
+        .spawn(move || {
+            let mut out = io::stdout().lock();
+            if !FINAL_LINE_WRITTEN.swap(true, Ordering::SeqCst) {
+                let _ = writeln!(out, "{}", Error::cancelled().to_json());
+                let _ = out.flush();
+            }
+            let _ = done.send(());
+        });
+    if writer.is_ok() {
+        let _ = wait.recv_timeout(patience);
+    }
+}
+
 fn error_line(error: &Error) -> String {
     // The message often quotes the server; the kind is panto's own.
     let mut line = format!("panto: error[{}]: {}", error.kind, clean(&error.message));
@@ -91,7 +123,12 @@ impl Render for Json {
     fn error(&mut self, error: &Error) -> io::Result<()> {
         // stderr too: a person running a script sees why it failed without parsing.
         let _ = writeln!(io::stderr(), "{}", error_line(error));
-        self.line(&error.to_json())
+        let mut out = io::stdout().lock();
+        // Under the stdout lock, so a forced exit never writes a second final line.
+        FINAL_LINE_WRITTEN.store(true, Ordering::SeqCst);
+        out.write_all(error.to_json().as_bytes())?;
+        out.write_all(b"\n")?;
+        out.flush()
     }
     fn warn(&mut self, message: &str) -> io::Result<()> {
         writeln!(io::stderr(), "panto: warning: {}", clean(message))

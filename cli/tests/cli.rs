@@ -1,8 +1,11 @@
 //! End-to-end tests of the `panto` binary against the scripted provider server: event
 //! sequences with host tools (both providers), the error → exit-code table, sessions,
-//! key secrecy, the stdin prompt, Ctrl-C, chat, and concurrent tool commands.
+//! key secrecy, the stdin prompt, Ctrl-C, chat, concurrent tool commands, control
+//! sequences kept off the terminal, the tool output cap, tool processes ending with
+//! their turn, and session writes (lock, links, interrupted save).
 //!
-//! No test sleeps to synchronize; every timeout below is a hang guard only.
+//! No test sleeps to synchronize: conditions are polled under a generous bound, and
+//! every other timeout is a hang guard only.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -1225,4 +1228,265 @@ fn a_timed_out_tool_is_killed_with_its_children() {
     let pids: Vec<String> = pids.split_whitespace().map(str::to_owned).collect();
     assert_eq!(pids.len(), 2, "{pids:?}");
     assert_gone(&pids, "after the tool timeout");
+}
+
+// ---- 10. session writes -------------------------------------------------------------
+
+#[cfg(unix)]
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Files in `dir` whose names say they are temporary.
+fn temp_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("tmp"))
+        .collect()
+}
+
+#[cfg(unix)]
+#[test]
+fn session_saves_are_atomic_and_private() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = temp_dir("session-mode");
+    let session = dir.join("s.json");
+    let session_arg = session.to_string_lossy().into_owned();
+    let srv = server(json!({"exchanges": [
+        {"response": {"sse": openai_text("Hi.")}, "times": 2},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let run = |prompt: &str| {
+        let out = panto(&[
+            "run",
+            "--base-url",
+            &base,
+            "--api-key",
+            "k",
+            "--session",
+            &session_arg,
+            prompt,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    };
+    run("one");
+    assert_eq!(mode_of(&session), 0o600, "a new session is private");
+    // A mode the user chose is kept; the file is replaced (a new inode), not rewritten.
+    std::fs::set_permissions(&session, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let inode = std::fs::metadata(&session).expect("metadata").ino();
+    run("two");
+    assert_eq!(mode_of(&session), 0o640);
+    assert_ne!(std::fs::metadata(&session).expect("metadata").ino(), inode);
+    assert_eq!(saved_messages(&session).len(), 4);
+    assert_eq!(temp_files(&dir), Vec::<String>::new());
+}
+
+#[cfg(unix)]
+#[test]
+fn session_save_never_follows_a_planted_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("session-planted");
+    let session = dir.join("s.json");
+    let session_arg = session.to_string_lossy().into_owned();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious").expect("victim");
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let srv = server(json!({"exchanges": [openai_exchange(&[], openai_text("Hi."))]}));
+    let base = format!("{}/v1", srv.url());
+    let mut child = panto_cmd(&[
+        "chat",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--session",
+        &session_arg,
+    ])
+    .stdin(Stdio::piped())
+    .spawn()
+    .expect("spawn panto");
+    // Links under every name derived from the pid, planted before the first save.
+    for name in [
+        format!(".s.json.tmp-{}", child.id()),
+        format!("s.json.tmp-{}", child.id()),
+        format!(".s.json.tmp.{}", child.id()),
+    ] {
+        std::os::unix::fs::symlink(&victim, dir.join(name)).expect("plant link");
+    }
+    let mut stdin = child.stdin.take().expect("stdin pipe");
+    stdin.write_all(b"hello\n").expect("write stdin");
+    drop(stdin);
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious"
+    );
+    assert_eq!(mode_of(&victim), 0o644);
+    assert_eq!(saved_messages(&session).len(), 2);
+    assert!(!std::fs::symlink_metadata(&session)
+        .expect("session")
+        .file_type()
+        .is_symlink());
+}
+
+#[cfg(unix)]
+#[test]
+fn a_session_path_that_is_a_link_updates_its_target() {
+    let dir = temp_dir("session-link");
+    std::fs::create_dir_all(dir.join("real")).expect("dir");
+    let link = dir.join("link.json");
+    std::os::unix::fs::symlink("real/s.json", &link).expect("link");
+    let link_arg = link.to_string_lossy().into_owned();
+    let srv = server(json!({"exchanges": [
+        {"response": {"sse": openai_text("Hi.")}, "times": 2},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    for prompt in ["one", "two"] {
+        let out = panto(&[
+            "run",
+            "--base-url",
+            &base,
+            "--api-key",
+            "k",
+            "--session",
+            &link_arg,
+            prompt,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    }
+    let meta = std::fs::symlink_metadata(&link).expect("link");
+    assert!(meta.file_type().is_symlink(), "the link was replaced");
+    let target = dir.join("real/s.json");
+    assert_eq!(saved_messages(&target).len(), 4);
+    assert_eq!(mode_of(&target), 0o600);
+    assert_eq!(temp_files(&dir.join("real")), Vec::<String>::new());
+}
+
+/// Starts `panto run --json --session SESSION` against a server that stalls after the
+/// first event, and returns it once that event arrived, with its stdout lines.
+fn stalled_session_run(
+    srv: &TestServer,
+    session: &Path,
+    env: &[(&str, &Path)],
+) -> (Child, mpsc::Receiver<String>) {
+    let base = format!("{}/v1", srv.url());
+    let session_arg = session.to_string_lossy().into_owned();
+    let mut cmd = panto_cmd(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--session",
+        &session_arg,
+        "long task",
+    ]);
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let mut child = cmd.spawn().expect("spawn panto");
+    let stdout = child.stdout.take().expect("stdout pipe");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(HANG_GUARD).expect("a first JSON line");
+    assert!(first.contains("message_start"), "{first}");
+    (child, rx)
+}
+
+fn stalling_server() -> TestServer {
+    answering(json!({
+        "sse": [openai_chunk(json!({"role": "assistant", "content": "Thinking"}), None)],
+        "fault": {"kind": "stall", "after_bytes": 1_000_000}
+    }))
+}
+
+#[test]
+fn a_session_in_use_by_another_process_is_refused() {
+    let dir = temp_dir("session-lock");
+    let session = dir.join("s.json");
+    let srv = stalling_server();
+    let (first, _lines) = stalled_session_run(&srv, &session, &[]);
+    let base = format!("{}/v1", srv.url());
+    let session_arg = session.to_string_lossy().into_owned();
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--idle-timeout-ms",
+        "2000",
+        "--session",
+        &session_arg,
+        "second",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let last = json_lines(&out).pop().expect("an error line");
+    assert_eq!(last["kind"], "config");
+    let message = last["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("in use by another panto process"),
+        "{message}"
+    );
+    assert!(message.contains("s.json"), "{message}");
+    signal(first.id(), "INT");
+    let out = finish(first);
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    // The first run's turn is what the session holds.
+    let messages = saved_messages(&session);
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].text(), "long task");
+}
+
+/// Debug builds only: the pause inside the save is a debug-build test hook.
+#[cfg(debug_assertions)]
+#[test]
+fn a_second_ctrl_c_during_the_save_leaves_no_temporary_file() {
+    let dir = temp_dir("session-double-ctrl-c");
+    let session = dir.join("s.json");
+    let paused = dir.join("paused");
+    let srv = stalling_server();
+    let (mut child, lines) =
+        stalled_session_run(&srv, &session, &[("PANTO_TEST_PAUSE_SAVE", &paused)]);
+    signal(child.id(), "INT");
+    let saving = eventually(HANG_GUARD, || {
+        paused.exists() || matches!(child.try_wait(), Ok(Some(_)))
+    });
+    assert!(saving && paused.exists(), "the save never paused");
+    assert!(
+        !temp_files(&dir).is_empty(),
+        "a temporary file is being written"
+    );
+    signal(child.id(), "INT");
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    let rest: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(&l).expect("JSON line"))
+        .collect();
+    let errors: Vec<&Value> = rest.iter().filter(|l| l["type"] == "error").collect();
+    assert_eq!(errors.len(), 1, "{rest:?}");
+    assert_eq!(
+        rest.last().map(|l| l["kind"].clone()),
+        Some(json!("cancelled"))
+    );
+    assert_eq!(temp_files(&dir), Vec::<String>::new());
+    assert!(!session.exists(), "the interrupted save was not completed");
 }
