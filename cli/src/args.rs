@@ -94,7 +94,8 @@ pub struct AgentArgs {
 
     /// A tool backed by a shell command, run with `sh -c COMMAND`: the call's arguments
     /// JSON on stdin, stdout is the result, a non-zero exit makes it an error result.
-    /// Repeatable.
+    /// It runs in its own process group, killed as a whole when the call ends, times out
+    /// or is cancelled (a daemon it must leave behind needs `setsid`). Repeatable.
     #[arg(long = "tool", value_name = "NAME=COMMAND", value_parser = parse_tool)]
     pub tools: Vec<ToolArg>,
 
@@ -103,13 +104,33 @@ pub struct AgentArgs {
     #[arg(long = "tools", value_name = "FILE")]
     pub tools_file: Option<PathBuf>,
 
+    /// Longest run of one tool command, in milliseconds; it is then killed and the
+    /// model gets an error result [default: 120000].
+    #[arg(long, value_name = "MS")]
+    pub tool_timeout_ms: Option<u64>,
+
+    /// Cap on what is read from one tool command, stdout and stderr together: past it
+    /// the command is killed and its result cut, ending with an "[output truncated: …]"
+    /// line.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = crate::shell_tool::DEFAULT_MAX_OUTPUT_BYTES as u64,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub max_tool_output_bytes: u64,
+
     /// Conversation file: loaded if it exists, saved after every turn (also after a
-    /// failed or cancelled one).
+    /// failed or cancelled one), written atomically with mode 0600 for a new file. A
+    /// symlink is followed to its target. Locked while panto runs (FILE.lock): a second
+    /// panto on the same file fails with exit code 2.
     #[arg(long, value_name = "FILE")]
     pub session: Option<PathBuf>,
 
     /// Print every event as one line of canonical JSON (and a final error line on
-    /// failure) instead of human output.
+    /// failure) instead of human output. Text is kept exact there (JSON escapes control
+    /// characters); human output removes escape sequences coming from the model, the
+    /// server or tools, and shows other control characters as symbols (␀, ␇, ␡, …).
     #[arg(long)]
     pub json: bool,
 }

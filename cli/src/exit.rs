@@ -12,13 +12,15 @@ pub const OK: u8 = 0;
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success
-  2    usage error, or error kind config
+  2    usage error, or error kind config (also: the --session file is in use by
+       another panto process)
   3    authentication, permission, bad_request, not_found
   4    rate_limited, server, provider
   5    connection, timeout
   6    protocol, incomplete
   70   internal (also tool and busy, which the CLI should never see)
-  130  cancelled by Ctrl-C (the --session file is still saved and valid)";
+  130  cancelled by Ctrl-C, SIGTERM or SIGHUP (the --session file is still saved and
+       valid; tool processes are killed)";
 
 /// The exit code for a failure of kind `kind`. A kind added to the core later maps to
 /// 70 until it is placed; the help-table test lists every kind the core knows.

@@ -1,13 +1,23 @@
 //! Owns Ctrl-C (and SIGTERM/SIGHUP): during a turn it cancels the turn — the main thread
 //! then sees `cancelled`, saves the session and decides what follows (exit 130 for
-//! `run`, back to the prompt for `chat`); outside a turn it exits with 130 at once.
+//! `run`, back to the prompt for `chat`); outside a turn, or a second time while the
+//! cancelled turn winds down, it exits with 130 at once. Exiting at once still kills the
+//! tool processes, removes a half-written session file, and in `--json` mode ends
+//! stdout with the error line.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use panto_pull::StreamControl;
 
 use crate::exit::exit_code;
+use crate::render;
+use crate::session;
+use crate::shell_tool;
+
+/// Longest wait for stdout when leaving on a signal (see [`render::write_exit_line`]).
+const EXIT_LINE_PATIENCE: Duration = Duration::from_secs(1);
 
 enum Phase {
     /// No turn is running (reading the prompt, setting up): nothing to save, exit now.
@@ -41,11 +51,13 @@ impl Interrupt {
     /// Ctrl-C now cancels this turn instead of exiting.
     pub fn begin_turn(&self, control: StreamControl) {
         *self.lock() = Phase::Turn(control);
+        render::new_final_line();
     }
 
     /// Ctrl-C now exits (back at the prompt).
     pub fn idle(&self) {
         *self.lock() = Phase::Idle;
+        render::new_final_line();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Phase> {
@@ -56,25 +68,26 @@ impl Interrupt {
 
     fn on_signal(&self) {
         let phase = self.lock();
-        let idle = match &*phase {
-            // The first signal cancels cleanly; the main thread takes it from there.
-            Phase::Turn(control) if !control.is_cancelled() => {
+        // The first signal of a turn cancels it cleanly; the main thread takes it from
+        // there. A second one while the cancelled turn is still winding down means the
+        // user insists; at the prompt there is nothing to wind down. Both leave now.
+        if let Phase::Turn(control) = &*phase {
+            if !control.is_cancelled() {
                 control.cancel();
                 return;
             }
-            // A second one while the cancelled turn is still winding down means the
-            // user insists: leave now.
-            Phase::Turn(_) => false,
-            Phase::Idle => true,
-        };
+        }
         drop(phase);
+        self.leave_now()
+    }
+
+    fn leave_now(&self) -> ! {
+        // Both stay locked until the process is gone, so nothing new starts meanwhile.
+        shell_tool::kill_all_for_exit();
+        session::abandon_save_for_exit();
         leave_terminal_clean();
-        // Only when idle: the main thread is then reading input, not holding stdout,
-        // which a consumer that stopped reading could make it hold forever.
-        if idle && self.json {
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{}", panto::Error::cancelled().to_json());
-            let _ = out.flush();
+        if self.json {
+            render::write_exit_line(EXIT_LINE_PATIENCE);
         }
         std::process::exit(i32::from(exit_code(panto::ErrorKind::Cancelled)));
     }

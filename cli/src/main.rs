@@ -7,12 +7,15 @@
 //!  turn: stream.next() ─► render (json | human) ; tool_call_start{host} ─► shell_tool thread
 //!                                                    └─► control.submit_tool_result
 //!  Ctrl-C (interrupt) ─► control.cancel() during a turn, exit 130 otherwise
+//!                        (killing tool process groups, removing a half-written save)
 //! ```
 
 mod args;
 mod exit;
 mod interrupt;
 mod render;
+mod sanitize;
+mod session;
 mod setup;
 mod shell_tool;
 mod turn;

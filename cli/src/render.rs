@@ -1,11 +1,20 @@
 //! Owns what the user sees: `--json` (one canonical JSON line per event, a final error
 //! line on failure) and the human output (streamed text, dimmed reasoning, tool lines, a
 //! spinner while waiting, usage) with its plain variant when stdout is not a terminal.
+//!
+//! Everything the human output shows that came from the server, the model or a tool
+//! goes through [`crate::sanitize`] first: only panto's own attributes reach the
+//! terminal as escape sequences. `--json` needs no such pass: JSON escaping already
+//! encodes every control character, and its lines stay byte-exact.
 
 use std::io::{self, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use panto::{DeltaKind, Error, Event, StopReason, Usage};
+
+use crate::sanitize::{clean, Sanitizer};
 
 /// How often the spinner advances; also how long the turn loop waits for an event
 /// before redrawing it.
@@ -46,8 +55,39 @@ pub fn for_mode(json: bool) -> Box<dyn Render> {
     }
 }
 
+/// Whether the `--json` error line that ends stdout was written (see
+/// [`write_exit_line`]); cleared by [`new_final_line`].
+static FINAL_LINE_WRITTEN: AtomicBool = AtomicBool::new(false);
+
+/// A new turn or prompt begins: its failure gets its own final error line.
+pub fn new_final_line() {
+    FINAL_LINE_WRITTEN.store(false, Ordering::SeqCst);
+}
+
+/// On a forced exit in `--json` mode (a second Ctrl-C, or one at the prompt): ends
+/// stdout with the `cancelled` error line unless the main thread already wrote the final
+/// error line. Waits at most `patience` for stdout, which the main thread may hold
+/// forever when the consumer stopped reading.
+pub fn write_exit_line(patience: Duration) {
+    let (done, wait) = mpsc::channel();
+    let writer = std::thread::Builder::new()
+        .name("exit-line".to_owned())
+        .spawn(move || {
+            let mut out = io::stdout().lock();
+            if !FINAL_LINE_WRITTEN.swap(true, Ordering::SeqCst) {
+                let _ = writeln!(out, "{}", Error::cancelled().to_json());
+                let _ = out.flush();
+            }
+            let _ = done.send(());
+        });
+    if writer.is_ok() {
+        let _ = wait.recv_timeout(patience);
+    }
+}
+
 fn error_line(error: &Error) -> String {
-    let mut line = format!("panto: error[{}]: {}", error.kind, error.message);
+    // The message often quotes the server; the kind is panto's own.
+    let mut line = format!("panto: error[{}]: {}", error.kind, clean(&error.message));
     if error.status != 0 && !error.message.contains(&error.status.to_string()) {
         line.push_str(&format!(" (HTTP {})", error.status));
     }
@@ -83,10 +123,15 @@ impl Render for Json {
     fn error(&mut self, error: &Error) -> io::Result<()> {
         // stderr too: a person running a script sees why it failed without parsing.
         let _ = writeln!(io::stderr(), "{}", error_line(error));
-        self.line(&error.to_json())
+        let mut out = io::stdout().lock();
+        // Under the stdout lock, so a forced exit never writes a second final line.
+        FINAL_LINE_WRITTEN.store(true, Ordering::SeqCst);
+        out.write_all(error.to_json().as_bytes())?;
+        out.write_all(b"\n")?;
+        out.flush()
     }
     fn warn(&mut self, message: &str) -> io::Result<()> {
-        writeln!(io::stderr(), "panto: warning: {message}")
+        writeln!(io::stderr(), "panto: warning: {}", clean(message))
     }
 }
 
@@ -109,6 +154,11 @@ struct Human {
     /// tool-argument fragments, must not freeze it).
     last_frame: Instant,
     tools_running: usize,
+    /// Filters streamed text and reasoning; its state spans fragments, so an escape
+    /// sequence split between two deltas is still removed.
+    filter: Sanitizer,
+    /// The kind of delta `filter` is in the middle of.
+    filtering: Option<DeltaKind>,
 }
 
 impl Human {
@@ -124,6 +174,8 @@ impl Human {
             frame: 0,
             last_frame: Instant::now(),
             tools_running: 0,
+            filter: Sanitizer::new(),
+            filtering: None,
         }
     }
 
@@ -186,7 +238,30 @@ impl Human {
         writeln!(io::stderr(), "{text}")
     }
 
+    /// Streams a fragment of model text through the filter.
+    fn write_filtered(&mut self, kind: DeltaKind, text: &str) -> io::Result<()> {
+        if self.filtering != Some(kind) {
+            self.end_filtered()?;
+            self.filtering = Some(kind);
+        }
+        let mut safe = String::with_capacity(text.len());
+        self.filter.push(text, &mut safe);
+        self.write(&safe)
+    }
+
+    /// The streamed block ended: writes what the filter held back, and makes sure an
+    /// unfinished sequence cannot swallow what follows.
+    fn end_filtered(&mut self) -> io::Result<()> {
+        if self.filtering.take().is_some() {
+            let mut rest = String::new();
+            self.filter.finish(&mut rest);
+            self.write(&rest)?;
+        }
+        Ok(())
+    }
+
     fn leave_reasoning(&mut self) -> io::Result<()> {
+        self.end_filtered()?;
         if self.in_reasoning {
             self.in_reasoning = false;
             self.attribute(RESET)?;
@@ -199,35 +274,41 @@ impl Human {
         match kind {
             DeltaKind::Text => {
                 self.waiting = false;
-                self.leave_reasoning()?;
-                self.write(text)
+                if self.in_reasoning {
+                    self.leave_reasoning()?;
+                }
+                self.write_filtered(kind, text)
             }
             // Plain output carries only the answer; reasoning cannot be told apart
             // from it without the dimming.
             DeltaKind::Reasoning if self.tty => {
                 self.waiting = false;
                 if !self.in_reasoning {
+                    self.end_filtered()?;
                     self.in_reasoning = true;
                     self.attribute(DIM)?;
                 }
-                self.write(text)
+                self.write_filtered(kind, text)
             }
             // Arguments are shown whole when the call starts.
-            DeltaKind::Reasoning | DeltaKind::ToolArgs => Ok(()),
+            _ => Ok(()),
         }
     }
 
+    /// `arguments` is the JSON text of the call's arguments as the model gave them.
     fn tool_call(&mut self, name: &str, arguments: &str) -> io::Result<()> {
         self.tools_running += 1;
         self.waiting = true;
-        let args = shorten(arguments, LINE_CHARS);
-        let head = self.paint(CYAN, &format!("→ {name}"));
+        // serde_json escapes C0 controls in strings, but not DEL or C1.
+        let args = shorten(&clean(arguments), LINE_CHARS);
+        let head = self.paint(CYAN, &format!("→ {}", clean(name)));
         self.line(&format!("{head} {args}"))
     }
 
     fn tool_result(&mut self, name: &str, output: &str, is_error: bool) -> io::Result<()> {
         self.tools_running = self.tools_running.saturating_sub(1);
         self.waiting = true;
+        let name = clean(name);
         let head = if is_error {
             self.paint(RED, &format!("✗ {name}:"))
         } else {
@@ -236,10 +317,10 @@ impl Human {
         let lines: Vec<&str> = output.lines().collect();
         let mut text = match lines.first() {
             None => format!("{head} (no output)"),
-            Some(first) => format!("{head} {}", shorten(first, LINE_CHARS)),
+            Some(first) => format!("{head} {}", shorten(&clean(first), LINE_CHARS)),
         };
         for l in lines.iter().skip(1).take(RESULT_LINES - 1) {
-            text.push_str(&format!("\n  {}", shorten(l, LINE_CHARS)));
+            text.push_str(&format!("\n  {}", shorten(&clean(l), LINE_CHARS)));
         }
         if lines.len() > RESULT_LINES {
             let more = lines.len() - RESULT_LINES;
@@ -286,6 +367,7 @@ impl Render for Human {
     fn event(&mut self, event: &Event) -> io::Result<()> {
         match event {
             Event::ContentDelta { kind, text, .. } => self.delta(*kind, text),
+            // Also ends the filter: a sequence left open in a block dies with it.
             Event::BlockComplete { .. } => self.leave_reasoning(),
             Event::MessageEnd { .. } => {
                 self.leave_reasoning()?;
@@ -321,12 +403,13 @@ impl Render for Human {
                 reason,
                 ..
             } => self.note(&format!(
-                "panto: retrying (attempt {attempt} of {max_attempts}) in {delay_ms} ms: {reason}"
+                "panto: retrying (attempt {attempt} of {max_attempts}) in {delay_ms} ms: {}",
+                clean(reason)
             )),
             Event::MessageComplete {
                 stop_reason, usage, ..
             } => self.complete(stop_reason, usage),
-            // Nothing to show for these, nor for event types added after this CLI.
+            // message_start, block_start, tool_details, and whatever a newer core adds.
             _ => Ok(()),
         }
     }
@@ -360,7 +443,7 @@ impl Render for Human {
     }
 
     fn warn(&mut self, message: &str) -> io::Result<()> {
-        self.note(&format!("panto: warning: {message}"))
+        self.note(&format!("panto: warning: {}", clean(message)))
     }
 }
 
@@ -372,7 +455,8 @@ fn unusual_stop(stop: &StopReason) -> Option<String> {
             Some("the answer was cut off at the token limit (--max-tokens)".into())
         }
         StopReason::MaxSteps => Some("stopped at the step limit (--max-steps)".into()),
-        other => Some(format!("the model stopped: {}", other.as_string())),
+        // `other:<raw>` carries the server's own words.
+        other => Some(format!("the model stopped: {}", clean(&other.as_string()))),
     }
 }
 

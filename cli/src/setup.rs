@@ -1,16 +1,17 @@
 //! Owns turning the options into a ready agent: the configuration, the host-tool
-//! declarations (`--tool` + `--tools FILE`) and the `--session` file (load and save).
+//! declarations (`--tool` + `--tools FILE`) and the `--session` file (opened, locked
+//! and loaded; see `session`).
 //! Every problem found here is a `config` error (exit code 2).
 
 use std::collections::HashMap;
 use std::fs;
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use panto::{Agent, Config, Error, ProviderKind, ToolSpec};
 use serde_json::Value;
 
 use crate::args::{AgentArgs, Provider};
+use crate::session::Session;
 use crate::shell_tool::ShellTools;
 
 /// What a subcommand needs to run turns.
@@ -62,19 +63,28 @@ impl Setup {
         if let Some(ms) = args.timeout_ms {
             config.timeouts.request_ms = ms;
         }
+        if let Some(ms) = args.tool_timeout_ms {
+            config = config.with_tool_timeout_ms(ms);
+        }
+        // The shell tools cap their own reading, which is what keeps a runaway command
+        // from filling memory; the core's cap (which also covers what a host submits)
+        // leaves room for their truncation note so the model still reads it.
+        let max_tool_output = usize::try_from(args.max_tool_output_bytes).unwrap_or(usize::MAX);
+        config = config.with_max_tool_output_bytes(max_tool_output.saturating_add(1024));
         let (specs, commands) = host_tools(args)?;
         for spec in specs {
             config = config.with_host_tool(spec);
         }
         // Validates the whole configuration (URL, zero limits, …) as `config` errors.
         let agent = Agent::new(config)?;
-        let session = args.session.clone().map(Session::new);
+        // Locked before loading: what is loaded is what this process will save over.
+        let session = args.session.as_deref().map(Session::open).transpose()?;
         if let Some(session) = &session {
             session.load(&agent)?;
         }
         Ok(Setup {
             agent,
-            tools: ShellTools::new(commands),
+            tools: ShellTools::new(commands, max_tool_output),
             session,
         })
     }
@@ -182,75 +192,4 @@ fn read_tools_file(path: &Path) -> Result<Vec<ToolSpec>, Error> {
         });
     }
     Ok(specs)
-}
-
-/// The `--session` file.
-pub struct Session {
-    path: PathBuf,
-}
-
-impl Session {
-    pub fn new(path: PathBuf) -> Session {
-        Session { path }
-    }
-
-    /// Loads the saved conversation; a missing or empty file is a new conversation.
-    fn load(&self, agent: &Agent) -> Result<(), Error> {
-        let text = match fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(self.error("cannot read", &e.to_string())),
-        };
-        if text.trim().is_empty() {
-            return Ok(());
-        }
-        agent
-            .load_history_json(&text)
-            .map_err(|e| self.error("cannot load", &e.message))
-    }
-
-    /// Saves the conversation. Written to a temporary file then renamed over the old
-    /// one, so an interruption never leaves a half-written session behind.
-    pub fn save(&self, agent: &Agent) -> Result<(), Error> {
-        let json = agent.history_json();
-        let name = self
-            .path
-            .file_name()
-            .ok_or_else(|| self.error("cannot save", "not a file name"))?;
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".tmp-{}", std::process::id()));
-        let tmp = self.path.with_file_name(tmp_name);
-        let written = write_private(&tmp, json.as_bytes(), &self.path)
-            .and_then(|()| fs::rename(&tmp, &self.path));
-        if let Err(e) = written {
-            // Leave nothing behind; the old session (if any) is untouched.
-            let _ = fs::remove_file(&tmp);
-            return Err(self.error("cannot save", &e.to_string()));
-        }
-        Ok(())
-    }
-
-    fn error(&self, what: &str, why: &str) -> Error {
-        Error::config(format!("--session {}: {what}: {why}", self.path.display()))
-    }
-}
-
-/// Writes `bytes` to `tmp` with the permissions of `like` if it exists, else readable by
-/// the owner only (a conversation is private by default), and flushes it to disk.
-fn write_private(tmp: &Path, bytes: &[u8], like: &Path) -> io::Result<()> {
-    use std::io::Write;
-    let mut options = fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(tmp)?;
-    if let Ok(meta) = fs::metadata(like) {
-        file.set_permissions(meta.permissions())?;
-    }
-    file.write_all(bytes)?;
-    file.sync_all()
 }

@@ -1,8 +1,11 @@
 //! End-to-end tests of the `panto` binary against the scripted provider server: event
 //! sequences with host tools (both providers), the error → exit-code table, sessions,
-//! key secrecy, the stdin prompt, Ctrl-C, chat, and concurrent tool commands.
+//! key secrecy, the stdin prompt, Ctrl-C, chat, concurrent tool commands, control
+//! sequences kept off the terminal, the tool output cap, tool processes ending with
+//! their turn, and session writes (lock, links, interrupted save).
 //!
-//! No test sleeps to synchronize; every timeout below is a hang guard only.
+//! No test sleeps to synchronize: conditions are polled under a generous bound, and
+//! every other timeout is a hang guard only.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -881,4 +884,609 @@ fn chat_ctrl_c_cancels_the_turn_then_exits_130_at_the_prompt() {
     drop(stdin);
     let _ = reader.join();
     assert_eq!(out.status.code(), Some(130), "stderr: {}", stderr_of(&out));
+}
+
+// ---- 7. terminal injection (human mode) ---------------------------------------------
+
+/// Nothing a terminal would act on: no C0 control but `\n` and `\t`, no DEL, no C1.
+fn assert_inert(text: &str, what: &str) {
+    if let Some(c) = text
+        .chars()
+        .find(|c| c.is_control() && *c != '\n' && *c != '\t')
+    {
+        panic!("{what}: control {c:?} reached the terminal:\n{text:?}");
+    }
+}
+
+#[test]
+fn human_output_neutralises_control_sequences_even_split_across_deltas() {
+    let pieces = [
+        "Hello \x1b]52;c;ZXZp",
+        "bA==\x07world \x1b",
+        "[2Jclear \u{9b}31mred \0nul \x7fdel \x07bell\r",
+        "\nnext\n",
+    ];
+    let mut sse = vec![openai_chunk(
+        json!({"role": "assistant", "content": ""}),
+        None,
+    )];
+    for piece in pieces {
+        sse.push(openai_chunk(json!({"content": piece}), None));
+    }
+    sse.push(openai_chunk(json!({}), Some("stop")));
+    sse.push(json!({"data": "[DONE]"}));
+    let srv = server(json!({"exchanges": [
+        {"response": {"sse": sse}, "times": 2},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto(&["run", "--base-url", &base, "--api-key", "k", "hi"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        stdout_of(&out),
+        "Hello world clear red ␀nul ␡del ␇bell\nnext\n"
+    );
+
+    // --json keeps every byte: the deltas carry the text exactly as sent.
+    let out = panto(&["run", "--json", "--base-url", &base, "--api-key", "k", "hi"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(!out.stdout.contains(&0x1b), "raw ESC in --json output");
+    let text: String = json_lines(&out)
+        .iter()
+        .filter(|l| l["type"] == "content_delta")
+        .map(|l| l["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(text, pieces.concat());
+}
+
+#[test]
+fn human_output_neutralises_tool_names_arguments_output_and_errors() {
+    let mut sse = vec![openai_chunk(
+        json!({"role": "assistant", "content": null}),
+        None,
+    )];
+    for (i, id, name, args) in [
+        (
+            0,
+            "call_1",
+            "weather",
+            "{\"city\":\"Par\\u007fis\\u009b2J\"}",
+        ),
+        (1, "call_2", "evil\x1b]0;pwned\x07", "{}"),
+    ] {
+        sse.push(openai_chunk(
+            json!({"tool_calls": [{"index": i, "id": id, "type": "function",
+                "function": {"name": name, "arguments": args}}]}),
+            None,
+        ));
+    }
+    sse.push(openai_chunk(json!({}), Some("tool_calls")));
+    sse.push(json!({"data": "[DONE]"}));
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], sse),
+        openai_exchange(&[], openai_text("Done.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let tool = r"weather=cat >/dev/null; printf 'ok\033[2J\033]52;c;eA==\007 done\n'";
+    let out = panto(&[
+        "run",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--tool",
+        tool,
+        "w?",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let stdout = stdout_of(&out);
+    assert_inert(&stdout, "stdout");
+    assert_inert(&stderr_of(&out), "stderr");
+    assert!(
+        // DEL shown, the C1 CSI removed with its sequence.
+        stdout.contains("→ weather {\"city\":\"Par␡is\"}"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("← weather: ok done"), "{stdout}");
+    assert!(stdout.contains("→ evil {}"), "{stdout}");
+    assert!(stdout.contains("✗ evil:"), "{stdout}");
+
+    // A server's error message reaches stderr in both modes.
+    let message = "bad \x1b]0;pwned\x07request\x1b[2J";
+    for json_mode in [false, true] {
+        let srv = answering(json!({"status": 400, "json": {"error": {"message": message}}}));
+        let base = format!("{}/v1", srv.url());
+        let mut args = vec!["run", "--base-url", &base, "--api-key", "k", "hi"];
+        if json_mode {
+            args.insert(1, "--json");
+        }
+        let out = panto(&args);
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        let stderr = stderr_of(&out);
+        assert_inert(&stderr, "stderr");
+        assert!(stderr.contains("bad request"), "{stderr}");
+        if json_mode {
+            let last = json_lines(&out).pop().expect("an error line");
+            assert!(
+                last["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(message),
+                "{last}"
+            );
+        } else {
+            assert_inert(&stdout_of(&out), "stdout");
+        }
+    }
+}
+
+// ---- helpers for processes and files ------------------------------------------------
+
+/// Whether process `pid` is running: it exists and is not a zombie (a zombie is dead;
+/// its parent may be an init that never reaps).
+fn alive(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !matches!(
+            stat.rsplit(')')
+                .next()
+                .and_then(|s| s.split_whitespace().next()),
+            Some("Z" | "X")
+        ),
+        Err(_) => false,
+    }
+}
+
+/// Polls until `cond` holds, up to `bound`; returns whether it did.
+fn eventually(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        if cond() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn assert_gone(pids: &[String], what: &str) {
+    for pid in pids {
+        assert!(
+            eventually(Duration::from_secs(10), || !alive(pid)),
+            "{what}: process {pid} is still running"
+        );
+    }
+}
+
+/// Waits for `path` to appear (written atomically by the tool) and returns its words.
+/// Fails early if `child` exits first.
+fn wait_for_pids(path: &Path, child: &mut Child) -> Vec<String> {
+    let mut text = None;
+    let appeared = eventually(HANG_GUARD, || {
+        if let Ok(t) = std::fs::read_to_string(path) {
+            text = Some(t);
+            return true;
+        }
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    let text = text.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!(
+            "the tool never wrote {} (appeared: {appeared})",
+            path.display()
+        )
+    });
+    text.split_whitespace().map(str::to_owned).collect()
+}
+
+fn signal(pid: u32, name: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(sent.success(), "kill -{name} {pid}");
+}
+
+/// A tool that starts a grandchild (`sleep`) and waits for it, after writing
+/// "SHELL_PID GRANDCHILD_PID" to `pid_file`.
+fn grandchild_tool(pid_file: &Path) -> String {
+    format!(
+        "weather=cat >/dev/null; sleep 1000 & echo $$ $! > '{0}.tmp'; mv '{0}.tmp' '{0}'; wait",
+        pid_file.display()
+    )
+}
+
+/// Runs `panto run --json` with `tool` against a server that asks for one weather call,
+/// waits until the tool wrote its pids, then applies `interrupt` to the child.
+fn run_tool_then(tool: &str, pid_file: &Path, extra: &[&str], signal_name: &str) -> Output {
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], openai_tool_calls(&["call_1"])),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let mut args = vec!["run", "--json", "--base-url", &base, "--api-key", "k"];
+    args.extend_from_slice(&["--tool", tool]);
+    args.extend_from_slice(extra);
+    args.push("w?");
+    let mut child = panto_cmd(&args).spawn().expect("spawn panto");
+    let pids = wait_for_pids(pid_file, &mut child);
+    signal(child.id(), signal_name);
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    assert_gone(&pids, &format!("after {signal_name}"));
+    out
+}
+
+// ---- 8. tool output cap ---------------------------------------------------------------
+
+#[test]
+fn tool_output_past_the_cap_is_cut_and_the_command_stopped() {
+    let dir = temp_dir("output-cap");
+    let done = dir.join("done");
+    let tool = format!(
+        "weather=cat >/dev/null; head -c 2000000 /dev/zero | tr '\\0' y; touch '{}'",
+        done.display()
+    );
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], openai_tool_calls(&["call_1"])),
+        openai_exchange(&["[output truncated"], openai_text("Too much.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--max-tool-output-bytes",
+        "1000",
+        "--tool",
+        &tool,
+        "w?",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let result = json_lines(&out)
+        .into_iter()
+        .find(|l| l["type"] == "tool_result")
+        .expect("tool_result");
+    let output = result["output"].as_str().unwrap_or_default();
+    let (kept, marker) = output.split_once('\n').expect("a marker line");
+    assert_eq!(kept, "y".repeat(1000));
+    assert!(
+        marker.starts_with("[output truncated:") && marker.contains("1000-byte limit"),
+        "{marker}"
+    );
+    assert_eq!(result["is_error"], true);
+    assert!(srv.requests().iter().all(|r| r.matched));
+    // Stopped at the cap: the command never got to its last step.
+    assert!(!done.exists(), "the command ran to its end");
+
+    let out = panto(&["run", "--max-tool-output-bytes", "0", "hi"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+}
+
+// ---- 9. tool processes end with the turn --------------------------------------------
+
+#[test]
+fn ctrl_c_kills_the_tool_and_its_children() {
+    let dir = temp_dir("tool-ctrl-c");
+    let pid_file = dir.join("pids");
+    let out = run_tool_then(&grandchild_tool(&pid_file), &pid_file, &[], "INT");
+    let last = json_lines(&out).pop().expect("an error line");
+    assert_eq!(last["kind"], "cancelled");
+}
+
+#[test]
+fn sigterm_kills_the_tool_and_its_children() {
+    let dir = temp_dir("tool-sigterm");
+    let pid_file = dir.join("pids");
+    run_tool_then(&grandchild_tool(&pid_file), &pid_file, &[], "TERM");
+}
+
+#[test]
+fn a_tool_that_closed_its_pipes_is_killed_too() {
+    let dir = temp_dir("tool-closed-pipes");
+    let pid_file = dir.join("pids");
+    let tool = format!(
+        "weather=cat >/dev/null; echo $$ > '{0}.tmp'; mv '{0}.tmp' '{0}'; \
+         exec >/dev/null 2>&1; exec sleep 1000",
+        pid_file.display()
+    );
+    run_tool_then(&tool, &pid_file, &[], "INT");
+}
+
+#[test]
+fn a_timed_out_tool_is_killed_with_its_children() {
+    let dir = temp_dir("tool-timeout");
+    let pid_file = dir.join("pids");
+    let srv = server(json!({"exchanges": [
+        openai_exchange(&[], openai_tool_calls(&["call_1"])),
+        openai_exchange(&["call_1"], openai_text("It timed out.")),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let tool = grandchild_tool(&pid_file);
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--tool-timeout-ms",
+        "3000",
+        "--tool",
+        &tool,
+        "w?",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let result = json_lines(&out)
+        .into_iter()
+        .find(|l| l["type"] == "tool_result")
+        .expect("tool_result");
+    assert_eq!(result["is_error"], true, "{result}");
+    let pids = std::fs::read_to_string(&pid_file).expect("the tool started within 3 s");
+    let pids: Vec<String> = pids.split_whitespace().map(str::to_owned).collect();
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert_gone(&pids, "after the tool timeout");
+}
+
+// ---- 10. session writes -------------------------------------------------------------
+
+#[cfg(unix)]
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Files in `dir` whose names say they are temporary.
+fn temp_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("tmp"))
+        .collect()
+}
+
+#[cfg(unix)]
+#[test]
+fn session_saves_are_atomic_and_private() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = temp_dir("session-mode");
+    let session = dir.join("s.json");
+    let session_arg = session.to_string_lossy().into_owned();
+    let srv = server(json!({"exchanges": [
+        {"response": {"sse": openai_text("Hi.")}, "times": 2},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let run = |prompt: &str| {
+        let out = panto(&[
+            "run",
+            "--base-url",
+            &base,
+            "--api-key",
+            "k",
+            "--session",
+            &session_arg,
+            prompt,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    };
+    run("one");
+    assert_eq!(mode_of(&session), 0o600, "a new session is private");
+    // A mode the user chose is kept; the file is replaced (a new inode), not rewritten.
+    std::fs::set_permissions(&session, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let inode = std::fs::metadata(&session).expect("metadata").ino();
+    run("two");
+    assert_eq!(mode_of(&session), 0o640);
+    assert_ne!(std::fs::metadata(&session).expect("metadata").ino(), inode);
+    assert_eq!(saved_messages(&session).len(), 4);
+    assert_eq!(temp_files(&dir), Vec::<String>::new());
+}
+
+#[cfg(unix)]
+#[test]
+fn session_save_never_follows_a_planted_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("session-planted");
+    let session = dir.join("s.json");
+    let session_arg = session.to_string_lossy().into_owned();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious").expect("victim");
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let srv = server(json!({"exchanges": [openai_exchange(&[], openai_text("Hi."))]}));
+    let base = format!("{}/v1", srv.url());
+    let mut child = panto_cmd(&[
+        "chat",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--session",
+        &session_arg,
+    ])
+    .stdin(Stdio::piped())
+    .spawn()
+    .expect("spawn panto");
+    // Links under every name derived from the pid, planted before the first save.
+    for name in [
+        format!(".s.json.tmp-{}", child.id()),
+        format!("s.json.tmp-{}", child.id()),
+        format!(".s.json.tmp.{}", child.id()),
+    ] {
+        std::os::unix::fs::symlink(&victim, dir.join(name)).expect("plant link");
+    }
+    let mut stdin = child.stdin.take().expect("stdin pipe");
+    stdin.write_all(b"hello\n").expect("write stdin");
+    drop(stdin);
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "precious"
+    );
+    assert_eq!(mode_of(&victim), 0o644);
+    assert_eq!(saved_messages(&session).len(), 2);
+    assert!(!std::fs::symlink_metadata(&session)
+        .expect("session")
+        .file_type()
+        .is_symlink());
+}
+
+#[cfg(unix)]
+#[test]
+fn a_session_path_that_is_a_link_updates_its_target() {
+    let dir = temp_dir("session-link");
+    std::fs::create_dir_all(dir.join("real")).expect("dir");
+    let link = dir.join("link.json");
+    std::os::unix::fs::symlink("real/s.json", &link).expect("link");
+    let link_arg = link.to_string_lossy().into_owned();
+    let srv = server(json!({"exchanges": [
+        {"response": {"sse": openai_text("Hi.")}, "times": 2},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    for prompt in ["one", "two"] {
+        let out = panto(&[
+            "run",
+            "--base-url",
+            &base,
+            "--api-key",
+            "k",
+            "--session",
+            &link_arg,
+            prompt,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    }
+    let meta = std::fs::symlink_metadata(&link).expect("link");
+    assert!(meta.file_type().is_symlink(), "the link was replaced");
+    let target = dir.join("real/s.json");
+    assert_eq!(saved_messages(&target).len(), 4);
+    assert_eq!(mode_of(&target), 0o600);
+    assert_eq!(temp_files(&dir.join("real")), Vec::<String>::new());
+}
+
+/// Starts `panto run --json --session SESSION` against a server that stalls after the
+/// first event, and returns it once that event arrived, with its stdout lines.
+fn stalled_session_run(
+    srv: &TestServer,
+    session: &Path,
+    env: &[(&str, &Path)],
+) -> (Child, mpsc::Receiver<String>) {
+    let base = format!("{}/v1", srv.url());
+    let session_arg = session.to_string_lossy().into_owned();
+    let mut cmd = panto_cmd(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--session",
+        &session_arg,
+        "long task",
+    ]);
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let mut child = cmd.spawn().expect("spawn panto");
+    let stdout = child.stdout.take().expect("stdout pipe");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(HANG_GUARD).expect("a first JSON line");
+    assert!(first.contains("message_start"), "{first}");
+    (child, rx)
+}
+
+fn stalling_server() -> TestServer {
+    answering(json!({
+        "sse": [openai_chunk(json!({"role": "assistant", "content": "Thinking"}), None)],
+        "fault": {"kind": "stall", "after_bytes": 1_000_000}
+    }))
+}
+
+#[test]
+fn a_session_in_use_by_another_process_is_refused() {
+    let dir = temp_dir("session-lock");
+    let session = dir.join("s.json");
+    let srv = stalling_server();
+    let (first, _lines) = stalled_session_run(&srv, &session, &[]);
+    let base = format!("{}/v1", srv.url());
+    let session_arg = session.to_string_lossy().into_owned();
+    let out = panto(&[
+        "run",
+        "--json",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--idle-timeout-ms",
+        "2000",
+        "--session",
+        &session_arg,
+        "second",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let last = json_lines(&out).pop().expect("an error line");
+    assert_eq!(last["kind"], "config");
+    let message = last["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("in use by another panto process"),
+        "{message}"
+    );
+    assert!(message.contains("s.json"), "{message}");
+    signal(first.id(), "INT");
+    let out = finish(first);
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    // The first run's turn is what the session holds.
+    let messages = saved_messages(&session);
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].text(), "long task");
+}
+
+/// Debug builds only: the pause inside the save is a debug-build test hook.
+#[cfg(debug_assertions)]
+#[test]
+fn a_second_ctrl_c_during_the_save_leaves_no_temporary_file() {
+    let dir = temp_dir("session-double-ctrl-c");
+    let session = dir.join("s.json");
+    let paused = dir.join("paused");
+    let srv = stalling_server();
+    let (mut child, lines) =
+        stalled_session_run(&srv, &session, &[("PANTO_TEST_PAUSE_SAVE", &paused)]);
+    signal(child.id(), "INT");
+    let saving = eventually(HANG_GUARD, || {
+        paused.exists() || matches!(child.try_wait(), Ok(Some(_)))
+    });
+    assert!(saving && paused.exists(), "the save never paused");
+    assert!(
+        !temp_files(&dir).is_empty(),
+        "a temporary file is being written"
+    );
+    signal(child.id(), "INT");
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    let rest: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(&l).expect("JSON line"))
+        .collect();
+    let errors: Vec<&Value> = rest.iter().filter(|l| l["type"] == "error").collect();
+    assert_eq!(errors.len(), 1, "{rest:?}");
+    assert_eq!(
+        rest.last().map(|l| l["kind"].clone()),
+        Some(json!("cancelled"))
+    );
+    assert_eq!(temp_files(&dir), Vec::<String>::new());
+    assert!(!session.exists(), "the interrupted save was not completed");
 }
