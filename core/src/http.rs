@@ -338,20 +338,35 @@ impl Transport {
         let mut last_progress = Instant::now();
         let idle_timer = sleep_until(last_progress + idle);
         tokio::pin!(idle_timer);
-        let request = client
-            .post(&self.endpoint)
-            .headers(self.headers.clone())
-            .body(body)
-            .send();
-        let response = tokio::select! {
-            biased;
-            _ = &mut cancelled => return Err(no_hints(Error::cancelled())),
-            _ = &mut request_timer => return Err(no_hints(request_timeout(request_ms))),
-            _ = &mut idle_timer => return Err(no_hints(Error::new(
-                ErrorKind::Timeout,
-                format!("no response headers within {idle_ms} ms (timeouts.idle_ms)"),
-            ).with_retryable(true))),
-            r = request => r.map_err(|e| no_hints(transport_error(&e, "sending the request")))?,
+        let mut stale_retried = false;
+        let response = loop {
+            let request = client
+                .post(&self.endpoint)
+                .headers(self.headers.clone())
+                .body(body.clone())
+                .send();
+            let sent = tokio::select! {
+                biased;
+                _ = &mut cancelled => return Err(no_hints(Error::cancelled())),
+                _ = &mut request_timer => return Err(no_hints(request_timeout(request_ms))),
+                _ = &mut idle_timer => return Err(no_hints(Error::new(
+                    ErrorKind::Timeout,
+                    format!("no response headers within {idle_ms} ms (timeouts.idle_ms)"),
+                ).with_retryable(true))),
+                r = request => r,
+            };
+            match sent {
+                Ok(response) => break response,
+                // A kept-alive connection the server closed just as this request went
+                // out: the server answered nothing. Sent again once, at once, on a fresh
+                // connection — this is the pool's failure, not the provider's, and must
+                // not cost a retry (or fail a turn configured with none).
+                Err(e) if !stale_retried && closed_before_answering(&e) => {
+                    debug!(error = %e, "pooled connection was closed by the server; sending again");
+                    stale_retried = true;
+                }
+                Err(e) => return Err(no_hints(transport_error(&e, "sending the request"))),
+            }
         };
         let status = response.status().as_u16();
         debug!(status, "response headers");
@@ -606,6 +621,19 @@ async fn read_bounded(
         }
     }
     String::from_utf8_lossy(&body).into_owned()
+}
+
+/// Whether a send failed because the connection closed before any answer arrived (what
+/// a server's keep-alive timeout does to a pooled connection).
+fn closed_before_answering(e: &reqwest::Error) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = cur {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            return h.is_incomplete_message() || h.is_canceled();
+        }
+        cur = s.source();
+    }
+    false
 }
 
 fn request_timeout(ms: u64) -> Error {

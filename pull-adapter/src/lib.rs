@@ -21,12 +21,15 @@
 //! never runs on the caller's thread, and 1,000 streams need no 1,000 threads.
 //!
 //! **Hand-off.** The turn's receiver (`Forward`) never blocks: it appends each event to
-//! the stream's outbox and hands the outbox to the queue in bursts — whenever the turn
-//! future returns `Pending` (the `Pump` wrapper), when 64 events wait, at the terminal
-//! event, and at once while the consumer is blocked in `next`. So no event waits in the
-//! worker while the consumer waits, whatever the scheduler does, and a consumer that
-//! keeps up is woken once per burst. Before parking, the consumer itself flushes the
-//! outbox, which closes the race between the two.
+//! the stream's outbox, which goes to the queue in bursts — at the end of every poll of
+//! the turn (the `Pump` wrapper, whenever the turn future returns `Pending`), when 64
+//! events wait, and at the terminal event. A poll is short whatever the scheduler does:
+//! the core spends tokio's cooperative budget on every chunk, so even a server that never
+//! pauses (a flood of pings) ends a poll within 128 chunks. A consumer that runs dry while
+//! its turn is being polled spins for that poll's burst (up to 20 µs) instead of parking;
+//! before it parks, it moves whatever waits in the outbox itself. So no event waits in the
+//! worker while the consumer waits, and a consumer that keeps up is woken once per burst,
+//! not once per event.
 //!
 //! **Backpressure.** When the queue is full the outbox fills; at 64 waiting events the
 //! receiver's `poll_ready` returns `Pending` and the core stops reading the socket until
@@ -75,8 +78,10 @@ type Item = Result<Event, Error>;
 /// the point at which a turn whose queue is full stops reading the network.
 const MAX_BATCH: usize = 64;
 
-/// How long `next` spins for an event before parking: 2^0 + … + 2^(n-1) spin hints.
-const SPIN_STEPS: u32 = 7;
+/// Longest `next` spins for the burst of a turn that is running right now, before parking.
+const MAX_SPIN: Duration = Duration::from_micros(20);
+/// Spin hints between two looks at the queue.
+const SPIN_BATCH: u32 = 16;
 
 static POOL: OnceLock<Result<Pool, String>> = OnceLock::new();
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
@@ -164,11 +169,19 @@ struct Outbox {
     finished: bool,
     /// The turn's task, parked until the outbox has room again.
     producer: Option<Waker>,
+    /// `items.len()`, readable without the lock: the consumer checks it before parking,
+    /// so an empty outbox costs it no lock.
+    len: Arc<AtomicUsize>,
 }
 
 impl Outbox {
     /// Moves what fits from the outbox into the queue.
     fn flush(&mut self) {
+        self.move_to_queue();
+        self.len.store(self.items.len(), Ordering::SeqCst);
+    }
+
+    fn move_to_queue(&mut self) {
         while let Some(item) = self.items.pop_front() {
             let Some(tx) = &self.tx else {
                 self.items.clear();
@@ -197,6 +210,11 @@ impl Outbox {
     fn has_room(&self) -> bool {
         self.items.len() < MAX_BATCH
     }
+
+    fn push(&mut self, item: Item) {
+        self.items.push_back(item);
+        self.len.store(self.items.len(), Ordering::SeqCst);
+    }
 }
 
 /// State shared by a stream's consumer, its control handles and its turn.
@@ -204,8 +222,12 @@ struct Shared {
     outbox: Mutex<Outbox>,
     /// The consumer is about to block (or blocked) in `next`: flush every event at once.
     consumer_waiting: AtomicBool,
+    /// The outbox's length (see `Outbox::len`).
+    outbox_len: Arc<AtomicUsize>,
     /// The turn is parked on a full outbox: the consumer wakes it when it pops.
     producer_waiting: AtomicBool,
+    /// The turn is being polled on its worker right now.
+    producer_running: AtomicBool,
     cancelled: AtomicBool,
     /// Dropping the sender wakes everything selecting on the paired receiver.
     wake: Mutex<Option<QueueTx<()>>>,
@@ -336,13 +358,10 @@ impl Receiver for Forward {
         if outbox.closed {
             return Flow::Stop;
         }
-        outbox.items.push_back(Ok(event));
-        // The consumer flag is read under the outbox lock, which the consumer takes after
-        // raising it: either this flush happens, or the consumer's own does.
-        if urgent
-            || outbox.items.len() >= MAX_BATCH
-            || self.shared.consumer_waiting.load(Ordering::Relaxed)
-        {
+        // The rest goes at the end of this poll of the turn (`Pump`), or to a consumer
+        // that runs dry first and takes it (`Stream::next_deadline`).
+        outbox.push(Ok(event));
+        if urgent || outbox.items.len() >= MAX_BATCH {
             outbox.flush();
         }
         if outbox.closed {
@@ -379,7 +398,7 @@ impl Forward {
     fn push_final(&mut self, item: Item) {
         let mut outbox = self.shared.outbox();
         if !outbox.closed {
-            outbox.items.push_back(item);
+            outbox.push(item);
         }
     }
 }
@@ -396,9 +415,11 @@ impl Future for Pump {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(turn) = self.turn.as_mut() else {
+        let this = &mut *self;
+        let Some(turn) = this.turn.as_mut() else {
             return Poll::Ready(());
         };
+        this.shared.producer_running.store(true, Ordering::Relaxed);
         let done = turn.as_mut().poll(cx).is_ready();
         let mut outbox = self.shared.outbox();
         if done {
@@ -408,6 +429,7 @@ impl Future for Pump {
             outbox.flush();
         }
         drop(outbox);
+        self.shared.producer_running.store(false, Ordering::Relaxed);
         if done {
             self.turn = None;
             Poll::Ready(())
@@ -439,6 +461,7 @@ impl Stream {
         let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);
         let (wake_tx, wake_rx) = bounded::<()>(0);
         let (done_tx, done_rx) = bounded::<()>(0);
+        let outbox_len = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Shared {
             outbox: Mutex::new(Outbox {
                 tx: Some(tx),
@@ -446,9 +469,12 @@ impl Stream {
                 closed: false,
                 finished: false,
                 producer: None,
+                len: outbox_len.clone(),
             }),
             consumer_waiting: AtomicBool::new(false),
+            outbox_len,
             producer_waiting: AtomicBool::new(false),
+            producer_running: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
             wake: Mutex::new(Some(wake_tx)),
         });
@@ -558,26 +584,42 @@ impl Stream {
             return Err(self.fail(Error::internal("the stream queue is gone")));
         };
         let shared = &self.control.shared;
-        // Fast path: an event is waiting (the worker hands them over in bursts), or
-        // arrives within a very short spin. Only then park in `select!`, which costs a
-        // context switch on each side.
-        for step in 0..SPIN_STEPS {
+        // Fast path: an event is waiting (the worker hands them over in bursts).
+        match events.try_recv() {
+            Ok(item) => return self.deliver(Ok(item)),
+            Err(TryRecvError::Disconnected) => {
+                return self.deliver(Err(RecvTimeoutError::Disconnected))
+            }
+            Err(TryRecvError::Empty) => {}
+        }
+        // While the turn is being polled on its worker, its next burst is microseconds
+        // away (it is handed over when the poll ends): spinning for it, briefly, costs
+        // less than parking and being woken. A turn that is not running is waiting for
+        // the network or a tool, and nothing comes soon: park at once.
+        let spin_end = Instant::now() + MAX_SPIN;
+        let mut spins = 0u32;
+        while shared.producer_running.load(Ordering::Relaxed) {
+            for _ in 0..SPIN_BATCH {
+                std::hint::spin_loop();
+            }
             match events.try_recv() {
                 Ok(item) => return self.deliver(Ok(item)),
                 Err(TryRecvError::Disconnected) => {
                     return self.deliver(Err(RecvTimeoutError::Disconnected))
                 }
-                Err(TryRecvError::Empty) => {
-                    for _ in 0..(1u32 << step) {
-                        std::hint::spin_loop();
-                    }
-                }
+                Err(TryRecvError::Empty) => {}
+            }
+            spins += 1;
+            if spins % 8 == 0 && Instant::now() >= spin_end {
+                break;
             }
         }
-        // About to park: from now on the turn flushes every event at once, and what is
-        // already in the outbox is flushed here.
+        // About to park: take what already waits in the outbox (the flag, raised first,
+        // tells diagnostics that the consumer is blocked).
         shared.consumer_waiting.store(true, Ordering::SeqCst);
-        shared.flush_for_consumer();
+        if shared.outbox_len.load(Ordering::SeqCst) > 0 {
+            shared.flush_for_consumer();
+        }
         let received = match deadline {
             None => select! {
                 recv(events) -> r => r.map_err(|_| RecvTimeoutError::Disconnected),
@@ -599,8 +641,16 @@ impl Stream {
             return Err(self.fail(Error::cancelled()));
         }
         let shared = &self.control.shared;
+        // A turn parked on the full queue is woken once the queue has drained to half,
+        // not at every pop: waking it per event would cost a thread wake-up per event.
         if received.is_ok() && shared.producer_waiting.load(Ordering::SeqCst) {
-            shared.flush_for_consumer();
+            let low_water = self
+                .events
+                .as_ref()
+                .map_or(true, |q| q.len() <= q.capacity().unwrap_or(0) / 2);
+            if low_water {
+                shared.flush_for_consumer();
+            }
         }
         match received {
             Ok(Ok(ev)) => {
@@ -634,6 +684,7 @@ impl Stream {
             let mut outbox = self.control.shared.outbox();
             outbox.closed = true;
             outbox.items.clear();
+            outbox.len.store(0, Ordering::SeqCst);
             if let Some(w) = outbox.producer.take() {
                 w.wake();
             }

@@ -311,7 +311,9 @@ fn drop_while_the_turn_is_paused_on_a_full_queue() {
     ));
     // The turn fills the 2-slot queue and its outbox, and pauses; the 500-chunk response
     // cannot finish. Establish that before dropping.
-    eventually("the turn to pause on the full queue", || control.turn_paused());
+    eventually("the turn to pause on the full queue", || {
+        control.turn_paused()
+    });
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         drop(s);

@@ -149,7 +149,11 @@ fn a_burst_of_seventy_events_arrives_whole_while_the_server_floods() {
             deltas += 1;
         }
     }
-    assert_eq!(server.held(), 1, "the last events waited for the flood to end");
+    assert_eq!(
+        server.held(),
+        1,
+        "the last events waited for the flood to end"
+    );
     server.open_gate();
     drain(&mut s);
 }
@@ -207,7 +211,9 @@ fn a_consumer_pausing_three_idle_periods_at_a_time_gets_the_whole_turn() {
     // Pause 1: the turn is held back by the full queue, then the consumer stays away for
     // three idle periods. Right after it comes back the server is at its gate: the
     // socket has nothing to read, which an idle timer counting the pause would punish.
-    eventually("the turn to pause on the full queue", || control.turn_paused());
+    eventually("the turn to pause on the full queue", || {
+        control.turn_paused()
+    });
     pause();
     loop {
         match s.next_timeout(Duration::from_millis(20)).unwrap() {
@@ -258,7 +264,12 @@ fn push_after_pull_and_pull_after_push_on_one_agent() {
             let mut events = Collect::default();
             tokio::time::timeout(
                 DEADLINE,
-                agent.run("x", &mut events, &TurnControl::default(), Default::default()),
+                agent.run(
+                    "x",
+                    &mut events,
+                    &TurnControl::default(),
+                    Default::default(),
+                ),
             )
             .await
             .expect("the push turn hung")
@@ -322,24 +333,26 @@ fn ten_turns_reuse_one_connection() {
 fn two_agents_stream_at_once() {
     let _g = serial();
     let words = pieces("a", 200);
-    let server_a =
-        TestServer::start(script::scenario(vec![exchange(script::openai_text(&refs(&words)))]))
-            .unwrap();
+    let server_a = TestServer::start(script::scenario(vec![exchange(script::openai_text(
+        &refs(&words),
+    ))]))
+    .unwrap();
     let server_b = TestServer::start(script::scenario(vec![exchange(script::anthropic_text(
         &refs(&words),
     ))]))
     .unwrap();
     let a = Agent::new(config(ProviderKind::OpenAi, &server_a).with_queue_capacity(2)).unwrap();
-    let b =
-        Agent::new(config(ProviderKind::Anthropic, &server_b).with_queue_capacity(2)).unwrap();
+    let b = Agent::new(config(ProviderKind::Anthropic, &server_b).with_queue_capacity(2)).unwrap();
     let mut sa = a.stream("x").unwrap();
     let mut sb = b.stream("y").unwrap();
     let (mut ea, mut eb) = (Vec::new(), Vec::new());
     let (mut done_a, mut done_b) = (false, false);
     // Interleaved, one event at a time from each.
     while !(done_a && done_b) {
-        for (s, events, done) in [(&mut sa, &mut ea, &mut done_a), (&mut sb, &mut eb, &mut done_b)]
-        {
+        for (s, events, done) in [
+            (&mut sa, &mut ea, &mut done_a),
+            (&mut sb, &mut eb, &mut done_b),
+        ] {
             if *done {
                 continue;
             }
@@ -432,8 +445,7 @@ fn a_host_call_is_announced_while_another_stream_floods_the_same_worker() {
         parameters: json!({"type":"object"}),
     };
     let asker = std::iter::repeat_with(|| {
-        Agent::new(config(ProviderKind::OpenAi, &host_server).with_host_tool(spec.clone()))
-            .unwrap()
+        Agent::new(config(ProviderKind::OpenAi, &host_server).with_host_tool(spec.clone())).unwrap()
     })
     .find(|a| (a.id() as usize) % worker_threads() == (flooder.id() as usize) % worker_threads())
     .unwrap();
@@ -451,7 +463,11 @@ fn a_host_call_is_announced_while_another_stream_floods_the_same_worker() {
             break call_id;
         }
     };
-    assert_eq!(flood_server.held(), 1, "announced only after the flood ended");
+    assert_eq!(
+        flood_server.held(),
+        1,
+        "announced only after the flood ended"
+    );
     s.submit_tool_result(&call_id, "Ada", false).unwrap();
     assert_eq!(final_text(&drain(&mut s)), "thanks");
     flood_server.open_gate();
@@ -473,7 +489,11 @@ fn message_complete_does_not_wait_for_the_rest_of_the_body() {
     let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
     let mut s = agent.stream("x").unwrap();
     assert_eq!(final_text(&drain(&mut s)), "finished");
-    assert_eq!(server.held(), 1, "message_complete waited for the body's end");
+    assert_eq!(
+        server.held(),
+        1,
+        "message_complete waited for the body's end"
+    );
     server.open_gate();
 }
 
@@ -507,7 +527,11 @@ fn the_next_step_does_not_wait_for_the_rest_of_the_body() {
         }
     }
     assert_eq!(final_text(&events), "next step");
-    assert_eq!(server.held(), 1, "the second request waited for the first body's end");
+    assert_eq!(
+        server.held(),
+        1,
+        "the second request waited for the first body's end"
+    );
     assert_eq!(server.requests().len(), 2);
     server.open_gate();
 }
