@@ -409,22 +409,25 @@ impl Decoder {
     /// index (or the last call, for fragments without an index) whose id does not
     /// contradict the fragment's.
     fn find_call(&self, index: Option<u32>, id: &str) -> Option<usize> {
-        let compatible = |p: usize| {
+        let last = self.calls.len().checked_sub(1);
+        let Some(i) = index else {
+            return last.filter(|&l| {
+                self.calls
+                    .get(l)
+                    .is_some_and(|c| id.is_empty() || c.id == id)
+            });
+        };
+        // The common case, a fragment of the call opened last, needs no hashing.
+        let pos = match last {
+            Some(l) if self.calls.get(l).is_some_and(|c| c.wire_index == Some(i)) => Some(l),
+            _ => self.by_index.get(&i).copied(),
+        };
+        // Ollama labels parallel calls all index 0, with distinct ids.
+        pos.filter(|&p| {
             self.calls
                 .get(p)
                 .is_some_and(|c| id.is_empty() || c.id.is_empty() || c.id == id)
-        };
-        let last = self.calls.len().checked_sub(1);
-        let pos = match index {
-            // The common case, a fragment of the call opened last, needs no hashing.
-            Some(i) => match last {
-                Some(l) if self.calls.get(l).is_some_and(|c| c.wire_index == Some(i)) => Some(l),
-                _ => self.by_index.get(&i).copied(),
-            },
-            None => last,
-        };
-        // Ollama labels parallel calls all index 0, with distinct ids.
-        pos.filter(|&p| compatible(p))
+        })
     }
 
     fn on_tool_call(
