@@ -1095,3 +1095,86 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
         d.deserialize_any(V(std::marker::PhantomData))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncate_cuts_at_char_boundaries() {
+        let s = "aé😀z";
+        for max in 0..=s.len() + 1 {
+            let t = truncate(s, max);
+            assert!(t.len() <= max && s.starts_with(t), "{max}: {t:?}");
+        }
+        assert_eq!(truncate(s, 2), "a");
+        assert_eq!(truncate(s, 7), "aé😀");
+    }
+
+    #[test]
+    fn surrogate_repair_touches_only_lone_surrogate_escapes() {
+        // Pairs, escaped backslashes and other escapes stay; nothing to repair.
+        for fine in [
+            r#""\ud83d\ude00""#,
+            r#""a\\ud83d""#,
+            r#""\\\ud83d\ude00""#,
+            r#""\u00e9\n\"""#,
+            r#"{"k":"v"}"#,
+        ] {
+            assert_eq!(repair_surrogates(fine, true), None, "{fine}");
+        }
+        let fixed = |s: &str, mark: bool| repair_surrogates(s, mark).unwrap_or_default();
+        assert_eq!(fixed(r#""a\ud83db""#, true), "\"a\u{FFFD}b\"");
+        assert_eq!(fixed(r#""\\\ud83d""#, false), "\"\\\\\u{FFFD}\"");
+        // With markers, only the halves at a string's edges are marked.
+        let high = fixed(r#"["x\ud83d","\ude00y"]"#, true);
+        assert!(
+            high.starts_with("[\"x\u{FFFE}") && high.contains(",\"\u{FFFF}"),
+            "{high}"
+        );
+        assert_eq!(fixed(r#"["x\ud83d"]"#, false), "[\"x\u{FFFD}\"]");
+        // Truncated or malformed escapes are left for the strict parse to reject.
+        for broken in [r#""\ud8"#, r#""\u"#, r#""\"#, r#""\uzzzz\ud800"#] {
+            let _ = repair_surrogates(broken, true);
+        }
+    }
+
+    #[test]
+    fn markers_join_across_deltas_and_never_leak() {
+        let marked = |s: &str| {
+            let v: String = serde_json::from_str(&repair_surrogates(s, true).unwrap()).unwrap();
+            v
+        };
+        let (a, b) = (marked(r#""x\ud83d""#), marked(r#""\ude00y""#));
+        let mut pending = None;
+        let mut out = String::new();
+        resolve_markers(&a, true, &mut pending, &mut out);
+        assert_eq!((out.as_str(), pending), ("x", Some(0xD83D)));
+        resolve_markers(&b, true, &mut pending, &mut out);
+        assert_eq!((out.as_str(), pending), ("x😀y", None));
+        assert_eq!(clean(&a, true), "x\u{FFFD}");
+        assert_eq!(clean(&b, true), "\u{FFFD}y");
+        assert_eq!(clean(&a, false), a);
+    }
+
+    #[test]
+    fn counts_accept_only_non_negative_integers() {
+        let count = |s: &str| serde_json::from_str::<Count>(s).map(|c| c.0).ok().flatten();
+        assert_eq!(count("7"), Some(7));
+        assert_eq!(count("12.0"), Some(12));
+        assert_eq!(count("18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            "-1",
+            "2.5",
+            "1e30",
+            "18446744073709551616",
+            "\"3\"",
+            "null",
+            "[1]",
+            "{\"n\":1}",
+            "true",
+        ] {
+            assert_eq!(count(bad), None, "{bad}");
+        }
+    }
+}
