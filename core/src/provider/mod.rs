@@ -7,9 +7,11 @@
 //! events, enforces [`DecodeLimits`] and assembles the final assistant [`Message`].
 //!
 //! Whatever a server sends, decoding never panics and never holds more than the limits
-//! allow; defects that do not change the meaning of an answer (duplicate JSON keys, a
-//! UTF-16 surrogate pair split across two events, usage counts that are not counts) are
-//! tolerated rather than thrown away with the answer. See [`parse_tolerant`] for how.
+//! allow; defects that do not change the meaning of an answer are tolerated rather than
+//! thrown away with the answer: duplicate JSON keys (the last one wins), a UTF-16
+//! surrogate pair split across two events (joined; a lone surrogate becomes U+FFFD),
+//! usage figures that are not counts (ignored). The strict parse stays the fast path;
+//! the repair runs only for an event it rejected.
 
 pub mod anthropic;
 pub mod openai;
