@@ -5,6 +5,12 @@
 //! Hints honoured, in order: `x-should-retry: true|false` (forces or forbids),
 //! `retry-after-ms` (milliseconds), `retry-after` (seconds or an HTTP date). A hint is
 //! used when it is between 0 and 60 s; otherwise exponential backoff with jitter.
+//!
+//! Header values come from the server and may be anything: a wait that is negative,
+//! not a number, infinite or beyond what a `Duration` holds is no hint at all (the
+//! backoff applies), and a finite one too long to honour is kept as the longest
+//! `Duration`, which [`delay`] then replaces by the backoff. Nothing here can panic or
+//! make panto sleep longer than [`MAX_HINTED_DELAY`] or the configured backoff.
 
 use std::time::{Duration, SystemTime};
 
@@ -38,8 +44,7 @@ impl RetryHints {
         };
         let after = get("retry-after-ms")
             .and_then(|v| v.parse::<f64>().ok())
-            .filter(|ms| ms.is_finite() && *ms >= 0.0)
-            .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+            .and_then(|ms| seconds(ms / 1000.0))
             .or_else(|| get("retry-after").and_then(parse_retry_after));
         RetryHints {
             should_retry,
@@ -48,9 +53,19 @@ impl RetryHints {
     }
 }
 
+/// A server's wait in seconds as a `Duration`: `None` unless finite and non-negative;
+/// `Duration::MAX` when too long to represent (`1e30`), so it reads as "longer than
+/// panto honours" rather than failing.
+fn seconds(secs: f64) -> Option<Duration> {
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+}
+
 fn parse_retry_after(v: &str) -> Option<Duration> {
     if let Ok(secs) = v.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        return seconds(secs);
     }
     let when = httpdate::parse_http_date(v).ok()?;
     Some(

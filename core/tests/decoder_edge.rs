@@ -736,11 +736,16 @@ fn openai_malformed_data_is_a_protocol_error() {
         "data: not json\n\n",
         "data: {\"choices\": [{\"index\": 0, \"delta\": {\"tool_calls\": {\"index\": 0}}}]}\n\n",
         "data: {\"choices\": \"nope\"}\n\n",
-        "data: {\"choices\": [{\"index\": 0, \"delta\": {\"tool_calls\": [{\"index\": 0, \"function\": {\"arguments\": \"\\ud800\"}}]}}]}\n\n",
     ] {
         let o = run(OA, bad);
         assert_eq!(err(&o).kind, ErrorKind::Protocol, "{bad}");
     }
+    // A lone surrogate is not malformed enough to lose the answer: it decodes as U+FFFD.
+    let lone = "data: {\"choices\": [{\"index\": 0, \"delta\": {\"tool_calls\": [{\"index\": 0, \"id\": \"c\", \"function\": {\"name\": \"f\", \"arguments\": \"\\ud800\"}}]}}]}\n\n"
+        .to_owned()
+        + DONE;
+    let o = run(OA, &lone);
+    assert_eq!(calls(ok(&o))[0].3.as_deref(), Some("\u{FFFD}"));
 }
 
 // --------------------------------------------------------------- Anthropic

@@ -5,13 +5,20 @@
 //! omit it) — except that an `event: error` is always a provider error. Blocks panto does
 //! not model (server tools, MCP, citations, compaction) are skipped without failing the
 //! stream; unknown event and delta types are ignored.
+//!
+//! The wire `index` of a block is a number the server chooses: it is mapped to panto's
+//! own block numbers through a small sorted table, never used as a length, and an index
+//! that jumps far ahead of the blocks seen is a protocol error.
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{protocol_json_error, stream_error, Assembly, Emit, Progress, RequestParams};
+use super::{
+    clean, parse_tolerant, stream_error, Assembly, Count, DecodeLimits, Emit, Obj, Progress,
+    RequestParams,
+};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
 use crate::message::{Block, Role, StopReason};
@@ -22,12 +29,17 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// The API version header panto speaks.
 pub const API_VERSION: &str = "2023-06-01";
 
+/// How far past the highest block index seen so far (0 before the first block) a new
+/// block's index may be. Servers number blocks 0, 1, 2…; a gap this large is not a
+/// numbering panto could follow.
+pub const MAX_INDEX_GAP: u64 = 64;
+
 #[derive(Deserialize)]
 struct WireEvent<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
     #[serde(default)]
-    index: Option<usize>,
+    index: Option<u64>,
     #[serde(borrow, default)]
     message: Option<StartMessage<'a>>,
     #[serde(borrow, default)]
@@ -35,7 +47,7 @@ struct WireEvent<'a> {
     #[serde(borrow, default)]
     delta: Option<WireDelta<'a>>,
     #[serde(default)]
-    usage: Option<WireUsage>,
+    usage: Obj<WireUsage>,
 }
 
 #[derive(Deserialize)]
@@ -45,7 +57,7 @@ struct StartMessage<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
     #[serde(default)]
-    usage: Option<WireUsage>,
+    usage: Obj<WireUsage>,
 }
 
 #[derive(Deserialize)]
@@ -87,33 +99,39 @@ struct WireDelta<'a> {
 #[derive(Deserialize, Default)]
 struct WireUsage {
     #[serde(default)]
-    input_tokens: Option<u64>,
+    input_tokens: Count,
     #[serde(default)]
-    output_tokens: Option<u64>,
+    output_tokens: Count,
     #[serde(default)]
-    cache_read_input_tokens: Option<u64>,
+    cache_read_input_tokens: Count,
     #[serde(default)]
-    cache_creation_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Count,
 }
 
 /// Streaming decoder of one Messages response.
 #[derive(Debug)]
 pub struct Decoder {
     pub(crate) asm: Assembly,
-    /// Anthropic block index → panto block index (`None`: a block type panto skips).
-    blocks: Vec<Option<usize>>,
-    /// A tool_use block whose `input` arrived whole in `content_block_start`.
-    preset_input: Vec<(usize, String)>,
+    /// Anthropic block index → panto block index (`None`: a block type panto skips),
+    /// sorted by the wire index, at most `max_blocks` entries.
+    blocks: Vec<(u64, Option<usize>)>,
+    /// The highest wire index started so far.
+    highest: u64,
     stop: Option<StopReason>,
     done: bool,
 }
 
 impl Decoder {
+    /// A decoder with the default [`DecodeLimits`].
     pub fn new(message: u32) -> Decoder {
+        Decoder::with_assembly(Assembly::new(message, DecodeLimits::default()))
+    }
+
+    pub(crate) fn with_assembly(asm: Assembly) -> Decoder {
         Decoder {
-            asm: Assembly::new(message),
+            asm,
             blocks: Vec::new(),
-            preset_input: Vec::new(),
+            highest: 0,
             stop: None,
             done: false,
         }
@@ -133,37 +151,39 @@ impl Decoder {
         if ev.data.trim().is_empty() {
             return Ok(Progress::Continue);
         }
-        let wire: WireEvent<'_> =
-            serde_json::from_str(ev.data).map_err(|e| protocol_json_error("event", e))?;
+        let mut scratch = String::new();
+        let (wire, marked): (WireEvent<'_>, bool) = parse_tolerant(ev.data, &mut scratch, "event")?;
         match wire.kind.as_ref() {
             "message_start" => {
                 if let Some(m) = wire.message {
                     if !self.asm.started_flag() {
                         if let Some(model) = m.model {
-                            self.asm.model = model.into_owned();
+                            self.asm.model = clean(&model, marked).into_owned();
                         }
-                        self.asm.response_id = m.id.map(Cow::into_owned);
+                        self.asm.response_id = m.id.map(|id| clean(&id, marked).into_owned());
                     }
-                    if let Some(u) = &m.usage {
+                    if let Some(u) = &m.usage.0 {
                         self.set_usage(u);
                     }
                 }
                 // `message_start` is emitted with the first block: until then a failed
                 // response has shown nothing and may still be retried.
             }
-            "content_block_start" => self.block_start(wire.index, wire.content_block, emit)?,
-            "content_block_delta" => self.block_delta(wire.index, wire.delta, emit)?,
+            "content_block_start" => {
+                self.block_start(wire.index, wire.content_block, marked, emit)?
+            }
+            "content_block_delta" => self.block_delta(wire.index, wire.delta, marked, emit)?,
             "content_block_stop" => {
                 if let Some(b) = self.block(wire.index) {
-                    self.apply_preset(b, emit)?;
+                    self.asm.use_preset(b, emit)?;
                     self.asm.close(b, false, emit)?;
                 }
             }
             "message_delta" => {
                 if let Some(r) = wire.delta.as_ref().and_then(|d| d.stop_reason.as_deref()) {
-                    self.stop = Some(StopReason::from_anthropic(r));
+                    self.stop = Some(StopReason::from_anthropic(&clean(r, marked)));
                 }
-                if let Some(u) = &wire.usage {
+                if let Some(u) = &wire.usage.0 {
                     self.set_usage(u);
                 }
             }
@@ -193,35 +213,65 @@ impl Decoder {
     fn finish(&mut self, emit: Emit<'_>) -> Result<()> {
         self.done = true;
         let stop = self.stop.take().unwrap_or(StopReason::EndTurn);
-        self.preset_input.clear();
         self.asm.finish(stop, emit)
     }
 
-    fn block(&self, index: Option<usize>) -> Option<usize> {
-        index.and_then(|i| self.blocks.get(i).copied().flatten())
+    /// The panto block of a wire index, if it was started and is of a modelled type.
+    fn block(&self, index: Option<u64>) -> Option<usize> {
+        let i = index?;
+        // Deltas nearly always belong to the block started last.
+        if let Some(&(w, b)) = self.blocks.last() {
+            if w == i {
+                return b;
+            }
+        }
+        let pos = self.blocks.binary_search_by_key(&i, |e| e.0).ok()?;
+        self.blocks.get(pos)?.1
     }
 
-    /// Cumulative counts: a later value replaces the earlier one, never adds to it.
+    /// Cumulative counts: a later value replaces the earlier one, never adds to it. A
+    /// field that is not a valid count is ignored.
     fn set_usage(&mut self, u: &WireUsage) {
         let usage = &mut self.asm.usage;
-        if let Some(v) = u.input_tokens {
+        if let Some(v) = u.input_tokens.0 {
             usage.input_tokens = v;
         }
-        if let Some(v) = u.output_tokens {
+        if let Some(v) = u.output_tokens.0 {
             usage.output_tokens = v;
         }
-        if let Some(v) = u.cache_read_input_tokens {
+        if let Some(v) = u.cache_read_input_tokens.0 {
             usage.cache_read_tokens = v;
         }
-        if let Some(v) = u.cache_creation_input_tokens {
+        if let Some(v) = u.cache_creation_input_tokens.0 {
             usage.cache_write_tokens = v;
         }
     }
 
+    /// Checks a new block's wire index against the numbering so far and the block limit;
+    /// returns where it goes in the table and whether it restarts a known index.
+    fn place(&self, index: u64) -> Result<std::result::Result<usize, usize>> {
+        if index > self.highest.saturating_add(MAX_INDEX_GAP) {
+            return Err(Error::protocol(format!(
+                "content block index {index} jumps more than {MAX_INDEX_GAP} past the \
+                 highest index so far ({})",
+                self.highest
+            )));
+        }
+        let slot = self.blocks.binary_search_by_key(&index, |e| e.0);
+        let max = self.asm.limits().max_blocks;
+        if slot.is_err() && self.blocks.len() >= max {
+            return Err(Error::protocol(format!(
+                "the response has more than max_blocks ({max}) content blocks"
+            )));
+        }
+        Ok(slot)
+    }
+
     fn block_start(
         &mut self,
-        index: Option<usize>,
+        index: Option<u64>,
         block: Option<ContentBlock<'_>>,
+        marked: bool,
         emit: Emit<'_>,
     ) -> Result<()> {
         let (Some(index), Some(block)) = (index, block) else {
@@ -229,57 +279,63 @@ impl Decoder {
                 "content_block_start without an index or a content_block",
             ));
         };
+        let slot = self.place(index)?;
         let ours = match block.kind.as_ref() {
             "text" => {
                 let b = self.asm.open(BlockKind::Text, emit)?;
                 if let Some(t) = &block.text {
-                    self.asm.delta(b, DeltaKind::Text, t, emit)?;
+                    self.asm.delta(b, DeltaKind::Text, t, marked, emit)?;
                 }
                 Some(b)
             }
             "thinking" => {
                 let b = self.asm.open(BlockKind::Reasoning, emit)?;
                 if let Some(t) = &block.thinking {
-                    self.asm.delta(b, DeltaKind::Reasoning, t, emit)?;
+                    self.asm.delta(b, DeltaKind::Reasoning, t, marked, emit)?;
                 }
-                if let Some(pb) = self.asm.block_mut(b) {
-                    pb.signature = block.signature.map(Cow::into_owned);
+                if let Some(sig) = &block.signature {
+                    self.asm.signature(b, sig, marked)?;
                 }
                 Some(b)
             }
             "redacted_thinking" => {
                 let b = self.asm.open(BlockKind::Reasoning, emit)?;
-                if let Some(pb) = self.asm.block_mut(b) {
-                    pb.redacted = Some(block.data.map(Cow::into_owned).unwrap_or_default());
-                }
+                self.asm
+                    .redacted(b, block.data.as_deref().unwrap_or(""), marked)?;
                 Some(b)
             }
             "tool_use" => {
                 let b = self.asm.open(BlockKind::ToolCall, emit)?;
                 let id = block.id.as_deref().unwrap_or("");
                 let name = block.name.as_deref().unwrap_or("");
-                self.asm.tool_ids(b, id, name, emit)?;
+                self.asm.tool_ids(b, id, name, marked, emit)?;
                 if let Some(input) = block
                     .input
                     .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
                 {
-                    self.preset_input.push((b, input.to_string()));
+                    self.asm.preset(b, input.to_string())?;
                 }
                 Some(b)
             }
             _ => None,
         };
-        if self.blocks.len() <= index {
-            self.blocks.resize(index + 1, None);
+        match slot {
+            Ok(pos) => {
+                if let Some(e) = self.blocks.get_mut(pos) {
+                    e.1 = ours;
+                }
+            }
+            Err(pos) => self.blocks.insert(pos, (index, ours)),
         }
-        self.blocks[index] = ours;
+        self.highest = self.highest.max(index);
         Ok(())
     }
 
     fn block_delta(
         &mut self,
-        index: Option<usize>,
+        index: Option<u64>,
         delta: Option<WireDelta<'_>>,
+        marked: bool,
         emit: Emit<'_>,
     ) -> Result<()> {
         let (Some(b), Some(delta)) = (self.block(index), delta) else {
@@ -288,56 +344,99 @@ impl Decoder {
         match delta.kind.as_deref() {
             Some("text_delta") => {
                 if let Some(t) = &delta.text {
-                    self.asm.delta(b, DeltaKind::Text, t, emit)?;
+                    self.asm.delta(b, DeltaKind::Text, t, marked, emit)?;
                 }
             }
             Some("thinking_delta") => {
                 if let Some(t) = &delta.thinking {
-                    self.asm.delta(b, DeltaKind::Reasoning, t, emit)?;
+                    self.asm.delta(b, DeltaKind::Reasoning, t, marked, emit)?;
                 }
             }
             Some("signature_delta") => {
-                if let (Some(s), Some(pb)) = (&delta.signature, self.asm.block_mut(b)) {
-                    pb.signature.get_or_insert_with(String::new).push_str(s);
+                if let Some(s) = &delta.signature {
+                    self.asm.signature(b, s, marked)?;
                 }
             }
             Some("input_json_delta") => {
                 // Streamed input supersedes any input given whole at block start.
-                self.preset_input.retain(|(pb, _)| *pb != b);
+                self.asm.drop_preset(b);
                 if let Some(t) = &delta.partial_json {
-                    self.asm.delta(b, DeltaKind::ToolArgs, t, emit)?;
+                    self.asm.delta(b, DeltaKind::ToolArgs, t, marked, emit)?;
                 }
             }
             _ => {} // citations_delta and later additions
         }
         Ok(())
     }
+}
 
-    fn apply_preset(&mut self, b: usize, emit: Emit<'_>) -> Result<()> {
-        if let Some(pos) = self.preset_input.iter().position(|(pb, _)| *pb == b) {
-            let (_, input) = self.preset_input.swap_remove(pos);
-            self.asm.delta(b, DeltaKind::ToolArgs, &input, emit)?;
-        }
-        Ok(())
+/// The SSE data of the stream equivalent to a complete (non-streamed) message: its
+/// blocks are started whole (a `content_block_start` carrying the full text, thinking
+/// with signature, or tool input), which the decoder turns into one delta each. `None`
+/// when `body` is not a message.
+pub(crate) fn complete_body_events(body: Value) -> Option<Vec<String>> {
+    let Value::Object(mut body) = body else {
+        return None;
+    };
+    if body.get("type").and_then(Value::as_str) != Some("message") {
+        return None;
     }
+    let Some(Value::Array(content)) = body.remove("content") else {
+        return None;
+    };
+    let string = |v: Option<Value>| v.filter(Value::is_string).unwrap_or(Value::Null);
+    let id = string(body.remove("id"));
+    let model = string(body.remove("model"));
+    let stop = string(body.remove("stop_reason"));
+    let usage = body.remove("usage").unwrap_or(Value::Null);
+    let mut out = Vec::with_capacity(2 * content.len() + 3);
+    out.push(
+        json!({"type": "message_start", "message": {"id": id, "model": model, "usage": usage}})
+            .to_string(),
+    );
+    for (i, block) in content.into_iter().enumerate() {
+        out.push(
+            json!({"type": "content_block_start", "index": i, "content_block": block}).to_string(),
+        );
+        out.push(json!({"type": "content_block_stop", "index": i}).to_string());
+    }
+    out.push(
+        json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": usage})
+            .to_string(),
+    );
+    out.push(json!({"type": "message_stop"}).to_string());
+    Some(out)
 }
 
 /// The Messages request body for a streamed turn.
+///
+/// The API rejects empty content, so a message left with none (an empty answer,
+/// reasoning that cannot be sent back) is left out, and messages of the same role that
+/// then meet are merged into one, as the API itself would: the request stays a valid
+/// alternation of user and assistant turns. Tool results merged with a following user
+/// message stay first, where the API wants them.
 pub fn request_body(p: &RequestParams<'_>) -> Value {
     let mut messages: Vec<Value> = Vec::with_capacity(p.messages.len());
+    let mut last_role = None;
     for m in p.messages {
-        let (role, content): (&str, Vec<Value>) = match m.role {
-            Role::User => ("user", m.content.iter().filter_map(encode_block).collect()),
-            Role::Assistant => (
-                "assistant",
-                m.content.iter().filter_map(encode_block).collect(),
-            ),
-            Role::Tool => ("user", m.content.iter().filter_map(encode_block).collect()),
+        let role = match m.role {
+            Role::User | Role::Tool => "user",
+            Role::Assistant => "assistant",
         };
+        let content: Vec<Value> = m.content.iter().filter_map(encode_block).collect();
         if content.is_empty() {
             continue;
         }
+        if last_role == Some(role) {
+            if let Some(Value::Array(previous)) =
+                messages.last_mut().and_then(|prev| prev.get_mut("content"))
+            {
+                previous.extend(content);
+                continue;
+            }
+        }
         messages.push(json!({"role": role, "content": content}));
+        last_role = Some(role);
     }
     let mut body = json!({
         "model": p.model,
@@ -366,9 +465,15 @@ fn encode_block(b: &Block) -> Option<Value> {
         // The API rejects empty text blocks.
         Block::Text { text } if text.is_empty() => return None,
         Block::Text { text } => json!({"type": "text", "text": text}),
-        Block::Reasoning { text, signature } => {
-            json!({"type": "thinking", "thinking": text, "signature": signature.clone().unwrap_or_default()})
-        }
+        // Thinking goes back only with the signature that lets the API verify it
+        // (reasoning from another provider, or whose signature never arrived, has none).
+        Block::Reasoning { text, signature } => match signature.as_deref() {
+            Some(sig) if !sig.is_empty() => {
+                json!({"type": "thinking", "thinking": text, "signature": sig})
+            }
+            _ => return None,
+        },
+        Block::RedactedReasoning { data } if data.is_empty() => return None,
         Block::RedactedReasoning { data } => json!({"type": "redacted_thinking", "data": data}),
         Block::ToolCall {
             call_id,

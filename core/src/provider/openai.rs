@@ -8,14 +8,21 @@
 //! tool-call deltas keyed by `index`, without `index`, or all on index 0 with distinct ids
 //! (Ollama); `arguments` as an object; `"id": ""`/`null` on continuations; an `error`
 //! object in a 200 stream; `[DONE]` missing after a `finish_reason` (llama-box).
+//!
+//! Tool-call fragments find their call through a map from the wire `index`, so a
+//! response with thousands of parallel calls costs the same per fragment as one call.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::{protocol_json_error, stream_error, Assembly, Emit, Progress, RequestParams};
+use super::{
+    clean, parse_tolerant, stream_error, Assembly, Count, DecodeLimits, Emit, Obj, Progress,
+    RequestParams,
+};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
 use crate::message::{Block, Role, StopReason};
@@ -30,7 +37,7 @@ struct Chunk<'a> {
     #[serde(borrow, default)]
     choices: Option<FirstChoice<'a>>,
     #[serde(default)]
-    usage: Option<WireUsage>,
+    usage: Obj<WireUsage>,
     #[serde(borrow, default)]
     error: Option<&'a RawValue>,
 }
@@ -109,28 +116,28 @@ struct FunctionDelta<'a> {
 #[derive(Deserialize, Default)]
 struct WireUsage {
     #[serde(default)]
-    prompt_tokens: Option<u64>,
+    prompt_tokens: Count,
     #[serde(default)]
-    completion_tokens: Option<u64>,
+    completion_tokens: Count,
     #[serde(default)]
-    prompt_tokens_details: Option<PromptDetails>,
+    prompt_tokens_details: Obj<PromptDetails>,
     #[serde(default)]
-    completion_tokens_details: Option<CompletionDetails>,
+    completion_tokens_details: Obj<CompletionDetails>,
     /// DeepSeek's name for cached prompt tokens.
     #[serde(default)]
-    prompt_cache_hit_tokens: Option<u64>,
+    prompt_cache_hit_tokens: Count,
 }
 
 #[derive(Deserialize, Default)]
 struct PromptDetails {
     #[serde(default)]
-    cached_tokens: Option<u64>,
+    cached_tokens: Count,
 }
 
 #[derive(Deserialize, Default)]
 struct CompletionDetails {
     #[serde(default)]
-    reasoning_tokens: Option<u64>,
+    reasoning_tokens: Count,
 }
 
 /// A text part of Mistral's array-valued `content`.
@@ -154,6 +161,8 @@ enum Channel {
 #[derive(Debug)]
 struct OpenCall {
     wire_index: Option<u32>,
+    /// The id as the server sent it (fragments are matched on it); the call's id in
+    /// events and history may differ when the server repeated an id.
     id: String,
     block: usize,
 }
@@ -163,18 +172,27 @@ struct OpenCall {
 pub struct Decoder {
     pub(crate) asm: Assembly,
     sequential: Option<(Channel, usize)>,
+    /// Open tool calls in order of appearance.
     calls: Vec<OpenCall>,
+    /// Wire index → position in `calls` of the latest call with that index.
+    by_index: HashMap<u32, usize>,
     finish: Option<StopReason>,
     refused: bool,
     done: bool,
 }
 
 impl Decoder {
+    /// A decoder with the default [`DecodeLimits`].
     pub fn new(message: u32) -> Decoder {
+        Decoder::with_assembly(Assembly::new(message, DecodeLimits::default()))
+    }
+
+    pub(crate) fn with_assembly(asm: Assembly) -> Decoder {
         Decoder {
-            asm: Assembly::new(message),
+            asm,
             sequential: None,
             calls: Vec::new(),
+            by_index: HashMap::new(),
             finish: None,
             refused: false,
             done: false,
@@ -196,8 +214,8 @@ impl Decoder {
         if data.trim().is_empty() {
             return Ok(Progress::Continue);
         }
-        let chunk: Chunk<'_> =
-            serde_json::from_str(data).map_err(|e| protocol_json_error("chunk", e))?;
+        let mut scratch = String::new();
+        let (chunk, marked): (Chunk<'_>, bool) = parse_tolerant(data, &mut scratch, "chunk")?;
         if let Some(err) = chunk.error {
             if err.get() != "null" {
                 return Err(stream_error(data));
@@ -206,13 +224,13 @@ impl Decoder {
         if !self.asm.started_flag() {
             // Azure's first chunk has an empty id/model: keep the first non-empty ones.
             if let Some(m) = chunk.model.as_deref().filter(|m| !m.is_empty()) {
-                self.asm.model = m.to_owned();
+                self.asm.model = clean(m, marked).into_owned();
             }
             if let Some(id) = chunk.id.as_deref().filter(|m| !m.is_empty()) {
-                self.asm.response_id = Some(id.to_owned());
+                self.asm.response_id = Some(clean(id, marked).into_owned());
             }
         }
-        if let Some(u) = &chunk.usage {
+        if let Some(u) = &chunk.usage.0 {
             self.set_usage(u);
         }
         if let Some(choice) = chunk.choices.and_then(|c| c.0) {
@@ -220,7 +238,7 @@ impl Decoder {
                 return Ok(Progress::Continue);
             }
             if let Some(delta) = choice.delta {
-                self.on_delta(delta, emit)?;
+                self.on_delta(delta, marked, emit)?;
             }
             // `"finish_reason": ""` on every intermediate chunk (Ollama #4357, SGLang
             // #3912, some gateways) means "not finished", like null: ending the message
@@ -229,7 +247,7 @@ impl Decoder {
                 self.finish = Some(if self.refused {
                     StopReason::Refusal
                 } else {
-                    StopReason::from_openai(&reason)
+                    StopReason::from_openai(&clean(&reason, marked))
                 });
                 self.close_at_finish(emit)?;
             }
@@ -267,74 +285,82 @@ impl Decoder {
         self.asm.finish(stop, emit)
     }
 
+    /// A later usage report replaces the earlier one, field by field; a field that is
+    /// not a valid count is ignored.
     fn set_usage(&mut self, u: &WireUsage) {
         let usage = &mut self.asm.usage;
-        if let Some(p) = u.prompt_tokens {
+        if let Some(p) = u.prompt_tokens.0 {
             usage.input_tokens = p;
         }
-        if let Some(c) = u.completion_tokens {
+        if let Some(c) = u.completion_tokens.0 {
             usage.output_tokens = c;
         }
         if let Some(c) = u
             .prompt_tokens_details
+            .0
             .as_ref()
-            .and_then(|d| d.cached_tokens)
-            .or(u.prompt_cache_hit_tokens)
+            .and_then(|d| d.cached_tokens.0)
+            .or(u.prompt_cache_hit_tokens.0)
         {
             usage.cache_read_tokens = c;
         }
         if let Some(r) = u
             .completion_tokens_details
+            .0
             .as_ref()
-            .and_then(|d| d.reasoning_tokens)
+            .and_then(|d| d.reasoning_tokens.0)
         {
             usage.reasoning_tokens = r;
         }
     }
 
-    fn on_delta(&mut self, delta: Delta<'_>, emit: Emit<'_>) -> Result<()> {
+    fn on_delta(&mut self, delta: Delta<'_>, marked: bool, emit: Emit<'_>) -> Result<()> {
         if let Some(r) = delta
             .reasoning_content
             .as_deref()
             .or(delta.reasoning.as_deref())
         {
-            self.sequential_text(Channel::Reasoning, r, emit)?;
+            self.sequential_text(Channel::Reasoning, r, marked, emit)?;
         }
         if let Some(raw) = delta.content {
             self.on_content(raw, emit)?;
         }
         if let Some(refusal) = delta.refusal.as_deref().filter(|r| !r.is_empty()) {
             self.refused = true;
-            self.sequential_text(Channel::Text, refusal, emit)?;
+            self.sequential_text(Channel::Text, refusal, marked, emit)?;
         }
         for call in delta.tool_calls.into_iter().flatten() {
-            self.on_tool_call(call, emit)?;
+            self.on_tool_call(call, marked, emit)?;
         }
         Ok(())
     }
 
+    /// `content` is kept raw by the chunk parse and decoded here: a string, Mistral's
+    /// array of parts, or null. Its own tolerant parse means a lone surrogate in it
+    /// marks only this text.
     fn on_content(&mut self, raw: &RawValue, emit: Emit<'_>) -> Result<()> {
         let text = raw.get();
+        let mut scratch = String::new();
         match text.as_bytes().first() {
             Some(b'"') => {
-                let s: Cow<'_, str> =
-                    serde_json::from_str(text).map_err(|e| protocol_json_error("content", e))?;
-                self.sequential_text(Channel::Text, &s, emit)
+                let (s, marked): (Cow<'_, str>, bool) =
+                    parse_tolerant(text, &mut scratch, "content")?;
+                self.sequential_text(Channel::Text, &s, marked, emit)
             }
             Some(b'[') => {
-                let parts: Vec<ContentPart> =
-                    serde_json::from_str(text).map_err(|e| protocol_json_error("content", e))?;
+                let (parts, marked): (Vec<ContentPart>, bool) =
+                    parse_tolerant(text, &mut scratch, "content")?;
                 for part in parts {
                     match part.kind.as_str() {
                         "text" => {
                             if let Some(t) = part.text {
-                                self.sequential_text(Channel::Text, &t, emit)?;
+                                self.sequential_text(Channel::Text, &t, marked, emit)?;
                             }
                         }
                         "thinking" => {
                             let mut t = String::new();
                             collect_text(part.thinking.as_ref(), &mut t);
-                            self.sequential_text(Channel::Reasoning, &t, emit)?;
+                            self.sequential_text(Channel::Reasoning, &t, marked, emit)?;
                         }
                         _ => {}
                     }
@@ -347,7 +373,13 @@ impl Decoder {
 
     /// Text and reasoning arrive as runs: a run of one channel closes when another
     /// starts (or a tool call does).
-    fn sequential_text(&mut self, channel: Channel, text: &str, emit: Emit<'_>) -> Result<()> {
+    fn sequential_text(
+        &mut self,
+        channel: Channel,
+        text: &str,
+        marked: bool,
+        emit: Emit<'_>,
+    ) -> Result<()> {
         if text.is_empty() {
             return Ok(());
         }
@@ -370,61 +402,88 @@ impl Decoder {
             Channel::Text => DeltaKind::Text,
             Channel::Reasoning => DeltaKind::Reasoning,
         };
-        self.asm.delta(block, kind, text, emit)
+        self.asm.delta(block, kind, text, marked, emit)
     }
 
-    fn on_tool_call(&mut self, call: ToolCallDelta<'_>, emit: Emit<'_>) -> Result<()> {
-        let id = call.id.as_deref().unwrap_or("");
-        let existing = match call.index {
-            Some(i) => self
-                .calls
-                .iter()
-                .rposition(|c| c.wire_index == Some(i))
-                // Ollama labels parallel calls all index 0, with distinct ids.
-                .filter(|&p| {
-                    id.is_empty() || self.calls[p].id.is_empty() || self.calls[p].id == id
-                }),
-            None => match self.calls.last() {
-                Some(last) if id.is_empty() || last.id == id => Some(self.calls.len() - 1),
-                _ => None,
-            },
+    /// The open call a fragment continues, if any: the latest call with the same wire
+    /// index (or the last call, for fragments without an index) whose id does not
+    /// contradict the fragment's.
+    fn find_call(&self, index: Option<u32>, id: &str) -> Option<usize> {
+        let last = self.calls.len().checked_sub(1);
+        let Some(i) = index else {
+            return last.filter(|&l| {
+                self.calls
+                    .get(l)
+                    .is_some_and(|c| id.is_empty() || c.id == id)
+            });
         };
-        let pos = match existing {
+        // The common case, a fragment of the call opened last, needs no hashing.
+        let pos = match last {
+            Some(l) if self.calls.get(l).is_some_and(|c| c.wire_index == Some(i)) => Some(l),
+            _ => self.by_index.get(&i).copied(),
+        };
+        // Ollama labels parallel calls all index 0, with distinct ids.
+        pos.filter(|&p| {
+            self.calls
+                .get(p)
+                .is_some_and(|c| id.is_empty() || c.id.is_empty() || c.id == id)
+        })
+    }
+
+    fn on_tool_call(
+        &mut self,
+        call: ToolCallDelta<'_>,
+        marked: bool,
+        emit: Emit<'_>,
+    ) -> Result<()> {
+        let id = call.id.as_deref().unwrap_or("");
+        let pos = match self.find_call(call.index, id) {
             Some(p) => p,
             None => {
                 if let Some((_, b)) = self.sequential.take() {
                     self.asm.close(b, false, emit)?;
                 }
                 let block = self.asm.open(BlockKind::ToolCall, emit)?;
+                let pos = self.calls.len();
                 self.calls.push(OpenCall {
                     wire_index: call.index,
                     id: String::new(),
                     block,
                 });
-                self.calls.len() - 1
+                if let Some(i) = call.index {
+                    self.by_index.insert(i, pos);
+                }
+                pos
             }
         };
-        let block = self.calls[pos].block;
-        if self.calls[pos].id.is_empty() && !id.is_empty() {
-            self.calls[pos].id = id.to_owned();
+        let Some(open) = self.calls.get_mut(pos) else {
+            return Ok(());
+        };
+        let block = open.block;
+        if open.id.is_empty() && !id.is_empty() {
+            open.id = id.to_owned();
         }
         let function = call.function;
         let name = function
             .as_ref()
             .and_then(|f| f.name.as_deref())
             .unwrap_or("");
-        self.asm.tool_ids(block, id, name, emit)?;
+        self.asm.tool_ids(block, id, name, marked, emit)?;
         if let Some(args) = function.and_then(|f| f.arguments) {
             let raw = args.get();
             match raw.as_bytes().first() {
                 Some(b'"') => {
-                    let s: Cow<'_, str> = serde_json::from_str(raw)
-                        .map_err(|e| protocol_json_error("tool call arguments", e))?;
-                    self.asm.delta(block, DeltaKind::ToolArgs, &s, emit)?;
+                    let mut scratch = String::new();
+                    let (s, marked): (Cow<'_, str>, bool) =
+                        parse_tolerant(raw, &mut scratch, "tool call arguments")?;
+                    self.asm
+                        .delta(block, DeltaKind::ToolArgs, &s, marked, emit)?;
                 }
                 Some(b'n') => {} // null
                 // Arguments sent as a JSON object (some gateways): pass the JSON through.
-                Some(_) => self.asm.delta(block, DeltaKind::ToolArgs, raw, emit)?,
+                Some(_) => self
+                    .asm
+                    .delta(block, DeltaKind::ToolArgs, raw, marked, emit)?,
                 None => {}
             }
         }
@@ -443,6 +502,7 @@ impl Decoder {
             self.asm.close(b, false, emit)?;
         }
         let last = self.calls.len().checked_sub(1);
+        self.by_index.clear();
         for (i, call) in std::mem::take(&mut self.calls).into_iter().enumerate() {
             let cut = *stop == StopReason::MaxTokens && Some(i) == last;
             self.asm.close(call.block, cut, emit)?;
@@ -460,10 +520,49 @@ fn collect_text(v: Option<&Value>, out: &mut String) {
     }
 }
 
-impl Assembly {
-    pub(crate) fn started_flag(&self) -> bool {
-        self.started
+/// The SSE data of the stream equivalent to a complete (non-streamed) chat completion:
+/// one chunk whose delta is the whole message (tool calls numbered by position), one
+/// with the finish reason and usage, `[DONE]`. `None` when `body` is not a chat
+/// completion.
+pub(crate) fn complete_body_events(body: Value) -> Option<Vec<String>> {
+    let Value::Object(mut body) = body else {
+        return None;
+    };
+    match body.get("object") {
+        None => {}
+        Some(Value::String(o)) if o == "chat.completion" => {}
+        Some(_) => return None,
     }
+    let Some(Value::Array(choices)) = body.remove("choices") else {
+        return None;
+    };
+    let mut choice = choices
+        .into_iter()
+        .find(|c| c.get("index").is_none_or(|i| *i == 0))?;
+    let Value::Object(mut delta) = choice.get_mut("message")?.take() else {
+        return None;
+    };
+    if let Some(Value::Array(calls)) = delta.get_mut("tool_calls") {
+        for (i, call) in calls.iter_mut().enumerate() {
+            if let Value::Object(c) = call {
+                c.entry("index").or_insert(json!(i));
+            }
+        }
+    }
+    let finish = choice
+        .get_mut("finish_reason")
+        .map(Value::take)
+        .unwrap_or(Value::Null);
+    let string = |v: Option<Value>| v.filter(Value::is_string).unwrap_or(Value::Null);
+    let id = string(body.remove("id"));
+    let model = string(body.remove("model"));
+    let usage = body.remove("usage").unwrap_or(Value::Null);
+    Some(vec![
+        json!({"id": id, "model": model, "choices": [{"index": 0, "delta": delta}]}).to_string(),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}], "usage": usage})
+            .to_string(),
+        "[DONE]".to_owned(),
+    ])
 }
 
 /// The Chat Completions request body for a streamed turn.
@@ -478,11 +577,6 @@ pub fn request_body(p: &RequestParams<'_>) -> Value {
             Role::Assistant => {
                 let mut msg = json!({"role": "assistant"});
                 let text = m.text();
-                msg["content"] = if text.is_empty() {
-                    Value::Null
-                } else {
-                    Value::String(text)
-                };
                 let calls: Vec<Value> = m
                     .content
                     .iter()
@@ -507,6 +601,14 @@ pub fn request_body(p: &RequestParams<'_>) -> Value {
                         _ => None,
                     })
                     .collect();
+                // `null` content is valid only next to tool calls: an assistant message
+                // with neither (an empty answer, reasoning only) is sent as `""`, which
+                // keeps the turn order the server expects.
+                msg["content"] = if text.is_empty() && !calls.is_empty() {
+                    Value::Null
+                } else {
+                    Value::String(text)
+                };
                 if !calls.is_empty() {
                     msg["tool_calls"] = Value::Array(calls);
                 }
