@@ -25,7 +25,9 @@ use tracing::{debug, debug_span, Instrument};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, Flow, Receiver};
-use crate::provider::{anthropic, http_error, DecodedMessage, Decoder, Progress, ProviderKind};
+use crate::provider::{
+    anthropic, http_error, DecodeLimits, DecodedMessage, Decoder, Progress, ProviderKind,
+};
 use crate::retry::{self, RetryHints};
 use crate::secret::{is_secret_header, Secrets};
 use crate::sse::SseParser;
@@ -250,9 +252,17 @@ impl Transport {
         let mut retry_no = 0;
         loop {
             let span = debug_span!("provider_request", message, attempt = retry_no + 1);
-            let mut decoder = Decoder::new(config.provider, message);
+            let mut decoder = Decoder::with_limits(config.provider, message, limits(config));
             let outcome = self
-                .attempt(&client, config, body.clone(), &mut decoder, cancel, sink)
+                .attempt(
+                    &client,
+                    config,
+                    body.clone(),
+                    message,
+                    &mut decoder,
+                    cancel,
+                    sink,
+                )
                 .instrument(span)
                 .await;
             let (err, hints) = match outcome {
@@ -319,6 +329,7 @@ impl Transport {
         client: &reqwest::Client,
         config: &Config,
         body: Bytes,
+        message: u32,
         decoder: &mut Decoder,
         cancel: &CancellationToken,
         sink: &mut TurnSink<'_>,
@@ -402,7 +413,7 @@ impl Transport {
             let body =
                 read_bounded(response, config.max_message_bytes, cancel, request_deadline).await;
             return self
-                .complete_body(config, decoder, &body, sink)
+                .complete_body(config, message, &body, sink)
                 .map_err(no_hints)
                 .map(Some);
         }
@@ -522,16 +533,25 @@ impl Transport {
     }
 
     /// A 200 whose body is one JSON document: a complete message from a server that
-    /// ignores `stream: true`, or an error.
+    /// ignores `stream: true` (decoded into the events a stream would have produced), or
+    /// an error.
     fn complete_body(
         &self,
         config: &Config,
-        decoder: &mut Decoder,
+        message: u32,
         body: &str,
         sink: &mut TurnSink<'_>,
     ) -> Result<DecodedMessage> {
-        let _ = (config, decoder);
-        let _ = sink;
+        let decoded = crate::provider::decode_complete_body(
+            config.provider,
+            message,
+            body,
+            limits(config),
+            &mut |ev| sink.emit(ev),
+        )?;
+        if let Some(decoded) = decoded {
+            return Ok(decoded);
+        }
         let (message, code) = crate::provider::describe_error_body(body);
         let body = self.secrets.redact(body);
         Err(match message {
@@ -542,6 +562,13 @@ impl Transport {
             )),
         }
         .with_status(200))
+    }
+}
+
+fn limits(config: &Config) -> DecodeLimits {
+    DecodeLimits {
+        max_message_bytes: config.max_message_bytes,
+        ..DecodeLimits::default()
     }
 }
 

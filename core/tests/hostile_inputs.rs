@@ -223,6 +223,7 @@ fn absurd_retry_after_values_fall_back_to_the_backoff_without_panicking() {
         max_retries: 3,
         initial_delay_ms: 100,
         max_delay_ms: 400,
+        ..RetryConfig::default()
     };
     for value in [
         "1e30",

@@ -193,3 +193,59 @@ async fn nothing_is_delivered_after_a_cancel() {
     assert_eq!(server.requests().len(), 1);
     validate_history(&agent.history()).unwrap();
 }
+
+#[tokio::test]
+async fn a_whole_message_in_one_json_body_is_decoded_like_a_stream() {
+    let openai = json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1,
+        "model": "scripted-model",
+        "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "whole answer"}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}});
+    let anthropic = json!({"id": "msg_1", "type": "message", "role": "assistant",
+        "model": "scripted-model", "stop_reason": "end_turn",
+        "content": [{"type": "text", "text": "whole answer"}],
+        "usage": {"input_tokens": 3, "output_tokens": 2}});
+    for (kind, body) in [
+        (ProviderKind::OpenAi, openai),
+        (ProviderKind::Anthropic, anthropic),
+    ] {
+        let server =
+            TestServer::start(script::scenario(vec![exchange(json!({ "json": body }))])).unwrap();
+        let agent = Agent::new(config(kind, &server)).unwrap();
+        let (events, r) = run(&agent).await;
+        let summary = r.unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        assert_eq!(summary.text, "whole answer");
+        let types: Vec<&str> = events.iter().map(|e| e.type_name()).collect();
+        assert_eq!(
+            types,
+            [
+                "message_start",
+                "block_start",
+                "content_delta",
+                "block_complete",
+                "message_end",
+                "message_complete"
+            ],
+            "{kind:?}"
+        );
+        validate_history(&agent.history()).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn an_error_body_with_a_string_error_keeps_its_message() {
+    for status in [200, 503] {
+        let server = TestServer::start(script::scenario(vec![exchange(
+            json!({"status": status, "json": {"error": "model not loaded"}}),
+        )]))
+        .unwrap();
+        let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+        let (_, r) = run(&agent).await;
+        let err = r.unwrap_err();
+        assert!(
+            err.message.contains("model not loaded"),
+            "{status}: {}",
+            err.message
+        );
+    }
+}
