@@ -565,6 +565,40 @@ impl Stream {
         self.next_deadline(Instant::now().checked_add(timeout))
     }
 
+    /// The next event if one is ready now, without waiting at all: `Next::Pending` when
+    /// nothing is. For bindings that take a whole burst at once (drain what is ready, then
+    /// hand it out without crossing back into Rust).
+    pub fn try_next(&mut self) -> Result<Next, Error> {
+        match &self.state {
+            State::Completed => return Ok(Next::Done),
+            State::Failed(e) => return Err(e.clone()),
+            State::Active => {}
+        }
+        if self.control.is_cancelled() {
+            return Err(self.fail(Error::cancelled()));
+        }
+        let Some(events) = &self.events else {
+            return Err(self.fail(Error::internal("the stream queue is gone")));
+        };
+        let received = match events.try_recv() {
+            Ok(item) => Ok(item),
+            Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+            Err(TryRecvError::Empty) => {
+                let shared = &self.control.shared;
+                if shared.outbox_len.load(Ordering::SeqCst) == 0 {
+                    return Ok(Next::Pending);
+                }
+                shared.flush_for_consumer();
+                match events.try_recv() {
+                    Ok(item) => Ok(item),
+                    Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+                    Err(TryRecvError::Empty) => return Ok(Next::Pending),
+                }
+            }
+        };
+        self.deliver(received)
+    }
+
     /// The events as an `Iterator` of `Result`s: each event, then the end — or a failure
     /// once as `Err`, then the end (the error stays available from [`Stream::next`]).
     pub fn events(&mut self) -> Events<'_> {

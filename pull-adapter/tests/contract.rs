@@ -631,3 +631,42 @@ proptest! {
         eventually("sockets closed", || server.connections_open() == 0);
     }
 }
+
+#[test]
+fn try_next_never_waits_and_drains_a_burst() {
+    let _g = serial();
+    let server = TestServer::start(script::scenario(stalled_after_first_delta())).unwrap();
+    let agent = agent_for(&server, |c| c);
+    let mut s = agent.stream("x").unwrap();
+    // Wait (blocking) for the first delta, then the stream is stalled: try_next says so
+    // at once, every time.
+    loop {
+        if let Some(Event::ContentDelta { .. }) = s.next().unwrap() {
+            break;
+        }
+    }
+    let start = Instant::now();
+    for _ in 0..100 {
+        assert_eq!(s.try_next().unwrap(), Next::Pending);
+    }
+    assert!(start.elapsed() < DEADLINE);
+    s.cancel();
+    assert_eq!(s.try_next().unwrap_err().kind, ErrorKind::Cancelled);
+
+    // A completed turn drains through try_next alone, ending in Done.
+    let server = TestServer::start(script::scenario(two_step())).unwrap();
+    let agent = agent_for(&server, |c| c);
+    weather(&agent);
+    let mut s = agent.stream("go").unwrap();
+    let mut events = Vec::new();
+    let end = Instant::now() + DEADLINE;
+    loop {
+        assert!(Instant::now() < end, "try_next never delivered the turn");
+        match s.try_next().unwrap() {
+            Next::Event(ev) => events.push(ev),
+            Next::Done => break,
+            Next::Pending => std::thread::yield_now(),
+        }
+    }
+    assert!(events.last().unwrap().is_terminal());
+}
