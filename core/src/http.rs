@@ -254,15 +254,7 @@ impl Transport {
             let span = debug_span!("provider_request", message, attempt = retry_no + 1);
             let mut decoder = Decoder::with_limits(config.provider, message, limits(config));
             let outcome = self
-                .attempt(
-                    &client,
-                    config,
-                    body.clone(),
-                    message,
-                    &mut decoder,
-                    cancel,
-                    sink,
-                )
+                .attempt(&client, config, body.clone(), message, &mut decoder, sink)
                 .instrument(span)
                 .await;
             let (err, hints) = match outcome {
@@ -331,9 +323,10 @@ impl Transport {
         body: Bytes,
         message: u32,
         decoder: &mut Decoder,
-        cancel: &CancellationToken,
         sink: &mut TurnSink<'_>,
     ) -> std::result::Result<Option<DecodedMessage>, (Error, RetryHints)> {
+        let cancel_token = sink.cancel.clone();
+        let cancel = &cancel_token;
         let no_hints = |e: Error| (e, RetryHints::default());
         let request_ms = config.timeouts.request_ms;
         let idle_ms = config.timeouts.idle_ms;

@@ -681,7 +681,7 @@ impl Stream {
             let low_water = self
                 .events
                 .as_ref()
-                .map_or(true, |q| q.len() <= q.capacity().unwrap_or(0) / 2);
+                .is_none_or(|q| q.len() <= q.capacity().unwrap_or(0) / 2);
             if low_water {
                 shared.flush_for_consumer();
             }

@@ -393,7 +393,7 @@ fn a_thousand_streams_at_once_on_a_bounded_number_of_threads() {
         .map(|_| Agent::new(config(ProviderKind::OpenAi, &server)).unwrap())
         .collect();
     let mut streams: Vec<Stream> = agents.iter().map(|a| a.stream("x").unwrap()).collect();
-    assert!(active_streams() >= before + 1);
+    assert!(active_streams() > before);
     let mut most_threads = panto_threads();
     // Round-robin consumption, as many consumer threads would do.
     let mut done = vec![false; STREAMS];
