@@ -181,14 +181,34 @@ fn keepalive_comment_floods_do_not_hold_events_back_either() {
 
 // ---- 2. backpressure is not idleness --------------------------------------------------
 
+/// One raw SSE chunk holding `n` OpenAI text deltas (`{prefix}{i} ` each): the server
+/// writes it as one HTTP chunk, so the client reads all of it at once.
+fn delta_burst(prefix: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{prefix}{i} \"}}}}]}}\n\n"
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn a_consumer_pausing_three_idle_periods_at_a_time_gets_the_whole_turn() {
     let _g = serial();
     let idle_ms = 400;
-    let words = pieces("p", 600);
-    let sse = script::openai_text_events(&refs(&words));
-    // The server sends 300 deltas, waits at the gate, then sends the rest.
-    let after = sse_len(&sse[..301]);
+    let tail = script::openai_text_events(&[]);
+    let (head, tail) = tail.split_at(1); // the role chunk; then finish, usage, [DONE]
+    let first = delta_burst("a", 100);
+    let second = delta_burst("b", 100);
+    let mut sse: Vec<Value> = head.to_vec();
+    sse.push(json!(first));
+    sse.push(json!(second));
+    sse.extend(tail.iter().cloned());
+    // The server sends the role chunk and one burst of 100 events, then waits at the
+    // gate: the turn reads the whole burst, and its queue (1 slot) and outbox fill, so it
+    // pauses with nothing left to read.
+    let after = sse_len(head) + first.len();
     let server = TestServer::start(script::scenario(vec![exchange(
         json!({"sse": sse, "fault": {"kind": "hold", "after_bytes": after}}),
     )]))
@@ -208,29 +228,39 @@ fn a_consumer_pausing_three_idle_periods_at_a_time_gets_the_whole_turn() {
     let mut events = vec![next_event(&mut s)];
     let pause = || std::thread::sleep(Duration::from_millis(3 * idle_ms));
 
-    // Pause 1: the turn is held back by the full queue, then the consumer stays away for
-    // three idle periods. Right after it comes back the server is at its gate: the
-    // socket has nothing to read, which an idle timer counting the pause would punish.
+    // Pause 1: the turn is held back by the full queue, the server is at its gate, and
+    // the consumer stays away for three idle periods. Once it drains the queue the turn
+    // waits on a socket with nothing to read: an idle timer that had counted the
+    // consumer's pause would fire at once.
     eventually("the turn to pause on the full queue", || {
-        control.turn_paused()
+        control.turn_paused() && server.held() == 1
     });
     pause();
     loop {
-        match s.next_timeout(Duration::from_millis(20)).unwrap() {
-            Next::Event(ev) => events.push(ev),
-            Next::Pending if server.held() == 1 => break,
-            Next::Pending => {}
-            Next::Done => panic!("done before the gate opened"),
+        let ev = next_event(&mut s);
+        let last_of_burst = matches!(&ev, Event::ContentDelta { text, .. } if text == "a99 ");
+        events.push(ev);
+        if last_of_burst {
+            break;
         }
     }
+    // Everything before the gate is delivered and the turn is waiting on the socket;
+    // the server goes on well within idle_ms.
+    assert!(matches!(
+        s.next_timeout(Duration::from_millis(10)).unwrap(),
+        Next::Pending
+    ));
     server.open_gate();
 
-    // Pause 2, in the second half of the response.
+    // Pause 2, in the second burst.
     eventually("the turn to pause again", || control.turn_paused());
     pause();
     events.extend(drain(&mut s));
-    let text = final_text(&events);
-    assert_eq!(text, words.concat());
+    let want: String = (0..100)
+        .map(|i| format!("a{i} "))
+        .chain((0..100).map(|i| format!("b{i} ")))
+        .collect();
+    assert_eq!(final_text(&events), want);
 }
 
 // ---- 3. one runtime model: pooled connections stay healthy ---------------------------
