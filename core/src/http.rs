@@ -39,6 +39,10 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 /// (its idle connections close).
 const MAX_POOLS: usize = 8;
 
+/// Longest a request waits for the previous response's body to end (see
+/// `Transport::let_drain_finish`).
+const DRAIN_GRACE: Duration = Duration::from_millis(50);
+
 /// Most redirects followed within the endpoint's own origin.
 const MAX_REDIRECTS: usize = 5;
 
@@ -298,9 +302,11 @@ impl Transport {
         }
     }
 
-    /// Gives the previous response's background drain one chance to finish, so its
-    /// connection is back in the pool before the next request picks one. Never waits
-    /// on the network.
+    /// Lets the previous response's background drain finish (at most
+    /// `DRAIN_GRACE`), so its connection is back in the pool before this request picks
+    /// one: the end of a chunked body usually trails the provider's last event by
+    /// microseconds, and reusing the connection saves a TCP and TLS handshake. A server
+    /// that holds the body open costs the next request this grace at most, once.
     async fn let_drain_finish(&self) {
         let pending = self
             .draining
@@ -309,6 +315,11 @@ impl Transport {
             .take();
         if let Some(handle) = pending {
             if !handle.is_finished() {
+                let _ = tokio::time::timeout(DRAIN_GRACE, handle).await;
+            }
+            // The HTTP stack hands the finished connection back to the pool from a task of
+            // its own; let it run before this request looks for one.
+            for _ in 0..2 {
                 tokio::task::yield_now().await;
             }
         }
