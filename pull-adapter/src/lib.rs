@@ -66,8 +66,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{
-    bounded, select, Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx, TryRecvError,
-    TrySendError,
+    bounded, Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx, TryRecvError, TrySendError,
 };
 use futures_util::FutureExt;
 use panto::{Agent, Error, Event, Flow, Receiver, TurnControl, TurnOptions};
@@ -229,8 +228,6 @@ struct Shared {
     /// The turn is being polled on its worker right now.
     producer_running: AtomicBool,
     cancelled: AtomicBool,
-    /// Dropping the sender wakes everything selecting on the paired receiver.
-    wake: Mutex<Option<QueueTx<()>>>,
 }
 
 impl Shared {
@@ -273,11 +270,16 @@ impl StreamControl {
     pub fn cancel(&self) {
         self.shared.cancelled.store(true, Ordering::SeqCst);
         self.control.cancel.cancel();
-        self.shared
-            .wake
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        // Ending the queue (its only sender lives in the outbox) wakes a blocked `next`,
+        // which sees the cancel flag first; what was queued is no longer wanted.
+        let mut outbox = self.shared.outbox();
+        outbox.closed = true;
+        outbox.items.clear();
+        outbox.len.store(0, Ordering::SeqCst);
+        outbox.tx = None;
+        if let Some(w) = outbox.producer.take() {
+            w.wake();
+        }
     }
 
     pub fn is_cancelled(&self) -> bool {
@@ -318,7 +320,6 @@ enum State {
 /// One turn as a pull stream. `Send`; see the crate docs for the contract.
 pub struct Stream {
     events: Option<QueueRx<Item>>,
-    wake_rx: QueueRx<()>,
     /// Disconnected when the turn's task has ended (completed, failed or dropped).
     task_done: QueueRx<()>,
     control: StreamControl,
@@ -459,7 +460,6 @@ impl Stream {
         // Reserve on the caller's thread so `busy` is reported synchronously.
         let slot = agent.reserve()?;
         let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);
-        let (wake_tx, wake_rx) = bounded::<()>(0);
         let (done_tx, done_rx) = bounded::<()>(0);
         let outbox_len = Arc::new(AtomicUsize::new(0));
         let shared = Arc::new(Shared {
@@ -476,7 +476,6 @@ impl Stream {
             producer_waiting: AtomicBool::new(false),
             producer_running: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
-            wake: Mutex::new(Some(wake_tx)),
         });
         let control = StreamControl {
             control: TurnControl::default(),
@@ -518,7 +517,6 @@ impl Stream {
         drop(worker.spawn(pump));
         Ok(Stream {
             events: Some(rx),
-            wake_rx,
             task_done: done_rx,
             control,
             state: State::Active,
@@ -655,15 +653,8 @@ impl Stream {
             shared.flush_for_consumer();
         }
         let received = match deadline {
-            None => select! {
-                recv(events) -> r => r.map_err(|_| RecvTimeoutError::Disconnected),
-                recv(self.wake_rx) -> _ => Err(RecvTimeoutError::Timeout),
-            },
-            Some(d) => select! {
-                recv(events) -> r => r.map_err(|_| RecvTimeoutError::Disconnected),
-                recv(self.wake_rx) -> _ => Err(RecvTimeoutError::Timeout),
-                default(d.saturating_duration_since(Instant::now())) => Err(RecvTimeoutError::Timeout),
-            },
+            None => events.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(d) => events.recv_deadline(d),
         };
         shared.consumer_waiting.store(false, Ordering::SeqCst);
         self.deliver(received)
