@@ -670,3 +670,34 @@ fn try_next_never_waits_and_drains_a_burst() {
     }
     assert!(events.last().unwrap().is_terminal());
 }
+
+#[test]
+fn next_timeout_without_a_representable_deadline_waits_like_next() {
+    let _g = serial();
+    let server = TestServer::start(script::scenario(two_step())).unwrap();
+    let agent = agent_for(&server, |c| c);
+    weather(&agent);
+    let mut s = agent.stream("go").unwrap();
+    let mut events = Vec::new();
+    loop {
+        match s.next_timeout(Duration::MAX).unwrap() {
+            Next::Event(ev) => events.push(ev),
+            Next::Done => break,
+            Next::Pending => panic!("an unlimited wait timed out"),
+        }
+    }
+    assert!(events.last().unwrap().is_terminal());
+}
+
+#[test]
+fn queue_capacity_has_an_upper_bound() {
+    let server = TestServer::start(script::scenario(vec![])).unwrap();
+    let err = Agent::new(
+        Config::new(ProviderKind::OpenAi, "m")
+            .with_base_url(server.url())
+            .with_queue_capacity(usize::MAX),
+    )
+    .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Config);
+    assert!(err.message.starts_with("queue_capacity"), "{}", err.message);
+}
