@@ -9,8 +9,12 @@
 #
 # Benches (see their headers): core/benches/decode.rs (µs per chunk of a 100,000-chunk
 # OpenAI stream, panto vs peers measured in the same run) and pull-adapter/benches/pull.rs
-# (pull Stream vs push Receiver per event, time to first event). Both use the in-process
-# panto-testserver on 127.0.0.1: no network besides crates.io for the first build.
+# (pull Stream vs push Receiver per event, time to first event; run twice: on a quiet
+# machine, then with a CPU hog busy on every core beside it) and
+# pull-adapter/benches/concurrency.rs (1, 64 and 1,000 paced streams at once: CPU per
+# event, added latency, threads, memory; pull vs push on one thread). All use the
+# in-process panto-testserver on 127.0.0.1: no network besides crates.io for the first
+# build. PANTO_BENCH_LOADED=0 skips the loaded pass.
 # Figures are printed, never asserted: compare ratios measured in the same run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -33,6 +37,21 @@ run_bench() {
 start=$SECONDS
 run_bench -p panto --bench decode -- ${quick[@]+"${quick[@]}"} ${extra[@]+"${extra[@]}"}
 run_bench -p panto-pull --bench pull -- ${quick[@]+"${quick[@]}"} ${extra[@]+"${extra[@]}"}
+if [[ "${PANTO_BENCH_LOADED:-1}" != 0 ]]; then
+    # The same pass with every core kept busy by a hog, as on a loaded CI machine.
+    hogs=()
+    for _ in $(seq "$(nproc)"); do
+        (while :; do :; done) &
+        hogs+=($!)
+    done
+    echo "[loaded] $(nproc) CPU hogs running" >>"$log"
+    cargo bench -p panto-pull --bench pull -- ${quick[@]+"${quick[@]}"} ${extra[@]+"${extra[@]}"} 2>&1 \
+        | sed -u -e 's/^\[summary\] \([^:]*\): /[summary] \1 (loaded): /' \
+                 -e 's/^\[\(ratio\|target\)\] /[\1] (loaded) /' | tee -a "$log"
+    kill "${hogs[@]}" 2>/dev/null || true
+    wait "${hogs[@]}" 2>/dev/null || true
+fi
+run_bench -p panto-pull --bench concurrency
 
 echo
 echo "== panto benchmark summary ($((SECONDS - start)) s; lower is better; ratios < 1 favour panto) =="
@@ -51,3 +70,5 @@ done
 echo
 grep -a -E '^\[ratio\] ' "$log" | sed 's/^\[ratio\] /ratio  /' || true
 grep -a -E '^\[target\] ' "$log" | sed 's/^\[target\] /target /' || true
+echo
+grep -a -E '^\[concurrency\] ' "$log" | sed 's/^\[concurrency\] //' || true
