@@ -16,6 +16,8 @@
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
+// Only the thread-CPU helpers are used here.
+#[allow(dead_code)]
 #[path = "../../tests/bench-support/measure.rs"]
 mod measure;
 use measure::{server_threads, thread_cpu};
