@@ -469,7 +469,11 @@ fn busy_while_streaming_and_free_after_drop() {
     let _g = serial();
     let server = TestServer::start(script::scenario(stalled_after_first_delta())).unwrap();
     let agent = agent_for(&server, |c| c);
-    let s = agent.stream("x").unwrap();
+    let mut s = agent.stream("x").unwrap();
+    assert_eq!(agent.stream("y").unwrap_err().kind, ErrorKind::Busy);
+    // Its request has reached the server (which now stalls it) before the scenario
+    // changes, so it cannot consume the next stream's exchange.
+    while !matches!(s.next().unwrap(), Some(Event::ContentDelta { .. })) {}
     assert_eq!(agent.stream("y").unwrap_err().kind, ErrorKind::Busy);
     drop(s);
     server.set_scenario(script::scenario(vec![exchange(script::openai_text(&[
