@@ -23,7 +23,11 @@ pub struct PantoAgent {
 
 impl PantoAgent {
     /// Runs `f` on a usable agent, catching a panic (which poisons the handle).
-    fn call<T>(&self, function: &str, f: impl FnOnce(&Agent) -> Result<T, Error>) -> Result<T, Error> {
+    fn call<T>(
+        &self,
+        function: &str,
+        f: impl FnOnce(&Agent) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         if self.poisoned.load(Ordering::SeqCst) {
             return Err(poisoned(function, "agent"));
         }

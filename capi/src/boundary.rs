@@ -22,7 +22,9 @@ pub(crate) fn panic_error(what: &str, payload: &(dyn Any + Send)) -> Error {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-string panic payload".into());
-    Error::internal(format!("{what}: internal error (a panic was caught): {why}"))
+    Error::internal(format!(
+        "{what}: internal error (a panic was caught): {why}"
+    ))
 }
 
 /// An invalid argument: the `config` kind (DESIGN.md's class for bad caller input),
@@ -49,7 +51,10 @@ pub(crate) unsafe fn input_str<'a>(
         return Err(invalid(function, format_args!("{name} is NULL")));
     }
     if len > isize::MAX as usize {
-        return Err(invalid(function, format_args!("{name}: length {len} is too large")));
+        return Err(invalid(
+            function,
+            format_args!("{name}: length {len} is too large"),
+        ));
     }
     let bytes = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
     std::str::from_utf8(bytes).map_err(|e| {

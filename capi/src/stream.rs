@@ -131,7 +131,12 @@ unsafe fn next(
         return PANTO_ERROR;
     };
     let Some(stream) = stream.as_ref() else {
-        return deliver(out, size, Some(static_error(function, NULL_STREAM)), PANTO_ERROR);
+        return deliver(
+            out,
+            size,
+            Some(static_error(function, NULL_STREAM)),
+            PANTO_ERROR,
+        );
     };
     let mut consumer = match stream.consumer.try_lock() {
         Ok(c) => c,
@@ -155,7 +160,10 @@ unsafe fn next(
     let step = guard(function, || {
         maybe_panic();
         let next = match wait {
-            Wait::Forever => consumer.stream.next().map(|e| e.map_or(Next::Done, Next::Event)),
+            Wait::Forever => consumer
+                .stream
+                .next()
+                .map(|e| e.map_or(Next::Done, Next::Event)),
             Wait::Poll => consumer.stream.try_next(),
             Wait::For(d) => consumer.stream.next_timeout(d),
         };
@@ -182,7 +190,10 @@ unsafe fn next(
 /// # Safety
 /// See `panto.h`.
 #[no_mangle]
-pub unsafe extern "C" fn panto_next_event(stream: *mut PantoStream, out: *mut PantoEvent) -> PantoStatus {
+pub unsafe extern "C" fn panto_next_event(
+    stream: *mut PantoStream,
+    out: *mut PantoEvent,
+) -> PantoStatus {
     next("panto_next_event", stream, out, Wait::Forever)
 }
 
@@ -210,7 +221,10 @@ pub unsafe extern "C" fn panto_next_event_timeout(
 /// # Safety
 /// See `panto.h`.
 #[no_mangle]
-pub unsafe extern "C" fn panto_event_to_json(event: *const PantoEvent, out: *mut PantoStr) -> PantoStatus {
+pub unsafe extern "C" fn panto_event_to_json(
+    event: *const PantoEvent,
+    out: *mut PantoStr,
+) -> PantoStatus {
     if out.is_null() {
         return PANTO_ERROR;
     }
@@ -306,7 +320,10 @@ pub unsafe extern "C" fn panto_stream_submit_tool_result(
 #[no_mangle]
 pub unsafe extern "C" fn panto_stream_consumer_waiting(stream: *const PantoStream) -> bool {
     stream.as_ref().is_some_and(|s| {
-        guard("panto_stream_consumer_waiting", || s.control.consumer_waiting()).unwrap_or(false)
+        guard("panto_stream_consumer_waiting", || {
+            s.control.consumer_waiting()
+        })
+        .unwrap_or(false)
     })
 }
 
