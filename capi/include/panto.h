@@ -131,9 +131,9 @@
  *     `payload`. The library zero-fills everything it does not set, so a zero field
  *     means "absent" to a newer reader of an older library.
  *   - struct_size: the caller sets it to sizeof(PantoEvent) as the caller's header has
- *     it. The library accepts every size from this version's sizeof(PantoEvent) up to
- *     PANTO_EVENT_MAX_STRUCT_SIZE, writes what it knows, zero-fills the rest up to
- *     struct_size, and never touches a byte beyond it.
+ *     it. Every 1.x library accepts every size from sizeof(PantoEvent) of ABI 1.0 (this
+ *     header's) up to PANTO_EVENT_MAX_STRUCT_SIZE, writes the fields it knows that fit,
+ *     zero-fills the rest up to struct_size, and never touches a byte beyond it.
  *   - Reserved fields (_reserved*, flags) are zero in this version; never rely on their
  *     contents.
  *   - A pollable readiness file descriptor may be added in a later minor version, e.g.
@@ -561,15 +561,16 @@ PANTO_API PantoStatus panto_next_event_timeout(PantoStream *stream, PantoEvent *
  * byte the line `panto run --json` prints for it — or, for a PANTO_EV_ERROR event, the
  * error's JSON (see panto_error_to_json). *out is borrowed like the event's strings.
  * PANTO_ERROR (and *out absent) if `event` is NULL, has no event (PANTO_EV_NONE), was
- * not filled by a next call, or `out` is NULL. Never blocks. It may be called from any
- * thread while the event's lifetime lasts. */
+ * not filled by a next call, or `out` is NULL. An event no next call has filled must be
+ * zero-initialized (PANTO_EVENT_INIT): its _private field is read. Never blocks. It may
+ * be called from any thread while the event's lifetime lasts. */
 PANTO_API PantoStatus panto_event_to_json(const PantoEvent *event, PantoStr *out);
 
 /* Cancels the turn: a next call blocked on another thread wakes up, and it — or the
  * next one — fails with PANTO_ERR_CANCELLED, unless message_complete was already
  * delivered. The history keeps only complete steps. Idempotent; never blocks; may be
- * called from any thread at any time (not after panto_stream_free). PANTO_ERROR only
- * for a NULL stream. */
+ * called from any thread at any time (not after panto_stream_free). PANTO_ERROR for a
+ * NULL stream. */
 PANTO_API PantoStatus panto_stream_cancel(PantoStream *stream);
 
 /* Answers the host-tool call `call_id` (from a tool_call_start with host set) with

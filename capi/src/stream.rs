@@ -58,6 +58,11 @@ enum Wait {
     For(Duration),
 }
 
+/// The smallest `struct_size` accepted: `sizeof(PantoEvent)` of ABI 1.0. Frozen: when a
+/// later 1.x appends fields to `PantoEvent`, callers built against 1.0 still pass this
+/// size, and get the fields that fit.
+const MIN_EVENT_SIZE: usize = std::mem::size_of::<PantoEvent>();
+
 /// The `struct_size` of the caller's event, if acceptable.
 ///
 /// # Safety
@@ -67,21 +72,21 @@ unsafe fn event_size(out: *const PantoEvent) -> Option<u32> {
         return None;
     }
     let size = out.cast::<u32>().read();
-    let v1 = std::mem::size_of::<PantoEvent>();
-    ((size as usize) >= v1 && size <= PANTO_EVENT_MAX_STRUCT_SIZE).then_some(size)
+    ((size as usize) >= MIN_EVENT_SIZE && size <= PANTO_EVENT_MAX_STRUCT_SIZE).then_some(size)
 }
 
-/// Writes `ev` into the caller's event of `size` bytes: this version's fields, then zeros
-/// up to `size` (fields of later versions read as absent).
+/// Writes `ev` into the caller's event of `size` bytes: the fields that fit, then zeros up
+/// to `size` (fields of versions newer than this library read as absent). Never forms a
+/// reference to the caller's memory, whose size is only what the caller declared.
 ///
 /// # Safety
-/// `out` points to `size` writable bytes, `size >= size_of::<PantoEvent>()`.
+/// `out` points to `size` writable bytes, `size >= MIN_EVENT_SIZE`.
 unsafe fn write_event(out: *mut PantoEvent, size: u32, mut ev: PantoEvent) {
     ev.struct_size = size;
-    let v1 = std::mem::size_of::<PantoEvent>();
+    let known = std::mem::size_of::<PantoEvent>().min(size as usize);
     let dst = out.cast::<u8>();
-    std::ptr::copy_nonoverlapping((&ev as *const PantoEvent).cast::<u8>(), dst, v1);
-    std::ptr::write_bytes(dst.add(v1), 0, size as usize - v1);
+    std::ptr::copy_nonoverlapping((&ev as *const PantoEvent).cast::<u8>(), dst, known);
+    std::ptr::write_bytes(dst.add(known), 0, size as usize - known);
 }
 
 /// Fills the caller's event from `record` (or with no event) and returns `status`.

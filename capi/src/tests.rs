@@ -776,6 +776,16 @@ fn owned_strings_are_freed_once_and_emptied() {
 }
 
 #[test]
+fn handles_may_be_shared_across_threads() {
+    // Cancel, submit and the diagnostics run on a stream from any thread while another
+    // thread is in a next call; agents are used from many threads at once.
+    fn shared<T: Send + Sync>() {}
+    shared::<PantoStream>();
+    shared::<PantoAgent>();
+    shared::<PantoError>();
+}
+
+#[test]
 fn derived_strings_are_kept_by_the_record() {
     let record = Record::event(Event::MessageEnd {
         message: 0,
