@@ -39,5 +39,15 @@ case "$demo_out" in
   *) echo "demo output is not the expected tool call and answer" >&2; exit 1 ;;
 esac
 
+# ---- C ABI (capi/) --------------------------------------------------------------------
+step "C ABI: header drift check (scripts/check-header.sh) and the checker's self-test"
+scripts/check-header.sh
+
+step "C ABI: C tests against panto-testserver under valgrind memcheck"
+capi/tests/c/run.sh
+
+step "C ABI: install, pkg-config, and examples/stream.c prints what 'panto run --json' prints"
+capi/examples/check-example.sh
+
 echo
 echo "all suites passed in $((SECONDS - started)) s"

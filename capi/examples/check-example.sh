@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The C example end to end, as a user would get it: install libpanto into a scratch
+# prefix (scripts/install-capi.sh), build examples/stream.c with pkg-config twice —
+# against the shared and against the static library — run both against panto-testserver
+# (the demo scenario: a `weather` host tool call, then the answer), and require each to
+# print byte for byte what `panto run --json` prints for the same turn.
+# (Memory checking is the C tests' job, on the debug build: valgrind reports false
+# positives in optimized code of dependencies, e.g. word-wise compares in http's header
+# name parser, and a release build is what gets installed here.)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+target="$CARGO_TARGET_DIR"
+cc="${CC:-cc}"
+scenario=tests/server/scenarios/demo-weather.json
+prompt="What's the weather in Paris?"
+tool_output='{"city":"Paris","temp_c":18,"sky":"sunny"}'
+
+cargo build --locked -q -p panto-cli -p panto-testserver
+prefix="$target/capi-install"
+rm -rf "$prefix"
+scripts/install-capi.sh "$prefix" >/dev/null
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+libdir=$(pkg-config --variable=libdir panto)
+
+tmp=$(mktemp -d)
+server_pid=
+cleanup() {
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# shellcheck disable=SC2046  # pkg-config output is meant to be split
+"$cc" -std=c11 -Wall -Wextra -Werror capi/examples/stream.c $(pkg-config --cflags --libs panto) \
+  -Wl,-rpath,"$libdir" -o "$tmp/stream-shared"
+static_libs=$(pkg-config --static --libs-only-l panto | sed 's/-lpanto\b//')
+# shellcheck disable=SC2046,SC2086
+"$cc" -std=c11 -Wall -Wextra -Werror capi/examples/stream.c $(pkg-config --cflags panto) \
+  "$libdir/libpanto.a" $static_libs -o "$tmp/stream-static"
+if ldd "$tmp/stream-static" | grep -q libpanto; then
+  echo "stream-static loads libpanto.so: not a static build" >&2
+  exit 1
+fi
+
+# Runs "$@" (with @URL@ replaced by the server's URL) against a fresh server; output in $1.
+run_with_server() {
+  local out=$1 line url a
+  shift
+  mkfifo "$tmp/ready"
+  "$target/debug/panto-testserver" --scenario "$scenario" >"$tmp/ready" &
+  server_pid=$!
+  read -r line <"$tmp/ready"
+  rm "$tmp/ready"
+  url=${line#listening on }
+  local args=()
+  for a in "$@"; do args+=("${a//@URL@/$url}"); done
+  OPENAI_API_KEY=test PANTO_MODEL=gpt-4o-mini "${args[@]}" >"$out"
+  kill "$server_pid"
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=
+}
+
+run_with_server "$tmp/cli.jsonl" "$target/debug/panto" run --json --base-url "@URL@/v1" \
+  --api-key test --model gpt-4o-mini \
+  --tool "weather=cat >/dev/null; printf %s '$tool_output'" "$prompt"
+run_with_server "$tmp/shared.jsonl" "$tmp/stream-shared" "@URL@/v1" "$prompt"
+run_with_server "$tmp/static.jsonl" "$tmp/stream-static" "@URL@/v1" "$prompt"
+
+grep -q '"type":"tool_result".*"is_error":false' "$tmp/cli.jsonl" || {
+  echo "the reference turn has no successful tool result:" >&2
+  cat "$tmp/cli.jsonl" >&2
+  exit 1
+}
+for build in shared static; do
+  if ! cmp -s "$tmp/cli.jsonl" "$tmp/$build.jsonl"; then
+    echo "examples/stream.c ($build) printed something else than panto run --json:" >&2
+    diff "$tmp/cli.jsonl" "$tmp/$build.jsonl" >&2 || true
+    exit 1
+  fi
+done
+cat "$tmp/static.jsonl"
+echo "examples/stream.c, shared and static: $(wc -l <"$tmp/cli.jsonl") events, byte for byte what panto run --json prints"

@@ -1,0 +1,216 @@
+//! Owns `PantoAgent`: creating it from the JSON configuration, its history, and
+//! starting a turn (a `PantoStream`). Agent calls are thread-safe: the core's `Agent` is
+//! internally synchronized, so one handle may be used from many threads at once.
+
+use std::ffi::c_char;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use panto_core::{Agent, Error};
+use panto_pull::AgentStreamExt;
+
+use crate::boundary::{fail, guard, input_str, invalid, maybe_panic, poisoned, reset_err, status};
+use crate::error::PantoError;
+use crate::stream::PantoStream;
+use crate::types::*;
+
+/// An agent: one conversation with one provider configuration. Streams keep what they
+/// need of it alive, so freeing the agent while a stream is open is safe.
+pub struct PantoAgent {
+    agent: Agent,
+    /// Set when a panic was caught in a call on this handle.
+    poisoned: AtomicBool,
+}
+
+impl PantoAgent {
+    /// Runs `f` on a usable agent, catching a panic (which poisons the handle).
+    fn call<T>(
+        &self,
+        function: &str,
+        f: impl FnOnce(&Agent) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            return Err(poisoned(function, "agent"));
+        }
+        match guard(function, || {
+            maybe_panic();
+            f(&self.agent)
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                self.poisoned.store(true, Ordering::SeqCst);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `agent` is NULL or a live agent from this library.
+unsafe fn agent_ref<'a>(function: &str, agent: *const PantoAgent) -> Result<&'a PantoAgent, Error> {
+    agent
+        .as_ref()
+        .ok_or_else(|| invalid(function, "agent is NULL"))
+}
+
+/// Creates an agent from its JSON configuration.
+///
+/// # Safety
+/// See `panto.h`: pointers are NULL or valid for the documented use.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_new(
+    config_json: *const c_char,
+    len: usize,
+    out: *mut *mut PantoAgent,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_agent_new";
+    reset_err(err);
+    if out.is_null() {
+        return fail(err, invalid(F, "out is NULL"));
+    }
+    out.write(std::ptr::null_mut());
+    if config_json.is_null() {
+        return fail(err, invalid(F, "config_json is NULL"));
+    }
+    let json = match input_str(F, "config_json", config_json, len) {
+        Ok(s) => s,
+        Err(e) => return fail(err, e),
+    };
+    let made = guard(F, || {
+        maybe_panic();
+        Agent::from_json(json)
+    });
+    match made.and_then(|r| r) {
+        Ok(agent) => {
+            out.write(Box::into_raw(Box::new(PantoAgent {
+                agent,
+                poisoned: AtomicBool::new(false),
+            })));
+            PANTO_OK
+        }
+        Err(e) => fail(err, e),
+    }
+}
+
+/// Frees an agent handle; NULL is a no-op. Open streams stay valid.
+///
+/// # Safety
+/// `agent` is NULL or a live agent, not used after this call.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_free(agent: *mut PantoAgent) {
+    if !agent.is_null() {
+        let _ = guard("panto_agent_free", || drop(Box::from_raw(agent)));
+    }
+}
+
+/// Saves the conversation as versioned JSON into `*out` (owned by the caller).
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_save_history(
+    agent: *mut PantoAgent,
+    out: *mut PantoString,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_agent_save_history";
+    reset_err(err);
+    if out.is_null() {
+        return fail(err, invalid(F, "out is NULL"));
+    }
+    out.write(PantoString {
+        ptr: std::ptr::null_mut(),
+        len: 0,
+    });
+    let agent = match agent_ref(F, agent) {
+        Ok(a) => a,
+        Err(e) => return fail(err, e),
+    };
+    match agent.call(F, |a| Ok(a.history_json())) {
+        Ok(json) => {
+            out.write(crate::string::owned(json));
+            PANTO_OK
+        }
+        Err(e) => fail(err, e),
+    }
+}
+
+/// Replaces the conversation with one saved by `panto_agent_save_history`.
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_load_history(
+    agent: *mut PantoAgent,
+    json: *const c_char,
+    len: usize,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_agent_load_history";
+    reset_err(err);
+    let agent = match agent_ref(F, agent) {
+        Ok(a) => a,
+        Err(e) => return fail(err, e),
+    };
+    if json.is_null() {
+        return fail(err, invalid(F, "json is NULL"));
+    }
+    let json = match input_str(F, "json", json, len) {
+        Ok(s) => s,
+        Err(e) => return fail(err, e),
+    };
+    status(err, agent.call(F, |a| a.load_history_json(json)))
+}
+
+/// Empties the conversation.
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_clear_history(
+    agent: *mut PantoAgent,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_agent_clear_history";
+    reset_err(err);
+    let agent = match agent_ref(F, agent) {
+        Ok(a) => a,
+        Err(e) => return fail(err, e),
+    };
+    status(err, agent.call(F, |a| a.clear_history()))
+}
+
+/// Starts a turn: appends `input` as the user message and returns its stream.
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_stream(
+    agent: *mut PantoAgent,
+    input: *const c_char,
+    len: usize,
+    out: *mut *mut PantoStream,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_agent_stream";
+    reset_err(err);
+    if out.is_null() {
+        return fail(err, invalid(F, "out is NULL"));
+    }
+    out.write(std::ptr::null_mut());
+    let agent = match agent_ref(F, agent) {
+        Ok(a) => a,
+        Err(e) => return fail(err, e),
+    };
+    let input = match input_str(F, "input", input, len) {
+        Ok(s) => s,
+        Err(e) => return fail(err, e),
+    };
+    match agent.call(F, |a| a.stream(input)) {
+        Ok(stream) => {
+            out.write(Box::into_raw(PantoStream::new(stream)));
+            PANTO_OK
+        }
+        Err(e) => fail(err, e),
+    }
+}

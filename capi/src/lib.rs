@@ -1,0 +1,43 @@
+//! `panto-capi`: the C ABI of panto, built as `libpanto.so` and `libpanto.a`.
+//!
+//! The contract is the hand-written `include/panto.h`; it is the manual (ownership,
+//! blocking and threads, per function). This crate implements it over the pull adapter:
+//!
+//! ```text
+//!  panto_agent_new(json) ──► Agent::from_json                       (agent)
+//!  panto_agent_stream ─────► panto_pull::Stream (turn on a worker)  (agent → stream)
+//!  panto_next_event ───────► Stream::next ─► Record ─► PantoEvent   (stream, record)
+//!       PantoEvent views point into the Record, which the stream keeps until its next call
+//!  panto_stream_cancel / submit_tool_result ─► StreamControl (any thread)
+//! ```
+//!
+//! Modules:
+//! - [`types`] — every `#[repr(C)]` type and constant of the header.
+//! - [`boundary`] — panics caught at every export, pointer and UTF-8 checks, errors out.
+//! - [`error`] — `PantoError` and its accessors; kind and event names.
+//! - [`agent`] — `PantoAgent`: configuration, history, starting a turn.
+//! - [`stream`] — `PantoStream`: next (blocking, timed, polled), cancel, host tools, free.
+//! - [`record`] — the memory behind a delivered event, and its canonical JSON.
+//! - [`string`] — `PantoString`, the owned string the caller frees.
+//!
+//! `cbindgen` reads this crate only to check the header for drift
+//! (`scripts/check-header.sh`); it never writes `include/panto.h`.
+
+pub mod agent;
+pub mod boundary;
+pub mod error;
+pub mod record;
+pub mod stream;
+pub mod string;
+pub mod types;
+
+use types::{PANTO_ABI_VERSION_MAJOR, PANTO_ABI_VERSION_MINOR};
+
+/// The ABI version of the loaded library: `(major << 16) | minor`.
+#[no_mangle]
+pub extern "C" fn panto_abi_version() -> u32 {
+    (PANTO_ABI_VERSION_MAJOR << 16) | PANTO_ABI_VERSION_MINOR
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,407 @@
+//! Owns the memory behind a delivered `PantoEvent`: a [`Record`] keeps the core's event
+//! (or error) and every string the payload points into, and computes the canonical JSON
+//! on demand. A stream keeps its latest record until the next call on it, which is the
+//! "borrowed until the next call" lifetime of the header.
+
+use std::ffi::{c_char, c_void};
+use std::sync::OnceLock;
+
+use panto_core::{Block, BlockKind, DeltaKind, Error, Event, Usage};
+
+use crate::types::*;
+
+/// Identifies a live record behind `PantoEvent::_private` (a debugging aid against a
+/// zeroed or foreign event; a dangling pointer stays undefined behaviour).
+const RECORD_MAGIC: u64 = 0x7061_6e74_6f45_7631; // "pantoEv1"
+
+/// Makes `s` NUL-terminated without changing it: a 0 byte right after its last byte, in
+/// its spare capacity. The string must not be mutated afterwards (a record never does).
+fn terminate(s: &mut String) {
+    s.reserve(1);
+    // SAFETY: `reserve(1)` guarantees at least one byte of spare capacity; writing a u8
+    // there changes neither the string's length nor its contents.
+    unsafe { s.as_mut_vec().spare_capacity_mut()[0].write(0) };
+}
+
+/// A view of a string already passed through [`terminate`].
+fn view(s: &str) -> PantoStr {
+    PantoStr {
+        ptr: s.as_ptr().cast::<c_char>(),
+        len: s.len(),
+    }
+}
+
+fn opt_view(s: &Option<String>) -> PantoStr {
+    s.as_deref().map_or(PantoStr::ABSENT, view)
+}
+
+fn usage(u: &Usage) -> PantoUsage {
+    PantoUsage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        reasoning_tokens: u.reasoning_tokens,
+    }
+}
+
+pub(crate) fn block_kind_code(k: BlockKind) -> u32 {
+    match k {
+        BlockKind::Text => PANTO_BLOCK_TEXT,
+        BlockKind::Reasoning => PANTO_BLOCK_REASONING,
+        BlockKind::ToolCall => PANTO_BLOCK_TOOL_CALL,
+    }
+}
+
+pub(crate) fn delta_kind_code(k: DeltaKind) -> u32 {
+    match k {
+        DeltaKind::Text => PANTO_DELTA_TEXT,
+        DeltaKind::Reasoning => PANTO_DELTA_REASONING,
+        DeltaKind::ToolArgs => PANTO_DELTA_TOOL_ARGS,
+    }
+}
+
+/// What a record holds.
+pub(crate) enum Item {
+    Event(Event),
+    Error(Error),
+}
+
+/// A delivered event or error with everything its `PantoEvent` points into.
+pub(crate) struct Record {
+    magic: u64,
+    item: Item,
+    /// Strings the payload needs that the event does not hold as such (a stop reason, a
+    /// block's JSON, arguments as JSON text). Never mutated after construction; only
+    /// read through the payload's pointers.
+    #[allow(dead_code)]
+    derived: Vec<String>,
+    kind: u32,
+    payload: PantoEventPayload,
+    json: OnceLock<String>,
+}
+
+// SAFETY: the raw pointers in `payload` point into strings this record owns (in `item`
+// and `derived`), which nothing mutates after construction; sharing or sending the
+// record shares or sends only read-only views of its own data.
+unsafe impl Send for Record {}
+unsafe impl Sync for Record {}
+
+impl Record {
+    pub(crate) fn event(event: Event) -> Box<Record> {
+        Record::build(Item::Event(event))
+    }
+
+    pub(crate) fn error(error: Error) -> Box<Record> {
+        Record::build(Item::Error(error))
+    }
+
+    fn build(mut item: Item) -> Box<Record> {
+        let mut derived = Vec::new();
+        let mut payload = PantoEventPayload::zeroed();
+        let kind = match &mut item {
+            Item::Error(e) => {
+                terminate(&mut e.message);
+                if let Some(c) = &mut e.provider_code {
+                    terminate(c);
+                }
+                payload.error = PantoErrorInfo {
+                    kind: e.kind.code(),
+                    status: u32::from(e.status),
+                    retryable: e.retryable,
+                    _reserved0: [0; 7],
+                    message: view(&e.message),
+                    provider_code: opt_view(&e.provider_code),
+                };
+                PANTO_EV_ERROR
+            }
+            Item::Event(ev) => {
+                let code = ev.code();
+                fill_event(ev, &mut derived, &mut payload);
+                code
+            }
+        };
+        Box::new(Record {
+            magic: RECORD_MAGIC,
+            item,
+            derived,
+            kind,
+            payload,
+            json: OnceLock::new(),
+        })
+    }
+
+    /// Writes this record into `ev` (a local the caller then copies out).
+    pub(crate) fn fill(&self, ev: &mut PantoEvent) {
+        ev.kind = self.kind;
+        ev.payload = self.payload;
+        ev._private = (self as *const Record).cast::<c_void>();
+    }
+
+    /// The canonical JSON (`Event::to_json` / `Error::to_json`), NUL-terminated.
+    pub(crate) fn json(&self) -> PantoStr {
+        let json = self.json.get_or_init(|| {
+            let mut s = match &self.item {
+                Item::Event(ev) => ev.to_json(),
+                Item::Error(e) => e.to_json(),
+            };
+            terminate(&mut s);
+            s
+        });
+        view(json)
+    }
+
+    pub(crate) fn kind(&self) -> u32 {
+        self.kind
+    }
+
+    /// The record behind an event's `_private`, if it looks like one.
+    ///
+    /// # Safety
+    /// `p` is NULL or was set by [`Record::fill`] from a record that is still alive.
+    pub(crate) unsafe fn from_private<'a>(p: *const c_void) -> Option<&'a Record> {
+        let r = p.cast::<Record>().as_ref()?;
+        (r.magic == RECORD_MAGIC).then_some(r)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn derived_len(&self) -> usize {
+        self.derived.len()
+    }
+}
+
+/// Fills `payload` from `ev`, terminating the event's own strings in place and keeping
+/// derived ones in `derived`. Each derived string is pushed before it is viewed; pushing
+/// moves only the `String` (pointer, length, capacity), never its bytes.
+fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEventPayload) {
+    let mut keep = |mut s: String| -> PantoStr {
+        terminate(&mut s);
+        let v = view(&s);
+        derived.push(s);
+        v
+    };
+    match ev {
+        Event::MessageStart {
+            message,
+            model,
+            response_id,
+        } => {
+            terminate(model);
+            if let Some(r) = response_id {
+                terminate(r);
+            }
+            payload.message_start = PantoMessageStart {
+                message: *message,
+                _reserved0: 0,
+                model: view(model),
+                response_id: opt_view(response_id),
+            };
+        }
+        Event::BlockStart {
+            message,
+            block,
+            kind,
+        } => {
+            payload.block_start = PantoBlockStart {
+                message: *message,
+                block: *block,
+                kind: block_kind_code(*kind),
+                _reserved0: 0,
+            };
+        }
+        Event::ContentDelta {
+            message,
+            block,
+            kind,
+            text,
+        } => {
+            terminate(text);
+            payload.content_delta = PantoContentDelta {
+                message: *message,
+                block: *block,
+                kind: delta_kind_code(*kind),
+                _reserved0: 0,
+                text: view(text),
+            };
+        }
+        Event::ToolDetails {
+            message,
+            block,
+            call_id,
+            name,
+        } => {
+            terminate(call_id);
+            terminate(name);
+            payload.tool_details = PantoToolDetails {
+                message: *message,
+                block: *block,
+                call_id: view(call_id),
+                name: view(name),
+            };
+        }
+        Event::BlockComplete {
+            message,
+            block,
+            content,
+        } => {
+            // Serialized before any string of the block is touched; terminating does
+            // not change a string's contents anyway.
+            let content_json = serde_json_string(content);
+            let mut out = PantoBlockComplete {
+                message: *message,
+                block: *block,
+                content_type: 0,
+                _reserved0: 0,
+                content: keep(content_json),
+                text: PantoStr::ABSENT,
+                signature: PantoStr::ABSENT,
+                call_id: PantoStr::ABSENT,
+                name: PantoStr::ABSENT,
+                arguments: PantoStr::ABSENT,
+                arguments_raw: PantoStr::ABSENT,
+            };
+            match content {
+                Block::Text { text } => {
+                    terminate(text);
+                    out.content_type = PANTO_CONTENT_TEXT;
+                    out.text = view(text);
+                }
+                Block::Reasoning { text, signature } => {
+                    terminate(text);
+                    if let Some(s) = signature {
+                        terminate(s);
+                    }
+                    out.content_type = PANTO_CONTENT_REASONING;
+                    out.text = view(text);
+                    out.signature = opt_view(signature);
+                }
+                Block::RedactedReasoning { data } => {
+                    terminate(data);
+                    out.content_type = PANTO_CONTENT_REDACTED_REASONING;
+                    out.text = view(data);
+                }
+                Block::ToolCall {
+                    call_id,
+                    name,
+                    arguments,
+                    arguments_raw,
+                } => {
+                    terminate(call_id);
+                    terminate(name);
+                    if let Some(r) = arguments_raw {
+                        terminate(r);
+                    }
+                    out.content_type = PANTO_CONTENT_TOOL_CALL;
+                    out.call_id = view(call_id);
+                    out.name = view(name);
+                    out.arguments = arguments
+                        .as_ref()
+                        .map_or(PantoStr::ABSENT, |v| keep(v.to_string()));
+                    out.arguments_raw = opt_view(arguments_raw);
+                }
+                // Results never appear in block_complete (they are events of their own);
+                // the type stays 0, "unknown", and `content` still has the JSON.
+                Block::ToolResult { .. } => {}
+            }
+            payload.block_complete = out;
+        }
+        Event::MessageEnd {
+            message,
+            stop_reason,
+            usage: u,
+        } => {
+            payload.message_end = PantoMessageEnd {
+                message: *message,
+                _reserved0: 0,
+                stop_reason: keep(stop_reason.as_string()),
+                usage: usage(u),
+            };
+        }
+        Event::ToolCallStart {
+            message,
+            call_id,
+            name,
+            arguments,
+            arguments_raw,
+            host,
+        } => {
+            terminate(call_id);
+            terminate(name);
+            if let Some(r) = arguments_raw {
+                terminate(r);
+            }
+            payload.tool_call_start = PantoToolCallStart {
+                message: *message,
+                host: *host,
+                _reserved0: [0; 3],
+                call_id: view(call_id),
+                name: view(name),
+                arguments: arguments
+                    .as_ref()
+                    .map_or(PantoStr::ABSENT, |v| keep(v.to_string())),
+                arguments_raw: opt_view(arguments_raw),
+            };
+        }
+        Event::ToolResult {
+            message,
+            call_id,
+            name,
+            output,
+            is_error,
+        } => {
+            terminate(call_id);
+            terminate(name);
+            terminate(output);
+            payload.tool_result = PantoToolResult {
+                message: *message,
+                is_error: *is_error,
+                _reserved0: [0; 3],
+                call_id: view(call_id),
+                name: view(name),
+                output: view(output),
+            };
+        }
+        Event::ProviderRetry {
+            message,
+            attempt,
+            max_attempts,
+            delay_ms,
+            reason,
+            status,
+        } => {
+            terminate(reason);
+            payload.provider_retry = PantoProviderRetry {
+                message: *message,
+                attempt: *attempt,
+                max_attempts: *max_attempts,
+                status: status.map_or(0, u32::from),
+                delay_ms: *delay_ms,
+                reason: view(reason),
+            };
+        }
+        Event::MessageComplete {
+            stop_reason,
+            usage: u,
+            messages,
+            text,
+        } => {
+            terminate(text);
+            payload.message_complete = PantoMessageComplete {
+                messages: *messages,
+                _reserved0: 0,
+                stop_reason: keep(stop_reason.as_string()),
+                text: view(text),
+                usage: usage(u),
+            };
+        }
+        // A kind this version of the C ABI does not map yet: delivered with its code and
+        // an all-zero payload (consumers skip unknown kinds); its JSON is complete.
+        #[allow(unreachable_patterns)]
+        _ => {}
+    }
+}
+
+fn serde_json_string(block: &Block) -> String {
+    // A block holds only strings, booleans and JSON values: serializing cannot fail.
+    serde_json::to_string(block).unwrap_or_default()
+}

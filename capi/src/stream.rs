@@ -1,0 +1,356 @@
+//! Owns `PantoStream`: the pull calls (`panto_next_event`, its timeout variant), cancel,
+//! host-tool results, the diagnostics, free — and writing a `PantoEvent` into the
+//! caller's memory without ever reading or writing past the size the caller declared.
+
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock, TryLockError};
+use std::time::Duration;
+
+use panto_core::{Error, ErrorKind};
+use panto_pull::{Next, Stream, StreamControl};
+
+use crate::boundary::{fail, guard, input_str, invalid, maybe_panic, poisoned, reset_err};
+use crate::error::PantoError;
+use crate::record::Record;
+use crate::types::*;
+
+/// One turn as a pull stream. The consumer side sits behind a mutex that a second
+/// concurrent `panto_next_event` finds taken (an error, not a race); `control` serves
+/// cancel, host-tool results and diagnostics from any thread without that mutex.
+pub struct PantoStream {
+    control: StreamControl,
+    consumer: Mutex<Consumer>,
+    poisoned: AtomicBool,
+}
+
+struct Consumer {
+    stream: Stream,
+    /// The last delivered event or error: what the caller's `PantoEvent` points into.
+    current: Option<Box<Record>>,
+}
+
+impl PantoStream {
+    pub(crate) fn new(stream: Stream) -> Box<PantoStream> {
+        Box::new(PantoStream {
+            control: stream.control(),
+            consumer: Mutex::new(Consumer {
+                stream,
+                current: None,
+            }),
+            poisoned: AtomicBool::new(false),
+        })
+    }
+
+    /// After a caught panic nothing about this stream can be trusted: stop its turn and
+    /// fail every later call.
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::SeqCst);
+        let _ = guard("poison", || self.control.cancel());
+    }
+}
+
+/// How long a `next` may wait.
+#[derive(Clone, Copy)]
+enum Wait {
+    Forever,
+    Poll,
+    For(Duration),
+}
+
+/// The smallest `struct_size` accepted: `sizeof(PantoEvent)` of ABI 1.0. Frozen: when a
+/// later 1.x appends fields to `PantoEvent`, callers built against 1.0 still pass this
+/// size, and get the fields that fit.
+const MIN_EVENT_SIZE: usize = std::mem::size_of::<PantoEvent>();
+
+/// The `struct_size` of the caller's event, if acceptable.
+///
+/// # Safety
+/// `out` is NULL or points to at least 4 readable bytes.
+unsafe fn event_size(out: *const PantoEvent) -> Option<u32> {
+    if out.is_null() {
+        return None;
+    }
+    let size = out.cast::<u32>().read();
+    ((size as usize) >= MIN_EVENT_SIZE && size <= PANTO_EVENT_MAX_STRUCT_SIZE).then_some(size)
+}
+
+/// Writes `ev` into the caller's event of `size` bytes: the fields that fit, then zeros up
+/// to `size` (fields of versions newer than this library read as absent). Never forms a
+/// reference to the caller's memory, whose size is only what the caller declared.
+///
+/// # Safety
+/// `out` points to `size` writable bytes, `size >= MIN_EVENT_SIZE`.
+unsafe fn write_event(out: *mut PantoEvent, size: u32, mut ev: PantoEvent) {
+    ev.struct_size = size;
+    let known = std::mem::size_of::<PantoEvent>().min(size as usize);
+    let dst = out.cast::<u8>();
+    std::ptr::copy_nonoverlapping((&ev as *const PantoEvent).cast::<u8>(), dst, known);
+    std::ptr::write_bytes(dst.add(known), 0, size as usize - known);
+}
+
+/// Fills the caller's event from `record` (or with no event) and returns `status`.
+unsafe fn deliver(
+    out: *mut PantoEvent,
+    size: u32,
+    record: Option<&Record>,
+    status: PantoStatus,
+) -> PantoStatus {
+    let mut ev = PantoEvent::zeroed();
+    if let Some(r) = record {
+        r.fill(&mut ev);
+    }
+    write_event(out, size, ev);
+    status
+}
+
+/// Errors that have no stream to keep them: they live as long as the process.
+fn static_error(function: &'static str, message: &'static str) -> &'static Record {
+    static RECORDS: OnceLock<Vec<(&'static str, &'static str, Box<Record>)>> = OnceLock::new();
+    let all = RECORDS.get_or_init(|| {
+        let mut v = Vec::new();
+        for f in ["panto_next_event", "panto_next_event_timeout"] {
+            for m in [NULL_STREAM, IN_USE] {
+                v.push((f, m, Record::error(invalid(f, m))));
+            }
+        }
+        v
+    });
+    all.iter()
+        .find(|(f, m, _)| *f == function && *m == message)
+        .map(|(_, _, r)| r.as_ref())
+        .unwrap_or(&all[0].2)
+}
+
+const NULL_STREAM: &str = "stream is NULL";
+const IN_USE: &str = "another thread is already waiting in a next call on this stream";
+
+unsafe fn next(
+    function: &'static str,
+    stream: *mut PantoStream,
+    out: *mut PantoEvent,
+    wait: Wait,
+) -> PantoStatus {
+    let Some(size) = event_size(out) else {
+        // Nowhere to put anything: a NULL event or a struct_size that is not one.
+        return PANTO_ERROR;
+    };
+    let Some(stream) = stream.as_ref() else {
+        return deliver(
+            out,
+            size,
+            Some(static_error(function, NULL_STREAM)),
+            PANTO_ERROR,
+        );
+    };
+    let mut consumer = match stream.consumer.try_lock() {
+        Ok(c) => c,
+        Err(TryLockError::WouldBlock) => {
+            return deliver(out, size, Some(static_error(function, IN_USE)), PANTO_ERROR);
+        }
+        Err(TryLockError::Poisoned(p)) => {
+            stream.poison();
+            p.into_inner()
+        }
+    };
+    let consumer = &mut *consumer;
+    // The previous event's memory ends here (the header's "until the next call").
+    consumer.current = None;
+    if stream.poisoned.load(Ordering::SeqCst) {
+        let record = consumer
+            .current
+            .insert(Record::error(poisoned(function, "stream")));
+        return deliver(out, size, Some(record), PANTO_ERROR);
+    }
+    let step = guard(function, || {
+        maybe_panic();
+        let next = match wait {
+            Wait::Forever => consumer
+                .stream
+                .next()
+                .map(|e| e.map_or(Next::Done, Next::Event)),
+            Wait::Poll => consumer.stream.try_next(),
+            Wait::For(d) => consumer.stream.next_timeout(d),
+        };
+        match next {
+            Ok(Next::Event(ev)) => (PANTO_EVENT, Some(Record::event(ev))),
+            Ok(Next::Done) => (PANTO_DONE, None),
+            Ok(Next::Pending) => (PANTO_PENDING, None),
+            Err(e) => (PANTO_ERROR, Some(Record::error(e))),
+        }
+    });
+    let (status, record) = match step {
+        Ok(s) => s,
+        Err(panic) => {
+            stream.poison();
+            (PANTO_ERROR, Some(Record::error(panic)))
+        }
+    };
+    consumer.current = record;
+    deliver(out, size, consumer.current.as_deref(), status)
+}
+
+/// Blocks until the next event, the end, or a failure.
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_next_event(
+    stream: *mut PantoStream,
+    out: *mut PantoEvent,
+) -> PantoStatus {
+    next("panto_next_event", stream, out, Wait::Forever)
+}
+
+/// Like `panto_next_event`, giving up with `PANTO_PENDING` after `timeout_ms` (0: do not
+/// wait at all; negative: no limit).
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_next_event_timeout(
+    stream: *mut PantoStream,
+    out: *mut PantoEvent,
+    timeout_ms: i32,
+) -> PantoStatus {
+    let wait = match timeout_ms {
+        t if t < 0 => Wait::Forever,
+        0 => Wait::Poll,
+        t => Wait::For(Duration::from_millis(t as u64)),
+    };
+    next("panto_next_event_timeout", stream, out, wait)
+}
+
+/// The canonical JSON of a delivered event (or error), borrowed like the event.
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_event_to_json(
+    event: *const PantoEvent,
+    out: *mut PantoStr,
+) -> PantoStatus {
+    if out.is_null() {
+        return PANTO_ERROR;
+    }
+    out.write(PantoStr::ABSENT);
+    if event_size(event).is_none() {
+        return PANTO_ERROR;
+    }
+    // Only this version's prefix is read; the caller's struct may be larger.
+    let private = std::ptr::addr_of!((*event)._private).read();
+    let kind = std::ptr::addr_of!((*event).kind).read();
+    let Some(record) = Record::from_private(private.cast::<c_void>()) else {
+        return PANTO_ERROR;
+    };
+    if record.kind() != kind {
+        return PANTO_ERROR;
+    }
+    match guard("panto_event_to_json", || record.json()) {
+        Ok(s) => {
+            out.write(s);
+            PANTO_OK
+        }
+        Err(_) => PANTO_ERROR,
+    }
+}
+
+/// Cancels the turn; any thread, any time, idempotent, never blocks.
+///
+/// # Safety
+/// `stream` is NULL or a live stream.
+#[no_mangle]
+pub unsafe extern "C" fn panto_stream_cancel(stream: *mut PantoStream) -> PantoStatus {
+    match stream.as_ref() {
+        None => PANTO_ERROR,
+        Some(s) => match guard("panto_stream_cancel", || s.control.cancel()) {
+            Ok(()) => PANTO_OK,
+            Err(_) => PANTO_ERROR,
+        },
+    }
+}
+
+/// Answers a host-tool call announced by a `tool_call_start` with `host` set.
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_stream_submit_tool_result(
+    stream: *mut PantoStream,
+    call_id: *const c_char,
+    call_id_len: usize,
+    output: *const c_char,
+    output_len: usize,
+    is_error: bool,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_stream_submit_tool_result";
+    reset_err(err);
+    // Misuse of host tools is the `tool` kind (DESIGN.md), bad arguments included.
+    let as_tool = |e: Error| Error::new(ErrorKind::Tool, e.message);
+    let Some(stream) = stream.as_ref() else {
+        return fail(err, as_tool(invalid(F, "stream is NULL")));
+    };
+    if call_id.is_null() {
+        return fail(err, as_tool(invalid(F, "call_id is NULL")));
+    }
+    let call_id = match input_str(F, "call_id", call_id, call_id_len) {
+        Ok(s) => s,
+        Err(e) => return fail(err, as_tool(e)),
+    };
+    let output = match input_str(F, "output", output, output_len) {
+        Ok(s) => s,
+        Err(e) => return fail(err, as_tool(e)),
+    };
+    if stream.poisoned.load(Ordering::SeqCst) {
+        return fail(err, poisoned(F, "stream"));
+    }
+    match guard(F, || {
+        maybe_panic();
+        stream.control.submit_tool_result(call_id, output, is_error)
+    }) {
+        Ok(Ok(())) => PANTO_OK,
+        Ok(Err(e)) => fail(err, e),
+        Err(panic) => {
+            stream.poison();
+            fail(err, panic)
+        }
+    }
+}
+
+/// True while a next call on this stream waits for an event (diagnostics, tests).
+///
+/// # Safety
+/// `stream` is NULL or a live stream.
+#[no_mangle]
+pub unsafe extern "C" fn panto_stream_consumer_waiting(stream: *const PantoStream) -> bool {
+    stream.as_ref().is_some_and(|s| {
+        guard("panto_stream_consumer_waiting", || {
+            s.control.consumer_waiting()
+        })
+        .unwrap_or(false)
+    })
+}
+
+/// True while the turn is paused because the consumer has not taken its events.
+///
+/// # Safety
+/// `stream` is NULL or a live stream.
+#[no_mangle]
+pub unsafe extern "C" fn panto_stream_turn_paused(stream: *const PantoStream) -> bool {
+    stream.as_ref().is_some_and(|s| {
+        guard("panto_stream_turn_paused", || s.control.turn_paused()).unwrap_or(false)
+    })
+}
+
+/// Cancels the turn if it is still running, waits for its task to end (promptly: a
+/// cancelled turn stops at its next await), and frees the stream; NULL is a no-op.
+///
+/// # Safety
+/// `stream` is NULL or a live stream that no other thread is using, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn panto_stream_free(stream: *mut PantoStream) {
+    if !stream.is_null() {
+        let _ = guard("panto_stream_free", || drop(Box::from_raw(stream)));
+    }
+}

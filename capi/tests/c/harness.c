@@ -1,0 +1,213 @@
+/* See harness.h. POSIX only (the tests run on Linux, under valgrind). */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+int test_failed;
+const char *server_bin;
+const char *scenario_dir;
+
+int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+bool wait_until(bool (*cond)(void *), void *arg, int64_t timeout_ms) {
+  int64_t deadline = now_ms() + timeout_ms;
+  for (;;) {
+    if (cond(arg)) return true;
+    if (now_ms() >= deadline) return false;
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+}
+
+pid_t current_tid(void) { return (pid_t)syscall(SYS_gettid); }
+
+char thread_state(pid_t tid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return '?';
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return '?';
+  buf[n] = 0;
+  /* "tid (comm) S ...": the state follows the last ')'. */
+  char *p = strrchr(buf, ')');
+  return (p && p[1] == ' ') ? p[2] : '?';
+}
+
+bool str_eq(PantoStr s, const char *want) {
+  size_t n = strlen(want);
+  return s.ptr != NULL && s.len == n && memcmp(s.ptr, want, n) == 0 && s.ptr[n] == 0;
+}
+
+bool str_contains(PantoStr s, const char *needle) {
+  size_t n = strlen(needle);
+  if (s.ptr == NULL || s.len < n) return false;
+  for (size_t i = 0; i + n <= s.len; i++)
+    if (memcmp(s.ptr + i, needle, n) == 0) return true;
+  return false;
+}
+
+int server_start(TestServer *s, const char *scenario) {
+  memset(s, 0, sizeof *s);
+  s->pid = -1;
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC) != 0) return -1;
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(in[0]);
+    close(in[1]);
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  char *argv[] = {(char *)server_bin, "--scenario", (char *)scenario, "--port", "0",
+                  "--exit-on-stdin-eof", NULL};
+  int rc = posix_spawn(&s->pid, server_bin, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in[0]);
+  close(out[1]);
+  s->stdin_fd = in[1];
+  s->stdout_fd = out[0];
+  if (rc != 0) {
+    fprintf(stderr, "cannot start %s: %s\n", server_bin, strerror(rc));
+    s->pid = -1;
+    server_stop(s);
+    return -1;
+  }
+  /* First line: "listening on http://127.0.0.1:PORT". */
+  char line[128];
+  size_t len = 0;
+  int64_t deadline = now_ms() + 20000;
+  while (len < sizeof line - 1) {
+    struct pollfd p = {s->stdout_fd, POLLIN, 0};
+    int left = (int)(deadline - now_ms());
+    if (left <= 0 || poll(&p, 1, left) <= 0) break;
+    ssize_t n = read(s->stdout_fd, line + len, 1);
+    if (n <= 0) break;
+    if (line[len] == '\n') break;
+    len++;
+  }
+  line[len] = 0;
+  const char *prefix = "listening on http://127.0.0.1:";
+  if (strncmp(line, prefix, strlen(prefix)) != 0) {
+    fprintf(stderr, "test server did not start (first line: %s)\n", line);
+    server_stop(s);
+    return -1;
+  }
+  s->port = atoi(line + strlen(prefix));
+  snprintf(s->url, sizeof s->url, "http://127.0.0.1:%d", s->port);
+  return 0;
+}
+
+void server_stop(TestServer *s) {
+  if (s->stdin_fd > 0) close(s->stdin_fd);
+  s->stdin_fd = -1;
+  if (s->pid > 0) {
+    int status;
+    int64_t deadline = now_ms() + 10000;
+    while (waitpid(s->pid, &status, WNOHANG) == 0) {
+      if (now_ms() > deadline) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, &status, 0);
+        break;
+      }
+      struct timespec ms = {0, 1000000};
+      nanosleep(&ms, NULL);
+    }
+  }
+  s->pid = -1;
+  if (s->stdout_fd > 0) close(s->stdout_fd);
+  s->stdout_fd = -1;
+}
+
+int server_request(const TestServer *s, const char *method, const char *path, char *body,
+                   size_t cap) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons((uint16_t)s->port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  char req[256];
+  int n = snprintf(req, sizeof req,
+                   "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n"
+                   "Connection: close\r\n\r\n",
+                   method, path);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return -1;
+  }
+  char buf[8192];
+  size_t len = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + len, sizeof buf - 1 - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    len += (size_t)r;
+    if (len == sizeof buf - 1) break;
+  }
+  close(fd);
+  buf[len] = 0;
+  int status = 0;
+  if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1) return -1;
+  if (body && cap) {
+    const char *b = strstr(buf, "\r\n\r\n");
+    b = b ? b + 4 : "";
+    snprintf(body, cap, "%s", b);
+  }
+  return status;
+}
+
+long server_stat(const TestServer *s, const char *field) {
+  char body[2048];
+  if (server_request(s, "GET", "/_panto/stats", body, sizeof body) != 200) return -1;
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\":", field);
+  const char *p = strstr(body, key);
+  return p ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
+long server_client_connections(const TestServer *s) {
+  long n = server_stat(s, "connections_open");
+  return n < 0 ? -1 : n - 1;
+}
+
+int server_open_gate(const TestServer *s) {
+  return server_request(s, "POST", "/_panto/gate/open", NULL, 0) == 200 ? 0 : -1;
+}
+
+const char *config_for(const TestServer *s, const char *key, const char *extra, char *buf,
+                       size_t cap) {
+  snprintf(buf, cap,
+           "{\"provider\":\"openai\",\"model\":\"gpt-4o-mini\",\"base_url\":\"%s/v1\","
+           "\"api_key\":\"%s\"%s}",
+           s->url, key, extra ? extra : "");
+  return buf;
+}

@@ -1,0 +1,84 @@
+/* Test harness for the C ABI tests: checks, the scripted provider server
+ * (panto-testserver, a subprocess), a minimal HTTP client for its control endpoints,
+ * and waiting for a condition with a deadline. */
+#ifndef PANTO_TEST_HARNESS_H
+#define PANTO_TEST_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "panto.h"
+
+/* Set by a failed CHECK; a test function jumps to its `out:` label to clean up. */
+extern int test_failed;
+
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);       \
+      test_failed = 1;                                                               \
+      goto out;                                                                      \
+    }                                                                                \
+  } while (0)
+
+/* Like CHECK, with a printf-style explanation. */
+#define CHECKF(cond, ...)                                                            \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);       \
+      fprintf(stderr, __VA_ARGS__);                                                  \
+      fputc('\n', stderr);                                                           \
+      test_failed = 1;                                                               \
+      goto out;                                                                      \
+    }                                                                                \
+  } while (0)
+
+/* A running panto-testserver. */
+typedef struct TestServer {
+  pid_t pid;
+  int stdin_fd;  /* closing it stops the server (--exit-on-stdin-eof) */
+  int stdout_fd;
+  int port;
+  char url[64]; /* http://127.0.0.1:PORT */
+} TestServer;
+
+/* Paths given on the command line: the server binary and the scenario directories. */
+extern const char *server_bin;
+extern const char *scenario_dir;
+
+/* Starts the server on port 0 with `scenario` (a path). Returns 0 on success. */
+int server_start(TestServer *s, const char *scenario);
+/* Stops it and waits for it to exit. */
+void server_stop(TestServer *s);
+/* POST (or GET) a control endpoint; returns the HTTP status, body into `body`. */
+int server_request(const TestServer *s, const char *method, const char *path, char *body,
+                   size_t cap);
+/* An integer field of GET /_panto/stats, -1 on failure. */
+long server_stat(const TestServer *s, const char *field);
+int server_open_gate(const TestServer *s);
+/* Connections open to the server other than the one asking (stats counts itself). */
+long server_client_connections(const TestServer *s);
+
+/* The agent configuration for `s`: OpenAI-compatible, api_key `key`, `extra` appended
+ * verbatim inside the object (e.g. ",\"queue_capacity\":4"), into buf. */
+const char *config_for(const TestServer *s, const char *key, const char *extra, char *buf,
+                       size_t cap);
+
+/* Milliseconds on a monotonic clock. */
+int64_t now_ms(void);
+/* Polls `cond(arg)` every millisecond until it holds or `timeout_ms` passes. */
+bool wait_until(bool (*cond)(void *), void *arg, int64_t timeout_ms);
+
+/* The Linux thread id of the calling thread, and the scheduler state letter of a
+ * thread of this process (from /proc/self/task/TID/stat: 'S' = sleeping), or '?'. */
+pid_t current_tid(void);
+char thread_state(pid_t tid);
+
+/* PantoStr helpers. */
+bool str_eq(PantoStr s, const char *want);
+bool str_contains(PantoStr s, const char *needle);
+
+#endif

@@ -1,0 +1,720 @@
+/* C tests of libpanto, against panto-testserver. Built with the system compiler and run
+ * under valgrind memcheck by capi/tests/c/run.sh:
+ *
+ *   test_capi SERVER_BIN SCENARIO_DIR DEMO_SCENARIO [TEST_NAME]
+ *
+ * Each test starts its own server (port 0). The last line of output is
+ * "N passed, N failed". */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "panto.h"
+
+static const char *demo_scenario;
+
+static char *scenario(const char *name) {
+  static char path[4096];
+  snprintf(path, sizeof path, "%s/%s", scenario_dir, name);
+  return path;
+}
+
+static PantoAgent *new_agent(const TestServer *srv, const char *key, const char *extra) {
+  char cfg[2048];
+  config_for(srv, key, extra, cfg, sizeof cfg);
+  PantoAgent *agent = NULL;
+  PantoError *err = NULL;
+  if (panto_agent_new(cfg, strlen(cfg), &agent, &err) != PANTO_OK) {
+    PantoStr m = panto_error_message(err);
+    fprintf(stderr, "panto_agent_new: %.*s\n", (int)m.len, m.ptr);
+    panto_error_free(err);
+    return NULL;
+  }
+  return agent;
+}
+
+static PantoStream *start(PantoAgent *agent, const char *input) {
+  PantoStream *stream = NULL;
+  PantoError *err = NULL;
+  if (panto_agent_stream(agent, input, strlen(input), &stream, &err) != PANTO_OK) {
+    PantoStr m = panto_error_message(err);
+    fprintf(stderr, "panto_agent_stream: %.*s\n", (int)m.len, m.ptr);
+    panto_error_free(err);
+    return NULL;
+  }
+  return stream;
+}
+
+/* ------------------------------------------------------------------------------------ */
+
+static void test_abi_version(void) {
+  CHECK(panto_abi_version() == PANTO_ABI_VERSION);
+  CHECK((panto_abi_version() >> 16) == PANTO_ABI_VERSION_MAJOR);
+  CHECK(str_eq(panto_error_kind_name(PANTO_ERR_BUSY), "busy"));
+  CHECK(str_eq(panto_event_kind_name(PANTO_EV_MESSAGE_COMPLETE), "message_complete"));
+  CHECK(str_eq(panto_event_kind_name(12345), "unknown"));
+out:;
+}
+
+/* A full turn with a host tool: the model calls `weather`, the test answers it, the model
+ * answers in text. Then message_complete, then PANTO_DONE on every later call. */
+static void test_host_tool_turn(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL, *agent2 = NULL;
+  PantoStream *stream = NULL;
+  PantoString saved = {NULL, 0}, saved2 = {NULL, 0};
+  PantoError *err = NULL;
+  if (server_start(&srv, demo_scenario) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-demo",
+                    ",\"tools\":[{\"name\":\"weather\",\"description\":\"Weather of a city\","
+                    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+                    "\"string\"}}}}]");
+  CHECK(agent != NULL);
+  stream = start(agent, "What's the weather in Paris?");
+  CHECK(stream != NULL);
+
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  int seen[11] = {0};
+  int events = 0, last_kind = 0;
+  bool answered = false;
+  const char *tool_output = "{\"city\":\"Paris\",\"temp_c\":18,\"sky\":\"sunny\"}";
+  while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+    events++;
+    CHECKF(ev.kind >= 1 && ev.kind <= 10, "kind %u", ev.kind);
+    seen[ev.kind]++;
+    last_kind = (int)ev.kind;
+    CHECK(ev.struct_size == sizeof(PantoEvent));
+    /* Every event's canonical JSON starts with its type. */
+    PantoStr json;
+    CHECK(panto_event_to_json(&ev, &json) == PANTO_OK);
+    char prefix[64];
+    PantoStr name = panto_event_kind_name(ev.kind);
+    snprintf(prefix, sizeof prefix, "{\"type\":\"%.*s\"", (int)name.len, name.ptr);
+    CHECKF(json.len > strlen(prefix) && memcmp(json.ptr, prefix, strlen(prefix)) == 0 &&
+               json.ptr[json.len] == 0,
+           "%.*s", (int)json.len, json.ptr);
+    /* A copy of the struct is as good as the original while the lifetime lasts. */
+    PantoEvent copy = ev;
+    PantoStr json2;
+    CHECK(panto_event_to_json(&copy, &json2) == PANTO_OK && json2.ptr == json.ptr);
+
+    if (ev.kind == PANTO_EV_TOOL_CALL_START) {
+      PantoToolCallStart *t = &ev.payload.tool_call_start;
+      CHECK(t->host);
+      CHECK(str_eq(t->name, "weather"));
+      CHECK(str_eq(t->call_id, "call_1"));
+      CHECK(str_eq(t->arguments, "{\"city\":\"Paris\"}"));
+      CHECK(t->arguments_raw.ptr == NULL && t->arguments_raw.len == 0);
+      CHECK(panto_stream_submit_tool_result(stream, t->call_id.ptr, t->call_id.len, tool_output,
+                                            strlen(tool_output), false, &err) == PANTO_OK);
+      CHECK(err == NULL);
+      /* Answering twice is a tool error; the stream goes on. */
+      CHECK(panto_stream_submit_tool_result(stream, t->call_id.ptr, t->call_id.len, "x", 1,
+                                            false, &err) == PANTO_ERROR);
+      CHECK(panto_error_kind(err) == PANTO_ERR_TOOL);
+      CHECK(str_contains(panto_error_message(err), "already answered"));
+      panto_error_free(err);
+      err = NULL;
+      answered = true;
+    } else if (ev.kind == PANTO_EV_TOOL_RESULT) {
+      CHECK(answered);
+      CHECK(str_eq(ev.payload.tool_result.output, tool_output));
+      CHECK(!ev.payload.tool_result.is_error);
+      CHECK(str_eq(ev.payload.tool_result.call_id, "call_1"));
+    } else if (ev.kind == PANTO_EV_TOOL_DETAILS) {
+      CHECK(str_eq(ev.payload.tool_details.name, "weather"));
+    } else if (ev.kind == PANTO_EV_BLOCK_COMPLETE &&
+               ev.payload.block_complete.content_type == PANTO_CONTENT_TOOL_CALL) {
+      CHECK(str_eq(ev.payload.block_complete.arguments, "{\"city\":\"Paris\"}"));
+      CHECK(str_contains(ev.payload.block_complete.content, "\"type\":\"tool_call\""));
+    } else if (ev.kind == PANTO_EV_MESSAGE_START) {
+      CHECK(str_eq(ev.payload.message_start.model, "gpt-4o-2024-08-06"));
+    } else if (ev.kind == PANTO_EV_MESSAGE_END) {
+      CHECK(ev.payload.message_end.message == 0 ? str_eq(ev.payload.message_end.stop_reason, "tool_use")
+                                                : str_eq(ev.payload.message_end.stop_reason, "end_turn"));
+    } else if (ev.kind == PANTO_EV_MESSAGE_COMPLETE) {
+      PantoMessageComplete *c = &ev.payload.message_complete;
+      CHECK(str_eq(c->text, "It is 18°C and sunny in Paris."));
+      CHECK(str_eq(c->stop_reason, "end_turn"));
+      CHECK(c->messages == 2);
+      CHECK(c->usage.input_tokens == 61 + 92 && c->usage.output_tokens == 15 + 11);
+    }
+  }
+  CHECKF(st == PANTO_DONE, "status %d, error: %.*s", st, (int)ev.payload.error.message.len,
+         ev.payload.error.message.ptr);
+  CHECK(ev.kind == PANTO_EV_NONE);
+  CHECK(last_kind == PANTO_EV_MESSAGE_COMPLETE);
+  CHECK(seen[PANTO_EV_MESSAGE_COMPLETE] == 1 && seen[PANTO_EV_MESSAGE_START] == 2);
+  CHECK(seen[PANTO_EV_TOOL_CALL_START] == 1 && seen[PANTO_EV_TOOL_RESULT] == 1);
+  CHECK(answered && events > 10);
+  /* Exhausted: DONE again, from either call, every time; no JSON for "no event". */
+  for (int i = 0; i < 3; i++) {
+    CHECK(panto_next_event(stream, &ev) == PANTO_DONE && ev.kind == PANTO_EV_NONE);
+    CHECK(panto_next_event_timeout(stream, &ev, 0) == PANTO_DONE);
+    CHECK(panto_next_event_timeout(stream, &ev, 100) == PANTO_DONE);
+  }
+  PantoStr none;
+  CHECK(panto_event_to_json(&ev, &none) == PANTO_ERROR && none.ptr == NULL);
+  /* Cancel after message_complete changes nothing. */
+  CHECK(panto_stream_cancel(stream) == PANTO_OK);
+  CHECK(panto_next_event(stream, &ev) == PANTO_DONE);
+  panto_stream_free(stream);
+  stream = NULL;
+
+  /* History: saved, restored into another agent, identical; cleared. */
+  CHECK(panto_agent_save_history(agent, &saved, &err) == PANTO_OK);
+  CHECK(saved.ptr != NULL && saved.ptr[saved.len] == 0);
+  CHECK(strncmp(saved.ptr, "{\"version\":1,", 13) == 0);
+  CHECK(strstr(saved.ptr, "It is 18°C and sunny in Paris.") != NULL);
+  CHECK(strstr(saved.ptr, "\"role\":\"tool\"") != NULL);
+  agent2 = new_agent(&srv, "sk-demo", NULL);
+  CHECK(agent2 != NULL);
+  CHECK(panto_agent_load_history(agent2, saved.ptr, saved.len, &err) == PANTO_OK);
+  CHECK(panto_agent_save_history(agent2, &saved2, &err) == PANTO_OK);
+  CHECK(saved2.len == saved.len && memcmp(saved.ptr, saved2.ptr, saved.len) == 0);
+  panto_string_free(&saved2);
+  CHECK(saved2.ptr == NULL && saved2.len == 0);
+  CHECK(panto_agent_clear_history(agent2, &err) == PANTO_OK);
+  CHECK(panto_agent_save_history(agent2, &saved2, &err) == PANTO_OK);
+  CHECK(str_eq((PantoStr){saved2.ptr, saved2.len}, "{\"version\":1,\"messages\":[]}"));
+  /* A history a provider would refuse is a config error. */
+  const char *bad = "{\"version\":1,\"messages\":[{\"role\":\"tool\",\"content\":[]}]}";
+  CHECK(panto_agent_load_history(agent2, bad, strlen(bad), &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
+  CHECK(str_contains(panto_error_message(err), "history"));
+  panto_error_free(err);
+  err = NULL;
+out:
+  panto_error_free(err);
+  panto_string_free(&saved);
+  panto_string_free(&saved2);
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  panto_agent_free(agent2);
+  server_stop(&srv);
+}
+
+/* The provider rejects the key: PANTO_ERROR with the whole payload, again on every later
+ * call (sticky); the key appears nowhere. */
+static void test_error_is_sticky_with_payload(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  const char *key = "sk-c-test-secret-123456";
+  if (server_start(&srv, scenario("unauthorized.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, key, NULL);
+  CHECK(agent != NULL);
+  stream = start(agent, "hi");
+  CHECK(stream != NULL);
+  PantoEvent ev = PANTO_EVENT_INIT;
+  for (int i = 0; i < 4; i++) {
+    PantoStatus st = i % 2 ? panto_next_event_timeout(stream, &ev, 1000) : panto_next_event(stream, &ev);
+    CHECKF(st == PANTO_ERROR, "call %d: status %d", i, st);
+    CHECK(ev.kind == PANTO_EV_ERROR);
+    PantoErrorInfo *e = &ev.payload.error;
+    CHECKF(e->kind == PANTO_ERR_AUTHENTICATION, "kind %u", e->kind);
+    CHECK(e->status == 401);
+    CHECK(!e->retryable);
+    CHECK(str_contains(e->message, "Incorrect API key"));
+    CHECKF(!str_contains(e->message, key), "%.*s", (int)e->message.len, e->message.ptr);
+    CHECK(e->provider_code.ptr != NULL && !str_contains(e->provider_code, key));
+    PantoStr json;
+    CHECK(panto_event_to_json(&ev, &json) == PANTO_OK);
+    CHECK(strncmp(json.ptr, "{\"type\":\"error\",\"kind\":\"authentication\"", 39) == 0);
+    CHECK(strstr(json.ptr, "\"status\":401") != NULL && strstr(json.ptr, key) == NULL);
+  }
+  panto_stream_free(stream);
+  stream = NULL;
+  /* The failed turn freed the agent: a new stream starts (and fails the same way). */
+  stream = start(agent, "again");
+  CHECK(stream != NULL);
+  CHECK(panto_next_event(stream, &ev) == PANTO_ERROR);
+  CHECK(ev.payload.error.kind == PANTO_ERR_AUTHENTICATION);
+out:
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&srv);
+}
+
+/* A consumer thread blocked in panto_next_event (the response is held by the server). */
+typedef struct Consumer {
+  PantoStream *stream;
+  _Atomic pid_t tid;
+  atomic_int events;
+  atomic_bool saw_hello;
+  atomic_bool finished;
+  PantoStatus last;
+  uint32_t error_kind;
+  char text[256];
+} Consumer;
+
+static void *consume(void *arg) {
+  Consumer *c = arg;
+  atomic_store(&c->tid, current_tid());
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  while ((st = panto_next_event(c->stream, &ev)) == PANTO_EVENT) {
+    atomic_fetch_add(&c->events, 1);
+    if (ev.kind == PANTO_EV_CONTENT_DELTA && str_eq(ev.payload.content_delta.text, "Hello"))
+      atomic_store(&c->saw_hello, true);
+    if (ev.kind == PANTO_EV_MESSAGE_COMPLETE)
+      snprintf(c->text, sizeof c->text, "%.*s", (int)ev.payload.message_complete.text.len,
+               ev.payload.message_complete.text.ptr);
+  }
+  c->last = st;
+  c->error_kind = st == PANTO_ERROR ? ev.payload.error.kind : 0;
+  atomic_store(&c->finished, true);
+  return NULL;
+}
+
+/* The consumer got the first delta and is now asleep inside panto_next_event: the
+ * library says it waits, and the kernel says its thread sleeps. */
+static bool consumer_blocked(void *arg) {
+  Consumer *c = arg;
+  pid_t tid = atomic_load(&c->tid);
+  return atomic_load(&c->saw_hello) && tid != 0 && panto_stream_consumer_waiting(c->stream) &&
+         thread_state(tid) == 'S';
+}
+
+typedef struct StatWait {
+  const TestServer *srv;
+  const char *field;
+  long want;
+} StatWait;
+
+static bool stat_is(void *arg) {
+  StatWait *w = arg;
+  return server_stat(w->srv, w->field) == w->want;
+}
+
+/* No connection from panto to the server is left open. */
+static bool no_client_connection(void *arg) { return server_client_connections(arg) == 0; }
+
+static void test_cancel_from_another_thread(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  pthread_t th;
+  bool joined = true;
+  Consumer c;
+  memset(&c, 0, sizeof c);
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-test", NULL);
+  CHECK(agent != NULL);
+  stream = start(agent, "hi");
+  CHECK(stream != NULL);
+  c.stream = stream;
+  CHECK(pthread_create(&th, NULL, consume, &c) == 0);
+  joined = false;
+  StatWait held = {&srv, "held", 1};
+  CHECK(wait_until(stat_is, &held, 30000));
+  CHECK(wait_until(consumer_blocked, &c, 30000));
+  CHECK(!atomic_load(&c.finished));
+  /* A second consumer at the same time is refused, not a race. */
+  PantoEvent ev = PANTO_EVENT_INIT;
+  CHECK(panto_next_event_timeout(stream, &ev, 0) == PANTO_ERROR);
+  CHECK(ev.payload.error.kind == PANTO_ERR_CONFIG);
+  CHECK(str_contains(ev.payload.error.message, "another thread"));
+  /* Cancel from this thread wakes the blocked one. */
+  CHECK(panto_stream_cancel(stream) == PANTO_OK);
+  CHECK(pthread_join(th, NULL) == 0);
+  joined = true;
+  CHECK(c.last == PANTO_ERROR);
+  CHECKF(c.error_kind == PANTO_ERR_CANCELLED, "kind %u", c.error_kind);
+  CHECK(atomic_load(&c.events) == 3); /* message_start, block_start, content_delta */
+  /* Idempotent, and sticky. */
+  CHECK(panto_stream_cancel(stream) == PANTO_OK);
+  CHECK(panto_next_event(stream, &ev) == PANTO_ERROR);
+  CHECK(ev.payload.error.kind == PANTO_ERR_CANCELLED);
+  /* The turn is over: its connection is closed, the agent takes a new turn. */
+  CHECK(wait_until(no_client_connection, &srv, 30000));
+  panto_stream_free(stream);
+  stream = start(agent, "again");
+  CHECK(stream != NULL);
+out:
+  if (!joined) {
+    panto_stream_cancel(stream);
+    pthread_join(th, NULL);
+  }
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&srv);
+}
+
+static bool turn_paused(void *arg) { return panto_stream_turn_paused((PantoStream *)arg); }
+
+/* Free mid-turn: with the response held by the server, and with the queue full (the turn
+ * paused on a consumer that stopped reading). Free returns promptly and the connection is
+ * closed. */
+static void test_free_mid_turn(void) {
+  TestServer held_srv, flood_srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  bool flood_started = false;
+  if (server_start(&held_srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&held_srv, "sk-test", NULL);
+  CHECK(agent != NULL);
+  stream = start(agent, "hi");
+  CHECK(stream != NULL);
+  PantoEvent ev = PANTO_EVENT_INIT;
+  CHECK(panto_next_event(stream, &ev) == PANTO_EVENT && ev.kind == PANTO_EV_MESSAGE_START);
+  StatWait held = {&held_srv, "held", 1};
+  CHECK(wait_until(stat_is, &held, 30000));
+  int64_t t0 = now_ms();
+  panto_stream_free(stream);
+  stream = NULL;
+  CHECKF(now_ms() - t0 < 5000, "free took %lld ms", (long long)(now_ms() - t0));
+  CHECK(wait_until(no_client_connection, &held_srv, 30000));
+  panto_agent_free(agent);
+  agent = NULL;
+
+  CHECK(server_start(&flood_srv, scenario("flood.json")) == 0);
+  flood_started = true;
+  agent = new_agent(&flood_srv, "sk-test", ",\"queue_capacity\":4");
+  CHECK(agent != NULL);
+  stream = start(agent, "hi");
+  CHECK(stream != NULL);
+  CHECK(panto_next_event(stream, &ev) == PANTO_EVENT);
+  CHECK(wait_until(turn_paused, stream, 30000));
+  /* The turn waits for this consumer; the event just read is still valid. */
+  CHECK(ev.kind == PANTO_EV_MESSAGE_START && str_eq(ev.payload.message_start.model, "gpt-4o-mini"));
+  t0 = now_ms();
+  panto_stream_free(stream);
+  stream = NULL;
+  CHECKF(now_ms() - t0 < 5000, "free took %lld ms", (long long)(now_ms() - t0));
+  CHECK(wait_until(no_client_connection, &flood_srv, 30000));
+  /* The agent is free again at once. */
+  stream = start(agent, "again");
+  CHECK(stream != NULL);
+out:
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&held_srv);
+  if (flood_started) server_stop(&flood_srv);
+}
+
+/* NULL handles and out-pointers, a wrong struct_size, bad configurations, invalid UTF-8:
+ * errors with a kind, never a crash. */
+static void test_bad_arguments(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  PantoError *err = NULL;
+  PantoString saved = {NULL, 0};
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  char cfg[1024];
+  config_for(&srv, "sk-test", NULL, cfg, sizeof cfg);
+
+  /* Frees and accessors accept NULL. */
+  panto_agent_free(NULL);
+  panto_stream_free(NULL);
+  panto_error_free(NULL);
+  panto_string_free(NULL);
+  panto_string_free(&saved);
+  CHECK(panto_error_kind(NULL) == 0 && panto_error_status(NULL) == 0);
+  CHECK(!panto_error_retryable(NULL));
+  CHECK(panto_error_message(NULL).len == 0 && panto_error_provider_code(NULL).ptr == NULL);
+  CHECK(panto_error_to_json(NULL).len == 0);
+  CHECK(!panto_stream_consumer_waiting(NULL) && !panto_stream_turn_paused(NULL));
+  CHECK(panto_stream_cancel(NULL) == PANTO_ERROR);
+
+  /* panto_agent_new */
+  agent = (PantoAgent *)&srv; /* must be reset on entry */
+  CHECK(panto_agent_new(NULL, 0, &agent, &err) == PANTO_ERROR);
+  CHECK(agent == NULL && panto_error_kind(err) == PANTO_ERR_CONFIG);
+  CHECK(str_contains(panto_error_message(err), "config_json is NULL"));
+  panto_error_free(err);
+  CHECK(panto_agent_new(cfg, strlen(cfg), NULL, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG && str_contains(panto_error_message(err), "out is NULL"));
+  panto_error_free(err);
+  CHECK(panto_agent_new("{", 1, &agent, NULL) == PANTO_ERROR && agent == NULL);
+  const struct {
+    const char *json;
+    const char *names;
+  } bad_configs[] = {
+      {"{", "JSON"},
+      {"[]", "object"},
+      {"{\"modle\":\"x\"}", "modle"},
+      {"{\"max_tokens\":\"many\"}", "max_tokens"},
+      {"{\"timeouts\":{\"idle\":5}}", "idle"},
+      {"{\"tools\":[{\"name\":7}]}", "tools[0].name"},
+      {"{\"provider\":\"acme\"}", "provider"},
+  };
+  for (size_t i = 0; i < sizeof bad_configs / sizeof bad_configs[0]; i++) {
+    const char *j = bad_configs[i].json;
+    CHECK(panto_agent_new(j, strlen(j), &agent, &err) == PANTO_ERROR && agent == NULL);
+    CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
+    CHECKF(str_contains(panto_error_message(err), bad_configs[i].names), "%s -> %s", j,
+           panto_error_message(err).ptr);
+    panto_error_free(err);
+  }
+  const char bad_utf8[] = "{\"model\":\"\xc3\x28\"}";
+  CHECK(panto_agent_new(bad_utf8, sizeof bad_utf8 - 1, &agent, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG && str_contains(panto_error_message(err), "UTF-8"));
+  panto_error_free(err);
+  /* The length counts, not a NUL: a config cut short is invalid JSON. */
+  CHECK(panto_agent_new(cfg, 5, &agent, &err) == PANTO_ERROR);
+  panto_error_free(err);
+
+  CHECK(panto_agent_new(cfg, strlen(cfg), &agent, &err) == PANTO_OK && err == NULL);
+
+  /* panto_agent_stream */
+  PantoStream *s2 = (PantoStream *)&srv;
+  CHECK(panto_agent_stream(NULL, "hi", 2, &s2, &err) == PANTO_ERROR && s2 == NULL);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG && str_contains(panto_error_message(err), "agent is NULL"));
+  panto_error_free(err);
+  CHECK(panto_agent_stream(agent, "hi", 2, NULL, &err) == PANTO_ERROR);
+  panto_error_free(err);
+  CHECK(panto_agent_stream(agent, NULL, 3, &s2, &err) == PANTO_ERROR);
+  panto_error_free(err);
+  CHECK(panto_agent_stream(agent, "\xff\xfe", 2, &s2, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG && str_contains(panto_error_message(err), "input is not valid UTF-8"));
+  panto_error_free(err);
+  /* None of these took the agent: a stream starts, and a second one is busy. */
+  CHECK(panto_agent_stream(agent, "hi", 2, &stream, &err) == PANTO_OK);
+  CHECK(panto_agent_stream(agent, "hi", 2, &s2, &err) == PANTO_ERROR && s2 == NULL);
+  CHECK(panto_error_kind(err) == PANTO_ERR_BUSY);
+  panto_error_free(err);
+  CHECK(panto_agent_clear_history(agent, &err) == PANTO_ERROR && panto_error_kind(err) == PANTO_ERR_BUSY);
+  panto_error_free(err);
+
+  /* History arguments. */
+  CHECK(panto_agent_save_history(NULL, &saved, &err) == PANTO_ERROR && saved.ptr == NULL);
+  panto_error_free(err);
+  CHECK(panto_agent_save_history(agent, NULL, &err) == PANTO_ERROR);
+  panto_error_free(err);
+  CHECK(panto_agent_load_history(agent, NULL, 0, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
+  panto_error_free(err);
+  CHECK(panto_agent_load_history(NULL, "{}", 2, &err) == PANTO_ERROR);
+  panto_error_free(err);
+  CHECK(panto_agent_clear_history(NULL, &err) == PANTO_ERROR);
+  panto_error_free(err);
+
+  /* panto_next_event: NULL out, wrong struct_size (nothing written, nothing consumed). */
+  CHECK(panto_next_event(stream, NULL) == PANTO_ERROR);
+  CHECK(panto_next_event_timeout(stream, NULL, 0) == PANTO_ERROR);
+  PantoEvent ev;
+  uint32_t bad_sizes[] = {0, (uint32_t)sizeof(PantoEvent) - 1, 8, PANTO_EVENT_MAX_STRUCT_SIZE + 1};
+  for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
+    memset(&ev, 0xAB, sizeof ev);
+    ev.struct_size = bad_sizes[i];
+    CHECK(panto_next_event(stream, &ev) == PANTO_ERROR);
+    CHECK(ev.kind == 0xABABABABu && ev.struct_size == bad_sizes[i]);
+  }
+  /* A NULL stream: an error payload that says so. */
+  memset(&ev, 0, sizeof ev);
+  ev.struct_size = sizeof ev;
+  CHECK(panto_next_event(NULL, &ev) == PANTO_ERROR);
+  CHECK(ev.kind == PANTO_EV_ERROR && ev.payload.error.kind == PANTO_ERR_CONFIG);
+  CHECK(str_contains(ev.payload.error.message, "panto_next_event: stream is NULL"));
+  PantoStr json;
+  CHECK(panto_event_to_json(&ev, &json) == PANTO_OK && str_contains(json, "\"kind\":\"config\""));
+  CHECK(panto_next_event_timeout(NULL, &ev, 5) == PANTO_ERROR && ev.payload.error.kind == PANTO_ERR_CONFIG);
+  /* The stream was not disturbed: its first event is still the first. */
+  CHECK(panto_next_event(stream, &ev) == PANTO_EVENT && ev.kind == PANTO_EV_MESSAGE_START);
+
+  /* panto_event_to_json */
+  CHECK(panto_event_to_json(NULL, &json) == PANTO_ERROR && json.ptr == NULL);
+  CHECK(panto_event_to_json(&ev, NULL) == PANTO_ERROR);
+  PantoEvent blank = PANTO_EVENT_INIT;
+  CHECK(panto_event_to_json(&blank, &json) == PANTO_ERROR);
+  PantoEvent forged = ev;
+  forged.kind = PANTO_EV_TOOL_RESULT;
+  CHECK(panto_event_to_json(&forged, &json) == PANTO_ERROR);
+
+  /* panto_stream_submit_tool_result: misuse is a tool error, the stream goes on. */
+  CHECK(panto_stream_submit_tool_result(NULL, "c", 1, "o", 1, false, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_TOOL);
+  panto_error_free(err);
+  CHECK(panto_stream_submit_tool_result(stream, NULL, 0, "o", 1, false, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_TOOL && str_contains(panto_error_message(err), "call_id is NULL"));
+  panto_error_free(err);
+  CHECK(panto_stream_submit_tool_result(stream, "c", 1, "\x80", 1, false, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_TOOL && str_contains(panto_error_message(err), "output is not valid UTF-8"));
+  panto_error_free(err);
+  CHECK(panto_stream_submit_tool_result(stream, "nope", 4, NULL, 0, false, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_TOOL && str_contains(panto_error_message(err), "not a pending"));
+  panto_error_free(err);
+  CHECK(panto_stream_submit_tool_result(stream, "nope", 4, NULL, 0, false, NULL) == PANTO_ERROR);
+  err = NULL;
+  CHECK(panto_next_event(stream, &ev) == PANTO_EVENT && ev.kind == PANTO_EV_BLOCK_START);
+out:
+  panto_string_free(&saved);
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&srv);
+}
+
+/* The timeout variant returns PANTO_PENDING while the server holds the response, then
+ * the rest of the turn once it is released. */
+static void test_pending_from_timeout(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-test", NULL);
+  CHECK(agent != NULL);
+  stream = start(agent, "hi");
+  CHECK(stream != NULL);
+  PantoEvent ev = PANTO_EVENT_INIT;
+  int got = 0;
+  while (got < 3) {
+    PantoStatus st = panto_next_event_timeout(stream, &ev, 30000);
+    CHECKF(st == PANTO_EVENT, "status %d", st);
+    got++;
+  }
+  CHECK(ev.kind == PANTO_EV_CONTENT_DELTA && str_eq(ev.payload.content_delta.text, "Hello"));
+  StatWait held = {&srv, "held", 1};
+  CHECK(wait_until(stat_is, &held, 30000));
+  CHECK(panto_next_event_timeout(stream, &ev, 0) == PANTO_PENDING);
+  CHECK(ev.kind == PANTO_EV_NONE);
+  int64_t t0 = now_ms();
+  CHECK(panto_next_event_timeout(stream, &ev, 50) == PANTO_PENDING);
+  CHECKF(now_ms() - t0 >= 45, "returned after %lld ms", (long long)(now_ms() - t0));
+  CHECK(ev.kind == PANTO_EV_NONE);
+  CHECK(server_open_gate(&srv) == 0);
+  PantoStatus st;
+  while ((st = panto_next_event_timeout(stream, &ev, 30000)) == PANTO_EVENT) {
+    if (ev.kind == PANTO_EV_MESSAGE_COMPLETE) {
+      CHECK(str_eq(ev.payload.message_complete.text, "Hello from panto."));
+      got = 100;
+    }
+  }
+  CHECKF(st == PANTO_DONE, "status %d", st);
+  CHECK(got == 100);
+  CHECK(panto_next_event_timeout(stream, &ev, 0) == PANTO_DONE);
+out:
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&srv);
+}
+
+/* Two agents, two threads, two turns in flight at once: both responses are held by the
+ * server at the same moment, then both complete. */
+typedef struct Turn {
+  const TestServer *srv;
+  PantoAgent *agent;
+  Consumer c;
+} Turn;
+
+static void *run_turn(void *arg) {
+  Turn *t = arg;
+  t->c.stream = start(t->agent, "hi");
+  if (t->c.stream == NULL) {
+    atomic_store(&t->c.finished, true);
+    return NULL;
+  }
+  return consume(&t->c);
+}
+
+static bool both_hello(void *arg) {
+  Turn *t = arg;
+  return atomic_load(&t[0].c.saw_hello) && atomic_load(&t[1].c.saw_hello);
+}
+
+static void test_two_agents_two_threads(void) {
+  TestServer srv;
+  Turn turns[2];
+  pthread_t th[2];
+  int started = 0;
+  memset(turns, 0, sizeof turns);
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  for (int i = 0; i < 2; i++) {
+    turns[i].srv = &srv;
+    turns[i].agent = new_agent(&srv, "sk-test", NULL);
+    CHECK(turns[i].agent != NULL);
+  }
+  for (int i = 0; i < 2; i++) {
+    CHECK(pthread_create(&th[i], NULL, run_turn, &turns[i]) == 0);
+    started++;
+  }
+  CHECK(wait_until(both_hello, turns, 30000));
+  StatWait held = {&srv, "held", 2};
+  CHECK(wait_until(stat_is, &held, 30000));
+  CHECK(server_open_gate(&srv) == 0);
+  for (; started > 0; started--) CHECK(pthread_join(th[started - 1], NULL) == 0);
+  for (int i = 0; i < 2; i++) {
+    CHECKF(turns[i].c.last == PANTO_DONE, "turn %d: status %d kind %u", i, turns[i].c.last,
+           turns[i].c.error_kind);
+    CHECK(strcmp(turns[i].c.text, "Hello from panto.") == 0);
+  }
+out:
+  if (started > 0) {
+    server_open_gate(&srv);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  }
+  for (int i = 0; i < 2; i++) {
+    panto_stream_free(turns[i].c.stream);
+    panto_agent_free(turns[i].agent);
+  }
+  server_stop(&srv);
+}
+
+/* ------------------------------------------------------------------------------------ */
+
+static const struct {
+  const char *name;
+  void (*run)(void);
+} TESTS[] = {
+    {"abi_version", test_abi_version},
+    {"host_tool_turn", test_host_tool_turn},
+    {"error_is_sticky_with_payload", test_error_is_sticky_with_payload},
+    {"cancel_from_another_thread", test_cancel_from_another_thread},
+    {"free_mid_turn", test_free_mid_turn},
+    {"bad_arguments", test_bad_arguments},
+    {"pending_from_timeout", test_pending_from_timeout},
+    {"two_agents_two_threads", test_two_agents_two_threads},
+};
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: %s SERVER_BIN SCENARIO_DIR DEMO_SCENARIO [TEST]\n", argv[0]);
+    return 2;
+  }
+  server_bin = argv[1];
+  scenario_dir = argv[2];
+  demo_scenario = argv[3];
+  int passed = 0, failed = 0;
+  for (size_t i = 0; i < sizeof TESTS / sizeof TESTS[0]; i++) {
+    if (argc > 4 && strcmp(argv[4], TESTS[i].name) != 0) continue;
+    test_failed = 0;
+    int64_t t0 = now_ms();
+    TESTS[i].run();
+    printf("test %s ... %s (%lld ms)\n", TESTS[i].name, test_failed ? "FAILED" : "ok",
+           (long long)(now_ms() - t0));
+    fflush(stdout);
+    if (test_failed)
+      failed++;
+    else
+      passed++;
+  }
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The drift check of the C ABI. capi/include/panto.h is written by hand and is the
+# contract; this script fails on any difference between it and the Rust crate:
+#
+#   1. cbindgen (pinned 0.29.x; installed if missing) generates a header from the crate
+#      into the build directory — never over include/panto.h — and capi/tools/abi_check.py
+#      compares the two semantically: function signatures (typedefs resolved), struct and
+#      union fields in order with their types, typedef targets, constant values.
+#   2. The panto_* symbols libpanto.so exports (nm -D) are exactly the header's functions,
+#      and its soname is libpanto.so.<ABI major>.
+#   3. PANTO_ABI_VERSION_MAJOR/MINOR equal capi/Cargo.toml's major.minor.
+#   4. The header compiles standalone as C11 and C++17 with -Wall -Wextra -Werror
+#      -pedantic, including its macros.
+#   5. sizeof/alignof/offsetof of every struct field, as the C compiler sees the header,
+#      equal Rust's (the Rust test layout_agrees_with_the_c_compiler compiles the probe).
+#   6. The checker's own test: a signature changed on one side only, fields reordered, a
+#      constant changed, a symbol missing, a version bumped on one side — each must fail.
+#
+#   scripts/check-header.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+target="$CARGO_TARGET_DIR"
+cc="${CC:-cc}"
+cxx="${CXX:-c++}"
+header=capi/include/panto.h
+out="$target/capi-abi"
+mkdir -p "$out"
+
+say() { printf -- '--- %s\n' "$*"; }
+
+# cbindgen output can differ between point releases; the comparison is semantic, so any
+# 0.29.x will do, and 0.29.4 is what gets installed.
+cbindgen_version=0.29.4
+if ! cbindgen --version 2>/dev/null | grep -q '^cbindgen 0\.29\.'; then
+  say "installing cbindgen $cbindgen_version"
+  cargo install --locked --quiet cbindgen --version "=$cbindgen_version"
+fi
+if ! python3 -c 'import pycparser' 2>/dev/null; then
+  say "installing pycparser"
+  python3 -m pip install --quiet pycparser
+fi
+
+say "1. header vs the Rust crate ($(cbindgen --version))"
+generated="$out/panto.generated.h"
+cbindgen --quiet --config capi/cbindgen.toml --lockfile "$PWD/Cargo.lock" \
+  --output "$generated" capi
+python3 capi/tools/abi_check.py diff "$header" "$generated"
+
+say "2. exported symbols and soname"
+cargo build --locked --quiet -p panto-capi
+lib="$target/debug/libpanto.so"
+python3 capi/tools/abi_check.py symbols "$header" "$lib"
+major=$(sed -n 's/^version = "\([0-9][0-9]*\)\..*"/\1/p' capi/Cargo.toml | head -n 1)
+soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+if [ "$soname" != "libpanto.so.$major" ]; then
+  echo "ABI DRIFT: soname is '$soname', expected libpanto.so.$major" >&2
+  exit 1
+fi
+echo "soname: $soname: OK"
+
+say "3. version macros vs capi/Cargo.toml"
+python3 capi/tools/abi_check.py version "$header" capi/Cargo.toml
+
+say "4. the header compiles standalone (C11, C++17; -Wall -Wextra -Werror -pedantic)"
+cat >"$out/standalone.c" <<'C'
+#include "panto.h"
+/* Every macro of the header is usable as documented. */
+int main(void) {
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoString s = {0, 0};
+  panto_string_free(&s);
+  return (int)ev.kind + (panto_abi_version() == PANTO_ABI_VERSION ? 0 : 1) + PANTO_EVENT +
+         PANTO_ERR_CONFIG * 0;
+}
+C
+cp "$out/standalone.c" "$out/standalone.cpp"
+"$cc" -std=c11 -Wall -Wextra -Werror -pedantic -I capi/include -c "$out/standalone.c" \
+  -o "$out/standalone-c.o"
+"$cxx" -std=c++17 -Wall -Wextra -Werror -pedantic -I capi/include -c "$out/standalone.cpp" \
+  -o "$out/standalone-cpp.o"
+echo "C11 and C++17: OK"
+
+say "5. struct layouts: C compiler vs Rust"
+cargo test --locked --quiet -p panto-capi --lib layout_agrees_with_the_c_compiler
+
+say "6. the checker's self-test"
+python3 capi/tools/abi_check.py selftest "$header" "$generated" "$lib"
