@@ -1,0 +1,613 @@
+/*
+ * panto.h — the C ABI of panto, an embeddable LLM agent runtime (libpanto).
+ *
+ * This header is written by hand and is the contract: it is what the library promises.
+ * scripts/check-header.sh compares it with the Rust implementation on every test run
+ * (functions, struct layouts, constants, exported symbols, version), so the two cannot
+ * drift apart unnoticed.
+ *
+ * ======================================================================================
+ * Overview
+ * ======================================================================================
+ *
+ * An agent (PantoAgent) holds one conversation with one provider configuration. Each
+ * user input starts a turn; the whole turn — the model's text, its tool calls, their
+ * results, further requests, until the model is done — arrives as ONE pull stream of
+ * events (PantoStream):
+ *
+ *     PantoAgent *agent; PantoStream *stream; PantoError *err;
+ *     if (panto_agent_new(cfg, strlen(cfg), &agent, &err) != PANTO_OK) { ... }
+ *     if (panto_agent_stream(agent, "Hi", 2, &stream, &err) != PANTO_OK) { ... }
+ *     PantoEvent ev = PANTO_EVENT_INIT;
+ *     PantoStatus st;
+ *     while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+ *         if (ev.kind == PANTO_EV_CONTENT_DELTA)
+ *             fwrite(ev.payload.content_delta.text.ptr, 1, ev.payload.content_delta.text.len, stdout);
+ *     }
+ *     if (st != PANTO_DONE) { ... ev.payload.error holds the failure ... }
+ *     panto_stream_free(stream);
+ *     panto_agent_free(agent);
+ *
+ * The stream contract (the same in every language panto supports):
+ *   1. message_complete is delivered exactly once per stream and is the last event.
+ *   2. After it, every next call returns PANTO_DONE. PANTO_DONE is never returned
+ *      before it: a turn that ends without it is a failure (kind incomplete).
+ *   3. Failures are PANTO_ERROR, never events. After a failure, every later next call
+ *      returns PANTO_ERROR again with the same kind; no event follows a failure.
+ *   4. panto_stream_cancel may be called from any thread at any time; it wakes a
+ *      blocked next call, which then fails with kind cancelled (unless message_complete
+ *      was already delivered).
+ *   5. Freeing a stream stops its turn and closes its HTTP connection promptly.
+ *   6. The stream's queue is bounded (configuration key queue_capacity): a slow
+ *      consumer slows the network read; memory does not grow with the turn.
+ *   7. Host tools (declared in the configuration's "tools", implemented by the caller)
+ *      arrive as tool_call_start with host set; answer each with
+ *      panto_stream_submit_tool_result. The turn waits for the answer (up to the
+ *      configured tool_timeout_ms).
+ *
+ * ======================================================================================
+ * Conventions (they hold for every function unless its comment says otherwise)
+ * ======================================================================================
+ *
+ * Status. Calls return a PantoStatus: PANTO_OK (0) or PANTO_ERROR (2); the next calls
+ *   also PANTO_EVENT (0), PANTO_DONE (1) and PANTO_PENDING (3). Treat any other value
+ *   as PANTO_ERROR.
+ *
+ * Errors. A call that can fail takes `PantoError **err` last. It is optional: pass NULL
+ *   to ignore the details. On entry the library sets *err to NULL; on failure it stores
+ *   a new PantoError there, which the caller owns and frees with panto_error_free.
+ *   There is no thread-local "last error". The next calls report failures inside the
+ *   event instead (kind PANTO_EV_ERROR, payload.error), so they need no second call.
+ *   Every error has one kind (PANTO_ERR_*): invalid arguments (a NULL handle or
+ *   out-pointer, invalid UTF-8, bad JSON) are PANTO_ERR_CONFIG, except for
+ *   panto_stream_submit_tool_result, where they are PANTO_ERR_TOOL. A panic inside the
+ *   library is caught and reported as PANTO_ERR_INTERNAL; it never unwinds into the
+ *   caller, and the handle it happened on fails every later call with
+ *   PANTO_ERR_INTERNAL (it is "poisoned"; it can still be freed). Errors and events
+ *   never contain the API key or the value of a credential header.
+ *
+ * Out-pointers. On entry the library resets every non-NULL out-pointer (to NULL, or to
+ *   an empty string), so after a failure there is nothing to free. A NULL out-pointer
+ *   is an error, never a crash.
+ *
+ * Input strings are `const char *ptr, size_t len`: UTF-8, not NUL-terminated, and
+ *   `ptr` may be NULL only when `len` is 0 (except where a function requires a value).
+ *   Invalid UTF-8 is an error, never replaced. The library does not keep the pointer
+ *   after the call returns.
+ *
+ * Output strings are PantoStr views: `len` bytes of valid UTF-8 at `ptr`, followed by a
+ *   NUL byte as a convenience. They may contain NUL bytes themselves (model output can),
+ *   so always use `len`. An absent optional value has `ptr == NULL` (and `len == 0`);
+ *   a present empty string has a non-NULL `ptr`. A view is borrowed: its lifetime is
+ *   stated where it is returned. PantoString is the one string the caller owns; free
+ *   it with panto_string_free, never with free().
+ *
+ * Ownership. Every object the library creates has exactly one free function
+ *   (panto_agent_free, panto_stream_free, panto_error_free, panto_string_free); each
+ *   accepts NULL as a no-op. Freeing twice is undefined behaviour (except
+ *   panto_string_free, which empties the PantoString it frees).
+ *
+ * Threads. The library runs every turn on its own small pool of worker threads (about
+ *   one per core, whatever the number of streams); it never calls back into the caller
+ *   and never runs on the caller's thread except inside the calls below.
+ *   - PantoAgent: every function may be called from any thread, concurrently, on the
+ *     same agent — except panto_agent_free, which must not race another call on it.
+ *     Streams keep what they need of their agent: freeing the agent while one of its
+ *     streams is open is safe.
+ *   - PantoStream: may be used from any thread (it is not tied to the thread that
+ *     created it), but only one thread at a time may be inside panto_next_event /
+ *     panto_next_event_timeout on it (a second concurrent one fails with
+ *     PANTO_ERR_CONFIG). panto_stream_cancel, panto_stream_submit_tool_result and
+ *     the two diagnostics may be called from any thread at any time, including while
+ *     another thread is blocked in a next call. panto_stream_free must not race any
+ *     other call on the stream: to stop a consumer blocked on another thread, call
+ *     panto_stream_cancel, let (or make) that thread return, then free.
+ *   - PantoError and delivered events are plain data: read them from any thread.
+ *   Processes that fork: create agents after fork(); the worker threads do not survive
+ *   into a child.
+ *
+ * Linking. Link with -lpanto (pkg-config --cflags --libs panto). The static library
+ *   libpanto.a also needs the system libraries of the Rust runtime:
+ *   pkg-config --static --libs panto lists them. Two Rust static libraries in one
+ *   program may clash on runtime symbols; prefer the shared library then.
+ *
+ * ======================================================================================
+ * Compatibility rules (how this ABI grows without breaking what was built against it)
+ * ======================================================================================
+ *
+ * Within one major version (PANTO_ABI_VERSION_MAJOR, also the soname libpanto.so.N),
+ * changes are additive only, and a program built against an older minor keeps working
+ * with a newer library, and the other way round for everything it uses:
+ *   - New functions may be added; existing signatures, struct layouts and constant
+ *     values never change. Check panto_abi_version() at start-up: same major, and a
+ *     minor at least the one you were built against if you use newer functions.
+ *   - New event kinds may be added (codes 11 and up, in the order of the events table):
+ *     skip any kind you do not know. Nothing needs releasing per event, so skipping
+ *     is always safe. New error kinds may be added (17 and up): treat an unknown kind
+ *     as a generic failure. Likewise for the PANTO_BLOCK_*, PANTO_DELTA_* and
+ *     PANTO_CONTENT_* codes.
+ *   - New fields may be added to a payload struct only at its end and only within the
+ *     payload union's fixed size (its _reserved arm); new fields of PantoEvent go after
+ *     `payload`. The library zero-fills everything it does not set, so a zero field
+ *     means "absent" to a newer reader of an older library.
+ *   - struct_size: the caller sets it to sizeof(PantoEvent) as the caller's header has
+ *     it. Every 1.x library accepts every size from sizeof(PantoEvent) of ABI 1.0 (this
+ *     header's) up to PANTO_EVENT_MAX_STRUCT_SIZE, writes the fields it knows that fit,
+ *     zero-fills the rest up to struct_size, and never touches a byte beyond it.
+ *   - Reserved fields (_reserved*, flags) are zero in this version; never rely on their
+ *     contents.
+ *   - A pollable readiness file descriptor may be added in a later minor version, e.g.
+ *     `PantoStatus panto_stream_readiness_fd(const PantoStream *, int64_t *fd_out)`:
+ *     owned by the stream, readable exactly while panto_next_event_timeout(s, &ev, 0)
+ *     would not return PANTO_PENDING. Nothing in this version changes for it: events
+ *     already pass through a per-stream queue, a timeout of 0 never blocks, cancel is
+ *     latched and wakes a waiter, and the terminal protocol above (one message_complete
+ *     then PANTO_DONE forever, or one error repeated forever) tells a poller when to
+ *     stop. Code that polls will drain with a timeout of 0 until PANTO_PENDING after each
+ *     readiness signal.
+ */
+#ifndef PANTO_H
+#define PANTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32) && !defined(PANTO_STATIC)
+#define PANTO_API __declspec(dllimport)
+#else
+#define PANTO_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------- */
+/* Versions                                                                            */
+/* ---------------------------------------------------------------------------------- */
+
+#define PANTO_ABI_VERSION_MAJOR 1
+#define PANTO_ABI_VERSION_MINOR 0
+/* The version this header describes, in the form panto_abi_version() returns. */
+#define PANTO_ABI_VERSION ((PANTO_ABI_VERSION_MAJOR << 16) | PANTO_ABI_VERSION_MINOR)
+
+/* ---------------------------------------------------------------------------------- */
+/* Status codes                                                                        */
+/* ---------------------------------------------------------------------------------- */
+
+typedef int32_t PantoStatus;
+
+#define PANTO_OK 0      /* success (calls other than next) */
+#define PANTO_EVENT 0   /* next: an event was delivered */
+#define PANTO_DONE 1    /* next: the stream is exhausted (after message_complete) */
+#define PANTO_ERROR 2   /* failure; next: the event holds the error */
+#define PANTO_PENDING 3 /* next with a timeout: nothing arrived in time */
+
+/* ---------------------------------------------------------------------------------- */
+/* Event kinds (PantoEvent.kind). Plain integers, never a C enum: skip unknown ones.    */
+/* ---------------------------------------------------------------------------------- */
+
+#define PANTO_EV_NONE 0 /* no event: PANTO_DONE or PANTO_PENDING */
+#define PANTO_EV_MESSAGE_START 1
+#define PANTO_EV_BLOCK_START 2
+#define PANTO_EV_CONTENT_DELTA 3
+#define PANTO_EV_TOOL_DETAILS 4
+#define PANTO_EV_BLOCK_COMPLETE 5
+#define PANTO_EV_MESSAGE_END 6
+#define PANTO_EV_TOOL_CALL_START 7
+#define PANTO_EV_TOOL_RESULT 8
+#define PANTO_EV_PROVIDER_RETRY 9
+#define PANTO_EV_MESSAGE_COMPLETE 10
+#define PANTO_EV_ERROR 256 /* with PANTO_ERROR: payload.error holds the failure */
+
+/* ---------------------------------------------------------------------------------- */
+/* Error kinds (panto_error_kind, PantoErrorInfo.kind). Unknown kinds: a generic error. */
+/* ---------------------------------------------------------------------------------- */
+
+#define PANTO_ERR_CONFIG 1         /* bad configuration or argument (names the key) */
+#define PANTO_ERR_AUTHENTICATION 2 /* HTTP 401 */
+#define PANTO_ERR_PERMISSION 3     /* HTTP 402, 403 */
+#define PANTO_ERR_NOT_FOUND 4      /* HTTP 404 (e.g. an unknown model) */
+#define PANTO_ERR_BAD_REQUEST 5    /* HTTP 400, 413, 422 */
+#define PANTO_ERR_RATE_LIMITED 6   /* HTTP 429 */
+#define PANTO_ERR_SERVER 7         /* HTTP 5xx, overloaded */
+#define PANTO_ERR_CONNECTION 8     /* could not connect, connection lost */
+#define PANTO_ERR_TIMEOUT 9        /* connect_ms, idle_ms or request_ms exceeded */
+#define PANTO_ERR_PROTOCOL 10      /* malformed stream data */
+#define PANTO_ERR_PROVIDER 11      /* an error payload inside a 200 stream */
+#define PANTO_ERR_CANCELLED 12     /* panto_stream_cancel */
+#define PANTO_ERR_BUSY 13          /* the agent already has an open stream */
+#define PANTO_ERR_TOOL 14          /* host-tool misuse (e.g. an unknown call id) */
+#define PANTO_ERR_INCOMPLETE 15    /* the turn ended before message_complete */
+#define PANTO_ERR_INTERNAL 16      /* a bug in panto, caught and reported */
+
+/* block_start.kind */
+#define PANTO_BLOCK_TEXT 1
+#define PANTO_BLOCK_REASONING 2 /* redacted reasoning included */
+#define PANTO_BLOCK_TOOL_CALL 3
+
+/* content_delta.kind */
+#define PANTO_DELTA_TEXT 1
+#define PANTO_DELTA_REASONING 2
+#define PANTO_DELTA_TOOL_ARGS 3
+
+/* block_complete.content_type */
+#define PANTO_CONTENT_TEXT 1
+#define PANTO_CONTENT_REASONING 2
+#define PANTO_CONTENT_REDACTED_REASONING 3
+#define PANTO_CONTENT_TOOL_CALL 4
+
+/* The largest PantoEvent.struct_size accepted (a larger one is taken for garbage). */
+#define PANTO_EVENT_MAX_STRUCT_SIZE 4096
+
+/* ---------------------------------------------------------------------------------- */
+/* Handles and strings                                                                 */
+/* ---------------------------------------------------------------------------------- */
+
+/* An agent: one conversation, one provider configuration. */
+typedef struct PantoAgent PantoAgent;
+/* One turn, as a pull stream of events. */
+typedef struct PantoStream PantoStream;
+/* A failure, owned by the caller (panto_error_free). */
+typedef struct PantoError PantoError;
+
+/* A borrowed UTF-8 string (see Conventions). */
+typedef struct PantoStr {
+  const char *ptr;
+  size_t len;
+} PantoStr;
+
+/* A string owned by the caller: `len` bytes of UTF-8 at `ptr`, then a NUL.
+ * Free it with panto_string_free. */
+typedef struct PantoString {
+  char *ptr;
+  size_t len;
+} PantoString;
+
+/* ---------------------------------------------------------------------------------- */
+/* Events                                                                              */
+/*                                                                                     */
+/* `message` is the 0-based index of the assistant message within the turn, `block`    */
+/* the 0-based index of a content block within that message. Field names follow the     */
+/* event's canonical JSON (panto_event_to_json).                                        */
+/* ---------------------------------------------------------------------------------- */
+
+/* Token counts. For message_end: that response; for message_complete: the turn. */
+typedef struct PantoUsage {
+  uint64_t input_tokens;
+  uint64_t output_tokens;
+  uint64_t cache_read_tokens;
+  uint64_t cache_write_tokens;
+  uint64_t reasoning_tokens;
+} PantoUsage;
+
+/* PANTO_EV_MESSAGE_START: a provider response begins. */
+typedef struct PantoMessageStart {
+  uint32_t message;
+  uint32_t _reserved0;
+  PantoStr model;
+  PantoStr response_id; /* absent if the provider sent none */
+} PantoMessageStart;
+
+/* PANTO_EV_BLOCK_START: a content block opens. */
+typedef struct PantoBlockStart {
+  uint32_t message;
+  uint32_t block;
+  uint32_t kind; /* PANTO_BLOCK_* */
+  uint32_t _reserved0;
+} PantoBlockStart;
+
+/* PANTO_EV_CONTENT_DELTA: a fragment of a block arrives. */
+typedef struct PantoContentDelta {
+  uint32_t message;
+  uint32_t block;
+  uint32_t kind; /* PANTO_DELTA_* */
+  uint32_t _reserved0;
+  PantoStr text;
+} PantoContentDelta;
+
+/* PANTO_EV_TOOL_DETAILS: the id and name of a tool_call block, once both are known. */
+typedef struct PantoToolDetails {
+  uint32_t message;
+  uint32_t block;
+  PantoStr call_id;
+  PantoStr name;
+} PantoToolDetails;
+
+/* PANTO_EV_BLOCK_COMPLETE: a block closed. `content` is its canonical JSON, e.g.
+ * {"type":"text","text":"…"} or {"type":"tool_call","call_id":…,"name":…,"arguments":{…}};
+ * the other strings are parts of it, absent where the content type has no such part. */
+typedef struct PantoBlockComplete {
+  uint32_t message;
+  uint32_t block;
+  uint32_t content_type; /* PANTO_CONTENT_* */
+  uint32_t _reserved0;
+  PantoStr content;
+  PantoStr text;          /* text / reasoning: the text; redacted_reasoning: the data */
+  PantoStr signature;     /* reasoning: its signature, if any */
+  PantoStr call_id;       /* tool_call */
+  PantoStr name;          /* tool_call */
+  PantoStr arguments;     /* tool_call: the parsed arguments as JSON text; absent if they did not parse */
+  PantoStr arguments_raw; /* tool_call: the raw text when the arguments did not parse */
+} PantoBlockComplete;
+
+/* PANTO_EV_MESSAGE_END: one assistant message ended (not the end of the turn). */
+typedef struct PantoMessageEnd {
+  uint32_t message;
+  uint32_t _reserved0;
+  PantoStr stop_reason; /* end_turn, tool_use, max_tokens, stop_sequence, refusal,
+                           content_filter, max_steps, or other:<raw> */
+  PantoUsage usage;
+} PantoMessageEnd;
+
+/* PANTO_EV_TOOL_CALL_START: dispatch of one tool call begins. With `host` set, the
+ * caller must answer it: panto_stream_submit_tool_result(stream, call_id, …). */
+typedef struct PantoToolCallStart {
+  uint32_t message;
+  bool host;
+  uint8_t _reserved0[3];
+  PantoStr call_id;
+  PantoStr name;
+  PantoStr arguments;     /* the arguments object as JSON text; absent when the model's
+                             arguments were not a JSON object (see arguments_raw) */
+  PantoStr arguments_raw; /* the model's raw arguments, present only when not an object */
+} PantoToolCallStart;
+
+/* PANTO_EV_TOOL_RESULT: a tool call finished (in the order they finish). */
+typedef struct PantoToolResult {
+  uint32_t message;
+  bool is_error;
+  uint8_t _reserved0[3];
+  PantoStr call_id;
+  PantoStr name;
+  PantoStr output;
+} PantoToolResult;
+
+/* PANTO_EV_PROVIDER_RETRY: a request failed before any of its answer was shown and is
+ * tried again after delay_ms. */
+typedef struct PantoProviderRetry {
+  uint32_t message;
+  uint32_t attempt;      /* the attempt about to start (2 for the first retry) */
+  uint32_t max_attempts; /* 1 + retry.max_retries */
+  uint32_t status;       /* HTTP status of the failure, 0 if none */
+  uint64_t delay_ms;
+  PantoStr reason;
+} PantoProviderRetry;
+
+/* PANTO_EV_MESSAGE_COMPLETE: the turn is over (terminal; PANTO_DONE follows). */
+typedef struct PantoMessageComplete {
+  uint32_t messages; /* assistant messages in the turn */
+  uint32_t _reserved0;
+  PantoStr stop_reason;
+  PantoStr text; /* the final assistant message's text */
+  PantoUsage usage;  /* the turn's total */
+} PantoMessageComplete;
+
+/* PANTO_EV_ERROR (status PANTO_ERROR): the failure; the same fields as PantoError. */
+typedef struct PantoErrorInfo {
+  uint32_t kind;   /* PANTO_ERR_* */
+  uint32_t status; /* HTTP status, 0 if none */
+  bool retryable;  /* whether repeating the same request could succeed */
+  uint8_t _reserved0[7];
+  PantoStr message;
+  PantoStr provider_code; /* the provider's own error type or code; absent if none */
+} PantoErrorInfo;
+
+/* One arm per kind. The _reserved arm fixes the union's size (256 bytes) for the kinds
+ * and fields of later versions. */
+typedef union PantoEventPayload {
+  PantoMessageStart message_start;
+  PantoBlockStart block_start;
+  PantoContentDelta content_delta;
+  PantoToolDetails tool_details;
+  PantoBlockComplete block_complete;
+  PantoMessageEnd message_end;
+  PantoToolCallStart tool_call_start;
+  PantoToolResult tool_result;
+  PantoProviderRetry provider_retry;
+  PantoMessageComplete message_complete;
+  PantoErrorInfo error;
+  uint64_t _reserved[32];
+} PantoEventPayload;
+
+/* An event, allocated by the caller (on the stack is fine). Set struct_size to
+ * sizeof(PantoEvent) before the first call (PANTO_EVENT_INIT does); the library sets
+ * every other field on every next call, and never changes struct_size.
+ *
+ * Lifetime: the strings an event points to are borrowed from its stream. They stay
+ * valid until the next panto_next_event / panto_next_event_timeout call on that stream,
+ * or until panto_stream_free — whichever comes first. Copy what you need to keep. A
+ * copy of the struct itself (assignment, memcpy) is fine while that lifetime lasts:
+ * nothing in it needs freeing. */
+typedef struct PantoEvent {
+  uint32_t struct_size;  /* set by the caller: sizeof(PantoEvent) */
+  uint32_t kind;         /* PANTO_EV_* */
+  uint32_t flags;        /* reserved, 0 */
+  uint32_t _reserved0;   /* reserved, 0 */
+  const void *_private;  /* the library's; do not touch */
+  PantoEventPayload payload; /* the arm named after `kind` */
+} PantoEvent;
+
+/* An initializer that sets struct_size and zeroes the rest. */
+#ifdef __cplusplus
+#define PANTO_EVENT_INIT {static_cast<uint32_t>(sizeof(PantoEvent)), 0, 0, 0, nullptr, {}}
+#else
+#define PANTO_EVENT_INIT {.struct_size = (uint32_t)sizeof(PantoEvent)}
+#endif
+
+/* ---------------------------------------------------------------------------------- */
+/* Version                                                                             */
+/* ---------------------------------------------------------------------------------- */
+
+/* The ABI version of the loaded library, (major << 16) | minor; compare with
+ * PANTO_ABI_VERSION. Never fails, never blocks; any thread. */
+PANTO_API uint32_t panto_abi_version(void);
+
+/* ---------------------------------------------------------------------------------- */
+/* Errors                                                                              */
+/*                                                                                     */
+/* A PantoError is immutable: its accessors may be called from any thread, at once.     */
+/* Every accessor accepts NULL (0, false or an empty/absent string). Returned views are */
+/* borrowed from the error: valid until panto_error_free.                               */
+/* ---------------------------------------------------------------------------------- */
+
+/* The kind, PANTO_ERR_*. */
+PANTO_API uint32_t panto_error_kind(const PantoError *err);
+
+/* The message (one or more lines; names the function or configuration key at fault). */
+PANTO_API PantoStr panto_error_message(const PantoError *err);
+
+/* The HTTP status behind the error, 0 if none. */
+PANTO_API uint32_t panto_error_status(const PantoError *err);
+
+/* Whether repeating the same request could succeed. */
+PANTO_API bool panto_error_retryable(const PantoError *err);
+
+/* The provider's own error type or code; absent (ptr NULL) if it sent none. */
+PANTO_API PantoStr panto_error_provider_code(const PantoError *err);
+
+/* The canonical JSON: {"type":"error","kind":…,"message":…,"status":…,"retryable":…,
+ * "provider_code":…} — the line `panto run --json` ends with on a failure. */
+PANTO_API PantoStr panto_error_to_json(const PantoError *err);
+
+/* Frees the error. NULL is a no-op. */
+PANTO_API void panto_error_free(PantoError *err);
+
+/* The canonical name of an error kind ("config", "rate_limited", …); "unknown" for a
+ * code this library does not know. Static storage: valid forever. */
+PANTO_API PantoStr panto_error_kind_name(uint32_t kind);
+
+/* The canonical type name of an event kind ("message_start", …, "error"); "unknown" for
+ * PANTO_EV_NONE and codes this library does not know. Static storage: valid forever. */
+PANTO_API PantoStr panto_event_kind_name(uint32_t kind);
+
+/* ---------------------------------------------------------------------------------- */
+/* Agents                                                                              */
+/* ---------------------------------------------------------------------------------- */
+
+/* Creates an agent from its JSON configuration (`len` bytes of UTF-8 at config_json):
+ *   {"provider": "openai" | "anthropic", "model": "…", "base_url": "…", "api_key": "…",
+ *    "system": "…", "max_tokens": n, "temperature": x,
+ *    "tools": [{"name": "…", "description": "…", "parameters": {JSON Schema}}],
+ *    "max_steps": n, "tool_concurrency": n, "tool_timeout_ms": n,
+ *    "retry": {"max_retries": n, "initial_delay_ms": n, "max_delay_ms": n,
+ *              "max_elapsed_ms": n},
+ *    "timeouts": {"connect_ms": n, "idle_ms": n, "request_ms": n},
+ *    "queue_capacity": n, "headers": {"name": "value"},
+ *    "max_event_bytes": n, "max_message_bytes": n, "max_tool_output_bytes": n}
+ * Every key is optional. "base_url" is the one of the provider's official SDK (OpenAI's
+ * includes /v1). "api_key" defaults to $OPENAI_API_KEY / $ANTHROPIC_API_KEY. The tools
+ * listed here are host tools: the caller implements them (see tool_call_start).
+ * Unknown keys and wrong types fail with PANTO_ERR_CONFIG naming the key.
+ * On success *out is a new agent, owned by the caller (panto_agent_free).
+ * Does not block on the network (nothing is sent before the first turn). Any thread. */
+PANTO_API PantoStatus panto_agent_new(const char *config_json, size_t len, PantoAgent **out,
+                                      PantoError **err);
+
+/* Frees the agent handle. Its open streams stay valid and keep the conversation alive
+ * until they are freed. NULL is a no-op. Must not race another call on this agent. */
+PANTO_API void panto_agent_free(PantoAgent *agent);
+
+/* Saves the conversation (complete messages only) as versioned JSON,
+ * {"version":1,"messages":[…]}, into *out, which the caller owns and frees with
+ * panto_string_free. Allowed during a turn (it shows the last complete step). Never
+ * blocks for long; any thread. */
+PANTO_API PantoStatus panto_agent_save_history(PantoAgent *agent, PantoString *out,
+                                               PantoError **err);
+
+/* Replaces the conversation with a saved one (validated: a history the provider would
+ * refuse is PANTO_ERR_CONFIG). PANTO_ERR_BUSY while a stream of this agent is open.
+ * Never blocks for long; any thread. */
+PANTO_API PantoStatus panto_agent_load_history(PantoAgent *agent, const char *json, size_t len,
+                                               PantoError **err);
+
+/* Empties the conversation. PANTO_ERR_BUSY while a stream of this agent is open. */
+PANTO_API PantoStatus panto_agent_clear_history(PantoAgent *agent, PantoError **err);
+
+/* Starts a turn: appends `input` (`len` bytes of UTF-8) as the user message and stores
+ * its stream in *out, owned by the caller (panto_stream_free). Returns at once: the
+ * request is sent on the library's worker threads. An agent has at most one open
+ * stream: while one is open (until it is freed, or has delivered message_complete or
+ * an error), this fails with PANTO_ERR_BUSY, synchronously. Any thread. */
+PANTO_API PantoStatus panto_agent_stream(PantoAgent *agent, const char *input, size_t len,
+                                         PantoStream **out, PantoError **err);
+
+/* ---------------------------------------------------------------------------------- */
+/* Streams                                                                             */
+/* ---------------------------------------------------------------------------------- */
+
+/* Blocks until the next event of the turn, its end, or a failure:
+ *   PANTO_EVENT: *out holds an event (kind PANTO_EV_*, payload arm of that name);
+ *   PANTO_DONE:  the stream is exhausted (message_complete was delivered); kind is
+ *                PANTO_EV_NONE. Every later call returns PANTO_DONE again;
+ *   PANTO_ERROR: the turn failed: kind is PANTO_EV_ERROR and payload.error holds the
+ *                failure. Every later call returns the same kind again.
+ * Before anything else, out->struct_size is checked: if `out` is NULL or struct_size is
+ * outside [sizeof(PantoEvent), PANTO_EVENT_MAX_STRUCT_SIZE], this returns PANTO_ERROR
+ * and writes nothing (the stream is not touched). A NULL stream is PANTO_ERROR with a
+ * PANTO_ERR_CONFIG payload.
+ * The previous event's strings become invalid when this is called. Blocks; wakes up for
+ * panto_stream_cancel from another thread. One thread at a time per stream. */
+PANTO_API PantoStatus panto_next_event(PantoStream *stream, PantoEvent *out);
+
+/* Like panto_next_event, but waits at most timeout_ms milliseconds, then returns
+ * PANTO_PENDING (kind PANTO_EV_NONE; the stream goes on). 0 does not wait at all (it
+ * returns what is ready); a negative timeout waits without limit. */
+PANTO_API PantoStatus panto_next_event_timeout(PantoStream *stream, PantoEvent *out,
+                                               int32_t timeout_ms);
+
+/* The canonical JSON of a delivered event, {"type":"<snake_case>",…fields} — byte for
+ * byte the line `panto run --json` prints for it — or, for a PANTO_EV_ERROR event, the
+ * error's JSON (see panto_error_to_json). *out is borrowed like the event's strings.
+ * PANTO_ERROR (and *out absent) if `event` is NULL, has no event (PANTO_EV_NONE), was
+ * not filled by a next call, or `out` is NULL. An event no next call has filled must be
+ * zero-initialized (PANTO_EVENT_INIT): its _private field is read. Never blocks. It may
+ * be called from any thread while the event's lifetime lasts. */
+PANTO_API PantoStatus panto_event_to_json(const PantoEvent *event, PantoStr *out);
+
+/* Cancels the turn: a next call blocked on another thread wakes up, and it — or the
+ * next one — fails with PANTO_ERR_CANCELLED, unless message_complete was already
+ * delivered. The history keeps only complete steps. Idempotent; never blocks; may be
+ * called from any thread at any time (not after panto_stream_free). PANTO_ERROR for a
+ * NULL stream. */
+PANTO_API PantoStatus panto_stream_cancel(PantoStream *stream);
+
+/* Answers the host-tool call `call_id` (from a tool_call_start with host set) with
+ * `output`, an error result if is_error. An id that is not waiting for a result
+ * (unknown, already answered, or given up after tool_timeout_ms) is PANTO_ERR_TOOL;
+ * the stream goes on unaffected. NULL output with output_len 0 is an empty output.
+ * Never blocks; any thread, also while another thread is in a next call. */
+PANTO_API PantoStatus panto_stream_submit_tool_result(PantoStream *stream, const char *call_id,
+                                                      size_t call_id_len, const char *output,
+                                                      size_t output_len, bool is_error,
+                                                      PantoError **err);
+
+/* Diagnostics: true while a next call on this stream is waiting for an event (blocked,
+ * or about to block). For tests and monitoring; false for NULL. Any thread. */
+PANTO_API bool panto_stream_consumer_waiting(const PantoStream *stream);
+
+/* Diagnostics: true while the turn is paused because the consumer has not taken its
+ * events (the queue is full, the network is not being read). False for NULL. */
+PANTO_API bool panto_stream_turn_paused(const PantoStream *stream);
+
+/* Frees the stream. If its turn is still running, cancels it and waits for it to stop,
+ * which is prompt (a cancelled turn stops at its next wait; no network round trip is
+ * awaited); its HTTP connection is closed. The last event's strings become invalid.
+ * Safe from any thread, including finalizers. NULL is a no-op. Must not race another
+ * call on this stream (cancel first, then let a blocked consumer return, then free). */
+PANTO_API void panto_stream_free(PantoStream *stream);
+
+/* ---------------------------------------------------------------------------------- */
+/* Strings                                                                             */
+/* ---------------------------------------------------------------------------------- */
+
+/* Frees the string in *s and empties *s (ptr NULL, len 0), so freeing it again is a
+ * no-op. NULL, and an empty PantoString, are no-ops. */
+PANTO_API void panto_string_free(PantoString *s);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* PANTO_H */

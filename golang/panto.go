@@ -1,0 +1,232 @@
+// Package panto embeds panto, an LLM agent runtime, in Go programs. An Agent holds one
+// conversation with one provider; each input starts a turn, and the whole turn — the
+// model's text, its tool calls, their results, further requests, until the model is
+// done — is one pull Stream of events:
+//
+//	agent, err := panto.NewAgent(panto.Config{Model: "gpt-4o", Tools: tools})
+//	...
+//	s, err := agent.Stream(ctx, "What is the weather in Paris?")
+//	...
+//	defer s.Close()
+//	for ev := range s.Iter() {
+//		if d, ok := ev.(*panto.ContentDelta); ok {
+//			fmt.Print(d.Text)
+//		}
+//	}
+//	if err := s.Err(); err != nil { ... }
+//
+// The stream contract is the same in every language panto supports: MessageComplete
+// comes exactly once and last; failures are errors (an *Error), never events; Cancel
+// and Close may be called from any goroutine at any time and wake a blocked Next.
+//
+// The package is a thin layer over the C ABI (libpanto, capi/include/panto.h) through
+// cgo. The Rust core runs every turn on its own few worker threads; a goroutine blocked
+// in Next holds one OS thread while it waits.
+//
+// # Linking
+//
+// By default the package links libpanto.a statically: build it with
+// `cargo build --release -p panto-capi` (found in ../target/release relative to this
+// directory) or point CGO_LDFLAGS at it, e.g. CGO_LDFLAGS=-L$CARGO_TARGET_DIR/release,
+// or -L/usr/local/lib after scripts/install-capi.sh /usr/local. With the build tag
+// panto_shared it links libpanto.so through pkg-config (`#cgo pkg-config: panto`).
+// Two Rust static libraries in one program may clash on runtime symbols; use the shared
+// library then.
+package panto
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/include
+#include <stdlib.h>
+#include "panto.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// Agent is one conversation with one provider configuration. Its methods may be called
+// from any goroutine. An agent has at most one open Stream at a time.
+type Agent struct {
+	h     *agentHandle
+	tools map[string]Tool
+}
+
+type agentHandle struct {
+	mu sync.RWMutex // read: any call; write: free
+	p  *C.PantoAgent
+}
+
+// ABIVersion returns the C ABI version of the linked library, (major << 16) | minor.
+func ABIVersion() uint32 { return uint32(C.panto_abi_version()) }
+
+func goStr(s C.PantoStr) string {
+	if s.ptr == nil || s.len == 0 {
+		return ""
+	}
+	return C.GoStringN(s.ptr, C.int(s.len))
+}
+
+func goRaw(s C.PantoStr) json.RawMessage {
+	if s.ptr == nil {
+		return nil
+	}
+	return json.RawMessage(C.GoBytes(unsafe.Pointer(s.ptr), C.int(s.len)))
+}
+
+// cString copies s into C memory (the library never keeps input pointers).
+func cString(s string) (*C.char, C.size_t) {
+	if len(s) == 0 {
+		return nil, 0
+	}
+	return (*C.char)(C.CBytes([]byte(s))), C.size_t(len(s))
+}
+
+// takeError converts and frees a PantoError.
+func takeError(e *C.PantoError) *Error {
+	if e == nil {
+		return &Error{Kind: KindInternal, Message: "the library reported a failure without details"}
+	}
+	defer C.panto_error_free(e)
+	return &Error{
+		Kind:         kindOf(uint32(C.panto_error_kind(e))),
+		Message:      goStr(C.panto_error_message(e)),
+		Status:       int(C.panto_error_status(e)),
+		Retryable:    bool(C.panto_error_retryable(e)),
+		ProviderCode: goStr(C.panto_error_provider_code(e)),
+	}
+}
+
+func kindOf(code uint32) ErrorKind {
+	if code >= 1 && int(code) <= len(ErrorKinds) {
+		return ErrorKinds[code-1]
+	}
+	return ErrorKind(libErrorKindName(code))
+}
+
+// libErrorKindName and libEventKindName ask the library for its names (tests compare
+// them with this package's lists).
+func libErrorKindName(code uint32) string { return goStr(C.panto_error_kind_name(C.uint32_t(code))) }
+func libEventKindName(code uint32) string { return goStr(C.panto_event_kind_name(C.uint32_t(code))) }
+
+// NewAgent creates an agent from cfg. It does not touch the network. A bad
+// configuration is an *Error of kind config naming the key.
+func NewAgent(cfg Config) (*Agent, error) {
+	js, err := cfg.configJSON()
+	if err != nil {
+		return nil, &Error{Kind: KindConfig, Message: "cannot encode the configuration: " + err.Error()}
+	}
+	tools := map[string]Tool{}
+	for _, t := range cfg.Tools {
+		if t.Func != nil {
+			tools[t.Name] = t
+		}
+	}
+	cjs, n := cString(string(js))
+	defer C.free(unsafe.Pointer(cjs))
+	var out *C.PantoAgent
+	var cerr *C.PantoError
+	if C.panto_agent_new(cjs, n, &out, &cerr) != C.PANTO_OK {
+		return nil, takeError(cerr)
+	}
+	h := &agentHandle{p: out}
+	a := &Agent{h: h, tools: tools}
+	runtime.AddCleanup(a, func(h *agentHandle) { h.free() }, h)
+	return a, nil
+}
+
+func (h *agentHandle) free() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.p != nil {
+		C.panto_agent_free(h.p)
+		h.p = nil
+	}
+}
+
+// Close frees the agent. Idempotent. Its open streams stay valid until they are
+// closed; later calls on the agent return ErrClosed.
+func (a *Agent) Close() error {
+	a.h.free()
+	return nil
+}
+
+// SaveHistory returns the conversation (complete messages only) as versioned JSON,
+// {"version":1,"messages":[…]}. Allowed during a turn.
+func (a *Agent) SaveHistory() ([]byte, error) {
+	a.h.mu.RLock()
+	defer a.h.mu.RUnlock()
+	if a.h.p == nil {
+		return nil, ErrClosed
+	}
+	var s C.PantoString
+	var cerr *C.PantoError
+	if C.panto_agent_save_history(a.h.p, &s, &cerr) != C.PANTO_OK {
+		return nil, takeError(cerr)
+	}
+	defer C.panto_string_free(&s)
+	return C.GoBytes(unsafe.Pointer(s.ptr), C.int(s.len)), nil
+}
+
+// LoadHistory replaces the conversation with one saved by SaveHistory (validated; an
+// *Error of kind busy while a stream of this agent is open).
+func (a *Agent) LoadHistory(history []byte) error {
+	a.h.mu.RLock()
+	defer a.h.mu.RUnlock()
+	if a.h.p == nil {
+		return ErrClosed
+	}
+	p, n := cString(string(history))
+	defer C.free(unsafe.Pointer(p))
+	var cerr *C.PantoError
+	if C.panto_agent_load_history(a.h.p, p, n, &cerr) != C.PANTO_OK {
+		return takeError(cerr)
+	}
+	return nil
+}
+
+// ClearHistory empties the conversation (an *Error of kind busy while a stream of this
+// agent is open).
+func (a *Agent) ClearHistory() error {
+	a.h.mu.RLock()
+	defer a.h.mu.RUnlock()
+	if a.h.p == nil {
+		return ErrClosed
+	}
+	var cerr *C.PantoError
+	if C.panto_agent_clear_history(a.h.p, &cerr) != C.PANTO_OK {
+		return takeError(cerr)
+	}
+	return nil
+}
+
+// Stream starts a turn with input as the user message. It returns at once; the request
+// is sent on panto's worker threads and its failures come from Next. Cancelling ctx
+// cancels the turn, waking a Next blocked in the library; the error Next then returns
+// matches both ErrCancelled and ctx's error. Tools of the Config that have a Func run
+// automatically, in goroutines given a context derived from ctx.
+//
+// Always Close the stream (Iter, All and Chan close it when they end). While it is open,
+// another Stream call fails with an *Error of kind busy.
+func (a *Agent) Stream(ctx context.Context, input string) (*Stream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Kind: KindCancelled, Message: "the context was done before the turn started", cause: err}
+	}
+	a.h.mu.RLock()
+	defer a.h.mu.RUnlock()
+	if a.h.p == nil {
+		return nil, ErrClosed
+	}
+	in, n := cString(input)
+	defer C.free(unsafe.Pointer(in))
+	var out *C.PantoStream
+	var cerr *C.PantoError
+	if C.panto_agent_stream(a.h.p, in, n, &out, &cerr) != C.PANTO_OK {
+		return nil, takeError(cerr)
+	}
+	return newStream(ctx, out, a.tools), nil
+}

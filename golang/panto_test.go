@@ -1,0 +1,693 @@
+package panto
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// pantoThreads counts this process's threads named by panto's Rust side.
+func pantoThreads() (workers, others int) {
+	entries, _ := os.ReadDir("/proc/self/task")
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/comm")
+		if err != nil {
+			continue
+		}
+		name := strings.TrimSpace(string(b))
+		switch {
+		case strings.HasPrefix(name, "panto-worker"):
+			workers++
+		case strings.HasPrefix(name, "panto-"):
+			others++
+		}
+	}
+	return
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if n := liveStreams.Load(); n != 0 {
+			fmt.Fprintf(os.Stderr, "%d C stream handles were never freed\n", n)
+			code = 1
+		}
+		// The worker pool is fixed (one per core, 2..64); its name-resolution helpers
+		// may exist only while resolving. Nothing panto started per stream survives.
+		workers, others := pantoThreads()
+		if workers > 64 || others > workers {
+			fmt.Fprintf(os.Stderr, "panto threads not back to baseline: %d workers, %d others\n", workers, others)
+			code = 1
+		}
+	}
+	if code == 0 {
+		goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {}))
+	}
+	os.Exit(code)
+}
+
+func weatherScenario() obj {
+	return scenario(
+		exchange(sseResponse(toolCallSSE([3]string{"call_1", "weather", `{"city":"Paris"}`}))),
+		exchange(sseResponse(textSSE("It is", " 18°C", " in Paris.")), "call_1"),
+	)
+}
+
+var weatherParams = json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)
+
+func TestToolTurnWithGoTool(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, weatherScenario())
+	cfg := testConfig(srv)
+	var gotArgs json.RawMessage
+	cfg.Tools = []Tool{{
+		Name: "weather", Description: "current weather", Parameters: weatherParams,
+		Func: func(ctx context.Context, args json.RawMessage) (string, error) {
+			gotArgs = args
+			return "18°C, sunny", nil
+		},
+	}}
+	agent := newTestAgent(t, cfg)
+
+	var canon []string
+	canonicalHook.Store(&canonicalRecorder{fn: func(js string) { canon = append(canon, js) }})
+	defer canonicalHook.Store(nil)
+
+	s, err := agent.Stream(context.Background(), "weather in Paris?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []Event
+	for ev := range s.Iter() {
+		evs = append(evs, ev)
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("Err: %v", err)
+	}
+	if string(gotArgs) != `{"city":"Paris"}` {
+		t.Errorf("tool args %s", gotArgs)
+	}
+	var tr *ToolResult
+	var tc *ToolCallStart
+	for _, e := range evs {
+		switch e := e.(type) {
+		case *ToolResult:
+			tr = e
+		case *ToolCallStart:
+			tc = e
+		}
+	}
+	if tc == nil || !tc.Host || tc.Name != "weather" || tr == nil || tr.Output != "18°C, sunny" || tr.IsError {
+		t.Fatalf("tool events: %+v %+v (%s)", tc, tr, types(evs))
+	}
+	mc, ok := evs[len(evs)-1].(*MessageComplete)
+	if !ok || mc.Text != "It is 18°C in Paris." || mc.Messages != 2 || mc.StopReason != "end_turn" {
+		t.Fatalf("last event %s", mustJSON(t, evs[len(evs)-1]))
+	}
+	// json.Marshal of every event equals the library's canonical JSON (as JSON).
+	if len(canon) != len(evs) {
+		t.Fatalf("%d canonical lines for %d events", len(canon), len(evs))
+	}
+	for i, e := range evs {
+		var got, want any
+		_ = json.Unmarshal([]byte(mustJSON(t, e)), &got)
+		_ = json.Unmarshal([]byte(canon[i]), &want)
+		if mustJSON(t, got) != mustJSON(t, want) {
+			t.Errorf("event %d:\n go: %s\n  C: %s", i, mustJSON(t, e), canon[i])
+		}
+	}
+	if _, err := s.Next(); err != Done {
+		t.Errorf("Next after the end: %v, want Done", err)
+	}
+	if _, err := s.Next(); err != Done {
+		t.Errorf("Next after the end, again: %v, want Done", err)
+	}
+
+	// History: save, clear, restore.
+	h, err := agent.SaveHistory()
+	if err != nil || !strings.Contains(string(h), `"version":1`) || !strings.Contains(string(h), "18°C, sunny") {
+		t.Fatalf("SaveHistory: %s %v", h, err)
+	}
+	if err := agent.ClearHistory(); err != nil {
+		t.Fatal(err)
+	}
+	empty, _ := agent.SaveHistory()
+	if strings.Contains(string(empty), "Paris") {
+		t.Fatalf("history after clear: %s", empty)
+	}
+	if err := agent.LoadHistory(h); err != nil {
+		t.Fatal(err)
+	}
+	back, _ := agent.SaveHistory()
+	if string(back) != string(h) {
+		t.Fatalf("restored history differs:\n%s\n%s", back, h)
+	}
+	if err := agent.LoadHistory([]byte(`{"version":1,"messages":[{"role":"nobody"}]}`)); !errors.Is(err, ErrConfig) {
+		t.Fatalf("bad history: %v", err)
+	}
+}
+
+func TestHostToolAnsweredByHand(t *testing.T) {
+	srv := startServer(t, weatherScenario())
+	cfg := testConfig(srv)
+	cfg.Tools = []Tool{{Name: "weather", Parameters: weatherParams}}
+	agent := newTestAgent(t, cfg)
+	s, err := agent.Stream(context.Background(), "weather?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var text string
+	for ev, err := range s.All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch e := ev.(type) {
+		case *ToolCallStart:
+			if !e.Host {
+				t.Fatal("host tool call without Host")
+			}
+			if err := s.SubmitToolResult("no-such-call", "x", false); !errors.Is(err, ErrTool) {
+				t.Fatalf("unknown call id: %v", err)
+			}
+			if err := s.SubmitToolResult(e.CallID, "rainy", false); err != nil {
+				t.Fatal(err)
+			}
+		case *MessageComplete:
+			text = e.Text
+		}
+	}
+	if text != "It is 18°C in Paris." {
+		t.Fatalf("text %q", text)
+	}
+}
+
+// holdScenario sends a first text chunk, then holds the response until the gate opens.
+func holdScenario() obj {
+	return scenario(exchange(obj{
+		"status": 200, "sse": textSSE("first", " second"),
+		"fault": obj{"kind": "hold", "after_bytes": 400},
+	}))
+}
+
+func TestBreakOutOfIterEarlyLeaksNothing(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, scenario(
+		exchange(sseResponse(textSSE("a", "b", "c", "d"))),
+		exchange(sseResponse(textSSE("again"))),
+	))
+	agent := newTestAgent(t, testConfig(srv))
+	s, err := agent.Stream(context.Background(), "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for ev := range s.Iter() {
+		if _, ok := ev.(*ContentDelta); ok {
+			n++
+			break
+		}
+	}
+	if n != 1 || s.Err() != nil {
+		t.Fatalf("n=%d err=%v", n, s.Err())
+	}
+	if liveStreams.Load() != 0 {
+		t.Fatal("the C stream was not freed when the loop broke")
+	}
+	// The agent is free for the next turn; a second Iter on the used stream yields nothing.
+	for range s.Iter() {
+		t.Fatal("a second Iter yielded")
+	}
+	s2, err := agent.Stream(context.Background(), "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last Event
+	for ev := range s2.Iter() {
+		last = ev
+	}
+	if mc, ok := last.(*MessageComplete); !ok || mc.Text != "again" || s2.Err() != nil {
+		t.Fatalf("second turn: %v %v", last, s2.Err())
+	}
+}
+
+// blockedNext takes the first event, then starts Next on another goroutine and
+// returns once that goroutine waits in the library with the server holding the rest of
+// the response (so nothing can arrive).
+func blockedNext(t *testing.T, srv *testServer, s *Stream) <-chan error {
+	t.Helper()
+	if _, err := s.Next(); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		for {
+			_, err := s.Next()
+			if err != nil {
+				res <- err
+				return
+			}
+		}
+	}()
+	eventually(t, "the server to hold the response", func() bool { return srv.stats(t)["held"] == 1 })
+	eventually(t, "Next to block in the library", s.consumerWaiting)
+	return res
+}
+
+func TestDeadlineOfStreamContext(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, holdScenario())
+	agent := newTestAgent(t, testConfig(srv))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	s, err := agent.Stream(ctx, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res := blockedNext(t, srv, s)
+	cancel() // what the deadline does when it passes, observed the same way
+	err = <-res
+	if !errors.Is(err, ErrCancelled) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	var perr *Error
+	if !errors.As(err, &perr) || perr.Kind != KindCancelled {
+		t.Fatalf("errors.As: %v", err)
+	}
+	if _, again := s.Next(); again != err {
+		t.Fatalf("a failure repeats: %v", again)
+	}
+}
+
+func TestContextDeadlineWhileBlockedInNext(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, holdScenario())
+	agent := newTestAgent(t, testConfig(srv))
+	deadline := time.Now().Add(time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	s, err := agent.Stream(ctx, "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res := blockedNext(t, srv, s)
+	if !time.Now().Before(deadline) {
+		t.Fatal("the deadline passed before Next blocked; the test proves nothing")
+	}
+	err = <-res
+	if !errors.Is(err, ErrCancelled) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v (cause %v, ctx %v)", err, errors.Unwrap(err), ctx.Err())
+	}
+	if late := time.Since(deadline); late > time.Second {
+		t.Fatalf("Next woke %v after the deadline", late)
+	}
+}
+
+func TestCloseRacesBlockedNext(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, holdScenario())
+	agent := newTestAgent(t, testConfig(srv))
+	s, err := agent.Stream(context.Background(), "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := blockedNext(t, srv, s)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.Close() }()
+	}
+	wg.Wait()
+	err = <-res
+	if !errors.Is(err, ErrCancelled) || !errors.Is(err, ErrClosed) {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := s.Next(); err == nil {
+		t.Fatal("Next after Close returned an event")
+	}
+	_ = s.Close()
+	s.Cancel()
+	if err := s.SubmitToolResult("x", "y", false); !errors.Is(err, ErrClosed) {
+		t.Fatalf("submit after close: %v", err)
+	}
+}
+
+func TestCloseRacesNextRepeatedly(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for i := range 20 {
+		srv := startServer(t, scenario(exchange(sseResponse(textSSE(strings.Split(strings.Repeat("y", 50), "")...)))))
+		agent := newTestAgent(t, testConfig(srv))
+		s, err := agent.Stream(context.Background(), "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				if _, err := s.Next(); err != nil {
+					return
+				}
+			}
+		}()
+		if i%2 == 0 {
+			runtime.Gosched()
+		}
+		_ = s.Close()
+		<-done
+	}
+}
+
+func TestHundredParallelStreams(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ex := exchange(sseResponse(textSSE("one", " two", " three")))
+	ex["times"] = 100
+	srv := startServer(t, scenario(ex))
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			agent, err := NewAgent(testConfig(srv))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer agent.Close()
+			s, err := agent.Stream(context.Background(), fmt.Sprint("n", i))
+			if err != nil {
+				errs <- err
+				return
+			}
+			var text string
+			for ev := range s.Iter() {
+				if mc, ok := ev.(*MessageComplete); ok {
+					text = mc.Text
+				}
+			}
+			if s.Err() != nil || text != "one two three" {
+				errs <- fmt.Errorf("stream %d: %q %v", i, text, s.Err())
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func errorResponse(status int, typ string) obj {
+	return obj{"status": status, "json": obj{"error": obj{"type": typ, "message": "failure " + typ}}}
+}
+
+func TestEveryErrorKind(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	cases := []struct {
+		kind     ErrorKind
+		sentinel error
+		response obj
+		cfg      func(*Config)
+	}{
+		{KindAuthentication, ErrAuthentication, errorResponse(401, "invalid_api_key"), nil},
+		{KindPermission, ErrPermission, errorResponse(403, "forbidden"), nil},
+		{KindNotFound, ErrNotFound, errorResponse(404, "model_not_found"), nil},
+		{KindBadRequest, ErrBadRequest, errorResponse(400, "invalid_request_error"), nil},
+		{KindRateLimited, ErrRateLimited, errorResponse(429, "rate_limit_exceeded"), nil},
+		{KindServer, ErrServer, errorResponse(500, "server_error"), nil},
+		{KindProtocol, ErrProtocol, sseResponse([]any{"data: {not json\n\n"}), nil},
+		{KindProvider, ErrProvider, sseResponse([]any{obj{"data": obj{"error": obj{"type": "server_error", "message": "boom"}}}}), nil},
+		{KindIncomplete, ErrIncomplete, sseResponse([]any{chunk(obj{"role": "assistant", "content": "cut"}, nil)}), nil},
+		{KindTimeout, ErrTimeout, obj{"status": 200, "sse": textSSE("a"), "fault": obj{"kind": "stall", "after_bytes": 10}},
+			func(c *Config) { c.Timeouts.Idle = 200 * time.Millisecond }},
+		{KindConnection, ErrConnection, obj{"status": 200, "sse": textSSE("a"), "fault": obj{"kind": "reset", "after_bytes": 10}}, nil},
+	}
+	for _, c := range cases {
+		t.Run(string(c.kind), func(t *testing.T) {
+			srv := startServer(t, scenario(exchange(c.response)))
+			cfg := testConfig(srv)
+			if c.cfg != nil {
+				c.cfg(&cfg)
+			}
+			agent := newTestAgent(t, cfg)
+			s, err := agent.Stream(context.Background(), "hi")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range s.Iter() {
+			}
+			err = s.Err()
+			var perr *Error
+			if !errors.Is(err, c.sentinel) || !errors.As(err, &perr) || perr.Kind != c.kind {
+				t.Fatalf("got %v, want kind %s", err, c.kind)
+			}
+			if strings.Contains(err.Error(), "sk-test-secret-key") {
+				t.Fatal("the API key is in the error")
+			}
+			// Every other sentinel does not match.
+			for _, k := range ErrorKinds {
+				if k != c.kind && errors.Is(err, sentinel(k)) {
+					t.Fatalf("%v matches %s", err, k)
+				}
+			}
+		})
+	}
+
+	t.Run("config", func(t *testing.T) {
+		_, err := NewAgent(Config{Model: "m", Provider: "nope", APIKey: "sk-test-secret-key"})
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "provider") || strings.Contains(err.Error(), "sk-test-secret-key") {
+			t.Fatalf("err %v", err)
+		}
+		_, err = NewAgent(Config{Model: "m", MaxTokens: -5, APIKey: "k"})
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "max_tokens") {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("connection refused", func(t *testing.T) {
+		agent := newTestAgent(t, Config{Model: "m", APIKey: "k", BaseURL: "http://127.0.0.1:1/v1", Retry: Retry{MaxRetries: -1}})
+		s, err := agent.Stream(context.Background(), "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range s.Iter() {
+		}
+		if !errors.Is(s.Err(), ErrConnection) {
+			t.Fatalf("err %v", s.Err())
+		}
+	})
+	t.Run("busy, cancelled and tool", func(t *testing.T) {
+		srv := startServer(t, holdScenario())
+		agent := newTestAgent(t, testConfig(srv))
+		s, err := agent.Stream(context.Background(), "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := agent.Stream(context.Background(), "again"); !errors.Is(err, ErrBusy) {
+			t.Fatalf("second stream: %v", err)
+		}
+		if err := agent.ClearHistory(); !errors.Is(err, ErrBusy) {
+			t.Fatalf("clear during a turn: %v", err)
+		}
+		if err := s.SubmitToolResult("nope", "", false); !errors.Is(err, ErrTool) {
+			t.Fatalf("submit: %v", err)
+		}
+		s.Cancel()
+		var last error
+		for _, err := range s.All() {
+			last = err
+		}
+		if !errors.Is(last, ErrCancelled) || !errors.Is(s.Err(), ErrCancelled) || errors.Is(last, context.Canceled) {
+			t.Fatalf("cancel: %v", last)
+		}
+	})
+	t.Run("retry event then success", func(t *testing.T) {
+		srv := startServer(t, scenario(
+			exchange(obj{"status": 429, "headers": obj{"retry-after": "0"}, "json": obj{"error": obj{"type": "rate_limit_exceeded", "message": "slow down"}}}),
+			exchange(sseResponse(textSSE("ok"))),
+		))
+		cfg := testConfig(srv)
+		cfg.Retry = Retry{MaxRetries: 2, InitialDelay: time.Millisecond, MaxDelay: time.Millisecond}
+		agent := newTestAgent(t, cfg)
+		s, err := agent.Stream(context.Background(), "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var evs []Event
+		for ev := range s.Iter() {
+			evs = append(evs, ev)
+		}
+		if s.Err() != nil {
+			t.Fatal(s.Err())
+		}
+		if r, ok := evs[0].(*ProviderRetry); !ok || r.Status != 429 || r.Attempt != 2 {
+			t.Fatalf("first event %s", mustJSON(t, evs[0]))
+		}
+	})
+}
+
+func TestGoToolPanicsOrIgnoresContext(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, scenario(
+		exchange(sseResponse(toolCallSSE(
+			[3]string{"call_p", "panicky", `{}`},
+			[3]string{"call_s", "stubborn", `{}`},
+			[3]string{"call_e", "failing", `{}`},
+		))),
+		exchange(sseResponse(textSSE("done")), "call_p", "call_s", "call_e"),
+	))
+	stubbornDone := make(chan struct{})
+	release := make(chan struct{})
+	cfg := testConfig(srv)
+	cfg.ToolTimeout = 300 * time.Millisecond
+	cfg.Tools = []Tool{
+		{Name: "panicky", Func: func(context.Context, json.RawMessage) (string, error) { panic("kaboom") }},
+		{Name: "stubborn", Func: func(context.Context, json.RawMessage) (string, error) {
+			defer close(stubbornDone)
+			<-release // ignores ctx
+			return "too late", nil
+		}},
+		{Name: "failing", Func: func(context.Context, json.RawMessage) (string, error) { return "", errors.New("no data") }},
+	}
+	agent := newTestAgent(t, cfg)
+	s, err := agent.Stream(context.Background(), "go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]*ToolResult{}
+	var mc *MessageComplete
+	for ev := range s.Iter() {
+		switch e := ev.(type) {
+		case *ToolResult:
+			results[e.Name] = e
+		case *MessageComplete:
+			mc = e
+		}
+	}
+	close(release)
+	<-stubbornDone
+	if s.Err() != nil || mc == nil || mc.Text != "done" {
+		t.Fatalf("turn: %v %v", mc, s.Err())
+	}
+	if r := results["panicky"]; r == nil || !r.IsError || !strings.Contains(r.Output, "kaboom") {
+		t.Fatalf("panicky: %+v", r)
+	}
+	if r := results["failing"]; r == nil || !r.IsError || r.Output != "no data" {
+		t.Fatalf("failing: %+v", r)
+	}
+	if r := results["stubborn"]; r == nil || !r.IsError {
+		t.Fatalf("stubborn: %+v", r)
+	}
+}
+
+func TestChanDeliversEverythingAndCloses(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, scenario(exchange(sseResponse(textSSE("a", "b")))))
+	agent := newTestAgent(t, testConfig(srv))
+	s, err := agent.Stream(context.Background(), "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []Event
+	for ev := range s.Chan() {
+		evs = append(evs, ev)
+	}
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+	if got := types(evs); got != "message_start block_start content_delta content_delta block_complete message_end message_complete" {
+		t.Fatalf("events: %s", got)
+	}
+}
+
+func TestChanAbandonedThenClosedOrCancelled(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, how := range []string{"close", "ctx"} {
+		srv := startServer(t, scenario(exchange(sseResponse(textSSE("a", "b")))))
+		agent := newTestAgent(t, testConfig(srv))
+		ctx, cancel := context.WithCancel(context.Background())
+		s, err := agent.Stream(ctx, "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := s.Chan()
+		<-ch // then stop receiving: the sender waits
+		if how == "close" {
+			_ = s.Close()
+		} else {
+			cancel()
+		}
+		for range ch { // drains what was in flight; ends because the channel closes
+		}
+		if how == "close" && s.Err() != nil {
+			t.Fatalf("Err after Close: %v", s.Err())
+		}
+		if how == "ctx" && !errors.Is(s.Err(), context.Canceled) {
+			t.Fatalf("Err after ctx: %v", s.Err())
+		}
+		cancel()
+	}
+}
+
+func TestUnclosedStreamIsFreedByGC(t *testing.T) {
+	srv := startServer(t, holdScenario())
+	agent := newTestAgent(t, testConfig(srv))
+	func() {
+		s, err := agent.Stream(context.Background(), "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	eventually(t, "the cleanup to free the stream", func() bool {
+		runtime.GC()
+		return liveStreams.Load() == 0
+	})
+	// The agent is usable again: the freed stream no longer holds it.
+	srv.control(t, "/_panto/reset")
+	srv.control(t, "/_panto/gate/open")
+	s, err := agent.Stream(context.Background(), "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range s.Iter() {
+	}
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+}
+
+func TestKindsAndTypesMatchTheLibrary(t *testing.T) {
+	for i, k := range ErrorKinds {
+		if got := libErrorKindName(uint32(i + 1)); got != string(k) {
+			t.Errorf("error kind %d: library %q, Go %q", i+1, got, k)
+		}
+	}
+	if got := libErrorKindName(uint32(len(ErrorKinds) + 1)); got != "unknown" {
+		t.Errorf("the library knows an error kind Go does not: %q", got)
+	}
+	for i, typ := range EventTypes {
+		if got := libEventKindName(uint32(i + 1)); got != typ {
+			t.Errorf("event %d: library %q, Go %q", i+1, got, typ)
+		}
+	}
+	if got := libEventKindName(uint32(len(EventTypes) + 1)); got != "unknown" {
+		t.Errorf("the library knows an event type Go does not: %q", got)
+	}
+	if ABIVersion()>>16 != 1 {
+		t.Errorf("ABI version %#x", ABIVersion())
+	}
+}

@@ -1,0 +1,432 @@
+package panto
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "panto.h"
+
+static PantoEvent *panto_go_event_new(void) {
+	PantoEvent *ev = calloc(1, sizeof(PantoEvent));
+	if (ev) ev->struct_size = (uint32_t)sizeof(PantoEvent);
+	return ev;
+}
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// canonicalHook, when set (by tests), receives the library's canonical JSON of every
+// event Next returns.
+var canonicalHook atomic.Pointer[canonicalRecorder]
+
+type canonicalRecorder struct{ fn func(string) }
+
+// liveStreams counts C stream handles not yet freed (tests check it returns to 0).
+var liveStreams atomic.Int64
+
+// streamHandle owns the C stream. It is separate from Stream so that a cleanup attached
+// to an unreachable Stream can free it, and so tool goroutines can answer through it
+// without keeping the Stream alive.
+//
+// The read lock covers every call that may run concurrently with a blocked next
+// (next itself, cancel, submit, diagnostics); the write lock covers free, which the C
+// contract forbids racing any other call. Close therefore cancels first (waking a
+// blocked next, which drops its read lock) and then frees.
+type streamHandle struct {
+	mu   sync.RWMutex
+	p    *C.PantoStream
+	ev   *C.PantoEvent // in C memory: the library writes C pointers into it
+	stop func() bool   // unregisters the ctx watcher
+	done context.CancelFunc
+}
+
+func (h *streamHandle) cancel() {
+	h.mu.RLock()
+	if h.p != nil {
+		C.panto_stream_cancel(h.p)
+	}
+	h.mu.RUnlock()
+}
+
+// release cancels and frees the C stream; idempotent.
+func (h *streamHandle) release() {
+	h.stop()
+	h.done()
+	h.cancel()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.p != nil {
+		C.panto_stream_free(h.p)
+		C.free(unsafe.Pointer(h.ev))
+		h.p, h.ev = nil, nil
+		liveStreams.Add(-1)
+	}
+}
+
+func (h *streamHandle) submit(callID, output string, isError bool) error {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.p == nil {
+		return ErrClosed
+	}
+	id, idn := cString(callID)
+	defer C.free(unsafe.Pointer(id))
+	out, outn := cString(output)
+	defer C.free(unsafe.Pointer(out))
+	var cerr *C.PantoError
+	if C.panto_stream_submit_tool_result(h.p, id, idn, out, outn, C.bool(isError), &cerr) != C.PANTO_OK {
+		return takeError(cerr)
+	}
+	return nil
+}
+
+// Stream is one turn as a pull stream of events. Read it with exactly one of Next, Iter,
+// All or Chan. Next must not be called from two goroutines at once (it is serialized);
+// Cancel, Close and SubmitToolResult may be called from any goroutine at any time. A
+// Stream that becomes unreachable without Close is still freed, later, by the garbage
+// collector; Close frees it at once.
+type Stream struct {
+	h       *streamHandle
+	userCtx context.Context
+	toolCtx context.Context
+	tools   map[string]Tool
+
+	nextMu sync.Mutex
+	term   error // Done or the failure, once the stream has ended
+
+	errMu sync.Mutex
+	err   error
+
+	closeOnce sync.Once
+	closedCh  chan struct{}
+	closed    atomic.Bool
+	used      atomic.Bool
+}
+
+func newStream(ctx context.Context, p *C.PantoStream, tools map[string]Tool) *Stream {
+	toolCtx, done := context.WithCancel(ctx)
+	h := &streamHandle{p: p, ev: C.panto_go_event_new(), done: done}
+	liveStreams.Add(1)
+	// The watcher refers to the handle, never to the Stream, so it does not keep an
+	// abandoned Stream reachable.
+	h.stop = context.AfterFunc(ctx, h.cancel)
+	s := &Stream{h: h, userCtx: ctx, toolCtx: toolCtx, tools: tools, closedCh: make(chan struct{})}
+	runtime.AddCleanup(s, func(h *streamHandle) { h.release() }, h)
+	return s
+}
+
+// Next returns the next event of the turn. After MessageComplete it returns (nil, Done),
+// then again on every later call. A failure is an *Error (match it with errors.Is and
+// the Err* sentinels); after one, every later call returns it again. Next blocks until
+// an event arrives, the turn fails, or the stream is cancelled (Cancel, Close, or the
+// stream's ctx). Tool calls of Tools with a Func are started here, in goroutines.
+func (s *Stream) Next() (Event, error) {
+	s.nextMu.Lock()
+	defer s.nextMu.Unlock()
+	defer runtime.KeepAlive(s)
+	if s.term != nil {
+		return nil, s.term
+	}
+	ev, err := s.pull()
+	if err != nil {
+		s.term = err
+		s.h.release()
+		return nil, err
+	}
+	switch e := ev.(type) {
+	case *MessageComplete:
+		s.term = Done
+		s.h.release()
+	case *ToolCallStart:
+		if t, ok := s.tools[e.Name]; ok && e.Host {
+			go runTool(s.toolCtx, s.h, t, e.CallID, e.Arguments)
+		}
+	}
+	return ev, nil
+}
+
+func (s *Stream) pull() (Event, error) {
+	h := s.h
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.p == nil {
+		return nil, &Error{Kind: KindCancelled, Message: "the stream was closed", cause: ErrClosed}
+	}
+	for {
+		switch C.panto_next_event(h.p, h.ev) {
+		case C.PANTO_EVENT:
+			if ev := convert(h.ev); ev != nil {
+				if r := canonicalHook.Load(); r != nil {
+					var js C.PantoStr
+					if C.panto_event_to_json(h.ev, &js) == C.PANTO_OK {
+						r.fn(goStr(js))
+					}
+				}
+				return ev, nil
+			}
+			// A kind added by a newer library: skip it.
+		case C.PANTO_DONE:
+			return nil, Done
+		default:
+			return nil, s.failure(h.ev)
+		}
+	}
+}
+
+func (s *Stream) failure(ev *C.PantoEvent) *Error {
+	if ev.kind != C.PANTO_EV_ERROR {
+		return &Error{Kind: KindInternal, Message: "panto_next_event failed without an error payload"}
+	}
+	p := (*C.PantoErrorInfo)(unsafe.Pointer(&ev.payload))
+	e := &Error{
+		Kind:         kindOf(uint32(p.kind)),
+		Message:      goStr(p.message),
+		Status:       int(p.status),
+		Retryable:    bool(p.retryable),
+		ProviderCode: goStr(p.provider_code),
+	}
+	if e.Kind == KindCancelled {
+		if err := s.userCtx.Err(); err != nil {
+			e.cause = err
+		} else if s.closed.Load() {
+			e.cause = ErrClosed
+		}
+	}
+	return e
+}
+
+var blockKinds = [...]string{"", "text", "reasoning", "tool_call"}
+var deltaKinds = [...]string{"", "text", "reasoning", "tool_args"}
+var contentTypes = [...]string{"", "text", "reasoning", "redacted_reasoning", "tool_call"}
+
+func name(table []string, code C.uint32_t) string {
+	if int(code) < len(table) {
+		return table[code]
+	}
+	return "unknown"
+}
+
+// convert copies an event out of C memory; nil for a kind this package does not know.
+func convert(ev *C.PantoEvent) Event {
+	pl := unsafe.Pointer(&ev.payload)
+	switch ev.kind {
+	case C.PANTO_EV_MESSAGE_START:
+		p := (*C.PantoMessageStart)(pl)
+		return &MessageStart{Message: uint32(p.message), Model: goStr(p.model), ResponseID: goStr(p.response_id)}
+	case C.PANTO_EV_BLOCK_START:
+		p := (*C.PantoBlockStart)(pl)
+		return &BlockStart{Message: uint32(p.message), Block: uint32(p.block), Kind: name(blockKinds[:], p.kind)}
+	case C.PANTO_EV_CONTENT_DELTA:
+		p := (*C.PantoContentDelta)(pl)
+		return &ContentDelta{Message: uint32(p.message), Block: uint32(p.block), Kind: name(deltaKinds[:], p.kind), Text: goStr(p.text)}
+	case C.PANTO_EV_TOOL_DETAILS:
+		p := (*C.PantoToolDetails)(pl)
+		return &ToolDetails{Message: uint32(p.message), Block: uint32(p.block), CallID: goStr(p.call_id), Name: goStr(p.name)}
+	case C.PANTO_EV_BLOCK_COMPLETE:
+		p := (*C.PantoBlockComplete)(pl)
+		return &BlockComplete{
+			Message: uint32(p.message), Block: uint32(p.block), Content: goRaw(p.content),
+			ContentType: name(contentTypes[:], p.content_type), Text: goStr(p.text),
+			Signature: goStr(p.signature), CallID: goStr(p.call_id), Name: goStr(p.name),
+			Arguments: goRaw(p.arguments), ArgumentsRaw: goStr(p.arguments_raw),
+		}
+	case C.PANTO_EV_MESSAGE_END:
+		p := (*C.PantoMessageEnd)(pl)
+		return &MessageEnd{Message: uint32(p.message), StopReason: goStr(p.stop_reason), Usage: usage(&p.usage)}
+	case C.PANTO_EV_TOOL_CALL_START:
+		p := (*C.PantoToolCallStart)(pl)
+		return &ToolCallStart{
+			Message: uint32(p.message), CallID: goStr(p.call_id), Name: goStr(p.name),
+			Arguments: goRaw(p.arguments), ArgumentsRaw: goStr(p.arguments_raw), Host: bool(p.host),
+		}
+	case C.PANTO_EV_TOOL_RESULT:
+		p := (*C.PantoToolResult)(pl)
+		return &ToolResult{Message: uint32(p.message), CallID: goStr(p.call_id), Name: goStr(p.name), Output: goStr(p.output), IsError: bool(p.is_error)}
+	case C.PANTO_EV_PROVIDER_RETRY:
+		p := (*C.PantoProviderRetry)(pl)
+		return &ProviderRetry{
+			Message: uint32(p.message), Attempt: uint32(p.attempt), MaxAttempts: uint32(p.max_attempts),
+			DelayMS: uint64(p.delay_ms), Reason: goStr(p.reason), Status: uint32(p.status),
+		}
+	case C.PANTO_EV_MESSAGE_COMPLETE:
+		p := (*C.PantoMessageComplete)(pl)
+		return &MessageComplete{StopReason: goStr(p.stop_reason), Usage: usage(&p.usage), Messages: uint32(p.messages), Text: goStr(p.text)}
+	}
+	return nil
+}
+
+func usage(u *C.PantoUsage) Usage {
+	return Usage{
+		InputTokens: uint64(u.input_tokens), OutputTokens: uint64(u.output_tokens),
+		CacheReadTokens: uint64(u.cache_read_tokens), CacheWriteTokens: uint64(u.cache_write_tokens),
+		ReasoningTokens: uint64(u.reasoning_tokens),
+	}
+}
+
+// runTool runs one Go tool and answers its call. A tool that outlives the call (the
+// library gave up after tool_timeout_ms, or the stream ended) has its answer refused;
+// that is ignored.
+func runTool(ctx context.Context, h *streamHandle, t Tool, callID string, args json.RawMessage) {
+	out, isErr := callTool(ctx, t, args)
+	_ = h.submit(callID, out, isErr)
+}
+
+func callTool(ctx context.Context, t Tool, args json.RawMessage) (out string, isErr bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, isErr = fmt.Sprintf("tool %s panicked: %v", t.Name, r), true
+		}
+	}()
+	out, err := t.Func(ctx, args)
+	if err != nil {
+		return err.Error(), true
+	}
+	return out, false
+}
+
+// SubmitToolResult answers the host tool call callID (from a ToolCallStart with Host
+// set whose Tool has no Func). An id that is not waiting for a result is an *Error of
+// kind tool; the stream goes on. Safe from any goroutine, also during a blocked Next.
+func (s *Stream) SubmitToolResult(callID, output string, isError bool) error {
+	return s.h.submit(callID, output, isError)
+}
+
+// Cancel cancels the turn: a blocked Next wakes up and it, or the next one, fails with
+// kind cancelled (unless MessageComplete was already delivered). Idempotent; any
+// goroutine.
+func (s *Stream) Cancel() { s.h.cancel() }
+
+// Close cancels the turn if it is still running and frees the stream. Idempotent and
+// safe concurrently with a blocked Next (which then returns a cancelled *Error that
+// also matches ErrClosed). Always returns nil, so `defer s.Close()` is fine.
+func (s *Stream) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.closedCh)
+	})
+	s.h.release()
+	return nil
+}
+
+// Err returns the failure that ended Iter or Chan, or the one All yielded last; nil
+// after a clean end, or when the consumer stopped early (break, Close).
+func (s *Stream) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+func (s *Stream) setErr(err error) {
+	if err == Done || s.closed.Load() {
+		return
+	}
+	s.errMu.Lock()
+	s.err = err
+	s.errMu.Unlock()
+}
+
+// Iter returns the events as a range-over-func sequence, in the bufio.Scanner style:
+// check Err after the loop. It ends right after yielding MessageComplete, or at a
+// failure, and closes the stream however the loop ends (break included). A stream is
+// read once: a second Iter, All or Chan yields nothing.
+func (s *Stream) Iter() iter.Seq[Event] {
+	return func(yield func(Event) bool) {
+		if s.used.Swap(true) {
+			return
+		}
+		defer s.Close()
+		for {
+			ev, err := s.Next()
+			if err != nil {
+				s.setErr(err)
+				return
+			}
+			if !yield(ev) {
+				return
+			}
+			if _, ok := ev.(*MessageComplete); ok {
+				return
+			}
+		}
+	}
+}
+
+// All returns the events as (event, nil) pairs, then a failure, if any, as one last
+// (nil, err) pair (also kept in Err). It ends after MessageComplete and closes the
+// stream however the loop ends.
+func (s *Stream) All() iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		if s.used.Swap(true) {
+			return
+		}
+		defer s.Close()
+		for {
+			ev, err := s.Next()
+			if err != nil {
+				if err != Done {
+					s.setErr(err)
+					yield(nil, err)
+				}
+				return
+			}
+			if !yield(ev, nil) {
+				return
+			}
+			if _, ok := ev.(*MessageComplete); ok {
+				return
+			}
+		}
+	}
+}
+
+// Chan delivers the events on a channel from a goroutine. Every send waits for the
+// receiver, the stream's ctx or Close, whichever comes first, so no event is dropped and
+// the goroutine never outlives the stream. The channel is closed at the end
+// (after MessageComplete, at a failure, on ctx's end or Close) and the stream with it;
+// Err then tells why. Prefer Iter or Next: they need no goroutine.
+func (s *Stream) Chan() <-chan Event {
+	ch := make(chan Event)
+	if s.used.Swap(true) {
+		close(ch)
+		return ch
+	}
+	go func() {
+		defer close(ch)
+		defer s.Close()
+		for {
+			ev, err := s.Next()
+			if err != nil {
+				s.setErr(err)
+				return
+			}
+			select {
+			case ch <- ev:
+			case <-s.userCtx.Done():
+				s.setErr(&Error{Kind: KindCancelled, Message: "the context ended while an event waited for its receiver", cause: s.userCtx.Err()})
+				return
+			case <-s.closedCh:
+				return
+			}
+			if _, ok := ev.(*MessageComplete); ok {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// consumerWaiting reports whether a Next is blocked in the library (for tests).
+func (s *Stream) consumerWaiting() bool {
+	s.h.mu.RLock()
+	defer s.h.mu.RUnlock()
+	return s.h.p != nil && bool(C.panto_stream_consumer_waiting(s.h.p))
+}
