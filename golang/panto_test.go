@@ -36,6 +36,7 @@ func pantoThreads() (workers, others int) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	stopExampleServers()
 	if code == 0 {
 		if n := liveStreams.Load(); n != 0 {
 			fmt.Fprintf(os.Stderr, "%d C stream handles were never freed\n", n)

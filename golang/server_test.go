@@ -28,6 +28,14 @@ func serverBinary(tb testing.TB) string {
 	if p := os.Getenv("PANTO_TESTSERVER"); p != "" {
 		return p
 	}
+	p := defaultServerBinary()
+	if _, err := os.Stat(p); err != nil {
+		tb.Fatalf("panto-testserver not found: build it (cargo build --release -p panto-testserver) or set PANTO_TESTSERVER")
+	}
+	return p
+}
+
+func defaultServerBinary() string {
 	dir := os.Getenv("CARGO_TARGET_DIR")
 	if dir == "" {
 		dir = filepath.Join("..", "target")
@@ -38,44 +46,44 @@ func serverBinary(tb testing.TB) string {
 			return p
 		}
 	}
-	tb.Fatalf("panto-testserver not found: build it (cargo build --release -p panto-testserver) or set PANTO_TESTSERVER")
-	return ""
+	return filepath.Join(dir, "release", "panto-testserver")
 }
 
 // startServer runs panto-testserver with the given scenario; it stops when the test ends.
 func startServer(tb testing.TB, scenario any) *testServer {
 	tb.Helper()
+	srv, stop, err := launchServer(serverBinary(tb), tb.TempDir(), scenario)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(stop)
+	return srv
+}
+
+// launchServer starts panto-testserver (port 0) and returns its URL and how to stop it.
+func launchServer(binary, dir string, scenario any) (*testServer, func(), error) {
 	js, err := json.Marshal(scenario)
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
-	file := filepath.Join(tb.TempDir(), "scenario.json")
+	file := filepath.Join(dir, "scenario.json")
 	if err := os.WriteFile(file, js, 0o644); err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
-	cmd := exec.Command(serverBinary(tb), "--scenario", file, "--port", "0", "--exit-on-stdin-eof")
+	cmd := exec.Command(binary, "--scenario", file, "--port", "0", "--exit-on-stdin-eof")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		tb.Fatal(err)
+		return nil, nil, err
 	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		_ = cmd.Process.Kill()
-		tb.Fatalf("panto-testserver did not start: %v", err)
-	}
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
-	if !ok {
-		tb.Fatalf("unexpected first line from panto-testserver: %q", line)
-	}
-	tb.Cleanup(func() {
+	stop := func() {
 		_ = stdin.Close()
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
@@ -85,8 +93,15 @@ func startServer(tb testing.TB, scenario any) *testServer {
 			_ = cmd.Process.Kill()
 			<-done
 		}
-	})
-	return &testServer{url: url, cmd: cmd}
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	url, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if err != nil || !ok {
+		_ = cmd.Process.Kill()
+		stop()
+		return nil, nil, fmt.Errorf("panto-testserver did not start: %q %v", line, err)
+	}
+	return &testServer{url: url, cmd: cmd}, stop, nil
 }
 
 // controlClient keeps no idle connections (and so no goroutines for goleak to find).
