@@ -49,5 +49,30 @@ capi/tests/c/run.sh
 step "C ABI: install, pkg-config, and examples/stream.c prints what 'panto run --json' prints"
 capi/examples/check-example.sh
 
+# ---- Go module (golang/) --------------------------------------------------------------
+# Links the release libpanto.a the C ABI steps built (a no-op build here when they ran)
+# and runs the tests against the workspace's panto-testserver binary.
+step "Go: libpanto.a (release, reused), golang/include/panto.h is capi's header"
+cargo build --release --locked -p panto-capi
+cmp capi/include/panto.h golang/include/panto.h
+go_env=(CGO_ENABLED=1 "CGO_LDFLAGS=-L$CARGO_TARGET_DIR/release"
+  "PANTO_TESTSERVER=${PANTO_TESTSERVER:-$CARGO_TARGET_DIR/debug/panto-testserver}")
+[ -x "$CARGO_TARGET_DIR/debug/panto-testserver" ] || cargo build --locked -p panto-testserver
+
+step "Go: gofmt, go vet, go test -race (incl. examples, goleak)"
+(
+  cd golang
+  unformatted=$(gofmt -l .)
+  [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
+  env "${go_env[@]}" go vet ./...
+  env "${go_env[@]}" go test -race -count=1 ./...
+)
+
+step "Go: go test under GOEXPERIMENT=cgocheck2 (cgo pointer rules checked fully)"
+(cd golang && env "${go_env[@]}" GOEXPERIMENT=cgocheck2 go test -count=1 ./...)
+
+step "Go: benchmarks compile (go test -run '^$' -bench . -benchtime 1x)"
+(cd golang && env "${go_env[@]}" go test -count=1 -run '^$' -bench . -benchtime 1x ./... >/dev/null)
+
 echo
 echo "all suites passed in $((SECONDS - started)) s"
