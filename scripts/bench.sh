@@ -53,6 +53,29 @@ if [[ "${PANTO_BENCH_LOADED:-1}" != 0 ]]; then
 fi
 run_bench -p panto-pull --bench concurrency
 
+# Go binding (golang/bench, its own module): Next / Iter vs openai-go on the same
+# 100,000-chunk response from panto-testserver, then 1,000 paced streams at once.
+if command -v go >/dev/null 2>&1; then
+    echo "==> go test -bench (golang/bench)" >&2
+    target="${CARGO_TARGET_DIR:-$PWD/target}"
+    cargo build --release --locked -p panto-capi -p panto-testserver >&2
+    (cd golang/bench && CGO_LDFLAGS="-L$target/release" PANTO_TESTSERVER="$target/release/panto-testserver" \
+        go test -run '^$' -bench . -benchtime "${GO_BENCHTIME:-3x}" ./...) 2>&1 | tee -a "$log"
+    awk '/^BenchmarkPantoNext/ {for (i=1;i<NF;i++) if ($(i+1)=="cpu-ns/chunk") n=$i}
+         /^BenchmarkPantoIter/ {for (i=1;i<NF;i++) if ($(i+1)=="cpu-ns/chunk") it=$i}
+         /^BenchmarkOpenAIGo/  {for (i=1;i<NF;i++) if ($(i+1)=="cpu-ns/chunk") o=$i}
+         END { if (n && o) {
+                 printf "[summary] go: panto Next CPU per chunk: %.0f ns\n", n
+                 printf "[summary] go: panto Iter CPU per chunk: %.0f ns\n", it
+                 printf "[summary] go: openai-go v3 CPU per chunk: %.0f ns\n", o
+                 printf "[ratio] go: panto Next / openai-go CPU per chunk: %.3f\n", n/o
+                 printf "[target] go: panto <= 1/5 of openai-go: %s\n", (n/o <= 0.2 ? "met" : "missed") } }' \
+        "$log" >>"$log.go" || true
+    cat "$log.go" >>"$log"; rm -f "$log.go"
+else
+    echo "go not found: skipping the Go benchmarks" >&2
+fi
+
 echo
 echo "== panto benchmark summary ($((SECONDS - start)) s; lower is better; ratios < 1 favour panto) =="
 load="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
