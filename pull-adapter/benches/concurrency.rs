@@ -57,12 +57,30 @@ fn panto_threads() -> usize {
         .unwrap_or(0)
 }
 
+/// CPU of panto's worker threads (where the turns run).
+fn worker_cpu() -> Duration {
+    std::fs::read_dir("/proc/self/task")
+        .map(|dir| {
+            dir.filter_map(|t| {
+                let t = t.ok()?;
+                let name = std::fs::read_to_string(t.path().join("comm")).ok()?;
+                name.starts_with("panto-worker")
+                    .then(|| thread_cpu(&t.file_name().to_string_lossy()))
+                    .flatten()
+            })
+            .sum()
+        })
+        .unwrap_or_default()
+}
+
 fn server_cpu(threads: &[String]) -> Duration {
     threads.iter().filter_map(|t| thread_cpu(t)).sum()
 }
 
 struct Result {
     cpu_per_event_us: f64,
+    /// The part of it spent on panto's worker threads (pull only).
+    worker_per_event_us: Option<f64>,
     gaps_ms: Vec<f64>,
     peak_threads: usize,
     rss: f64,
@@ -89,7 +107,7 @@ fn gaps(arrivals: &[Instant]) -> impl Iterator<Item = f64> + '_ {
 }
 
 fn run_pull(server: &TestServer, s: usize, srv: &[String]) -> Result {
-    let (cpu0, srv0) = (process_cpu(), server_cpu(srv));
+    let (cpu0, srv0, w0) = (process_cpu(), server_cpu(srv), worker_cpu());
     let agents = agents(server, s);
     let barrier = Arc::new(Barrier::new(s + 1));
     let all_gaps = Arc::new(Mutex::new(Vec::new()));
@@ -123,8 +141,10 @@ fn run_pull(server: &TestServer, s: usize, srv: &[String]) -> Result {
     }
     let cpu = (process_cpu() - cpu0).saturating_sub(server_cpu(srv) - srv0);
     let gaps = std::mem::take(&mut *all_gaps.lock().unwrap());
+    let workers = worker_cpu().saturating_sub(w0);
     Result {
         cpu_per_event_us: cpu.as_secs_f64() * 1e6 / events.max(1) as f64,
+        worker_per_event_us: Some(workers.as_secs_f64() * 1e6 / events.max(1) as f64),
         gaps_ms: gaps,
         peak_threads: peak,
         rss: rss_mib(),
@@ -174,6 +194,7 @@ fn run_push(server: &TestServer, s: usize, srv: &[String]) -> Result {
     let events: usize = results.iter().map(Vec::len).sum();
     Result {
         cpu_per_event_us: cpu.as_secs_f64() * 1e6 / events.max(1) as f64,
+        worker_per_event_us: None,
         gaps_ms: results.iter().flat_map(|a| gaps(a)).collect(),
         peak_threads: panto_threads(),
         rss: rss_mib(),
@@ -224,8 +245,12 @@ fn main() {
                 quantile(&mut r.gaps_ms, 0.5),
                 quantile(&mut r.gaps_ms, 0.99),
             );
+            let split = r
+                .worker_per_event_us
+                .map(|w| format!(" (workers {w:.1}, consumers {:.1})", r.cpu_per_event_us - w))
+                .unwrap_or_default();
             eprintln!(
-                "[concurrency] S={s:<5} {name:<16} {:>7.1} µs/event | gap {p50:>6.2} / {p99:>6.2} ms | threads {:>4} | RSS {:>6.1} MiB",
+                "[concurrency] S={s:<5} {name:<16} {:>7.1} µs/event{split} | gap {p50:>6.2} / {p99:>6.2} ms | threads {:>4} | RSS {:>6.1} MiB",
                 r.cpu_per_event_us, r.peak_threads, r.rss
             );
         }
