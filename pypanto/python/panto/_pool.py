@@ -64,9 +64,10 @@ class Pool(Executor):
             if self._shutdown:
                 raise RuntimeError(f"{self._name}: the pool is shut down")
             self._jobs.append((fut, fn, args, kwargs))
-            if self._idle > 0:
-                self._wakeup.notify()
-            elif self._threads < self._max:
+            # Every idle thread takes one queued job; start a thread for each job beyond
+            # them (a notified thread counts as idle until it has taken its job).
+            self._wakeup.notify()
+            if len(self._jobs) > self._idle and self._threads < self._max:
                 self._threads += 1
                 self._serial += 1
                 t = threading.Thread(

@@ -94,10 +94,20 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         value = value.value
     try:
-        json.dumps(value)
+        # Through JSON and back: tuples become lists, as the model will see them.
+        return json.loads(json.dumps(value, default=_default_strict))
     except (TypeError, ValueError):
         return _NOT_JSON
-    return value
+
+
+def _default_strict(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _is_typeddict(tp: Any) -> bool:
