@@ -45,9 +45,9 @@ def test_cancel_from_another_thread_while_blocked(server):
     base = panto.diagnostics()["active_streams"]
     s = agent.stream("question")
     outcome = {}
+    seen = []
 
     def consume():
-        seen = []
         try:
             for ev in s:
                 seen.append(ev.type)
@@ -57,9 +57,10 @@ def test_cancel_from_another_thread_while_blocked(server):
 
     t = threading.Thread(target=consume)
     t.start()
-    # Establish the blocked state: the response is held, and the consumer is waiting.
+    # Establish the blocked state: the response is held, the consumer has taken every
+    # event before the hold, and it is waiting.
     wait_until(lambda: server.held() == 1, what="the response to be held")
-    wait_until(s.consumer_waiting, what="the consumer to block")
+    wait_until(lambda: "content_delta" in seen and s.consumer_waiting(), what="the consumer to block")
     assert t.is_alive()
     started = time.monotonic()
     s.cancel()
@@ -80,17 +81,18 @@ def test_close_from_another_thread_while_blocked(server):
     agent = make_agent(server)
     s = agent.stream("question")
     errors = []
+    seen = []
 
     def consume():
         try:
-            for _ in s:
-                pass
+            for ev in s:
+                seen.append(ev.type)
         except panto.PantoError as e:
             errors.append(e)
 
     t = threading.Thread(target=consume)
     t.start()
-    wait_until(lambda: server.held() == 1 and s.consumer_waiting(), what="a blocked consumer")
+    wait_until(lambda: server.held() == 1 and "content_delta" in seen and s.consumer_waiting(), what="a blocked consumer")
     s.close()
     t.join(10)
     assert not t.is_alive()
@@ -147,15 +149,16 @@ async def test_cancelling_the_awaiting_task_cancels_the_turn_and_frees_its_threa
     agent = make_agent(server)
     base = panto.diagnostics()
     s = agent.astream("q")
+    seen = []
 
     async def consume():
-        async for _ in s:
-            pass
+        async for ev in s:
+            seen.append(ev.type)
 
     task = asyncio.create_task(consume())
     await asyncio.sleep(0)
     # The task waits in a panto thread, and that thread is blocked in the stream.
-    while not (server.held() == 1 and s.consumer_waiting()):
+    while not (server.held() == 1 and "content_delta" in seen and s.consumer_waiting()):
         await asyncio.sleep(0.005)
     assert panto.diagnostics()["waits_in_flight"] == base["waits_in_flight"] + 1
     task.cancel()
@@ -192,9 +195,13 @@ CTRL_C_CHILD = textwrap.dedent(
     base_url, history_path, mode = sys.argv[1], sys.argv[2], sys.argv[3]
     agent = panto.Agent(model="gpt-test", base_url=base_url, api_key="k", retry={"max_retries": 0})
 
+    seen = []
+
     def announce_when_blocked(stream):
+        # Blocked for good: the last event before the held part of the response was
+        # taken, and the consumer waits (not merely between two bursts).
         def watch():
-            while not stream.consumer_waiting():
+            while not ("content_delta" in seen and stream.consumer_waiting()):
                 time.sleep(0.001)
             print("BLOCKED", flush=True)
         threading.Thread(target=watch, daemon=True).start()
@@ -202,14 +209,14 @@ CTRL_C_CHILD = textwrap.dedent(
     def sync():
         s = agent.stream("question")
         announce_when_blocked(s)
-        for ev in s:
-            pass
+        for ev in s:  # no `with`: the native wait itself must cancel the turn
+            seen.append(ev.type)
 
     async def main():
         s = agent.astream("question")
         announce_when_blocked(s)
         async for ev in s:
-            pass
+            seen.append(ev.type)
 
     try:
         if mode == "sync":
@@ -218,6 +225,8 @@ CTRL_C_CHILD = textwrap.dedent(
             asyncio.run(main())
         print("NOT INTERRUPTED", flush=True)
     except KeyboardInterrupt:
+        import traceback
+        traceback.print_exc()
         with open(history_path, "w") as f:
             f.write(agent.save_history())
         print("INTERRUPTED", panto.diagnostics()["active_streams"], flush=True)
@@ -251,7 +260,7 @@ def test_ctrl_c_interrupts_promptly_and_leaves_a_valid_history(server, tmp_path,
             child.kill()
             child.wait()
     assert child.returncode == 130, (out, err)
-    assert out.strip() == "INTERRUPTED 0", err
+    assert out.strip() == "INTERRUPTED 0", (out, err)
     assert elapsed < 2.0, elapsed
     saved = history_path.read_text()
     restored = make_agent(server)

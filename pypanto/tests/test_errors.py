@@ -118,7 +118,9 @@ def test_stream_cancelled_error(server):
 
 
 def test_busy_error(server):
-    server.scenario(text_exchange(["a"]))
+    from test_cancel import held_stream
+
+    held_stream(server)  # the first turn cannot end before the second starts
     agent = make_agent(server)
     with agent.stream("x"):
         with pytest.raises(panto.BusyError):

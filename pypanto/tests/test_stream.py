@@ -108,14 +108,17 @@ def test_history_save_restore_clear(server):
 
 
 def test_busy_while_a_stream_is_active(server):
-    server.scenario(text_exchange(["a"]), text_exchange(["b"]))
+    from test_cancel import held_stream
+
+    held_stream(server)  # the turn cannot end by itself
     agent = make_agent(server)
     s = agent.stream("one")
     with pytest.raises(panto.BusyError) as info:
         agent.stream("two")
     assert info.value.kind == "busy"
-    assert s.text() == "a"
-    s.close()
+    server.open_gate()
+    assert s.text() == "beforeafterafterafter"
+    server.scenario(text_exchange(["b"]))
     assert agent.stream("two").text() == "b"
 
 

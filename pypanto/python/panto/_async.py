@@ -59,11 +59,17 @@ class AsyncStream:
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         stream = self._stream
+        holder = [stream]
 
         def wait() -> None:
+            s = holder.pop()
             try:
-                stream._wait(None)
+                s._wait(None)
             finally:
+                # Let go of the stream before waking the loop: the loop may drop its
+                # last reference right away, and the turn must end there, not later
+                # on this thread.
+                del s
                 try:
                     loop.call_soon_threadsafe(_wake, fut)
                 except RuntimeError:
@@ -73,9 +79,10 @@ class AsyncStream:
         try:
             await fut
         except BaseException:
-            # Cancelled (task cancel, Ctrl-C under asyncio.run): end the turn, which
-            # also wakes the waiting thread at once.
-            stream.cancel()
+            # Cancelled (task cancel, Ctrl-C under asyncio.run): end the turn. The cancel
+            # wakes the waiting thread at once; close() then waits (briefly) for the turn
+            # to end, so the agent is free and its history whole when this returns.
+            stream.close()
             raise
 
     async def __aenter__(self) -> "AsyncStream":
