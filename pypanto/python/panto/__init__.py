@@ -224,13 +224,15 @@ class Agent:
     async def arun(self, prompt: str, *, model: Optional[str] = None) -> MessageComplete:
         """``run()`` for coroutines."""
         async with self.astream(prompt, model=model) as s:
-            return await s.final()
+            result: MessageComplete = await s.final()
+            return result
 
     # -- conversation ----------------------------------------------------------------
     @property
     def history(self) -> List[Dict[str, Any]]:
         """The conversation: a list of messages in the core's canonical JSON form."""
-        return json.loads(self._native.history_json())["messages"]
+        messages: List[Dict[str, Any]] = json.loads(self._native.history_json())["messages"]
+        return messages
 
     def save_history(self) -> str:
         """The conversation as versioned JSON, for ``restore_history``."""

@@ -107,7 +107,7 @@ class AsyncStream:
 
     @property
     def cancelled(self) -> bool:
-        return self._stream.cancelled
+        return bool(self._stream.cancelled)
 
     def submit_tool_result(self, call_id: str, output: str, is_error: bool = False) -> None:
         """Answers a host-tool call announced by ``ToolCallStart(host=True)``."""
@@ -121,10 +121,10 @@ class AsyncStream:
 
     async def text(self) -> str:
         """Consumes the rest of the stream; returns the final assistant text."""
-        return (await self.final()).text
+        return str((await self.final()).text)
 
     def consumer_waiting(self) -> bool:
-        return self._stream.consumer_waiting()
+        return bool(self._stream.consumer_waiting())
 
     def __repr__(self) -> str:
         return f"<panto.AsyncStream cancelled={self.cancelled}>"

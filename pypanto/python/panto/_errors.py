@@ -8,7 +8,7 @@ can also derive from the standard exceptions a caller may already catch
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 __all__ = [
     "PantoError",
@@ -32,7 +32,14 @@ __all__ = [
 ]
 
 
-def _rebuild(cls, message, kind, status, retryable, provider_code):
+def _rebuild(
+    cls: "Type[PantoError]",
+    message: str,
+    kind: str,
+    status: int,
+    retryable: bool,
+    provider_code: Optional[str],
+) -> "PantoError":
     return cls(
         message,
         kind=kind,
@@ -87,7 +94,7 @@ class PantoError(Exception):
             f"provider_code={self.provider_code!r})"
         )
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         # Keyword-only fields do not survive the default exception pickling.
         return (
             _rebuild,

@@ -13,11 +13,11 @@ from __future__ import annotations
 import threading
 from collections import deque
 from concurrent.futures import Executor, Future
-from typing import Any, Callable, Deque, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Optional, Tuple
 
 __all__ = ["Pool"]
 
-_Job = Tuple[Future, Callable[..., Any], tuple, dict]
+_Job = Tuple["Future[Any]", Callable[..., Any], Tuple[Any, ...], Dict[str, Any]]
 
 
 class Pool(Executor):
@@ -58,8 +58,8 @@ class Pool(Executor):
             self._max = n
 
     # -- Executor --------------------------------------------------------------------
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
-        fut: Future = Future()
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "Future[Any]":
+        fut: "Future[Any]" = Future()
         with self._lock:
             if self._shutdown:
                 raise RuntimeError(f"{self._name}: the pool is shut down")

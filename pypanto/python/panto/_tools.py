@@ -129,7 +129,7 @@ def json_schema(annotation: Any) -> Dict[str, Any]:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
-        schema = json_schema(args[0])
+        schema: Dict[str, Any] = json_schema(args[0])
         for meta in args[1:]:
             if isinstance(meta, str):
                 schema["description"] = meta
@@ -164,7 +164,7 @@ def json_schema(annotation: Any) -> Dict[str, Any]:
         frozenset,
         collections.abc.Sequence,
     ):
-        schema: Dict[str, Any] = {"type": "array"}
+        schema = {"type": "array"}
         if args:
             schema["items"] = json_schema(args[0])
         if origin in (set, frozenset) or annotation in (set, frozenset):
@@ -196,7 +196,7 @@ def json_schema(annotation: Any) -> Dict[str, Any]:
         for f in fields:
             if f.default is not dataclasses.MISSING:
                 defaults[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            elif f.default_factory is not dataclasses.MISSING:
                 pass
             else:
                 required.append(f.name)
@@ -209,7 +209,7 @@ def json_schema(annotation: Any) -> Dict[str, Any]:
         return schema
     if _is_typeddict(annotation):
         hints = typing.get_type_hints(annotation, include_extras=True)
-        required_keys = annotation.__required_keys__  # type: ignore[attr-defined]
+        required_keys = annotation.__required_keys__
         return _object_schema(
             hints,
             [k for k in hints if k in required_keys],
@@ -512,7 +512,7 @@ class Runner:
         self._tools = tools
         self._loop = loop  # None: a sync stream
         self._control: Any = None
-        self._pending: set = set()
+        self._pending: "set[Any]" = set()
         self._cancelled = False
         self._lock = threading.Lock()
 
