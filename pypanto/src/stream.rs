@@ -193,6 +193,9 @@ pub struct Stream {
     /// the stream fails or is closed before its end.
     on_host_call: Option<Py<PyAny>>,
     hook_cancelled: AtomicBool,
+    /// How many times a consumer released the GIL to wait (diagnostics: with bursts,
+    /// far fewer than the events).
+    waits: AtomicU64,
     id: u64,
 }
 
@@ -212,6 +215,7 @@ impl Stream {
             completed: AtomicBool::new(false),
             on_host_call,
             hook_cancelled: AtomicBool::new(false),
+            waits: AtomicU64::new(0),
             id,
         }
     }
@@ -318,6 +322,7 @@ impl Stream {
                 Took::Failed(e) => return Err(self.fail(py, e)),
                 Took::Nothing => {}
             }
+            self.waits.fetch_add(1, Ordering::Relaxed);
             let ready = py.detach(|| {
                 let ready = {
                     let mut c = self.lock_detached();
@@ -466,6 +471,12 @@ impl Stream {
         self.control.is_cancelled()
     }
 
+    /// Diagnostics: how many times a consumer released the GIL to wait for events.
+    #[getter]
+    fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
+    }
+
     /// Diagnostics: a consumer is blocked waiting for this stream's next event.
     fn consumer_waiting(&self) -> bool {
         self.control.consumer_waiting()
@@ -499,6 +510,7 @@ impl Stream {
             .filter(|t| t.is_finite() && *t >= 0.0)
             .and_then(|t| Instant::now().checked_add(Duration::from_secs_f64(t.min(1e9))));
         let main = is_main_thread(py);
+        self.waits.fetch_add(1, Ordering::Relaxed);
         py.detach(|| loop {
             let slice = match deadline {
                 Some(d) => d

@@ -280,3 +280,51 @@ def test_model_override_for_one_turn(server):
     )
     assert make_agent(server).run("x", model="other-model").text == "ok"
     assert server.requests()[0]["body"]["model"] == "other-model"
+
+
+def _long_response(n):
+    from conftest import chunk, usage_chunk, DONE
+
+    return {
+        "match": {"method": "POST"},
+        "response": {
+            "repeat": {"count": n, "chunk": chunk({"content": "t"})},
+            "sse": [chunk({}, "stop"), usage_chunk(), DONE],
+        },
+    }
+
+
+def test_ready_events_are_taken_without_releasing_the_gil(server):
+    """Events that are ready are drained into the stream's buffer and handed out
+    without waiting: once the whole turn is queued, iterating it never releases the GIL
+    to wait. (Each wait, when one is needed, takes a whole burst the same way.)"""
+    n = 5_000
+    server.scenario(_long_response(n))
+    base = panto.diagnostics()["active_streams"]
+    s = make_agent(server, queue_capacity=8192).stream("x")
+    wait_until(lambda: panto.diagnostics()["active_streams"] == base, what="the turn to be queued whole")
+    count = sum(1 for ev in s if isinstance(ev, panto.ContentDelta))
+    assert count == n
+    assert s.waits == 0
+
+
+async def test_async_takes_ready_events_on_the_loop_without_a_thread_hop(server):
+    n = 5_000
+    server.scenario(_long_response(n))
+    base = panto.diagnostics()["active_streams"]
+    s = make_agent(server, queue_capacity=8192).astream("x")
+    wait_until(lambda: panto.diagnostics()["active_streams"] == base, what="the turn to be queued whole")
+    count = 0
+    async for ev in s:
+        count += isinstance(ev, panto.ContentDelta)
+    assert count == n
+    assert s.waits == 0
+
+
+def test_a_streaming_turn_waits_far_less_often_than_it_yields(server):
+    n = 20_000
+    server.scenario(_long_response(n))
+    s = make_agent(server).stream("x")
+    count = sum(1 for ev in s if isinstance(ev, panto.ContentDelta))
+    assert count == n
+    assert 1 <= s.waits < n // 2, s.waits

@@ -123,6 +123,11 @@ class AsyncStream:
         """Consumes the rest of the stream; returns the final assistant text."""
         return str((await self.final()).text)
 
+    @property
+    def waits(self) -> int:
+        """How many times this stream waited in a thread (one hop per burst, at most)."""
+        return int(self._stream.waits)
+
     def consumer_waiting(self) -> bool:
         return bool(self._stream.consumer_waiting())
 
