@@ -227,9 +227,13 @@ impl Stream {
             match self.state.try_lock() {
                 Ok(g) => return g,
                 Err(TryLockError::Poisoned(p)) => return p.into_inner(),
-                Err(TryLockError::WouldBlock) => py.detach(|| {
-                    drop(self.state.lock());
-                }),
+                Err(TryLockError::WouldBlock) => {
+                    let main = is_main_thread(py);
+                    py.detach(|| {
+                        drop(self.state.lock());
+                        park_if_shutting_down(main);
+                    })
+                }
             }
         }
     }
@@ -329,9 +333,10 @@ impl Stream {
                     c.wait(slice);
                     c.ready()
                 };
-                if !ready {
-                    park_if_shutting_down(main);
-                }
+                // Also when woken by the exit hook's cancel: only daemon threads are
+                // left then, and the interpreter may be finalizing by the time this
+                // thread would re-attach.
+                park_if_shutting_down(main);
                 ready
             });
             if !ready {
@@ -523,10 +528,10 @@ impl Stream {
                 c.wait(slice);
                 c.ready() || c.stream.is_none() || self.control.is_cancelled()
             };
+            park_if_shutting_down(main);
             if ready {
                 return true;
             }
-            park_if_shutting_down(main);
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return false;
             }

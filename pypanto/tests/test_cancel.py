@@ -269,3 +269,56 @@ def test_ctrl_c_interrupts_promptly_and_leaves_a_valid_history(server, tmp_path,
     assert restored.history[0]["content"] == [{"type": "text", "text": "question"}]
     server.scenario(text_exchange(["fine"], contains=["question"]))
     assert restored.run("go on").text == "fine"
+
+
+EXIT_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys, threading, time
+    import panto
+
+    base_url = sys.argv[1]
+    blocked = []
+
+    def sync_consumer():
+        s = panto.Agent(model="gpt-test", base_url=base_url, api_key="k").stream("q")
+        blocked.append(s)
+        for ev in s:
+            pass
+
+    def async_consumer():
+        async def main():
+            s = panto.Agent(model="gpt-test", base_url=base_url, api_key="k").astream("q")
+            blocked.append(s)
+            async for ev in s:
+                pass
+        asyncio.run(main())
+
+    for target in (sync_consumer, async_consumer):
+        threading.Thread(target=target, daemon=True).start()
+    deadline = time.monotonic() + 20
+    while not (len(blocked) == 2 and all(s.consumer_waiting() for s in blocked)):
+        assert time.monotonic() < deadline, "consumers never blocked"
+        time.sleep(0.005)
+    print("BLOCKED", flush=True)
+    # The main thread ends here, with two daemon threads blocked in streams.
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="subprocess exit")
+def test_interpreter_exits_promptly_with_streams_blocked_in_daemon_threads(server, tmp_path):
+    """Streams blocked in daemon threads (one sync, one under asyncio.run, which waits
+    in panto's pool) do not hold up exit: panto's threads are daemons, its exit hook
+    cancels every stream, and a wait that ends after it never re-enters the
+    interpreter. The process exits at once and cleanly."""
+    server.scenario(exchange(text_sse(["a"]), times=2, fault={"kind": "hold", "after_bytes": 0}))
+    script = tmp_path / "child.py"
+    script.write_text(EXIT_CHILD)
+    for _ in range(3):
+        started = time.monotonic()
+        out = subprocess.run([sys.executable, str(script), server.base_url], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "BLOCKED"
+        assert "Fatal" not in out.stderr and "panicked" not in out.stderr, out.stderr
+        assert time.monotonic() - started < 10
+        server.scenario(exchange(text_sse(["a"]), times=2, fault={"kind": "hold", "after_bytes": 0}))
