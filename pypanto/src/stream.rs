@@ -378,6 +378,20 @@ impl Stream {
         Ok(())
     }
 
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let c = self.lock(py);
+        let state = if self.completed.load(Ordering::SeqCst) {
+            "completed".to_owned()
+        } else if let Some(End::Failed(e)) = &c.end {
+            format!("failed: {}", e.kind)
+        } else if c.stream.is_none() {
+            "closed".to_owned()
+        } else {
+            "active".to_owned()
+        };
+        format!("<panto.Stream {state}>")
+    }
+
     fn __iter__(slf: Py<Self>) -> Py<Self> {
         slf
     }

@@ -113,6 +113,7 @@ def test_stream_cancelled_error(server):
     with pytest.raises(panto.StreamCancelledError) as info:
         next(s)
     assert info.value.kind == "cancelled"
+    assert repr(s) == "<panto.Stream failed: cancelled>"
     with pytest.raises(panto.StreamCancelledError):
         next(s)
 

@@ -46,9 +46,11 @@ def test_text_turn_events_in_order(server):
 def test_stop_iteration_after_message_complete_and_on_every_later_call(server):
     server.scenario(text_exchange(["a"]))
     s = make_agent(server).stream("hi")
+    assert repr(s) == "<panto.Stream active>"
     last = None
     for ev in s:
         last = ev
+    assert repr(s) == "<panto.Stream completed>"
     assert isinstance(last, panto.MessageComplete)
     for _ in range(3):
         with pytest.raises(StopIteration):
