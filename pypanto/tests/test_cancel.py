@@ -322,3 +322,27 @@ def test_interpreter_exits_promptly_with_streams_blocked_in_daemon_threads(serve
         assert "Fatal" not in out.stderr and "panicked" not in out.stderr, out.stderr
         assert time.monotonic() - started < 10
         server.scenario(exchange(text_sse(["a"]), times=2, fault={"kind": "hold", "after_bytes": 0}))
+
+
+async def test_aclose_from_another_task_while_one_awaits(server):
+    held_stream(server)
+    agent = make_agent(server)
+    s = agent.astream("q")
+    seen = []
+
+    async def consume():
+        async for ev in s:
+            seen.append(ev.type)
+
+    task = asyncio.create_task(consume())
+    while not (server.held() == 1 and "content_delta" in seen and s.consumer_waiting()):
+        await asyncio.sleep(0.005)
+    assert not task.done()
+    await s.aclose()  # from this task, while `consume` awaits the next event
+    with pytest.raises(panto.StreamCancelledError):
+        await asyncio.wait_for(task, 10)
+    assert panto.diagnostics()["waits_in_flight"] == 0 or wait_until(
+        lambda: panto.diagnostics()["waits_in_flight"] == 0, what="the wait to end"
+    )
+    server.scenario(text_exchange(["ok"]))
+    assert (await agent.arun("next")).text == "ok"
