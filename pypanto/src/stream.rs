@@ -509,10 +509,20 @@ impl Stream {
         }
     }
 
-    /// The async path, on the event loop thread: the next event if one is ready now,
-    /// else `None`; raises `StopAsyncIteration` once exhausted. Never waits.
+    /// The async path, on the event loop thread: the next event if one is ready now (or
+    /// within the few microseconds a burst being produced right now takes), else
+    /// `None`; raises `StopAsyncIteration` once exhausted. Never blocks.
     fn _try_next(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        match self.take(py) {
+        let mut took = self.take(py);
+        if matches!(took, Took::Nothing) {
+            // While the turn is being polled on its worker, its next burst is microseconds
+            // away: the pull stream spins for it (at most 20 µs, and only then) when asked
+            // with a zero timeout. That costs the loop far less than a hop to a thread.
+            self.waits.fetch_add(1, Ordering::Relaxed);
+            py.detach(|| self.lock_detached().wait(Duration::ZERO));
+            took = self.take(py);
+        }
+        match took {
             Took::Event(ev) => self.deliver(py, ev).map(Some),
             Took::Done => Err(PyStopAsyncIteration::new_err(())),
             Took::Failed(e) => Err(self.fail(py, e)),
