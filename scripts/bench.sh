@@ -8,13 +8,14 @@
 #   BENCH_LOG=bench.log scripts/bench.sh                                    keep the full log
 #
 # Benches (see their headers): core/benches/decode.rs (µs per chunk of a 100,000-chunk
-# OpenAI stream, panto vs peers measured in the same run) and pull-adapter/benches/pull.rs
+# OpenAI stream, panto vs peers measured in the same run), pull-adapter/benches/pull.rs
 # (pull Stream vs push Receiver per event, time to first event; run twice: on a quiet
-# machine, then with a CPU hog busy on every core beside it) and
+# machine, then with a CPU hog busy on every core beside it),
 # pull-adapter/benches/concurrency.rs (1, 64 and 1,000 paced streams at once: CPU per
-# event, added latency, threads, memory; pull vs push on one thread). All use the
-# in-process panto-testserver on 127.0.0.1: no network besides crates.io for the first
-# build. PANTO_BENCH_LOADED=0 skips the loaded pass.
+# event, added latency, threads, memory; pull vs push on one thread) and
+# pypanto/bench/bench.py (the Python package against openai-python and raw httpx). All use
+# the in-process panto-testserver on 127.0.0.1: no network besides the package registries
+# for the first build. PANTO_BENCH_LOADED=0 skips the loaded pass.
 # Figures are printed, never asserted: compare ratios measured in the same run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -74,6 +75,28 @@ if command -v go >/dev/null 2>&1; then
     cat "$log.go" >>"$log"; rm -f "$log.go"
 else
     echo "go not found: skipping the Go benchmarks" >&2
+fi
+
+# Python package (pypanto/bench/bench.py): CPU per chunk and warm time to first event of
+# panto's Python streams against openai-python, raw httpx + json.loads and panto's Rust
+# pull, on the same response from the same server. Needs PyPI for openai and httpx.
+# PANTO_BENCH_PYTHON=0 skips it.
+if [[ "${PANTO_BENCH_PYTHON:-1}" != 0 ]]; then
+    echo "==> Python benchmark (pypanto/bench)" >&2
+    target="${CARGO_TARGET_DIR:-$PWD/target}"
+    py_tools="$(pypanto/tools-venv.sh)"
+    cargo build --release --locked -p panto-testserver --bin panto-testserver 2>&1 | tail -n 1 >&2
+    cargo build --release --locked --manifest-path pypanto/Cargo.toml --example pull_cpu 2>&1 | tail -n 1 >&2
+    rm -rf "$target/pypanto-wheels-release"
+    "$py_tools/bin/maturin" build --quiet --release --locked -m pypanto/Cargo.toml \
+        -o "$target/pypanto-wheels-release" >&2
+    py_bench="$target/pypanto-bench-venv"
+    rm -rf "$py_bench"
+    python3 -m venv "$py_bench"
+    "$py_bench/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "$target/pypanto-wheels-release"/panto-*.whl openai==3.57.0 httpx==0.28.1 >&2
+    "$py_bench/bin/python" pypanto/bench/bench.py --server "$target/release/panto-testserver" \
+        --pull "$target/release/examples/pull_cpu" --rounds "${PANTO_BENCH_ROUNDS:-3}" 2>&1 | tee -a "$log"
 fi
 
 echo

@@ -31,6 +31,28 @@ cargo bench --workspace --no-run --locked
 step "push example and 'panto run --json' print the same turn"
 scripts/check-push-pull-equivalence.sh
 
+# --- Python package (pypanto/) ------------------------------------------------------
+# pypanto is its own cargo workspace (a PyO3 extension module does not link into
+# `cargo test --workspace`), built here with the same target dir. One wheel is built,
+# installed into a venv made afresh, and the pytest suite runs against that install,
+# with the test server and CLI binaries built above.
+step "Python package: lint, build the wheel once, install it in a fresh venv, pytest"
+py_tools="$(pypanto/tools-venv.sh)"
+if [ -z "${PANTO_SKIP_LINT:-}" ]; then
+  cargo fmt --manifest-path pypanto/Cargo.toml -- --check
+  cargo clippy --manifest-path pypanto/Cargo.toml --all-targets --locked -- -D warnings
+fi
+py_wheels="$CARGO_TARGET_DIR/pypanto-wheels"
+rm -rf "$py_wheels"
+"$py_tools/bin/maturin" build --quiet --profile dev --locked -m pypanto/Cargo.toml -o "$py_wheels"
+py_venv="$CARGO_TARGET_DIR/pypanto-venv"
+rm -rf "$py_venv"
+python3 -m venv "$py_venv"
+"$py_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  "$py_wheels"/panto-*.whl $(sed 's/maturin==[^ ]* //' "$py_tools/.pins")
+(cd pypanto && PANTO_TESTSERVER="$CARGO_TARGET_DIR/debug/panto-testserver" \
+  PANTO_CLI="$CARGO_TARGET_DIR/debug/panto" "$py_venv/bin/python" -m pytest -q -p no:cacheprovider tests)
+
 step "README's demo command (scripts/demo.sh) runs the two-step turn"
 demo_out=$(scripts/demo.sh 2>/dev/null)
 printf '%s\n' "$demo_out"

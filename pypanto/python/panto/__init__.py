@@ -1,0 +1,287 @@
+"""panto: an embeddable LLM agent runtime, from Python.
+
+A Rust core streams an assistant turn from an LLM provider (OpenAI Chat Completions and
+compatible servers, Anthropic Messages), runs the tools the model asks for, and repeats
+until the model is done. The whole turn is one stream of events::
+
+    import panto
+
+    @panto.tool
+    def weather(city: str) -> str:
+        '''Current weather in a city.'''
+        return f"18°C and sunny in {city}"
+
+    agent = panto.Agent(provider="openai", model="gpt-4o-mini", tools=[weather])
+    with agent.stream("What's the weather in Paris?") as stream:
+        for event in stream:
+            if isinstance(event, panto.ContentDelta):
+                print(event.text, end="")
+
+    async for event in agent.astream("And in Rome?"):   # in a coroutine
+        ...
+
+The native module (``panto._native``) holds the agent, the stream and the event
+classes; this package adds the configuration, ``@panto.tool``, ``AsyncStream`` and the
+exception classes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+from typing import Any, Dict, Iterable, List, Optional
+
+from . import _native
+from ._async import WAIT_POOL, AsyncStream, running_loop
+from ._errors import (
+    ERROR_CLASSES,
+    APIConnectionError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    BusyError,
+    ConfigError,
+    IncompleteStreamError,
+    InternalError,
+    NotFoundError,
+    PantoError,
+    PermissionDeniedError,
+    ProtocolError,
+    ProviderError,
+    RateLimitError,
+    ServerError,
+    StreamCancelledError,
+    ToolError,
+)
+from ._native import (
+    BlockComplete,
+    BlockStart,
+    ContentDelta,
+    MessageComplete,
+    MessageEnd,
+    MessageStart,
+    ProviderRetry,
+    Stream,
+    ToolCallStart,
+    ToolDetails,
+    ToolResult,
+    UnknownEvent,
+    Usage,
+)
+from ._tools import TOOL_POOL, Runner, Tool, as_tool, json_schema, tool
+
+__version__ = _native.__version__
+
+__all__ = [
+    "Agent",
+    "Stream",
+    "AsyncStream",
+    "Tool",
+    "tool",
+    "json_schema",
+    "diagnostics",
+    "EVENT_CLASSES",
+    "ERROR_CLASSES",
+    # events
+    "MessageStart",
+    "BlockStart",
+    "ContentDelta",
+    "ToolDetails",
+    "BlockComplete",
+    "MessageEnd",
+    "ToolCallStart",
+    "ToolResult",
+    "ProviderRetry",
+    "MessageComplete",
+    "UnknownEvent",
+    "Usage",
+    # errors
+    "PantoError",
+    "ConfigError",
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "BadRequestError",
+    "RateLimitError",
+    "ServerError",
+    "APIConnectionError",
+    "APITimeoutError",
+    "ProtocolError",
+    "ProviderError",
+    "StreamCancelledError",
+    "BusyError",
+    "ToolError",
+    "IncompleteStreamError",
+    "InternalError",
+]
+
+#: The class of each event type, in the core's order (``Event::TYPES``).
+EVENT_CLASSES: Dict[str, type] = {
+    cls.type: cls
+    for cls in (
+        MessageStart,
+        BlockStart,
+        ContentDelta,
+        ToolDetails,
+        BlockComplete,
+        MessageEnd,
+        ToolCallStart,
+        ToolResult,
+        ProviderRetry,
+        MessageComplete,
+    )
+}
+
+
+class Agent:
+    """One conversation with one provider configuration.
+
+    ``provider`` is ``"openai"`` (Chat Completions and every compatible server) or
+    ``"anthropic"``. ``base_url`` is what the provider's official SDK calls it (OpenAI's
+    includes ``/v1``, Anthropic's does not); ``api_key`` defaults to ``OPENAI_API_KEY`` /
+    ``ANTHROPIC_API_KEY``. ``tools`` are ``@panto.tool`` functions (run automatically),
+    plain functions (made tools), or dicts ``{"name", "description", "parameters"}``
+    declaring host tools you answer by hand with ``Stream.submit_tool_result``.
+
+    Other keyword arguments are the core's configuration keys (see the README):
+    ``max_tokens``, ``temperature``, ``max_steps``, ``tool_concurrency``,
+    ``tool_timeout_ms``, ``retry={...}``, ``timeouts={...}``, ``queue_capacity``,
+    ``headers={...}``, ``max_event_bytes``, ``max_message_bytes``,
+    ``max_tool_output_bytes``. A bad one raises ``ConfigError`` naming the key.
+
+    One stream at a time: starting another while one is active raises ``BusyError``.
+    """
+
+    __slots__ = ("_native", "_tools", "__weakref__")
+
+    def __init__(
+        self,
+        provider: str = "openai",
+        model: Optional[str] = None,
+        base_url: Optional[str] = None,
+        api_key: Optional[str] = None,
+        system: Optional[str] = None,
+        tools: Iterable[Any] = (),
+        **options: Any,
+    ) -> None:
+        config: Dict[str, Any] = {"provider": provider, "model": model}
+        for key, value in (("base_url", base_url), ("api_key", api_key), ("system", system)):
+            if value is not None:
+                config[key] = value
+        specs: List[Dict[str, Any]] = []
+        python_tools: Dict[str, Tool] = {}
+        for i, item in enumerate(tools):
+            try:
+                t = as_tool(item)
+            except TypeError as e:
+                raise ConfigError(f"tools[{i}]: {e}", kind="config") from None
+            if isinstance(t, Tool):
+                specs.append(t.spec())
+                python_tools[t.name] = t
+            else:
+                specs.append(t)
+        if specs:
+            config["tools"] = specs
+        config.update(options)
+        # One source of truth: the core parses and validates the JSON and names the key.
+        parts = []
+        for key, value in config.items():
+            try:
+                parts.append(f"{json.dumps(key)}:{json.dumps(value, allow_nan=False)}")
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"{key}: not representable as JSON ({e})", kind="config") from None
+        self._native = _native.Agent("{" + ",".join(parts) + "}")
+        self._tools = python_tools
+
+    # -- streams ---------------------------------------------------------------------
+    def stream(self, prompt: str, *, model: Optional[str] = None) -> Stream:
+        """Starts a turn and returns its ``Stream`` (an iterator and context manager).
+        ``model`` overrides the model for this turn only."""
+        runner = Runner(self._tools, None) if self._tools else None
+        stream = self._native.stream(prompt, model, runner)
+        if runner is not None:
+            runner.bind(stream.control())
+        return stream
+
+    def astream(self, prompt: str, *, model: Optional[str] = None) -> AsyncStream:
+        """Starts a turn and returns its ``AsyncStream`` (``async for`` /
+        ``async with``). Async tools run on the loop that iterates it."""
+        loop = running_loop()
+        runner = Runner(self._tools, loop) if self._tools else None
+        if runner is not None and loop is None:
+            raise RuntimeError("astream() with Python tools needs a running event loop")
+        stream = self._native.stream(prompt, model, runner)
+        if runner is not None:
+            runner.bind(stream.control())
+        return AsyncStream(stream, runner)
+
+    def run(self, prompt: str, *, model: Optional[str] = None) -> MessageComplete:
+        """Runs a whole turn and returns its ``MessageComplete`` (``.text``,
+        ``.stop_reason``, ``.usage``, ``.messages``)."""
+        with self.stream(prompt, model=model) as s:
+            return s.final()
+
+    async def arun(self, prompt: str, *, model: Optional[str] = None) -> MessageComplete:
+        """``run()`` for coroutines."""
+        async with self.astream(prompt, model=model) as s:
+            result: MessageComplete = await s.final()
+            return result
+
+    # -- conversation ----------------------------------------------------------------
+    @property
+    def history(self) -> List[Dict[str, Any]]:
+        """The conversation: a list of messages in the core's canonical JSON form."""
+        messages: List[Dict[str, Any]] = json.loads(self._native.history_json())["messages"]
+        return messages
+
+    def save_history(self) -> str:
+        """The conversation as versioned JSON, for ``restore_history``."""
+        return self._native.history_json()
+
+    def restore_history(self, saved: str) -> None:
+        """Replaces the conversation with one saved by ``save_history`` (validated:
+        ``ConfigError`` if it is not a valid history; ``BusyError`` during a turn)."""
+        self._native.load_history_json(saved)
+
+    def clear_history(self) -> None:
+        self._native.clear_history()
+
+    # -- description -----------------------------------------------------------------
+    @property
+    def tools(self) -> Dict[str, Tool]:
+        """The Python tools this agent runs by itself, by name."""
+        return dict(self._tools)
+
+    @property
+    def provider(self) -> str:
+        return self._native.provider
+
+    @property
+    def model(self) -> str:
+        return self._native.model
+
+    @property
+    def base_url(self) -> str:
+        return self._native.base_url
+
+    def __repr__(self) -> str:
+        # Never the API key.
+        return f"panto.Agent(provider={self.provider!r}, model={self.model!r}, base_url={self.base_url!r})"
+
+
+def diagnostics() -> Dict[str, int]:
+    """Counters for leak checks: turns still running, and panto's own threads."""
+    return {
+        "active_streams": _native.active_streams(),
+        "wait_threads": WAIT_POOL.threads,
+        "waits_in_flight": WAIT_POOL.busy,
+        "tool_threads": TOOL_POOL.threads,
+        "tools_in_flight": TOOL_POOL.busy,
+    }
+
+
+@atexit.register
+def _at_exit() -> None:
+    # Every stream is cancelled (which ends every wait), and a thread whose wait ends
+    # from now on never re-enters the finalizing interpreter.
+    _native._shutdown()

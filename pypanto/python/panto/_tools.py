@@ -1,0 +1,595 @@
+"""``@panto.tool``: typed Python functions as tools, and the runner that answers them.
+
+A Python tool is a *host tool* of the core: it is declared in the configuration's
+``tools`` (name, description, JSON Schema), the model calls it, the stream announces the
+call as ``ToolCallStart(host=True)``, and the runner here runs the function and hands
+the result back with ``submit_tool_result``. Sync functions run on panto's tool thread
+pool, never on the thread that iterates; async functions run on the event loop that
+iterates the stream (``astream``), or on a private loop thread (``stream``). The core
+runs calls concurrently up to ``tool_concurrency``. An exception becomes an error result
+that the model reads; the stream goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import contextvars
+import dataclasses
+import enum
+import inspect
+import json
+import re
+import threading
+import types
+import typing
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+from ._errors import PantoError
+from ._pool import Pool
+
+__all__ = ["Tool", "tool", "json_schema"]
+
+#: Sync tools run here (threads are created on demand and go away when idle).
+TOOL_POOL = Pool("panto-tool", max_threads=256)
+
+_NoneType = type(None)
+
+
+# --------------------------------------------------------------------------------------
+# JSON Schema from type annotations
+# --------------------------------------------------------------------------------------
+
+
+def _literal_type(values: Tuple[Any, ...]) -> Optional[str]:
+    kinds = set()
+    for v in values:
+        if isinstance(v, bool):
+            kinds.add("boolean")
+        elif isinstance(v, int):
+            kinds.add("integer")
+        elif isinstance(v, float):
+            kinds.add("number")
+        elif isinstance(v, str):
+            kinds.add("string")
+        elif v is None:
+            kinds.add("null")
+        else:
+            raise TypeError(f"Literal value {v!r} is not a JSON scalar")
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _enum_schema(values: List[Any]) -> Dict[str, Any]:
+    schema: Dict[str, Any] = {}
+    t = _literal_type(tuple(values))
+    if t is not None:
+        schema["type"] = t
+    schema["enum"] = list(values)
+    return schema
+
+
+def _object_schema(
+    hints: Mapping[str, Any],
+    required: List[str],
+    defaults: Mapping[str, Any],
+    descriptions: Mapping[str, str],
+) -> Dict[str, Any]:
+    props: Dict[str, Any] = {}
+    for name, annotation in hints.items():
+        prop = json_schema(annotation)
+        if name in descriptions and "description" not in prop:
+            prop["description"] = descriptions[name]
+        if name in defaults:
+            default = _jsonable(defaults[name])
+            if default is not _NOT_JSON:
+                prop["default"] = default
+        props[name] = prop
+    return {"type": "object", "properties": props, "required": required}
+
+
+_NOT_JSON = object()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        value = value.value
+    try:
+        # Through JSON and back: tuples become lists, as the model will see them.
+        return json.loads(json.dumps(value, default=_default_strict))
+    except (TypeError, ValueError):
+        return _NOT_JSON
+
+
+def _default_strict(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _is_typeddict(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__required_keys__")
+
+
+def json_schema(annotation: Any) -> Dict[str, Any]:
+    """The JSON Schema of a type annotation.
+
+    Supported: ``str``, ``int``, ``float``, ``bool``, ``None``, ``Any`` / no annotation
+    (``{}``), ``list[T]`` (and ``List``, ``Sequence``, ``set``, ``tuple[T, ...]``),
+    fixed ``tuple[A, B]``, ``dict[str, T]``, ``Optional[T]`` / ``T | None`` and other
+    unions (``anyOf``), ``Literal[...]`` and ``Enum`` classes (``enum``),
+    ``Annotated[T, "description"]``, dataclasses and ``TypedDict`` (objects). Anything
+    else raises ``TypeError`` naming the type.
+    """
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return {}
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        schema: Dict[str, Any] = json_schema(args[0])
+        for meta in args[1:]:
+            if isinstance(meta, str):
+                schema["description"] = meta
+                break
+        return schema
+    if annotation is None or annotation is _NoneType:
+        return {"type": "null"}
+    if annotation is str:
+        return {"type": "string"}
+    if annotation is bool:
+        return {"type": "boolean"}
+    if annotation is int:
+        return {"type": "integer"}
+    if annotation is float:
+        return {"type": "number"}
+    if origin is Union or (hasattr(types, "UnionType") and origin is types.UnionType):
+        members = [a for a in args if a is not _NoneType]
+        nullable = len(members) < len(args)
+        if len(members) == 1 and not nullable:
+            return json_schema(members[0])
+        choices = [json_schema(m) for m in members]
+        if nullable:
+            choices.append({"type": "null"})
+        return {"anyOf": choices}
+    if origin is typing.Literal:
+        return _enum_schema(list(args))
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return _enum_schema([m.value for m in annotation])
+    if annotation in (list, set, frozenset, tuple) or origin in (
+        list,
+        set,
+        frozenset,
+        collections.abc.Sequence,
+    ):
+        schema = {"type": "array"}
+        if args:
+            schema["items"] = json_schema(args[0])
+        if origin in (set, frozenset) or annotation in (set, frozenset):
+            schema["uniqueItems"] = True
+        return schema
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return {"type": "array", "items": json_schema(args[0])}
+        return {
+            "type": "array",
+            "prefixItems": [json_schema(a) for a in args],
+            "minItems": len(args),
+            "maxItems": len(args),
+        }
+    if annotation is dict or origin in (dict, collections.abc.Mapping):
+        schema = {"type": "object"}
+        if len(args) == 2:
+            if args[0] is not str:
+                raise TypeError(f"JSON object keys are strings, not {args[0]!r}")
+            value = json_schema(args[1])
+            if value:
+                schema["additionalProperties"] = value
+        return schema
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        hints = typing.get_type_hints(annotation, include_extras=True)
+        fields = [f for f in dataclasses.fields(annotation) if f.init]
+        required = []
+        defaults: Dict[str, Any] = {}
+        for f in fields:
+            if f.default is not dataclasses.MISSING:
+                defaults[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                pass
+            else:
+                required.append(f.name)
+        schema = _object_schema(
+            {f.name: hints.get(f.name, Any) for f in fields},
+            required,
+            defaults,
+            _doc_params(annotation.__doc__ or ""),
+        )
+        return schema
+    if _is_typeddict(annotation):
+        hints = typing.get_type_hints(annotation, include_extras=True)
+        required_keys = annotation.__required_keys__
+        return _object_schema(
+            hints,
+            [k for k in hints if k in required_keys],
+            {},
+            _doc_params(annotation.__doc__ or ""),
+        )
+    raise TypeError(f"cannot derive a JSON Schema for {annotation!r}")
+
+
+# --------------------------------------------------------------------------------------
+# Docstrings: the summary, and per-parameter descriptions (Google or Sphinx style)
+# --------------------------------------------------------------------------------------
+
+_SECTION = re.compile(
+    r"^\s*(Args|Arguments|Parameters|Params|Returns|Return|Raises|Yields|Examples?|Notes?|Attributes)\s*:\s*$"
+)
+_PARAM_SECTIONS = {"args", "arguments", "parameters", "params", "attributes"}
+_GOOGLE_PARAM = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
+
+
+def _doc_summary(doc: str) -> str:
+    lines = []
+    for line in inspect.cleandoc(doc).splitlines():
+        if _SECTION.match(line) or line.strip().startswith(":param"):
+            break
+        lines.append(line)
+    return "\n".join(lines).strip()
+
+
+def _doc_params(doc: str) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    if not doc:
+        return out
+    lines = inspect.cleandoc(doc).splitlines()
+    section: Optional[str] = None
+    current: Optional[str] = None
+    indent = 0
+    for line in lines:
+        m = _SECTION.match(line)
+        if m:
+            section = m.group(1).lower()
+            current = None
+            continue
+        sp = _SPHINX_PARAM.match(line)
+        if sp:
+            current = sp.group(1)
+            out[current] = sp.group(2).strip()
+            indent = len(line) - len(line.lstrip())
+            continue
+        if section in _PARAM_SECTIONS:
+            if not line.strip():
+                current = None
+                continue
+            gp = _GOOGLE_PARAM.match(line)
+            this_indent = len(line) - len(line.lstrip())
+            if gp and (current is None or this_indent <= indent):
+                current = gp.group(1).lstrip("*")
+                out[current] = gp.group(3).strip()
+                indent = this_indent
+            elif current is not None:
+                out[current] = (out[current] + " " + line.strip()).strip()
+        elif current is not None and line.strip() and (len(line) - len(line.lstrip())) > indent:
+            out[current] = (out[current] + " " + line.strip()).strip()
+        else:
+            current = None
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Tool
+# --------------------------------------------------------------------------------------
+
+
+def _coerce(value: Any, annotation: Any) -> Any:
+    """Turns JSON arguments into the annotated types where they differ (dataclasses,
+    enums, tuples, sets); everything else passes unchanged."""
+    if value is None:
+        return None
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _coerce(value, args[0])
+    if origin is Union or (hasattr(types, "UnionType") and origin is types.UnionType):
+        members = [a for a in args if a is not _NoneType]
+        return _coerce(value, members[0]) if len(members) == 1 else value
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return annotation(value)
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type) and isinstance(value, dict):
+        hints = typing.get_type_hints(annotation, include_extras=True)
+        return annotation(**{k: _coerce(v, hints.get(k, Any)) for k, v in value.items()})
+    if isinstance(value, list):
+        if origin in (list, collections.abc.Sequence) and args:
+            return [_coerce(v, args[0]) for v in value]
+        if origin in (set, frozenset) or annotation in (set, frozenset):
+            items = [_coerce(v, args[0]) for v in value] if args else value
+            return (frozenset if frozenset in (origin, annotation) else set)(items)
+        if origin is tuple or annotation is tuple:
+            if len(args) == 2 and args[1] is Ellipsis:
+                return tuple(_coerce(v, args[0]) for v in value)
+            if args and len(args) == len(value):
+                return tuple(_coerce(v, a) for v, a in zip(value, args))
+            return tuple(value)
+    if isinstance(value, dict) and origin in (dict, collections.abc.Mapping) and len(args) == 2:
+        return {k: _coerce(v, args[1]) for k, v in value.items()}
+    return value
+
+
+def _default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def render_output(result: Any) -> str:
+    """A tool's return value as the text the model reads: a ``str`` as is, ``None`` as
+    an empty string, bytes decoded, anything else as JSON."""
+    if isinstance(result, str):
+        return result
+    if result is None:
+        return ""
+    if isinstance(result, (bytes, bytearray)):
+        return bytes(result).decode("utf-8", "replace")
+    return json.dumps(result, ensure_ascii=False, default=_default)
+
+
+def render_exception(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Tool:
+    """A Python function the model can call. Made by ``@panto.tool``; calling the
+    ``Tool`` calls the function."""
+
+    __slots__ = ("fn", "name", "description", "parameters", "is_async", "_hints", "__dict__")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: Optional[str] = None,
+        description: Optional[str] = None,
+        parameters: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"a tool must be a function, not {fn!r}")
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", None) or ""
+        if not self.name or self.name == "<lambda>":
+            raise TypeError("a tool needs a name: use @panto.tool(name=...)")
+        doc = inspect.getdoc(fn) or ""
+        self.description = description if description is not None else _doc_summary(doc)
+        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+            getattr(fn, "__call__", None)
+        )
+        try:
+            self._hints = typing.get_type_hints(fn, include_extras=True)
+        except Exception:  # noqa: BLE001 - unresolvable annotations: treat as untyped
+            self._hints = {}
+        if parameters is None:
+            parameters = self._derive_parameters(doc)
+        self.parameters = parameters
+        try:
+            self.__doc__ = fn.__doc__
+            self.__wrapped__ = fn
+        except AttributeError:
+            pass
+
+    def _derive_parameters(self, doc: str) -> Dict[str, Any]:
+        sig = inspect.signature(self.fn)
+        hints: Dict[str, Any] = {}
+        required: List[str] = []
+        defaults: Dict[str, Any] = {}
+        for p in sig.parameters.values():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            if p.kind is p.POSITIONAL_ONLY:
+                raise TypeError(
+                    f"tool {self.name!r}: positional-only parameter {p.name!r} cannot be "
+                    "passed by name"
+                )
+            try:
+                hints[p.name] = self._hints.get(p.name, p.annotation)
+                json_schema(hints[p.name])
+            except TypeError as e:
+                raise TypeError(f"tool {self.name!r}, parameter {p.name!r}: {e}") from None
+            if p.default is p.empty:
+                required.append(p.name)
+            else:
+                defaults[p.name] = p.default
+        return _object_schema(hints, required, defaults, _doc_params(doc))
+
+    def spec(self) -> Dict[str, Any]:
+        """The declaration the core sends to the model."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+        }
+
+    def arguments(self, arguments: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        """The model's JSON arguments as keyword arguments of the function."""
+        if arguments is None:
+            return {}
+        if not isinstance(arguments, dict):
+            raise TypeError("the arguments are not a JSON object")
+        return {k: _coerce(v, self._hints.get(k, Any)) for k, v in arguments.items()}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        kind = "async " if self.is_async else ""
+        return f"<panto {kind}tool {self.name!r}>"
+
+
+def tool(
+    fn: Optional[Callable[..., Any]] = None,
+    *,
+    name: Optional[str] = None,
+    description: Optional[str] = None,
+    parameters: Optional[Dict[str, Any]] = None,
+) -> Any:
+    """Turns a typed function (sync or async) into a ``Tool``.
+
+    The JSON Schema of its arguments comes from the signature (see ``json_schema``), its
+    description from the docstring (the text before an ``Args:`` section; parameters
+    described there, or with ``:param x:``, get that description). ``name``,
+    ``description`` and ``parameters`` override what is derived.
+
+        @panto.tool
+        def weather(city: str, unit: Literal["c", "f"] = "c") -> str:
+            '''Current weather in a city.
+
+            Args:
+                city: the city name, e.g. "Paris".
+            '''
+    """
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool(f, name=name, description=description, parameters=parameters)
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap
+
+
+def as_tool(item: Any) -> Union[Tool, Dict[str, Any]]:
+    """A ``Tool``, a plain function (made a ``Tool``), or a dict declaring a host tool
+    answered by hand (``{"name", "description", "parameters"}``)."""
+    if isinstance(item, Tool):
+        return item
+    if isinstance(item, dict):
+        return item
+    if callable(item):
+        return Tool(item)
+    raise TypeError(f"tools: {item!r} is not a tool, a function or a tool declaration")
+
+
+# --------------------------------------------------------------------------------------
+# Running tools for a stream
+# --------------------------------------------------------------------------------------
+
+_private_loop: Optional[asyncio.AbstractEventLoop] = None
+_private_lock = threading.Lock()
+
+
+def private_loop() -> asyncio.AbstractEventLoop:
+    """The event loop (on its own daemon thread) that runs async tools of sync streams."""
+    global _private_loop
+    with _private_lock:
+        if _private_loop is None or _private_loop.is_closed():
+            loop = asyncio.new_event_loop()
+            started = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(started.set)
+                loop.run_forever()
+
+            threading.Thread(target=run, name="panto-tool-loop", daemon=True).start()
+            started.wait()
+            _private_loop = loop
+        return _private_loop
+
+
+class Runner:
+    """The host-call hook of one stream: runs the ``Tool`` a ``ToolCallStart(host=True)``
+    names and submits its result. Calls of tools it does not know are left to the caller.
+    It holds the stream's control handle, never the stream, so it keeps nothing alive."""
+
+    __slots__ = ("_tools", "_loop", "_control", "_pending", "_cancelled", "_lock")
+
+    def __init__(self, tools: Mapping[str, Tool], loop: Optional[asyncio.AbstractEventLoop]) -> None:
+        self._tools = tools
+        self._loop = loop  # None: a sync stream
+        self._control: Any = None
+        self._pending: "set[Any]" = set()
+        self._cancelled = False
+        self._lock = threading.Lock()
+
+    def bind(self, control: Any) -> None:
+        self._control = control
+
+    def __call__(self, event: Any) -> None:
+        t = self._tools.get(event.name)
+        if t is None or self._cancelled:
+            return
+        call_id = event.call_id
+        arguments = event.arguments
+        if t.is_async:
+            coro = self._run_async(t, call_id, arguments)
+            if self._loop is not None:
+                fut: Any = self._loop.create_task(coro)
+            else:
+                fut = asyncio.run_coroutine_threadsafe(coro, private_loop())
+        else:
+            ctx = contextvars.copy_context()
+            fut = TOOL_POOL.submit(ctx.run, self._run_sync, t, call_id, arguments)
+        with self._lock:
+            self._pending.add(fut)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut: Any) -> None:
+        with self._lock:
+            self._pending.discard(fut)
+
+    def _submit(self, call_id: str, output: str, is_error: bool) -> None:
+        try:
+            self._control.submit_tool_result(call_id, output, is_error)
+        except PantoError:
+            # The turn no longer waits for this call (cancelled, timed out): nothing to do.
+            pass
+
+    def _run_sync(self, t: Tool, call_id: str, arguments: Any) -> None:
+        try:
+            result = t.fn(**t.arguments(arguments))
+            if inspect.isawaitable(result):
+                result = asyncio.run_coroutine_threadsafe(_await(result), private_loop()).result()
+            output, is_error = render_output(result), False
+        except Exception as exc:  # noqa: BLE001 - the model reads the error
+            output, is_error = render_exception(exc), True
+        self._submit(call_id, output, is_error)
+
+    async def _run_async(self, t: Tool, call_id: str, arguments: Any) -> None:
+        try:
+            result = await t.fn(**t.arguments(arguments))
+            output, is_error = render_output(result), False
+        except asyncio.CancelledError:
+            self._submit(call_id, "the tool was cancelled", True)
+            raise
+        except Exception as exc:  # noqa: BLE001 - the model reads the error
+            output, is_error = render_exception(exc), True
+        self._submit(call_id, output, is_error)
+
+    def cancel(self) -> None:
+        """The stream ended early: cancel the async tools still running (sync ones finish
+        on their own; their results are then ignored)."""
+        self._cancelled = True
+        with self._lock:
+            pending = list(self._pending)
+        for fut in pending:
+            if isinstance(fut, asyncio.Task):
+                loop = fut.get_loop()
+                try:
+                    loop.call_soon_threadsafe(fut.cancel)
+                except RuntimeError:  # the loop is closed
+                    pass
+            else:
+                fut.cancel()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,0 +1,94 @@
+//! Owns the native `Agent`: a `panto::Agent` built from the core's JSON configuration
+//! (the Python layer turns keyword arguments into that JSON; the core validates it and
+//! names the bad key), its conversation, and the start of a turn as a `Stream`.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use panto::TurnOptions;
+use panto_pull::AgentStreamExt;
+use pyo3::prelude::*;
+
+use crate::errors::{to_pyerr, IntoPy};
+use crate::stream::Stream;
+
+/// The process that started the pull adapter's worker threads (0: none yet). Threads do
+/// not survive `fork()`: a child of that process has the adapter's runtimes but not the
+/// threads that drive them, and a turn started there would never run.
+static WORKERS_PID: AtomicU32 = AtomicU32::new(0);
+
+#[pyclass(frozen, module = "panto._native", name = "Agent")]
+pub struct Agent {
+    agent: panto::Agent,
+}
+
+#[pymethods]
+impl Agent {
+    /// An agent from the core's JSON configuration (`panto::Config::from_json`).
+    #[new]
+    fn new(py: Python<'_>, config_json: &str) -> PyResult<Agent> {
+        let agent = panto::Agent::from_json(config_json).py_err(py)?;
+        Ok(Agent { agent })
+    }
+
+    /// Starts a turn: appends `input` as a user message and returns its stream.
+    /// `on_host_call` is called with each `ToolCallStart(host=True)` before it is handed
+    /// out. Raises `BusyError` if this agent already has an active stream.
+    #[pyo3(signature = (input, model = None, on_host_call = None))]
+    fn stream(
+        &self,
+        py: Python<'_>,
+        input: &str,
+        model: Option<String>,
+        on_host_call: Option<Py<PyAny>>,
+    ) -> PyResult<Stream> {
+        let pid = std::process::id();
+        match WORKERS_PID.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => {}
+            Err(started) if started == pid => {}
+            Err(_) => {
+                return Err(to_pyerr(
+                    py,
+                    panto::Error::internal(
+                        "panto's worker threads were started before this process was forked \
+                         and do not exist in it; use panto in the parent only, or import it \
+                         in the child first",
+                    ),
+                ))
+            }
+        }
+        let stream = self
+            .agent
+            .stream_with(input, TurnOptions { model })
+            .py_err(py)?;
+        Ok(Stream::new(stream, on_host_call))
+    }
+
+    /// The conversation as the core's versioned JSON.
+    fn history_json(&self) -> String {
+        self.agent.history_json()
+    }
+
+    /// Replaces the conversation with a saved one (validated by the core).
+    fn load_history_json(&self, py: Python<'_>, json: &str) -> PyResult<()> {
+        self.agent.load_history_json(json).py_err(py)
+    }
+
+    fn clear_history(&self, py: Python<'_>) -> PyResult<()> {
+        self.agent.clear_history().py_err(py)
+    }
+
+    #[getter]
+    fn provider(&self) -> &'static str {
+        self.agent.config().provider.as_str()
+    }
+
+    #[getter]
+    fn model(&self) -> String {
+        self.agent.config().model.clone()
+    }
+
+    #[getter]
+    fn base_url(&self) -> String {
+        self.agent.config().base_url.clone()
+    }
+}

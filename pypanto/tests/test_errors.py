@@ -1,0 +1,194 @@
+"""Every exception class, each from a scenario that produces it; the attributes, the
+stickiness of a failure, and pickling."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import panto
+from conftest import chunk, error_exchange, exchange, make_agent, text_exchange, text_sse, tool_sse, wait_until
+
+
+def _err(message, type_=None, code=None):
+    body = {"error": {"message": message}}
+    if type_:
+        body["error"]["type"] = type_
+    if code:
+        body["error"]["code"] = code
+    return body
+
+
+STATUS_CASES = [
+    (401, panto.AuthenticationError, "authentication", False),
+    (403, panto.PermissionDeniedError, "permission", False),
+    (404, panto.NotFoundError, "not_found", False),
+    (400, panto.BadRequestError, "bad_request", False),
+    (429, panto.RateLimitError, "rate_limited", True),
+    (500, panto.ServerError, "server", True),
+]
+
+
+@pytest.mark.parametrize("status,cls,kind,retryable", STATUS_CASES)
+def test_http_status_errors(server, status, cls, kind, retryable):
+    server.scenario(error_exchange(status, _err(f"failure {status}", "some_type", "some_code")))
+    s = make_agent(server).stream("x")
+    with pytest.raises(cls) as info:
+        list(s)
+    e = info.value
+    assert isinstance(e, panto.PantoError)
+    assert (e.kind, e.status, e.retryable) == (kind, status, retryable)
+    assert e.provider_code and ("some_code" in e.provider_code or "some_type" in e.provider_code)
+    assert f"failure {status}" in e.message
+    # A failure is sticky: the same error on every later call, no event after it.
+    for _ in range(2):
+        with pytest.raises(cls):
+            next(s)
+
+
+def test_config_error_from_a_redirect_to_another_origin(server):
+    server.scenario({
+        "match": {"method": "POST"},
+        "response": {"status": 307, "headers": {"location": "http://127.0.0.2:9/elsewhere"}, "body": ""},
+    })
+    with pytest.raises(panto.ConfigError) as info:
+        make_agent(server).run("x")
+    assert info.value.status == 307
+
+
+def test_connection_error(server):
+    server.scenario(exchange(text_sse(["a"]), fault={"kind": "reset", "after_bytes": 0}))
+    with pytest.raises(panto.APIConnectionError) as info:
+        make_agent(server).run("x")
+    assert info.value.kind == "connection"
+
+
+def test_timeout_error_is_also_a_timeout_error(server):
+    server.scenario(exchange(text_sse(["a"]), fault={"kind": "stall", "after_bytes": 0}))
+    agent = make_agent(server, timeouts={"idle_ms": 150})
+    with pytest.raises(TimeoutError) as info:
+        agent.run("x")
+    assert isinstance(info.value, panto.APITimeoutError) and info.value.kind == "timeout"
+
+
+def test_protocol_error(server):
+    server.scenario(exchange([chunk({"role": "assistant", "content": "a"}), "data: {not json\n\n"]))
+    with pytest.raises(panto.ProtocolError):
+        make_agent(server).run("x")
+
+
+def test_provider_error_inside_a_200_stream(server):
+    server.scenario(exchange([{"data": {"error": {"message": "model overloaded", "type": "server_error", "code": "overloaded"}}}]))
+    with pytest.raises(panto.PantoError) as info:
+        make_agent(server).run("x")
+    # An error payload inside a 200 stream: the provider's own class of error.
+    assert info.value.kind in ("provider", "server")
+    assert type(info.value) is panto.ERROR_CLASSES[info.value.kind]
+    assert "model overloaded" in info.value.message
+
+
+def test_provider_error_kind(server):
+    server.scenario(exchange([{"data": {"error": {"message": "something odd", "type": "weird_error"}}}]))
+    with pytest.raises(panto.ProviderError) as info:
+        make_agent(server).run("x")
+    assert info.value.kind == "provider"
+
+
+def test_incomplete_stream(server):
+    # The body ends (cleanly, by its length) before a finish_reason or [DONE].
+    server.scenario(exchange([chunk({"role": "assistant", "content": "partial"})], framing="length"))
+    with pytest.raises(panto.IncompleteStreamError):
+        make_agent(server).run("x")
+
+
+def test_stream_cancelled_error(server):
+    server.scenario(text_exchange(["a", "b"]))
+    s = make_agent(server).stream("x")
+    next(s)
+    s.cancel()
+    with pytest.raises(panto.StreamCancelledError) as info:
+        next(s)
+    assert info.value.kind == "cancelled"
+    assert repr(s) == "<panto.Stream failed: cancelled>"
+    with pytest.raises(panto.StreamCancelledError):
+        next(s)
+
+
+def test_busy_error(server):
+    from test_cancel import held_stream
+
+    held_stream(server)  # the first turn cannot end before the second starts
+    agent = make_agent(server)
+    with agent.stream("x"):
+        with pytest.raises(panto.BusyError):
+            agent.stream("y")
+
+
+def test_tool_error_for_an_unknown_call_id(server):
+    server.scenario(exchange(tool_sse([("call_1", "t", {})])), text_exchange(["ok"], contains=["call_1"]))
+    agent = make_agent(server, tools=[{"name": "t", "parameters": {"type": "object"}}])
+    with agent.stream("x") as s:
+        for ev in s:
+            if isinstance(ev, panto.ToolCallStart):
+                with pytest.raises(panto.ToolError) as info:
+                    s.submit_tool_result("no-such-call", "x")
+                assert info.value.kind == "tool"
+                s.submit_tool_result(ev.call_id, "fine")
+        assert ev.text == "ok"
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, warnings
+    warnings.simplefilter("ignore")
+    import panto
+    sys.path.insert(0, sys.argv[2])
+    agent = panto.Agent(model="m", base_url=sys.argv[1], api_key="k", retry={"max_retries": 0})
+    try:
+        agent.run("x")          # starts panto's worker threads in this process
+    except panto.PantoError:
+        pass
+    pid = os.fork()
+    if pid == 0:
+        try:
+            panto.Agent(model="m", base_url=sys.argv[1], api_key="k").stream("x")
+            code = 1
+        except panto.InternalError as e:
+            code = 0 if e.kind == "internal" else 2
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_internal_error_in_a_forked_child(server, tmp_path):
+    """A child forked after panto's worker threads started has none of them; starting a
+    turn there is an InternalError (not a hang)."""
+    server.scenario(text_exchange(["a"]))
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    out = subprocess.run(
+        [sys.executable, str(script), server.base_url, str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0"
+
+
+@pytest.mark.parametrize("cls", [panto.PantoError, *panto.ERROR_CLASSES.values()])
+def test_exceptions_pickle_with_their_attributes(cls):
+    e = cls("msg", kind=cls.kind, status=429, retryable=True, provider_code="rate_limit_error")
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is cls
+    assert (back.kind, back.message, back.status, back.retryable, back.provider_code) == (
+        cls.kind, "msg", 429, True, "rate_limit_error"
+    )
+    assert str(back) == str(e)

@@ -1,0 +1,336 @@
+"""@panto.tool: schema derivation, and Python tools run automatically in sync and async
+turns (sync and async functions, errors, concurrency)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import json
+import threading
+from typing import Annotated, Dict, List, Literal, Optional, Sequence, Tuple, TypedDict
+
+import pytest
+
+import panto
+from conftest import exchange, make_agent, text_exchange, tool_sse, wait_until
+
+
+# --------------------------------------------------------------------------------------
+# Schema derivation, against hand-written schemas
+# --------------------------------------------------------------------------------------
+
+
+def test_schema_of_scalars_defaults_and_docstring():
+    @panto.tool
+    def search(query: str, limit: int = 10, threshold: float = 0.5, exact: bool = False) -> str:
+        """Searches the index.
+
+        Longer explanation on a second paragraph.
+
+        Args:
+            query: what to look for.
+            limit: at most this many hits,
+                counted after filtering.
+        """
+        return ""
+
+    assert search.name == "search"
+    assert search.description == "Searches the index.\n\nLonger explanation on a second paragraph."
+    assert search.parameters == {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "what to look for."},
+            "limit": {"type": "integer", "description": "at most this many hits, counted after filtering.", "default": 10},
+            "threshold": {"type": "number", "default": 0.5},
+            "exact": {"type": "boolean", "default": False},
+        },
+        "required": ["query"],
+    }
+    assert search.is_async is False
+    assert search("x") == ""  # still callable
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    GREEN = "green"
+
+
+@dataclasses.dataclass
+class Point:
+    x: float
+    y: float
+    label: str = "origin"
+
+
+class Address(TypedDict):
+    street: str
+    zip: int
+
+
+def test_schema_of_containers_unions_literals_and_records():
+    @panto.tool(name="plot", description="Plots points.")
+    async def plot(
+        points: List[Point],
+        colour: Colour,
+        mode: Literal["line", "scatter"] = "line",
+        tags: Optional[list[str]] = None,
+        size: int | None = None,
+        where: Optional[Address] = None,
+        weights: Dict[str, float] = {},
+        pair: Tuple[int, str] = (1, "a"),
+        note: Annotated[str, "free text"] = "",
+        anything=None,
+        ids: Sequence[int] = (),
+    ) -> None:
+        return None
+
+    assert plot.is_async is True
+    assert plot.spec() == {
+        "name": "plot",
+        "description": "Plots points.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "points": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "x": {"type": "number"},
+                            "y": {"type": "number"},
+                            "label": {"type": "string", "default": "origin"},
+                        },
+                        "required": ["x", "y"],
+                    },
+                },
+                "colour": {"type": "string", "enum": ["red", "green"]},
+                "mode": {"type": "string", "enum": ["line", "scatter"], "default": "line"},
+                "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}], "default": None},
+                "size": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                "where": {
+                    "anyOf": [
+                        {
+                            "type": "object",
+                            "properties": {"street": {"type": "string"}, "zip": {"type": "integer"}},
+                            "required": ["street", "zip"],
+                        },
+                        {"type": "null"},
+                    ],
+                    "default": None,
+                },
+                "weights": {"type": "object", "additionalProperties": {"type": "number"}, "default": {}},
+                "pair": {
+                    "type": "array",
+                    "prefixItems": [{"type": "integer"}, {"type": "string"}],
+                    "minItems": 2,
+                    "maxItems": 2,
+                    "default": [1, "a"],
+                },
+                "note": {"type": "string", "description": "free text", "default": ""},
+                "anything": {"default": None},
+                "ids": {"type": "array", "items": {"type": "integer"}, "default": []},
+            },
+            "required": ["points", "colour"],
+        },
+    }
+
+
+def test_schema_sphinx_docstring_and_unsupported_types():
+    @panto.tool
+    def f(a: str) -> str:
+        """Does f.
+
+        :param a: the a.
+        """
+        return a
+
+    assert f.description == "Does f."
+    assert f.parameters["properties"]["a"] == {"type": "string", "description": "the a."}
+
+    with pytest.raises(TypeError, match="parameter 'x'"):
+
+        @panto.tool
+        def g(x: complex) -> None: ...
+
+    with pytest.raises(TypeError, match="needs a name"):
+        panto.tool(lambda: None)
+
+
+def test_arguments_are_converted_to_the_annotated_types():
+    @panto.tool
+    def f(p: Point, c: Colour, pts: list[Point], pair: tuple[int, int], opt: Optional[Point] = None):
+        return (p, c, pts, pair, opt)
+
+    kwargs = f.arguments({"p": {"x": 1, "y": 2}, "c": "red", "pts": [{"x": 0, "y": 0, "label": "o"}], "pair": [1, 2], "opt": None})
+    assert f(**kwargs) == (Point(1, 2), Colour.RED, [Point(0, 0, "o")], (1, 2), None)
+
+
+# --------------------------------------------------------------------------------------
+# Running tools
+# --------------------------------------------------------------------------------------
+
+
+def _tool_turn(server, calls, answer="done", contains=()):
+    server.scenario(
+        exchange(tool_sse(calls)),
+        text_exchange([answer], contains=[c[0] for c in calls] + list(contains)),
+    )
+
+
+def _results_sent(server):
+    """The tool results of the second request, by call id."""
+    body = server.requests()[1]["body"]
+    return {m["tool_call_id"]: m["content"] for m in body["messages"] if m["role"] == "tool"}
+
+
+def test_sync_turn_with_sync_and_async_tools(server):
+    calls_seen = []
+
+    @panto.tool
+    def add(a: int, b: int) -> int:
+        """Adds."""
+        calls_seen.append(("add", threading.current_thread().name))
+        return a + b
+
+    @panto.tool
+    async def greet(name: str) -> dict:
+        """Greets."""
+        await asyncio.sleep(0)
+        calls_seen.append(("greet", threading.current_thread().name))
+        return {"greeting": f"hello {name}"}
+
+    _tool_turn(server, [("c1", "add", {"a": 2, "b": 3}), ("c2", "greet", {"name": "Ada"})])
+    agent = make_agent(server, tools=[add, greet])
+    consumer = threading.current_thread().name
+    events = list(agent.stream("go"))
+    results = {e.call_id: (e.output, e.is_error) for e in events if isinstance(e, panto.ToolResult)}
+    assert results == {"c1": ("5", False), "c2": ('{"greeting": "hello Ada"}', False)}
+    starts = [e for e in events if isinstance(e, panto.ToolCallStart)]
+    assert all(s.host for s in starts)
+    assert events[-1].text == "done"
+    assert _results_sent(server) == {"c1": "5", "c2": '{"greeting": "hello Ada"}'}
+    # Sync tools run off the consuming thread; async ones on panto's private loop.
+    threads = dict(calls_seen)
+    assert threads["add"].startswith("panto-tool") and threads["add"] != consumer
+    assert threads["greet"] == "panto-tool-loop"
+
+
+async def test_async_turn_with_sync_and_async_tools(server):
+    loop_thread = threading.current_thread().name
+    where = {}
+
+    @panto.tool
+    def upper(text: str) -> str:
+        """Upper-cases."""
+        where["upper"] = threading.current_thread().name
+        return text.upper()
+
+    @panto.tool
+    async def slow_echo(text: str, delay: float = 0.01) -> str:
+        """Echoes, later."""
+        await asyncio.sleep(delay)
+        where["slow_echo"] = threading.current_thread().name
+        return text
+
+    _tool_turn(server, [("c1", "upper", {"text": "abc"}), ("c2", "slow_echo", {"text": "xyz"})])
+    agent = make_agent(server, tools=[upper, slow_echo])
+    events = [ev async for ev in agent.astream("go")]
+    results = {e.call_id: e.output for e in events if isinstance(e, panto.ToolResult)}
+    assert results == {"c1": "ABC", "c2": "xyz"}
+    assert events[-1].text == "done"
+    # The async tool ran on the loop that iterates the stream, the sync one off it.
+    assert where["slow_echo"] == loop_thread
+    assert where["upper"].startswith("panto-tool")
+
+
+async def test_arun_runs_tools(server):
+    @panto.tool
+    async def double(n: int) -> int:
+        """Doubles."""
+        return 2 * n
+
+    _tool_turn(server, [("c1", "double", {"n": 21})], answer="42")
+    result = await make_agent(server, tools=[double]).arun("go")
+    assert result.text == "42" and result.messages == 2
+    assert _results_sent(server) == {"c1": "42"}
+
+
+def test_tool_exception_becomes_an_error_result_the_model_reads(server):
+    @panto.tool
+    def broken(x: int) -> str:
+        """Fails."""
+        raise ValueError(f"cannot handle {x}")
+
+    @panto.tool
+    async def broken_async() -> str:
+        """Fails too."""
+        raise RuntimeError("async failure")
+
+    _tool_turn(server, [("c1", "broken", {"x": 7}), ("c2", "broken_async", {}), ("c3", "broken", {"nope": 1})])
+    events = list(make_agent(server, tools=[broken, broken_async]).stream("go"))
+    results = {e.call_id: e for e in events if isinstance(e, panto.ToolResult)}
+    assert results["c1"].is_error and results["c1"].output == "ValueError: cannot handle 7"
+    assert results["c2"].is_error and results["c2"].output == "RuntimeError: async failure"
+    assert results["c3"].is_error and results["c3"].output.startswith("TypeError:")
+    assert events[-1].type == "message_complete"
+    sent = _results_sent(server)
+    assert "cannot handle 7" in sent["c1"] and "async failure" in sent["c2"]
+
+
+def test_sync_tools_run_concurrently(server):
+    """Both calls are running at once (each waits for the other to start), as the
+    core's tool_concurrency allows."""
+    barrier = threading.Barrier(2, timeout=20)
+
+    @panto.tool
+    def meet(who: str) -> str:
+        """Waits for the other call."""
+        barrier.wait()
+        return who
+
+    _tool_turn(server, [("c1", "meet", {"who": "a"}), ("c2", "meet", {"who": "b"})])
+    events = list(make_agent(server, tools=[meet], tool_concurrency=2).stream("go"))
+    assert sorted(e.output for e in events if isinstance(e, panto.ToolResult)) == ["a", "b"]
+
+
+def test_plain_functions_are_made_tools_and_results_rendered(server):
+    def stats(values: list[float]) -> dict:
+        """Summary statistics."""
+        return {"n": len(values), "sum": sum(values), "point": Point(1, 2)}
+
+    _tool_turn(server, [("c1", "stats", {"values": [1, 2.5]})])
+    agent = make_agent(server, tools=[stats])
+    assert agent.tools["stats"].parameters["properties"]["values"] == {"type": "array", "items": {"type": "number"}}
+    events = list(agent.stream("go"))
+    out = next(e.output for e in events if isinstance(e, panto.ToolResult))
+    assert json.loads(out) == {"n": 2, "sum": 3.5, "point": {"x": 1, "y": 2, "label": "origin"}}
+    declared = server.requests()[0]["body"]["tools"]
+    assert declared == [{"type": "function", "function": {"name": "stats", "description": "Summary statistics.", "parameters": agent.tools["stats"].parameters}}]
+
+
+def test_a_cancelled_stream_cancels_its_async_tools(server):
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    @panto.tool
+    async def forever() -> str:
+        """Never ends."""
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return ""
+
+    _tool_turn(server, [("c1", "forever", {})])
+    s = make_agent(server, tools=[forever]).stream("go")
+    for ev in s:
+        if isinstance(ev, panto.ToolCallStart):
+            break
+    assert started.wait(20)
+    s.close()
+    assert cancelled.wait(20)
+    with pytest.raises(panto.StreamCancelledError):
+        next(s)
