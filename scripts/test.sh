@@ -39,5 +39,11 @@ case "$demo_out" in
   *) echo "demo output is not the expected tool call and answer" >&2; exit 1 ;;
 esac
 
+# --- fuzzing: every cargo-fuzz target for ~20 s (needs nightly; PANTO_SKIP_FUZZ=1 skips) ---
+if [ -z "${PANTO_SKIP_FUZZ:-}" ]; then
+  step "fuzz targets, 20 s each (scripts/fuzz.sh 20)"
+  scripts/fuzz.sh 20
+fi
+
 echo
 echo "all suites passed in $((SECONDS - started)) s"
