@@ -81,9 +81,9 @@ for t in "${targets[@]}"; do
       -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 "${dict[@]}" >"$log" 2>&1; then
     failed+=("$t")
   fi
-  # The full log is in fuzz/logs/; show all but libFuzzer's per-input progress lines
-  # and its dictionary suggestions.
-  grep -avE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse|RELOAD)|# Uses: [0-9]+$|ecommended dictionary' \
+  # The full log is in fuzz/logs/; show all but libFuzzer's per-input progress lines,
+  # newly covered functions and dictionary suggestions.
+  grep -avE '^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse|RELOAD)|^[[:space:]]+NEW_FUNC|# Uses: [0-9]+$|ecommended dictionary' \
     "$log" | tail -n 80 || true
   new=$(comm -13 <(printf '%s\n' "$before") <(ls "fuzz/artifacts/$t"))
   if [ -n "$new" ]; then
