@@ -51,9 +51,13 @@ seed() { # seed <target> <file> [prefix byte in octal]
 mkdir -p fuzz/logs
 for meta in tests/fixtures/real/*/*.meta.json; do
   body="${meta%.meta.json}.sse"
-  [ -f "$body" ] || continue # JSON error answers are not streams
-  # The sse target reads a chunking header first; a 0 byte means "one piece".
-  seed sse "$body" 000
+  if [ -f "$body" ]; then
+    # The sse target reads a chunking header first; a 0 byte means "one piece".
+    seed sse "$body" 000
+  else
+    body="${meta%.meta.json}.error.json" # a non-200 answer: the decoders also parse these
+    [ -f "$body" ] || continue
+  fi
   case "$(tr -d ' \n' <"$meta")" in
     *'"sdk":"openai"'*) seed decoder_openai "$body" ;;
     *'"sdk":"anthropic"'*) seed decoder_anthropic "$body" ;;

@@ -1,7 +1,9 @@
 //! Replays every input the fuzzers once crashed on, saved under
 //! `tests/fuzz_regressions/<target>/`, through the same code as the fuzz target (the
 //! harness in `fuzz/src/lib.rs`, compiled here on stable Rust). A file dropped into one
-//! of those directories is picked up without touching this file.
+//! of those directories is picked up without touching this file. Also runs the harness
+//! over the fuzzers' seeds, so a property that wrongly fails on valid input shows up in
+//! `cargo test` rather than as a bogus crash in a nightly fuzz run.
 
 #[path = "../../fuzz/src/lib.rs"]
 mod harness;
@@ -82,6 +84,47 @@ fn config() {
 #[test]
 fn history() {
     replay("history", harness::history);
+}
+
+#[test]
+fn harness_accepts_the_seeds() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let captures = repo.join("tests/fixtures/real");
+    let mut n = 0;
+    for provider in std::fs::read_dir(&captures).expect("fixtures directory") {
+        let provider = provider.expect("directory entry").path();
+        if !provider.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(&provider).expect("provider directory") {
+            let path = file.expect("directory entry").path();
+            let name = path.to_string_lossy().into_owned();
+            let Some(stem) = name.strip_suffix(".sse") else {
+                continue;
+            };
+            let body = std::fs::read(&path).expect("capture body");
+            let meta = std::fs::read_to_string(format!("{stem}.meta.json")).expect("meta");
+            let meta: serde_json::Value = serde_json::from_str(&meta).expect("meta JSON");
+            // As scripts/fuzz.sh seeds it: a 0 chunking header, then the capture.
+            let mut framed = vec![0];
+            framed.extend_from_slice(&body);
+            harness::sse(&framed);
+            let kind = ProviderKind::parse(meta["sdk"].as_str().expect("meta.sdk"))
+                .expect("known provider");
+            harness::decoder(kind, &body);
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no captures found in {}", captures.display());
+    for (target, check) in [
+        ("config", harness::config as fn(&[u8])),
+        ("history", harness::history),
+    ] {
+        let dir = repo.join("fuzz/seeds").join(target);
+        for file in std::fs::read_dir(&dir).expect("seed directory") {
+            check(&std::fs::read(file.expect("directory entry").path()).expect("seed"));
+        }
+    }
 }
 
 #[test]

@@ -5,9 +5,14 @@
 
 use std::cell::Cell;
 
+// The event-order invariants every decoded response must satisfy, as the decoding test
+// suites check them.
+#[path = "../../core/tests/common/mod.rs"]
+mod common;
+
 use panto::config::Config;
 use panto::message::{history_from_json, history_to_json, validate_history};
-use panto::provider::{request_body, Decoder, Progress, ProviderKind, RequestParams};
+use panto::provider::{http_error, request_body, Decoder, Progress, ProviderKind, RequestParams};
 use panto::retry::{delay, RetryHints};
 use panto::sse::{SseParser, DEFAULT_MAX_EVENT_SIZE};
 use panto::{Block, Error, ErrorKind, Event, Message, Role};
@@ -205,10 +210,25 @@ fn decode_run(kind: ProviderKind, data: &[u8], refuse_at: Option<usize>) -> Deco
     DecodeRun { events, result }
 }
 
-/// `decoder_openai` / `decoder_anthropic`: any bytes, decoded; nothing may panic, no event
-/// may follow an error, and a consumer's error stops decoding at once.
+/// `decoder_openai` / `decoder_anthropic`: any bytes, decoded as a stream (and read as an
+/// error body); nothing may panic, the events must keep their ordering invariants, no
+/// event may follow an error, and a consumer's error stops decoding at once.
 pub fn decoder(kind: ProviderKind, data: &[u8]) {
+    // The same bytes as the body of a failed (non-200) response.
+    let status = 100 + (data.len() % 500) as u16;
+    let _ = http_error(status, &String::from_utf8_lossy(data)).to_string();
+
     let full = decode_run(kind, data, None);
+    let outcome = common::Outcome {
+        events: full.events.clone(),
+        result: match &full.result {
+            Ok(m) => m.clone().ok_or_else(|| Error::internal("no message")),
+            Err(e) => Err(e.clone()),
+        },
+    };
+    if let Err(why) = common::check_invariants(&outcome, 0) {
+        panic!("event invariant violated: {why}");
+    }
     if let Ok(decoded) = &full.result {
         let decoded = decoded
             .as_ref()
