@@ -96,5 +96,11 @@ step "Go: go test under GOEXPERIMENT=cgocheck2 (cgo pointer rules checked fully)
 step "Go: benchmark module (golang/bench, vs openai-go) vets and compiles"
 (cd golang/bench && env "${go_env[@]}" go vet ./... && env "${go_env[@]}" go test -c -o /dev/null .)
 
+# --- fuzzing: every cargo-fuzz target for ~20 s (needs nightly; PANTO_SKIP_FUZZ=1 skips) ---
+if [ -z "${PANTO_SKIP_FUZZ:-}" ]; then
+  step "fuzz targets, 20 s each (scripts/fuzz.sh 20)"
+  scripts/fuzz.sh 20
+fi
+
 echo
 echo "all suites passed in $((SECONDS - started)) s"

@@ -1,0 +1,348 @@
+//! What each fuzz target does with its input, shared by the libFuzzer binaries in
+//! `fuzz_targets/` and by `core/tests/fuzz_regressions.rs`, which replays saved crash
+//! inputs through exactly the same code on stable Rust. Every function panics when a
+//! property fails; errors returned by panto for bad input are expected and ignored.
+
+use std::cell::Cell;
+
+// The event-order invariants every decoded response must satisfy, as the decoding test
+// suites check them.
+#[path = "../../core/tests/common/mod.rs"]
+mod common;
+
+use panto::config::Config;
+use panto::message::{history_from_json, history_to_json, validate_history};
+use panto::provider::{http_error, request_body, Decoder, Progress, ProviderKind, RequestParams};
+use panto::retry::{delay, RetryHints};
+use panto::sse::{SseParser, DEFAULT_MAX_EVENT_SIZE};
+use panto::{Block, Error, ErrorKind, Event, Message, Role};
+
+/// One SSE event with owned fields: `(event, data, id)`.
+type OwnedEvent = (String, String, String);
+
+/// Everything observable from one pass of the SSE parser over a stream.
+#[derive(Debug, PartialEq)]
+struct SseRun {
+    events: Vec<OwnedEvent>,
+    /// Whether any chunk counted as progress.
+    progress: bool,
+    retry_ms: Option<u64>,
+    pending: bool,
+    error: Option<ErrorKind>,
+}
+
+fn sse_run<'a>(max_event_size: usize, chunks: impl IntoIterator<Item = &'a [u8]>) -> SseRun {
+    let mut parser = SseParser::new(max_event_size);
+    let mut run = SseRun {
+        events: Vec::new(),
+        progress: false,
+        retry_ms: None,
+        pending: false,
+        error: None,
+    };
+    for chunk in chunks {
+        let fed = parser.feed(chunk, |e| {
+            run.events
+                .push((e.event.to_owned(), e.data.to_owned(), e.id.to_owned()));
+            Ok(())
+        });
+        match fed {
+            Ok(p) => run.progress |= p,
+            Err(e) => {
+                // Like http.rs: the first error ends the stream.
+                run.error = Some(e.kind);
+                break;
+            }
+        }
+    }
+    run.retry_ms = parser.retry_ms();
+    run.pending = parser.has_pending();
+    run
+}
+
+/// Splits the fuzz input into chunk sizes and the stream itself. The first byte's low
+/// nibble says how many size bytes follow (0 to 15); each size byte is one chunk length
+/// (0 = an empty chunk, which must change nothing), used in turn until the stream is
+/// used up. A leading 0 byte thus means "the rest, in one piece", which is how seed
+/// captures are stored.
+pub fn split_sse_input(data: &[u8]) -> (u8, &[u8], &[u8]) {
+    let Some((&head, rest)) = data.split_first() else {
+        return (0, &[], &[]);
+    };
+    let n = usize::from(head & 0x0F).min(rest.len());
+    let (sizes, body) = rest.split_at(n);
+    (head, sizes, body)
+}
+
+fn chunk_body<'a>(body: &'a [u8], sizes: &[u8]) -> Vec<&'a [u8]> {
+    let mut out = Vec::new();
+    let mut rest = body;
+    if sizes.iter().all(|&s| s == 0) {
+        // Only empty chunks: interleave them once, then the whole stream.
+        out.extend(sizes.iter().map(|_| &rest[..0]));
+        out.push(rest);
+        return out;
+    }
+    while !rest.is_empty() {
+        for &s in sizes {
+            let (chunk, tail) = rest.split_at(usize::from(s).min(rest.len()));
+            out.push(chunk);
+            rest = tail;
+        }
+    }
+    out
+}
+
+/// `sse`: the parser must produce the same events, retry value and pending state
+/// whatever the chunking; a small size limit may only cut the event sequence short.
+pub fn sse(data: &[u8]) {
+    let (head, sizes, body) = split_sse_input(data);
+    let chunks = chunk_body(body, sizes);
+    let whole = sse_run(DEFAULT_MAX_EVENT_SIZE, [body]);
+    let split = sse_run(DEFAULT_MAX_EVENT_SIZE, chunks.iter().copied());
+    assert_eq!(
+        whole, split,
+        "chunking changed the result (chunk sizes {sizes:?})"
+    );
+
+    // The high nibble picks a small limit so oversized events are hit often.
+    let limit = 16 + usize::from(head >> 4) * 64;
+    let limited = sse_run(limit, chunks.iter().copied());
+    assert!(
+        whole.events.starts_with(&limited.events),
+        "a size limit of {limit} changed events instead of only stopping early"
+    );
+    match limited.error {
+        None => assert_eq!(limited.events, whole.events),
+        Some(kind) => assert_eq!(kind, ErrorKind::Protocol),
+    }
+}
+
+/// What one decoding pass produced.
+struct DecodeRun {
+    events: Vec<Event>,
+    result: Result<Option<panto::provider::DecodedMessage>, Error>,
+}
+
+/// Decodes `data` the way http.rs does: one SSE parser feeding one decoder, stop at the
+/// first error, ignore events after the decoder said the response is finished, `on_eof`
+/// when the body ends first. `refuse_at`: the event callback fails on that event (a
+/// consumer stopping the turn).
+fn decode_run(kind: ProviderKind, data: &[u8], refuse_at: Option<usize>) -> DecodeRun {
+    let mut decoder = Decoder::new(kind, 0);
+    let mut parser = SseParser::default();
+    let mut events = Vec::new();
+    // Set once the callback refused an event, and once the decoder returned an error:
+    // from either moment on, no event may be emitted.
+    let refused = Cell::new(false);
+    let failed = Cell::new(false);
+    let mut emit = |ev: Event| -> panto::Result<()> {
+        assert!(
+            !refused.get(),
+            "event emitted after the callback returned an error: {}",
+            ev.to_json()
+        );
+        assert!(
+            !failed.get(),
+            "event emitted after the decoder returned an error: {}",
+            ev.to_json()
+        );
+        // Serialization of every event is part of the path to the host.
+        let _ = ev.to_json();
+        events.push(ev);
+        if refuse_at == Some(events.len() - 1) {
+            refused.set(true);
+            return Err(Error::cancelled());
+        }
+        Ok(())
+    };
+    let mut finished = false;
+    let fed = parser.feed(data, |ev| {
+        if finished {
+            // http.rs drops these; a decoder fed them anyway must stay finished and quiet.
+            let again = decoder.on_sse(&ev, &mut |e: Event| -> panto::Result<()> {
+                panic!("event emitted after the response finished: {}", e.to_json())
+            });
+            assert!(
+                matches!(again, Ok(Progress::Finished)),
+                "a finished decoder answered {again:?}"
+            );
+            return Ok(());
+        }
+        let r = decoder.on_sse(&ev, &mut emit);
+        if r.is_err() {
+            failed.set(true);
+        }
+        if r? == Progress::Finished {
+            finished = true;
+        }
+        Ok(())
+    });
+    let result = match fed {
+        Err(e) => Err(e),
+        Ok(_) if finished => Ok(()),
+        Ok(_) => {
+            let r = decoder.on_eof(&mut emit);
+            if r.is_err() {
+                failed.set(true);
+            }
+            r
+        }
+    };
+    if refused.get() {
+        assert!(
+            matches!(&result, Err(e) if e.kind == ErrorKind::Cancelled),
+            "the callback's error was not passed on: {:?}",
+            result.as_ref().err()
+        );
+    }
+    if result.is_ok() {
+        // After success, end of body must be harmless and silent.
+        let again = decoder.on_eof(&mut |e: Event| -> panto::Result<()> {
+            panic!(
+                "event emitted by on_eof after the response finished: {}",
+                e.to_json()
+            )
+        });
+        assert!(again.is_ok(), "on_eof after success failed: {again:?}");
+    }
+    let result = result.map(|()| decoder.into_message());
+    DecodeRun { events, result }
+}
+
+/// `decoder_openai` / `decoder_anthropic`: any bytes, decoded as a stream (and read as an
+/// error body); nothing may panic, the events must keep their ordering invariants, no
+/// event may follow an error, and a consumer's error stops decoding at once.
+pub fn decoder(kind: ProviderKind, data: &[u8]) {
+    // The same bytes as the body of a failed (non-200) response.
+    let status = 100 + (data.len() % 500) as u16;
+    let _ = http_error(status, &String::from_utf8_lossy(data)).to_string();
+
+    let full = decode_run(kind, data, None);
+    let outcome = common::Outcome {
+        events: full.events.clone(),
+        result: match &full.result {
+            Ok(m) => m.clone().ok_or_else(|| Error::internal("no message")),
+            Err(e) => Err(e.clone()),
+        },
+    };
+    if let Err(why) = common::check_invariants(&outcome, 0) {
+        panic!("event invariant violated: {why}");
+    }
+    if let Ok(decoded) = &full.result {
+        let decoded = decoded
+            .as_ref()
+            .expect("decoding succeeded but the decoder holds no message");
+        assert!(
+            matches!(full.events.last(), Some(Event::MessageEnd { .. })),
+            "a successful response did not end with message_end"
+        );
+        saved_history_of_decoded(kind, &decoded.message);
+    }
+    if !full.events.is_empty() {
+        // Refuse one event, picked from the input so mutations move it around.
+        let at = data.len() % full.events.len();
+        let cut = decode_run(kind, data, Some(at));
+        assert_eq!(
+            cut.events[..],
+            full.events[..=at],
+            "refusing event {at} changed the events before it"
+        );
+        assert!(cut.result.is_err());
+    }
+}
+
+/// A decoded assistant message, answered and saved, must load back unchanged, and must
+/// encode as a request for its provider.
+fn saved_history_of_decoded(kind: ProviderKind, assistant: &Message) {
+    let results: Vec<Block> = assistant
+        .tool_calls()
+        .filter_map(|b| match b {
+            Block::ToolCall { call_id, name, .. } => Some(Block::ToolResult {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                output: "ok".into(),
+                is_error: false,
+            }),
+            _ => None,
+        })
+        .collect();
+    let mut history = vec![Message::user("q"), assistant.clone()];
+    if !results.is_empty() {
+        history.push(Message {
+            role: Role::Tool,
+            content: results,
+        });
+    }
+    encode_requests(kind, &history);
+    if validate_history(&history).is_ok() {
+        round_trip(&history);
+    }
+}
+
+fn round_trip(history: &[Message]) {
+    let json = history_to_json(history);
+    let loaded = history_from_json(&json)
+        .unwrap_or_else(|e| panic!("a saved history does not load again: {e}\n{json}"));
+    assert_eq!(
+        loaded, history,
+        "a saved history loaded differently\n{json}"
+    );
+    assert_eq!(history_to_json(&loaded), json, "saving is not stable");
+}
+
+fn encode_requests(kind: ProviderKind, messages: &[Message]) {
+    let params = RequestParams {
+        model: "m",
+        system: Some("s"),
+        max_tokens: Some(16),
+        temperature: None,
+        tools: &[],
+        messages,
+        max_completion_tokens: false,
+    };
+    let _ = request_body(kind, &params).to_string();
+}
+
+/// `config`: the JSON configuration on any text. An accepted config must validate and be
+/// usable (endpoint, retry delays, request bodies).
+pub fn config(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(c) = Config::from_json(&text) else {
+        return;
+    };
+    c.validate()
+        .unwrap_or_else(|e| panic!("from_json accepted a config that fails validate: {e}"));
+    let _ = c.endpoint();
+    let _ = format!("{c:?}");
+    let hints = RetryHints::default();
+    for retry in 1..=c.retry.max_retries {
+        let d = delay(retry, &c.retry, &hints);
+        assert!(
+            d.as_millis() <= u128::from(c.retry.max_delay_ms),
+            "retry {retry} waits {d:?}, above max_delay_ms"
+        );
+    }
+    let params = RequestParams {
+        model: &c.model,
+        system: c.system.as_deref(),
+        max_tokens: c.max_tokens,
+        temperature: c.temperature,
+        tools: &c.tools,
+        messages: &[Message::user("q")],
+        max_completion_tokens: panto::provider::uses_max_completion_tokens(&c.base_url),
+    };
+    let _ = request_body(c.provider, &params).to_string();
+}
+
+/// `history`: a saved history on any text. An accepted one must save and load back
+/// unchanged, and encode as a request for both providers.
+pub fn history(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(history) = history_from_json(&text) else {
+        return;
+    };
+    round_trip(&history);
+    encode_requests(ProviderKind::OpenAi, &history);
+    encode_requests(ProviderKind::Anthropic, &history);
+}
