@@ -18,9 +18,9 @@ use std::process::Command;
 
 use panto::ProviderKind;
 
-/// Inputs that still crash on this branch because the fix lives in code being rewritten
-/// elsewhere: skipped by the directory replay, each kept as an ignored test below.
-const KNOWN_FAILING: &[&str] = &["decoder_anthropic/huge-block-index"];
+/// Inputs that still crash, skipped by the directory replay (each kept as an ignored test
+/// below until fixed). None today.
+const KNOWN_FAILING: &[&str] = &[];
 
 /// Names the input a child process replays.
 const CHILD_INPUT: &str = "PANTO_FUZZ_REPLAY_INPUT";
@@ -146,10 +146,10 @@ fn every_directory_is_a_target() {
     }
 }
 
-/// `content_block_start` with `"index":42949672950`: the decoder grows its index table
-/// to that size (an allocation of ~687 GB) at provider/anthropic.rs:273.
+/// `content_block_start` with `"index":42949672950`: the decoder used to grow its index
+/// table to that size (an allocation of ~687 GB); indices are now mapped sparsely and a
+/// jump that far is a `protocol` error.
 #[test]
-#[ignore = "fixed on another branch: Anthropic block index is not bounded before Vec::resize"]
 fn decoder_anthropic_huge_block_index() {
     replay_isolated("decoder_anthropic/huge-block-index").unwrap();
 }

@@ -3,7 +3,7 @@
 //! inputs through exactly the same code on stable Rust. Every function panics when a
 //! property fails; errors returned by panto for bad input are expected and ignored.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 // The event-order invariants every decoded response must satisfy, as the decoding test
 // suites check them.
@@ -134,16 +134,16 @@ fn decode_run(kind: ProviderKind, data: &[u8], refuse_at: Option<usize>) -> Deco
     let mut events = Vec::new();
     // Set once the callback refused an event, and once the decoder returned an error:
     // from either moment on, no event may be emitted.
-    let refused = Cell::new(false);
-    let failed = Cell::new(false);
+    let refused = AtomicBool::new(false);
+    let failed = AtomicBool::new(false);
     let mut emit = |ev: Event| -> panto::Result<()> {
         assert!(
-            !refused.get(),
+            !refused.load(Relaxed),
             "event emitted after the callback returned an error: {}",
             ev.to_json()
         );
         assert!(
-            !failed.get(),
+            !failed.load(Relaxed),
             "event emitted after the decoder returned an error: {}",
             ev.to_json()
         );
@@ -151,7 +151,7 @@ fn decode_run(kind: ProviderKind, data: &[u8], refuse_at: Option<usize>) -> Deco
         let _ = ev.to_json();
         events.push(ev);
         if refuse_at == Some(events.len() - 1) {
-            refused.set(true);
+            refused.store(true, Relaxed);
             return Err(Error::cancelled());
         }
         Ok(())
@@ -171,7 +171,7 @@ fn decode_run(kind: ProviderKind, data: &[u8], refuse_at: Option<usize>) -> Deco
         }
         let r = decoder.on_sse(&ev, &mut emit);
         if r.is_err() {
-            failed.set(true);
+            failed.store(true, Relaxed);
         }
         if r? == Progress::Finished {
             finished = true;
@@ -184,12 +184,12 @@ fn decode_run(kind: ProviderKind, data: &[u8], refuse_at: Option<usize>) -> Deco
         Ok(_) => {
             let r = decoder.on_eof(&mut emit);
             if r.is_err() {
-                failed.set(true);
+                failed.store(true, Relaxed);
             }
             r
         }
     };
-    if refused.get() {
+    if refused.load(Relaxed) {
         assert!(
             matches!(&result, Err(e) if e.kind == ErrorKind::Cancelled),
             "the callback's error was not passed on: {:?}",
