@@ -5,6 +5,7 @@
 #   scripts/fuzz.sh          # 60 s per target
 #   scripts/fuzz.sh 20       # 20 s per target (what scripts/test.sh runs)
 #   FUZZ_TARGETS="sse config" scripts/fuzz.sh 300
+#   FUZZ_SANITIZER=none scripts/fuzz.sh 20    # no AddressSanitizer: faster build and runs
 #
 # Corpora start from the real provider captures in tests/fixtures/real/ and the small
 # seeds in fuzz/seeds/; libFuzzer adds what it finds to fuzz/corpus/<target>/ (not
@@ -36,7 +37,8 @@ fi
 # rebuilds. 16 codegen units build much faster than cargo-fuzz's default of 1, which
 # matters more here than the last bit of executions per second.
 target_dir="${CARGO_TARGET_DIR:-$root/fuzz/target}"
-flags=(--fuzz-dir "$root/fuzz" --target-dir "$target_dir" --codegen-units 16)
+flags=(--fuzz-dir "$root/fuzz" --target-dir "$target_dir" --codegen-units 16
+  --sanitizer "${FUZZ_SANITIZER:-address}")
 
 echo "==> fuzz: seeding corpora"
 seed() { # seed <target> <file> [prefix byte in octal]

@@ -97,9 +97,11 @@ step "Go: benchmark module (golang/bench, vs openai-go) vets and compiles"
 (cd golang/bench && env "${go_env[@]}" go vet ./... && env "${go_env[@]}" go test -c -o /dev/null .)
 
 # --- fuzzing: every cargo-fuzz target for ~20 s (needs nightly; PANTO_SKIP_FUZZ=1 skips) ---
+# Without AddressSanitizer: panto is safe Rust, the targets look for panics and broken
+# properties, and the build is ~25% faster and the runs ~2x faster without it.
 if [ -z "${PANTO_SKIP_FUZZ:-}" ]; then
   step "fuzz targets, 20 s each (scripts/fuzz.sh 20)"
-  scripts/fuzz.sh 20
+  FUZZ_SANITIZER=none scripts/fuzz.sh 20
 fi
 
 echo
