@@ -53,6 +53,10 @@ if [[ "${PANTO_BENCH_LOADED:-1}" != 0 ]]; then
     wait "${hogs[@]}" 2>/dev/null || true
 fi
 run_bench -p panto-pull --bench concurrency
+# async-openai is too heavy to build in every test run: its crate (tests/peers-bench) is a
+# workspace of its own, built only here, in release, with the shared target dir.
+echo "==> tests/peers-bench (panto vs async-openai and the raw floor)" >&2
+(cd tests/peers-bench && cargo run --release -q) 2>&1 | tee -a "$log"
 
 # Go binding (golang/bench, its own module): Next / Iter vs openai-go on the same
 # 100,000-chunk response from panto-testserver, then 1,000 paced streams at once.
