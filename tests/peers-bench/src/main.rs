@@ -30,9 +30,11 @@ const CONTENT: &str = r#"{"id":"chatcmpl-B1x2","object":"chat.completion.chunk",
 const FINISH: &str = r#"{"id":"chatcmpl-B1x2","object":"chat.completion.chunk","created":1735689600,"model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
 
 fn scenario() -> Scenario {
-    Scenario::from_value(&serde_json::json!({"exchanges": [{"times": 1_000_000, "response": {
+    Scenario::from_value(
+        &serde_json::json!({"exchanges": [{"times": 1_000_000, "response": {
         "repeat": {"count": CHUNKS, "chunk": {"data": CONTENT}},
-        "sse": [{"data": FINISH}, {"data": "[DONE]"}]}}]}))
+        "sse": [{"data": FINISH}, {"data": "[DONE]"}]}}]}),
+    )
     .expect("scenario")
 }
 
@@ -62,7 +64,9 @@ fn main() {
     )
     .expect("agent");
     let openai = async_openai::Client::with_config(
-        OpenAIConfig::new().with_api_base(base.clone()).with_api_key("sk-bench"),
+        OpenAIConfig::new()
+            .with_api_base(base.clone())
+            .with_api_key("sk-bench"),
     );
     let http = reqwest_client();
     let rounds: usize = std::env::var("PANTO_BENCH_ROUNDS")
@@ -89,7 +93,12 @@ fn main() {
                     let mut n = 0;
                     while let Some(chunk) = stream.next().await {
                         let chunk = chunk.expect("chunk");
-                        if chunk.choices.first().and_then(|c| c.delta.content.as_ref()).is_some() {
+                        if chunk
+                            .choices
+                            .first()
+                            .and_then(|c| c.delta.content.as_ref())
+                            .is_some()
+                        {
                             n += 1;
                         }
                     }
@@ -98,7 +107,12 @@ fn main() {
                 "panto-push" => rt.block_on(async {
                     let mut count = Count(0);
                     agent
-                        .run("bench", &mut count, &TurnControl::default(), Default::default())
+                        .run(
+                            "bench",
+                            &mut count,
+                            &TurnControl::default(),
+                            Default::default(),
+                        )
                         .await
                         .expect("turn");
                     count.0
@@ -148,10 +162,22 @@ fn main() {
     for (name, u) in names.iter().zip(&us) {
         eprintln!("[summary] peers/{name} [client cpu]: {u:.2} µs/chunk (median of {rounds})");
     }
-    eprintln!("[ratio] panto-push / async-openai (client cpu) = {:.2}", us[1] / us[0]);
-    eprintln!("[ratio] panto-pull / async-openai (client cpu) = {:.2}", us[2] / us[0]);
-    eprintln!("[ratio] panto-push / floor (client cpu) = {:.2}", us[1] / us[3]);
-    eprintln!("[ratio] panto-pull / panto-push (client cpu) = {:.2}", us[2] / us[1]);
+    eprintln!(
+        "[ratio] panto-push / async-openai (client cpu) = {:.2}",
+        us[1] / us[0]
+    );
+    eprintln!(
+        "[ratio] panto-pull / async-openai (client cpu) = {:.2}",
+        us[2] / us[0]
+    );
+    eprintln!(
+        "[ratio] panto-push / floor (client cpu) = {:.2}",
+        us[1] / us[3]
+    );
+    eprintln!(
+        "[ratio] panto-pull / panto-push (client cpu) = {:.2}",
+        us[2] / us[1]
+    );
 }
 
 fn reqwest_client() -> reqwest::Client {
