@@ -47,20 +47,7 @@ async fn run(agent: &Agent) -> (Vec<Event>, panto::Result<panto::TurnSummary>) {
 
 /// The body bytes of SSE items as the test server writes them.
 fn sse_len(items: &[Value]) -> usize {
-    items
-        .iter()
-        .map(|item| {
-            let mut n = 0;
-            if let Some(ev) = item.get("event").and_then(Value::as_str) {
-                n += "event: ".len() + ev.len() + 1;
-            }
-            let data = match &item["data"] {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            n + "data: ".len() + data.len() + 2
-        })
-        .sum()
+    script::sse_len(items).unwrap()
 }
 
 #[tokio::test]

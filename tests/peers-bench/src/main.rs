@@ -9,6 +9,10 @@
 //! Client CPU per chunk (process CPU minus the server thread), median of interleaved
 //! rounds (`PANTO_BENCH_ROUNDS`, default 3). Printed as `[summary]` / `[ratio]` lines for
 //! `scripts/bench.sh`; never asserted.
+//!
+//! A benchmark program, not library code: any failure (no server, a client error, a wrong
+//! chunk count) makes the figures meaningless, so it stops the run with `expect`, naming
+//! the step.
 
 use std::time::Duration;
 

@@ -725,7 +725,7 @@ pub(crate) fn is_token_byte(b: u8) -> bool {
 /// Encodes one `sse` item. A JSON string item is a raw chunk sent as is (for malformed
 /// streams); an object is one SSE event: `: comment`, `event:`, `id:`, `retry:`, `data:` lines
 /// in that order, then the blank line that ends the event.
-fn encode_sse_item(item: &RawValue, out: &mut Vec<u8>, ctx: &str) -> Result<(), String> {
+pub(crate) fn encode_sse_item(item: &RawValue, out: &mut Vec<u8>, ctx: &str) -> Result<(), String> {
     let text = item.get().trim_start();
     if text.starts_with('"') {
         let raw: String = serde_json::from_str(text).map_err(|e| format!("{ctx}: {e}"))?;

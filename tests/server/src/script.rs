@@ -178,3 +178,15 @@ pub fn http_error(status: u16, error_type: &str, headers: Value) -> Value {
     json!({"status": status, "headers": headers,
         "json": {"error": {"type": error_type, "message": format!("scripted {status}")}}})
 }
+
+/// How many body bytes the server writes for `items` (SSE items as in a scenario's `sse`),
+/// encoded exactly as it encodes them: what a fault's `after_bytes` counts, so a test can
+/// place a fault right after a given event.
+pub fn sse_len(items: &[Value]) -> Result<usize, String> {
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let raw = serde_json::value::to_raw_value(item).map_err(|e| format!("sse[{i}]: {e}"))?;
+        crate::scenario::encode_sse_item(&raw, &mut out, &format!("sse[{i}]"))?;
+    }
+    Ok(out.len())
+}
