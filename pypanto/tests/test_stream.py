@@ -323,9 +323,27 @@ async def test_async_takes_ready_events_on_the_loop_without_a_thread_hop(server)
     assert s.waits == 0
 
 
+def _bursty_response(bursts, per_burst):
+    """Deltas that arrive in bursts: each burst is one chunk on the wire holding
+    `per_burst` events, so the events of a burst are ready together whatever the relative
+    speed of the two threads (with one event per chunk, a consumer faster than the
+    network waits once per event, correctly)."""
+    from conftest import chunk, usage_chunk, DONE
+
+    one = "data: " + json.dumps(chunk({"content": "t"})["data"], separators=(",", ":")) + "\n\n"
+    return {
+        "match": {"method": "POST"},
+        "response": {
+            "repeat": {"count": bursts, "chunk": one * per_burst},
+            "sse": [chunk({}, "stop"), usage_chunk(), DONE],
+        },
+    }
+
+
 def test_a_streaming_turn_waits_far_less_often_than_it_yields(server):
-    n = 20_000
-    server.scenario(_long_response(n))
+    bursts, per_burst = 100, 200
+    n = bursts * per_burst
+    server.scenario(_bursty_response(bursts, per_burst))
     s = make_agent(server).stream("x")
     count = sum(1 for ev in s if isinstance(ev, panto.ContentDelta))
     assert count == n
