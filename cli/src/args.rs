@@ -1,17 +1,33 @@
-//! Owns the command line: subcommands, options and their help text (clap derive). It
-//! only parses; turning options into an agent is `setup`.
+//! Owns the command line: subcommands, options and their help text (clap derive), and
+//! the one liberty taken with it: a command line without a subcommand is a `run`
+//! (`panto "hello"`). It only parses; turning options into an agent is `setup`.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::error::ErrorKind as ClapErrorKind;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
 
 use crate::exit::EXIT_CODES_HELP;
+
+/// What `panto --help` opens with.
+pub const EXAMPLES: &str = "\
+Examples:
+  panto \"Summarize the SSE spec in one sentence\"        # one turn (same as panto run …)
+  cat notes.md | panto run summarize this please        # stdin first, then the prompt
+  git diff | panto -q \"write a commit message\" > msg    # stdout carries only the answer
+  panto chat -p ollama                                  # a conversation, with a profile
+  panto -c \"and in French?\"                             # continue the last conversation
+  panto --tool weather='curl -s \"wttr.in/$(jq -r .city)?format=3\"' \"Weather in Paris?\"
+  panto run --json \"Hi\" | jq -c .                       # one JSON event per line";
 
 #[derive(Debug, Parser)]
 #[command(
     name = "panto",
     version,
     about = "An LLM agent on the command line: streams a turn, runs your shell tools, repeats until the model is done.",
+    before_help = EXAMPLES,
     after_help = EXIT_CODES_HELP
 )]
 pub struct Cli {
@@ -21,55 +37,90 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run one turn: send PROMPT (or stdin), stream the answer, run tools, exit.
-    #[command(after_help = EXIT_CODES_HELP)]
+    /// Run one turn: send the prompt (and piped stdin), stream the answer, run tools,
+    /// exit. The default command: `panto "hello"` is `panto run "hello"`.
+    #[command(before_help = EXAMPLES, after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
-    /// Interactive conversation: one turn per line of input (/clear, /exit, /help).
+    /// An interactive conversation: line editing, history, /help for commands.
     #[command(after_help = EXIT_CODES_HELP)]
     Chat(AgentArgs),
+    /// Print a shell completion script: `panto completions bash > ~/.local/share/bash-completion/completions/panto`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
-    /// The prompt; read from stdin when absent.
-    pub prompt: Option<String>,
+    /// The prompt; several words are joined with spaces. `-` reads the prompt from
+    /// stdin. Piped stdin with a prompt is sent first, then the prompt.
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 pub enum Provider {
     /// OpenAI Chat Completions and compatible servers (Ollama, vLLM, Groq, …).
     #[value(name = "openai")]
+    #[serde(rename = "openai")]
     OpenAi,
     /// Anthropic Messages.
+    #[serde(rename = "anthropic")]
     Anthropic,
 }
 
-/// Options shared by `run` and `chat`.
+/// Options shared by `run` and `chat`. Settings a profile can give are `Option`s here:
+/// absent means "the profile's, else the environment's, else the default" (`setup`).
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// Provider wire format.
-    #[arg(long, value_enum, default_value_t = Provider::OpenAi)]
-    pub provider: Provider,
+    /// A profile of the config file [default: $PANTO_PROFILE, else the file's
+    /// default_profile].
+    #[arg(short = 'p', long, value_name = "NAME")]
+    pub profile: Option<String>,
 
-    /// Model name [default: gpt-4o-mini (openai), claude-sonnet-4-5 (anthropic)].
-    #[arg(long)]
+    /// The config file [default: $PANTO_CONFIG, else $XDG_CONFIG_HOME/panto/config.toml].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Provider wire format [default: openai].
+    #[arg(long, value_enum)]
+    pub provider: Option<Provider>,
+
+    /// Model name [default: $PANTO_MODEL, else gpt-4o-mini (openai) or
+    /// claude-sonnet-4-5 (anthropic)].
+    #[arg(short = 'm', long)]
     pub model: Option<String>,
 
     /// Base URL as in the provider's SDK: OpenAI's includes /v1
-    /// (http://localhost:11434/v1 for Ollama), Anthropic's does not.
+    /// (http://localhost:11434/v1 for Ollama), Anthropic's does not [default:
+    /// $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the provider's API]. A URL given
+    /// here gets no key from $OPENAI_API_KEY / $ANTHROPIC_API_KEY: pass --api-key-env.
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
 
-    /// API key [default: $OPENAI_API_KEY or $ANTHROPIC_API_KEY]. Prefer the variable:
-    /// command lines are visible to other users of the machine.
-    #[arg(long, value_name = "KEY")]
+    /// API key, sent to whatever base URL is used. Prefer --api-key-env: command lines
+    /// are visible to other users of the machine.
+    #[arg(long, value_name = "KEY", conflicts_with = "api_key_env")]
     pub api_key: Option<String>,
 
+    /// Take the API key from the variable VAR and send it to whatever base URL is used.
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+
     /// System prompt.
-    #[arg(long, value_name = "TEXT")]
+    #[arg(short = 's', long, value_name = "TEXT")]
     pub system: Option<String>,
+
+    /// Sampling temperature.
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+
+    /// An extra HTTP header for every request, as NAME:VALUE. Repeatable.
+    #[arg(long = "header", value_name = "NAME:VALUE", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
 
     /// Cap on output tokens per response.
     #[arg(long, value_name = "N")]
@@ -94,13 +145,15 @@ pub struct AgentArgs {
 
     /// A tool backed by a shell command, run with `sh -c COMMAND`: the call's arguments
     /// JSON on stdin, stdout is the result, a non-zero exit makes it an error result.
+    /// The command also gets PANTO_TOOL_NAME and PANTO_TOOL_CALL_ID in its environment.
     /// It runs in its own process group, killed as a whole when the call ends, times out
     /// or is cancelled (a daemon it must leave behind needs `setsid`). Repeatable.
     #[arg(long = "tool", value_name = "NAME=COMMAND", value_parser = parse_tool)]
     pub tools: Vec<ToolArg>,
 
     /// JSON array of [{"name","description","parameters"}] describing --tool names
-    /// (without an entry a tool gets an empty description and {"type":"object"}).
+    /// (without an entry a tool gets an empty description and {"type":"object"}). An
+    /// entry may carry its "command" too, which makes --tool unnecessary.
     #[arg(long = "tools", value_name = "FILE")]
     pub tools_file: Option<PathBuf>,
 
@@ -120,12 +173,22 @@ pub struct AgentArgs {
     )]
     pub max_tool_output_bytes: u64,
 
+    /// Ask on the terminal before running each tool call (a call refused, or made
+    /// without a terminal to ask on, gets an error result the model reads).
+    #[arg(long)]
+    pub confirm: bool,
+
     /// Conversation file: loaded if it exists, saved after every turn (also after a
     /// failed or cancelled one), written atomically with mode 0600 for a new file. A
     /// symlink is followed to its target. Locked while panto runs (FILE.lock): a second
     /// panto on the same file fails with exit code 2.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "continue_last")]
     pub session: Option<PathBuf>,
+
+    /// Continue the last conversation (every conversation is kept under
+    /// $XDG_STATE_HOME/panto/conversations/).
+    #[arg(short = 'c', long = "continue")]
+    pub continue_last: bool,
 
     /// Print every event as one line of canonical JSON (and a final error line on
     /// failure) instead of human output. Text is kept exact there (JSON escapes control
@@ -133,6 +196,18 @@ pub struct AgentArgs {
     /// server or tools, and shows other control characters as symbols (␀, ␇, ␡, …).
     #[arg(long)]
     pub json: bool,
+
+    /// Only the answer (and errors): no tool lines, reasoning, spinner or usage.
+    #[arg(short = 'q', long, conflicts_with = "json")]
+    pub quiet: bool,
+
+    /// Do not show the model's reasoning.
+    #[arg(long)]
+    pub hide_reasoning: bool,
+
+    /// Print the final answer once it is complete instead of streaming it.
+    #[arg(long, conflicts_with = "json")]
+    pub no_stream: bool,
 }
 
 /// One `--tool NAME=COMMAND`.
@@ -159,10 +234,59 @@ fn parse_tool(s: &str) -> Result<ToolArg, String> {
     })
 }
 
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let Some((name, value)) = s.split_once(':') else {
+        return Err("expected NAME:VALUE".to_owned());
+    };
+    let name = name.trim();
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return Err(format!("{name:?} is not a header name (expected NAME:VALUE)"));
+    }
+    Ok((name.to_owned(), value.trim().to_owned()))
+}
+
+/// The clap command with what is only known at run time: where the config file is.
+pub fn command() -> clap::Command {
+    let files = format!(
+        "Files:\n  config        {}\n  conversations {}\n  chat history  {}\n\n{EXIT_CODES_HELP}",
+        crate::paths::config_file().display(),
+        crate::paths::conversations_dir().display(),
+        crate::paths::chat_history_file().display(),
+    );
+    Cli::command()
+        .after_help(files.clone())
+        .mut_subcommand("run", |c| c.after_help(files.clone()))
+        .mut_subcommand("chat", |c| c.after_help(files))
+}
+
+/// Parses `args` (program name first). A command line that names no subcommand is a
+/// `run`: `panto "hello"`, `panto -m gpt-4o hi`.
+pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
+    let first = command().try_get_matches_from(args.clone());
+    let error = match first {
+        Ok(matches) => return Cli::from_arg_matches(&matches),
+        Err(e) => e,
+    };
+    let no_subcommand = matches!(
+        error.kind(),
+        ClapErrorKind::InvalidSubcommand | ClapErrorKind::UnknownArgument
+    );
+    if !no_subcommand || args.len() < 2 {
+        return Err(error);
+    }
+    let mut as_run = args;
+    as_run.insert(1, OsString::from("run"));
+    let matches = command().try_get_matches_from(as_run)?;
+    Cli::from_arg_matches(&matches)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
+
+    fn parse_words(words: &[&str]) -> Result<Cli, clap::Error> {
+        parse(words.iter().map(OsString::from).collect())
+    }
 
     #[test]
     fn clap_definition_is_consistent() {
@@ -177,5 +301,35 @@ mod tests {
         assert!(parse_tool("weather").is_err());
         assert!(parse_tool("=cmd").is_err());
         assert!(parse_tool("w=  ").is_err());
+    }
+
+    #[test]
+    fn header_splits_at_the_first_colon() {
+        assert_eq!(
+            parse_header("X-Title: a:b").unwrap(),
+            ("X-Title".to_owned(), "a:b".to_owned())
+        );
+        assert!(parse_header("novalue").is_err());
+        assert!(parse_header(": v").is_err());
+    }
+
+    #[test]
+    fn a_command_line_without_subcommand_is_a_run() {
+        for words in [
+            &["panto", "hello", "world"][..],
+            &["panto", "-m", "x", "hello", "world"],
+            &["panto", "run", "hello", "world"],
+        ] {
+            let cli = parse_words(words).unwrap_or_else(|e| panic!("{words:?}: {e}"));
+            let Command::Run(run) = cli.command else {
+                panic!("{words:?} is not a run");
+            };
+            assert_eq!(run.prompt, ["hello", "world"], "{words:?}");
+        }
+        assert!(matches!(
+            parse_words(&["panto", "chat", "-p", "x"]).unwrap().command,
+            Command::Chat(_)
+        ));
+        assert!(parse_words(&["panto", "--bogus-flag", "hi"]).is_err());
     }
 }

@@ -7,6 +7,10 @@ use panto::ErrorKind;
 /// Success.
 pub const OK: u8 = 0;
 
+/// stdout was closed by its reader (`panto … | head`): what a shell reports for a
+/// program ended by SIGPIPE, which is how other tools end there.
+pub const STDOUT_CLOSED: u8 = 141;
+
 /// The exit-code table shown after `--help` (kept next to [`exit_code`]; a unit test
 /// checks that they agree).
 pub const EXIT_CODES_HELP: &str = "\
@@ -20,7 +24,8 @@ Exit codes:
   6    protocol, incomplete
   70   internal (also tool and busy, which the CLI should never see)
   130  cancelled by Ctrl-C, SIGTERM or SIGHUP (the --session file is still saved and
-       valid; tool processes are killed)";
+       valid; tool processes are killed)
+  141  stdout was closed by its reader (as in `panto … | head`); nothing is printed";
 
 /// The exit code for a failure of kind `kind`. A kind added to the core later maps to
 /// 70 until it is placed; the help-table test lists every kind the core knows.

@@ -32,6 +32,9 @@ pub struct Interrupt {
     phase: Arc<Mutex<Phase>>,
     /// `--json`: leaving on a signal still ends stdout with the error line.
     json: bool,
+    /// An interactive chat: a signal outside a turn is ignored (the prompt's line
+    /// editor reads Ctrl-C as a key; only Ctrl-D or a command leaves).
+    keep_running_when_idle: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Interrupt {
@@ -42,10 +45,17 @@ impl Interrupt {
         let interrupt = Interrupt {
             phase: Arc::new(Mutex::new(Phase::Idle)),
             json,
+            keep_running_when_idle: Arc::default(),
         };
         let handler = interrupt.clone();
         let _ = ctrlc::set_handler(move || handler.on_signal());
         interrupt
+    }
+
+    /// From now on a signal outside a turn is ignored.
+    pub fn keep_running_when_idle(&self) {
+        self.keep_running_when_idle
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Ctrl-C now cancels this turn instead of exiting.
@@ -71,11 +81,19 @@ impl Interrupt {
         // The first signal of a turn cancels it cleanly; the main thread takes it from
         // there. A second one while the cancelled turn is still winding down means the
         // user insists; at the prompt there is nothing to wind down. Both leave now.
-        if let Phase::Turn(control) = &*phase {
-            if !control.is_cancelled() {
+        match &*phase {
+            Phase::Turn(control) if !control.is_cancelled() => {
                 control.cancel();
                 return;
             }
+            Phase::Idle
+                if self
+                    .keep_running_when_idle
+                    .load(std::sync::atomic::Ordering::SeqCst) =>
+            {
+                return;
+            }
+            _ => {}
         }
         drop(phase);
         self.leave_now()

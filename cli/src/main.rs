@@ -1,18 +1,25 @@
 //! `panto`: the command-line agent, written on the pull stream (`panto-pull`).
 //!
 //! ```text
-//!  args ──► setup (config, --tool/--tools, --session) ──► Agent
-//!  run:  prompt (arg or stdin) ──► turn ──► save session ──► exit code
-//!  chat: loop { line ──► turn ──► save session }
-//!  turn: stream.next() ─► render (json | human) ; tool_call_start{host} ─► shell_tool thread
-//!                                                    └─► control.submit_tool_result
+//!  args (a bare `panto "hi"` is a run) ──► setup (config file profile, flags, env,
+//!        key rule, tools, conversation file) ──► Agent
+//!  run:  prompt (words, `-`, piped stdin + words) ──► turn ──► save ──► exit code
+//!  chat: loop { prompt line (rustyline on a terminal) ──► turn ──► save }
+//!  turn: stream.next() ─► render (json | human: answer on stdout, trace on stderr)
+//!        tool_call_start{host} ─► [--confirm] ─► shell_tool thread ─► submit_tool_result
+//!  failure ─► one line + a hint (hint) ─► exit code (exit)
 //!  Ctrl-C (interrupt) ─► control.cancel() during a turn, exit 130 otherwise
 //!                        (killing tool process groups, removing a half-written save)
 //! ```
 
 mod args;
+mod chat;
+mod confirm;
 mod exit;
+mod hint;
 mod interrupt;
+mod paths;
+mod profile;
 mod render;
 mod sanitize;
 mod session;
@@ -20,62 +27,101 @@ mod setup;
 mod shell_tool;
 mod turn;
 
-use std::io::{self, BufRead, IsTerminal, Read, Write};
+use std::io::{self, IsTerminal, Read};
 use std::process::ExitCode;
 
-use clap::Parser;
-use panto::{Error, ErrorKind};
+use panto::Error;
 
-use crate::args::{AgentArgs, Cli, Command, RunArgs};
-use crate::exit::{exit_code, OK};
+use crate::args::{AgentArgs, Command, RunArgs};
+use crate::exit::{exit_code, OK, STDOUT_CLOSED};
 use crate::interrupt::Interrupt;
-use crate::render::Render;
-use crate::setup::Setup;
+use crate::render::{HumanOptions, Render};
+use crate::setup::{Setup, Target};
 
 fn main() -> ExitCode {
-    // Usage errors exit here with code 2 (clap's own), --help / --version with 0.
-    let cli = Cli::parse();
+    let cli = match args::parse(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        // Usage errors exit here with code 2 (clap's own), --help / --version with 0.
+        Err(e) => e.exit(),
+    };
     let json = match &cli.command {
         Command::Run(args) => args.agent.json,
         Command::Chat(args) => args.json,
+        Command::Completions { .. } => false,
     };
     let interrupt = Interrupt::install(json);
     let code = match cli.command {
         Command::Run(args) => run(args, &interrupt),
-        Command::Chat(args) => chat(args, &interrupt),
+        Command::Chat(args) => chat::chat(args, &interrupt),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut args::command(), "panto", &mut io::stdout());
+            OK
+        }
     };
     ExitCode::from(code)
 }
 
-/// Reports failures, never showing the API key.
-struct Reporter {
-    out: Box<dyn Render>,
-    secret: String,
+/// Reports failures with a hint, never showing an API key.
+pub struct Reporter {
+    pub out: Box<dyn Render>,
+    json: bool,
+    options: HumanOptions,
+    secrets: Vec<String>,
+    target: Option<Target>,
 }
 
 impl Reporter {
-    fn new(args: &AgentArgs) -> Reporter {
-        let env = setup::provider_kind(args.provider).api_key_env();
-        let secret = args
-            .api_key
-            .clone()
-            .or_else(|| std::env::var(env).ok())
-            .unwrap_or_default();
+    pub fn new(args: &AgentArgs) -> Reporter {
+        let options = HumanOptions {
+            quiet: args.quiet,
+            hide_reasoning: args.hide_reasoning,
+            no_stream: args.no_stream,
+            tools: false,
+        };
+        // Every key this process could have read, whichever it ends up sending.
+        let mut secrets: Vec<String> = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
+            .iter()
+            .filter_map(|var| std::env::var(var).ok())
+            .collect();
+        secrets.extend(args.api_key.clone());
+        secrets.extend(args.api_key_env.as_ref().and_then(|v| std::env::var(v).ok()));
         Reporter {
-            out: render::for_mode(args.json),
-            secret,
+            out: render::for_mode(args.json, options),
+            json: args.json,
+            options,
+            secrets,
+            target: None,
         }
     }
 
-    /// Prints `error` and returns its exit code.
-    fn fail(&mut self, error: Error) -> u8 {
-        let error = self.redact(error);
+    /// The setup is known: errors now name its URL, and the output knows about tools.
+    pub fn set_up(&mut self, setup: &Setup) {
+        self.target = Some(setup.target.clone());
+        self.secrets.push(setup.key.clone());
+        self.options.tools = !setup.agent.config().tools.is_empty();
+        self.out = render::for_mode(self.json, self.options);
+    }
+
+    /// Prints `error` (and what to do about it) and returns its exit code. Once stdout
+    /// was found closed there is nobody reading: the end is quiet.
+    pub fn fail(&mut self, error: Error) -> u8 {
+        if render::stdout_closed() {
+            return STDOUT_CLOSED;
+        }
+        let mut error = self.redact(error);
+        let hint = self.target.as_ref().and_then(|t| hint::hint(&error, t));
+        if let (false, Some(target)) = (self.json, &self.target) {
+            error.message = hint::with_url(&error, target);
+        }
         // If even the error cannot be written there is nobody left to tell.
         let _ = self.out.error(&error);
+        if let Some(hint) = hint {
+            let _ = self.out.hint(&self.redact_text(hint));
+        }
         exit_code(error.kind)
     }
 
-    fn warn(&mut self, error: Error) {
+    pub fn warn(&mut self, error: Error) {
         let error = self.redact(error);
         let _ = self.out.warn(&error.message);
     }
@@ -83,13 +129,20 @@ impl Reporter {
     /// The core already redacts what it builds from server text; this second pass
     /// covers everything else (a key echoed in a path, in a session error, …).
     fn redact(&self, mut error: Error) -> Error {
-        if self.secret.len() >= 4 {
-            error.message = error.message.replace(&self.secret, "[REDACTED]");
-            if let Some(code) = &mut error.provider_code {
-                *code = code.replace(&self.secret, "[REDACTED]");
-            }
+        error.message = self.redact_text(error.message);
+        if let Some(code) = error.provider_code.take() {
+            error.provider_code = Some(self.redact_text(code));
         }
         error
+    }
+
+    fn redact_text(&self, mut text: String) -> String {
+        for secret in &self.secrets {
+            if secret.len() >= 4 {
+                text = text.replace(secret.as_str(), "[REDACTED]");
+            }
+        }
+        text
     }
 }
 
@@ -99,12 +152,10 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
         Ok(setup) => setup,
         Err(e) => return report.fail(e),
     };
-    let prompt = match args.prompt {
-        Some(prompt) => prompt,
-        None => match read_prompt() {
-            Ok(prompt) => prompt,
-            Err(e) => return report.fail(e),
-        },
+    report.set_up(&setup);
+    let prompt = match prompt(&args.prompt) {
+        Ok(prompt) => prompt,
+        Err(e) => return report.fail(e),
     };
     if prompt.trim().is_empty() {
         return report.fail(Error::config(
@@ -112,7 +163,7 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
         ));
     }
     let result = turn::run(&setup, &prompt, report.out.as_mut(), interrupt);
-    let saved = save(&setup);
+    let saved = setup.save();
     match (result, saved) {
         (Ok(()), Ok(())) => OK,
         (Ok(()), Err(e)) | (Err(e), Ok(())) => report.fail(e),
@@ -124,96 +175,34 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
     }
 }
 
-fn save(setup: &Setup) -> Result<(), Error> {
-    match &setup.session {
-        Some(session) => session.save(&setup.agent),
-        None => Ok(()),
+/// The prompt of `run`: the words joined; `-` (or no words) reads it from stdin; piped
+/// stdin with words comes first, then the words, as other command-line LLM tools do.
+fn prompt(words: &[String]) -> Result<String, Error> {
+    if words.is_empty() || words == ["-"] {
+        return read_stdin(true);
     }
+    let words = words.join(" ");
+    if io::stdin().is_terminal() {
+        return Ok(words);
+    }
+    let piped = read_stdin(false)?;
+    if piped.trim().is_empty() {
+        return Ok(words);
+    }
+    Ok(format!("{piped}\n\n{words}"))
 }
 
-/// The prompt from stdin, when no PROMPT argument was given.
-fn read_prompt() -> Result<String, Error> {
+fn read_stdin(is_the_prompt: bool) -> Result<String, Error> {
     let mut stdin = io::stdin();
-    if stdin.is_terminal() {
+    if is_the_prompt && stdin.is_terminal() {
         eprintln!("panto: reading the prompt from stdin (end it with Ctrl-D)");
     }
     let mut bytes = Vec::new();
     stdin
         .read_to_end(&mut bytes)
-        .map_err(|e| Error::config(format!("cannot read the prompt from stdin: {e}")))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| Error::config("the prompt on stdin is not valid UTF-8"))?;
+        .map_err(|e| Error::config(format!("cannot read stdin: {e}")))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| Error::config("stdin is not valid UTF-8 text"))?;
     // The newline `echo` or the terminal adds is not part of the prompt.
     Ok(text.trim_end_matches(['\n', '\r']).to_owned())
-}
-
-const CHAT_HELP: &str = "\
-commands:
-  /clear   forget the conversation (and empty the --session file)
-  /exit    leave (as does end of input, Ctrl-D)
-  /help    this list
-Ctrl-C cancels a running turn; at the prompt it leaves.";
-
-fn chat(args: AgentArgs, interrupt: &Interrupt) -> u8 {
-    let mut report = Reporter::new(&args);
-    let setup = match Setup::build(&args) {
-        Ok(setup) => setup,
-        Err(e) => return report.fail(e),
-    };
-    // A person at a terminal gets a prompt and keeps going after a failed turn; a
-    // script feeding stdin gets the first failure as the exit code.
-    let interactive = io::stdin().is_terminal();
-    let mut stdin = io::stdin().lock();
-    loop {
-        interrupt.idle();
-        if interactive {
-            eprint!("> ");
-            let _ = io::stderr().flush();
-        }
-        let mut line = Vec::new();
-        match stdin.read_until(b'\n', &mut line) {
-            Ok(0) => {
-                if interactive {
-                    eprintln!();
-                }
-                return OK;
-            }
-            Ok(_) => {}
-            Err(e) => return report.fail(Error::config(format!("cannot read stdin: {e}"))),
-        }
-        let line = String::from_utf8_lossy(&line);
-        let input = line.trim();
-        let result = match input {
-            "" => continue,
-            "/exit" | "/quit" => return OK,
-            "/help" => {
-                eprintln!("{CHAT_HELP}");
-                continue;
-            }
-            "/clear" => setup.agent.clear_history().and_then(|()| save(&setup)),
-            command if command.starts_with('/') && !command.contains(char::is_whitespace) => {
-                eprintln!("panto: unknown command {command} (/help lists them)");
-                continue;
-            }
-            prompt => {
-                let turn = turn::run(&setup, prompt, report.out.as_mut(), interrupt);
-                match (turn, save(&setup)) {
-                    (Ok(()), saved) => saved,
-                    (Err(e), Ok(())) => Err(e),
-                    (Err(e), Err(save_error)) => {
-                        report.warn(save_error);
-                        Err(e)
-                    }
-                }
-            }
-        };
-        if let Err(e) = result {
-            let cancelled = e.kind == ErrorKind::Cancelled;
-            let code = report.fail(e);
-            // Ctrl-C ends the turn only; the conversation goes on.
-            if !interactive && !cancelled {
-                return code;
-            }
-        }
-    }
 }

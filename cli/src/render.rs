@@ -1,6 +1,6 @@
 //! Owns what the user sees: `--json` (one canonical JSON line per event, a final error
-//! line on failure) and the human output (streamed text, dimmed reasoning, tool lines, a
-//! spinner while waiting, usage) with its plain variant when stdout is not a terminal.
+//! line on failure) and the human output: the answer on stdout, and on stderr the
+//! trace (labelled reasoning, tool lines, retries, a spinner while waiting, usage).
 //!
 //! Everything the human output shows that came from the server, the model or a tool
 //! goes through [`crate::sanitize`] first: only panto's own attributes reach the
@@ -29,6 +29,7 @@ const DIM: &str = "\x1b[2m";
 const RESET: &str = "\x1b[0m";
 const CYAN: &str = "\x1b[36m";
 const RED: &str = "\x1b[31m";
+const MAGENTA: &str = "\x1b[35m";
 const CLEAR_LINE: &str = "\r\x1b[2K";
 
 /// An output mode. Write errors are returned so the turn can stop (stdout closed).
@@ -45,13 +46,15 @@ pub trait Render {
     fn error(&mut self, error: &Error) -> io::Result<()>;
     /// A problem worth telling but not failing for (stderr).
     fn warn(&mut self, message: &str) -> io::Result<()>;
+    /// What to do about the error just reported (stderr).
+    fn hint(&mut self, hint: &str) -> io::Result<()>;
 }
 
-pub fn for_mode(json: bool) -> Box<dyn Render> {
+pub fn for_mode(json: bool, options: HumanOptions) -> Box<dyn Render> {
     if json {
         Box::new(Json)
     } else {
-        Box::new(Human::new())
+        Box::new(Human::new(options))
     }
 }
 
@@ -100,10 +103,10 @@ struct Json;
 impl Json {
     fn line(&self, json: &str) -> io::Result<()> {
         let mut out = io::stdout().lock();
-        out.write_all(json.as_bytes())?;
-        out.write_all(b"\n")?;
+        out.write_all(json.as_bytes()).map_err(note_stdout_error)?;
+        out.write_all(b"\n").map_err(note_stdout_error)?;
         // Consumers read line by line while the turn runs.
-        out.flush()
+        out.flush().map_err(note_stdout_error)
     }
 }
 
@@ -133,19 +136,69 @@ impl Render for Json {
     fn warn(&mut self, message: &str) -> io::Result<()> {
         writeln!(io::stderr(), "panto: warning: {}", clean(message))
     }
+    fn hint(&mut self, hint: &str) -> io::Result<()> {
+        writeln!(io::stderr(), "hint: {}", clean(hint))
+    }
 }
 
-/// Human output. On a terminal: colors, dimmed reasoning, usage, and a spinner when
-/// stderr is a terminal too. Otherwise plain text: the answer and the tool lines.
+/// How the human output behaves (the flags that shape it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HumanOptions {
+    /// `-q`: the answer and errors only.
+    pub quiet: bool,
+    pub hide_reasoning: bool,
+    /// `--no-stream`: the final answer, once complete.
+    pub no_stream: bool,
+    /// Host tools are declared, so a turn may have several messages.
+    pub tools: bool,
+}
+
+/// Set when stdout turned out closed (`panto … | head`): the program then ends quietly.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a write to stdout found it closed.
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(Ordering::SeqCst)
+}
+
+fn note_stdout_error(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        STDOUT_CLOSED.store(true, Ordering::SeqCst);
+    }
+    e
+}
+
+/// Colours and animation are allowed: `NO_COLOR` (any non-empty value) and `TERM=dumb`
+/// turn them off.
+pub fn decorations_allowed() -> bool {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
+    !no_color && !dumb
+}
+
+/// Human output. stdout carries the answer and nothing else; everything else (tool
+/// lines, reasoning, retries, spinner, usage) goes to stderr, or nowhere with `-q`. On
+/// a terminal: colours, labelled and dimmed reasoning, usage, a spinner.
+///
+/// When stdout is not a terminal and tools are declared, a message's text is held until
+/// the message ends: text the model wrote before calling tools goes to stderr with the
+/// trace, so stdout ends up holding only the final answer.
 struct Human {
-    /// stdout is a terminal: ANSI attributes, reasoning, usage.
-    tty: bool,
-    /// stdout and stderr are terminals: the spinner may be drawn on stderr.
+    options: HumanOptions,
+    /// Colours on stderr (the answer on stdout is never painted).
+    err_color: bool,
+    /// stdout and stderr are the same terminal: they share the cursor.
+    shared_screen: bool,
+    /// The spinner may be drawn on stderr.
     spinner: bool,
-    /// The last byte written to stdout ended a line (the spinner shares that line).
-    at_line_start: bool,
-    /// Dimmed reasoning text is being streamed.
+    /// The last byte written to stdout / stderr ended a line.
+    out_at_line_start: bool,
+    err_at_line_start: bool,
+    /// Reasoning text is being streamed (on stderr).
     in_reasoning: bool,
+    /// The answer is held (see the type's documentation) in `held`.
+    hold_answer: bool,
+    held: String,
     /// Waiting for the model or for tools: the spinner may run.
     waiting: bool,
     spinner_shown: bool,
@@ -162,13 +215,20 @@ struct Human {
 }
 
 impl Human {
-    fn new() -> Human {
-        let tty = io::stdout().is_terminal();
+    fn new(options: HumanOptions) -> Human {
+        let out_tty = io::stdout().is_terminal();
+        let err_tty = io::stderr().is_terminal();
+        let decorations = decorations_allowed();
         Human {
-            tty,
-            spinner: tty && io::stderr().is_terminal(),
-            at_line_start: true,
+            options,
+            err_color: err_tty && decorations,
+            shared_screen: out_tty && err_tty,
+            spinner: err_tty && decorations && !options.quiet,
+            out_at_line_start: true,
+            err_at_line_start: true,
             in_reasoning: false,
+            hold_answer: options.no_stream || (!out_tty && options.tools),
+            held: String::new(),
             waiting: false,
             spinner_shown: false,
             frame: 0,
@@ -180,7 +240,7 @@ impl Human {
     }
 
     fn paint(&self, color: &str, text: &str) -> String {
-        if self.tty {
+        if self.err_color {
             format!("{color}{text}{RESET}")
         } else {
             text.to_owned()
@@ -190,82 +250,132 @@ impl Human {
     fn clear_spinner(&mut self) -> io::Result<()> {
         if self.spinner_shown {
             self.spinner_shown = false;
-            io::stderr().write_all(CLEAR_LINE.as_bytes())?;
+            let _ = io::stderr().write_all(CLEAR_LINE.as_bytes());
         }
         Ok(())
     }
 
-    /// Streams `text` to stdout as it is.
-    fn write(&mut self, text: &str) -> io::Result<()> {
+    fn ended_line(&mut self, stdout: bool, text: &str) {
+        let at_start = text.ends_with('\n');
+        if stdout || self.shared_screen {
+            self.out_at_line_start = at_start;
+        }
+        if !stdout || self.shared_screen {
+            self.err_at_line_start = at_start;
+        }
+    }
+
+    /// Writes answer text to stdout as it is.
+    fn answer(&mut self, text: &str) -> io::Result<()> {
         if text.is_empty() {
             return Ok(());
         }
         self.clear_spinner()?;
         let mut out = io::stdout().lock();
-        out.write_all(text.as_bytes())?;
+        out.write_all(text.as_bytes()).map_err(note_stdout_error)?;
         // Streamed fragments rarely end a line; show them now.
-        out.flush()?;
-        self.at_line_start = text.ends_with('\n');
+        out.flush().map_err(note_stdout_error)?;
+        drop(out);
+        self.ended_line(true, text);
         Ok(())
     }
 
-    /// Writes a terminal attribute: invisible, so the line position stays as it is.
-    fn attribute(&mut self, code: &str) -> io::Result<()> {
-        let at_line_start = self.at_line_start;
-        self.write(code)?;
-        self.at_line_start = at_line_start;
-        Ok(())
-    }
-
-    fn end_line(&mut self) -> io::Result<()> {
-        if !self.at_line_start {
-            self.write("\n")?;
+    /// Writes trace text to stderr. A closed or failing stderr loses the trace only: the
+    /// answer still matters.
+    fn trace(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
         }
+        let _ = self.clear_spinner();
+        let mut err = io::stderr().lock();
+        let _ = err.write_all(text.as_bytes());
+        let _ = err.flush();
+        drop(err);
+        self.ended_line(false, text);
+    }
+
+    /// A terminal attribute on stderr: invisible, so the line position stays as it is.
+    fn attribute(&mut self, code: &str) {
+        let _ = io::stderr().write_all(code.as_bytes());
+    }
+
+    /// Makes sure the next stderr line starts at the left edge of its screen.
+    fn trace_line_start(&mut self) {
+        if !self.err_at_line_start || (self.shared_screen && !self.out_at_line_start) {
+            self.trace("\n");
+        }
+    }
+
+    /// Prints a whole line on stderr, unless quiet.
+    fn note(&mut self, text: &str) -> io::Result<()> {
+        if self.options.quiet {
+            return Ok(());
+        }
+        self.warning(text)
+    }
+
+    /// Prints a whole line on stderr, even when quiet.
+    fn warning(&mut self, text: &str) -> io::Result<()> {
+        let _ = self.clear_spinner();
+        self.leave_reasoning()?;
+        self.trace_line_start();
+        self.trace(&format!("{text}\n"));
         Ok(())
     }
 
-    /// Prints a whole line on stdout, starting one if needed.
-    fn line(&mut self, text: &str) -> io::Result<()> {
-        self.end_line()?;
-        self.write(&format!("{text}\n"))
-    }
-
-    /// Prints a line on stderr, keeping the screen tidy around it.
-    fn note(&mut self, text: &str) -> io::Result<()> {
-        self.clear_spinner()?;
-        self.leave_reasoning()?;
-        self.end_line()?;
-        writeln!(io::stderr(), "{text}")
-    }
-
-    /// Streams a fragment of model text through the filter.
-    fn write_filtered(&mut self, kind: DeltaKind, text: &str) -> io::Result<()> {
+    fn filtered(&mut self, kind: DeltaKind, text: &str) -> String {
         if self.filtering != Some(kind) {
-            self.end_filtered()?;
+            let mut rest = self.end_filtered();
             self.filtering = Some(kind);
+            self.filter.push(text, &mut rest);
+            return rest;
         }
         let mut safe = String::with_capacity(text.len());
         self.filter.push(text, &mut safe);
-        self.write(&safe)
+        safe
     }
 
-    /// The streamed block ended: writes what the filter held back, and makes sure an
-    /// unfinished sequence cannot swallow what follows.
-    fn end_filtered(&mut self) -> io::Result<()> {
+    /// The streamed block ended: what the filter held back, so an unfinished sequence
+    /// cannot swallow what follows.
+    fn end_filtered(&mut self) -> String {
+        let mut rest = String::new();
         if self.filtering.take().is_some() {
-            let mut rest = String::new();
             self.filter.finish(&mut rest);
-            self.write(&rest)?;
         }
-        Ok(())
+        rest
+    }
+
+    /// Writes what the filter held back to where its kind of text goes.
+    fn flush_filtered(&mut self) -> io::Result<()> {
+        let kind = self.filtering;
+        let rest = self.end_filtered();
+        match kind {
+            Some(DeltaKind::Text) => self.answer_text(&rest),
+            Some(DeltaKind::Reasoning) => {
+                self.trace(&rest);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn answer_text(&mut self, safe: &str) -> io::Result<()> {
+        if self.hold_answer {
+            self.held.push_str(safe);
+            Ok(())
+        } else {
+            self.answer(safe)
+        }
     }
 
     fn leave_reasoning(&mut self) -> io::Result<()> {
-        self.end_filtered()?;
+        self.flush_filtered()?;
         if self.in_reasoning {
             self.in_reasoning = false;
-            self.attribute(RESET)?;
-            self.end_line()?;
+            if self.err_color {
+                self.attribute(RESET);
+            }
+            self.trace_line_start();
         }
         Ok(())
     }
@@ -277,21 +387,37 @@ impl Human {
                 if self.in_reasoning {
                     self.leave_reasoning()?;
                 }
-                self.write_filtered(kind, text)
+                let safe = self.filtered(kind, text);
+                self.answer_text(&safe)
             }
-            // Plain output carries only the answer; reasoning cannot be told apart
-            // from it without the dimming.
-            DeltaKind::Reasoning if self.tty => {
+            DeltaKind::Reasoning if !(self.options.quiet || self.options.hide_reasoning) => {
                 self.waiting = false;
                 if !self.in_reasoning {
-                    self.end_filtered()?;
+                    self.flush_filtered()?;
+                    self.trace_line_start();
+                    let label = self.paint(MAGENTA, "thinking:");
+                    self.trace(&format!("{label}\n"));
                     self.in_reasoning = true;
-                    self.attribute(DIM)?;
+                    if self.err_color {
+                        self.attribute(DIM);
+                    }
                 }
-                self.write_filtered(kind, text)
+                let safe = self.filtered(kind, text);
+                self.trace(&safe);
+                Ok(())
             }
             // Arguments are shown whole when the call starts.
             _ => Ok(()),
+        }
+    }
+
+    /// The text of a message that called tools, held back from stdout: part of the trace.
+    fn release_held_as_trace(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        if !self.options.quiet && !held.trim().is_empty() {
+            self.trace_line_start();
+            self.trace(held.trim_end());
+            self.trace("\n");
         }
     }
 
@@ -302,7 +428,7 @@ impl Human {
         // serde_json escapes C0 controls in strings, but not DEL or C1.
         let args = shorten(&clean(arguments), LINE_CHARS);
         let head = self.paint(CYAN, &format!("→ {}", clean(name)));
-        self.line(&format!("{head} {args}"))
+        self.note(&format!("{head} {args}"))
     }
 
     fn tool_result(&mut self, name: &str, output: &str, is_error: bool) -> io::Result<()> {
@@ -326,30 +452,33 @@ impl Human {
             let more = lines.len() - RESULT_LINES;
             text.push_str(&self.paint(DIM, &format!("\n  … ({more} more lines)")));
         }
-        self.line(&text)
+        self.note(&text)
     }
 
-    fn complete(&mut self, stop_reason: &StopReason, usage: &Usage) -> io::Result<()> {
+    fn complete(&mut self, stop_reason: &StopReason, usage: &Usage, text: &str) -> io::Result<()> {
         self.waiting = false;
         self.clear_spinner()?;
         self.leave_reasoning()?;
-        self.end_line()?;
-        if let Some(why) = unusual_stop(stop_reason) {
-            self.note(&format!("panto: {why}"))?;
+        if self.hold_answer {
+            self.held.clear();
+            let mut safe = String::with_capacity(text.len());
+            let mut filter = Sanitizer::new();
+            filter.push(text, &mut safe);
+            filter.finish(&mut safe);
+            self.answer(&safe)?;
         }
-        if self.tty {
+        if !self.out_at_line_start {
+            self.answer("\n")?;
+        }
+        if let Some(why) = unusual_stop(stop_reason) {
+            self.warning(&format!("panto: {why}"))?;
+        }
+        if self.err_color && !self.options.quiet {
             let usage = format!(
                 "tokens: in {}, out {}",
                 usage.input_tokens, usage.output_tokens
             );
-            // On the terminal only, like the other decorations, and on stderr so a
-            // copy of stdout holds just the answer.
-            let mut err = io::stderr();
-            if err.is_terminal() {
-                writeln!(err, "{DIM}{usage}{RESET}")?;
-            } else {
-                writeln!(err, "{usage}")?;
-            }
+            self.trace(&format!("{DIM}{usage}{RESET}\n"));
         }
         Ok(())
     }
@@ -360,6 +489,7 @@ impl Render for Human {
         self.waiting = true;
         self.tools_running = 0;
         self.frame = 0;
+        self.held.clear();
         self.last_frame = Instant::now();
         Ok(())
     }
@@ -369,9 +499,14 @@ impl Render for Human {
             Event::ContentDelta { kind, text, .. } => self.delta(*kind, text),
             // Also ends the filter: a sequence left open in a block dies with it.
             Event::BlockComplete { .. } => self.leave_reasoning(),
-            Event::MessageEnd { .. } => {
+            Event::MessageEnd { stop_reason, .. } => {
                 self.leave_reasoning()?;
-                self.end_line()?;
+                if self.hold_answer && *stop_reason == StopReason::ToolUse {
+                    self.release_held_as_trace();
+                }
+                if !self.out_at_line_start && !self.hold_answer {
+                    self.answer("\n")?;
+                }
                 // Next come tool calls (which restart the spinner) or the end of the
                 // turn, both at once: nothing to wait for.
                 self.waiting = false;
@@ -407,8 +542,11 @@ impl Render for Human {
                 clean(reason)
             )),
             Event::MessageComplete {
-                stop_reason, usage, ..
-            } => self.complete(stop_reason, usage),
+                stop_reason,
+                usage,
+                text,
+                ..
+            } => self.complete(stop_reason, usage, text),
             // message_start, block_start, tool_details, and whatever a newer core adds.
             _ => Ok(()),
         }
@@ -420,7 +558,8 @@ impl Render for Human {
 
     fn tick(&mut self) -> io::Result<()> {
         // Only on an empty line: `\r` would otherwise overwrite streamed text.
-        if !(self.spinner && self.waiting && self.at_line_start && !self.in_reasoning)
+        let line_free = self.err_at_line_start && (!self.shared_screen || self.out_at_line_start);
+        if !(self.spinner && self.waiting && line_free && !self.in_reasoning)
             || self.last_frame.elapsed() < SPINNER_TICK
         {
             return Ok(());
@@ -434,16 +573,23 @@ impl Render for Human {
             n => format!("running {n} tools"),
         };
         self.spinner_shown = true;
-        write!(io::stderr(), "{CLEAR_LINE}{frame} {DIM}{label}{RESET}")
+        let _ = write!(io::stderr(), "{CLEAR_LINE}{frame} {DIM}{label}{RESET}");
+        Ok(())
     }
 
     fn error(&mut self, error: &Error) -> io::Result<()> {
         self.waiting = false;
-        self.note(&error_line(error))
+        self.warning(&error_line(error))
     }
 
     fn warn(&mut self, message: &str) -> io::Result<()> {
-        self.note(&format!("panto: warning: {}", clean(message)))
+        self.warning(&format!("panto: warning: {}", clean(message)))
+    }
+
+    fn hint(&mut self, hint: &str) -> io::Result<()> {
+        let hint = format!("hint: {}", clean(hint));
+        let hint = if self.err_color { format!("{DIM}{hint}{RESET}") } else { hint };
+        self.warning(&hint)
     }
 }
 

@@ -75,6 +75,11 @@ impl Session {
         })
     }
 
+    /// The file the conversation is saved to (links followed).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Loads the saved conversation; a missing or empty file is a new conversation.
     pub fn load(&self, agent: &Agent) -> Result<(), Error> {
         let text = match fs::read_to_string(&self.path) {

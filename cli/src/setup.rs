@@ -1,58 +1,151 @@
-//! Owns turning the options into a ready agent: the configuration, the host-tool
-//! declarations (`--tool` + `--tools FILE`) and the `--session` file (opened, locked
-//! and loaded; see `session`).
+//! Owns turning the options into a ready agent: which setting wins (flags, then the
+//! profile, then environment variables, then the defaults), where the API key may go,
+//! the host-tool declarations (`--tool`, `--tools FILE`, a profile's tools) and the
+//! conversation file (`--session`, `--continue`, or a new one; see `session`).
 //! Every problem found here is a `config` error (exit code 2).
+//!
+//! The key rule: a key found in `OPENAI_API_KEY` / `ANTHROPIC_API_KEY` is sent to the
+//! provider's own API, or to the base URL of `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL`
+//! (set beside it, as the providers' SDKs read them). Any other base URL gets a key only
+//! when the user tied one to this run: `--api-key`, `--api-key-env VAR`, or the
+//! profile's `api_key`, `api_key_env` or `api_key_cmd`. So `--base-url http://…` typed
+//! to try a server never receives the OpenAI key by accident.
 
 use std::collections::HashMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 use panto::{Agent, Config, Error, ProviderKind, ToolSpec};
 use serde_json::Value;
 
 use crate::args::{AgentArgs, Provider};
+use crate::paths;
+use crate::profile::{self, Chosen};
 use crate::session::Session;
 use crate::shell_tool::ShellTools;
+
+/// Conversations kept in the state directory; older ones are removed.
+const KEPT_CONVERSATIONS: usize = 100;
 
 /// What a subcommand needs to run turns.
 pub struct Setup {
     pub agent: Agent,
     pub tools: ShellTools,
     pub session: Option<Session>,
+    pub target: Target,
+    /// The key sent, for redaction (empty when none).
+    pub key: String,
+    /// Ask before each tool call.
+    pub confirm: bool,
+}
+
+/// Where requests go and with which key: what error hints are made of.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub provider: ProviderKind,
+    pub base_url: String,
+    pub key: KeySource,
+    pub profile: Option<String>,
+}
+
+impl Target {
+    pub fn endpoint(&self) -> String {
+        format!(
+            "{}{}",
+            self.base_url.trim_end_matches('/'),
+            self.provider.endpoint_path()
+        )
+    }
+
+    /// The base URL names this machine (where "is the server running?" is the question).
+    pub fn is_loopback(&self) -> bool {
+        let host = host_of(&self.base_url);
+        host == "localhost" || host.starts_with("127.") || host == "[::1]"
+    }
+}
+
+/// Where the API key came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    Flag,
+    FlagEnv(String),
+    Profile,
+    /// The provider's variable, sent to the provider's API or its `*_BASE_URL`.
+    ProviderEnv(&'static str),
+    /// The provider's variable is set, but this base URL was not tied to it.
+    Withheld(&'static str),
+    None,
+}
+
+/// Where the base URL came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UrlSource {
+    Flag,
+    Profile,
+    Env,
+    Default,
 }
 
 impl Setup {
     pub fn build(args: &AgentArgs) -> Result<Setup, Error> {
-        let provider = provider_kind(args.provider);
+        let chosen = profile::choose(args.config.as_deref(), args.profile.as_deref())?;
+        let prof = chosen.as_ref().map(|c| &c.profile);
+        let provider = provider_kind(
+            args.provider
+                .or(prof.and_then(|p| p.provider))
+                .unwrap_or(Provider::OpenAi),
+        );
         let model = args
             .model
             .clone()
+            .or_else(|| prof.and_then(|p| p.model.clone()))
+            .or_else(|| non_empty_env("PANTO_MODEL"))
             .unwrap_or_else(|| default_model(provider).to_owned());
-        // `Config::new` reads the provider's API key variable.
-        let mut config = Config::new(provider, model);
-        if let Some(url) = &args.base_url {
-            config = config.with_base_url(url.clone());
-        }
-        if let Some(key) = &args.api_key {
-            config = config.with_api_key(key.clone());
-        }
-        if config.api_key.is_empty() && args.base_url.is_none() {
+        let base_url_env = base_url_env(provider);
+        let (base_url, url_source) = if let Some(url) = &args.base_url {
+            (url.clone(), UrlSource::Flag)
+        } else if let Some(url) = prof.and_then(|p| p.base_url.clone()) {
+            (url, UrlSource::Profile)
+        } else if let Some(url) = non_empty_env(base_url_env) {
+            (url, UrlSource::Env)
+        } else {
+            (provider.default_base_url().to_owned(), UrlSource::Default)
+        };
+        let (key, key_source) = api_key(args, chosen.as_ref(), provider, &base_url, url_source)?;
+        if key.is_empty() && url_source == UrlSource::Default {
             // The provider's own endpoint always wants a key; say so now rather than
-            // after a round trip that ends in a 401. (Local servers given with
-            // --base-url often need none.)
+            // after a round trip that ends in a 401. (Local servers often need none.)
             return Err(Error::config(format!(
-                "no API key: set {} or pass --api-key",
+                "no API key: set {} or pass --api-key-env VAR",
                 provider.api_key_env()
             )));
         }
-        if let Some(system) = &args.system {
-            config = config.with_system(system.clone());
+        let mut config = Config::new(provider, model);
+        config.base_url = base_url.clone();
+        // Always replaced: `Config::new` read the provider's variable, which must not
+        // reach a base URL it was not tied to.
+        config.api_key = key.clone();
+        if let Some(system) = args.system.clone().or_else(|| prof.and_then(|p| p.system.clone())) {
+            config = config.with_system(system);
         }
-        if let Some(n) = args.max_tokens {
+        if let Some(t) = args.temperature.or(prof.and_then(|p| p.temperature)) {
+            config = config.with_temperature(t);
+        }
+        if let Some(n) = args.max_tokens.or(prof.and_then(|p| p.max_tokens)) {
             config = config.with_max_tokens(n);
         }
-        if let Some(n) = args.max_steps {
+        if let Some(n) = args.max_steps.or(prof.and_then(|p| p.max_steps)) {
             config = config.with_max_steps(n);
+        }
+        if let Some(p) = prof {
+            for (name, value) in &p.headers {
+                let value = profile::expand_vars(value, &format!("profile header {name}"))?;
+                config = config.with_header(name.clone(), value);
+            }
+        }
+        for (name, value) in &args.headers {
+            config = config.with_header(name.clone(), value.clone());
         }
         if let Some(n) = args.retries {
             config.retry.max_retries = n;
@@ -71,14 +164,14 @@ impl Setup {
         // leaves room for their truncation note so the model still reads it.
         let max_tool_output = usize::try_from(args.max_tool_output_bytes).unwrap_or(usize::MAX);
         config = config.with_max_tool_output_bytes(max_tool_output.saturating_add(1024));
-        let (specs, commands) = host_tools(args)?;
+        let (specs, commands) = host_tools(args, chosen.as_ref())?;
         for spec in specs {
             config = config.with_host_tool(spec);
         }
         // Validates the whole configuration (URL, zero limits, …) as `config` errors.
         let agent = Agent::new(config)?;
         // Locked before loading: what is loaded is what this process will save over.
-        let session = args.session.as_deref().map(Session::open).transpose()?;
+        let session = open_session(args)?;
         if let Some(session) = &session {
             session.load(&agent)?;
         }
@@ -86,8 +179,141 @@ impl Setup {
             agent,
             tools: ShellTools::new(commands, max_tool_output),
             session,
+            target: Target {
+                provider,
+                base_url,
+                key: key_source,
+                profile: chosen.map(|c| c.name),
+            },
+            key,
+            confirm: args.confirm,
         })
     }
+
+    /// Saves the conversation, if it has a file, and makes it the one `--continue`
+    /// resumes.
+    pub fn save(&self) -> Result<(), Error> {
+        let Some(session) = &self.session else {
+            return Ok(());
+        };
+        session.save(&self.agent)?;
+        remember_last(session.path());
+        Ok(())
+    }
+
+    /// Replaces the model for the next turns, keeping the conversation.
+    pub fn switch_model(&mut self, model: &str) -> Result<(), Error> {
+        let mut config = self.agent.config().clone();
+        config.model = model.to_owned();
+        let agent = Agent::new(config)?;
+        agent.set_history(self.agent.history())?;
+        self.agent = agent;
+        Ok(())
+    }
+}
+
+fn non_empty_env(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn base_url_env(provider: ProviderKind) -> &'static str {
+    match provider {
+        ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
+        _ => "OPENAI_BASE_URL",
+    }
+}
+
+/// The key for this run and where it came from (see the module documentation).
+fn api_key(
+    args: &AgentArgs,
+    chosen: Option<&Chosen>,
+    provider: ProviderKind,
+    base_url: &str,
+    url_source: UrlSource,
+) -> Result<(String, KeySource), Error> {
+    if let Some(key) = &args.api_key {
+        return Ok((key.clone(), KeySource::Flag));
+    }
+    if let Some(var) = &args.api_key_env {
+        return match non_empty_env(var) {
+            Some(key) => Ok((key, KeySource::FlagEnv(var.clone()))),
+            None => Err(Error::config(format!("--api-key-env {var}: {var} is not set"))),
+        };
+    }
+    if let Some(chosen) = chosen {
+        let p = &chosen.profile;
+        let name = &chosen.name;
+        if let Some(key) = &p.api_key {
+            return Ok((key.clone(), KeySource::Profile));
+        }
+        if let Some(var) = &p.api_key_env {
+            return match non_empty_env(var) {
+                Some(key) => Ok((key, KeySource::Profile)),
+                None => Err(Error::config(format!(
+                    "profile {name}: api_key_env {var}: {var} is not set"
+                ))),
+            };
+        }
+        if let Some(command) = &p.api_key_cmd {
+            return key_from_command(command, name).map(|key| (key, KeySource::Profile));
+        }
+    }
+    let var = provider.api_key_env();
+    let Some(key) = non_empty_env(var) else {
+        return Ok((String::new(), KeySource::None));
+    };
+    if url_source == UrlSource::Env || is_providers_own(provider, base_url) {
+        Ok((key, KeySource::ProviderEnv(var)))
+    } else {
+        Ok((String::new(), KeySource::Withheld(var)))
+    }
+}
+
+fn key_from_command(command: &str, profile: &str) -> Result<String, Error> {
+    let what = format!("profile {profile}: api_key_cmd");
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| Error::config(format!("{what}: cannot run: {e}")))?;
+    if !output.status.success() {
+        // The command's own words went to stderr; its stdout might be a key.
+        return Err(Error::config(format!("{what}: failed ({})", output.status)));
+    }
+    let key = String::from_utf8(output.stdout)
+        .map_err(|_| Error::config(format!("{what}: printed something that is not UTF-8")))?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(Error::config(format!("{what}: printed nothing")));
+    }
+    Ok(key.to_owned())
+}
+
+/// Whether `base_url` is the provider's own API (over https).
+fn is_providers_own(provider: ProviderKind, base_url: &str) -> bool {
+    let Some(default_host) = provider
+        .default_base_url()
+        .strip_prefix("https://")
+        .map(|rest| rest.split('/').next().unwrap_or(rest))
+    else {
+        return false;
+    };
+    base_url.trim().to_ascii_lowercase().starts_with("https://") && host_of(base_url) == default_host
+}
+
+/// The host of a URL, lowercased, without user info or port (`[::1]` keeps brackets).
+fn host_of(url: &str) -> String {
+    let rest = url.trim().split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if host_port.starts_with('[') {
+        host_port.split_once(']').map_or(host_port.to_owned(), |(h, _)| format!("{h}]"))
+    } else {
+        host_port.split(':').next().unwrap_or("").to_owned()
+    };
+    host.to_ascii_lowercase()
 }
 
 pub fn provider_kind(provider: Provider) -> ProviderKind {
@@ -99,73 +325,184 @@ pub fn provider_kind(provider: Provider) -> ProviderKind {
 
 fn default_model(provider: ProviderKind) -> &'static str {
     match provider {
-        ProviderKind::OpenAi => "gpt-4o-mini",
         ProviderKind::Anthropic => "claude-sonnet-4-5",
+        _ => "gpt-4o-mini",
     }
 }
 
-/// The tool declarations for the model and the command of each tool, in `--tool` order.
-fn host_tools(args: &AgentArgs) -> Result<(Vec<ToolSpec>, HashMap<String, String>), Error> {
-    let mut described = match &args.tools_file {
-        Some(path) => read_tools_file(path)?,
-        None => Vec::new(),
+/// The conversation file: `--session`, the last one for `--continue`, else a new one
+/// in the state directory (without one if that cannot be made: a read-only home must
+/// not stop a question from being asked).
+fn open_session(args: &AgentArgs) -> Result<Option<Session>, Error> {
+    if let Some(path) = &args.session {
+        return Session::open(path).map(Some);
+    }
+    if args.continue_last {
+        let pointer = paths::last_conversation_file();
+        let path = fs::read_to_string(&pointer)
+            .ok()
+            .map(|s| PathBuf::from(s.trim_end_matches('\n')))
+            .filter(|p| !p.as_os_str().is_empty())
+            .ok_or_else(|| {
+                Error::config("--continue: there is no earlier conversation to continue")
+            })?;
+        return Session::open(&path).map(Some);
+    }
+    let dir = paths::conversations_dir();
+    if paths::create_private_dir(&dir).is_err() {
+        return Ok(None);
+    }
+    prune_conversations(&dir);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let name = format!("{stamp:015}-{}.json", std::process::id());
+    Ok(Session::open(&dir.join(name)).ok())
+}
+
+/// Keeps the newest [`KEPT_CONVERSATIONS`] conversations (names sort by time).
+fn prune_conversations(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
     };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    if names.len() < KEPT_CONVERSATIONS {
+        return;
+    }
+    names.sort();
+    for name in &names[..names.len() + 1 - KEPT_CONVERSATIONS] {
+        let _ = fs::remove_file(dir.join(name));
+        let _ = fs::remove_file(dir.join(format!("{name}.lock")));
+    }
+}
+
+/// Best effort: failing to remember only costs a later `--continue`.
+fn remember_last(path: &Path) {
+    let absolute = match path.canonicalize() {
+        Ok(p) => p,
+        Err(_) => return,
+    };
+    let pointer = paths::last_conversation_file();
+    if let Some(dir) = pointer.parent() {
+        if paths::create_private_dir(dir).is_err() {
+            return;
+        }
+    }
+    let tmp = pointer.with_extension(format!("{}.tmp", std::process::id()));
+    let text = format!("{}\n", absolute.display());
+    if fs::write(&tmp, text).is_ok() && fs::rename(&tmp, &pointer).is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+}
+
+/// The tool declarations for the model and the command of each tool: the profile's
+/// tools, then the `--tool` ones; `--tools FILE` entries describe them or bring their
+/// own command.
+fn host_tools(
+    args: &AgentArgs,
+    chosen: Option<&Chosen>,
+) -> Result<(Vec<ToolSpec>, HashMap<String, String>), Error> {
+    let mut described = Vec::new();
+    let mut declared: Vec<(String, String)> = Vec::new();
+    if let Some(chosen) = chosen {
+        if let Some(file) = &chosen.profile.tools_file {
+            let path = chosen.dir.join(file);
+            for (spec, command) in read_tools_file(&path, "profile tools_file")? {
+                if let Some(command) = command {
+                    declared.push((spec.name.clone(), command));
+                }
+                described.push(spec);
+            }
+        }
+        for tool in &chosen.profile.tools {
+            declared.push((tool.name.clone(), tool.command.clone()));
+            described.push(ToolSpec {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                parameters: tool
+                    .parameters
+                    .clone()
+                    .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+            });
+        }
+    }
+    if let Some(path) = &args.tools_file {
+        for (spec, command) in read_tools_file(path, "--tools")? {
+            // A later description of the same name replaces the profile's.
+            described.retain(|s| s.name != spec.name);
+            if let Some(command) = command {
+                declared.retain(|(n, _)| *n != spec.name);
+                declared.push((spec.name.clone(), command));
+            }
+            described.push(spec);
+        }
+    }
     let mut specs = Vec::new();
     let mut commands = HashMap::new();
+    let mut from_flags = std::collections::HashSet::new();
     for tool in &args.tools {
-        if commands
-            .insert(tool.name.clone(), tool.command.clone())
-            .is_some()
-        {
+        if !from_flags.insert(tool.name.clone()) {
             return Err(Error::config(format!(
                 "--tool {}: given more than once",
                 tool.name
             )));
         }
-        let spec = match described.iter().position(|s| s.name == tool.name) {
+        // The command line wins over the profile and the file.
+        declared.retain(|(n, _)| *n != tool.name);
+        declared.push((tool.name.clone(), tool.command.clone()));
+    }
+    for (name, command) in declared {
+        let spec = match described.iter().position(|s| s.name == name) {
             Some(i) => described.remove(i),
             None => ToolSpec {
-                name: tool.name.clone(),
+                name: name.clone(),
                 description: String::new(),
                 parameters: serde_json::json!({"type": "object"}),
             },
         };
         specs.push(spec);
+        commands.insert(name, command);
     }
     if let Some(orphan) = described.first() {
         return Err(Error::config(format!(
-            "--tools: {:?} is described but has no command (add --tool {}=COMMAND)",
+            "--tools: {:?} is described but has no command (add --tool {}=COMMAND, or a \"command\" in its entry)",
             orphan.name, orphan.name
         )));
     }
     Ok((specs, commands))
 }
 
-/// Reads `[{"name","description","parameters"}]`, strictly: an unknown key is a typo
-/// that would otherwise silently drop a description or a schema.
-fn read_tools_file(path: &Path) -> Result<Vec<ToolSpec>, Error> {
+/// Reads `[{"name","description","parameters","command"}]`, strictly: an unknown key is
+/// a typo that would otherwise silently drop a description or a schema.
+fn read_tools_file(path: &Path, what: &str) -> Result<Vec<(ToolSpec, Option<String>)>, Error> {
     let shown = path.display();
     let text = fs::read_to_string(path)
-        .map_err(|e| Error::config(format!("--tools {shown}: cannot read: {e}")))?;
+        .map_err(|e| Error::config(format!("{what} {shown}: cannot read: {e}")))?;
     let value: Value = serde_json::from_str(&text)
-        .map_err(|e| Error::config(format!("--tools {shown}: not valid JSON: {e}")))?;
+        .map_err(|e| Error::config(format!("{what} {shown}: not valid JSON: {e}")))?;
     let Value::Array(items) = value else {
         return Err(Error::config(format!(
-            "--tools {shown}: must be a JSON array of tools"
+            "{what} {shown}: must be a JSON array of tools"
         )));
     };
-    let mut specs: Vec<ToolSpec> = Vec::with_capacity(items.len());
+    let mut tools: Vec<(ToolSpec, Option<String>)> = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
-        let at = |what: &str| Error::config(format!("--tools {shown}: [{i}]{what}"));
+        let at = |problem: &str| Error::config(format!("{what} {shown}: [{i}]{problem}"));
         let Value::Object(mut obj) = item else {
             return Err(at(": must be an object"));
         };
-        if let Some(key) = obj
-            .keys()
-            .find(|k| !matches!(k.as_str(), "name" | "description" | "parameters"))
-        {
+        if let Some(key) = obj.keys().find(|k| {
+            !matches!(
+                k.as_str(),
+                "name" | "description" | "parameters" | "command"
+            )
+        }) {
             return Err(at(&format!(
-                ".{key}: unknown key (known: name, description, parameters)"
+                ".{key}: unknown key (known: name, description, parameters, command)"
             )));
         }
         let name = match obj.remove("name") {
@@ -182,14 +519,45 @@ fn read_tools_file(path: &Path) -> Result<Vec<ToolSpec>, Error> {
             Some(v @ Value::Object(_)) => v,
             Some(_) => return Err(at(".parameters: must be a JSON Schema object")),
         };
-        if specs.iter().any(|s| s.name == name) {
+        let command = match obj.remove("command") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if !s.trim().is_empty() => Some(s),
+            Some(_) => return Err(at(".command: must be a non-empty string")),
+        };
+        if tools.iter().any(|(s, _)| s.name == name) {
             return Err(at(&format!(".name: {name:?} is described twice")));
         }
-        specs.push(ToolSpec {
-            name,
-            description,
-            parameters,
-        });
+        tools.push((
+            ToolSpec {
+                name,
+                description,
+                parameters,
+            },
+            command,
+        ));
     }
-    Ok(specs)
+    Ok(tools)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_found_in_any_url_shape() {
+        assert_eq!(host_of("https://api.openai.com/v1"), "api.openai.com");
+        assert_eq!(host_of("http://u:p@LOCALHOST:11434/v1"), "localhost");
+        assert_eq!(host_of("http://[::1]:8080/v1"), "[::1]");
+        assert_eq!(host_of("http://127.0.0.1:8080"), "127.0.0.1");
+    }
+
+    #[test]
+    fn only_the_providers_own_https_api_is_its_own() {
+        assert!(is_providers_own(ProviderKind::OpenAi, "https://api.openai.com/v1/"));
+        assert!(is_providers_own(ProviderKind::Anthropic, "https://api.anthropic.com"));
+        assert!(!is_providers_own(ProviderKind::OpenAi, "http://api.openai.com/v1"));
+        assert!(!is_providers_own(ProviderKind::OpenAi, "https://api.openai.com.evil.test/v1"));
+        assert!(!is_providers_own(ProviderKind::OpenAi, "https://evil.test/api.openai.com"));
+        assert!(!is_providers_own(ProviderKind::OpenAi, "https://api.anthropic.com"));
+    }
 }

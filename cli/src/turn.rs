@@ -9,8 +9,8 @@ use panto_pull::{AgentStreamExt, Next, Stream, StreamControl};
 
 use crate::interrupt::Interrupt;
 use crate::render::Render;
+use crate::confirm;
 use crate::setup::Setup;
-use crate::shell_tool::ShellTools;
 
 /// Runs one turn of `prompt`. On return the stream's worker has ended, so the history
 /// is complete and valid (also after a failure or a cancel) and can be saved. Ctrl-C
@@ -22,10 +22,11 @@ pub fn run(
     out: &mut dyn Render,
     interrupt: &Interrupt,
 ) -> Result<(), Error> {
+    crate::hint::check_local_server(&setup.target)?;
     let mut stream = setup.agent.stream(prompt)?;
     let control = stream.control();
     interrupt.begin_turn(control.clone());
-    let result = pull(&mut stream, &control, &setup.tools, out);
+    let result = pull(&mut stream, &control, setup, out);
     // Dropping cancels a turn left early (output error) and joins the worker.
     drop(stream);
     // Commands of a turn that did not finish are not wanted any more.
@@ -36,9 +37,10 @@ pub fn run(
 fn pull(
     stream: &mut Stream,
     control: &StreamControl,
-    tools: &ShellTools,
+    setup: &Setup,
     out: &mut dyn Render,
 ) -> Result<(), Error> {
+    let tools = &setup.tools;
     out.turn_start().map_err(output_error)?;
     loop {
         let next = match out.tick_interval() {
@@ -52,6 +54,12 @@ fn pull(
             Next::Done => return Ok(()),
             Next::Pending => {}
             Next::Event(event) => {
+                let confirm_first = setup.confirm
+                    && matches!(&event, Event::ToolCallStart { host: true, .. });
+                if confirm_first {
+                    // The call is shown before the question about it.
+                    out.event(&event).map_err(output_error)?;
+                }
                 match &event {
                     // Start the command first: it runs on its own thread while this one
                     // goes on rendering and pulling. The core announces calls it rejects
@@ -63,11 +71,24 @@ fn pull(
                         arguments: Some(arguments),
                         host: true,
                         ..
-                    } if arguments.is_object() => tools.start(call_id, name, arguments, control),
+                    } if arguments.is_object() => {
+                        if !confirm_first {
+                            tools.start(call_id, name, arguments, control);
+                        } else {
+                            match confirm::ask(name, arguments) {
+                                Ok(()) => tools.start(call_id, name, arguments, control),
+                                Err(refusal) => {
+                                    let _ = control.submit_tool_result(call_id, &refusal, true);
+                                }
+                            }
+                        }
+                    }
                     Event::ToolResult { call_id, .. } => tools.abandon(call_id),
                     _ => {}
                 }
-                out.event(&event).map_err(output_error)?;
+                if !confirm_first {
+                    out.event(&event).map_err(output_error)?;
+                }
                 if event.is_terminal() {
                     return Ok(());
                 }
@@ -78,5 +99,6 @@ fn pull(
 }
 
 fn output_error(e: io::Error) -> Error {
+    // A closed stdout (`| head`) is noted by the renderer; the caller ends quietly.
     Error::internal(format!("cannot write the output: {e}"))
 }

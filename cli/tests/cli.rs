@@ -32,12 +32,28 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// A home directory of this test process's own, so no test reads or writes the user's
+/// config, conversations or chat history.
+fn private_home() -> PathBuf {
+    static HOME: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HOME.get_or_init(|| temp_dir("home")).clone()
+}
+
 /// `panto` with a clean environment: no key variables leak in from the developer's shell.
 fn panto_cmd(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_panto"));
+    let home = private_home();
     cmd.args(args)
         .env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("PANTO_PROFILE")
+        .env_remove("PANTO_MODEL")
+        .env_remove("PANTO_CONFIG")
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -1,0 +1,39 @@
+//! Owns `--confirm`: the question asked on the terminal before a tool call runs. It
+//! talks to `/dev/tty`, not stdin or stdout, so it works while stdin is piped and stdout
+//! is redirected; without a terminal the call is refused (the safe answer).
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+
+use serde_json::Value;
+
+use crate::sanitize::clean;
+
+/// `Ok(())` to run the call; otherwise the error result the model reads.
+pub fn ask(name: &str, arguments: &Value) -> Result<(), String> {
+    let tty = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .map_err(|_| {
+            format!("not run: --confirm needs a terminal to ask whether to run {name:?}")
+        })?;
+    let mut writer = &tty;
+    let question = format!(
+        "run {} {}? [y/N] ",
+        clean(name),
+        clean(&arguments.to_string())
+    );
+    writer
+        .write_all(question.as_bytes())
+        .and_then(|()| writer.flush())
+        .map_err(|e| format!("not run: cannot ask on the terminal: {e}"))?;
+    let mut answer = String::new();
+    BufReader::new(&tty)
+        .read_line(&mut answer)
+        .map_err(|e| format!("not run: cannot read the answer: {e}"))?;
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Ok(()),
+        _ => Err(format!("the user declined to run {name:?}")),
+    }
+}
