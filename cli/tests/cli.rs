@@ -665,8 +665,10 @@ fn prompt_is_read_from_stdin_when_absent() {
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
 }
 
+/// Piped stdout carries only the final answer: the tool trace goes to stderr, or
+/// nowhere with -q.
 #[test]
-fn plain_output_shows_tool_lines() {
+fn piped_stdout_is_only_the_answer() {
     let srv = server(json!({"exchanges": [
         openai_exchange(&[], openai_tool_calls(&["call_1"])),
         openai_exchange(&["temp_c"], openai_text("Warm.")),
@@ -683,10 +685,18 @@ fn plain_output_shows_tool_lines() {
         "w?",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout_of(&out), "Warm.\n");
     assert_eq!(
-        stdout_of(&out),
-        "→ weather {\"city\":\"Paris\"}\n← weather: {\"temp_c\":18}\nWarm.\n"
+        stderr_of(&out),
+        "→ weather {\"city\":\"Paris\"}\n← weather: {\"temp_c\":18}\n"
     );
+    srv.reset();
+    let out = panto(&[
+        "run", "-q", "--base-url", &base, "--api-key", "k", "--tool", WEATHER_TOOL, "w?",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout_of(&out), "Warm.\n");
+    assert_eq!(stderr_of(&out), "", "-q leaves stderr to errors");
 }
 
 // ---- 6. Ctrl-C -------------------------------------------------------------------------
@@ -994,17 +1004,18 @@ fn human_output_neutralises_tool_names_arguments_output_and_errors() {
         "w?",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let stdout = stdout_of(&out);
-    assert_inert(&stdout, "stdout");
-    assert_inert(&stderr_of(&out), "stderr");
+    assert_inert(&stdout_of(&out), "stdout");
+    // The tool trace is on stderr.
+    let trace = stderr_of(&out);
+    assert_inert(&trace, "stderr");
     assert!(
         // DEL shown, the C1 CSI removed with its sequence.
-        stdout.contains("→ weather {\"city\":\"Par␡is\"}"),
-        "{stdout}"
+        trace.contains("→ weather {\"city\":\"Par␡is\"}"),
+        "{trace}"
     );
-    assert!(stdout.contains("← weather: ok done"), "{stdout}");
-    assert!(stdout.contains("→ evil {}"), "{stdout}");
-    assert!(stdout.contains("✗ evil:"), "{stdout}");
+    assert!(trace.contains("← weather: ok done"), "{trace}");
+    assert!(trace.contains("→ evil {}"), "{trace}");
+    assert!(trace.contains("✗ evil:"), "{trace}");
 
     // A server's error message reaches stderr in both modes.
     let message = "bad \x1b]0;pwned\x07request\x1b[2J";
