@@ -1,0 +1,151 @@
+//! Helpers shared by the daily-driver and terminal tests: a scripted server, `panto`
+//! in an environment of its own (no key variables, a private HOME / XDG directories),
+//! and scenario builders.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use panto_testserver::{Scenario, TestServer};
+use serde_json::{json, Value};
+
+/// How long any single `panto` process may take before the test calls it hung.
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
+pub fn server(scenario: Value) -> TestServer {
+    let scenario = Scenario::from_json(&scenario.to_string()).expect("valid scenario");
+    TestServer::start(scenario).expect("test server starts")
+}
+
+/// A fresh, empty directory for one test's files.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("panto-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// `panto` with nothing from the developer's environment: no key or base-URL variables,
+/// HOME and the XDG directories under `home`.
+pub fn panto_in(home: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_panto"));
+    cmd.args(args);
+    for var in [
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "PANTO_PROFILE",
+        "PANTO_MODEL",
+        "PANTO_CONFIG",
+        "NO_COLOR",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Waits for `child` to exit under the hang guard (killing it if it hangs).
+pub fn finish(child: Child) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(HANG_GUARD) {
+        Ok(out) => out.expect("wait for panto"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("panto (pid {pid}) hung for {HANG_GUARD:?}");
+        }
+    }
+}
+
+pub fn run(cmd: &mut Command) -> Output {
+    finish(cmd.spawn().expect("spawn panto"))
+}
+
+pub fn run_with_stdin(cmd: &mut Command, stdin: &str) -> Output {
+    let mut child = cmd.stdin(Stdio::piped()).spawn().expect("spawn panto");
+    let mut pipe = child.stdin.take().expect("stdin pipe");
+    pipe.write_all(stdin.as_bytes()).expect("write stdin");
+    drop(pipe);
+    finish(child)
+}
+
+pub fn stdout_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code(),
+        stdout_of(out),
+        stderr_of(out)
+    )
+}
+
+pub fn openai_chunk(delta: Value, finish: Option<&str>) -> Value {
+    json!({"data": {"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": "gpt-test",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}})
+}
+
+pub fn openai_text(text: &str) -> Vec<Value> {
+    vec![
+        openai_chunk(json!({"role": "assistant", "content": ""}), None),
+        openai_chunk(json!({"content": text}), None),
+        openai_chunk(json!({}), Some("stop")),
+        json!({"data": "[DONE]"}),
+    ]
+}
+
+/// One message calling `weather` with `{"city":"Paris"}`.
+pub fn openai_tool_call(id: &str) -> Vec<Value> {
+    vec![
+        openai_chunk(json!({"role": "assistant", "content": "Let me check."}), None),
+        openai_chunk(
+            json!({"tool_calls": [{"index": 0, "id": id, "type": "function",
+                "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]}),
+            None,
+        ),
+        openai_chunk(json!({}), Some("tool_calls")),
+        json!({"data": "[DONE]"}),
+    ]
+}
+
+/// An exchange answering `times` requests with the text `answer`.
+pub fn answer_text(answer: &str, times: u32) -> Value {
+    json!({"times": times, "response": {"status": 200, "sse": openai_text(answer)}})
+}
+
+/// The text of every message of a recorded request body, in order.
+pub fn message_texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .map(|m| match &m["content"] {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
