@@ -1,0 +1,239 @@
+//! The chat prompt and the terminal-only behaviour, driven through a pseudo-terminal
+//! (expectrl): arrows and history across runs, Ctrl-R, a bracketed paste and a `"""`
+//! block as one message, Ctrl-C at the prompt and during a turn, `/model`, `exit`, the
+//! startup line, `--confirm`, and NO_COLOR.
+//!
+//! Every step waits for the text it needs (the prompt before typing); the expect
+//! timeout is a hang guard only.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use expectrl::process::unix::WaitStatus;
+use expectrl::{Eof, Expect, Session};
+use serde_json::json;
+use support::*;
+
+type Pty = expectrl::session::OsSession;
+
+/// `panto ARGS` on a pseudo-terminal, with its own HOME and no key variables.
+fn spawn(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Pty {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_panto"));
+    cmd.args(args);
+    for var in [
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_BASE_URL",
+        "PANTO_PROFILE",
+        "PANTO_MODEL",
+        "PANTO_CONFIG",
+        "NO_COLOR",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        // A terminal the line editor knows (CI may have none set).
+        .env("TERM", "xterm");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut session = Session::spawn(cmd).expect("spawn panto on a pty");
+    session.set_expect_timeout(Some(HANG_GUARD));
+    session
+}
+
+fn wait_exit(p: &Pty) -> i32 {
+    match p.get_process().wait().expect("wait") {
+        WaitStatus::Exited(_, code) => code,
+        other => panic!("panto did not exit normally: {other:?}"),
+    }
+}
+
+/// The last user message of the last request.
+fn last_user_text(srv: &panto_testserver::TestServer) -> String {
+    let body = srv.requests().last().expect("a request").body.clone();
+    message_texts(&body).pop().unwrap_or_default()
+}
+
+fn eventually(mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < HANG_GUARD, "condition not reached");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+const UP: &str = "\x1b[A";
+const CTRL_C: &str = "\x03";
+const CTRL_R: &str = "\x12";
+const CTRL_D: &str = "\x04";
+
+#[test]
+fn the_chat_prompt_edits_remembers_and_keeps_going() {
+    let home = temp_dir("pty-chat");
+    let srv = server(json!({"exchanges": [answer_text("Reply.", 50)]}));
+    let base = format!("{}/v1", srv.url());
+    let mut p = spawn(&home, &["chat", "--base-url", &base, "-m", "first-model"], &[]);
+    p.expect("first-model").unwrap();
+    p.expect("new conversation").unwrap();
+    p.expect("> ").unwrap();
+
+    p.send("hello there\r").unwrap();
+    p.expect("Reply.").unwrap();
+    p.expect("> ").unwrap();
+    assert_eq!(last_user_text(&srv), "hello there");
+    let count = srv.requests().len();
+
+    // Up recalls the line; Enter sends it again.
+    p.send(UP).unwrap();
+    p.expect("hello there").unwrap();
+    p.send("\r").unwrap();
+    p.expect("Reply.").unwrap();
+    p.expect("> ").unwrap();
+    assert_eq!(srv.requests().len(), count + 1);
+    assert_eq!(last_user_text(&srv), "hello there");
+
+    // Ctrl-C clears the line and does not quit.
+    p.send("thrown away").unwrap();
+    p.expect("thrown away").unwrap();
+    p.send(CTRL_C).unwrap();
+    p.expect("> ").unwrap();
+    p.send("kept\r").unwrap();
+    p.expect("Reply.").unwrap();
+    p.expect("> ").unwrap();
+    assert_eq!(last_user_text(&srv), "kept");
+
+    // A bracketed paste is one message, newlines included.
+    p.send("\x1b[200~pasted one\npasted two\x1b[201~").unwrap();
+    p.expect("pasted two").unwrap();
+    p.send("\r").unwrap();
+    p.expect("Reply.").unwrap();
+    p.expect("> ").unwrap();
+    assert_eq!(last_user_text(&srv), "pasted one\npasted two");
+
+    // So is a """ block.
+    p.send("\"\"\"\r").unwrap();
+    p.send("block a\r").unwrap();
+    p.expect("block a").unwrap();
+    p.send("block b\r").unwrap();
+    p.expect("block b").unwrap();
+    p.send("\"\"\"\r").unwrap();
+    p.expect("Reply.").unwrap();
+    p.expect("> ").unwrap();
+    assert_eq!(last_user_text(&srv), "block a\nblock b");
+
+    // /model changes the model of the next turns.
+    p.send("/model second-model\r").unwrap();
+    p.expect("second-model").unwrap();
+    p.expect("> ").unwrap();
+    p.send("again\r").unwrap();
+    p.expect("Reply.").unwrap();
+    p.expect("> ").unwrap();
+    assert_eq!(srv.requests().last().unwrap().body["model"], "second-model");
+
+    p.send("exit\r").unwrap();
+    p.expect(Eof).unwrap();
+    assert_eq!(wait_exit(&p), 0);
+
+    // The history outlives the process: Ctrl-R finds an earlier line. --continue
+    // resumes the conversation.
+    let mut p = spawn(&home, &["chat", "-c", "--base-url", &base], &[]);
+    p.expect("resumed 12 messages").unwrap();
+    p.expect("> ").unwrap();
+    p.send(CTRL_R).unwrap();
+    p.send("pasted").unwrap();
+    p.expect("pasted two").unwrap();
+    // Enter accepts the found line and sends it.
+    p.send("\r").unwrap();
+    p.expect("Reply.").unwrap();
+    p.expect("> ").unwrap();
+    assert_eq!(last_user_text(&srv), "pasted one\npasted two");
+    // The whole conversation went along.
+    let texts = message_texts(&srv.requests().last().unwrap().body);
+    assert_eq!(texts.first().map(String::as_str), Some("hello there"));
+    p.send(CTRL_D).unwrap();
+    p.expect(Eof).unwrap();
+    assert_eq!(wait_exit(&p), 0);
+}
+
+#[test]
+fn ctrl_c_cancels_a_running_turn_and_the_chat_goes_on() {
+    let home = temp_dir("pty-cancel");
+    let held = vec![openai_chunk(json!({"role": "assistant", "content": "Partial"}), None)];
+    let srv = server(json!({"exchanges": [
+        {"response": {"status": 200, "sse": held, "fault": {"kind": "stall", "after_bytes": 0}}},
+        answer_text("Afterwards.", 5),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let mut p = spawn(&home, &["chat", "--base-url", &base], &[]);
+    p.expect("> ").unwrap();
+    p.send("long question\r").unwrap();
+    // The turn is running: its request reached the server, which stalls.
+    eventually(|| !srv.requests().is_empty());
+    p.send(CTRL_C).unwrap();
+    p.expect("cancelled").unwrap();
+    p.expect("> ").unwrap();
+    p.send("next\r").unwrap();
+    p.expect("Afterwards.").unwrap();
+    p.expect("> ").unwrap();
+    p.send("quit\r").unwrap();
+    p.expect(Eof).unwrap();
+    assert_eq!(wait_exit(&p), 0);
+}
+
+#[test]
+fn confirm_asks_on_the_terminal() {
+    let home = temp_dir("pty-confirm");
+    let marker = home.join("ran");
+    let srv = server(json!({"exchanges": [
+        {"response": {"status": 200, "sse": openai_tool_call("call_1")}},
+        {"match": {"body_contains": ["call_1"]}, "response": {"status": 200, "sse": openai_text("Ran it.")}},
+        {"response": {"status": 200, "sse": openai_tool_call("call_2")}},
+        {"match": {"body_contains": ["declined"]}, "response": {"status": 200, "sse": openai_text("Did not.")}},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let tool = format!("weather=touch {}; echo ok", marker.display());
+    let mut p = spawn(&home, &["--confirm", "--base-url", &base, "--tool", &tool, "w?"], &[]);
+    p.expect("[y/N]").unwrap();
+    p.send("y\r").unwrap();
+    p.expect("Ran it.").unwrap();
+    p.expect(Eof).unwrap();
+    assert_eq!(wait_exit(&p), 0);
+    assert!(marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+
+    let mut p = spawn(&home, &["--confirm", "--base-url", &base, "--tool", &tool, "w?"], &[]);
+    p.expect("[y/N]").unwrap();
+    p.send("n\r").unwrap();
+    p.expect("Did not.").unwrap();
+    p.expect(Eof).unwrap();
+    assert_eq!(wait_exit(&p), 0);
+    assert!(!marker.exists(), "a declined call ran");
+}
+
+#[test]
+fn no_color_and_dumb_terminals_get_no_escape_sequences() {
+    let home = temp_dir("pty-color");
+    let srv = server(json!({"exchanges": [answer_text("Plain.", 10)]}));
+    let base = format!("{}/v1", srv.url());
+    let output = |env: &[(&str, &str)]| {
+        let mut p = spawn(&home, &["--base-url", &base, "hi"], env);
+        let seen = p.expect(Eof).unwrap();
+        let text = String::from_utf8_lossy(seen.get(0).unwrap_or_default()).into_owned();
+        assert_eq!(wait_exit(&p), 0, "{text}");
+        text
+    };
+    // On a colour terminal the usage line is dimmed: the check can tell.
+    assert!(output(&[]).contains('\x1b'));
+    for env in [[("NO_COLOR", "1")], [("TERM", "dumb")]] {
+        let text = output(&env);
+        assert!(text.contains("Plain."), "{env:?}: {text}");
+        assert!(!text.contains('\x1b'), "{env:?}: {text:?}");
+    }
+}
