@@ -44,9 +44,16 @@ url=${first_line#listening on }
 echo "scripted provider at $url" >&2
 echo >&2
 
-"$target_dir/release/panto" run \
-    --base-url "$url/v1" \
-    --api-key demo \
-    --tool weather='cat >/dev/null; echo "{\"city\":\"Paris\",\"temp_c\":18,\"sky\":\"sunny\"}"' \
-    "$@" \
-    "What's the weather in Paris?"
+question="What's the weather in Paris?"
+command=(panto run
+    --base-url "$url/v1"
+    --api-key demo
+    --tool weather='cat >/dev/null; echo "{\"city\":\"Paris\",\"temp_c\":18,\"sky\":\"sunny\"}"'
+    "$@"
+    "$question")
+# Show what runs, so it can be copied and changed.
+echo "question: $question" >&2
+printf '$' >&2
+printf ' %q' "${command[@]}" >&2
+printf '\n\n' >&2
+"$target_dir/release/panto" "${command[@]:1}"

@@ -240,7 +240,9 @@ fn parse_header(s: &str) -> Result<(String, String), String> {
     };
     let name = name.trim();
     if name.is_empty() || name.contains(char::is_whitespace) {
-        return Err(format!("{name:?} is not a header name (expected NAME:VALUE)"));
+        return Err(format!(
+            "{name:?} is not a header name (expected NAME:VALUE)"
+        ));
     }
     Ok((name.to_owned(), value.trim().to_owned()))
 }

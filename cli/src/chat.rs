@@ -67,7 +67,9 @@ fn understand(line: &str) -> Input {
     }
     // A command is one line; a pasted text that starts with a slash is a message.
     let command = !trimmed.contains('\n') && trimmed.starts_with('/');
-    let (word, rest) = trimmed.split_once(char::is_whitespace).unwrap_or((trimmed, ""));
+    let (word, rest) = trimmed
+        .split_once(char::is_whitespace)
+        .unwrap_or((trimmed, ""));
     let rest = rest.trim();
     match (command, word) {
         _ if trimmed.is_empty() => Input::Nothing,
@@ -125,8 +127,9 @@ fn handle(
         Input::Model(model) => setup
             .switch_model(&model)
             .map(|()| eprintln!("panto: model {model} from the next turn on")),
-        Input::Save(file) => save_copy(setup, Path::new(&file))
-            .map(|()| eprintln!("panto: saved to {file}")),
+        Input::Save(file) => {
+            save_copy(setup, Path::new(&file)).map(|()| eprintln!("panto: saved to {file}"))
+        }
         Input::Unknown(why) => {
             eprintln!("panto: {why}");
             Ok(())
@@ -317,7 +320,10 @@ mod tests {
         assert!(matches!(understand("/save a.json"), Input::Save(f) if f == "a.json"));
         assert!(matches!(understand("/model"), Input::Unknown(_)));
         assert!(matches!(understand("/nope"), Input::Unknown(_)));
-        assert!(matches!(understand("/etc/passwd\nexplain"), Input::Message(_)));
+        assert!(matches!(
+            understand("/etc/passwd\nexplain"),
+            Input::Message(_)
+        ));
         assert!(
             matches!(understand("\"\"\"\nline one\nline two\n\"\"\""), Input::Message(m) if m == "line one\nline two")
         );

@@ -40,7 +40,10 @@ pub fn check_local_server(target: &Target) -> Result<(), Error> {
     }
     Err(Error::new(
         ErrorKind::Connection,
-        format!("cannot connect to {}: connection refused", target.endpoint()),
+        format!(
+            "cannot connect to {}: connection refused",
+            target.endpoint()
+        ),
     ))
 }
 
@@ -56,7 +59,11 @@ fn authority(url: &str) -> Option<String> {
     if has_port {
         return Some(authority.to_owned());
     }
-    let port = if scheme.eq_ignore_ascii_case("https") { 443 } else { 80 };
+    let port = if scheme.eq_ignore_ascii_case("https") {
+        443
+    } else {
+        80
+    };
     Some(format!("{authority}:{port}"))
 }
 
@@ -147,17 +154,20 @@ fn base_url_rule(provider: ProviderKind) -> &'static str {
 }
 
 fn not_found_hint(error: &Error, target: &Target) -> String {
-    let code = error.provider_code.as_deref().unwrap_or("").to_ascii_lowercase();
+    let code = error
+        .provider_code
+        .as_deref()
+        .unwrap_or("")
+        .to_ascii_lowercase();
     let message = error.message.to_ascii_lowercase();
     if code.contains("model") || message.contains("model") {
         return "the server does not know this model: pick another with -m MODEL".to_owned();
     }
     let base = target.base_url.trim_end_matches('/');
     let suggestion = match target.provider {
-        ProviderKind::Anthropic if base.ends_with("/v1") => format!(
-            " — try --base-url {}",
-            base.trim_end_matches("/v1")
-        ),
+        ProviderKind::Anthropic if base.ends_with("/v1") => {
+            format!(" — try --base-url {}", base.trim_end_matches("/v1"))
+        }
         ProviderKind::OpenAi if !ends_with_version(base) => format!(" — try --base-url {base}/v1"),
         _ => String::new(),
     };
@@ -171,9 +181,7 @@ fn not_found_hint(error: &Error, target: &Target) -> String {
 /// Whether the last path segment looks like an API version (`v1`, `v1beta`, `v4`).
 fn ends_with_version(base: &str) -> bool {
     let last = base.rsplit('/').next().unwrap_or("");
-    last.len() >= 2
-        && last.starts_with('v')
-        && last[1..].starts_with(|c: char| c.is_ascii_digit())
+    last.len() >= 2 && last.starts_with('v') && last[1..].starts_with(|c: char| c.is_ascii_digit())
 }
 
 fn key_hint(target: &Target) -> String {
@@ -217,11 +225,19 @@ mod tests {
     #[test]
     fn not_found_suggests_the_providers_base_url_rule() {
         let e = Error::new(ErrorKind::NotFound, "HTTP 404: Not Found").with_status(404);
-        let t = target(ProviderKind::OpenAi, "http://localhost:8000", KeySource::None);
+        let t = target(
+            ProviderKind::OpenAi,
+            "http://localhost:8000",
+            KeySource::None,
+        );
         let h = hint(&e, &t).unwrap();
         assert!(h.contains("http://localhost:8000/chat/completions"), "{h}");
         assert!(h.contains("try --base-url http://localhost:8000/v1"), "{h}");
-        let t = target(ProviderKind::Anthropic, "https://proxy.test/v1", KeySource::None);
+        let t = target(
+            ProviderKind::Anthropic,
+            "https://proxy.test/v1",
+            KeySource::None,
+        );
         let h = hint(&e, &t).unwrap();
         assert!(h.contains("try --base-url https://proxy.test"), "{h}");
         assert!(h.contains("no /v1"), "{h}");
@@ -244,7 +260,10 @@ mod tests {
         assert_eq!(authority("http://localhost/v1").unwrap(), "localhost:80");
         assert_eq!(authority("https://[::1]/v1").unwrap(), "[::1]:443");
         assert_eq!(authority("http://[::1]:8080/v1").unwrap(), "[::1]:8080");
-        assert_eq!(authority("http://127.0.0.1:11434").unwrap(), "127.0.0.1:11434");
+        assert_eq!(
+            authority("http://127.0.0.1:11434").unwrap(),
+            "127.0.0.1:11434"
+        );
     }
 
     #[test]

@@ -84,7 +84,11 @@ impl Reporter {
             .filter_map(|var| std::env::var(var).ok())
             .collect();
         secrets.extend(args.api_key.clone());
-        secrets.extend(args.api_key_env.as_ref().and_then(|v| std::env::var(v).ok()));
+        secrets.extend(
+            args.api_key_env
+                .as_ref()
+                .and_then(|v| std::env::var(v).ok()),
+        );
         Reporter {
             out: render::for_mode(args.json, options),
             json: args.json,

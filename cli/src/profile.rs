@@ -80,7 +80,9 @@ pub fn choose(explicit_file: Option<&Path>, flag: Option<&str>) -> Result<Option
         }
         Err(e) => return Err(Error::config(format!("config file {shown}: {e}"))),
     };
-    let from_env = std::env::var("PANTO_PROFILE").ok().filter(|s| !s.is_empty());
+    let from_env = std::env::var("PANTO_PROFILE")
+        .ok()
+        .filter(|s| !s.is_empty());
     let (name, source) = match (flag, from_env, &file.default_profile) {
         (Some(name), _, _) => (name.to_owned(), "-p"),
         (None, Some(name), _) => (name, "PANTO_PROFILE"),
@@ -163,7 +165,10 @@ mod tests {
         .expect("parses");
         let local = &file.profiles["local"];
         assert_eq!(local.provider, Some(Provider::OpenAi));
-        assert_eq!(local.tools[0].parameters.as_ref().unwrap()["type"], "object");
+        assert_eq!(
+            local.tools[0].parameters.as_ref().unwrap()["type"],
+            "object"
+        );
         let typo = toml::from_str::<ConfigFile>("[profiles.x]\nmodle = \"m\"\n");
         assert!(typo.unwrap_err().message().contains("modle"));
     }
@@ -171,7 +176,10 @@ mod tests {
     #[test]
     fn variables_expand_and_unset_ones_are_named() {
         std::env::set_var("PANTO_TEST_EXPAND", "v");
-        assert_eq!(expand_vars("a ${PANTO_TEST_EXPAND} b", "h").unwrap(), "a v b");
+        assert_eq!(
+            expand_vars("a ${PANTO_TEST_EXPAND} b", "h").unwrap(),
+            "a v b"
+        );
         let e = expand_vars("${PANTO_TEST_UNSET_VAR}", "h").unwrap_err();
         assert!(e.message.contains("PANTO_TEST_UNSET_VAR"));
         assert!(expand_vars("${OPEN", "h").is_err());

@@ -588,7 +588,11 @@ impl Render for Human {
 
     fn hint(&mut self, hint: &str) -> io::Result<()> {
         let hint = format!("hint: {}", clean(hint));
-        let hint = if self.err_color { format!("{DIM}{hint}{RESET}") } else { hint };
+        let hint = if self.err_color {
+            format!("{DIM}{hint}{RESET}")
+        } else {
+            hint
+        };
         self.warning(&hint)
     }
 }

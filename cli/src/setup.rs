@@ -126,7 +126,11 @@ impl Setup {
         // Always replaced: `Config::new` read the provider's variable, which must not
         // reach a base URL it was not tied to.
         config.api_key = key.clone();
-        if let Some(system) = args.system.clone().or_else(|| prof.and_then(|p| p.system.clone())) {
+        if let Some(system) = args
+            .system
+            .clone()
+            .or_else(|| prof.and_then(|p| p.system.clone()))
+        {
             config = config.with_system(system);
         }
         if let Some(t) = args.temperature.or(prof.and_then(|p| p.temperature)) {
@@ -237,7 +241,9 @@ fn api_key(
     if let Some(var) = &args.api_key_env {
         return match non_empty_env(var) {
             Some(key) => Ok((key, KeySource::FlagEnv(var.clone()))),
-            None => Err(Error::config(format!("--api-key-env {var}: {var} is not set"))),
+            None => Err(Error::config(format!(
+                "--api-key-env {var}: {var} is not set"
+            ))),
         };
     }
     if let Some(chosen) = chosen {
@@ -300,7 +306,8 @@ fn is_providers_own(provider: ProviderKind, base_url: &str) -> bool {
     else {
         return false;
     };
-    base_url.trim().to_ascii_lowercase().starts_with("https://") && host_of(base_url) == default_host
+    base_url.trim().to_ascii_lowercase().starts_with("https://")
+        && host_of(base_url) == default_host
 }
 
 /// The host of a URL, lowercased, without user info or port (`[::1]` keeps brackets).
@@ -309,7 +316,9 @@ fn host_of(url: &str) -> String {
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let host = if host_port.starts_with('[') {
-        host_port.split_once(']').map_or(host_port.to_owned(), |(h, _)| format!("{h}]"))
+        host_port
+            .split_once(']')
+            .map_or(host_port.to_owned(), |(h, _)| format!("{h}]"))
     } else {
         host_port.split(':').next().unwrap_or("").to_owned()
     };
@@ -553,11 +562,29 @@ mod tests {
 
     #[test]
     fn only_the_providers_own_https_api_is_its_own() {
-        assert!(is_providers_own(ProviderKind::OpenAi, "https://api.openai.com/v1/"));
-        assert!(is_providers_own(ProviderKind::Anthropic, "https://api.anthropic.com"));
-        assert!(!is_providers_own(ProviderKind::OpenAi, "http://api.openai.com/v1"));
-        assert!(!is_providers_own(ProviderKind::OpenAi, "https://api.openai.com.evil.test/v1"));
-        assert!(!is_providers_own(ProviderKind::OpenAi, "https://evil.test/api.openai.com"));
-        assert!(!is_providers_own(ProviderKind::OpenAi, "https://api.anthropic.com"));
+        assert!(is_providers_own(
+            ProviderKind::OpenAi,
+            "https://api.openai.com/v1/"
+        ));
+        assert!(is_providers_own(
+            ProviderKind::Anthropic,
+            "https://api.anthropic.com"
+        ));
+        assert!(!is_providers_own(
+            ProviderKind::OpenAi,
+            "http://api.openai.com/v1"
+        ));
+        assert!(!is_providers_own(
+            ProviderKind::OpenAi,
+            "https://api.openai.com.evil.test/v1"
+        ));
+        assert!(!is_providers_own(
+            ProviderKind::OpenAi,
+            "https://evil.test/api.openai.com"
+        ));
+        assert!(!is_providers_own(
+            ProviderKind::OpenAi,
+            "https://api.anthropic.com"
+        ));
     }
 }

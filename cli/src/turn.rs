@@ -7,9 +7,9 @@ use std::io;
 use panto::{Error, Event};
 use panto_pull::{AgentStreamExt, Next, Stream, StreamControl};
 
+use crate::confirm;
 use crate::interrupt::Interrupt;
 use crate::render::Render;
-use crate::confirm;
 use crate::setup::Setup;
 
 /// Runs one turn of `prompt`. On return the stream's worker has ended, so the history
@@ -54,8 +54,8 @@ fn pull(
             Next::Done => return Ok(()),
             Next::Pending => {}
             Next::Event(event) => {
-                let confirm_first = setup.confirm
-                    && matches!(&event, Event::ToolCallStart { host: true, .. });
+                let confirm_first =
+                    setup.confirm && matches!(&event, Event::ToolCallStart { host: true, .. });
                 if confirm_first {
                     // The call is shown before the question about it.
                     out.event(&event).map_err(output_error)?;

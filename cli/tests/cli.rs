@@ -692,7 +692,15 @@ fn piped_stdout_is_only_the_answer() {
     );
     srv.reset();
     let out = panto(&[
-        "run", "-q", "--base-url", &base, "--api-key", "k", "--tool", WEATHER_TOOL, "w?",
+        "run",
+        "-q",
+        "--base-url",
+        &base,
+        "--api-key",
+        "k",
+        "--tool",
+        WEATHER_TOOL,
+        "w?",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout_of(&out), "Warm.\n");

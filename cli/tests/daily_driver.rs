@@ -14,7 +14,11 @@ use serde_json::{json, Value};
 use support::*;
 
 fn last_body(srv: &panto_testserver::TestServer) -> Value {
-    srv.requests().last().expect("a request was made").body.clone()
+    srv.requests()
+        .last()
+        .expect("a request was made")
+        .body
+        .clone()
 }
 
 // ---- 1. piped input ----------------------------------------------------------------
@@ -25,7 +29,10 @@ fn piped_stdin_comes_first_then_the_prompt_words() {
     let srv = server(json!({"exchanges": [answer_text("Short.", 10)]}));
     let base = format!("{}/v1", srv.url());
     let out = run_with_stdin(
-        &mut panto_in(&home, &["run", "--base-url", &base, "summarize", "this", "please"]),
+        &mut panto_in(
+            &home,
+            &["run", "--base-url", &base, "summarize", "this", "please"],
+        ),
         "line one\nline two\n",
     );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
@@ -37,12 +44,21 @@ fn piped_stdin_comes_first_then_the_prompt_words() {
     );
 
     // `-` reads the whole prompt from stdin.
-    let out = run_with_stdin(&mut panto_in(&home, &["run", "--base-url", &base, "-"]), "from stdin\n");
+    let out = run_with_stdin(
+        &mut panto_in(&home, &["run", "--base-url", &base, "-"]),
+        "from stdin\n",
+    );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    assert_eq!(message_texts(&last_body(&srv)).last().unwrap(), "from stdin");
+    assert_eq!(
+        message_texts(&last_body(&srv)).last().unwrap(),
+        "from stdin"
+    );
 
     // No subcommand: a bare prompt is a run; options may come first.
-    let out = run(&mut panto_in(&home, &["--base-url", &base, "-m", "bare-model", "hello", "there"]));
+    let out = run(&mut panto_in(
+        &home,
+        &["--base-url", &base, "-m", "bare-model", "hello", "there"],
+    ));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let body = last_body(&srv);
     assert_eq!(body["model"], "bare-model");
@@ -60,7 +76,10 @@ fn piped_stdout_holds_only_the_final_answer_and_quiet_silences_the_trace() {
     ]}));
     let base = format!("{}/v1", srv.url());
     let tool = r#"weather=cat >/dev/null; echo "{\"temp_c\":18}""#;
-    let out = run(&mut panto_in(&home, &["--base-url", &base, "--tool", tool, "weather?"]));
+    let out = run(&mut panto_in(
+        &home,
+        &["--base-url", &base, "--tool", tool, "weather?"],
+    ));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout_of(&out), "Warm in Paris.\n");
     // The text written before the tool call is part of the trace.
@@ -69,13 +88,26 @@ fn piped_stdout_holds_only_the_final_answer_and_quiet_silences_the_trace() {
     assert!(stderr.contains("→ weather"), "{stderr}");
 
     srv.reset();
-    let out = run(&mut panto_in(&home, &["-q", "--base-url", &base, "--tool", tool, "weather?"]));
+    let out = run(&mut panto_in(
+        &home,
+        &["-q", "--base-url", &base, "--tool", tool, "weather?"],
+    ));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout_of(&out), "Warm in Paris.\n");
     assert_eq!(stderr_of(&out), "");
 
     srv.reset();
-    let out = run(&mut panto_in(&home, &["--no-stream", "--base-url", &base, "--tool", tool, "weather?"]));
+    let out = run(&mut panto_in(
+        &home,
+        &[
+            "--no-stream",
+            "--base-url",
+            &base,
+            "--tool",
+            tool,
+            "weather?",
+        ],
+    ));
     assert_eq!(stdout_of(&out), "Warm in Paris.\n", "{}", describe(&out));
 }
 
@@ -83,7 +115,10 @@ fn piped_stdout_holds_only_the_final_answer_and_quiet_silences_the_trace() {
 fn reasoning_goes_to_stderr_labelled_and_can_be_hidden() {
     let home = temp_dir("reasoning");
     let sse = vec![
-        openai_chunk(json!({"role": "assistant", "reasoning_content": "Pondering."}), None),
+        openai_chunk(
+            json!({"role": "assistant", "reasoning_content": "Pondering."}),
+            None,
+        ),
         openai_chunk(json!({"content": "Answer."}), None),
         openai_chunk(json!({}), Some("stop")),
         json!({"data": "[DONE]"}),
@@ -94,7 +129,10 @@ fn reasoning_goes_to_stderr_labelled_and_can_be_hidden() {
     assert_eq!(stdout_of(&out), "Answer.\n", "{}", describe(&out));
     let stderr = stderr_of(&out);
     assert!(stderr.contains("thinking:\nPondering."), "{stderr}");
-    let out = run(&mut panto_in(&home, &["--hide-reasoning", "--base-url", &base, "q"]));
+    let out = run(&mut panto_in(
+        &home,
+        &["--hide-reasoning", "--base-url", &base, "q"],
+    ));
     assert_eq!(stdout_of(&out), "Answer.\n", "{}", describe(&out));
     assert!(!stderr_of(&out).contains("Pondering"), "{}", describe(&out));
 }
@@ -103,18 +141,24 @@ fn reasoning_goes_to_stderr_labelled_and_can_be_hidden() {
 #[test]
 fn a_closed_stdout_ends_quietly() {
     let home = temp_dir("head");
-    let first = vec![
-        openai_chunk(json!({"role": "assistant", "content": "first line\n"}), None),
-    ];
+    let first = vec![openai_chunk(
+        json!({"role": "assistant", "content": "first line\n"}),
+        None,
+    )];
     let held_at = panto_testserver::script::sse_len(&first).expect("length");
     let mut sse = first;
     for _ in 0..2000 {
-        sse.push(openai_chunk(json!({"content": "more text that nobody reads\n"}), None));
+        sse.push(openai_chunk(
+            json!({"content": "more text that nobody reads\n"}),
+            None,
+        ));
     }
     sse.push(openai_chunk(json!({}), Some("stop")));
     sse.push(json!({"data": "[DONE]"}));
-    let srv = server(json!({"exchanges": [{"response": {"status": 200, "sse": sse,
-        "fault": {"kind": "hold", "after_bytes": held_at}}}]}));
+    let srv = server(
+        json!({"exchanges": [{"response": {"status": 200, "sse": sse,
+        "fault": {"kind": "hold", "after_bytes": held_at}}}]}),
+    );
     let base = format!("{}/v1", srv.url());
     let mut child = panto_in(&home, &["--base-url", &base, "write a lot"])
         .stdout(Stdio::piped())
@@ -133,7 +177,11 @@ fn a_closed_stdout_ends_quietly() {
         "{}",
         describe(&out)
     );
-    assert_eq!(stderr_of(&out), "", "a closed pipe is not an error to report");
+    assert_eq!(
+        stderr_of(&out),
+        "",
+        "a closed pipe is not an error to report"
+    );
 }
 
 // ---- 4. profiles ---------------------------------------------------------------------
@@ -179,10 +227,13 @@ description = "The current time"
     assert_eq!(request.headers["x-team"], "blue");
 
     // PANTO_PROFILE picks it too; flags win over it.
-    let out = run(panto_in(&home, &["-m", "flag-model", "--header", "X-Title: flag", "hello"])
-        .env("PANTO_PROFILE", "local")
-        .env("LOCAL_SERVER_KEY", "sk-local-1234")
-        .env("TEAM_NAME", "blue"));
+    let out = run(panto_in(
+        &home,
+        &["-m", "flag-model", "--header", "X-Title: flag", "hello"],
+    )
+    .env("PANTO_PROFILE", "local")
+    .env("LOCAL_SERVER_KEY", "sk-local-1234")
+    .env("TEAM_NAME", "blue"));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let request = srv.requests().pop().expect("a request");
     assert_eq!(request.body["model"], "flag-model");
@@ -241,8 +292,17 @@ fn an_env_key_is_not_sent_to_a_command_line_base_url() {
          "response": {"status": 200, "sse": openai_text("With key.")}},
     ]});
     srv.set_scenario(panto_testserver::Scenario::from_json(&with_key.to_string()).unwrap());
-    let out = run(panto_in(&home, &["--base-url", &base, "--api-key-env", "OPENAI_API_KEY", "hello"])
-        .env("OPENAI_API_KEY", secret));
+    let out = run(panto_in(
+        &home,
+        &[
+            "--base-url",
+            &base,
+            "--api-key-env",
+            "OPENAI_API_KEY",
+            "hello",
+        ],
+    )
+    .env("OPENAI_API_KEY", secret));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout_of(&out), "With key.\n");
 }
@@ -262,23 +322,40 @@ fn connection_refused_on_this_machine_asks_whether_the_server_runs() {
     assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
     let stderr = stderr_of(&out);
     assert!(stderr.contains("is the server running?"), "{stderr}");
-    assert!(stderr.contains(&format!("{base}/chat/completions")), "{stderr}");
-    assert!(!stderr.contains("retrying"), "a local refusal is not retried: {stderr}");
+    assert!(
+        stderr.contains(&format!("{base}/chat/completions")),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("retrying"),
+        "a local refusal is not retried: {stderr}"
+    );
 }
 
 #[test]
 fn a_404_names_the_url_and_the_base_url_rule() {
     let home = temp_dir("404");
-    let srv = server(json!({"exchanges": [{"times": 10, "response": {"status": 404, "body": "404 page not found"}}]}));
+    let srv = server(
+        json!({"exchanges": [{"times": 10, "response": {"status": 404, "body": "404 page not found"}}]}),
+    );
     // The usual mistake: an OpenAI-compatible base URL without its /v1.
     let out = run(&mut panto_in(&home, &["--base-url", &srv.url(), "hello"]));
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
     let stderr = stderr_of(&out);
-    assert!(stderr.contains(&format!("{}/chat/completions", srv.url())), "{stderr}");
-    assert!(stderr.contains(&format!("try --base-url {}/v1", srv.url())), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}/chat/completions", srv.url())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("try --base-url {}/v1", srv.url())),
+        "{stderr}"
+    );
     // And Anthropic's: a base URL with /v1 (panto appends /v1/messages).
     let base = format!("{}/v1", srv.url());
-    let out = run(&mut panto_in(&home, &["--provider", "anthropic", "--base-url", &base, "hello"]));
+    let out = run(&mut panto_in(
+        &home,
+        &["--provider", "anthropic", "--base-url", &base, "hello"],
+    ));
     let stderr = stderr_of(&out);
     assert!(stderr.contains(&format!("{base}/v1/messages")), "{stderr}");
     assert!(stderr.contains("has no /v1"), "{stderr}");
@@ -287,8 +364,10 @@ fn a_404_names_the_url_and_the_base_url_rule() {
 #[test]
 fn a_web_page_or_json_instead_of_a_stream_is_named() {
     let home = temp_dir("html");
-    let srv = server(json!({"exchanges": [{"times": 10, "response": {"status": 200,
-        "headers": {"content-type": "text/html"}, "body": "<html><body>Welcome</body></html>"}}]}));
+    let srv = server(
+        json!({"exchanges": [{"times": 10, "response": {"status": 200,
+        "headers": {"content-type": "text/html"}, "body": "<html><body>Welcome</body></html>"}}]}),
+    );
     let base = format!("{}/v1", srv.url());
     let out = run(&mut panto_in(&home, &["--base-url", &base, "hello"]));
     assert_eq!(out.status.code(), Some(6), "{}", describe(&out));
@@ -296,7 +375,9 @@ fn a_web_page_or_json_instead_of_a_stream_is_named() {
     assert!(stderr.contains("web page, not an API"), "{stderr}");
     assert!(stderr.contains(&base), "{stderr}");
 
-    let srv = server(json!({"exchanges": [{"times": 10, "response": {"status": 200, "json": {"models": []}}}]}));
+    let srv = server(
+        json!({"exchanges": [{"times": 10, "response": {"status": 200, "json": {"models": []}}}]}),
+    );
     let base = format!("{}/v1", srv.url());
     let out = run(&mut panto_in(&home, &["--base-url", &base, "hello"]));
     let stderr = stderr_of(&out);
@@ -306,15 +387,29 @@ fn a_web_page_or_json_instead_of_a_stream_is_named() {
 #[test]
 fn a_timeout_names_the_flag_that_sets_it() {
     let home = temp_dir("timeout");
-    let srv = server(json!({"exchanges": [{"times": 10, "response": {"status": 200,
-        "sse": openai_text("never"), "fault": {"kind": "stall", "after_bytes": 0}}}]}));
+    let srv = server(
+        json!({"exchanges": [{"times": 10, "response": {"status": 200,
+        "sse": openai_text("never"), "fault": {"kind": "stall", "after_bytes": 0}}}]}),
+    );
     let base = format!("{}/v1", srv.url());
     let out = run(&mut panto_in(
         &home,
-        &["--base-url", &base, "--retries", "0", "--idle-timeout-ms", "200", "hello"],
+        &[
+            "--base-url",
+            &base,
+            "--retries",
+            "0",
+            "--idle-timeout-ms",
+            "200",
+            "hello",
+        ],
     ));
     assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
-    assert!(stderr_of(&out).contains("--idle-timeout-ms"), "{}", describe(&out));
+    assert!(
+        stderr_of(&out).contains("--idle-timeout-ms"),
+        "{}",
+        describe(&out)
+    );
 }
 
 // ---- 4. --continue ---------------------------------------------------------------------
@@ -322,11 +417,19 @@ fn a_timeout_names_the_flag_that_sets_it() {
 #[test]
 fn continue_resumes_the_last_conversation() {
     let home = temp_dir("continue");
-    let srv = server(json!({"exchanges": [answer_text("First answer.", 1), answer_text("Second answer.", 1)]}));
+    let srv = server(
+        json!({"exchanges": [answer_text("First answer.", 1), answer_text("Second answer.", 1)]}),
+    );
     let base = format!("{}/v1", srv.url());
-    let out = run(&mut panto_in(&home, &["--base-url", &base, "first question"]));
+    let out = run(&mut panto_in(
+        &home,
+        &["--base-url", &base, "first question"],
+    ));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let out = run(&mut panto_in(&home, &["-c", "--base-url", &base, "second question"]));
+    let out = run(&mut panto_in(
+        &home,
+        &["-c", "--base-url", &base, "second question"],
+    ));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(
         message_texts(&last_body(&srv)),
@@ -362,11 +465,23 @@ fn a_tools_file_can_carry_the_command() {
         {"match": {"body_contains": ["weather call_9"]}, "response": {"status": 200, "sse": openai_text("Done.")}},
     ]}));
     let base = format!("{}/v1", srv.url());
-    let out = run(&mut panto_in(&home, &["--base-url", &base, "--tools", tools.to_str().unwrap(), "w?"]));
+    let out = run(&mut panto_in(
+        &home,
+        &[
+            "--base-url",
+            &base,
+            "--tools",
+            tools.to_str().unwrap(),
+            "w?",
+        ],
+    ));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout_of(&out), "Done.\n");
     let first = &srv.requests()[0].body;
-    assert_eq!(first["tools"][0]["function"]["description"], "Weather of a city");
+    assert_eq!(
+        first["tools"][0]["function"]["description"],
+        "Weather of a city"
+    );
 }
 
 #[test]
@@ -379,7 +494,10 @@ fn confirm_without_a_terminal_refuses_the_call() {
     ]}));
     let base = format!("{}/v1", srv.url());
     let tool = format!("weather=touch {}", marker.display());
-    let mut cmd = panto_in(&home, &["--confirm", "--base-url", &base, "--tool", &tool, "w?"]);
+    let mut cmd = panto_in(
+        &home,
+        &["--confirm", "--base-url", &base, "--tool", &tool, "w?"],
+    );
     // No controlling terminal, whatever runs the tests.
     unsafe {
         use std::os::unix::process::CommandExt;
@@ -403,7 +521,10 @@ fn help_opens_with_examples_and_names_the_config_file() {
     assert_eq!(out.status.code(), Some(0));
     let help = stdout_of(&out);
     assert!(help.starts_with("Examples:"), "{help}");
-    assert!(help.contains(&home.join("config/panto/config.toml").display().to_string()), "{help}");
+    assert!(
+        help.contains(&home.join("config/panto/config.toml").display().to_string()),
+        "{help}"
+    );
     let out = run(&mut panto_in(&home, &["run", "--help"]));
     assert!(stdout_of(&out).starts_with("Examples:"));
 }

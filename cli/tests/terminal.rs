@@ -79,7 +79,11 @@ fn the_chat_prompt_edits_remembers_and_keeps_going() {
     let home = temp_dir("pty-chat");
     let srv = server(json!({"exchanges": [answer_text("Reply.", 50)]}));
     let base = format!("{}/v1", srv.url());
-    let mut p = spawn(&home, &["chat", "--base-url", &base, "-m", "first-model"], &[]);
+    let mut p = spawn(
+        &home,
+        &["chat", "--base-url", &base, "-m", "first-model"],
+        &[],
+    );
     p.expect("first-model").unwrap();
     p.expect("new conversation").unwrap();
     p.expect("> ").unwrap();
@@ -165,7 +169,10 @@ fn the_chat_prompt_edits_remembers_and_keeps_going() {
 #[test]
 fn ctrl_c_cancels_a_running_turn_and_the_chat_goes_on() {
     let home = temp_dir("pty-cancel");
-    let held = vec![openai_chunk(json!({"role": "assistant", "content": "Partial"}), None)];
+    let held = vec![openai_chunk(
+        json!({"role": "assistant", "content": "Partial"}),
+        None,
+    )];
     let srv = server(json!({"exchanges": [
         {"response": {"status": 200, "sse": held, "fault": {"kind": "stall", "after_bytes": 0}}},
         answer_text("Afterwards.", 5),
@@ -199,7 +206,11 @@ fn confirm_asks_on_the_terminal() {
     ]}));
     let base = format!("{}/v1", srv.url());
     let tool = format!("weather=touch {}; echo ok", marker.display());
-    let mut p = spawn(&home, &["--confirm", "--base-url", &base, "--tool", &tool, "w?"], &[]);
+    let mut p = spawn(
+        &home,
+        &["--confirm", "--base-url", &base, "--tool", &tool, "w?"],
+        &[],
+    );
     p.expect("[y/N]").unwrap();
     p.send("y\r").unwrap();
     p.expect("Ran it.").unwrap();
@@ -208,7 +219,11 @@ fn confirm_asks_on_the_terminal() {
     assert!(marker.exists());
     std::fs::remove_file(&marker).unwrap();
 
-    let mut p = spawn(&home, &["--confirm", "--base-url", &base, "--tool", &tool, "w?"], &[]);
+    let mut p = spawn(
+        &home,
+        &["--confirm", "--base-url", &base, "--tool", &tool, "w?"],
+        &[],
+    );
     p.expect("[y/N]").unwrap();
     p.send("n\r").unwrap();
     p.expect("Did not.").unwrap();

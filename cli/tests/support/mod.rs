@@ -118,7 +118,10 @@ pub fn openai_text(text: &str) -> Vec<Value> {
 /// One message calling `weather` with `{"city":"Paris"}`.
 pub fn openai_tool_call(id: &str) -> Vec<Value> {
     vec![
-        openai_chunk(json!({"role": "assistant", "content": "Let me check."}), None),
+        openai_chunk(
+            json!({"role": "assistant", "content": "Let me check."}),
+            None,
+        ),
         openai_chunk(
             json!({"tool_calls": [{"index": 0, "id": id, "type": "function",
                 "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]}),
