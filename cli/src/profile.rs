@@ -173,6 +173,19 @@ mod tests {
         assert!(typo.unwrap_err().message().contains("modle"));
     }
 
+    /// The README's example config file is one panto reads.
+    #[test]
+    fn the_readme_example_parses() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("```toml\n").expect("a toml block") + "```toml\n".len();
+        let end = start + readme[start..].find("```").expect("its end");
+        let file: ConfigFile = toml::from_str(&readme[start..end]).expect("parses");
+        for name in ["openai", "claude", "ollama", "vllm", "openrouter", "azure"] {
+            assert!(file.profiles.contains_key(name), "no profile {name}");
+        }
+        assert_eq!(file.default_profile.as_deref(), Some("openai"));
+    }
+
     #[test]
     fn variables_expand_and_unset_ones_are_named() {
         std::env::set_var("PANTO_TEST_EXPAND", "v");

@@ -552,6 +552,21 @@ fn read_tools_file(path: &Path, what: &str) -> Result<Vec<(ToolSpec, Option<Stri
 mod tests {
     use super::*;
 
+    /// The README's example tools file is one panto reads.
+    #[test]
+    fn the_readme_tools_file_parses() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("```json\n[").expect("a tools block") + "```json\n".len();
+        let end = start + readme[start..].find("```").expect("its end");
+        let path =
+            std::env::temp_dir().join(format!("panto-readme-tools-{}.json", std::process::id()));
+        fs::write(&path, &readme[start..end]).expect("write");
+        let tools = read_tools_file(&path, "--tools").expect("parses");
+        let _ = fs::remove_file(&path);
+        assert_eq!(tools.len(), 2);
+        assert!(tools[0].1.is_some(), "the first carries its command");
+    }
+
     #[test]
     fn hosts_are_found_in_any_url_shape() {
         assert_eq!(host_of("https://api.openai.com/v1"), "api.openai.com");
