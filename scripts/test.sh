@@ -54,10 +54,11 @@ python3 -m venv "$py_venv"
   PANTO_CLI="$CARGO_TARGET_DIR/debug/panto" "$py_venv/bin/python" -m pytest -q -p no:cacheprovider tests)
 
 step "README's demo command (scripts/demo.sh) runs the two-step turn"
-demo_out=$(scripts/demo.sh 2>/dev/null)
+# The tool trace is on stderr, the answer on stdout: both are checked.
+demo_out=$(scripts/demo.sh 2>&1)
 printf '%s\n' "$demo_out"
 case "$demo_out" in
-  *"weather"*"It is 18°C and sunny in Paris."*) ;;
+  *"→ weather"*"It is 18°C and sunny in Paris."*) ;;
   *) echo "demo output is not the expected tool call and answer" >&2; exit 1 ;;
 esac
 

@@ -189,7 +189,8 @@ fn prompt(words: &[String]) -> Result<String, Error> {
     if io::stdin().is_terminal() {
         return Ok(words);
     }
-    let piped = read_stdin(false)?;
+    // A stdin that cannot be read (closed by the parent) has nothing piped in.
+    let piped = read_stdin(false).unwrap_or_default();
     if piped.trim().is_empty() {
         return Ok(words);
     }
