@@ -28,7 +28,8 @@ Examples:
     version,
     about = "An LLM agent on the command line: streams a turn, runs your shell tools, repeats until the model is done.",
     before_help = EXAMPLES,
-    after_help = EXIT_CODES_HELP
+    after_help = EXIT_CODES_HELP,
+    arg_required_else_help = true
 )]
 pub struct Cli {
     #[command(subcommand)]
