@@ -22,14 +22,16 @@
 //!
 //! **Hand-off.** The turn's receiver (`Forward`) never blocks: it appends each event to
 //! the stream's outbox, which goes to the queue in bursts — at the end of every poll of
-//! the turn (the `Pump` wrapper, whenever the turn future returns `Pending`), when 64
-//! events wait, and at the terminal event. A poll is short whatever the scheduler does:
-//! the core spends tokio's cooperative budget on every chunk, so even a server that never
-//! pauses (a flood of pings) ends a poll within 128 chunks. A consumer that runs dry while
-//! its turn is being polled spins for that poll's burst (up to 20 µs) instead of parking;
-//! before it parks, it moves whatever waits in the outbox itself. So no event waits in the
-//! worker while the consumer waits, and a consumer that keeps up is woken once per burst,
-//! not once per event.
+//! the turn (the `Pump` wrapper, whenever the turn future returns `Pending`), when 16
+//! events wait while the consumer waits for them, when 64 wait in any case, and at the
+//! terminal event. A poll is short whatever the scheduler does: the core spends tokio's
+//! cooperative budget on every chunk, so even a server that never pauses (a flood of
+//! pings) ends a poll within 128 chunks. A consumer that runs dry parks at once (a
+//! zero-timeout `next_timeout` alone spins briefly for a turn being polled right now):
+//! spinning for each burst, and taking events from the outbox one or two at a time while
+//! the worker produced them, kept a second core busy for as long as the turn streamed.
+//! So no event waits in the worker longer than 16 events' decoding while the consumer
+//! waits, and a consumer that keeps up is woken once per burst, not once per event.
 //!
 //! **Backpressure.** When the queue is full the outbox fills; at 64 waiting events the
 //! receiver's `poll_ready` returns `Pending` and the core stops reading the socket until
@@ -77,7 +79,16 @@ type Item = Result<Event, Error>;
 /// the point at which a turn whose queue is full stops reading the network.
 const MAX_BATCH: usize = 64;
 
-/// Longest `next` spins for the burst of a turn that is running right now, before parking.
+/// Events that wait in the outbox of a turn being polled before they go to a consumer
+/// that is waiting for them (the rest of the poll's burst follows at the poll's end).
+/// A wake-up costs the worker a syscall and the consumer a context switch: per event that
+/// would cost more than decoding the chunk, per 16 events it is noise, and 16 chunks take
+/// the worker some tens of microseconds.
+const WAKE_BATCH: usize = 16;
+
+/// Longest a zero-timeout `next_timeout` spins for the burst of a turn that is running
+/// right now (a caller that must not block, such as an event loop, asking again later
+/// costs it more than this).
 const MAX_SPIN: Duration = Duration::from_micros(20);
 /// Spin hints between two looks at the queue.
 const SPIN_BATCH: u32 = 16;
@@ -362,7 +373,9 @@ impl Receiver for Forward {
         // The rest goes at the end of this poll of the turn (`Pump`), or to a consumer
         // that runs dry first and takes it (`Stream::next_deadline`).
         outbox.push(Ok(event));
-        if urgent || outbox.items.len() >= MAX_BATCH {
+        let waited_for =
+            outbox.items.len() >= WAKE_BATCH && self.shared.consumer_waiting.load(Ordering::SeqCst);
+        if urgent || waited_for || outbox.items.len() >= MAX_BATCH {
             outbox.flush();
         }
         if outbox.closed {
@@ -420,7 +433,7 @@ impl Future for Pump {
         let Some(turn) = this.turn.as_mut() else {
             return Poll::Ready(());
         };
-        this.shared.producer_running.store(true, Ordering::Relaxed);
+        this.shared.producer_running.store(true, Ordering::SeqCst);
         let done = turn.as_mut().poll(cx).is_ready();
         let mut outbox = self.shared.outbox();
         if done {
@@ -430,7 +443,14 @@ impl Future for Pump {
             outbox.flush();
         }
         drop(outbox);
-        self.shared.producer_running.store(false, Ordering::Relaxed);
+        self.shared.producer_running.store(false, Ordering::SeqCst);
+        // A consumer that started waiting while this poll ran, and saw it running, left
+        // what the flush above could not place (a full queue) to this poll's end.
+        if self.shared.consumer_waiting.load(Ordering::SeqCst)
+            && self.shared.outbox_len.load(Ordering::SeqCst) > 0
+        {
+            self.shared.outbox().flush();
+        }
         if done {
             self.turn = None;
             Poll::Ready(())
@@ -624,32 +644,44 @@ impl Stream {
             }
             Err(TryRecvError::Empty) => {}
         }
-        // While the turn is being polled on its worker, its next burst is microseconds
-        // away (it is handed over when the poll ends): spinning for it, briefly, costs
-        // less than parking and being woken. A turn that is not running is waiting for
-        // the network or a tool, and nothing comes soon: park at once.
-        let spin_end = Instant::now() + MAX_SPIN;
-        let mut spins = 0u32;
-        while shared.producer_running.load(Ordering::Relaxed) {
-            for _ in 0..SPIN_BATCH {
-                std::hint::spin_loop();
-            }
-            match events.try_recv() {
-                Ok(item) => return self.deliver(Ok(item)),
-                Err(TryRecvError::Disconnected) => {
-                    return self.deliver(Err(RecvTimeoutError::Disconnected))
-                }
-                Err(TryRecvError::Empty) => {}
-            }
-            spins += 1;
-            if spins % 8 == 0 && Instant::now() >= spin_end {
-                break;
-            }
-        }
-        // About to park: take what already waits in the outbox (the flag, raised first,
-        // tells diagnostics that the consumer is blocked).
+        // From here the consumer waits: the worker hands the events over at the end of
+        // the poll it is in, or once `WAKE_BATCH` of them wait, whichever comes first.
+        // Spinning for them instead (and taking them from the outbox one or two at a
+        // time) kept a core busy for as long as the worker produced.
         shared.consumer_waiting.store(true, Ordering::SeqCst);
-        if shared.outbox_len.load(Ordering::SeqCst) > 0 {
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            // A caller that must not block (an event loop) asks again later at a higher
+            // price than a brief spin for the burst of a turn being polled right now.
+            let spin_end = Instant::now() + MAX_SPIN;
+            let mut spins = 0u32;
+            while shared.producer_running.load(Ordering::SeqCst) {
+                for _ in 0..SPIN_BATCH {
+                    std::hint::spin_loop();
+                }
+                match events.try_recv() {
+                    Ok(item) => {
+                        shared.consumer_waiting.store(false, Ordering::SeqCst);
+                        return self.deliver(Ok(item));
+                    }
+                    Err(TryRecvError::Disconnected) => {
+                        shared.consumer_waiting.store(false, Ordering::SeqCst);
+                        return self.deliver(Err(RecvTimeoutError::Disconnected));
+                    }
+                    Err(TryRecvError::Empty) => {}
+                }
+                spins += 1;
+                if spins % 8 == 0 && Instant::now() >= spin_end {
+                    break;
+                }
+            }
+            if shared.outbox_len.load(Ordering::SeqCst) > 0 {
+                shared.flush_for_consumer();
+            }
+        } else if shared.outbox_len.load(Ordering::SeqCst) > 0
+            && !shared.producer_running.load(Ordering::SeqCst)
+        {
+            // Events left in the outbox between polls (the queue was full when the poll
+            // ended): the worker will not flush again before its next poll.
             shared.flush_for_consumer();
         }
         let received = match deadline {

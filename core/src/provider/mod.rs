@@ -14,6 +14,7 @@
 //! the repair runs only for an event it rejected.
 
 pub mod anthropic;
+mod json_scan;
 pub mod openai;
 
 use std::borrow::Cow;

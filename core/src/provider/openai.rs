@@ -19,6 +19,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use super::json_scan::Scanner;
 use super::{
     clean, parse_tolerant, stream_error, Assembly, Count, DecodeLimits, Emit, Obj, Progress,
     RequestParams,
@@ -85,6 +86,9 @@ struct Choice<'a> {
 struct Delta<'a> {
     #[serde(borrow, default)]
     content: Option<&'a RawValue>,
+    /// `content` when it was a string read by the chunk scanner (`scan_chunk`).
+    #[serde(skip)]
+    content_text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     refusal: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -215,7 +219,10 @@ impl Decoder {
             return Ok(Progress::Continue);
         }
         let mut scratch = String::new();
-        let (chunk, marked): (Chunk<'_>, bool) = parse_tolerant(data, &mut scratch, "chunk")?;
+        let (chunk, marked): (Chunk<'_>, bool) = match scan_chunk(data) {
+            Some(chunk) => (chunk, false),
+            None => parse_tolerant(data, &mut scratch, "chunk")?,
+        };
         if let Some(err) = chunk.error {
             if err.get() != "null" {
                 return Err(stream_error(data));
@@ -322,7 +329,9 @@ impl Decoder {
         {
             self.sequential_text(Channel::Reasoning, r, marked, emit)?;
         }
-        if let Some(raw) = delta.content {
+        if let Some(text) = delta.content_text {
+            self.sequential_text(Channel::Text, &text, false, emit)?;
+        } else if let Some(raw) = delta.content {
             self.on_content(raw, emit)?;
         }
         if let Some(refusal) = delta.refusal.as_deref().filter(|r| !r.is_empty()) {
@@ -511,6 +520,156 @@ impl Decoder {
     }
 }
 
+/// Reads the chunk shapes that make up nearly every stream — text, reasoning or a
+/// refusal fragment, ids, a finish reason, nulls, fields panto ignores — with the
+/// hand-written scanner, about four times cheaper than serde's derived parse. `None` for
+/// anything else (tool calls, usage, an error, array-valued content, duplicate keys, a
+/// lone surrogate, malformed JSON): the serde path then decides as it always did.
+fn scan_chunk(data: &str) -> Option<Chunk<'_>> {
+    let mut scan = Scanner::new(data);
+    let mut chunk = Chunk {
+        id: None,
+        model: None,
+        choices: None,
+        usage: Obj(None),
+        error: None,
+    };
+    let mut seen = Seen::default();
+    scan.object(|scan, key| match key {
+        "id" => {
+            seen.first(1)?;
+            chunk.id = nullable_string(scan)?;
+            Some(())
+        }
+        "model" => {
+            seen.first(2)?;
+            chunk.model = nullable_string(scan)?;
+            Some(())
+        }
+        "choices" => {
+            seen.first(4)?;
+            if scan.null() {
+                return Some(());
+            }
+            let mut first = None;
+            scan.array(|scan| {
+                let choice = scan_choice(scan)?;
+                if choice.index == 0 && first.is_none() {
+                    first = Some(choice);
+                }
+                Some(())
+            })?;
+            chunk.choices = Some(FirstChoice(first));
+            Some(())
+        }
+        "usage" => {
+            seen.first(8)?;
+            scan.null().then_some(())
+        }
+        "error" => {
+            seen.first(16)?;
+            scan.null().then_some(())
+        }
+        _ => scan.skip_value(),
+    })?;
+    scan.at_end().then_some(chunk)
+}
+
+fn scan_choice<'a>(scan: &mut Scanner<'a>) -> Option<Choice<'a>> {
+    let mut choice = Choice {
+        index: 0,
+        delta: None,
+        finish_reason: None,
+    };
+    let mut seen = Seen::default();
+    scan.object(|scan, key| match key {
+        "index" => {
+            seen.first(1)?;
+            choice.index = scan.u32()?;
+            Some(())
+        }
+        "finish_reason" => {
+            seen.first(2)?;
+            choice.finish_reason = nullable_string(scan)?;
+            Some(())
+        }
+        "delta" => {
+            seen.first(4)?;
+            if !scan.null() {
+                choice.delta = Some(scan_delta(scan)?);
+            }
+            Some(())
+        }
+        _ => scan.skip_value(),
+    })?;
+    Some(choice)
+}
+
+fn scan_delta<'a>(scan: &mut Scanner<'a>) -> Option<Delta<'a>> {
+    let mut delta = Delta {
+        content: None,
+        content_text: None,
+        refusal: None,
+        reasoning_content: None,
+        reasoning: None,
+        tool_calls: None,
+    };
+    let mut seen = Seen::default();
+    scan.object(|scan, key| match key {
+        "content" => {
+            seen.first(1)?;
+            delta.content_text = nullable_string(scan)?;
+            Some(())
+        }
+        "refusal" => {
+            seen.first(2)?;
+            delta.refusal = nullable_string(scan)?;
+            Some(())
+        }
+        "reasoning_content" => {
+            seen.first(4)?;
+            delta.reasoning_content = nullable_string(scan)?;
+            Some(())
+        }
+        "reasoning" => {
+            seen.first(8)?;
+            delta.reasoning = nullable_string(scan)?;
+            Some(())
+        }
+        "tool_calls" => {
+            seen.first(16)?;
+            scan.null().then_some(())
+        }
+        _ => scan.skip_value(),
+    })?;
+    Some(delta)
+}
+
+/// The known keys of one object read so far. Each may come once: serde's derive refuses
+/// a repeated field, and the repair path that then runs keeps the last one; such chunks
+/// are left to it.
+#[derive(Default)]
+struct Seen(u8);
+
+impl Seen {
+    fn first(&mut self, bit: u8) -> Option<()> {
+        let fresh = self.0 & bit == 0;
+        self.0 |= bit;
+        fresh.then_some(())
+    }
+}
+
+/// A string or `null` (`Some(None)`); `None` for anything else.
+fn nullable_string<'a>(scan: &mut Scanner<'a>) -> Option<Option<Cow<'a, str>>> {
+    if scan.null() {
+        return Some(None);
+    }
+    if scan.peek()? != b'"' {
+        return None;
+    }
+    scan.string().map(Some)
+}
+
 fn collect_text(v: Option<&Value>, out: &mut String) {
     match v {
         Some(Value::String(s)) => out.push_str(s),
@@ -658,4 +817,235 @@ pub fn request_body(p: &RequestParams<'_>) -> Value {
             .collect();
     }
     body
+}
+
+#[cfg(test)]
+mod scan_tests {
+    //! The chunk scanner must read exactly what serde's derived parse reads, or decline.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Everything the decoder looks at in a chunk, with `content` decoded.
+    fn summary(c: &Chunk<'_>) -> String {
+        let content = |d: &Delta<'_>| match (&d.content_text, d.content) {
+            (Some(t), _) => Some(t.to_string()),
+            (None, Some(raw)) => Some(match serde_json::from_str::<Value>(raw.get()) {
+                Ok(Value::String(text)) => text,
+                Ok(other) => other.to_string(),
+                Err(_) => "<not decodable>".into(),
+            }),
+            (None, None) => None,
+        };
+        format!(
+            "{:?}",
+            (
+                c.id.as_deref(),
+                c.model.as_deref(),
+                c.usage.0.is_some(),
+                c.error.map(|e| e.get()),
+                c.choices.as_ref().map(|f| {
+                    f.0.as_ref().map(|ch| {
+                        (
+                            ch.index,
+                            ch.finish_reason.as_deref(),
+                            ch.delta.as_ref().map(|d| {
+                                (
+                                    content(d),
+                                    d.refusal.as_deref(),
+                                    d.reasoning_content.as_deref(),
+                                    d.reasoning.as_deref(),
+                                    d.tool_calls.as_ref().map(Vec::len),
+                                )
+                            }),
+                        )
+                    })
+                }),
+            )
+        )
+    }
+
+    /// Checks the scanner against serde on `data`; returns whether the scanner read it.
+    fn agrees(data: &str) -> bool {
+        let Some(fast) = scan_chunk(data) else {
+            return false;
+        };
+        let strict = serde_json::from_str::<Chunk<'_>>(data);
+        let strict =
+            strict.unwrap_or_else(|e| panic!("scanner read what serde refuses ({e}): {data:?}"));
+        assert_eq!(summary(&fast), summary(&strict), "{data:?}");
+        true
+    }
+
+    const OPENAI: &str = r#"{"id":"chatcmpl-B1x2","object":"chat.completion.chunk","created":1735689600,"model":"gpt-4o","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"role":"assistant","content":" token","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null}"#;
+
+    #[test]
+    fn common_chunks_take_the_scanner() {
+        for data in [
+            OPENAI,
+            r#"{"id":"x","choices":[{"index":0,"delta":{"content":"a\n\"b\" \u00e9 \ud83d\ude00 \/"},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"hm"}}]}"#,
+            r#" { "choices" : [ { "delta" : { "reasoning" : "hm" , "content" : null } } ] } "#,
+            r#"{"choices":[{"index":1,"delta":{"content":"b"}},{"index":0,"delta":{"content":"a"}}],"x":[1,-2.5e3,true,false,null,{"y":[]}]}"#,
+            r#"{"choices":[],"error":null}"#,
+            r#"{"choices":null}"#,
+            r#"{}"#,
+        ] {
+            assert!(agrees(data), "declined: {data}");
+        }
+    }
+
+    #[test]
+    fn what_serde_decides_differently_is_declined() {
+        for data in [
+            // Duplicate known keys (serde refuses; the repair path keeps the last).
+            r#"{"choices":[],"choices":[]}"#,
+            r#"{"choices":[{"delta":{"content":"a","content":"b"}}]}"#,
+            r#"{"usage":null,"usage":null}"#,
+            // Lone surrogates (repaired by the tolerant path).
+            r#"{"choices":[{"delta":{"content":"x\ud83d"}}]}"#,
+            r#"{"choices":[{"delta":{"content":"\ude00x"}}]}"#,
+            // Shapes the scanner leaves to serde.
+            r#"{"choices":[{"delta":{"content":[{"type":"text","text":"a"}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}"#,
+            r#"{"usage":{"prompt_tokens":1}}"#,
+            r#"{"error":{"message":"boom"}}"#,
+            r#"{"choices":[[0,null,null]]}"#,
+            r#"{"c\u0068oices":[]}"#,
+            r#"[]"#,
+            // Malformed.
+            r#"{"choices":[{"index":01}]}"#,
+            r#"{"choices":[{"index":1.0}]}"#,
+            r#"{"choices":[{"index":-0}]}"#,
+            r#"{"choices":[{"index":4294967296}]}"#,
+            r#"{"x":1.}"#,
+            r#"{"x":"a\qb"}"#,
+            "{\"x\":\"a\u{1}b\"}",
+            r#"{"x":tru}"#,
+            r#"{"x":1}x"#,
+            r#"{"x":1,}"#,
+            r#"{"id":"a""#,
+        ] {
+            assert!(!agrees(data), "read: {data}");
+        }
+    }
+
+    const STRINGS: &[&str] = &[
+        r#""""#,
+        r#""plain""#,
+        r#""a\"b\\c""#,
+        r#""\n\t\r\b\f\/""#,
+        r#""\u00e9\u0000""#,
+        r#""\ud83d\ude00""#,
+        r#""\ud83d""#,
+        r#""\ude00""#,
+        r#""\uFFFE""#,
+        "\"é😀\u{fffe}\"",
+        "\"a\u{1}\"",
+        r#""\x""#,
+        r#""\u12""#,
+    ];
+    const SCALARS: &[&str] = &[
+        "null",
+        "true",
+        "false",
+        "0",
+        "7",
+        "-1",
+        "1.5",
+        "2E-2",
+        "1e3",
+        "01",
+        "-0",
+        "1.",
+        "4294967296",
+        "tru",
+        "nul",
+    ];
+
+    fn value() -> impl Strategy<Value = String> {
+        let leaf = prop_oneof![
+            proptest::sample::select(STRINGS).prop_map(str::to_owned),
+            proptest::sample::select(SCALARS).prop_map(str::to_owned),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                proptest::collection::vec((key(), inner), 0..4).prop_map(|v| {
+                    let fields: Vec<String> = v.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+            ]
+        })
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        proptest::sample::select(
+            &[
+                "id",
+                "model",
+                "choices",
+                "usage",
+                "error",
+                "index",
+                "delta",
+                "finish_reason",
+                "content",
+                "refusal",
+                "reasoning",
+                "reasoning_content",
+                "tool_calls",
+                "role",
+                "object",
+                "x",
+            ][..],
+        )
+        .prop_map(|k| format!("\"{k}\""))
+    }
+
+    fn chunk() -> impl Strategy<Value = String> {
+        let delta = proptest::collection::vec((key(), value()), 0..4);
+        let choice = (delta, proptest::collection::vec((key(), value()), 0..3)).prop_map(
+            |(delta, extra)| {
+                let d: Vec<String> = delta.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                let mut fields = vec![format!("\"delta\":{{{}}}", d.join(","))];
+                fields.extend(extra.iter().map(|(k, v)| format!("{k}:{v}")));
+                format!("{{{}}}", fields.join(","))
+            },
+        );
+        (
+            proptest::collection::vec(choice, 0..3),
+            proptest::collection::vec((key(), value()), 0..4),
+        )
+            .prop_map(|(choices, extra)| {
+                let mut fields = vec![format!("\"choices\":[{}]", choices.join(","))];
+                fields.extend(extra.iter().map(|(k, v)| format!("{k}:{v}")));
+                format!("{{{}}}", fields.join(","))
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn the_scanner_reads_generated_chunks_as_serde_does(data in chunk()) {
+            agrees(&data);
+        }
+
+        #[test]
+        fn the_scanner_reads_damaged_chunks_as_serde_does_or_declines(
+            at in 0usize..400,
+            cut in 0usize..3,
+            insert in proptest::sample::select(&["", "\"", "\\", "{", "}", "[", "]", ",", ":", " ", "n", "0", "\u{1}", "é"][..]),
+        ) {
+            let chars: Vec<char> = OPENAI.chars().collect();
+            let at = at % (chars.len() + 1);
+            let end = (at + cut).min(chars.len());
+            let mut data: String = chars[..at].iter().collect();
+            data.push_str(insert);
+            data.extend(&chars[end..]);
+            agrees(&data);
+        }
+    }
 }
