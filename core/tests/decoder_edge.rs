@@ -125,6 +125,7 @@ fn kinds(m: &DecodedMessage) -> Vec<&'static str> {
             Block::RedactedReasoning { .. } => "redacted_reasoning",
             Block::ToolCall { .. } => "tool_call",
             Block::ToolResult { .. } => "tool_result",
+            Block::Opaque { .. } => "opaque",
         })
         .collect()
 }

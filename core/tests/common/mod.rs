@@ -136,7 +136,7 @@ fn block_kind_of(content: &Block) -> Option<BlockKind> {
         Block::Text { .. } => Some(BlockKind::Text),
         Block::Reasoning { .. } | Block::RedactedReasoning { .. } => Some(BlockKind::Reasoning),
         Block::ToolCall { .. } => Some(BlockKind::ToolCall),
-        Block::ToolResult { .. } => None,
+        Block::ToolResult { .. } | Block::Opaque { .. } => None,
     }
 }
 
@@ -311,6 +311,7 @@ pub fn check_invariants(outcome: &Outcome, message: u32) -> Result<(), String> {
                         }
                     }
                     Block::ToolResult { .. } => return Err(at("a tool result in a response")),
+                    Block::Opaque { .. } => return Err(at("a provider block announced by events")),
                 }
                 b.complete = Some(content.clone());
             }
