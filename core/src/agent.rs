@@ -26,10 +26,10 @@ use crate::event::{Event, Flow, Receiver};
 use crate::http::{Transport, TurnSink};
 use crate::message::{self, Block, Message, Role, StopReason, Usage};
 use crate::provider::{self, ProviderKind, RequestOptions, RequestParams, ToolSpec};
-use crate::transcript::{self, TranscriptEntry};
 use crate::tool::{
     self, CallRequest, Dispatch, HostToolResults, Outputs, Runner, Tool, ToolOutput,
 };
+use crate::transcript::{self, TranscriptEntry};
 
 /// Options for one turn.
 #[derive(Debug, Clone, Default)]
@@ -385,7 +385,10 @@ impl Agent {
             return Ok(unchanged);
         }
         let conversation = [Message::user(compaction::render(&before[..at]))];
-        let prompt = options.prompt.as_deref().unwrap_or(compaction::DEFAULT_PROMPT);
+        let prompt = options
+            .prompt
+            .as_deref()
+            .unwrap_or(compaction::DEFAULT_PROMPT);
         let params = RequestParams {
             model,
             system: Some(prompt),

@@ -122,9 +122,7 @@ impl Reasoning {
     /// Parses the JSON form; `path` names the key in errors (`reasoning`,
     /// `options.reasoning`).
     pub fn from_value(v: &Value, path: &str) -> Result<Reasoning> {
-        let obj = v
-            .as_object()
-            .ok_or_else(|| wrong_type(path, "an object"))?;
+        let obj = v.as_object().ok_or_else(|| wrong_type(path, "an object"))?;
         check_keys(obj, &["effort", "budget_tokens"], &format!("{path}."))?;
         let effort = match obj.get("effort") {
             Some(Value::String(s)) => Effort::parse(s).ok_or_else(|| {
@@ -531,7 +529,9 @@ impl Config {
         }
         if let Some(c) = &self.compaction {
             if c.threshold_tokens == 0 {
-                return Err(Error::config("compaction.threshold_tokens: must be at least 1"));
+                return Err(Error::config(
+                    "compaction.threshold_tokens: must be at least 1",
+                ));
             }
             if c.keep_last == 0 {
                 return Err(Error::config("compaction.keep_last: must be at least 1"));

@@ -45,7 +45,7 @@ pub mod transcript;
 
 pub use agent::{Agent, TurnControl, TurnOptions, TurnSlot, TurnSummary};
 pub use compaction::{CompactOptions, Compaction};
-pub use config::{Compat, CompactionConfig, Config, Effort, Reasoning, RetryConfig, Timeouts};
+pub use config::{CompactionConfig, Compat, Config, Effort, Reasoning, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use message::{Block, Message, Role, StopReason, Usage};

@@ -506,7 +506,12 @@ pub fn thinking_budget(reasoning: &Reasoning) -> Option<u32> {
         Effort::Medium => 4096,
         Effort::High => 16_384,
     };
-    Some(reasoning.budget_tokens.unwrap_or(default).max(MIN_THINKING_BUDGET))
+    Some(
+        reasoning
+            .budget_tokens
+            .unwrap_or(default)
+            .max(MIN_THINKING_BUDGET),
+    )
 }
 
 /// The smallest `thinking.budget_tokens` the Messages API accepts.
@@ -602,8 +607,7 @@ fn ephemeral() -> Value {
 /// Puts a cache breakpoint on the last block of the latest message that may carry one
 /// (thinking blocks may not).
 fn mark_latest_message(messages: &mut [Value]) {
-    let Some(Value::Array(content)) = messages.last_mut().and_then(|m| m.get_mut("content"))
-    else {
+    let Some(Value::Array(content)) = messages.last_mut().and_then(|m| m.get_mut("content")) else {
         return;
     };
     let markable = content.iter_mut().rev().find(|b| {
