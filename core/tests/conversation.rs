@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use panto::provider::{self, ProviderKind, RequestOptions, RequestParams};
 use panto::{
-    Agent, Block, Collect, CompactOptions, CompactionConfig, Compat, Config, Effort, ErrorKind,
-    Event, FnTool, Message, Reasoning, RetryConfig, Role, ToolOutput, TurnControl, TurnOptions,
+    Agent, Collect, CompactOptions, CompactionConfig, Compat, Config, Effort, ErrorKind, Event,
+    FnTool, Message, Reasoning, RetryConfig, Role, ToolOutput, TurnControl, TurnOptions,
 };
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
@@ -786,4 +786,89 @@ async fn compaction_respects_cancel() {
         .unwrap();
     assert_eq!(r.unwrap_err().kind, ErrorKind::Cancelled);
     assert_eq!(agent.history_json(), before);
+}
+
+// ---------------------------------------------------------------------------------
+// The shared scenarios (tests/server/scenarios/conversation-*.json), which the other
+// languages' tests replay too.
+
+fn shared_scenario(name: &str) -> panto_testserver::Scenario {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/server/scenarios")
+        .join(name);
+    panto_testserver::Scenario::from_file(path).unwrap()
+}
+
+#[tokio::test]
+async fn shared_scenario_reasoning_and_caching() {
+    let server = TestServer::start(shared_scenario("conversation-reasoning-caching.json")).unwrap();
+    let agent = Agent::new(
+        config(ProviderKind::Anthropic, &server)
+            .with_system("You are terse.")
+            .with_reasoning(Reasoning::new(Effort::Low)),
+    )
+    .unwrap();
+    agent.add_tool(weather_tool()).unwrap();
+    let options = TurnOptions {
+        reasoning: Some(Reasoning::new(Effort::High)),
+        ..Default::default()
+    };
+    let (events, r) = run_with(&agent, "Weather in Paris?", options).await;
+    let summary = r.unwrap();
+    assert_eq!(summary.text, "Sunny in Paris.");
+    assert_eq!(summary.usage.cache_read_tokens, 1500);
+    assert!(server.requests().iter().all(|r| r.matched));
+    let t = agent.transcript();
+    let kinds: Vec<_> = t.iter().map(|e| e.kind).collect();
+    use panto::EntryKind;
+    assert_eq!(
+        kinds,
+        [
+            EntryKind::Text,
+            EntryKind::Reasoning,
+            EntryKind::ToolCall,
+            EntryKind::ToolResult,
+            EntryKind::Text
+        ]
+    );
+    assert!(events.iter().any(|e| e.type_name() == "tool_result"));
+}
+
+#[tokio::test]
+async fn shared_scenario_compaction_manual_and_automatic() {
+    // Manual, between two turns.
+    let server = TestServer::start(shared_scenario("conversation-compaction.json")).unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    run(&agent, "What is the capital of France?")
+        .await
+        .1
+        .unwrap();
+    let done = agent
+        .compact(
+            &CompactOptions {
+                keep_last: 1,
+                ..Default::default()
+            },
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    assert!(done.changed);
+    assert_eq!((done.messages_before, done.messages_after), (2, 2));
+    assert_eq!(done.tokens_before, 108);
+    run(&agent, "And its population?").await.1.unwrap();
+    assert!(server.requests().iter().all(|r| r.matched));
+
+    // Automatic, announced in the second turn.
+    let server = TestServer::start(shared_scenario("conversation-compaction.json")).unwrap();
+    let agent =
+        Agent::new(config(ProviderKind::OpenAi, &server).with_compaction(auto(50, 1))).unwrap();
+    run(&agent, "What is the capital of France?")
+        .await
+        .1
+        .unwrap();
+    let (events, r) = run(&agent, "And its population?").await;
+    assert_eq!(r.unwrap().text, "About 2.1 million people.");
+    assert_eq!(events[0].type_name(), "history_compacted");
+    assert!(server.requests().iter().all(|r| r.matched));
 }

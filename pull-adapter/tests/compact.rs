@@ -30,7 +30,8 @@ fn blocking_compact_replaces_the_history_and_reports_busy_during_a_turn() {
         exchange(script::openai_text(&["b"])),
         json!({"match": {"body_contains": ["<conversation>"]},
                "response": script::openai_text(&["summary of one"])}),
-        exchange(script::openai_text(&["c"])),
+        json!({"response": {"sse": script::openai_text_events(&["c"]),
+            "fault": {"kind": "hold", "after_bytes": 0}}}),
     ]))
     .unwrap();
     let agent = agent_for(&server);
@@ -44,11 +45,21 @@ fn blocking_compact_replaces_the_history_and_reports_busy_during_a_turn() {
     assert!(done.changed);
     assert_eq!(done.messages_after, 4);
     assert!(agent.history()[0].text().ends_with("summary of one"));
-    // A stream holds the agent: compaction is refused, not queued.
+    // A stream holds the agent: compaction is refused, not queued. The turn is known to
+    // be in flight once its response waits at the server's gate.
     let mut s = agent.stream("three").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.held() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the turn never reached the server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     assert_eq!(
         panto_pull::compact(&agent, &options).unwrap_err().kind,
         ErrorKind::Busy
     );
+    server.open_gate();
     while s.next().unwrap().is_some() {}
 }
