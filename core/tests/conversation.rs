@@ -872,3 +872,50 @@ async fn shared_scenario_compaction_manual_and_automatic() {
     assert_eq!(events[0].type_name(), "history_compacted");
     assert!(server.requests().iter().all(|r| r.matched));
 }
+
+#[tokio::test]
+async fn cancelling_during_automatic_compaction_ends_the_turn_cancelled() {
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_text(&["first answer"])),
+        json!({"match": {"body_contains": ["<conversation>"]},
+            "response": {"sse": script::openai_text_events(&["summary"]),
+                "fault": {"kind": "hold", "after_bytes": 0}}}),
+    ]))
+    .unwrap();
+    let agent =
+        Agent::new(config(ProviderKind::OpenAi, &server).with_compaction(auto(5, 1))).unwrap();
+    run(&agent, "first").await.1.unwrap();
+    let control = TurnControl::default();
+    let task = {
+        let agent = agent.clone();
+        let control = control.clone();
+        tokio::spawn(async move {
+            let mut events = Collect::default();
+            let r = agent
+                .run("second", &mut events, &control, TurnOptions::default())
+                .await;
+            (events.0, r)
+        })
+    };
+    tokio::time::timeout(HANG_GUARD, async {
+        while server.held() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the summary request never arrived");
+    control.cancel.cancel();
+    let (events, r) = tokio::time::timeout(HANG_GUARD, task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.unwrap_err().kind, ErrorKind::Cancelled);
+    assert!(events.is_empty(), "{events:?}");
+    let h = agent.history();
+    assert_eq!(
+        h.len(),
+        3,
+        "not compacted: the first exchange and the new input"
+    );
+    assert_eq!(h[1].text(), "first answer");
+}
