@@ -882,12 +882,55 @@ mod tests {
                 r#"{"model":"m","headers":{"x-a":"line\nbreak"}}"#,
                 "headers.x-a",
             ),
+            (
+                r#"{"model":"m","reasoning":{"effort":"max"}}"#,
+                "reasoning.effort",
+            ),
+            (
+                r#"{"model":"m","reasoning":{"effort":"low","budget":5}}"#,
+                "reasoning.budget",
+            ),
+            (r#"{"model":"m","prompt_caching":"no"}"#, "prompt_caching"),
+            (
+                r#"{"model":"m","compaction":{"keep_last":2}}"#,
+                "compaction.threshold_tokens",
+            ),
+            (
+                r#"{"model":"m","compaction":{"threshold_tokens":10,"keep_last":0}}"#,
+                "compaction.keep_last",
+            ),
+            (r#"{"model":"m","compat":"lmstudio"}"#, "compat"),
         ];
         for (json, key) in cases {
             let e = Config::from_json(json).unwrap_err();
             assert_eq!(e.kind, crate::ErrorKind::Config);
             assert!(e.message.starts_with(key), "{json}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn conversation_controls_parse() {
+        let c = Config::from_json(
+            r#"{"model":"m","reasoning":{"effort":"high","budget_tokens":2048},
+                "prompt_caching":false,"compat":"vllm",
+                "compaction":{"threshold_tokens":1000,"model":"small","prompt":"p"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.reasoning,
+            Some(Reasoning {
+                effort: Effort::High,
+                budget_tokens: Some(2048)
+            })
+        );
+        assert!(!c.prompt_caching);
+        assert_eq!(c.compat, Compat::Vllm);
+        let k = c.compaction.unwrap();
+        assert_eq!((k.threshold_tokens, k.keep_last), (1000, DEFAULT_KEEP_LAST));
+        assert_eq!(k.model.as_deref(), Some("small"));
+        let d = Config::from_json(r#"{"model":"m"}"#).unwrap();
+        assert!(d.prompt_caching && d.reasoning.is_none() && d.compaction.is_none());
+        assert_eq!(d.compat, Compat::Auto);
     }
 
     #[test]
