@@ -32,7 +32,40 @@ type Config struct {
 	MaxEventBytes      int
 	MaxMessageBytes    int
 	MaxToolOutputBytes int
+	// Reasoning control for every turn (TurnOptions.Reasoning replaces it for one turn);
+	// nil leaves the provider's default.
+	Reasoning *Reasoning
+	// PromptCaching turns Anthropic's cache breakpoints off with Bool(false); nil means
+	// the default (on).
+	PromptCaching *bool
+	// Compaction enables automatic compaction; nil never compacts on its own.
+	Compaction *Compaction
+	// Compat names the OpenAI-compatible server for its own request fields: "auto"
+	// (default, decided from BaseURL), "openai", "deepseek", "ollama", "vllm", "generic".
+	Compat string
 }
+
+// Reasoning controls how hard the model thinks. Effort is "none", "low", "medium" or
+// "high"; BudgetTokens (0: by effort) is the thinking budget where the provider takes one
+// (Anthropic).
+type Reasoning struct {
+	Effort       string `json:"effort"`
+	BudgetTokens int    `json:"budget_tokens,omitempty"`
+}
+
+// Compaction configures automatic compaction: when the last request's input tokens pass
+// ThresholdTokens, the next request of a turn first summarizes the older history,
+// keeping the last KeepLast messages (0: 6). Model and Prompt (empty: the agent's model,
+// the documented default prompt) write the summary.
+type Compaction struct {
+	ThresholdTokens int    `json:"threshold_tokens"`
+	KeepLast        int    `json:"keep_last,omitempty"`
+	Model           string `json:"model,omitempty"`
+	Prompt          string `json:"prompt,omitempty"`
+}
+
+// Bool returns a pointer to b, for Config.PromptCaching.
+func Bool(b bool) *bool { return &b }
 
 // Retry configures how failed requests are retried.
 type Retry struct {
@@ -91,6 +124,10 @@ func (c *Config) configJSON() ([]byte, error) {
 	put("max_event_bytes", c.MaxEventBytes, c.MaxEventBytes != 0)
 	put("max_message_bytes", c.MaxMessageBytes, c.MaxMessageBytes != 0)
 	put("max_tool_output_bytes", c.MaxToolOutputBytes, c.MaxToolOutputBytes != 0)
+	put("reasoning", c.Reasoning, c.Reasoning != nil)
+	put("prompt_caching", c.PromptCaching, c.PromptCaching != nil)
+	put("compaction", c.Compaction, c.Compaction != nil)
+	put("compat", c.Compat, c.Compat != "")
 	if len(c.Tools) != 0 {
 		tools := make([]map[string]any, len(c.Tools))
 		for i, t := range c.Tools {

@@ -2,7 +2,7 @@ package panto
 
 import "encoding/json"
 
-// Event is one event of a turn. It is sealed: the concrete types are the ten below,
+// Event is one event of a turn. It is sealed: the concrete types are the eleven below,
 // one per kind of DESIGN.md's event table, and a type switch over them is the way to
 // read a stream. json.Marshal of any of them produces the event's canonical JSON,
 // {"type":"<snake_case>",…fields}, the line `panto run --json` prints for it.
@@ -19,6 +19,7 @@ type Event interface {
 var EventTypes = []string{
 	"message_start", "block_start", "content_delta", "tool_details", "block_complete",
 	"message_end", "tool_call_start", "tool_result", "provider_retry", "message_complete",
+	"history_compacted",
 }
 
 // Usage holds token counts: of one response in MessageEnd, of the whole turn in
@@ -136,6 +137,29 @@ type MessageComplete struct {
 	Usage      Usage  `json:"usage"`
 	Messages   uint32 `json:"messages"`
 	Text       string `json:"text"`
+}
+
+// HistoryCompacted reports that automatic compaction (Config.Compaction) summarized the
+// older history before the next request. Counts are of the history's messages and
+// tokens; TokensBefore comes from the provider's usage when known, TokensAfter (and
+// TokensBefore otherwise) is estimated as bytes / 4.
+type HistoryCompacted struct {
+	MessagesBefore uint64 `json:"messages_before"`
+	MessagesAfter  uint64 `json:"messages_after"`
+	TokensBefore   uint64 `json:"tokens_before"`
+	TokensAfter    uint64 `json:"tokens_after"`
+}
+
+func (*HistoryCompacted) isEvent() {}
+
+// Type returns "history_compacted".
+func (*HistoryCompacted) Type() string { return "history_compacted" }
+
+type plainHistoryCompacted HistoryCompacted
+
+// MarshalJSON writes the canonical JSON of the event.
+func (e *HistoryCompacted) MarshalJSON() ([]byte, error) {
+	return typed(e.Type(), (*plainHistoryCompacted)(e))
 }
 
 func (*MessageStart) isEvent()    {}

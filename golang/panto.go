@@ -213,6 +213,17 @@ func (a *Agent) ClearHistory() error {
 // Always Close the stream (Iter, All and Chan close it when they end). While it is open,
 // another Stream call fails with an *Error of kind busy.
 func (a *Agent) Stream(ctx context.Context, input string) (*Stream, error) {
+	return a.StreamWith(ctx, input, TurnOptions{})
+}
+
+// TurnOptions apply to one turn only: Model and Reasoning replace the configuration's.
+type TurnOptions struct {
+	Model     string
+	Reasoning *Reasoning
+}
+
+// StreamWith is Stream with per-turn options.
+func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) (*Stream, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Kind: KindCancelled, Message: "the context was done before the turn started", cause: err}
 	}
@@ -225,8 +236,111 @@ func (a *Agent) Stream(ctx context.Context, input string) (*Stream, error) {
 	defer C.free(unsafe.Pointer(in))
 	var out *C.PantoStream
 	var cerr *C.PantoError
-	if C.panto_agent_stream(a.h.p, in, n, &out, &cerr) != C.PANTO_OK {
+	if opts == (TurnOptions{}) {
+		if C.panto_agent_stream(a.h.p, in, n, &out, &cerr) != C.PANTO_OK {
+			return nil, takeError(cerr)
+		}
+		return newStream(ctx, out, a.tools), nil
+	}
+	m := map[string]any{}
+	if opts.Model != "" {
+		m["model"] = opts.Model
+	}
+	if opts.Reasoning != nil {
+		m["reasoning"] = opts.Reasoning
+	}
+	js, err := json.Marshal(m)
+	if err != nil {
+		return nil, &Error{Kind: KindConfig, Message: "cannot encode the turn options: " + err.Error()}
+	}
+	o, on := cString(string(js))
+	defer C.free(unsafe.Pointer(o))
+	if C.panto_agent_stream_with(a.h.p, in, n, o, on, &out, &cerr) != C.PANTO_OK {
 		return nil, takeError(cerr)
 	}
 	return newStream(ctx, out, a.tools), nil
+}
+
+// CompactOptions configure Agent.Compact: keep the last KeepLast messages verbatim (0:
+// 6); Model and Prompt (empty: the agent's model, the documented default prompt) write
+// the summary.
+type CompactOptions struct {
+	KeepLast int    `json:"keep_last,omitempty"`
+	Model    string `json:"model,omitempty"`
+	Prompt   string `json:"prompt,omitempty"`
+}
+
+// CompactResult says what Agent.Compact did. Changed is false when nothing was older
+// than the kept messages (no request is made then). TokensBefore comes from the
+// provider's usage when the history has not changed since; TokensAfter (and
+// TokensBefore otherwise) is estimated as bytes / 4.
+type CompactResult struct {
+	Changed        bool   `json:"changed"`
+	MessagesBefore uint64 `json:"messages_before"`
+	MessagesAfter  uint64 `json:"messages_after"`
+	TokensBefore   uint64 `json:"tokens_before"`
+	TokensAfter    uint64 `json:"tokens_after"`
+}
+
+// Compact summarizes the older part of the conversation into one synthetic exchange
+// with the agent's provider, keeping the last messages verbatim (a tool call and its
+// results are never separated). It blocks for the provider's answer, bounded by the
+// configured timeouts. On failure the conversation is untouched. An *Error of kind busy
+// while a stream of this agent is open.
+func (a *Agent) Compact(opts CompactOptions) (CompactResult, error) {
+	a.h.mu.RLock()
+	defer a.h.mu.RUnlock()
+	if a.h.p == nil {
+		return CompactResult{}, ErrClosed
+	}
+	js, err := json.Marshal(opts)
+	if err != nil {
+		return CompactResult{}, &Error{Kind: KindConfig, Message: "cannot encode the options: " + err.Error()}
+	}
+	o, on := cString(string(js))
+	defer C.free(unsafe.Pointer(o))
+	var s C.PantoString
+	var cerr *C.PantoError
+	if C.panto_agent_compact(a.h.p, o, on, &s, &cerr) != C.PANTO_OK {
+		return CompactResult{}, takeError(cerr)
+	}
+	defer C.panto_string_free(&s)
+	var r CompactResult
+	if err := json.Unmarshal(C.GoBytes(unsafe.Pointer(s.ptr), C.int(s.len)), &r); err != nil {
+		return CompactResult{}, &Error{Kind: KindInternal, Message: "unreadable compaction result: " + err.Error()}
+	}
+	return r, nil
+}
+
+// TranscriptEntry is one entry of Agent.Transcript. Kind is "text", "reasoning",
+// "tool_call" or "tool_result"; Role "user", "assistant" or "tool". For a tool call
+// Text holds the arguments JSON, for a result the output.
+type TranscriptEntry struct {
+	Role    string `json:"role"`
+	Kind    string `json:"kind"`
+	Text    string `json:"text"`
+	Name    string `json:"name,omitempty"`
+	CallID  string `json:"call_id,omitempty"`
+	IsError *bool  `json:"is_error,omitempty"` // set for tool results
+}
+
+// Transcript returns a flat, provider-neutral view of the conversation, in order, for
+// repainting a UI. Allowed during a turn (it shows the last complete step).
+func (a *Agent) Transcript() ([]TranscriptEntry, error) {
+	a.h.mu.RLock()
+	defer a.h.mu.RUnlock()
+	if a.h.p == nil {
+		return nil, ErrClosed
+	}
+	var s C.PantoString
+	var cerr *C.PantoError
+	if C.panto_agent_transcript_json(a.h.p, &s, &cerr) != C.PANTO_OK {
+		return nil, takeError(cerr)
+	}
+	defer C.panto_string_free(&s)
+	var out []TranscriptEntry
+	if err := json.Unmarshal(C.GoBytes(unsafe.Pointer(s.ptr), C.int(s.len)), &out); err != nil {
+		return nil, &Error{Kind: KindInternal, Message: "unreadable transcript: " + err.Error()}
+	}
+	return out, nil
 }

@@ -260,6 +260,12 @@ func convert(ev *C.PantoEvent) Event {
 	case C.PANTO_EV_MESSAGE_COMPLETE:
 		p := (*C.PantoMessageComplete)(pl)
 		return &MessageComplete{StopReason: goStr(p.stop_reason), Usage: usage(&p.usage), Messages: uint32(p.messages), Text: goStr(p.text)}
+	case C.PANTO_EV_HISTORY_COMPACTED:
+		p := (*C.PantoHistoryCompacted)(pl)
+		return &HistoryCompacted{
+			MessagesBefore: uint64(p.messages_before), MessagesAfter: uint64(p.messages_after),
+			TokensBefore: uint64(p.tokens_before), TokensAfter: uint64(p.tokens_after),
+		}
 	}
 	return nil
 }

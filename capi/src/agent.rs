@@ -214,3 +214,126 @@ pub unsafe extern "C" fn panto_agent_stream(
         Err(e) => fail(err, e),
     }
 }
+
+/// Starts a turn with per-turn options (`{"model"?, "reasoning"?}`; NULL = none).
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_stream_with(
+    agent: *mut PantoAgent,
+    input: *const c_char,
+    len: usize,
+    options_json: *const c_char,
+    options_len: usize,
+    out: *mut *mut PantoStream,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_agent_stream_with";
+    reset_err(err);
+    if out.is_null() {
+        return fail(err, invalid(F, "out is NULL"));
+    }
+    out.write(std::ptr::null_mut());
+    let agent = match agent_ref(F, agent) {
+        Ok(a) => a,
+        Err(e) => return fail(err, e),
+    };
+    let input = match input_str(F, "input", input, len) {
+        Ok(s) => s,
+        Err(e) => return fail(err, e),
+    };
+    let options = if options_json.is_null() {
+        Ok(panto_core::TurnOptions::default())
+    } else {
+        input_str(F, "options_json", options_json, options_len)
+            .and_then(panto_core::TurnOptions::from_json)
+    };
+    let options = match options {
+        Ok(o) => o,
+        Err(e) => return fail(err, e),
+    };
+    match agent.call(F, |a| a.stream_with(input, options)) {
+        Ok(stream) => {
+            out.write(Box::into_raw(PantoStream::new(stream)));
+            PANTO_OK
+        }
+        Err(e) => fail(err, e),
+    }
+}
+
+/// Compacts the conversation (blocking) and reports what it did as JSON.
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_compact(
+    agent: *mut PantoAgent,
+    options_json: *const c_char,
+    options_len: usize,
+    out: *mut PantoString,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_agent_compact";
+    reset_err(err);
+    if out.is_null() {
+        return fail(err, invalid(F, "out is NULL"));
+    }
+    out.write(PantoString {
+        ptr: std::ptr::null_mut(),
+        len: 0,
+    });
+    let agent = match agent_ref(F, agent) {
+        Ok(a) => a,
+        Err(e) => return fail(err, e),
+    };
+    let options = if options_json.is_null() {
+        Ok(panto_core::CompactOptions::default())
+    } else {
+        input_str(F, "options_json", options_json, options_len)
+            .and_then(panto_core::CompactOptions::from_json)
+    };
+    let options = match options {
+        Ok(o) => o,
+        Err(e) => return fail(err, e),
+    };
+    match agent.call(F, |a| panto_pull::compact(a, &options)) {
+        Ok(done) => {
+            out.write(crate::string::owned(done.to_json()));
+            PANTO_OK
+        }
+        Err(e) => fail(err, e),
+    }
+}
+
+/// The conversation's transcript as a JSON array.
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_transcript_json(
+    agent: *mut PantoAgent,
+    out: *mut PantoString,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_agent_transcript_json";
+    reset_err(err);
+    if out.is_null() {
+        return fail(err, invalid(F, "out is NULL"));
+    }
+    out.write(PantoString {
+        ptr: std::ptr::null_mut(),
+        len: 0,
+    });
+    let agent = match agent_ref(F, agent) {
+        Ok(a) => a,
+        Err(e) => return fail(err, e),
+    };
+    match agent.call(F, |a| Ok(a.transcript_json())) {
+        Ok(json) => {
+            out.write(crate::string::owned(json));
+            PANTO_OK
+        }
+        Err(e) => fail(err, e),
+    }
+}

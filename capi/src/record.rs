@@ -301,7 +301,7 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
                 }
                 // Results never appear in block_complete (they are events of their own);
                 // the type stays 0, "unknown", and `content` still has the JSON.
-                Block::ToolResult { .. } => {}
+                Block::ToolResult { .. } | Block::Opaque { .. } => {}
             }
             payload.block_complete = out;
         }
@@ -392,6 +392,19 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
                 stop_reason: keep(stop_reason.as_string()),
                 text: view(text),
                 usage: usage(u),
+            };
+        }
+        Event::HistoryCompacted {
+            messages_before,
+            messages_after,
+            tokens_before,
+            tokens_after,
+        } => {
+            payload.history_compacted = PantoHistoryCompacted {
+                messages_before: *messages_before,
+                messages_after: *messages_after,
+                tokens_before: *tokens_before,
+                tokens_after: *tokens_after,
             };
         }
         // A kind this version of the C ABI does not map yet: delivered with its code and

@@ -160,7 +160,8 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoProviderRetry { message, attempt, max_attempts, status, delay_ms, reason }
         PantoMessageComplete { messages, _reserved0, stop_reason, text, usage }
         PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code }
-        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, _reserved }
+        PantoHistoryCompacted { messages_before, messages_after, tokens_before, tokens_after }
+        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, _reserved }
         PantoEvent { struct_size, kind, flags, _reserved0, _private, payload }
     }
     out
@@ -531,13 +532,14 @@ fn arm_size(kind: u32) -> usize {
         PANTO_EV_TOOL_RESULT => size_of::<PantoToolResult>(),
         PANTO_EV_PROVIDER_RETRY => size_of::<PantoProviderRetry>(),
         PANTO_EV_MESSAGE_COMPLETE => size_of::<PantoMessageComplete>(),
+        PANTO_EV_HISTORY_COMPACTED => size_of::<PantoHistoryCompacted>(),
         _ => size_of::<PantoErrorInfo>(),
     }
 }
 
 #[test]
 fn every_payload_fits_the_reserved_union() {
-    for kind in 1..=10 {
+    for kind in 1..=11 {
         assert!(arm_size(kind) <= size_of::<[u64; 32]>());
     }
     assert_eq!(size_of::<PantoEventPayload>(), 256);

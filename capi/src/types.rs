@@ -19,7 +19,7 @@ pub const PANTO_PENDING: PantoStatus = 3;
 
 /// The ABI version; the crate's major.minor (checked by a test).
 pub const PANTO_ABI_VERSION_MAJOR: u32 = 1;
-pub const PANTO_ABI_VERSION_MINOR: u32 = 0;
+pub const PANTO_ABI_VERSION_MINOR: u32 = 1;
 
 /// `PantoEvent::kind` when the call delivered no event (`PANTO_DONE`, `PANTO_PENDING`).
 pub const PANTO_EV_NONE: u32 = 0;
@@ -34,6 +34,8 @@ pub const PANTO_EV_TOOL_CALL_START: u32 = 7;
 pub const PANTO_EV_TOOL_RESULT: u32 = 8;
 pub const PANTO_EV_PROVIDER_RETRY: u32 = 9;
 pub const PANTO_EV_MESSAGE_COMPLETE: u32 = 10;
+/// Since ABI 1.1.
+pub const PANTO_EV_HISTORY_COMPACTED: u32 = 11;
 /// `PantoEvent::kind` with `PANTO_ERROR`: the payload is the failure. Far above the
 /// core's event codes, so new event types never collide with it.
 pub const PANTO_EV_ERROR: u32 = 256;
@@ -205,6 +207,16 @@ pub struct PantoProviderRetry {
     pub reason: PantoStr,
 }
 
+/// Since ABI 1.1: the history was compacted before the next request.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PantoHistoryCompacted {
+    pub messages_before: u64,
+    pub messages_after: u64,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct PantoMessageComplete {
@@ -242,6 +254,7 @@ pub union PantoEventPayload {
     pub provider_retry: PantoProviderRetry,
     pub message_complete: PantoMessageComplete,
     pub error: PantoErrorInfo,
+    pub history_compacted: PantoHistoryCompacted,
     pub _reserved: [u64; 32],
 }
 

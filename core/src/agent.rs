@@ -19,21 +19,111 @@ use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info_span, Instrument};
 
-use crate::config::Config;
+use crate::compaction::{self, CompactOptions, Compaction};
+use crate::config::{Config, Reasoning};
 use crate::error::{Error, ErrorKind, Result};
-use crate::event::{Event, Receiver};
+use crate::event::{Event, Flow, Receiver};
 use crate::http::{Transport, TurnSink};
 use crate::message::{self, Block, Message, Role, StopReason, Usage};
-use crate::provider::{self, RequestParams, ToolSpec};
+use crate::provider::{self, ProviderKind, RequestOptions, RequestParams, ToolSpec};
 use crate::tool::{
     self, CallRequest, Dispatch, HostToolResults, Outputs, Runner, Tool, ToolOutput,
 };
+use crate::transcript::{self, TranscriptEntry};
 
 /// Options for one turn.
 #[derive(Debug, Clone, Default)]
 pub struct TurnOptions {
     /// Use this model for this turn only.
     pub model: Option<String>,
+    /// Reasoning control for this turn only (replaces the configuration's).
+    pub reasoning: Option<Reasoning>,
+}
+
+impl TurnOptions {
+    /// Parses the JSON form the C ABI takes: `{"model"?: string, "reasoning"?:
+    /// {effort, budget_tokens?}}`; unknown keys are `config` errors.
+    pub fn from_json(json: &str) -> Result<TurnOptions> {
+        let v: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| Error::config(format!("options: not valid JSON: {e}")))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| Error::config("options: must be a JSON object"))?;
+        let mut options = TurnOptions::default();
+        for (key, value) in obj {
+            match (key.as_str(), value) {
+                (_, serde_json::Value::Null) => {}
+                ("model", serde_json::Value::String(m)) => options.model = Some(m.clone()),
+                ("model", _) => return Err(Error::config("options.model: must be a string")),
+                ("reasoning", r) => {
+                    options.reasoning = Some(Reasoning::from_value(r, "options.reasoning")?)
+                }
+                (other, _) => {
+                    return Err(Error::config(format!(
+                        "options.{other}: unknown key (known: model, reasoning)"
+                    )))
+                }
+            }
+        }
+        Ok(options)
+    }
+}
+
+impl CompactOptions {
+    /// Parses the JSON form the C ABI takes: `{"keep_last"?, "model"?, "prompt"?}`.
+    pub fn from_json(json: &str) -> Result<CompactOptions> {
+        let v: serde_json::Value = serde_json::from_str(json)
+            .map_err(|e| Error::config(format!("compact options: not valid JSON: {e}")))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| Error::config("compact options: must be a JSON object"))?;
+        let mut options = CompactOptions::default();
+        for (key, value) in obj {
+            match (key.as_str(), value) {
+                (_, serde_json::Value::Null) => {}
+                ("keep_last", v) => {
+                    options.keep_last = v
+                        .as_u64()
+                        .filter(|n| *n >= 1)
+                        .and_then(|n| usize::try_from(n).ok())
+                        .ok_or_else(|| {
+                            Error::config("keep_last: must be an integer of at least 1")
+                        })?
+                }
+                ("model", serde_json::Value::String(m)) => options.model = Some(m.clone()),
+                ("prompt", serde_json::Value::String(p)) => options.prompt = Some(p.clone()),
+                ("model" | "prompt", _) => {
+                    return Err(Error::config(format!("{key}: must be a string")))
+                }
+                (other, _) => {
+                    return Err(Error::config(format!(
+                        "{other}: unknown key (known: keep_last, model, prompt)"
+                    )))
+                }
+            }
+        }
+        Ok(options)
+    }
+}
+
+/// The provider's count for the history after the last response: the size of the
+/// request's input (cached parts included) and of the reply, and how long the history
+/// was right after that reply entered it (so a changed history is noticed).
+#[derive(Debug, Clone, Copy)]
+struct LastUsage {
+    history_len: usize,
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+/// A receiver that drops everything: the compaction request's events are not part of
+/// the turn (only `history_compacted` is).
+struct Discard;
+
+impl Receiver for Discard {
+    fn on_event(&mut self, _: Event) -> Flow {
+        Flow::Continue
+    }
 }
 
 /// How a turn ended, when it ended well (the same data as `message_complete`).
@@ -60,6 +150,7 @@ struct Inner {
     transport: Transport,
     tools: RwLock<HashMap<String, Arc<dyn Tool>>>,
     history: Mutex<Vec<Message>>,
+    last_usage: Mutex<Option<LastUsage>>,
     busy: AtomicBool,
     id: u64,
 }
@@ -104,6 +195,7 @@ impl Agent {
                 transport,
                 tools: RwLock::new(HashMap::new()),
                 history: Mutex::new(Vec::new()),
+                last_usage: Mutex::new(None),
                 busy: AtomicBool::new(false),
                 id: NEXT_AGENT_ID.fetch_add(1, Ordering::Relaxed),
             }),
@@ -201,6 +293,189 @@ impl Agent {
         self.set_history(Vec::new())
     }
 
+    /// The flat, user-visible projection of the conversation (see [`transcript`]).
+    pub fn transcript(&self) -> Vec<TranscriptEntry> {
+        transcript::transcript(&self.history_lock())
+    }
+
+    /// [`Agent::transcript`] as a JSON array.
+    pub fn transcript_json(&self) -> String {
+        transcript::transcript_json(&self.history_lock())
+    }
+
+    /// Summarizes the older part of the conversation into one synthetic exchange, with
+    /// the agent's provider (and its model, or `options.model`), keeping the last
+    /// `options.keep_last` messages verbatim (see [`compaction`]). Not allowed during a
+    /// turn (`busy`). On failure — including `cancel` — the history is untouched and the
+    /// typed error is returned.
+    pub async fn compact(
+        &self,
+        options: &CompactOptions,
+        cancel: &CancellationToken,
+    ) -> Result<Compaction> {
+        let _slot = self.reserve()?;
+        let secrets = self.inner.transport.secrets();
+        let mut discard = Discard;
+        let mut sink = TurnSink::new(&mut discard, cancel.clone(), secrets);
+        let model = options
+            .model
+            .clone()
+            .unwrap_or_else(|| self.inner.config.model.clone());
+        let span = info_span!("compact", provider = self.inner.config.provider.as_str());
+        let result = self
+            .compact_now(options, &model, cancel, &mut sink)
+            .instrument(span)
+            .await;
+        match result {
+            Err(e) if cancel.is_cancelled() && e.kind != ErrorKind::Cancelled => {
+                Err(Error::cancelled())
+            }
+            Err(e) => Err(e.redact(secrets)),
+            ok => ok,
+        }
+    }
+
+    /// Tokens of the history as the provider last counted them, if it has not changed
+    /// since; else estimated.
+    fn history_tokens(&self, history: &[Message]) -> u64 {
+        let last = *self
+            .inner
+            .last_usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match last {
+            // Counted by the provider, plus an estimate for what was added since (the
+            // user message of a turn that is about to compact).
+            Some(u) if u.history_len <= history.len() => {
+                let added = &history[u.history_len..];
+                let estimate = if added.is_empty() {
+                    0
+                } else {
+                    compaction::estimate_tokens(added)
+                };
+                u.input_tokens
+                    .saturating_add(u.output_tokens)
+                    .saturating_add(estimate)
+            }
+            _ => compaction::estimate_tokens(history),
+        }
+    }
+
+    /// The compaction itself, for a caller that holds the turn slot. The summary
+    /// request's events go to `sink` (a discarding one).
+    async fn compact_now(
+        &self,
+        options: &CompactOptions,
+        model: &str,
+        cancel: &CancellationToken,
+        sink: &mut TurnSink<'_>,
+    ) -> Result<Compaction> {
+        let config = &self.inner.config;
+        let before = self.history();
+        let tokens_before = self.history_tokens(&before);
+        let at = compaction::split_point(&before, options.keep_last);
+        let unchanged = Compaction {
+            changed: false,
+            messages_before: before.len() as u64,
+            messages_after: before.len() as u64,
+            tokens_before,
+            tokens_after: tokens_before,
+        };
+        if at == 0 {
+            return Ok(unchanged);
+        }
+        let conversation = [Message::user(compaction::render(&before[..at]))];
+        let prompt = options
+            .prompt
+            .as_deref()
+            .unwrap_or(compaction::DEFAULT_PROMPT);
+        let params = RequestParams {
+            model,
+            system: Some(prompt),
+            max_tokens: config.max_tokens,
+            temperature: None,
+            tools: &[],
+            messages: &conversation,
+            max_completion_tokens: provider::uses_max_completion_tokens(&config.base_url),
+        };
+        let value = provider::request_body(config.provider, &params);
+        let body = Bytes::from(
+            serde_json::to_vec(&value)
+                .map_err(|e| Error::internal(format!("cannot serialize the request: {e}")))?,
+        );
+        let decoded = self
+            .inner
+            .transport
+            .stream_message(config, body, 0, cancel, sink)
+            .await
+            .map_err(|mut e| {
+                e.message = format!("compacting the history: {}", e.message);
+                e
+            })?;
+        if cancel.is_cancelled() {
+            return Err(Error::cancelled());
+        }
+        let summary = decoded.message.text();
+        if summary.trim().is_empty() {
+            return Err(Error::new(
+                ErrorKind::Provider,
+                format!(
+                    "compacting the history: the model wrote no summary (stop reason {})",
+                    decoded.stop_reason.as_string()
+                ),
+            ));
+        }
+        let after = compaction::rebuild(summary.trim(), &before[at..]);
+        message::validate_history(&after)?;
+        let result = Compaction {
+            changed: true,
+            messages_before: before.len() as u64,
+            messages_after: after.len() as u64,
+            tokens_before,
+            tokens_after: compaction::estimate_tokens(&after),
+        };
+        *self.history_lock() = after;
+        *self
+            .inner
+            .last_usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        Ok(result)
+    }
+
+    /// Whether the last request's input passed the automatic-compaction threshold.
+    fn wants_compaction(&self) -> bool {
+        let Some(c) = &self.inner.config.compaction else {
+            return false;
+        };
+        self.inner
+            .last_usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|u| u.input_tokens > c.threshold_tokens)
+    }
+
+    fn record_usage(&self, usage: &Usage) {
+        let input = match self.inner.config.provider {
+            // Anthropic counts cached input apart from `input_tokens`.
+            ProviderKind::Anthropic => usage
+                .input_tokens
+                .saturating_add(usage.cache_read_tokens)
+                .saturating_add(usage.cache_write_tokens),
+            ProviderKind::OpenAi => usage.input_tokens,
+        };
+        let history_len = self.history_lock().len();
+        *self
+            .inner
+            .last_usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(LastUsage {
+            history_len,
+            input_tokens: input,
+            output_tokens: usage.output_tokens,
+        });
+    }
+
     /// Reserves the agent for one turn; `busy` if a turn is active.
     pub fn reserve(&self) -> Result<TurnSlot> {
         if self
@@ -244,6 +519,11 @@ impl Agent {
     ) -> Result<TurnSummary> {
         let config = &self.inner.config;
         let model = options.model.unwrap_or_else(|| config.model.clone());
+        let request_options = RequestOptions {
+            reasoning: options.reasoning.or(config.reasoning),
+            prompt_caching: config.prompt_caching,
+            compat: config.compat.resolve(&config.base_url),
+        };
         self.history_lock().push(Message::user(input));
         let specs = self.tool_specs();
         let mut usage = Usage::default();
@@ -251,6 +531,9 @@ impl Agent {
         loop {
             if control.cancel.is_cancelled() {
                 return Err(Error::cancelled());
+            }
+            if self.wants_compaction() {
+                self.auto_compact(&model, sink, control).await?;
             }
             let body = {
                 let history = self.history_lock();
@@ -263,7 +546,7 @@ impl Agent {
                     messages: &history,
                     max_completion_tokens: provider::uses_max_completion_tokens(&config.base_url),
                 };
-                let value = provider::request_body(config.provider, &params);
+                let value = provider::request_body_with(config.provider, &params, &request_options);
                 Bytes::from(
                     serde_json::to_vec(&value).map_err(|e| {
                         Error::internal(format!("cannot serialize the request: {e}"))
@@ -276,6 +559,7 @@ impl Agent {
                 .stream_message(config, body, message, &control.cancel, sink)
                 .await?;
             usage.add(&decoded.usage);
+            let step_usage = decoded.usage;
             let stop = decoded.stop_reason.clone();
             let text = decoded.message.text();
             message += 1;
@@ -286,11 +570,13 @@ impl Agent {
                 // valid for the next turn.
                 let results = unrun_results(&decoded.message);
                 self.commit(decoded.message, results);
+                self.record_usage(&step_usage);
                 return self.complete(stop, usage, message, text, sink);
             }
             let calls = self.plan_calls(&decoded.message, &decoded.cut_off_calls);
             if calls.is_empty() {
                 self.commit(decoded.message, Vec::new());
+                self.record_usage(&step_usage);
                 return self.complete(stop, usage, message, text, sink);
             }
             let outputs: Outputs = Arc::new(Mutex::new(vec![None; calls.len()]));
@@ -315,6 +601,7 @@ impl Agent {
             // Every call gets its result in call order, even when the turn stops here,
             // so the history stays acceptable to the provider.
             step.commit();
+            self.record_usage(&step_usage);
             if let Some(err) = failure {
                 return Err(err);
             }
@@ -322,6 +609,41 @@ impl Agent {
                 return self.complete(StopReason::MaxSteps, usage, message, text, sink);
             }
         }
+    }
+
+    /// Automatic compaction before a request: the summary request is not a message of
+    /// the turn (its events are dropped); `history_compacted` announces the result. A
+    /// failure fails the turn with its error and leaves the history as it was.
+    async fn auto_compact(
+        &self,
+        turn_model: &str,
+        sink: &mut TurnSink<'_>,
+        control: &TurnControl,
+    ) -> Result<()> {
+        let Some(c) = &self.inner.config.compaction else {
+            return Ok(());
+        };
+        let options = CompactOptions {
+            keep_last: c.keep_last,
+            model: c.model.clone(),
+            prompt: c.prompt.clone(),
+        };
+        let model = c.model.as_deref().unwrap_or(turn_model);
+        let secrets = self.inner.transport.secrets();
+        let mut discard = Discard;
+        let mut quiet = TurnSink::new(&mut discard, control.cancel.clone(), secrets);
+        let done = self
+            .compact_now(&options, model, &control.cancel, &mut quiet)
+            .await?;
+        if done.changed {
+            sink.emit(Event::HistoryCompacted {
+                messages_before: done.messages_before,
+                messages_after: done.messages_after,
+                tokens_before: done.tokens_before,
+                tokens_after: done.tokens_after,
+            })?;
+        }
+        Ok(())
     }
 
     /// Appends one whole step: the assistant message, then (if it called tools) their

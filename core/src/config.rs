@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::provider::{ProviderKind, ToolSpec};
 
 /// Every top-level key of the JSON configuration.
-pub const KEYS: [&str; 18] = [
+pub const KEYS: [&str; 22] = [
     "provider",
     "model",
     "base_url",
@@ -31,6 +31,10 @@ pub const KEYS: [&str; 18] = [
     "max_event_bytes",
     "max_message_bytes",
     "max_tool_output_bytes",
+    "reasoning",
+    "prompt_caching",
+    "compaction",
+    "compat",
 ];
 
 /// The largest `queue_capacity` accepted: the queue is allocated up front, so a larger
@@ -64,6 +68,150 @@ impl Default for RetryConfig {
             initial_delay_ms: 500,
             max_delay_ms: 8000,
             max_elapsed_ms: 300_000,
+        }
+    }
+}
+
+/// How hard the model should think: `none` turns reasoning off where the provider
+/// allows it; `low` / `medium` / `high` ask for more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effort {
+    None,
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    pub fn parse(s: &str) -> Option<Effort> {
+        match s {
+            "none" => Some(Effort::None),
+            "low" => Some(Effort::Low),
+            "medium" => Some(Effort::Medium),
+            "high" => Some(Effort::High),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::None => "none",
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
+}
+
+/// Reasoning control (`reasoning: {effort, budget_tokens?}`), per agent or per turn.
+/// `budget_tokens` is the thinking budget where the provider takes one (Anthropic); by
+/// default it follows the effort (see `provider::anthropic::thinking_budget`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reasoning {
+    pub effort: Effort,
+    pub budget_tokens: Option<u32>,
+}
+
+impl Reasoning {
+    pub fn new(effort: Effort) -> Reasoning {
+        Reasoning {
+            effort,
+            budget_tokens: None,
+        }
+    }
+
+    /// Parses the JSON form; `path` names the key in errors (`reasoning`,
+    /// `options.reasoning`).
+    pub fn from_value(v: &Value, path: &str) -> Result<Reasoning> {
+        let obj = v.as_object().ok_or_else(|| wrong_type(path, "an object"))?;
+        check_keys(obj, &["effort", "budget_tokens"], &format!("{path}."))?;
+        let effort = match obj.get("effort") {
+            Some(Value::String(s)) => Effort::parse(s).ok_or_else(|| {
+                Error::config(format!(
+                    "{path}.effort: must be \"none\", \"low\", \"medium\" or \"high\" (got {s:?})"
+                ))
+            })?,
+            None | Some(Value::Null) => Effort::Medium,
+            Some(_) => return Err(wrong_type(&format!("{path}.effort"), "a string")),
+        };
+        let budget_tokens = opt_u64(obj, "budget_tokens", &format!("{path}.budget_tokens"))?
+            .map(|v| {
+                u32::try_from(v)
+                    .map_err(|_| Error::config(format!("{path}.budget_tokens: too large")))
+            })
+            .transpose()?;
+        Ok(Reasoning {
+            effort,
+            budget_tokens,
+        })
+    }
+}
+
+/// Automatic compaction (`compaction: {threshold_tokens, keep_last, model?, prompt?}`):
+/// when the input tokens of the last request pass `threshold_tokens`, the next request
+/// of a turn first summarizes the older history (see `Agent::compact`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactionConfig {
+    pub threshold_tokens: u64,
+    /// Messages kept verbatim at the end of the history (default 6).
+    pub keep_last: usize,
+    /// The model that writes the summary (default: the turn's model).
+    pub model: Option<String>,
+    /// Replaces the summarization instructions (default `compaction::DEFAULT_PROMPT`).
+    pub prompt: Option<String>,
+}
+
+/// Default of `compaction.keep_last` and of `CompactOptions::keep_last`.
+pub const DEFAULT_KEEP_LAST: usize = 6;
+
+/// Which OpenAI-compatible server the agent talks to, for the request fields only some
+/// servers know (reasoning switches, re-sent `reasoning_content`). `Auto` decides from
+/// `base_url`: OpenAI's and Azure's hosts, `api.deepseek.com`, port 11434 (Ollama);
+/// anything else is `Generic`. Ignored for Anthropic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compat {
+    Auto,
+    OpenAi,
+    DeepSeek,
+    Ollama,
+    Vllm,
+    Generic,
+}
+
+impl Compat {
+    pub fn parse(s: &str) -> Option<Compat> {
+        match s {
+            "auto" => Some(Compat::Auto),
+            "openai" => Some(Compat::OpenAi),
+            "deepseek" => Some(Compat::DeepSeek),
+            "ollama" => Some(Compat::Ollama),
+            "vllm" => Some(Compat::Vllm),
+            "generic" => Some(Compat::Generic),
+            _ => None,
+        }
+    }
+
+    /// `Auto` made concrete for `base_url`.
+    pub fn resolve(self, base_url: &str) -> Compat {
+        if self != Compat::Auto {
+            return self;
+        }
+        if crate::provider::uses_max_completion_tokens(base_url) {
+            return Compat::OpenAi;
+        }
+        let authority = base_url
+            .split("://")
+            .nth(1)
+            .unwrap_or(base_url)
+            .split('/')
+            .next()
+            .unwrap_or("");
+        let host = authority.split(':').next().unwrap_or("");
+        if host == "api.deepseek.com" {
+            Compat::DeepSeek
+        } else if authority.ends_with(":11434") {
+            Compat::Ollama
+        } else {
+            Compat::Generic
         }
     }
 }
@@ -135,6 +283,16 @@ pub struct Config {
     /// Cap on one tool result (default 100 KiB), for Rust and host tools alike: longer
     /// output is cut at this size and ends with a note saying so, which the model reads.
     pub max_tool_output_bytes: usize,
+    /// Reasoning control for every turn (a turn's `TurnOptions::reasoning` replaces it);
+    /// `None` sends nothing, leaving the provider's default.
+    pub reasoning: Option<Reasoning>,
+    /// Anthropic: mark cache breakpoints (system prompt, tool list, latest message) so
+    /// an agent loop pays full price for each input token once (default on).
+    pub prompt_caching: bool,
+    /// Automatic compaction; `None` (the default) never compacts on its own.
+    pub compaction: Option<CompactionConfig>,
+    /// See [`Compat`] (default `Auto`).
+    pub compat: Compat,
 }
 
 impl fmt::Debug for Config {
@@ -165,6 +323,10 @@ impl fmt::Debug for Config {
             .field("max_event_bytes", &self.max_event_bytes)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("max_tool_output_bytes", &self.max_tool_output_bytes)
+            .field("reasoning", &self.reasoning)
+            .field("prompt_caching", &self.prompt_caching)
+            .field("compaction", &self.compaction)
+            .field("compat", &self.compat)
             .finish()
     }
 }
@@ -222,6 +384,10 @@ impl Config {
             max_event_bytes: crate::sse::DEFAULT_MAX_EVENT_SIZE,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_tool_output_bytes: DEFAULT_MAX_TOOL_OUTPUT_BYTES,
+            reasoning: None,
+            prompt_caching: true,
+            compaction: None,
+            compat: Compat::Auto,
         }
     }
 
@@ -280,6 +446,22 @@ impl Config {
     }
     pub fn with_max_message_bytes(mut self, n: usize) -> Config {
         self.max_message_bytes = n;
+        self
+    }
+    pub fn with_reasoning(mut self, reasoning: Reasoning) -> Config {
+        self.reasoning = Some(reasoning);
+        self
+    }
+    pub fn with_prompt_caching(mut self, on: bool) -> Config {
+        self.prompt_caching = on;
+        self
+    }
+    pub fn with_compaction(mut self, compaction: CompactionConfig) -> Config {
+        self.compaction = Some(compaction);
+        self
+    }
+    pub fn with_compat(mut self, compat: Compat) -> Config {
+        self.compat = compat;
         self
     }
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Config {
@@ -343,6 +525,16 @@ impl Config {
         ] {
             if v == 0 {
                 return Err(Error::config(format!("{key}: must be at least 1")));
+            }
+        }
+        if let Some(c) = &self.compaction {
+            if c.threshold_tokens == 0 {
+                return Err(Error::config(
+                    "compaction.threshold_tokens: must be at least 1",
+                ));
+            }
+            if c.keep_last == 0 {
+                return Err(Error::config("compaction.keep_last: must be at least 1"));
             }
         }
         let mut seen = std::collections::HashSet::new();
@@ -484,6 +676,51 @@ impl Config {
             if let Some(v) = opt_u64(t, "request_ms", "timeouts.request_ms")? {
                 c.timeouts.request_ms = v;
             }
+        }
+        if let Some(v) = obj.get("reasoning").filter(|v| !v.is_null()) {
+            c.reasoning = Some(Reasoning::from_value(v, "reasoning")?);
+        }
+        match obj.get("prompt_caching") {
+            None | Some(Value::Null) => {}
+            Some(Value::Bool(b)) => c.prompt_caching = *b,
+            Some(_) => return Err(wrong_type("prompt_caching", "a boolean")),
+        }
+        if let Some(s) = opt_str(obj, "compat")? {
+            c.compat = Compat::parse(&s).ok_or_else(|| {
+                Error::config(format!(
+                    "compat: must be \"auto\", \"openai\", \"deepseek\", \"ollama\", \"vllm\" \
+                     or \"generic\" (got {s:?})"
+                ))
+            })?;
+        }
+        if let Some(k) = opt_object(obj, "compaction")? {
+            check_keys(
+                k,
+                &["threshold_tokens", "keep_last", "model", "prompt"],
+                "compaction.",
+            )?;
+            let threshold_tokens =
+                opt_u64(k, "threshold_tokens", "compaction.threshold_tokens")?
+                    .ok_or_else(|| Error::config("compaction.threshold_tokens: required"))?;
+            let keep_last = opt_u64(k, "keep_last", "compaction.keep_last")?
+                .map(|v| usize::try_from(v).unwrap_or(usize::MAX))
+                .unwrap_or(DEFAULT_KEEP_LAST);
+            let model = match k.get("model") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(_) => return Err(wrong_type("compaction.model", "a string")),
+            };
+            let prompt = match k.get("prompt") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(_) => return Err(wrong_type("compaction.prompt", "a string")),
+            };
+            c.compaction = Some(CompactionConfig {
+                threshold_tokens,
+                keep_last,
+                model,
+                prompt,
+            });
         }
         if let Some(h) = opt_object(obj, "headers")? {
             for (name, v) in h {
@@ -645,12 +882,55 @@ mod tests {
                 r#"{"model":"m","headers":{"x-a":"line\nbreak"}}"#,
                 "headers.x-a",
             ),
+            (
+                r#"{"model":"m","reasoning":{"effort":"max"}}"#,
+                "reasoning.effort",
+            ),
+            (
+                r#"{"model":"m","reasoning":{"effort":"low","budget":5}}"#,
+                "reasoning.budget",
+            ),
+            (r#"{"model":"m","prompt_caching":"no"}"#, "prompt_caching"),
+            (
+                r#"{"model":"m","compaction":{"keep_last":2}}"#,
+                "compaction.threshold_tokens",
+            ),
+            (
+                r#"{"model":"m","compaction":{"threshold_tokens":10,"keep_last":0}}"#,
+                "compaction.keep_last",
+            ),
+            (r#"{"model":"m","compat":"lmstudio"}"#, "compat"),
         ];
         for (json, key) in cases {
             let e = Config::from_json(json).unwrap_err();
             assert_eq!(e.kind, crate::ErrorKind::Config);
             assert!(e.message.starts_with(key), "{json}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn conversation_controls_parse() {
+        let c = Config::from_json(
+            r#"{"model":"m","reasoning":{"effort":"high","budget_tokens":2048},
+                "prompt_caching":false,"compat":"vllm",
+                "compaction":{"threshold_tokens":1000,"model":"small","prompt":"p"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.reasoning,
+            Some(Reasoning {
+                effort: Effort::High,
+                budget_tokens: Some(2048)
+            })
+        );
+        assert!(!c.prompt_caching);
+        assert_eq!(c.compat, Compat::Vllm);
+        let k = c.compaction.unwrap();
+        assert_eq!((k.threshold_tokens, k.keep_last), (1000, DEFAULT_KEEP_LAST));
+        assert_eq!(k.model.as_deref(), Some("small"));
+        let d = Config::from_json(r#"{"model":"m"}"#).unwrap();
+        assert!(d.prompt_caching && d.reasoning.is_none() && d.compaction.is_none());
+        assert_eq!(d.compat, Compat::Auto);
     }
 
     #[test]

@@ -49,6 +49,7 @@ pub(crate) fn redact_block(block: &mut Block, secrets: &Secrets) {
             secrets.redact_in_place(name);
             secrets.redact_in_place(output);
         }
+        Block::Opaque { block, .. } => redact_value(block, secrets),
     }
 }
 
@@ -154,6 +155,16 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<u16>,
     },
+    /// The history was compacted before the next request (automatic compaction, see
+    /// `compaction` in the configuration): `messages_*` count the history's messages,
+    /// `tokens_*` its size in tokens (`tokens_before` from the provider's usage when
+    /// known; otherwise, and always for `tokens_after`, estimated as bytes / 4).
+    HistoryCompacted {
+        messages_before: u64,
+        messages_after: u64,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
     /// Terminal: the turn is over. `usage` is the turn total, `messages` the number of
     /// assistant messages, `text` the final assistant message's text.
     MessageComplete {
@@ -166,7 +177,7 @@ pub enum Event {
 
 impl Event {
     /// Every event type name, in the order of DESIGN.md; bindings check theirs against it.
-    pub const TYPES: [&'static str; 10] = [
+    pub const TYPES: [&'static str; 11] = [
         "message_start",
         "block_start",
         "content_delta",
@@ -177,6 +188,7 @@ impl Event {
         "tool_result",
         "provider_retry",
         "message_complete",
+        "history_compacted",
     ];
 
     /// The stable numeric code of this event type, as the C ABI reports it
@@ -193,6 +205,7 @@ impl Event {
             Event::ToolResult { .. } => 8,
             Event::ProviderRetry { .. } => 9,
             Event::MessageComplete { .. } => 10,
+            Event::HistoryCompacted { .. } => 11,
         }
     }
 
@@ -215,7 +228,9 @@ impl Event {
                     fix(r);
                 }
             }
-            Event::BlockStart { .. } | Event::MessageEnd { .. } => {}
+            Event::BlockStart { .. }
+            | Event::MessageEnd { .. }
+            | Event::HistoryCompacted { .. } => {}
             Event::ContentDelta { text, .. } => fix(text),
             Event::ToolDetails { call_id, name, .. } => {
                 fix(call_id);
@@ -266,6 +281,7 @@ impl Event {
             Event::ToolResult { .. } => "tool_result",
             Event::ProviderRetry { .. } => "provider_retry",
             Event::MessageComplete { .. } => "message_complete",
+            Event::HistoryCompacted { .. } => "history_compacted",
         }
     }
 
@@ -377,6 +393,15 @@ pub trait Receiver: Send {
     ) -> Flow {
         Flow::Continue
     }
+    fn on_history_compacted(
+        &mut self,
+        messages_before: u64,
+        messages_after: u64,
+        tokens_before: u64,
+        tokens_after: u64,
+    ) -> Flow {
+        Flow::Continue
+    }
 }
 
 fn dispatch<R: Receiver + ?Sized>(r: &mut R, event: &Event) -> Flow {
@@ -449,6 +474,17 @@ fn dispatch<R: Receiver + ?Sized>(r: &mut R, event: &Event) -> Flow {
             messages,
             text,
         } => r.on_message_complete(stop_reason, usage, *messages, text),
+        Event::HistoryCompacted {
+            messages_before,
+            messages_after,
+            tokens_before,
+            tokens_after,
+        } => r.on_history_compacted(
+            *messages_before,
+            *messages_after,
+            *tokens_before,
+            *tokens_after,
+        ),
     }
 }
 
@@ -513,6 +549,16 @@ mod tests {
                     "input_tokens":0,"output_tokens":0,"cache_read_tokens":0,
                     "cache_write_tokens":0,"reasoning_tokens":0},"messages":2,"text":"t"}),
             ),
+            (
+                Event::HistoryCompacted {
+                    messages_before: 12,
+                    messages_after: 5,
+                    tokens_before: 9000,
+                    tokens_after: 700,
+                },
+                json!({"type":"history_compacted","messages_before":12,"messages_after":5,
+                       "tokens_before":9000,"tokens_after":700}),
+            ),
         ];
         for (ev, want) in cases {
             let got: Value = serde_json::from_str(&ev.to_json()).unwrap();
@@ -534,7 +580,14 @@ mod tests {
         };
         assert_eq!(Event::type_name_of_code(ev.code()), Some(ev.type_name()));
         assert_eq!(Event::type_name_of_code(0), None);
-        assert_eq!(Event::type_name_of_code(11), None);
+        assert_eq!(Event::type_name_of_code(12), None);
+        let compacted = Event::HistoryCompacted {
+            messages_before: 0,
+            messages_after: 0,
+            tokens_before: 0,
+            tokens_after: 0,
+        };
+        assert_eq!(compacted.code(), 11);
         for (i, name) in Event::TYPES.iter().enumerate() {
             assert_eq!(Event::type_name_of_code(i as u32 + 1), Some(*name));
         }

@@ -25,9 +25,12 @@
 //! - [`http`] — connection pools (one per runtime), streaming a response into a decoder under timeouts, backpressure and cancellation.
 //! - [`secret`] — the API key and credential headers, and their removal from everything panto reports.
 //! - [`tool`] — the `Tool` trait, host tools and concurrent dispatch.
-//! - [`agent`] — the agent: conversation ownership and the turn loop.
+//! - [`transcript`] — the flat, provider-neutral view of the conversation for a UI.
+//! - [`compaction`] — summarizing older history: the cut, the prompt, the rebuilt history.
+//! - [`agent`] — the agent: conversation ownership, the turn loop, compaction.
 
 pub mod agent;
+pub mod compaction;
 pub mod config;
 pub mod error;
 pub mod event;
@@ -38,14 +41,17 @@ pub mod retry;
 pub mod secret;
 pub mod sse;
 pub mod tool;
+pub mod transcript;
 
 pub use agent::{Agent, TurnControl, TurnOptions, TurnSlot, TurnSummary};
-pub use config::{Config, RetryConfig, Timeouts};
+pub use compaction::{CompactOptions, Compaction};
+pub use config::{CompactionConfig, Compat, Config, Effort, Reasoning, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use message::{Block, Message, Role, StopReason, Usage};
 pub use provider::{ProviderKind, ToolSpec};
 pub use secret::Secrets;
 pub use tool::{FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
+pub use transcript::{EntryKind, TranscriptEntry};
 
 pub use tokio_util::sync::CancellationToken;

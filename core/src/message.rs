@@ -53,6 +53,15 @@ pub enum Block {
         output: String,
         is_error: bool,
     },
+    /// A block of a kind panto does not model, kept exactly as the provider sent it so
+    /// it can go back verbatim: Anthropic's server-tool blocks (`server_tool_use`,
+    /// `web_search_tool_result`…), MCP blocks (`mcp_tool_use`, `mcp_tool_result`) and
+    /// `compaction` blocks. `provider` names the wire format it came from (`anthropic`);
+    /// it is sent back only to that provider, and never announced by block events.
+    Opaque {
+        provider: String,
+        block: Value,
+    },
 }
 
 impl Block {
@@ -252,11 +261,16 @@ pub fn validate_history(messages: &[Message]) -> Result<()> {
         let m = &messages[i];
         match m.role {
             Role::User => {
-                if m.content
-                    .iter()
-                    .any(|b| matches!(b, Block::ToolResult { .. } | Block::ToolCall { .. }))
-                {
-                    return bad(i, "user messages hold no tool calls or results".into());
+                if m.content.iter().any(|b| {
+                    matches!(
+                        b,
+                        Block::ToolResult { .. } | Block::ToolCall { .. } | Block::Opaque { .. }
+                    )
+                }) {
+                    return bad(
+                        i,
+                        "user messages hold no tool calls, results or provider blocks".into(),
+                    );
                 }
             }
             Role::Tool => return bad(i, "tool results without a preceding tool call".into()),

@@ -173,7 +173,12 @@ async fn two_step_turn(kind: ProviderKind) {
             );
         }
         ProviderKind::Anthropic => {
-            assert_eq!(body["system"], "be brief");
+            // Prompt caching is on by default: the system prompt is a block with a
+            // cache breakpoint.
+            assert_eq!(
+                body["system"],
+                json!([{"type":"text","text":"be brief","cache_control":{"type":"ephemeral"}}])
+            );
             assert_eq!(body["messages"][2]["content"][0]["type"], "tool_result");
             assert_eq!(body["messages"][2]["content"][0]["tool_use_id"], "call_1");
             assert_eq!(reqs[0].headers["x-api-key"], "sk-test-SECRET-key-0001");
@@ -550,6 +555,7 @@ async fn per_turn_model_override() {
     let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
     let opts = panto::TurnOptions {
         model: Some("other-model".into()),
+        ..Default::default()
     };
     agent
         .run("x", &mut Collect::default(), &TurnControl::default(), opts)

@@ -125,6 +125,7 @@ fn kinds(m: &DecodedMessage) -> Vec<&'static str> {
             Block::RedactedReasoning { .. } => "redacted_reasoning",
             Block::ToolCall { .. } => "tool_call",
             Block::ToolResult { .. } => "tool_result",
+            Block::Opaque { .. } => "opaque",
         })
         .collect()
 }
@@ -848,7 +849,7 @@ fn anthropic_full_flow_with_pings_anywhere() {
 }
 
 #[test]
-fn anthropic_unknown_events_blocks_and_deltas_are_ignored() {
+fn anthropic_unknown_events_and_deltas_are_ignored_and_unknown_blocks_kept_verbatim() {
     let body = named(&[
         msg_start(),
         json!({"type": "brand_new_event", "payload": {"x": 1}}),
@@ -880,8 +881,26 @@ fn anthropic_unknown_events_blocks_and_deltas_are_ignored() {
     ]);
     let o = run(AN, &body);
     let m = ok(&o);
-    assert_eq!(m.message.content, vec![Block::text("AB")]);
-    // Skipped provider blocks take no panto block index.
+    // Blocks panto does not model are kept verbatim (streamed tool input applied) for
+    // re-sending, in their place; citations and unknown deltas are dropped.
+    let opaque = |block: Value| Block::Opaque {
+        provider: "anthropic".into(),
+        block,
+    };
+    assert_eq!(
+        m.message.content,
+        vec![
+            opaque(
+                json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}})
+            ),
+            opaque(
+                json!({"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []})
+            ),
+            opaque(json!({"type": "fancy_future_block", "stuff": true})),
+            Block::text("AB"),
+        ]
+    );
+    // Provider blocks take no panto block index and get no events.
     assert!(matches!(
         o.events[1],
         Event::BlockStart {
@@ -1366,8 +1385,10 @@ fn openai_request_body() {
             "messages": [
                 {"role": "system", "content": "Be brief."},
                 {"role": "user", "content": "Weather in Paris and Rome?"},
-                // Reasoning is not sent back to OpenAI-compatible servers.
-                {"role": "assistant", "content": "Checking.", "tool_calls": [
+                // The reasoning of a message that called tools goes back as
+                // `reasoning_content` (DeepSeek requires it within a tool loop); redacted
+                // reasoning has no text to send.
+                {"role": "assistant", "content": "Checking.", "reasoning_content": "Two cities.", "tool_calls": [
                     {"id": "call_1", "type": "function",
                      "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}},
                     {"id": "call_2", "type": "function",

@@ -168,7 +168,7 @@ extern "C" {
 /* ---------------------------------------------------------------------------------- */
 
 #define PANTO_ABI_VERSION_MAJOR 1
-#define PANTO_ABI_VERSION_MINOR 0
+#define PANTO_ABI_VERSION_MINOR 1
 /* The version this header describes, in the form panto_abi_version() returns. */
 #define PANTO_ABI_VERSION ((PANTO_ABI_VERSION_MAJOR << 16) | PANTO_ABI_VERSION_MINOR)
 
@@ -199,6 +199,7 @@ typedef int32_t PantoStatus;
 #define PANTO_EV_TOOL_RESULT 8
 #define PANTO_EV_PROVIDER_RETRY 9
 #define PANTO_EV_MESSAGE_COMPLETE 10
+#define PANTO_EV_HISTORY_COMPACTED 11 /* since ABI 1.1 */
 #define PANTO_EV_ERROR 256 /* with PANTO_ERROR: payload.error holds the failure */
 
 /* ---------------------------------------------------------------------------------- */
@@ -384,6 +385,17 @@ typedef struct PantoMessageComplete {
   PantoUsage usage;  /* the turn's total */
 } PantoMessageComplete;
 
+/* PANTO_EV_HISTORY_COMPACTED (since ABI 1.1): automatic compaction (the "compaction"
+ * config key) summarized the older history before the next request. Counts of the
+ * history's messages and tokens; tokens_before comes from the provider's usage when
+ * known, tokens_after (and tokens_before otherwise) is estimated as bytes / 4. */
+typedef struct PantoHistoryCompacted {
+  uint64_t messages_before;
+  uint64_t messages_after;
+  uint64_t tokens_before;
+  uint64_t tokens_after;
+} PantoHistoryCompacted;
+
 /* PANTO_EV_ERROR (status PANTO_ERROR): the failure; the same fields as PantoError. */
 typedef struct PantoErrorInfo {
   uint32_t kind;   /* PANTO_ERR_* */
@@ -408,6 +420,7 @@ typedef union PantoEventPayload {
   PantoProviderRetry provider_retry;
   PantoMessageComplete message_complete;
   PantoErrorInfo error;
+  PantoHistoryCompacted history_compacted; /* since ABI 1.1 */
   uint64_t _reserved[32];
 } PantoEventPayload;
 
@@ -495,7 +508,11 @@ PANTO_API PantoStr panto_event_kind_name(uint32_t kind);
  *              "max_elapsed_ms": n},
  *    "timeouts": {"connect_ms": n, "idle_ms": n, "request_ms": n},
  *    "queue_capacity": n, "headers": {"name": "value"},
- *    "max_event_bytes": n, "max_message_bytes": n, "max_tool_output_bytes": n}
+ *    "max_event_bytes": n, "max_message_bytes": n, "max_tool_output_bytes": n,
+ *    "reasoning": {"effort": "none" | "low" | "medium" | "high", "budget_tokens": n},
+ *    "prompt_caching": true | false,
+ *    "compaction": {"threshold_tokens": n, "keep_last": n, "model": "…", "prompt": "…"},
+ *    "compat": "auto" | "openai" | "deepseek" | "ollama" | "vllm" | "generic"}
  * Every key is optional. "base_url" is the one of the provider's official SDK (OpenAI's
  * includes /v1). "api_key" defaults to $OPENAI_API_KEY / $ANTHROPIC_API_KEY. The tools
  * listed here are host tools: the caller implements them (see tool_call_start).
@@ -532,6 +549,35 @@ PANTO_API PantoStatus panto_agent_clear_history(PantoAgent *agent, PantoError **
  * an error), this fails with PANTO_ERR_BUSY, synchronously. Any thread. */
 PANTO_API PantoStatus panto_agent_stream(PantoAgent *agent, const char *input, size_t len,
                                          PantoStream **out, PantoError **err);
+
+/* Since ABI 1.1. panto_agent_stream with per-turn options: `options_json` (UTF-8,
+ * `options_len` bytes) is {"model": "…", "reasoning": {"effort": "…", "budget_tokens": n}},
+ * every key optional, replacing the configuration's for this turn only; NULL means no
+ * options. Unknown keys and wrong types are PANTO_ERR_CONFIG naming the key. Otherwise
+ * exactly panto_agent_stream. */
+PANTO_API PantoStatus panto_agent_stream_with(PantoAgent *agent, const char *input, size_t len,
+                                              const char *options_json, size_t options_len,
+                                              PantoStream **out, PantoError **err);
+
+/* Since ABI 1.1. Summarizes the older part of the conversation into one synthetic
+ * exchange with the agent's provider, keeping the last messages verbatim (a tool call
+ * and its results are never separated). `options_json` (NULL: defaults) is
+ * {"keep_last": n (default 6), "model": "…", "prompt": "…"}. On success *out (owned by
+ * the caller, panto_string_free) is {"changed": bool, "messages_before": n,
+ * "messages_after": n, "tokens_before": n, "tokens_after": n}. On failure the
+ * conversation is untouched. BLOCKS for the provider's answer (bounded by the timeouts);
+ * PANTO_ERR_BUSY while a stream of this agent is open. Any thread. */
+PANTO_API PantoStatus panto_agent_compact(PantoAgent *agent, const char *options_json,
+                                          size_t options_len, PantoString *out,
+                                          PantoError **err);
+
+/* Since ABI 1.1. The transcript: a flat, provider-neutral JSON array of the
+ * conversation, [{"role", "kind": "text"|"reasoning"|"tool_call"|"tool_result", "text",
+ * "name"?, "call_id"?, "is_error"?}], into *out (owned by the caller,
+ * panto_string_free). Allowed during a turn (it shows the last complete step). Never
+ * blocks for long; any thread. */
+PANTO_API PantoStatus panto_agent_transcript_json(PantoAgent *agent, PantoString *out,
+                                                  PantoError **err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Streams                                                                             */

@@ -71,7 +71,10 @@ use crossbeam_channel::{
     bounded, Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx, TryRecvError, TrySendError,
 };
 use futures_util::FutureExt;
-use panto::{Agent, Error, Event, Flow, Receiver, TurnControl, TurnOptions};
+use panto::{
+    Agent, CancellationToken, CompactOptions, Compaction, Error, Event, Flow, Receiver,
+    TurnControl, TurnOptions,
+};
 
 type Item = Result<Event, Error>;
 
@@ -341,6 +344,46 @@ impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stream").finish_non_exhaustive()
     }
+}
+
+/// Compacts `agent`'s history (see `Agent::compact`), blocking the calling thread until
+/// it is done. The summary request runs on the agent's worker thread, like its turns.
+/// `busy` while the agent has an active stream; must not be called from a panto worker
+/// thread (that is a `config` error rather than a deadlock).
+pub fn compact(agent: &Agent, options: &CompactOptions) -> Result<Compaction, Error> {
+    compact_cancellable(agent, options, &CancellationToken::new())
+}
+
+/// [`compact`] with a token that cancels it from another thread (the history is then
+/// untouched and the result is a `cancelled` error).
+pub fn compact_cancellable(
+    agent: &Agent,
+    options: &CompactOptions,
+    cancel: &CancellationToken,
+) -> Result<Compaction, Error> {
+    if ON_WORKER.with(|w| w.get()) {
+        return Err(Error::config(
+            "compact: called on a panto worker thread, which would wait for itself",
+        ));
+    }
+    let pool = pool()?;
+    let worker = &pool.workers[(agent.id() as usize) % pool.workers.len()];
+    let (tx, rx) = bounded::<Result<Compaction, Error>>(1);
+    let agent = agent.clone();
+    let options = options.clone();
+    let cancel = cancel.clone();
+    drop(worker.spawn(async move {
+        let run = AssertUnwindSafe(agent.compact(&options, &cancel))
+            .catch_unwind()
+            .await;
+        let result = run.unwrap_or_else(|_| Err(Error::internal("compaction panicked")));
+        let _ = tx.send(result);
+    }));
+    rx.recv().unwrap_or_else(|_| {
+        Err(Error::internal(
+            "the compaction task ended without a result",
+        ))
+    })
 }
 
 /// `agent.stream(input)`: starts a turn as a pull [`Stream`].

@@ -33,13 +33,16 @@ impl Agent {
     /// Starts a turn: appends `input` as a user message and returns its stream.
     /// `on_host_call` is called with each `ToolCallStart(host=True)` before it is handed
     /// out. Raises `BusyError` if this agent already has an active stream.
-    #[pyo3(signature = (input, model = None, on_host_call = None))]
+    /// `reasoning_json` is the per-turn reasoning control as the core's JSON
+    /// (`{"effort": …, "budget_tokens": …}`).
+    #[pyo3(signature = (input, model = None, on_host_call = None, reasoning_json = None))]
     fn stream(
         &self,
         py: Python<'_>,
         input: &str,
         model: Option<String>,
         on_host_call: Option<Py<PyAny>>,
+        reasoning_json: Option<&str>,
     ) -> PyResult<Stream> {
         let pid = std::process::id();
         match WORKERS_PID.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst) {
@@ -56,11 +59,40 @@ impl Agent {
                 ))
             }
         }
+        let reasoning = match reasoning_json {
+            None => None,
+            Some(json) => {
+                let value: serde_json::Value = serde_json::from_str(json).map_err(|e| {
+                    to_pyerr(
+                        py,
+                        panto::Error::config(format!("reasoning: not valid JSON: {e}")),
+                    )
+                })?;
+                Some(panto::Reasoning::from_value(&value, "reasoning").py_err(py)?)
+            }
+        };
         let stream = self
             .agent
-            .stream_with(input, TurnOptions { model })
+            .stream_with(input, TurnOptions { model, reasoning })
             .py_err(py)?;
         Ok(Stream::new(stream, on_host_call))
+    }
+
+    /// Compacts the conversation (see `panto::Agent::compact`), with the GIL released
+    /// while the provider writes the summary; returns the result as the core's JSON.
+    /// `options_json` is `{"keep_last"?, "model"?, "prompt"?}`.
+    fn compact(&self, py: Python<'_>, options_json: &str) -> PyResult<String> {
+        let options = panto::CompactOptions::from_json(options_json).py_err(py)?;
+        let agent = self.agent.clone();
+        let done = py
+            .detach(move || panto_pull::compact(&agent, &options))
+            .py_err(py)?;
+        Ok(done.to_json())
+    }
+
+    /// The transcript as the core's JSON array.
+    fn transcript_json(&self) -> String {
+        self.agent.transcript_json()
     }
 
     /// The conversation as the core's versioned JSON.

@@ -481,6 +481,33 @@ event_class!(MessageComplete, "MessageComplete", "message_complete", {
     }
 });
 
+/// Automatic compaction summarized the older history before the next request
+/// (`history_compacted`). `tokens_before` comes from the provider's usage when known;
+/// `tokens_after` (and `tokens_before` otherwise) is estimated as bytes / 4.
+#[pyclass(frozen, module = "panto", name = "HistoryCompacted")]
+pub struct HistoryCompacted {
+    #[pyo3(get)]
+    messages_before: u64,
+    #[pyo3(get)]
+    messages_after: u64,
+    #[pyo3(get)]
+    tokens_before: u64,
+    #[pyo3(get)]
+    tokens_after: u64,
+}
+impl HistoryCompacted {
+    fn event(&self) -> Event {
+        Event::HistoryCompacted {
+            messages_before: self.messages_before,
+            messages_after: self.messages_after,
+            tokens_before: self.tokens_before,
+            tokens_after: self.tokens_after,
+        }
+    }
+}
+event_class!(HistoryCompacted, "HistoryCompacted", "history_compacted", {
+});
+
 /// An event of a kind this version of the package does not know (a newer core).
 #[pyclass(frozen, module = "panto", name = "UnknownEvent")]
 pub struct UnknownEvent {
@@ -664,6 +691,21 @@ pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
             },
         )?
         .into_any(),
+        Event::HistoryCompacted {
+            messages_before,
+            messages_after,
+            tokens_before,
+            tokens_after,
+        } => Py::new(
+            py,
+            HistoryCompacted {
+                messages_before,
+                messages_after,
+                tokens_before,
+                tokens_after,
+            },
+        )?
+        .into_any(),
         other => Py::new(py, UnknownEvent { event: other })?.into_any(),
     })
 }
@@ -681,6 +723,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ToolResult>()?;
     m.add_class::<ProviderRetry>()?;
     m.add_class::<MessageComplete>()?;
+    m.add_class::<HistoryCompacted>()?;
     m.add_class::<UnknownEvent>()?;
     Ok(())
 }

@@ -49,6 +49,163 @@ static PantoStream *start(PantoAgent *agent, const char *input) {
   return stream;
 }
 
+
+/* A scenario shared with the other languages (tests/server/scenarios). */
+static char *shared_scenario(const char *name) {
+  static char path[4096];
+  const char *slash = strrchr(demo_scenario, '/');
+  int dir = slash ? (int)(slash - demo_scenario) : 1;
+  snprintf(path, sizeof path, "%.*s/%s", dir, slash ? demo_scenario : ".", name);
+  return path;
+}
+
+/* Drains a turn to PANTO_DONE, answering the host tool `weather`. Returns the status
+ * after message_complete and fills *first_kind with the kind of the first event. */
+static PantoStatus drain(PantoStream *stream, uint32_t *first_kind, PantoUsage *usage) {
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  bool first = true;
+  while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+    if (first && first_kind) *first_kind = ev.kind;
+    first = false;
+    if (ev.kind == PANTO_EV_TOOL_CALL_START) {
+      PantoToolCallStart *t = &ev.payload.tool_call_start;
+      const char *out = "sunny";
+      if (panto_stream_submit_tool_result(stream, t->call_id.ptr, t->call_id.len, out,
+                                          strlen(out), false, NULL) != PANTO_OK)
+        return PANTO_ERROR;
+    }
+    if (ev.kind == PANTO_EV_MESSAGE_COMPLETE && usage) *usage = ev.payload.message_complete.usage;
+  }
+  return st;
+}
+
+/* Reasoning control (config and per turn), prompt caching and the transcript, against
+ * conversation-reasoning-caching.json: the server only answers requests that carry the
+ * high-effort thinking budget and the cache breakpoints. */
+static void test_reasoning_caching_transcript(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  PantoString transcript = {NULL, 0};
+  PantoError *err = NULL;
+  if (server_start(&srv, shared_scenario("conversation-reasoning-caching.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  char cfg[2048];
+  snprintf(cfg, sizeof cfg,
+           "{\"provider\":\"anthropic\",\"model\":\"claude-x\",\"base_url\":\"%s\","
+           "\"api_key\":\"sk-c\",\"system\":\"You are terse.\","
+           "\"reasoning\":{\"effort\":\"low\"},\"retry\":{\"max_retries\":0},"
+           "\"tools\":[{\"name\":\"weather\",\"parameters\":{\"type\":\"object\"}}]}",
+           srv.url);
+  CHECK(panto_agent_new(cfg, strlen(cfg), &agent, &err) == PANTO_OK);
+  /* A per-turn option the library does not know is a config error naming it. */
+  const char *bad = "{\"reasoning\":{\"effort\":\"max\"}}";
+  CHECK(panto_agent_stream_with(agent, "x", 1, bad, strlen(bad), &stream, &err) == PANTO_ERROR);
+  CHECK(stream == NULL && panto_error_kind(err) == PANTO_ERR_CONFIG);
+  CHECK(str_contains(panto_error_message(err), "options.reasoning.effort"));
+  panto_error_free(err);
+  err = NULL;
+  const char *opts = "{\"reasoning\":{\"effort\":\"high\"}}";
+  const char *input = "Weather in Paris?";
+  CHECK(panto_agent_stream_with(agent, input, strlen(input), opts, strlen(opts), &stream,
+                                &err) == PANTO_OK);
+  PantoUsage usage = {0};
+  PantoStatus st = drain(stream, NULL, &usage);
+  CHECKF(st == PANTO_DONE, "status %d", st);
+  CHECKF(usage.cache_read_tokens == 1500, "cache_read_tokens %llu",
+         (unsigned long long)usage.cache_read_tokens);
+  panto_stream_free(stream);
+  stream = NULL;
+  CHECK(panto_agent_transcript_json(agent, &transcript, &err) == PANTO_OK);
+  CHECK(transcript.ptr != NULL && transcript.ptr[transcript.len] == 0);
+  CHECKF(strstr(transcript.ptr, "{\"role\":\"assistant\",\"kind\":\"reasoning\","
+                                "\"text\":\"I should look up the weather.\"}") != NULL &&
+             strstr(transcript.ptr, "\"kind\":\"tool_result\",\"text\":\"sunny\"") != NULL,
+         "%s", transcript.ptr);
+out:
+  panto_string_free(&transcript);
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  panto_error_free(err);
+  server_stop(&srv);
+}
+
+/* Manual compaction between two turns, then automatic
+ * compaction announced by PANTO_EV_HISTORY_COMPACTED (conversation-compaction.json). */
+static void test_compaction(void) {
+  TestServer srv, srv2;
+  bool srv2_up = false;
+  PantoAgent *agent = NULL, *auto_agent = NULL;
+  PantoStream *stream = NULL;
+  PantoString result = {NULL, 0};
+  PantoError *err = NULL;
+  if (server_start(&srv, shared_scenario("conversation-compaction.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-c", ",\"retry\":{\"max_retries\":0}");
+  CHECK(agent != NULL);
+  stream = start(agent, "What is the capital of France?");
+  CHECK(stream != NULL && drain(stream, NULL, NULL) == PANTO_DONE);
+  panto_stream_free(stream);
+  stream = NULL;
+  const char *opts = "{\"keep_last\":1}";
+  CHECK(panto_agent_compact(agent, opts, strlen(opts), &result, &err) == PANTO_OK);
+  {
+    const char *want = "{\"changed\":true,\"messages_before\":2,\"messages_after\":2,"
+                       "\"tokens_before\":108,\"tokens_after\":";
+    CHECKF(result.ptr != NULL && strncmp(result.ptr, want, strlen(want)) == 0, "%s", result.ptr);
+  }
+  panto_string_free(&result);
+  /* A bad option is a config error, and nothing is sent. */
+  const char *bad = "{\"keep_last\":0}";
+  CHECK(panto_agent_compact(agent, bad, strlen(bad), &result, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG && result.ptr == NULL);
+  panto_error_free(err);
+  err = NULL;
+  stream = start(agent, "And its population?");
+  CHECK(stream != NULL);
+  CHECK(drain(stream, NULL, NULL) == PANTO_DONE);
+  panto_stream_free(stream);
+  stream = NULL;
+
+  if (server_start(&srv2, shared_scenario("conversation-compaction.json")) != 0) {
+    test_failed = 1;
+    goto out;
+  }
+  srv2_up = true;
+  auto_agent = new_agent(&srv2, "sk-c",
+                         ",\"compaction\":{\"threshold_tokens\":50,\"keep_last\":1}");
+  CHECK(auto_agent != NULL);
+  stream = start(auto_agent, "What is the capital of France?");
+  CHECK(stream != NULL && drain(stream, NULL, NULL) == PANTO_DONE);
+  panto_stream_free(stream);
+  stream = start(auto_agent, "And its population?");
+  CHECK(stream != NULL);
+  PantoEvent ev = PANTO_EVENT_INIT;
+  CHECK(panto_next_event(stream, &ev) == PANTO_EVENT);
+  CHECKF(ev.kind == PANTO_EV_HISTORY_COMPACTED, "kind %u", ev.kind);
+  CHECK(ev.payload.history_compacted.messages_before == 3);
+  CHECK(ev.payload.history_compacted.messages_after == 3);
+  CHECK(ev.payload.history_compacted.tokens_before >= 108);
+  CHECK(str_eq(panto_event_kind_name(ev.kind), "history_compacted"));
+  PantoStr json;
+  CHECK(panto_event_to_json(&ev, &json) == PANTO_OK);
+  CHECK(strncmp(json.ptr, "{\"type\":\"history_compacted\",\"messages_before\":3,", 48) == 0);
+  CHECK(drain(stream, NULL, NULL) == PANTO_DONE);
+out:
+  panto_string_free(&result);
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  panto_agent_free(auto_agent);
+  panto_error_free(err);
+  server_stop(&srv);
+  if (srv2_up) server_stop(&srv2);
+}
+
 /* ------------------------------------------------------------------------------------ */
 
 static void test_abi_version(void) {
@@ -88,7 +245,7 @@ static void test_host_tool_turn(void) {
   const char *tool_output = "{\"city\":\"Paris\",\"temp_c\":18,\"sky\":\"sunny\"}";
   while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
     events++;
-    CHECKF(ev.kind >= 1 && ev.kind <= 10, "kind %u", ev.kind);
+    CHECKF(ev.kind >= 1 && ev.kind <= 10, "kind %u", ev.kind); /* no compaction here */
     seen[ev.kind]++;
     last_kind = (int)ev.kind;
     CHECK(ev.struct_size == sizeof(PantoEvent));
@@ -691,6 +848,8 @@ static const struct {
     {"bad_arguments", test_bad_arguments},
     {"pending_from_timeout", test_pending_from_timeout},
     {"two_agents_two_threads", test_two_agents_two_threads},
+    {"reasoning_caching_transcript", test_reasoning_caching_transcript},
+    {"compaction", test_compaction},
 };
 
 int main(int argc, char **argv) {

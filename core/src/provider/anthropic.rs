@@ -3,8 +3,10 @@
 //!
 //! Dispatch is on the JSON `type` of each event, not the SSE `event:` line (some proxies
 //! omit it) — except that an `event: error` is always a provider error. Blocks panto does
-//! not model (server tools, MCP, citations, compaction) are skipped without failing the
-//! stream; unknown event and delta types are ignored.
+//! not model (server tools, MCP, compaction, and kinds added later) get no events but are
+//! kept verbatim as [`Block::Opaque`] — with their streamed `input_json_delta` /
+//! `compaction_delta` applied — and sent back as they came; unknown event and delta types
+//! are ignored. Citations on text blocks are not kept.
 //!
 //! The wire `index` of a block is a number the server chooses: it is mapped to panto's
 //! own block numbers through a small sorted table, never used as a length, and an index
@@ -17,8 +19,9 @@ use serde_json::{json, Value};
 
 use super::{
     clean, parse_tolerant, stream_error, Assembly, Count, DecodeLimits, Emit, Obj, Progress,
-    RequestParams,
+    RequestOptions, RequestParams,
 };
+use crate::config::{Effort, Reasoning};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
 use crate::message::{Block, Role, StopReason};
@@ -94,6 +97,10 @@ struct WireDelta<'a> {
     partial_json: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     stop_reason: Option<Cow<'a, str>>,
+    /// `compaction_delta`: the summary text. A JSON value, so that a later delta type
+    /// with a `content` of another shape cannot fail the event.
+    #[serde(default)]
+    content: Option<Value>,
 }
 
 #[derive(Deserialize, Default)]
@@ -119,6 +126,9 @@ pub struct Decoder {
     highest: u64,
     stop: Option<StopReason>,
     done: bool,
+    /// Provider blocks being kept verbatim that are still open: wire index, slot in the
+    /// assembly, streamed input JSON so far.
+    opaque_open: Vec<(u64, usize, String)>,
 }
 
 impl Decoder {
@@ -134,6 +144,7 @@ impl Decoder {
             highest: 0,
             stop: None,
             done: false,
+            opaque_open: Vec::new(),
         }
     }
 
@@ -170,13 +181,18 @@ impl Decoder {
                 // response has shown nothing and may still be retried.
             }
             "content_block_start" => {
-                self.block_start(wire.index, wire.content_block, marked, emit)?
+                let index = wire.index;
+                if self.block_start(index, wire.content_block, marked, emit)? {
+                    self.keep_opaque(index, ev.data)?;
+                }
             }
             "content_block_delta" => self.block_delta(wire.index, wire.delta, marked, emit)?,
             "content_block_stop" => {
                 if let Some(b) = self.block(wire.index) {
                     self.asm.use_preset(b, emit)?;
                     self.asm.close(b, false, emit)?;
+                } else if !self.opaque_open.is_empty() {
+                    self.close_opaque(wire.index);
                 }
             }
             "message_delta" => {
@@ -267,13 +283,15 @@ impl Decoder {
         Ok(slot)
     }
 
+    /// Opens a block. Returns `true` for a new block of a kind panto does not model,
+    /// which the caller keeps verbatim.
     fn block_start(
         &mut self,
         index: Option<u64>,
         block: Option<ContentBlock<'_>>,
         marked: bool,
         emit: Emit<'_>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let (Some(index), Some(block)) = (index, block) else {
             return Err(Error::protocol(
                 "content_block_start without an index or a content_block",
@@ -319,6 +337,7 @@ impl Decoder {
             }
             _ => None,
         };
+        let keep = ours.is_none() && slot.is_err();
         match slot {
             Ok(pos) => {
                 if let Some(e) = self.blocks.get_mut(pos) {
@@ -328,7 +347,71 @@ impl Decoder {
             Err(pos) => self.blocks.insert(pos, (index, ours)),
         }
         self.highest = self.highest.max(index);
+        Ok(keep)
+    }
+
+    /// Keeps the `content_block` of a `content_block_start` event as it came. Only for
+    /// block kinds panto does not model, so the second parse is off the hot path.
+    fn keep_opaque(&mut self, index: Option<u64>, data: &str) -> Result<()> {
+        let Some(index) = index else { return Ok(()) };
+        let Some(block) = super::parse_value_lossy(data)
+            .and_then(|mut v| v.get_mut("content_block").map(Value::take))
+            .filter(Value::is_object)
+        else {
+            return Ok(());
+        };
+        let slot = self.asm.opaque(block, data.len())?;
+        self.opaque_open.push((index, slot, String::new()));
         Ok(())
+    }
+
+    /// Applies a delta to a kept block: streamed tool input is collected until the block
+    /// stops; compaction text is appended to its `content`.
+    fn opaque_delta(&mut self, index: Option<u64>, delta: &WireDelta<'_>) -> Result<()> {
+        let Some(pos) = self.opaque_open.iter().position(|e| Some(e.0) == index) else {
+            return Ok(());
+        };
+        match delta.kind.as_deref() {
+            Some("input_json_delta") => {
+                if let Some(part) = &delta.partial_json {
+                    self.asm.opaque_mut(self.opaque_open[pos].1, part.len())?;
+                    self.opaque_open[pos].2.push_str(part);
+                }
+            }
+            Some("compaction_delta") => {
+                if let Some(part) = delta.content.as_ref().and_then(Value::as_str) {
+                    if let Some(Value::Object(block)) =
+                        self.asm.opaque_mut(self.opaque_open[pos].1, part.len())?
+                    {
+                        match block.get_mut("content") {
+                            Some(Value::String(s)) => s.push_str(part),
+                            _ => {
+                                block.insert("content".to_owned(), Value::String(part.to_owned()));
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A kept block ended: streamed input, if any, replaces the input given at start.
+    fn close_opaque(&mut self, index: Option<u64>) {
+        let Some(pos) = self.opaque_open.iter().position(|e| Some(e.0) == index) else {
+            return;
+        };
+        let (_, slot, input) = self.opaque_open.swap_remove(pos);
+        if input.trim().is_empty() {
+            return;
+        }
+        let Some(parsed) = super::parse_value_lossy(&input) else {
+            return;
+        };
+        if let Ok(Some(Value::Object(block))) = self.asm.opaque_mut(slot, 0) {
+            block.insert("input".to_owned(), parsed);
+        }
     }
 
     fn block_delta(
@@ -338,7 +421,13 @@ impl Decoder {
         marked: bool,
         emit: Emit<'_>,
     ) -> Result<()> {
-        let (Some(b), Some(delta)) = (self.block(index), delta) else {
+        let Some(delta) = delta else {
+            return Ok(());
+        };
+        let Some(b) = self.block(index) else {
+            if !self.opaque_open.is_empty() {
+                self.opaque_delta(index, &delta)?;
+            }
             return Ok(());
         };
         match delta.kind.as_deref() {
@@ -408,6 +497,26 @@ pub(crate) fn complete_body_events(body: Value) -> Option<Vec<String>> {
     Some(out)
 }
 
+/// The thinking budget for an effort when the caller gives none (`budget_tokens`):
+/// `None` for `none` (thinking stays off). The API's minimum is 1024.
+pub fn thinking_budget(reasoning: &Reasoning) -> Option<u32> {
+    let default = match reasoning.effort {
+        Effort::None => return None,
+        Effort::Low => 1024,
+        Effort::Medium => 4096,
+        Effort::High => 16_384,
+    };
+    Some(
+        reasoning
+            .budget_tokens
+            .unwrap_or(default)
+            .max(MIN_THINKING_BUDGET),
+    )
+}
+
+/// The smallest `thinking.budget_tokens` the Messages API accepts.
+pub const MIN_THINKING_BUDGET: u32 = 1024;
+
 /// The Messages request body for a streamed turn.
 ///
 /// The API rejects empty content, so a message left with none (an empty answer,
@@ -415,7 +524,15 @@ pub(crate) fn complete_body_events(body: Value) -> Option<Vec<String>> {
 /// then meet are merged into one, as the API itself would: the request stays a valid
 /// alternation of user and assistant turns. Tool results merged with a following user
 /// message stay first, where the API wants them.
-pub fn request_body(p: &RequestParams<'_>) -> Value {
+///
+/// Conversation controls: reasoning becomes `thinking: {type: enabled, budget_tokens}`
+/// (see [`thinking_budget`]); `max_tokens` must then exceed the budget, so one that does
+/// not is raised to the budget plus [`DEFAULT_MAX_TOKENS`], and `temperature` is left out
+/// (the API refuses it with thinking). With prompt caching, `cache_control` breakpoints
+/// go on the system prompt, the last tool and the last block of the latest message
+/// (three of the four the API allows): each step of a tool loop then reads the previous
+/// step's prefix from the cache.
+pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
     let mut messages: Vec<Value> = Vec::with_capacity(p.messages.len());
     let mut last_role = None;
     for m in p.messages {
@@ -438,26 +555,70 @@ pub fn request_body(p: &RequestParams<'_>) -> Value {
         messages.push(json!({"role": role, "content": content}));
         last_role = Some(role);
     }
+    let budget = options.reasoning.as_ref().and_then(thinking_budget);
+    let mut max_tokens = p.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    if let Some(budget) = budget {
+        if max_tokens <= budget {
+            max_tokens = budget.saturating_add(DEFAULT_MAX_TOKENS);
+        }
+    }
+    let cache = options.prompt_caching;
+    if cache {
+        mark_latest_message(&mut messages);
+    }
     let mut body = json!({
         "model": p.model,
-        "max_tokens": p.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        "max_tokens": max_tokens,
         "messages": messages,
         "stream": true,
     });
     if let Some(system) = p.system {
-        body["system"] = json!(system);
+        body["system"] = if cache && !system.is_empty() {
+            json!([{"type": "text", "text": system, "cache_control": ephemeral()}])
+        } else {
+            json!(system)
+        };
     }
-    if let Some(t) = p.temperature {
+    if let Some(budget) = budget {
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget});
+    } else if let Some(t) = p.temperature {
         body["temperature"] = json!(t);
     }
     if !p.tools.is_empty() {
-        body["tools"] = p
+        let mut tools: Vec<Value> = p
             .tools
             .iter()
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
             .collect();
+        if cache {
+            if let Some(last) = tools.last_mut() {
+                last["cache_control"] = ephemeral();
+            }
+        }
+        body["tools"] = Value::Array(tools);
     }
     body
+}
+
+fn ephemeral() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+/// Puts a cache breakpoint on the last block of the latest message that may carry one
+/// (thinking blocks may not).
+fn mark_latest_message(messages: &mut [Value]) {
+    let Some(Value::Array(content)) = messages.last_mut().and_then(|m| m.get_mut("content")) else {
+        return;
+    };
+    let markable = content.iter_mut().rev().find(|b| {
+        !matches!(
+            b.get("type").and_then(Value::as_str),
+            Some("thinking" | "redacted_thinking")
+        )
+    });
+    if let Some(Value::Object(block)) = markable {
+        block.insert("cache_control".to_owned(), ephemeral());
+    }
 }
 
 fn encode_block(b: &Block) -> Option<Value> {
@@ -495,5 +656,8 @@ fn encode_block(b: &Block) -> Option<Value> {
         } => {
             json!({"type": "tool_result", "tool_use_id": call_id, "content": output, "is_error": is_error})
         }
+        // Kept verbatim, but only for the provider that sent it.
+        Block::Opaque { provider, block } if provider == "anthropic" => block.clone(),
+        Block::Opaque { .. } => return None,
     })
 }

@@ -24,6 +24,7 @@ use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::config::{Compat, Reasoning};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{BlockKind, DeltaKind, Event};
 use crate::message::{Block, Message, Role, StopReason, Usage};
@@ -94,11 +95,43 @@ pub fn uses_max_completion_tokens(base_url: &str) -> bool {
     host == "api.openai.com" || host.ends_with(".openai.azure.com")
 }
 
-/// Builds the JSON request body for `kind`.
+/// Builds the JSON request body for `kind`, with the [`RequestOptions`] defaults (no
+/// reasoning control, no cache breakpoints, a generic OpenAI-compatible server).
 pub fn request_body(kind: ProviderKind, params: &RequestParams<'_>) -> Value {
+    request_body_with(kind, params, &RequestOptions::default())
+}
+
+/// What the agent adds to a request beyond the conversation: the conversation controls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestOptions {
+    /// Reasoning control for this request (`None`: send nothing, the provider decides).
+    pub reasoning: Option<Reasoning>,
+    /// Anthropic: cache breakpoints on the system prompt, the tool list and the latest
+    /// message.
+    pub prompt_caching: bool,
+    /// OpenAI-compatible: which server's own fields to use (resolved, never `Auto`).
+    pub compat: Compat,
+}
+
+impl Default for RequestOptions {
+    fn default() -> Self {
+        RequestOptions {
+            reasoning: None,
+            prompt_caching: false,
+            compat: Compat::Generic,
+        }
+    }
+}
+
+/// Builds the JSON request body for `kind` with the conversation controls of `options`.
+pub fn request_body_with(
+    kind: ProviderKind,
+    params: &RequestParams<'_>,
+    options: &RequestOptions,
+) -> Value {
     match kind {
-        ProviderKind::OpenAi => openai::request_body(params),
-        ProviderKind::Anthropic => anthropic::request_body(params),
+        ProviderKind::OpenAi => openai::request_body(params, options),
+        ProviderKind::Anthropic => anthropic::request_body(params, options),
     }
 }
 
@@ -299,6 +332,10 @@ pub(crate) struct Assembly {
     call_ids: HashSet<String>,
     pub(crate) usage: Usage,
     stop: Option<StopReason>,
+    /// Provider blocks kept verbatim ([`Block::Opaque`]), each with the number of
+    /// modelled blocks opened before it, which places it in the final message. They get
+    /// no events, so the event block numbers stay those of the modelled blocks.
+    opaque: Vec<(usize, Value)>,
 }
 
 impl Assembly {
@@ -592,6 +629,26 @@ impl Assembly {
         })
     }
 
+    /// Keeps a provider block panto does not model, to be sent back verbatim; returns
+    /// its slot for [`Assembly::opaque_mut`].
+    pub(crate) fn opaque(&mut self, block: Value, size: usize) -> Result<usize> {
+        if self.blocks.len() + self.opaque.len() >= self.limits.max_blocks {
+            return Err(Error::protocol(format!(
+                "the response has more than max_blocks ({}) content blocks",
+                self.limits.max_blocks
+            )));
+        }
+        Assembly::charge(&mut self.bytes, self.limits.max_message_bytes, size)?;
+        self.opaque.push((self.blocks.len(), block));
+        Ok(self.opaque.len() - 1)
+    }
+
+    /// A kept provider block, to extend with its deltas; `more` bytes are charged.
+    pub(crate) fn opaque_mut(&mut self, slot: usize, more: usize) -> Result<Option<&mut Value>> {
+        Assembly::charge(&mut self.bytes, self.limits.max_message_bytes, more)?;
+        Ok(self.opaque.get_mut(slot).map(|(_, v)| v))
+    }
+
     fn close_all(&mut self, cut_off: bool, emit: Emit<'_>) -> Result<()> {
         for idx in 0..self.blocks.len() {
             self.close(idx, cut_off, emit)?;
@@ -625,8 +682,15 @@ impl Assembly {
             return None;
         }
         let mut cut_off_calls = Vec::new();
-        let mut content = Vec::with_capacity(self.blocks.len());
-        for b in self.blocks {
+        let mut content = Vec::with_capacity(self.blocks.len() + self.opaque.len());
+        let mut opaque = self.opaque.into_iter().peekable();
+        for (i, b) in self.blocks.into_iter().enumerate() {
+            while let Some((_, block)) = opaque.next_if(|(at, _)| *at <= i) {
+                content.push(Block::Opaque {
+                    provider: ProviderKind::Anthropic.as_str().to_owned(),
+                    block,
+                });
+            }
             let Some(block) = b.content else { continue };
             if let Block::ToolCall { call_id, .. } = &block {
                 if b.cut_off {
@@ -635,6 +699,10 @@ impl Assembly {
             }
             content.push(block);
         }
+        content.extend(opaque.map(|(_, block)| Block::Opaque {
+            provider: ProviderKind::Anthropic.as_str().to_owned(),
+            block,
+        }));
         Some(DecodedMessage {
             message: Message {
                 role: Role::Assistant,

@@ -22,11 +22,12 @@ use serde_json::{json, Value};
 use super::json_scan::Scanner;
 use super::{
     clean, parse_tolerant, stream_error, Assembly, Count, DecodeLimits, Emit, Obj, Progress,
-    RequestParams,
+    RequestOptions, RequestParams,
 };
+use crate::config::{Compat, Effort, Reasoning};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
-use crate::message::{Block, Role, StopReason};
+use crate::message::{Block, Message, Role, StopReason};
 use crate::sse::SseEvent;
 
 #[derive(Deserialize)]
@@ -725,7 +726,21 @@ pub(crate) fn complete_body_events(body: Value) -> Option<Vec<String>> {
 }
 
 /// The Chat Completions request body for a streamed turn.
-pub fn request_body(p: &RequestParams<'_>) -> Value {
+///
+/// The body is a pure function of the conversation, and JSON object keys come out
+/// sorted, so the messages of step N are serialized byte for byte the same in the
+/// request of step N+1 (and after a save and restore): servers with automatic prefix
+/// caching (OpenAI, DeepSeek, vLLM, llama.cpp) find the whole earlier conversation in
+/// their cache.
+///
+/// Conversation controls (`options`): reasoning becomes `reasoning_effort`, plus the
+/// server's own switch where it has one (DeepSeek `thinking: {type}`, Ollama `think`,
+/// vLLM `chat_template_kwargs.enable_thinking` for Qwen-style templates). The reasoning
+/// of an assistant message that called tools goes back as `reasoning_content` to every
+/// server but OpenAI's own (DeepSeek requires it within a tool loop; the others ignore
+/// it or use it the same way).
+pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
+    let resend_reasoning = options.compat != Compat::OpenAi;
     let mut messages = Vec::with_capacity(p.messages.len() + 1);
     if let Some(system) = p.system {
         messages.push(json!({"role": "system", "content": system}));
@@ -770,6 +785,12 @@ pub fn request_body(p: &RequestParams<'_>) -> Value {
                 };
                 if !calls.is_empty() {
                     msg["tool_calls"] = Value::Array(calls);
+                    if resend_reasoning {
+                        let reasoning = reasoning_text(m);
+                        if !reasoning.is_empty() {
+                            msg["reasoning_content"] = Value::String(reasoning);
+                        }
+                    }
                 }
                 messages.push(msg);
             }
@@ -816,7 +837,48 @@ pub fn request_body(p: &RequestParams<'_>) -> Value {
             })
             .collect();
     }
+    if let Some(r) = &options.reasoning {
+        add_reasoning(&mut body, r, options.compat);
+    }
     body
+}
+
+/// The text of an assistant message's reasoning blocks, joined.
+fn reasoning_text(m: &Message) -> String {
+    let mut out = String::new();
+    for b in &m.content {
+        if let Block::Reasoning { text, .. } = b {
+            out.push_str(text);
+        }
+    }
+    out
+}
+
+/// Maps reasoning control to the fields `compat` documents.
+fn add_reasoning(body: &mut Value, r: &Reasoning, compat: Compat) {
+    let effort = r.effort.as_str();
+    let on = r.effort != Effort::None;
+    match compat {
+        Compat::DeepSeek => {
+            body["thinking"] = json!({"type": if on { "enabled" } else { "disabled" }});
+            if on {
+                body["reasoning_effort"] = json!(effort);
+            }
+        }
+        Compat::Ollama => {
+            body["think"] = json!(on);
+            body["reasoning_effort"] = json!(effort);
+        }
+        Compat::Vllm => {
+            body["chat_template_kwargs"] = json!({"enable_thinking": on});
+            if on {
+                body["reasoning_effort"] = json!(effort);
+            }
+        }
+        Compat::OpenAi | Compat::Generic | Compat::Auto => {
+            body["reasoning_effort"] = json!(effort);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -136,7 +136,7 @@ fn block_kind_of(content: &Block) -> Option<BlockKind> {
         Block::Text { .. } => Some(BlockKind::Text),
         Block::Reasoning { .. } | Block::RedactedReasoning { .. } => Some(BlockKind::Reasoning),
         Block::ToolCall { .. } => Some(BlockKind::ToolCall),
-        Block::ToolResult { .. } => None,
+        Block::ToolResult { .. } | Block::Opaque { .. } => None,
     }
 }
 
@@ -311,6 +311,7 @@ pub fn check_invariants(outcome: &Outcome, message: u32) -> Result<(), String> {
                         }
                     }
                     Block::ToolResult { .. } => return Err(at("a tool result in a response")),
+                    Block::Opaque { .. } => return Err(at("a provider block announced by events")),
                 }
                 b.complete = Some(content.clone());
             }
@@ -337,7 +338,15 @@ pub fn check_invariants(outcome: &Outcome, message: u32) -> Result<(), String> {
                 return Err("a successful response without message_end".into());
             }
             let completed: Vec<Block> = blocks.into_values().filter_map(|b| b.complete).collect();
-            if decoded.message.content != completed {
+            // Provider blocks kept verbatim (`Block::Opaque`) are never announced.
+            let announced: Vec<Block> = decoded
+                .message
+                .content
+                .iter()
+                .filter(|b| !matches!(b, Block::Opaque { .. }))
+                .cloned()
+                .collect();
+            if announced != completed {
                 return Err("the decoded message differs from the block_complete contents".into());
             }
             if let Some(Event::MessageEnd {

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import atexit
 import json
-from typing import Any, Dict, Iterable, List, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Union
 
 from . import _native
 from ._async import WAIT_POOL, AsyncStream, running_loop
@@ -57,6 +58,7 @@ from ._native import (
     BlockComplete,
     BlockStart,
     ContentDelta,
+    HistoryCompacted,
     MessageComplete,
     MessageEnd,
     MessageStart,
@@ -93,7 +95,9 @@ __all__ = [
     "ToolResult",
     "ProviderRetry",
     "MessageComplete",
+    "HistoryCompacted",
     "UnknownEvent",
+    "CompactResult",
     "Usage",
     # errors
     "PantoError",
@@ -129,8 +133,40 @@ EVENT_CLASSES: Dict[str, type] = {
         ToolResult,
         ProviderRetry,
         MessageComplete,
+        HistoryCompacted,
     )
 }
+
+#: Reasoning control: an effort (``"none"``, ``"low"``, ``"medium"``, ``"high"``) or the
+#: core's object ``{"effort": ..., "budget_tokens": ...}``.
+ReasoningArg = Union[str, Dict[str, Any], None]
+
+
+def _reasoning(value: ReasoningArg) -> Optional[Dict[str, Any]]:
+    if value is None or isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        return {"effort": value}
+    raise ConfigError(f"reasoning: must be an effort string or a dict (got {type(value).__name__})", kind="config")
+
+
+def _reasoning_json(value: ReasoningArg) -> Optional[str]:
+    r = _reasoning(value)
+    return None if r is None else json.dumps(r)
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """What ``Agent.compact`` did. ``changed`` is false when nothing was older than the
+    kept messages (no request is made then). ``tokens_before`` is the provider's count
+    when the history has not changed since its last response; ``tokens_after`` (and
+    ``tokens_before`` otherwise) is estimated as bytes / 4."""
+
+    changed: bool
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
 
 
 class Agent:
@@ -147,7 +183,10 @@ class Agent:
     ``max_tokens``, ``temperature``, ``max_steps``, ``tool_concurrency``,
     ``tool_timeout_ms``, ``retry={...}``, ``timeouts={...}``, ``queue_capacity``,
     ``headers={...}``, ``max_event_bytes``, ``max_message_bytes``,
-    ``max_tool_output_bytes``. A bad one raises ``ConfigError`` naming the key.
+    ``max_tool_output_bytes``, ``reasoning`` (an effort string or
+    ``{"effort", "budget_tokens"}``), ``prompt_caching``, ``compaction={...}``
+    (``threshold_tokens``, ``keep_last``, ``model``, ``prompt``: automatic compaction),
+    ``compat``. A bad one raises ``ConfigError`` naming the key.
 
     One stream at a time: starting another while one is active raises ``BusyError``.
     """
@@ -183,6 +222,8 @@ class Agent:
         if specs:
             config["tools"] = specs
         config.update(options)
+        if "reasoning" in config:
+            config["reasoning"] = _reasoning(config["reasoning"])
         # One source of truth: the core parses and validates the JSON and names the key.
         parts = []
         for key, value in config.items():
@@ -194,36 +235,45 @@ class Agent:
         self._tools = python_tools
 
     # -- streams ---------------------------------------------------------------------
-    def stream(self, prompt: str, *, model: Optional[str] = None) -> Stream:
+    def stream(
+        self, prompt: str, *, model: Optional[str] = None, reasoning: ReasoningArg = None
+    ) -> Stream:
         """Starts a turn and returns its ``Stream`` (an iterator and context manager).
-        ``model`` overrides the model for this turn only."""
+        ``model`` and ``reasoning`` (an effort such as ``"high"``, or
+        ``{"effort", "budget_tokens"}``) apply to this turn only."""
         runner = Runner(self._tools, None) if self._tools else None
-        stream = self._native.stream(prompt, model, runner)
+        stream = self._native.stream(prompt, model, runner, _reasoning_json(reasoning))
         if runner is not None:
             runner.bind(stream.control())
         return stream
 
-    def astream(self, prompt: str, *, model: Optional[str] = None) -> AsyncStream:
+    def astream(
+        self, prompt: str, *, model: Optional[str] = None, reasoning: ReasoningArg = None
+    ) -> AsyncStream:
         """Starts a turn and returns its ``AsyncStream`` (``async for`` /
         ``async with``). Async tools run on the loop that iterates it."""
         loop = running_loop()
         runner = Runner(self._tools, loop) if self._tools else None
         if runner is not None and loop is None:
             raise RuntimeError("astream() with Python tools needs a running event loop")
-        stream = self._native.stream(prompt, model, runner)
+        stream = self._native.stream(prompt, model, runner, _reasoning_json(reasoning))
         if runner is not None:
             runner.bind(stream.control())
         return AsyncStream(stream, runner)
 
-    def run(self, prompt: str, *, model: Optional[str] = None) -> MessageComplete:
+    def run(
+        self, prompt: str, *, model: Optional[str] = None, reasoning: ReasoningArg = None
+    ) -> MessageComplete:
         """Runs a whole turn and returns its ``MessageComplete`` (``.text``,
         ``.stop_reason``, ``.usage``, ``.messages``)."""
-        with self.stream(prompt, model=model) as s:
+        with self.stream(prompt, model=model, reasoning=reasoning) as s:
             return s.final()
 
-    async def arun(self, prompt: str, *, model: Optional[str] = None) -> MessageComplete:
+    async def arun(
+        self, prompt: str, *, model: Optional[str] = None, reasoning: ReasoningArg = None
+    ) -> MessageComplete:
         """``run()`` for coroutines."""
-        async with self.astream(prompt, model=model) as s:
+        async with self.astream(prompt, model=model, reasoning=reasoning) as s:
             result: MessageComplete = await s.final()
             return result
 
@@ -245,6 +295,32 @@ class Agent:
 
     def clear_history(self) -> None:
         self._native.clear_history()
+
+    def compact(
+        self,
+        *,
+        keep_last: Optional[int] = None,
+        model: Optional[str] = None,
+        prompt: Optional[str] = None,
+    ) -> CompactResult:
+        """Summarizes the older part of the conversation into one synthetic exchange,
+        with this agent's provider (and ``model``, default the agent's), keeping the last
+        ``keep_last`` messages (default 6) verbatim; a tool call and its results are never
+        separated. ``prompt`` replaces the summarization instructions. Blocks (without
+        the GIL) for the provider's answer; on failure the conversation is untouched and
+        the ``PantoError`` is raised. ``BusyError`` during a turn."""
+        options = {
+            k: v for k, v in (("keep_last", keep_last), ("model", model), ("prompt", prompt)) if v is not None
+        }
+        result = json.loads(self._native.compact(json.dumps(options)))
+        return CompactResult(**result)
+
+    def transcript(self) -> List[Dict[str, Any]]:
+        """A flat, provider-neutral view of the conversation for repainting a UI:
+        ``{"role", "kind": "text"|"reasoning"|"tool_call"|"tool_result", "text",
+        "name"?, "call_id"?, "is_error"?}`` in order."""
+        entries: List[Dict[str, Any]] = json.loads(self._native.transcript_json())
+        return entries
 
     # -- description -----------------------------------------------------------------
     @property

@@ -105,6 +105,14 @@ class MessageComplete(_Event):
     text: str
 
 @final
+class HistoryCompacted(_Event):
+    type: ClassVar[Literal["history_compacted"]]
+    messages_before: int
+    messages_after: int
+    tokens_before: int
+    tokens_after: int
+
+@final
 class UnknownEvent:
     @property
     def type(self) -> str: ...
@@ -122,6 +130,7 @@ _AnyEvent = Union[
     ToolResult,
     ProviderRetry,
     MessageComplete,
+    HistoryCompacted,
     UnknownEvent,
 ]
 
@@ -162,7 +171,10 @@ class Agent:
         input: str,
         model: Optional[str] = None,
         on_host_call: Optional[Callable[[ToolCallStart], None]] = None,
+        reasoning_json: Optional[str] = None,
     ) -> Stream: ...
+    def compact(self, options_json: str) -> str: ...
+    def transcript_json(self) -> str: ...
     def history_json(self) -> str: ...
     def load_history_json(self, json: str) -> None: ...
     def clear_history(self) -> None: ...

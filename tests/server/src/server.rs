@@ -52,6 +52,10 @@ pub struct RecordedRequest {
     /// Why it did not match (only for `matched: false`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mismatch: Option<String>,
+    /// The body exactly as received (Rust API only; `body` above is its parsed form), for
+    /// tests of byte-level request properties such as a stable prefix.
+    #[serde(skip)]
+    pub raw_body: Vec<u8>,
 }
 
 /// State shared by the accept loop, every connection task and the `TestServer` handle.
@@ -326,6 +330,7 @@ impl Shared {
             matched: result.is_ok(),
             exchange,
             mismatch,
+            raw_body: req.body.clone(),
         });
         result
     }

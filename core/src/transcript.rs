@@ -1,0 +1,235 @@
+//! Owns the transcript: a flat, provider-neutral projection of the conversation for
+//! repainting a UI. It reads the history and never changes it; nothing in it is sent to
+//! a provider.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{Block, Message, Role};
+
+/// What a transcript entry shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    Text,
+    Reasoning,
+    ToolCall,
+    ToolResult,
+}
+
+/// One entry: `{role, kind, text, name?, call_id?, is_error?}`. For a tool call, `text`
+/// is its arguments as compact JSON (or the raw text the model sent when they did not
+/// parse); for a tool result, the output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TranscriptEntry {
+    pub role: Role,
+    pub kind: EntryKind,
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_error: Option<bool>,
+}
+
+impl TranscriptEntry {
+    fn plain(role: Role, kind: EntryKind, text: String) -> TranscriptEntry {
+        TranscriptEntry {
+            role,
+            kind,
+            text,
+            name: None,
+            call_id: None,
+            is_error: None,
+        }
+    }
+}
+
+/// The transcript of `messages`, in order. Redacted reasoning (nothing readable) and
+/// provider blocks that are not tool traffic (Anthropic `compaction`) are left out;
+/// provider-side tool blocks (`server_tool_use`, `mcp_tool_result`…) appear as the tool
+/// calls and results they are.
+pub fn transcript(messages: &[Message]) -> Vec<TranscriptEntry> {
+    let mut out = Vec::new();
+    for m in messages {
+        for b in &m.content {
+            if let Some(entry) = entry(m.role, b) {
+                out.push(entry);
+            }
+        }
+    }
+    out
+}
+
+/// The transcript as a JSON array.
+pub fn transcript_json(messages: &[Message]) -> String {
+    serde_json::to_string(&transcript(messages)).unwrap_or_else(|_| "[]".to_owned())
+}
+
+fn entry(role: Role, b: &Block) -> Option<TranscriptEntry> {
+    Some(match b {
+        Block::Text { text } => TranscriptEntry::plain(role, EntryKind::Text, text.clone()),
+        Block::Reasoning { text, .. } => {
+            TranscriptEntry::plain(role, EntryKind::Reasoning, text.clone())
+        }
+        Block::RedactedReasoning { .. } => return None,
+        Block::ToolCall {
+            call_id,
+            name,
+            arguments,
+            arguments_raw,
+        } => TranscriptEntry {
+            role,
+            kind: EntryKind::ToolCall,
+            text: match (arguments, arguments_raw) {
+                (Some(v), _) => v.to_string(),
+                (None, Some(raw)) => raw.clone(),
+                (None, None) => String::new(),
+            },
+            name: Some(name.clone()),
+            call_id: Some(call_id.clone()),
+            is_error: None,
+        },
+        Block::ToolResult {
+            call_id,
+            name,
+            output,
+            is_error,
+        } => TranscriptEntry {
+            role,
+            kind: EntryKind::ToolResult,
+            text: output.clone(),
+            name: Some(name.clone()),
+            call_id: Some(call_id.clone()),
+            is_error: Some(*is_error),
+        },
+        Block::Opaque { block, .. } => return opaque_entry(role, block),
+    })
+}
+
+/// A provider block as a tool call (`*_tool_use`) or result (`*_tool_result`).
+fn opaque_entry(role: Role, block: &Value) -> Option<TranscriptEntry> {
+    let kind = block.get("type")?.as_str()?;
+    let string = |key: &str| block.get(key).and_then(Value::as_str).map(str::to_owned);
+    if kind.ends_with("_tool_use") {
+        return Some(TranscriptEntry {
+            role,
+            kind: EntryKind::ToolCall,
+            text: block.get("input").map(Value::to_string).unwrap_or_default(),
+            name: string("name"),
+            call_id: string("id"),
+            is_error: None,
+        });
+    }
+    if kind.ends_with("_tool_result") {
+        let content = block.get("content");
+        let is_error = block
+            .get("is_error")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            || content
+                .and_then(|c| c.get("type"))
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("_error"));
+        return Some(TranscriptEntry {
+            role,
+            kind: EntryKind::ToolResult,
+            text: content.map(readable).unwrap_or_default(),
+            name: Some(kind.trim_end_matches("_tool_result").to_owned()),
+            call_id: string("tool_use_id"),
+            is_error: Some(is_error),
+        });
+    }
+    None
+}
+
+/// The readable text of a result's content: a string as is; the `text` parts of an
+/// array joined; search results as `title <url>` lines; anything else as compact JSON.
+fn readable(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => {
+            let lines: Vec<String> = parts
+                .iter()
+                .map(|p| match (p.get("text"), p.get("title"), p.get("url")) {
+                    (Some(Value::String(t)), _, _) => t.clone(),
+                    (_, Some(Value::String(title)), Some(Value::String(url))) => {
+                        format!("{title} <{url}>")
+                    }
+                    _ => p.to_string(),
+                })
+                .collect();
+            lines.join("\n")
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_block_kind_maps_to_a_flat_entry() {
+        let history = vec![
+            Message::user("weather?"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    Block::Reasoning {
+                        text: "think".into(),
+                        signature: Some("sig".into()),
+                    },
+                    Block::RedactedReasoning { data: "xx".into() },
+                    Block::ToolCall {
+                        call_id: "c1".into(),
+                        name: "w".into(),
+                        arguments: Some(json!({"city": "Paris"})),
+                        arguments_raw: None,
+                    },
+                ],
+            },
+            Message {
+                role: Role::Tool,
+                content: vec![Block::ToolResult {
+                    call_id: "c1".into(),
+                    name: "w".into(),
+                    output: "sunny".into(),
+                    is_error: false,
+                }],
+            },
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    Block::Opaque {
+                        provider: "anthropic".into(),
+                        block: json!({"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {"query": "q"}}),
+                    },
+                    Block::Opaque {
+                        provider: "anthropic".into(),
+                        block: json!({"type": "web_search_tool_result", "tool_use_id": "s1",
+                            "content": [{"type": "web_search_result", "title": "T", "url": "https://x"}]}),
+                    },
+                    Block::Opaque {
+                        provider: "anthropic".into(),
+                        block: json!({"type": "compaction", "content": "summary"}),
+                    },
+                    Block::text("It is sunny."),
+                ],
+            },
+        ];
+        let json = transcript_json(&history);
+        assert_eq!(
+            json,
+            r#"[{"role":"user","kind":"text","text":"weather?"},"#.to_owned()
+                + r#"{"role":"assistant","kind":"reasoning","text":"think"},"#
+                + r#"{"role":"assistant","kind":"tool_call","text":"{\"city\":\"Paris\"}","name":"w","call_id":"c1"},"#
+                + r#"{"role":"tool","kind":"tool_result","text":"sunny","name":"w","call_id":"c1","is_error":false},"#
+                + r#"{"role":"assistant","kind":"tool_call","text":"{\"query\":\"q\"}","name":"web_search","call_id":"s1"},"#
+                + r#"{"role":"assistant","kind":"tool_result","text":"T <https://x>","name":"web_search","call_id":"s1","is_error":false},"#
+                + r#"{"role":"assistant","kind":"text","text":"It is sunny."}]"#
+        );
+    }
+}
