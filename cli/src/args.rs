@@ -119,6 +119,27 @@ pub struct AgentArgs {
     #[arg(long, value_name = "T")]
     pub temperature: Option<f64>,
 
+    /// How hard the model thinks: none, low, medium or high. Sent as OpenAI's
+    /// `reasoning_effort`, Anthropic's `thinking` budget (1024 / 4096 / 16384 tokens, or
+    /// --reasoning-budget) and the switches of DeepSeek, Ollama and vLLM.
+    #[arg(long, value_name = "LEVEL", value_parser = ["none", "low", "medium", "high"])]
+    pub reasoning: Option<String>,
+
+    /// Thinking budget in tokens, where the provider takes one (Anthropic); implies
+    /// --reasoning medium when --reasoning is not given.
+    #[arg(long, value_name = "TOKENS")]
+    pub reasoning_budget: Option<u32>,
+
+    /// Compact the conversation automatically once a request's input passes TOKENS:
+    /// older messages are summarized by the model, the last few (--compact-keep) are
+    /// kept verbatim, and a note says so. 0 turns it off [default: 100000 in `chat`, off in `run`].
+    #[arg(long, value_name = "TOKENS")]
+    pub compact_at: Option<u64>,
+
+    /// Messages automatic compaction keeps verbatim at the end [default: 6].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub compact_keep: Option<u64>,
+
     /// An extra HTTP header for every request, as NAME:VALUE. Repeatable.
     #[arg(long = "header", value_name = "NAME:VALUE", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
@@ -205,6 +226,10 @@ pub struct AgentArgs {
     /// Do not show the model's reasoning.
     #[arg(long)]
     pub hide_reasoning: bool,
+
+    /// Set by `chat`, not a flag: turns on chat's defaults (automatic compaction).
+    #[arg(skip)]
+    pub interactive_chat: bool,
 
     /// Print the final answer once it is complete instead of streaming it.
     #[arg(long, conflicts_with = "json")]

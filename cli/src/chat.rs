@@ -35,6 +35,7 @@ commands:
   /model NAME  use the model NAME for the next turns (the conversation is kept)
   /clear       forget the conversation (and empty its file)
   /save FILE   write the conversation to FILE (the format of --session)
+  /compact [N] summarize the older conversation, keeping the last N messages (6)
   /help        this list
   /exit        leave (also: exit, quit, Ctrl-D)
 keys:
@@ -50,6 +51,7 @@ enum Input {
     Clear,
     Model(String),
     Save(String),
+    Compact(usize),
     Unknown(String),
     Message(String),
 }
@@ -81,11 +83,19 @@ fn understand(line: &str) -> Input {
         (true, "/model") if !rest.is_empty() => Input::Model(rest.to_owned()),
         (true, "/save") if !rest.is_empty() => Input::Save(rest.to_owned()),
         (true, "/model" | "/save") => Input::Unknown(format!("{word} needs an argument")),
+        (true, "/compact") if rest.is_empty() => Input::Compact(panto::config::DEFAULT_KEEP_LAST),
+        (true, "/compact") => match rest.parse::<usize>() {
+            Ok(n) if n > 0 => Input::Compact(n),
+            _ => Input::Unknown(format!(
+                "/compact takes a number of messages to keep (got {rest:?})"
+            )),
+        },
         (true, _) => Input::Unknown(format!("unknown command {word} (/help lists them)")),
     }
 }
 
-pub fn chat(args: AgentArgs, interrupt: &Interrupt) -> u8 {
+pub fn chat(mut args: AgentArgs, interrupt: &Interrupt) -> u8 {
+    args.interactive_chat = true;
     let mut report = Reporter::new(&args);
     let mut setup = match Setup::build(&args) {
         Ok(setup) => setup,
@@ -130,6 +140,7 @@ fn handle(
         Input::Save(file) => {
             save_copy(setup, Path::new(&file)).map(|()| eprintln!("panto: saved to {file}"))
         }
+        Input::Compact(keep_last) => compact(setup, keep_last, interrupt),
         Input::Unknown(why) => {
             eprintln!("panto: {why}");
             Ok(())
@@ -150,6 +161,32 @@ fn handle(
         Ok(()) => Outcome::Continue,
         Err(e) => Outcome::Failed(e),
     }
+}
+
+/// `/compact N`: summarizes what is older than the last `keep_last` messages with the
+/// conversation's own model; Ctrl-C cancels it and leaves the conversation as it was.
+fn compact(setup: &mut Setup, keep_last: usize, interrupt: &Interrupt) -> Result<(), Error> {
+    crate::hint::check_local_server(&setup.target)?;
+    eprintln!("panto: compacting the conversation…");
+    let cancel = panto::CancellationToken::new();
+    interrupt.begin_compact(cancel.clone());
+    let options = panto::CompactOptions {
+        keep_last,
+        ..Default::default()
+    };
+    let result = panto_pull::compact_cancellable(&setup.agent, &options, &cancel);
+    interrupt.idle();
+    let done = result?;
+    if !done.changed {
+        eprintln!(
+            "panto: nothing to compact ({} messages, the last {keep_last} are kept)",
+            done.messages_before
+        );
+        return Ok(());
+    }
+    setup.save()?;
+    eprintln!("panto: {}", crate::render::compacted_note(&done));
+    Ok(())
 }
 
 /// `/save FILE`: a private copy of the conversation, in the `--session` format.

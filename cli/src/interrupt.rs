@@ -9,6 +9,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use panto::CancellationToken;
 use panto_pull::StreamControl;
 
 use crate::exit::exit_code;
@@ -24,6 +25,9 @@ enum Phase {
     Idle,
     /// A turn is running or being finished (printed, saved).
     Turn(StreamControl),
+    /// `/compact` is summarizing the conversation: Ctrl-C cancels it (the history is
+    /// then untouched).
+    Compact(CancellationToken),
 }
 
 /// Shared between the main thread and the signal handler thread.
@@ -64,6 +68,11 @@ impl Interrupt {
         render::new_final_line();
     }
 
+    /// Ctrl-C now cancels this compaction instead of exiting.
+    pub fn begin_compact(&self, cancel: CancellationToken) {
+        *self.lock() = Phase::Compact(cancel);
+    }
+
     /// Ctrl-C now exits (back at the prompt).
     pub fn idle(&self) {
         *self.lock() = Phase::Idle;
@@ -84,6 +93,10 @@ impl Interrupt {
         match &*phase {
             Phase::Turn(control) if !control.is_cancelled() => {
                 control.cancel();
+                return;
+            }
+            Phase::Compact(cancel) if !cancel.is_cancelled() => {
+                cancel.cancel();
                 return;
             }
             Phase::Idle

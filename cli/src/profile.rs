@@ -42,6 +42,14 @@ pub struct Profile {
     pub temperature: Option<f64>,
     pub max_tokens: Option<u32>,
     pub max_steps: Option<u32>,
+    /// `none`, `low`, `medium` or `high` (as `--reasoning`).
+    pub reasoning: Option<String>,
+    /// As `--reasoning-budget`.
+    pub reasoning_budget: Option<u32>,
+    /// As `--compact-at`.
+    pub compact_at: Option<u64>,
+    /// As `--compact-keep`.
+    pub compact_keep: Option<u64>,
     /// A tools file, as `--tools` (relative to the config file's directory).
     pub tools_file: Option<PathBuf>,
     /// Tools declared inline, each with its command.

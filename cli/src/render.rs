@@ -168,6 +168,14 @@ fn note_stdout_error(e: io::Error) -> io::Error {
     e
 }
 
+/// The line that tells what a compaction did (automatic, or `/compact`).
+pub fn compacted_note(c: &panto::Compaction) -> String {
+    format!(
+        "compacted the conversation: {} → {} messages, about {} → {} tokens",
+        c.messages_before, c.messages_after, c.tokens_before, c.tokens_after
+    )
+}
+
 /// Colours and animation are allowed: `NO_COLOR` (any non-empty value) and `TERM=dumb`
 /// turn them off.
 pub fn decorations_allowed() -> bool {
@@ -540,6 +548,21 @@ impl Render for Human {
             } => self.note(&format!(
                 "panto: retrying (attempt {attempt} of {max_attempts}) in {delay_ms} ms: {}",
                 clean(reason)
+            )),
+            Event::HistoryCompacted {
+                messages_before,
+                messages_after,
+                tokens_before,
+                tokens_after,
+            } => self.note(&format!(
+                "panto: {}",
+                compacted_note(&panto::Compaction {
+                    changed: true,
+                    messages_before: *messages_before,
+                    messages_after: *messages_after,
+                    tokens_before: *tokens_before,
+                    tokens_after: *tokens_after,
+                })
             )),
             Event::MessageComplete {
                 stop_reason,

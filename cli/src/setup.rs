@@ -16,7 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use panto::{Agent, Config, Error, ProviderKind, ToolSpec};
+use panto::{Agent, CompactionConfig, Config, Effort, Error, ProviderKind, Reasoning, ToolSpec};
 use serde_json::Value;
 
 use crate::args::{AgentArgs, Provider};
@@ -87,6 +87,10 @@ enum UrlSource {
     Default,
 }
 
+/// `chat`'s default for `--compact-at`: far enough into the context windows of current
+/// models (128k and more) that a summary costs less than what it saves.
+pub const CHAT_COMPACT_AT: u64 = 100_000;
+
 impl Setup {
     pub fn build(args: &AgentArgs) -> Result<Setup, Error> {
         let chosen = profile::choose(args.config.as_deref(), args.profile.as_deref())?;
@@ -141,6 +145,47 @@ impl Setup {
         }
         if let Some(n) = args.max_steps.or(prof.and_then(|p| p.max_steps)) {
             config = config.with_max_steps(n);
+        }
+        let effort = args
+            .reasoning
+            .clone()
+            .or_else(|| prof.and_then(|p| p.reasoning.clone()));
+        let budget = args
+            .reasoning_budget
+            .or(prof.and_then(|p| p.reasoning_budget));
+        if effort.is_some() || budget.is_some() {
+            let effort = match effort.as_deref() {
+                None => Effort::Medium,
+                Some(word) => Effort::parse(word).ok_or_else(|| {
+                    Error::config(format!(
+                        "reasoning: must be none, low, medium or high (got {word:?})"
+                    ))
+                })?,
+            };
+            config = config.with_reasoning(Reasoning {
+                effort,
+                budget_tokens: budget,
+            });
+        }
+        let compact_default = args.interactive_chat.then_some(CHAT_COMPACT_AT);
+        match args
+            .compact_at
+            .or(prof.and_then(|p| p.compact_at))
+            .or(compact_default)
+        {
+            None | Some(0) => {}
+            Some(threshold_tokens) => {
+                config = config.with_compaction(CompactionConfig {
+                    threshold_tokens,
+                    keep_last: args
+                        .compact_keep
+                        .or(prof.and_then(|p| p.compact_keep))
+                        .and_then(|n| usize::try_from(n).ok())
+                        .unwrap_or(panto::config::DEFAULT_KEEP_LAST),
+                    model: None,
+                    prompt: None,
+                });
+            }
         }
         if let Some(p) = prof {
             for (name, value) in &p.headers {

@@ -443,16 +443,27 @@ impl Agent {
         Ok(result)
     }
 
-    /// Whether the last request's input passed the automatic-compaction threshold.
+    /// Whether the last request's input passed the automatic-compaction threshold. With
+    /// no request since the history was set (a restored conversation, or one just
+    /// compacted) or from a server that reports no usage, the estimate of the history's
+    /// tokens stands in for it: a conversation saved past the threshold compacts before
+    /// its first request, not after a request its context window may refuse.
     fn wants_compaction(&self) -> bool {
         let Some(c) = &self.inner.config.compaction else {
             return false;
         };
-        self.inner
+        let last = self
+            .inner
             .last_usage
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .is_some_and(|u| u.input_tokens > c.threshold_tokens)
+            .as_ref()
+            .map(|u| u.input_tokens);
+        match last {
+            Some(input_tokens) if input_tokens > 0 => input_tokens > c.threshold_tokens,
+            // No request yet, or a server that reports no usage.
+            _ => compaction::estimate_tokens(&self.history_lock()) > c.threshold_tokens,
+        }
     }
 
     fn record_usage(&self, usage: &Usage) {

@@ -147,8 +147,10 @@ impl Reasoning {
 }
 
 /// Automatic compaction (`compaction: {threshold_tokens, keep_last, model?, prompt?}`):
-/// when the input tokens of the last request pass `threshold_tokens`, the next request
-/// of a turn first summarizes the older history (see `Agent::compact`).
+/// when the input tokens of the last request pass `threshold_tokens` (the history's
+/// estimate when no request has reported any: a restored conversation, a server without
+/// usage), the next request of a turn first summarizes the older history (see
+/// `Agent::compact`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactionConfig {
     pub threshold_tokens: u64,

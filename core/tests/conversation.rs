@@ -723,6 +723,47 @@ async fn automatic_compaction_runs_before_the_next_request_and_is_announced() {
 }
 
 #[tokio::test]
+async fn a_restored_history_past_the_threshold_compacts_before_its_first_request() {
+    // No request has reported usage on this agent: the history's estimate decides.
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_text(&["first answer"])),
+        summary_exchange("Earlier: the user said first."),
+        exchange(script::openai_text(&["second answer"])),
+    ]))
+    .unwrap();
+    let saved = {
+        let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+        run(&agent, "first").await.1.unwrap();
+        agent.history_json()
+    };
+    let estimate =
+        panto::compaction::estimate_tokens(&panto::message::history_from_json(&saved).unwrap());
+    let restored =
+        Agent::new(config(ProviderKind::OpenAi, &server).with_compaction(auto(estimate - 1, 1)))
+            .unwrap();
+    restored.load_history_json(&saved).unwrap();
+    let (events, r) = run(&restored, "second").await;
+    r.unwrap();
+    assert_eq!(events[0].type_name(), "history_compacted", "{events:?}");
+    assert!(restored.history()[0]
+        .text()
+        .ends_with("Earlier: the user said first."));
+
+    // Below the estimate nothing happens.
+    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
+        "plain answer",
+    ]))]))
+    .unwrap();
+    let restored =
+        Agent::new(config(ProviderKind::OpenAi, &server).with_compaction(auto(estimate * 10, 1)))
+            .unwrap();
+    restored.load_history_json(&saved).unwrap();
+    let (events, r) = run(&restored, "second").await;
+    r.unwrap();
+    assert_eq!(events[0].type_name(), "message_start", "{events:?}");
+}
+
+#[tokio::test]
 async fn a_failed_automatic_compaction_fails_the_turn_and_keeps_the_history() {
     let server = TestServer::start(script::scenario(vec![
         exchange(script::openai_text(&["first answer"])),
