@@ -128,8 +128,7 @@ fn main() {
                             is_error,
                             output,
                         }) => {
-                            if let Err(e) = control.submit_tool_result(call_id, output, *is_error)
-                            {
+                            if let Err(e) = control.submit_tool_result(call_id, output, *is_error) {
                                 eprintln!("conformance: submit: {e}");
                             }
                         }
