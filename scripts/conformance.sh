@@ -92,7 +92,7 @@ if [ -n "$self_test" ]; then
   mutant="$out/mutant-golang"
   rm -rf "$mutant"
   cp -r golang "$mutant"
-  sed -i 's/IsError bool   `json:"is_error"`/IsError bool   `json:"iserror"`/' "$mutant/event.go"
+  sed -i 's/`json:"is_error"`/`json:"iserror"`/' "$mutant/event.go"
   if cmp -s golang/event.go "$mutant/event.go"; then
     echo "self-test: the mutation did not apply (golang/event.go changed?)" >&2
     exit 1
