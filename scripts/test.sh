@@ -97,6 +97,25 @@ step "Go: go test under GOEXPERIMENT=cgocheck2 (cgo pointer rules checked fully)
 step "Go: benchmark module (golang/bench, vs openai-go) vets and compiles"
 (cd golang/bench && env "${go_env[@]}" go vet ./... && env "${go_env[@]}" go test -c -o /dev/null .)
 
+# ---- one contract, four languages -----------------------------------------------------
+# Every scenario of tests/conformance/ through Rust pull, the CLI, Rust push, C, Go and
+# Python sync/async (reusing the binaries, libpanto.a and the venv built above), each
+# trace equal to the golden one; then a binding with one changed mapping must fail.
+step "conformance: every scenario, seven runners, and the self-test (scripts/conformance.sh)"
+PANTO_PYTHON="$py_venv/bin/python" scripts/conformance.sh --self-test
+
+step "README examples are the files scripts/test.sh runs (scripts/check-readme-examples.py)"
+python3 scripts/check-readme-examples.py
+
+step "the demo turn in every language (scripts/demo.sh --all)"
+demo_all=$(PANTO_PYTHON="$py_venv/bin/python" scripts/demo.sh --all 2>/dev/null)
+printf '%s\n' "$demo_all"
+answers=$(grep -c "It is 18°C and sunny in Paris." <<<"$demo_all" || true)
+if [ "$answers" -ne 7 ]; then
+  echo "demo.sh --all: $answers of 7 runs (CLI, Rust pull and push, C, Go, Python sync and async) answered" >&2
+  exit 1
+fi
+
 # --- fuzzing: every cargo-fuzz target for ~20 s (needs nightly; PANTO_SKIP_FUZZ=1 skips) ---
 # Without AddressSanitizer: panto is safe Rust, the targets look for panics and broken
 # properties, and the build is ~25% faster and the runs ~2x faster without it.

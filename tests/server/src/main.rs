@@ -127,6 +127,16 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // The signal handlers are installed before the port is announced: a harness may send
+    // SIGTERM as soon as it has read the line, and must find the server ready to stop
+    // cleanly rather than killed by the default action.
+    let stop = match StopSignals::install() {
+        Ok(stop) => stop,
+        Err(e) => {
+            eprintln!("panto-testserver: cannot install signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
     {
         // Harnesses read this first line to learn the port; flush so they are not stuck
         // behind a pipe's block buffering.
@@ -139,7 +149,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     }
-    let waited = wait_for_stop(args.exit_on_stdin_eof);
+    let waited = stop.wait(args.exit_on_stdin_eof);
     drop(server);
     match waited {
         Ok(()) => ExitCode::SUCCESS,
@@ -150,51 +160,82 @@ fn main() -> ExitCode {
     }
 }
 
-/// Blocks until SIGINT, SIGTERM or (optionally) EOF on stdin.
-fn wait_for_stop(exit_on_stdin_eof: bool) -> std::io::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()?;
-    runtime.block_on(async move {
-        let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
-        if exit_on_stdin_eof {
-            // A plain thread: blocking stdin reads cannot be cancelled, and this thread
-            // simply dies with the process.
-            std::thread::Builder::new()
-                .name("stdin-eof".to_string())
-                .spawn(move || {
-                    let mut stdin = std::io::stdin().lock();
-                    let mut sink = [0u8; 1024];
-                    while let Ok(n) = stdin.read(&mut sink) {
-                        if n == 0 {
-                            break;
-                        }
-                    }
-                    let _ = eof_tx.send(());
-                })?;
-        } else {
-            // Keep the sender alive forever so `eof_rx` never completes.
-            std::mem::forget(eof_tx);
-        }
-        let stdin_eof = async {
-            let _ = eof_rx.await;
+/// The signals that stop the server, registered before the port is announced.
+struct StopSignals {
+    runtime: tokio::runtime::Runtime,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<StopSignals> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()?;
+        #[cfg(unix)]
+        let (terminate, interrupt) = {
+            use tokio::signal::unix::{signal, SignalKind};
+            let _entered = runtime.enter();
+            (
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::interrupt())?,
+            )
         };
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r,
-            r = terminate() => r,
-            () = stdin_eof => Ok(()),
-        }
-    })
-}
+        Ok(StopSignals {
+            runtime,
+            #[cfg(unix)]
+            terminate,
+            #[cfg(unix)]
+            interrupt,
+        })
+    }
 
-#[cfg(unix)]
-async fn terminate() -> std::io::Result<()> {
-    let mut sig = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    sig.recv().await;
-    Ok(())
-}
-
-#[cfg(not(unix))]
-async fn terminate() -> std::io::Result<()> {
-    std::future::pending().await
+    /// Blocks until SIGINT, SIGTERM or (optionally) EOF on stdin.
+    fn wait(self, exit_on_stdin_eof: bool) -> std::io::Result<()> {
+        let StopSignals {
+            runtime,
+            #[cfg(unix)]
+            mut terminate,
+            #[cfg(unix)]
+            mut interrupt,
+        } = self;
+        runtime.block_on(async move {
+            let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
+            if exit_on_stdin_eof {
+                // A plain thread: blocking stdin reads cannot be cancelled, and this thread
+                // simply dies with the process.
+                std::thread::Builder::new()
+                    .name("stdin-eof".to_string())
+                    .spawn(move || {
+                        let mut stdin = std::io::stdin().lock();
+                        let mut sink = [0u8; 1024];
+                        while let Ok(n) = stdin.read(&mut sink) {
+                            if n == 0 {
+                                break;
+                            }
+                        }
+                        let _ = eof_tx.send(());
+                    })?;
+            } else {
+                // Keep the sender alive forever so `eof_rx` never completes.
+                std::mem::forget(eof_tx);
+            }
+            let stdin_eof = async {
+                let _ = eof_rx.await;
+            };
+            #[cfg(unix)]
+            tokio::select! {
+                _ = terminate.recv() => Ok(()),
+                _ = interrupt.recv() => Ok(()),
+                () = stdin_eof => Ok(()),
+            }
+            #[cfg(not(unix))]
+            tokio::select! {
+                r = tokio::signal::ctrl_c() => r,
+                () = stdin_eof => Ok(()),
+            }
+        })
+    }
 }

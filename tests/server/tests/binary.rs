@@ -123,5 +123,6 @@ fn sigterm_stops_the_server() {
         .status()
         .unwrap();
     assert!(ok.success());
-    assert!(child.wait().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
 }

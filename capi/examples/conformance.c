@@ -1,0 +1,373 @@
+/*
+ * conformance.c — the conformance runner for C: runs one turn described on the command
+ * line and prints its trace, one JSON line per event, then the error line if the turn
+ * failed. Every line is built here from the PantoEvent struct fields (never from
+ * panto_event_to_json), so the trace tests the header's layout and constants.
+ * scripts/conformance.sh compares it with the scenario's golden trace; the arguments,
+ * shared by every language's runner, are described in tests/conformance/README.md.
+ *
+ *   conformance --config JSON --prompt TEXT [--cancel-after K]
+ *               [--answer NAME DELAY_MS IS_ERROR OUTPUT]...
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "panto.h"
+
+#define MAX_ANSWERS 16
+
+typedef struct {
+  const char *name;
+  long delay_ms; /* < 0: never answered */
+  int is_error;
+  const char *output;
+} Answer;
+
+/* ---- JSON output from struct fields ---------------------------------------------- */
+
+static void put_str(PantoStr s) {
+  putchar('"');
+  for (size_t i = 0; i < s.len; i++) {
+    unsigned char c = (unsigned char)s.ptr[i];
+    if (c == '"' || c == '\\') {
+      putchar('\\');
+      putchar(c);
+    } else if (c == '\n') {
+      fputs("\\n", stdout);
+    } else if (c == '\r') {
+      fputs("\\r", stdout);
+    } else if (c == '\t') {
+      fputs("\\t", stdout);
+    } else if (c < 0x20) {
+      printf("\\u%04x", c);
+    } else {
+      putchar(c); /* UTF-8 passes through: the library guarantees valid UTF-8 */
+    }
+  }
+  putchar('"');
+}
+
+static void put_key_str(const char *key, PantoStr s) {
+  printf(",\"%s\":", key);
+  put_str(s);
+}
+
+static void put_key_u(const char *key, unsigned long long v) { printf(",\"%s\":%llu", key, v); }
+
+static void put_key_bool(const char *key, bool v) { printf(",\"%s\":%s", key, v ? "true" : "false"); }
+
+/* A PantoStr holding JSON text, written as the JSON value it is. */
+static void put_key_raw(const char *key, PantoStr s) {
+  printf(",\"%s\":", key);
+  if (s.ptr == NULL)
+    fputs("null", stdout);
+  else
+    fwrite(s.ptr, 1, s.len, stdout);
+}
+
+static void put_usage(PantoUsage u) {
+  printf(",\"usage\":{\"input_tokens\":%llu,\"output_tokens\":%llu,\"cache_read_tokens\":%llu,"
+         "\"cache_write_tokens\":%llu,\"reasoning_tokens\":%llu}",
+         (unsigned long long)u.input_tokens, (unsigned long long)u.output_tokens,
+         (unsigned long long)u.cache_read_tokens, (unsigned long long)u.cache_write_tokens,
+         (unsigned long long)u.reasoning_tokens);
+}
+
+static const char *block_kind(uint32_t kind) {
+  switch (kind) {
+    case PANTO_BLOCK_TEXT: return "text";
+    case PANTO_BLOCK_REASONING: return "reasoning";
+    case PANTO_BLOCK_TOOL_CALL: return "tool_call";
+    default: return "unknown";
+  }
+}
+
+static const char *delta_kind(uint32_t kind) {
+  switch (kind) {
+    case PANTO_DELTA_TEXT: return "text";
+    case PANTO_DELTA_REASONING: return "reasoning";
+    case PANTO_DELTA_TOOL_ARGS: return "tool_args";
+    default: return "unknown";
+  }
+}
+
+static const char *error_kind(uint32_t kind) {
+  static const char *const names[] = {
+      [PANTO_ERR_CONFIG] = "config",         [PANTO_ERR_AUTHENTICATION] = "authentication",
+      [PANTO_ERR_PERMISSION] = "permission", [PANTO_ERR_NOT_FOUND] = "not_found",
+      [PANTO_ERR_BAD_REQUEST] = "bad_request", [PANTO_ERR_RATE_LIMITED] = "rate_limited",
+      [PANTO_ERR_SERVER] = "server",         [PANTO_ERR_CONNECTION] = "connection",
+      [PANTO_ERR_TIMEOUT] = "timeout",       [PANTO_ERR_PROTOCOL] = "protocol",
+      [PANTO_ERR_PROVIDER] = "provider",     [PANTO_ERR_CANCELLED] = "cancelled",
+      [PANTO_ERR_BUSY] = "busy",             [PANTO_ERR_TOOL] = "tool",
+      [PANTO_ERR_INCOMPLETE] = "incomplete", [PANTO_ERR_INTERNAL] = "internal",
+  };
+  if (kind < sizeof names / sizeof names[0] && names[kind] != NULL) return names[kind];
+  return "unknown";
+}
+
+static void put_block_content(const PantoBlockComplete *b) {
+  fputs(",\"content\":{", stdout);
+  switch (b->content_type) {
+    case PANTO_CONTENT_TEXT:
+      fputs("\"type\":\"text\"", stdout);
+      put_key_str("text", b->text);
+      break;
+    case PANTO_CONTENT_REASONING:
+      fputs("\"type\":\"reasoning\"", stdout);
+      put_key_str("text", b->text);
+      if (b->signature.ptr != NULL) put_key_str("signature", b->signature);
+      break;
+    case PANTO_CONTENT_REDACTED_REASONING:
+      fputs("\"type\":\"redacted_reasoning\"", stdout);
+      put_key_str("data", b->text);
+      break;
+    case PANTO_CONTENT_TOOL_CALL:
+      fputs("\"type\":\"tool_call\"", stdout);
+      put_key_str("call_id", b->call_id);
+      put_key_str("name", b->name);
+      if (b->arguments.ptr != NULL)
+        put_key_raw("arguments", b->arguments);
+      else
+        put_key_str("arguments_raw", b->arguments_raw);
+      break;
+    default:
+      fputs("\"type\":\"unknown\"", stdout);
+  }
+  putchar('}');
+}
+
+static void print_event(const PantoEvent *ev) {
+  switch (ev->kind) {
+    case PANTO_EV_MESSAGE_START: {
+      const PantoMessageStart *e = &ev->payload.message_start;
+      fputs("{\"type\":\"message_start\"", stdout);
+      put_key_u("message", e->message);
+      put_key_str("model", e->model);
+      if (e->response_id.ptr != NULL) put_key_str("response_id", e->response_id);
+      break;
+    }
+    case PANTO_EV_BLOCK_START: {
+      const PantoBlockStart *e = &ev->payload.block_start;
+      fputs("{\"type\":\"block_start\"", stdout);
+      put_key_u("message", e->message);
+      put_key_u("block", e->block);
+      printf(",\"kind\":\"%s\"", block_kind(e->kind));
+      break;
+    }
+    case PANTO_EV_CONTENT_DELTA: {
+      const PantoContentDelta *e = &ev->payload.content_delta;
+      fputs("{\"type\":\"content_delta\"", stdout);
+      put_key_u("message", e->message);
+      put_key_u("block", e->block);
+      printf(",\"kind\":\"%s\"", delta_kind(e->kind));
+      put_key_str("text", e->text);
+      break;
+    }
+    case PANTO_EV_TOOL_DETAILS: {
+      const PantoToolDetails *e = &ev->payload.tool_details;
+      fputs("{\"type\":\"tool_details\"", stdout);
+      put_key_u("message", e->message);
+      put_key_u("block", e->block);
+      put_key_str("call_id", e->call_id);
+      put_key_str("name", e->name);
+      break;
+    }
+    case PANTO_EV_BLOCK_COMPLETE: {
+      const PantoBlockComplete *e = &ev->payload.block_complete;
+      fputs("{\"type\":\"block_complete\"", stdout);
+      put_key_u("message", e->message);
+      put_key_u("block", e->block);
+      put_block_content(e);
+      break;
+    }
+    case PANTO_EV_MESSAGE_END: {
+      const PantoMessageEnd *e = &ev->payload.message_end;
+      fputs("{\"type\":\"message_end\"", stdout);
+      put_key_u("message", e->message);
+      put_key_str("stop_reason", e->stop_reason);
+      put_usage(e->usage);
+      break;
+    }
+    case PANTO_EV_TOOL_CALL_START: {
+      const PantoToolCallStart *e = &ev->payload.tool_call_start;
+      fputs("{\"type\":\"tool_call_start\"", stdout);
+      put_key_u("message", e->message);
+      put_key_str("call_id", e->call_id);
+      put_key_str("name", e->name);
+      put_key_raw("arguments", e->arguments);
+      if (e->arguments_raw.ptr != NULL) put_key_str("arguments_raw", e->arguments_raw);
+      put_key_bool("host", e->host);
+      break;
+    }
+    case PANTO_EV_TOOL_RESULT: {
+      const PantoToolResult *e = &ev->payload.tool_result;
+      fputs("{\"type\":\"tool_result\"", stdout);
+      put_key_u("message", e->message);
+      put_key_str("call_id", e->call_id);
+      put_key_str("name", e->name);
+      put_key_str("output", e->output);
+      put_key_bool("is_error", e->is_error);
+      break;
+    }
+    case PANTO_EV_PROVIDER_RETRY: {
+      const PantoProviderRetry *e = &ev->payload.provider_retry;
+      fputs("{\"type\":\"provider_retry\"", stdout);
+      put_key_u("message", e->message);
+      put_key_u("attempt", e->attempt);
+      put_key_u("max_attempts", e->max_attempts);
+      put_key_u("delay_ms", e->delay_ms);
+      put_key_str("reason", e->reason);
+      if (e->status != 0) put_key_u("status", e->status);
+      break;
+    }
+    case PANTO_EV_MESSAGE_COMPLETE: {
+      const PantoMessageComplete *e = &ev->payload.message_complete;
+      fputs("{\"type\":\"message_complete\"", stdout);
+      put_key_str("stop_reason", e->stop_reason);
+      put_usage(e->usage);
+      put_key_u("messages", e->messages);
+      put_key_str("text", e->text);
+      break;
+    }
+    case PANTO_EV_ERROR: {
+      const PantoErrorInfo *e = &ev->payload.error;
+      printf("{\"type\":\"error\",\"kind\":\"%s\"", error_kind(e->kind));
+      put_key_str("message", e->message);
+      put_key_u("status", e->status);
+      put_key_bool("retryable", e->retryable);
+      if (e->provider_code.ptr != NULL)
+        put_key_str("provider_code", e->provider_code);
+      else
+        fputs(",\"provider_code\":null", stdout);
+      break;
+    }
+    default:
+      printf("{\"type\":\"unknown\",\"code\":%u", ev->kind);
+  }
+  fputs("}\n", stdout);
+  fflush(stdout);
+}
+
+/* An error outside the stream (configuration, starting the turn), as the error line. */
+static void print_error(PantoError *err) {
+  PantoEvent ev = PANTO_EVENT_INIT;
+  ev.kind = PANTO_EV_ERROR;
+  ev.payload.error.kind = panto_error_kind(err);
+  ev.payload.error.status = panto_error_status(err);
+  ev.payload.error.retryable = panto_error_retryable(err);
+  ev.payload.error.message = panto_error_message(err);
+  ev.payload.error.provider_code = panto_error_provider_code(err);
+  print_event(&ev);
+}
+
+/* ---- host tools answered later, from another thread ------------------------------- */
+
+typedef struct {
+  PantoStream *stream;
+  char *call_id;
+  const Answer *answer;
+} LateAnswer;
+
+static void *answer_later(void *arg) {
+  LateAnswer *late = arg;
+  struct timespec ts = {late->answer->delay_ms / 1000, (late->answer->delay_ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+  /* Refused when the turn gave up on the call (its timeout) — what a slow tool gets. */
+  panto_stream_submit_tool_result(late->stream, late->call_id, strlen(late->call_id),
+                                  late->answer->output, strlen(late->answer->output),
+                                  late->answer->is_error, NULL);
+  free(late->call_id);
+  free(late);
+  return NULL;
+}
+
+static void answer_call(PantoStream *stream, const PantoToolCallStart *call, const Answer *answers,
+                        int n_answers) {
+  for (int i = 0; i < n_answers; i++) {
+    const Answer *a = &answers[i];
+    if (strlen(a->name) != call->name.len || memcmp(a->name, call->name.ptr, call->name.len) != 0)
+      continue;
+    if (a->delay_ms < 0) return;
+    if (a->delay_ms == 0) {
+      PantoError *err = NULL;
+      if (panto_stream_submit_tool_result(stream, call->call_id.ptr, call->call_id.len, a->output,
+                                          strlen(a->output), a->is_error, &err) != PANTO_OK) {
+        PantoStr m = panto_error_message(err);
+        fprintf(stderr, "conformance: submit: %.*s\n", (int)m.len, m.ptr);
+        panto_error_free(err);
+      }
+      return;
+    }
+    LateAnswer *late = malloc(sizeof *late);
+    char *id = malloc(call->call_id.len + 1);
+    if (late == NULL || id == NULL) abort();
+    memcpy(id, call->call_id.ptr, call->call_id.len);
+    id[call->call_id.len] = 0;
+    *late = (LateAnswer){stream, id, a};
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, answer_later, late) != 0) abort();
+    pthread_detach(thread);
+    return;
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *config = NULL, *prompt = NULL;
+  long cancel_after = -1;
+  Answer answers[MAX_ANSWERS];
+  int n_answers = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+      config = argv[++i];
+    } else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
+      prompt = argv[++i];
+    } else if (strcmp(argv[i], "--cancel-after") == 0 && i + 1 < argc) {
+      cancel_after = strtol(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--answer") == 0 && i + 4 < argc && n_answers < MAX_ANSWERS) {
+      answers[n_answers++] = (Answer){argv[i + 1], strtol(argv[i + 2], NULL, 10),
+                                      strcmp(argv[i + 3], "true") == 0, argv[i + 4]};
+      i += 4;
+    } else {
+      fprintf(stderr, "conformance: bad argument %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (config == NULL || prompt == NULL) {
+    fprintf(stderr, "usage: %s --config JSON --prompt TEXT [--cancel-after K] [--answer ...]\n",
+            argv[0]);
+    return 2;
+  }
+
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  PantoError *err = NULL;
+  if (panto_agent_new(config, strlen(config), &agent, &err) != PANTO_OK) {
+    print_error(err);
+    panto_error_free(err);
+    return 0;
+  }
+  if (panto_agent_stream(agent, prompt, strlen(prompt), &stream, &err) != PANTO_OK) {
+    print_error(err);
+    panto_error_free(err);
+    panto_agent_free(agent);
+    return 0;
+  }
+  PantoEvent ev = PANTO_EVENT_INIT;
+  for (long index = 0;; index++) {
+    PantoStatus status = panto_next_event(stream, &ev);
+    if (status == PANTO_DONE) break;
+    print_event(&ev);
+    if (status != PANTO_EVENT) break;
+    if (ev.kind == PANTO_EV_TOOL_CALL_START && ev.payload.tool_call_start.host)
+      answer_call(stream, &ev.payload.tool_call_start, answers, n_answers);
+    if (index == cancel_after) panto_stream_cancel(stream);
+  }
+  /* A detached late answer may still hold the stream: leave it to process exit. */
+  _exit(0);
+}

@@ -1,0 +1,147 @@
+//! The conformance runner for Rust pull (`panto_pull::Stream`): runs one turn described
+//! on the command line and prints its trace, one canonical JSON line per event, then the
+//! error line if the turn failed. `scripts/conformance.sh` compares it with the golden
+//! trace of the scenario; `tests/conformance/README.md` describes the arguments, which
+//! every language's runner shares.
+//!
+//! ```sh
+//! conformance --config '{"model":"m","base_url":"http://127.0.0.1:PORT/v1",…}' \
+//!   --prompt "Hi" [--cancel-after K] [--answer NAME DELAY_MS IS_ERROR OUTPUT]…
+//! ```
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use panto::{Agent, Config, Event};
+use panto_pull::AgentStreamExt;
+
+/// How the runner answers one host tool: after `delay`, or never when `None`.
+struct Answer {
+    delay: Option<Duration>,
+    is_error: bool,
+    output: String,
+}
+
+struct Args {
+    config: String,
+    prompt: String,
+    cancel_after: Option<usize>,
+    answers: HashMap<String, Answer>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut it = std::env::args().skip(1);
+    let mut config = None;
+    let mut prompt = None;
+    let mut cancel_after = None;
+    let mut answers = HashMap::new();
+    let value = |it: &mut dyn Iterator<Item = String>, flag: &str| {
+        it.next().ok_or_else(|| format!("{flag} needs a value"))
+    };
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--config" => config = Some(value(&mut it, "--config")?),
+            "--prompt" => prompt = Some(value(&mut it, "--prompt")?),
+            "--cancel-after" => {
+                let k = value(&mut it, "--cancel-after")?;
+                cancel_after = Some(k.parse().map_err(|_| format!("bad --cancel-after {k}"))?);
+            }
+            "--answer" => {
+                let name = value(&mut it, "--answer")?;
+                let delay: i64 = value(&mut it, "--answer")?
+                    .parse()
+                    .map_err(|_| "bad --answer DELAY_MS".to_string())?;
+                let is_error = value(&mut it, "--answer")? == "true";
+                let output = value(&mut it, "--answer")?;
+                let delay = u64::try_from(delay).ok().map(Duration::from_millis);
+                answers.insert(
+                    name,
+                    Answer {
+                        delay,
+                        is_error,
+                        output,
+                    },
+                );
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(Args {
+        config: config.ok_or("--config is required")?,
+        prompt: prompt.ok_or("--prompt is required")?,
+        cancel_after,
+        answers,
+    })
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("conformance: {e}");
+            std::process::exit(2);
+        }
+    };
+    let agent = match Config::from_json(&args.config).and_then(Agent::new) {
+        Ok(agent) => agent,
+        Err(e) => return println!("{}", e.to_json()),
+    };
+    let mut stream = match agent.stream(&args.prompt) {
+        Ok(stream) => stream,
+        Err(e) => return println!("{}", e.to_json()),
+    };
+    let control = stream.control();
+    let mut index = 0;
+    loop {
+        match stream.next() {
+            Ok(Some(event)) => {
+                println!("{}", event.to_json());
+                if let Event::ToolCallStart {
+                    call_id,
+                    name,
+                    host: true,
+                    ..
+                } = &event
+                {
+                    match args.answers.get(name) {
+                        Some(Answer {
+                            delay: Some(delay),
+                            is_error,
+                            output,
+                        }) if !delay.is_zero() => {
+                            let (control, call_id, output, is_error, delay) = (
+                                control.clone(),
+                                call_id.clone(),
+                                output.clone(),
+                                *is_error,
+                                *delay,
+                            );
+                            // A late answer to a call the turn gave up on is refused; that
+                            // refusal is what a slow tool gets, so it is ignored.
+                            std::thread::spawn(move || {
+                                std::thread::sleep(delay);
+                                let _ = control.submit_tool_result(&call_id, &output, is_error);
+                            });
+                        }
+                        Some(Answer {
+                            delay: Some(_),
+                            is_error,
+                            output,
+                        }) => {
+                            if let Err(e) = control.submit_tool_result(call_id, output, *is_error) {
+                                eprintln!("conformance: submit: {e}");
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                if args.cancel_after == Some(index) {
+                    stream.cancel();
+                }
+                index += 1;
+            }
+            Ok(None) => return,
+            Err(e) => return println!("{}", e.to_json()),
+        }
+    }
+}

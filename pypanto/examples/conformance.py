@@ -1,0 +1,142 @@
+"""The conformance runner for Python: runs one turn described on the command line and
+prints its trace, ``to_dict()`` of each event object, then the error line built from the
+raised ``panto.PantoError``'s attributes. ``--async`` iterates ``agent.astream()`` in an
+asyncio loop instead of ``agent.stream()``. ``scripts/conformance.sh`` compares the trace
+with the scenario's golden trace; the arguments, shared by every language's runner, are
+described in ``tests/conformance/README.md``.
+
+    python conformance.py [--async] --config JSON --prompt TEXT [--cancel-after K]
+                          [--answer NAME DELAY_MS IS_ERROR OUTPUT]...
+
+The tools are declared as dicts (host tools) and answered with ``submit_tool_result``:
+at once, or after DELAY_MS from a timer (a thread for sync, ``loop.call_later`` for
+async), or never when DELAY_MS is negative.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+from typing import Any, Dict, List, Tuple
+
+import panto
+
+Answer = Tuple[int, bool, str]
+
+
+def parse(argv: List[str]) -> Tuple[bool, Dict[str, Any], str, int, Dict[str, Answer]]:
+    use_async, config, prompt, cancel_after = False, None, None, -1
+    answers: Dict[str, Answer] = {}
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        if flag == "--async":
+            use_async = True
+            i += 1
+        elif flag == "--config":
+            config, i = json.loads(argv[i + 1]), i + 2
+        elif flag == "--prompt":
+            prompt, i = argv[i + 1], i + 2
+        elif flag == "--cancel-after":
+            cancel_after, i = int(argv[i + 1]), i + 2
+        elif flag == "--answer":
+            name, delay, is_error, output = argv[i + 1 : i + 5]
+            answers[name] = (int(delay), is_error == "true", output)
+            i += 5
+        else:
+            sys.exit(f"conformance: bad argument {flag}")
+    if config is None or prompt is None:
+        sys.exit("conformance: --config and --prompt are required")
+    return use_async, config, prompt, cancel_after, answers
+
+
+def emit(obj: Dict[str, Any]) -> None:
+    print(json.dumps(obj, ensure_ascii=False), flush=True)
+
+
+def error_line(e: panto.PantoError) -> Dict[str, Any]:
+    return {
+        "type": "error",
+        "kind": e.kind,
+        "message": e.message,
+        "status": e.status,
+        "retryable": e.retryable,
+        "provider_code": e.provider_code,
+    }
+
+
+def refused_ok(submit: Any, call_id: str, output: str, is_error: bool) -> None:
+    # A late answer to a call the turn gave up on is refused: what a slow tool gets.
+    try:
+        submit(call_id, output, is_error)
+    except panto.ToolError:
+        pass
+
+
+def run_sync(config: Dict[str, Any], prompt: str, cancel_after: int, answers: Dict[str, Answer]) -> None:
+    agent = panto.Agent(**config)
+    with agent.stream(prompt) as stream:
+        try:
+            for index, event in enumerate(stream):
+                emit(event.to_dict())
+                if isinstance(event, panto.ToolCallStart) and event.host and event.name in answers:
+                    delay, is_error, output = answers[event.name]
+                    if delay == 0:
+                        stream.submit_tool_result(event.call_id, output, is_error)
+                    elif delay > 0:
+                        timer = threading.Timer(
+                            delay / 1000,
+                            refused_ok,
+                            (stream.submit_tool_result, event.call_id, output, is_error),
+                        )
+                        timer.daemon = True
+                        timer.start()
+                if index == cancel_after:
+                    stream.cancel()
+        except panto.PantoError as e:
+            emit(error_line(e))
+
+
+async def run_async(config: Dict[str, Any], prompt: str, cancel_after: int, answers: Dict[str, Answer]) -> None:
+    agent = panto.Agent(**config)
+    loop = asyncio.get_running_loop()
+    async with agent.astream(prompt) as stream:
+        try:
+            index = 0
+            async for event in stream:
+                emit(event.to_dict())
+                if isinstance(event, panto.ToolCallStart) and event.host and event.name in answers:
+                    delay, is_error, output = answers[event.name]
+                    if delay == 0:
+                        stream.submit_tool_result(event.call_id, output, is_error)
+                    elif delay > 0:
+                        loop.call_later(
+                            delay / 1000,
+                            refused_ok,
+                            stream.submit_tool_result,
+                            event.call_id,
+                            output,
+                            is_error,
+                        )
+                if index == cancel_after:
+                    stream.cancel()
+                index += 1
+        except panto.PantoError as e:
+            emit(error_line(e))
+
+
+def main() -> None:
+    use_async, config, prompt, cancel_after, answers = parse(sys.argv[1:])
+    try:
+        if use_async:
+            asyncio.run(run_async(config, prompt, cancel_after, answers))
+        else:
+            run_sync(config, prompt, cancel_after, answers)
+    except panto.PantoError as e:  # configuration errors, raised before any event
+        emit(error_line(e))
+
+
+if __name__ == "__main__":
+    main()

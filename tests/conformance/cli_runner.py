@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The conformance runner for the CLI: translates the runner arguments
+(README.md, "Runner arguments") into a `panto run --json` command line and runs it, so
+the trace is what the CLI prints. Tools become shell-command tools (`--tool`), answered
+by `printf`, after `sleep` for a delayed answer, with a non-zero exit for an error result.
+
+    cli_runner.py PANTO_BINARY RUNNER-ARGUMENTS...
+
+Exits 77 (skipped) for what a CLI user cannot ask for: cancelling at an event, or a
+configuration key without a flag.
+"""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77
+# Keys that only shape timing (backoff), which the comparison normalizes anyway.
+TIMING_ONLY = {"initial_delay_ms", "max_delay_ms", "max_elapsed_ms"}
+
+
+def main() -> int:
+    panto, argv = sys.argv[1], sys.argv[2:]
+    config, prompt, answers = None, None, {}
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        if flag == "--config":
+            config, i = json.loads(argv[i + 1]), i + 2
+        elif flag == "--prompt":
+            prompt, i = argv[i + 1], i + 2
+        elif flag == "--cancel-after":
+            print("the CLI cannot cancel at a given event", file=sys.stderr)
+            return SKIP
+        elif flag == "--answer":
+            name, delay, is_error, output = argv[i + 1 : i + 5]
+            answers[name] = (int(delay), is_error == "true", output)
+            i += 5
+        else:
+            sys.exit(f"cli_runner: bad argument {flag}")
+    assert config is not None and prompt is not None
+
+    cmd = [panto, "run", "--json"]
+    flags = {
+        "provider": "--provider",
+        "model": "--model",
+        "base_url": "--base-url",
+        "api_key": "--api-key",
+        "system": "--system",
+        "max_tokens": "--max-tokens",
+        "max_steps": "--max-steps",
+        "tool_timeout_ms": "--tool-timeout-ms",
+    }
+    tools_file = None
+    for key, value in config.items():
+        if key in flags:
+            cmd += [flags[key], str(value)]
+        elif key == "retry":
+            rest = set(value) - {"max_retries"} - TIMING_ONLY
+            if rest:
+                print(f"no CLI flag for retry.{sorted(rest)}", file=sys.stderr)
+                return SKIP
+            if "max_retries" in value:
+                cmd += ["--retries", str(value["max_retries"])]
+        elif key == "timeouts":
+            rest = set(value) - {"idle_ms"}
+            if rest:
+                print(f"no CLI flag for timeouts.{sorted(rest)}", file=sys.stderr)
+                return SKIP
+            cmd += ["--idle-timeout-ms", str(value["idle_ms"])]
+        elif key == "tools":
+            fd, tools_file = tempfile.mkstemp(suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(value, f)
+            cmd += ["--tools", tools_file]
+            for tool in value:
+                delay, is_error, output = answers.get(tool["name"], (-1, False, ""))
+                if delay < 0:
+                    script = "sleep 600"  # killed when the call times out
+                else:
+                    script = "cat >/dev/null; "
+                    if delay:
+                        script += f"sleep {delay / 1000}; "
+                    script += f"printf %s {shlex.quote(output)}"
+                    if is_error:
+                        script += "; exit 1"
+                cmd += ["--tool", f"{tool['name']}={script}"]
+        else:
+            print(f"no CLI flag for {key}", file=sys.stderr)
+            return SKIP
+    cmd.append(prompt)
+    try:
+        # The exit code tells the error class; the trace's error line says more.
+        subprocess.run(cmd, stdout=sys.stdout, stderr=sys.stderr)
+    finally:
+        if tools_file:
+            os.unlink(tools_file)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
