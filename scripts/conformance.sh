@@ -50,13 +50,25 @@ if wanted c; then
     "$target/release/libpanto.a" $static_libs -o "$out/c-runner"
 fi
 build_go_runner() { # $1: the Go module's directory, $2: the binary to write
-  (cd "$1" && CGO_ENABLED=1 CGO_LDFLAGS="-L$target/release" go build -o "$2" ./internal/conformance)
+  # Go's build cache does not look at libpanto.a itself, only at CGO_LDFLAGS: a stamp of
+  # the library (an -L directory that need not exist) makes a rebuilt library relink.
+  local stamp
+  stamp=$(cksum <"$target/release/libpanto.a" | cut -d' ' -f1)
+  (cd "$1" && CGO_ENABLED=1 CGO_LDFLAGS="-L$target/release -L$target/release/.libpanto-$stamp" \
+    go build -o "$2" ./internal/conformance)
 }
 if wanted go; then
   build_go_runner golang "$out/go-runner"
 fi
 python="${PANTO_PYTHON:-$target/pypanto-venv/bin/python}"
-if (wanted python-sync || wanted python-async) && ! "$python" -c 'import panto' 2>/dev/null; then
+# The installed native module, if any; rebuilt when a Rust or Python source is newer.
+py_native=$("$python" -c 'import panto._native as n; print(n.__file__)' 2>/dev/null || true)
+py_stale=""
+if [ -z "$py_native" ] || [ -n "$(find core/src pull-adapter/src pypanto/src pypanto/python \
+    -newer "$py_native" -print -quit 2>/dev/null)" ]; then
+  py_stale=1
+fi
+if (wanted python-sync || wanted python-async) && [ -z "${PANTO_PYTHON:-}" ] && [ -n "$py_stale" ]; then
   echo "conformance: building the Python wheel into $target/pypanto-venv" >&2
   py_tools="$(pypanto/tools-venv.sh)"
   rm -rf "$target/pypanto-wheels" "$target/pypanto-venv"

@@ -235,6 +235,15 @@ static void print_event(const PantoEvent *ev) {
       put_key_str("text", e->text);
       break;
     }
+    case PANTO_EV_HISTORY_COMPACTED: {
+      const PantoHistoryCompacted *e = &ev->payload.history_compacted;
+      fputs("{\"type\":\"history_compacted\"", stdout);
+      put_key_u("messages_before", e->messages_before);
+      put_key_u("messages_after", e->messages_after);
+      put_key_u("tokens_before", e->tokens_before);
+      put_key_u("tokens_after", e->tokens_after);
+      break;
+    }
     case PANTO_EV_ERROR: {
       const PantoErrorInfo *e = &ev->payload.error;
       printf("{\"type\":\"error\",\"kind\":\"%s\"", error_kind(e->kind));

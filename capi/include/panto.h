@@ -388,7 +388,8 @@ typedef struct PantoMessageComplete {
 /* PANTO_EV_HISTORY_COMPACTED (since ABI 1.1): automatic compaction (the "compaction"
  * config key) summarized the older history before the next request. Counts of the
  * history's messages and tokens; tokens_before comes from the provider's usage when
- * known, tokens_after (and tokens_before otherwise) is estimated as bytes / 4. */
+ * known (else it is estimated as bytes / 4); tokens_after is estimated in the same
+ * measure (bytes / 4 scaled by the provider's count of the old history). */
 typedef struct PantoHistoryCompacted {
   uint64_t messages_before;
   uint64_t messages_after;

@@ -432,7 +432,7 @@ impl Agent {
             messages_before: before.len() as u64,
             messages_after: after.len() as u64,
             tokens_before,
-            tokens_after: compaction::estimate_tokens(&after),
+            tokens_after: compaction::scaled_estimate(&before, tokens_before, &after),
         };
         *self.history_lock() = after;
         *self

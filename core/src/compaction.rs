@@ -57,8 +57,8 @@ impl Default for CompactOptions {
 /// What a compaction did. `changed` is false when there was nothing older than the kept
 /// messages (no request is made then). Token counts: `tokens_before` is the provider's
 /// count for the history (input and output tokens of the last response) when the history
-/// has not changed since; otherwise, and always for `tokens_after`, the estimate of
-/// [`estimate_tokens`].
+/// has not changed since, otherwise the estimate of [`estimate_tokens`]; `tokens_after`
+/// is the estimate of the new history in the same measure ([`scaled_estimate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Compaction {
     pub changed: bool,
@@ -79,6 +79,22 @@ impl Compaction {
 pub fn estimate_tokens(messages: &[Message]) -> u64 {
     let bytes = message::history_to_json(messages).len() as u64;
     bytes.div_ceil(4)
+}
+
+/// Tokens of `after`, in the same measure as `tokens_before` (the count of `before`):
+/// the estimate of `after` scaled by how the provider's count of `before` compares with
+/// its estimate. With a provider count the two figures of a compaction are then
+/// comparable (bytes / 4 alone over-counts JSON-heavy histories); when `tokens_before`
+/// is itself the estimate, this is just the estimate of `after`.
+pub fn scaled_estimate(before: &[Message], tokens_before: u64, after: &[Message]) -> u64 {
+    let estimate_after = estimate_tokens(after);
+    let estimate_before = estimate_tokens(before);
+    if estimate_before == 0 || tokens_before == 0 {
+        return estimate_after;
+    }
+    let scaled = (u128::from(estimate_after) * u128::from(tokens_before))
+        .div_ceil(u128::from(estimate_before));
+    u64::try_from(scaled).unwrap_or(u64::MAX).max(1)
 }
 
 /// Where the kept part of `messages` starts, keeping the last `keep_last` messages: moved

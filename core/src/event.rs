@@ -158,7 +158,7 @@ pub enum Event {
     /// The history was compacted before the next request (automatic compaction, see
     /// `compaction` in the configuration): `messages_*` count the history's messages,
     /// `tokens_*` its size in tokens (`tokens_before` from the provider's usage when
-    /// known; otherwise, and always for `tokens_after`, estimated as bytes / 4).
+    /// known, else estimated as bytes / 4; `tokens_after` estimated in the same measure).
     HistoryCompacted {
         messages_before: u64,
         messages_after: u64,

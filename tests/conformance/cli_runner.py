@@ -71,6 +71,19 @@ def main() -> int:
                 print(f"no CLI flag for timeouts.{sorted(rest)}", file=sys.stderr)
                 return SKIP
             cmd += ["--idle-timeout-ms", str(value["idle_ms"])]
+        elif key == "reasoning":
+            if "effort" in value:
+                cmd += ["--reasoning", value["effort"]]
+            if "budget_tokens" in value:
+                cmd += ["--reasoning-budget", str(value["budget_tokens"])]
+        elif key == "compaction":
+            rest = set(value) - {"threshold_tokens", "keep_last"}
+            if rest:
+                print(f"no CLI flag for compaction.{sorted(rest)}", file=sys.stderr)
+                return SKIP
+            cmd += ["--compact-at", str(value["threshold_tokens"])]
+            if "keep_last" in value:
+                cmd += ["--compact-keep", str(value["keep_last"])]
         elif key == "tools":
             fd, tools_file = tempfile.mkstemp(suffix=".json")
             with os.fdopen(fd, "w", encoding="utf-8") as f:

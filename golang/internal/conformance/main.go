@@ -58,6 +58,18 @@ type fileConfig struct {
 		IdleMS    int64 `json:"idle_ms"`
 		RequestMS int64 `json:"request_ms"`
 	} `json:"timeouts"`
+	Reasoning *struct {
+		Effort       string `json:"effort"`
+		BudgetTokens int    `json:"budget_tokens"`
+	} `json:"reasoning"`
+	PromptCaching *bool `json:"prompt_caching"`
+	Compaction    *struct {
+		ThresholdTokens int    `json:"threshold_tokens"`
+		KeepLast        int    `json:"keep_last"`
+		Model           string `json:"model"`
+		Prompt          string `json:"prompt"`
+	} `json:"compaction"`
+	Compat string `json:"compat"`
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -88,6 +100,15 @@ func buildConfig(text string, answers map[string]answer) (panto.Config, error) {
 	if f.Timeouts != nil {
 		cfg.Timeouts = panto.Timeouts{Connect: ms(f.Timeouts.ConnectMS), Idle: ms(f.Timeouts.IdleMS), Request: ms(f.Timeouts.RequestMS)}
 	}
+	if f.Reasoning != nil {
+		cfg.Reasoning = &panto.Reasoning{Effort: f.Reasoning.Effort, BudgetTokens: f.Reasoning.BudgetTokens}
+	}
+	cfg.PromptCaching = f.PromptCaching
+	if f.Compaction != nil {
+		cfg.Compaction = &panto.Compaction{ThresholdTokens: f.Compaction.ThresholdTokens,
+			KeepLast: f.Compaction.KeepLast, Model: f.Compaction.Model, Prompt: f.Compaction.Prompt}
+	}
+	cfg.Compat = f.Compat
 	for _, t := range f.Tools {
 		tool := panto.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
 		if a, ok := answers[t.Name]; ok && !a.never {
