@@ -592,7 +592,10 @@ async fn compact_summarizes_older_history_and_keeps_the_tail() {
         panto::compaction::estimate_tokens(&agent.history()),
     );
     assert_eq!(done.tokens_after, (est_after * 11).div_ceil(est_before));
-    assert!(done.tokens_after < est_after, "bytes / 4 over-counts this short history");
+    assert!(
+        done.tokens_after < est_after,
+        "bytes / 4 over-counts this short history"
+    );
     let after = agent.history();
     assert_eq!(after[0].role, Role::User);
     assert_eq!(
