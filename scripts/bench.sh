@@ -39,10 +39,12 @@ step "Rust clients (tests/peers-bench: its own workspace, async-openai is heavy)
 clients="{\"rust\": [\"$target/release/panto-peers-bench\"]"
 
 step "C client (capi/bench/bench.c against libpanto.a)"
-# shellcheck disable=SC2046  # the library list is meant to be split
+# What Rust's standard library needs on Linux (scripts/install-capi.sh records the exact
+# list when it builds the library).
+native="$(cat "$target/release/libpanto.native-static-libs" 2>/dev/null || echo -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)"
+# shellcheck disable=SC2086  # the library list is meant to be split
 "${CC:-cc}" -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include capi/bench/bench.c \
-    "$target/release/libpanto.a" $(cat "$target/release/libpanto.native-static-libs") \
-    -o "$target/release/panto-c-bench"
+    "$target/release/libpanto.a" $native -o "$target/release/panto-c-bench"
 clients+=", \"c\": [\"$target/release/panto-c-bench\"]"
 
 versions="{\"Rust\": \"$(rustc --version)\", \"C compiler\": \"$("${CC:-cc}" --version | head -n 1)\""
