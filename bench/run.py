@@ -429,7 +429,7 @@ def render(args, facts: List[str], workloads: List[Workload], cells, conc, strea
              "that load changes hit every row alike; figures are medians. **CPU** is the client "
              "process's user + system time (every thread: panto's worker, Go's runtime, Python's "
              "interpreter) per chunk, over the warm turns. **Wall** is one warm turn. **RSS** is "
-             "the process's peak resident set (`wait4`). **Cold TTFE** is the first turn of a "
+             "the process's peak resident set (`VmHWM`, as the client reports it). **Cold TTFE** is the first turn of a "
              "process: creating the client or agent (runtime, pool, connection) up to the first "
              "event; **warm TTFE** is a later turn of the same client, from the call that starts "
              "the stream to the first event it yields. **vs peer** is this row's CPU per chunk "
@@ -473,6 +473,8 @@ def render(args, facts: List[str], workloads: List[Workload], cells, conc, strea
                  f"paces every stream's chunks {pace_ms} ms apart. **Added latency** is the gap between "
                  "two consecutive content events minus the pacing (p50 / p99 over every gap of every "
                  "stream); the floor row shows what the server and the OS add with no client work. "
+                 "A stream that fell behind gets its backlog in a burst (gaps near 0), so p50 can be 0 "
+                 "under overload; p99 shows the stalls. "
                  "**CPU** is the whole process's, agent setup included. **Threads** is the peak OS "
                  f"thread count of the process (sampled every 20 ms). Median of {conc_rounds} run(s).")
         L.append("")
@@ -512,6 +514,33 @@ def render(args, facts: List[str], workloads: List[Workload], cells, conc, strea
     return "\n".join(L)
 
 
+def profile(spec: str, clients: Dict[str, List[str]], testserver: str, workloads: List[Workload],
+            top: int = 25) -> None:
+    """``--profile ROW:WORKLOAD``: one client process under ``perf record`` (cpu-clock
+    samples with call graphs), then the symbols it spent its time in, self time first."""
+    key, _, wkey = spec.partition(":")
+    row = next((r for r in ROWS if r.key == key), None)
+    w = next((x for x in workloads if x.key == wkey), None)
+    if row is None or w is None or row.client not in clients:
+        raise SystemExit(f"--profile ROW:WORKLOAD, e.g. rust/panto-pull:text-100k (got {spec!r})")
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server(testserver, w.response, tmp, w.key)
+        data = os.path.join(tmp, "perf.data")
+        try:
+            argv = clients[row.client] + ["turns", row.variant, server.base_url, str(w.turns)]
+            subprocess.run(["perf", "record", "-q", "-F", "2000", "-g", "-o", data, "--"] + argv,
+                           check=True, stdout=subprocess.DEVNULL)
+        finally:
+            server.close()
+        for sort in ("symbol", "dso"):
+            report = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none",
+                                     "--percent-limit", "0.7", "--sort", sort],
+                                    capture_output=True, text=True, check=True).stdout
+            lines = [line for line in report.splitlines() if line.strip() and not line.startswith("#")]
+            print(f"== {spec}: self time by {sort} (perf, cpu-clock, every thread, all {w.turns} turns)")
+            print("\n".join(lines[:top]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -527,6 +556,7 @@ def main() -> None:
     ap.add_argument("--streams", default="1,64,1000")
     ap.add_argument("--pace-ms", type=int, default=20)
     ap.add_argument("--paced-chunks", type=int, default=50)
+    ap.add_argument("--profile", help="ROW:WORKLOAD: profile one client with perf instead of measuring")
     args = ap.parse_args()
 
     def log(msg: str) -> None:
@@ -547,6 +577,9 @@ def main() -> None:
         Workload("tool-10k", "One tool call, arguments in 10,000 pieces", 10_000, 4 if quick else 6,
                  tool_response(10_000)),
     ]
+    if args.profile:
+        profile(args.profile, clients, args.testserver, workloads)
+        return
     only = {k for k in args.only.split(",") if k}
     rows = [r for r in ROWS if r.client in clients and (not only or r.key in only)]
     streams = [int(s) for s in args.streams.split(",") if s]

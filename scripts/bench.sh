@@ -6,6 +6,7 @@
 #   scripts/bench.sh --quick    fewer rounds and turns (under 10 minutes once built)
 #   scripts/bench.sh --quick --only rust/panto-pull,rust/panto-push   some rows only
 #   scripts/bench.sh --note "quiet machine"        a line about the load, for the report
+#   scripts/bench.sh --profile rust/panto-pull:text-100k   where one client's CPU goes (perf)
 #
 # Builds the release artefacts (panto-testserver, libpanto.a, the Rust, C and Go bench
 # clients, the Python wheel in a venv with openai-python and httpx), then bench/run.py
@@ -72,7 +73,9 @@ if [[ "${PANTO_BENCH_PYTHON:-1}" != 0 ]] && command -v python3 >/dev/null 2>&1; 
     "$py_bench/bin/python" -m pip install --quiet --disable-pip-version-check \
         "$target/pypanto-wheels-release"/panto-*.whl openai==3.57.0 httpx==0.28.1 >&2
     clients+=", \"python\": [\"$py_bench/bin/python\", \"$PWD/pypanto/bench/client.py\"]"
-    versions+=", \"Python\": \"$("$py_bench/bin/python" -c 'import sys, openai, httpx; print(sys.version.split()[0] + "; openai-python " + openai.__version__ + ", httpx " + httpx.__version__)')\""
+    py_versions=$("$py_bench/bin/python" -c \
+        'import sys, openai, httpx; print(sys.version.split()[0], "/ openai-python", openai.__version__, "/ httpx", httpx.__version__)')
+    versions+=", \"Python\": \"$py_versions\""
 else
     step "python3 not found or PANTO_BENCH_PYTHON=0: no Python rows"
 fi
@@ -81,6 +84,13 @@ versions+="}"
 printf '%s\n' "$clients" >"$work/clients.json"
 printf '%s\n' "$versions" >"$work/versions.json"
 echo "built in $((SECONDS - start)) s" >&2
+
+if [[ " $* " == *" --profile "* ]]; then
+    # A profile of one client (perf), e.g. --profile rust/panto-pull:text-100k; no table.
+    python3 bench/run.py --clients "$work/clients.json" --testserver "$target/release/panto-testserver" \
+        --out /dev/null "$@"
+    exit
+fi
 
 step "measuring (bench/run.py $*)"
 python3 bench/run.py --clients "$work/clients.json" --versions "$work/versions.json" \
