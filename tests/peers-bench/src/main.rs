@@ -49,7 +49,8 @@ use panto_pull::AgentStreamExt;
 use serde::Deserialize;
 
 /// What the non-panto clients POST (the server answers any request).
-const REQUEST: &str = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"bench"}],"stream":true}"#;
+const REQUEST: &str =
+    r#"{"model":"gpt-4o","messages":[{"role":"user","content":"bench"}],"stream":true}"#;
 
 fn cpu() -> Duration {
     // SAFETY: getrusage only writes the struct it is given.
@@ -126,10 +127,7 @@ impl Seen {
 enum Client {
     Floor(tokio::runtime::Runtime, reqwest::Client),
     EventSource(tokio::runtime::Runtime, reqwest::Client),
-    AsyncOpenAi(
-        tokio::runtime::Runtime,
-        async_openai::Client<OpenAIConfig>,
-    ),
+    AsyncOpenAi(tokio::runtime::Runtime, async_openai::Client<OpenAIConfig>),
     PantoPush(tokio::runtime::Runtime, Agent),
     PantoPull(Agent),
 }
