@@ -593,6 +593,30 @@ def profile(spec: str, clients: Dict[str, List[str]], testserver: str, workloads
             print(f"{pct:6.2f}%  {sym[:150]}")
 
 
+SWEEP_VARIANTS = ["floor", "panto-push", "panto-push-mt", "panto-pull", "panto-pull-try"]
+
+
+def ttfe_sweep(rust: List[str], testserver: str, sizes: List[int], turns: int = 40) -> str:
+    """``--ttfe-sweep``: warm time to first event of the Rust clients against responses of
+    growing length (the first chunk written at once, the rest right behind it), as a
+    markdown table. Shows whether the first event waits for what follows it."""
+    lines = ["| N chunks | " + " | ".join(SWEEP_VARIANTS) + " |",
+             "| ---: | " + " | ".join("---:" for _ in SWEEP_VARIANTS) + " |"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            server = Server(testserver, text_response(n), tmp, f"sweep-{n}")
+            try:
+                cells = []
+                for variant in SWEEP_VARIANTS:
+                    out = run_client(rust + ["turns", variant, server.base_url, str(turns)], timeout=300)
+                    cells.append(f"{statistics.median(x['ttfe_us'] for x in out.lines[1:]):.0f}")
+            finally:
+                server.close()
+            lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -609,6 +633,8 @@ def main() -> None:
     ap.add_argument("--pace-ms", type=int, default=20)
     ap.add_argument("--paced-chunks", type=int, default=50)
     ap.add_argument("--profile", help="ROW:WORKLOAD: profile one client with perf instead of measuring")
+    ap.add_argument("--ttfe-sweep", action="store_true",
+                    help="warm time to first event (µs) of the Rust clients by response length, instead of measuring")
     args = ap.parse_args()
 
     def log(msg: str) -> None:
@@ -633,6 +659,9 @@ def main() -> None:
     ]
     if args.profile:
         profile(args.profile, clients, args.testserver, workloads)
+        return
+    if args.ttfe_sweep:
+        print(ttfe_sweep(clients["rust"], args.testserver, [3, 30, 100, 300, 1000]))
         return
     only = {k for k in args.only.split(",") if k}
     rows = [r for r in ROWS if r.client in clients and (not only or r.key in only)]

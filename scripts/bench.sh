@@ -7,6 +7,7 @@
 #   scripts/bench.sh --quick --only rust/panto-pull,rust/panto-push   some rows only
 #   scripts/bench.sh --note "quiet machine"        a line about the load, for the report
 #   scripts/bench.sh --profile rust/panto-pull:text-100k   where one client's CPU goes (perf)
+#   scripts/bench.sh --ttfe-sweep    Rust time to first event by response length (µs)
 #
 # Builds the release artefacts (panto-testserver, libpanto.a, the Rust, C and Go bench
 # clients, the Python wheel in a venv with openai-python and httpx), then bench/run.py
@@ -85,8 +86,9 @@ printf '%s\n' "$clients" >"$work/clients.json"
 printf '%s\n' "$versions" >"$work/versions.json"
 echo "built in $((SECONDS - start)) s" >&2
 
-if [[ " $* " == *" --profile "* ]]; then
-    # A profile of one client (perf), e.g. --profile rust/panto-pull:text-100k; no table.
+if [[ " $* " == *" --profile "* || " $* " == *" --ttfe-sweep "* ]]; then
+    # Diagnostics, no table: a profile of one client (perf), e.g. --profile
+    # rust/panto-pull:text-100k, or --ttfe-sweep (time to first event by response length).
     python3 bench/run.py --clients "$work/clients.json" --testserver "$target/release/panto-testserver" \
         --out /dev/null "$@"
     exit

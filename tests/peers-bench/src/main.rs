@@ -14,7 +14,12 @@
 //!   (what a hand-rolled client on the usual crates does);
 //! - `async-openai`: `client.chat().create_stream(..)`, the most used Rust OpenAI client;
 //! - `panto-push`: `agent.run` with a `Receiver` on a current-thread runtime;
-//! - `panto-pull`: `agent.stream(..)` + `Stream::next` until exhausted.
+//! - `panto-pull`: `agent.stream(..)` + `Stream::next` until exhausted;
+//! - diagnostics for where time to first event goes (`bench/run.py --ttfe-sweep`):
+//!   `panto-push-mt` (push on a two-worker multi-thread runtime, where the turn and the
+//!   HTTP connection may run on different threads, as on the pull adapter's pool) and
+//!   `panto-pull-try` (a consumer that never parks: it polls `Stream::try_next`, which
+//!   also takes what waits in the adapter's outbox).
 //!
 //! Every variant touches each chunk's text or tool-argument fragment and counts the chunks
 //! that carry one ("items"). One JSON line per turn on stdout:
@@ -130,6 +135,7 @@ enum Client {
     AsyncOpenAi(tokio::runtime::Runtime, async_openai::Client<OpenAIConfig>),
     PantoPush(tokio::runtime::Runtime, Agent),
     PantoPull(Agent),
+    PantoPullTry(Agent),
 }
 
 fn current_thread() -> tokio::runtime::Runtime {
@@ -173,7 +179,16 @@ impl Client {
                 ),
             ),
             "panto-push" => Client::PantoPush(current_thread(), panto_agent(base)),
+            "panto-push-mt" => Client::PantoPush(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("runtime"),
+                panto_agent(base),
+            ),
             "panto-pull" => Client::PantoPull(panto_agent(base)),
+            "panto-pull-try" => Client::PantoPullTry(panto_agent(base)),
             other => panic!("unknown variant {other:?}"),
         }
     }
@@ -181,7 +196,10 @@ impl Client {
     /// Untimed preparation of a turn: panto's history would otherwise grow by a whole
     /// response per turn and be sent back each time; the peers send none either.
     fn prepare(&self) {
-        if let Client::PantoPush(_, agent) | Client::PantoPull(agent) = self {
+        if let Client::PantoPush(_, agent)
+        | Client::PantoPull(agent)
+        | Client::PantoPullTry(agent) = self
+        {
             agent.clear_history().expect("clear history");
         }
     }
@@ -210,6 +228,22 @@ impl Client {
                     if let Event::ContentDelta { text, .. } = &event {
                         black_box(text);
                         seen.items += 1;
+                    }
+                }
+            }
+            Client::PantoPullTry(agent) => {
+                let mut stream = agent.stream("bench").expect("stream");
+                loop {
+                    match stream.try_next().expect("event") {
+                        panto_pull::Next::Event(event) => {
+                            seen.event();
+                            if let Event::ContentDelta { text, .. } = &event {
+                                black_box(text);
+                                seen.items += 1;
+                            }
+                        }
+                        panto_pull::Next::Done => break,
+                        panto_pull::Next::Pending => std::hint::spin_loop(),
                     }
                 }
             }
