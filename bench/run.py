@@ -479,6 +479,9 @@ def render(args, facts: List[str], workloads: List[Workload], cells, conc, strea
                  "stream); the floor row shows what the server and the OS add with no client work. "
                  "A stream that fell behind gets its backlog in a burst (gaps near 0), so p50 can be 0 "
                  "under overload; p99 shows the stalls. "
+                 "The pacing is a fast model's (50 chunks/s per stream): at 1 chunk per ms, 1,000 streams "
+                 "would ask for a million chunks per second, more than the server alone can write on "
+                 "this machine (`--pace-ms` changes it). "
                  "**CPU** is the whole process's, agent setup included. **Threads** is the peak OS "
                  f"thread count of the process (sampled every 20 ms). Median of {conc_rounds} run(s).")
         L.append("")
