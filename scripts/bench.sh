@@ -1,96 +1,70 @@
 #!/usr/bin/env bash
-# Runs panto's benchmarks in release and prints a summary table.
+# Every panto binding against the client its users would otherwise pick, in one run, into
+# one table: bench/RESULTS.md.
 #
-#   scripts/bench.sh                  quick settings (a few minutes on 2 cores)
-#   scripts/bench.sh http             extra arguments go to both bench binaries
-#                                     (criterion filters and flags)
-#   BENCH_ARGS="--warm-up-time 3 --measurement-time 10" scripts/bench.sh   longer runs
-#   BENCH_LOG=bench.log scripts/bench.sh                                    keep the full log
+#   scripts/bench.sh            the full run (about 20 minutes on 2 cores, once built)
+#   scripts/bench.sh --quick    fewer rounds and turns (under 10 minutes once built)
+#   scripts/bench.sh --quick --only rust/panto-pull,rust/panto-push   some rows only
+#   scripts/bench.sh --note "quiet machine"        a line about the load, for the report
+#   scripts/bench.sh --profile rust/panto-pull:text-100k   where one client's CPU goes (perf)
+#   scripts/bench.sh --ttfe-sweep    Rust time to first event by response length (µs)
 #
-# Benches (see their headers): core/benches/decode.rs (µs per chunk of a 100,000-chunk
-# OpenAI stream, panto vs peers measured in the same run), pull-adapter/benches/pull.rs
-# (pull Stream vs push Receiver per event, time to first event; run twice: on a quiet
-# machine, then with a CPU hog busy on every core beside it),
-# pull-adapter/benches/concurrency.rs (1, 64 and 1,000 paced streams at once: CPU per
-# event, added latency, threads, memory; pull vs push on one thread) and
-# pypanto/bench/bench.py (the Python package against openai-python and raw httpx). All use
-# the in-process panto-testserver on 127.0.0.1: no network besides the package registries
-# for the first build. PANTO_BENCH_LOADED=0 skips the loaded pass.
-# Figures are printed, never asserted: compare ratios measured in the same run.
+# Builds the release artefacts (panto-testserver, libpanto.a, the Rust, C and Go bench
+# clients, the Python wheel in a venv with openai-python and httpx), then bench/run.py
+# starts panto-testserver processes on 127.0.0.1 (port 0), shows their raw rate with
+# curl, runs every client as its own process, round after round, and writes the table.
+# The clients: tests/peers-bench (Rust: floor, eventsource-stream + serde, async-openai,
+# panto push and pull), capi/bench/bench.c (panto_next_event), golang/bench/client
+# (panto Next and Iter, openai-go), pypanto/bench/client.py (panto sync and async,
+# openai-python, httpx + json.loads). No network besides the package registries for the
+# first build; no API key.
+#
+# BENCH_OUT=FILE writes the table elsewhere (default bench/RESULTS.md; bench/misses.md is
+# appended as its misses section). PANTO_BENCH_GO=0 / PANTO_BENCH_PYTHON=0 skip a
+# language. Figures are measured, never asserted: compare ratios from the same run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-
-read -r -a quick <<<"${BENCH_ARGS:---warm-up-time 1 --measurement-time 3}"
-extra=("$@")
-if [[ -n "${BENCH_LOG:-}" ]]; then
-    log="$BENCH_LOG"
-    : >"$log"
-else
-    log="$(mktemp "${TMPDIR:-/tmp}/panto-bench.XXXXXX")"
-    trap 'rm -f "$log"' EXIT
-fi
-
-run_bench() {
-    echo "==> cargo bench $*" >&2
-    cargo bench "$@" 2>&1 | tee -a "$log"
-}
-
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+target="$CARGO_TARGET_DIR"
+out="${BENCH_OUT:-bench/RESULTS.md}"
 start=$SECONDS
-run_bench -p panto --bench decode -- ${quick[@]+"${quick[@]}"} ${extra[@]+"${extra[@]}"}
-run_bench -p panto-pull --bench pull -- ${quick[@]+"${quick[@]}"} ${extra[@]+"${extra[@]}"}
-if [[ "${PANTO_BENCH_LOADED:-1}" != 0 ]]; then
-    # The same pass with every core kept busy by a hog, as on a loaded CI machine.
-    hogs=()
-    for _ in $(seq "$(nproc)"); do
-        (while :; do :; done) &
-        hogs+=($!)
-    done
-    echo "[loaded] $(nproc) CPU hogs running" >>"$log"
-    cargo bench -p panto-pull --bench pull -- ${quick[@]+"${quick[@]}"} ${extra[@]+"${extra[@]}"} 2>&1 \
-        | sed -u -e 's/^\[summary\] \([^:]*\): /[summary] \1 (loaded): /' \
-                 -e 's/^\[\(ratio\|target\)\] /[\1] (loaded) /' | tee -a "$log"
-    kill "${hogs[@]}" 2>/dev/null || true
-    wait "${hogs[@]}" 2>/dev/null || true
-fi
-run_bench -p panto-pull --bench concurrency
-# async-openai is too heavy to build in every test run: its crate (tests/peers-bench) is a
-# workspace of its own, built only here, in release, with the shared target dir.
-echo "==> tests/peers-bench (panto vs async-openai and the raw floor)" >&2
-(cd tests/peers-bench && cargo run --release -q) 2>&1 | tee -a "$log"
+work="$(mktemp -d "${TMPDIR:-/tmp}/panto-bench.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
 
-# Go binding (golang/bench, its own module): Next / Iter vs openai-go on the same
-# 100,000-chunk response from panto-testserver, then 1,000 paced streams at once.
-if command -v go >/dev/null 2>&1; then
-    echo "==> go test -bench (golang/bench)" >&2
-    target="${CARGO_TARGET_DIR:-$PWD/target}"
-    cargo build --release --locked -p panto-capi -p panto-testserver >&2
-    (cd golang/bench && CGO_LDFLAGS="-L$target/release" PANTO_TESTSERVER="$target/release/panto-testserver" \
-        go test -run '^$' -bench . -benchtime "${GO_BENCHTIME:-3x}" ./...) 2>&1 | tee -a "$log"
-    awk '/^BenchmarkPantoNext/ {for (i=1;i<NF;i++) if ($(i+1)=="cpu-ns/chunk") n=$i}
-         /^BenchmarkPantoIter/ {for (i=1;i<NF;i++) if ($(i+1)=="cpu-ns/chunk") it=$i}
-         /^BenchmarkOpenAIGo/  {for (i=1;i<NF;i++) if ($(i+1)=="cpu-ns/chunk") o=$i}
-         END { if (n && o) {
-                 printf "[summary] go: panto Next CPU per chunk: %.0f ns\n", n
-                 printf "[summary] go: panto Iter CPU per chunk: %.0f ns\n", it
-                 printf "[summary] go: openai-go v3 CPU per chunk: %.0f ns\n", o
-                 printf "[ratio] go: panto Next / openai-go CPU per chunk: %.3f\n", n/o
-                 printf "[target] go: panto <= 1/5 of openai-go: %s\n", (n/o <= 0.2 ? "met" : "missed") } }' \
-        "$log" >>"$log.go" || true
-    cat "$log.go" >>"$log"; rm -f "$log.go"
+step() { echo "==> $*" >&2; }
+
+step "release build: panto-testserver, libpanto"
+cargo build --release --locked -q -p panto-testserver -p panto-capi
+
+step "Rust clients (tests/peers-bench: its own workspace, async-openai is heavy)"
+(cd tests/peers-bench && cargo build --release --locked -q)
+clients="{\"rust\": [\"$target/release/panto-peers-bench\"]"
+
+step "C client (capi/bench/bench.c against libpanto.a)"
+# What Rust's standard library needs on Linux (scripts/install-capi.sh records the exact
+# list when it builds the library).
+native="$(cat "$target/release/libpanto.native-static-libs" 2>/dev/null || echo -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc)"
+# shellcheck disable=SC2086  # the library list is meant to be split
+"${CC:-cc}" -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include capi/bench/bench.c \
+    "$target/release/libpanto.a" $native -o "$target/release/panto-c-bench"
+clients+=", \"c\": [\"$target/release/panto-c-bench\"]"
+
+versions="{\"Rust\": \"$(rustc --version)\", \"C compiler\": \"$("${CC:-cc}" --version | head -n 1)\""
+versions+=", \"async-openai\": \"$(grep -A1 '^name = "async-openai"$' tests/peers-bench/Cargo.lock | sed -n 's/version = "\(.*\)"/\1/p')\""
+
+if [[ "${PANTO_BENCH_GO:-1}" != 0 ]] && command -v go >/dev/null 2>&1; then
+    step "Go client (golang/bench/client, static libpanto.a)"
+    (cd golang/bench && CGO_LDFLAGS="-L$target/release" go build -o "$target/release/panto-go-bench" ./client)
+    clients+=", \"go\": [\"$target/release/panto-go-bench\"]"
+    versions+=", \"Go\": \"$(go version | cut -d' ' -f3-)\""
+    versions+=", \"openai-go\": \"$(sed -n 's/.*openai-go\/v3 \(v[^ ]*\).*/\1/p' golang/bench/go.mod)\""
 else
-    echo "go not found: skipping the Go benchmarks" >&2
+    step "go not found or PANTO_BENCH_GO=0: no Go rows"
 fi
 
-# Python package (pypanto/bench/bench.py): CPU per chunk and warm time to first event of
-# panto's Python streams against openai-python, raw httpx + json.loads and panto's Rust
-# pull, on the same response from the same server. Needs PyPI for openai and httpx.
-# PANTO_BENCH_PYTHON=0 skips it.
-if [[ "${PANTO_BENCH_PYTHON:-1}" != 0 ]]; then
-    echo "==> Python benchmark (pypanto/bench)" >&2
-    target="${CARGO_TARGET_DIR:-$PWD/target}"
+if [[ "${PANTO_BENCH_PYTHON:-1}" != 0 ]] && command -v python3 >/dev/null 2>&1; then
+    step "Python client (release wheel, openai-python, httpx in a venv)"
     py_tools="$(pypanto/tools-venv.sh)"
-    cargo build --release --locked -p panto-testserver --bin panto-testserver 2>&1 | tail -n 1 >&2
-    cargo build --release --locked --manifest-path pypanto/Cargo.toml --example pull_cpu 2>&1 | tail -n 1 >&2
     rm -rf "$target/pypanto-wheels-release"
     "$py_tools/bin/maturin" build --quiet --release --locked -m pypanto/Cargo.toml \
         -o "$target/pypanto-wheels-release" >&2
@@ -99,26 +73,31 @@ if [[ "${PANTO_BENCH_PYTHON:-1}" != 0 ]]; then
     python3 -m venv "$py_bench"
     "$py_bench/bin/python" -m pip install --quiet --disable-pip-version-check \
         "$target/pypanto-wheels-release"/panto-*.whl openai==3.57.0 httpx==0.28.1 >&2
-    "$py_bench/bin/python" pypanto/bench/bench.py --server "$target/release/panto-testserver" \
-        --pull "$target/release/examples/pull_cpu" --rounds "${PANTO_BENCH_ROUNDS:-3}" 2>&1 | tee -a "$log"
+    clients+=", \"python\": [\"$py_bench/bin/python\", \"$PWD/pypanto/bench/client.py\"]"
+    py_versions=$("$py_bench/bin/python" -c \
+        'import sys, openai, httpx; print(sys.version.split()[0], "/ openai-python", openai.__version__, "/ httpx", httpx.__version__)')
+    versions+=", \"Python\": \"$py_versions\""
+else
+    step "python3 not found or PANTO_BENCH_PYTHON=0: no Python rows"
+fi
+clients+="}"
+versions+="}"
+printf '%s\n' "$clients" >"$work/clients.json"
+printf '%s\n' "$versions" >"$work/versions.json"
+echo "built in $((SECONDS - start)) s" >&2
+
+if [[ " $* " == *" --profile "* || " $* " == *" --ttfe-sweep "* ]]; then
+    # Diagnostics, no table: a profile of one client (perf), e.g. --profile
+    # rust/panto-pull:text-100k, or --ttfe-sweep (time to first event by response length).
+    python3 bench/run.py --clients "$work/clients.json" --testserver "$target/release/panto-testserver" \
+        --out /dev/null "$@"
+    exit
 fi
 
-echo
-echo "== panto benchmark summary ($((SECONDS - start)) s; lower is better; ratios < 1 favour panto) =="
-load="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)"
-if [[ -n "$load" ]]; then
-    echo "load average at the end: $load (figures are noisier on a busy machine)"
-fi
-echo
-printf '%-56s %s\n' "variant" "figure"
-printf '%-56s %s\n' "-------" "------"
-{ grep -a '^\[summary\] ' "$log" || true; } | sed 's/^\[summary\] //' | while IFS= read -r line; do
-    name="${line%%: *}"
-    figure="${line#*: }"
-    printf '%-56s %s\n' "$name" "$figure"
-done
-echo
-grep -a -E '^\[ratio\] ' "$log" | sed 's/^\[ratio\] /ratio  /' || true
-grep -a -E '^\[target\] ' "$log" | sed 's/^\[target\] /target /' || true
-echo
-grep -a -E '^\[concurrency\] ' "$log" | sed 's/^\[concurrency\] //' || true
+step "measuring (bench/run.py $*)"
+python3 bench/run.py --clients "$work/clients.json" --versions "$work/versions.json" \
+    --testserver "$target/release/panto-testserver" --out "$out" --misses bench/misses.md \
+    --json-out "$work/samples.json" "$@" >/dev/null
+cp "$work/samples.json" "${out%.md}.samples.json"
+echo >&2
+echo "wrote $out (and ${out%.md}.samples.json) in $((SECONDS - start)) s" >&2

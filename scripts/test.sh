@@ -78,6 +78,12 @@ capi/examples/check-example.sh
 step "Go: libpanto.a (release, reused), golang/include/panto.h is capi's header"
 cargo build --release --locked -p panto-capi
 cmp capi/include/panto.h golang/include/panto.h
+# The C bench client (scripts/bench.sh runs it) compiles against the same library.
+"${CC:-cc}" -std=c11 -O2 -Wall -Wextra -Werror -Icapi/include capi/bench/bench.c \
+  "$CARGO_TARGET_DIR/release/libpanto.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc -o /dev/null
+# ... and the benchmark's Python driver and client parse (they run only in bench.sh).
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
+  bench/run.py pypanto/bench/client.py
 go_env=(CGO_ENABLED=1 "CGO_LDFLAGS=-L$CARGO_TARGET_DIR/release"
   "PANTO_TESTSERVER=${PANTO_TESTSERVER:-$CARGO_TARGET_DIR/debug/panto-testserver}")
 [ -x "$CARGO_TARGET_DIR/debug/panto-testserver" ] || cargo build --locked -p panto-testserver

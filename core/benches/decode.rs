@@ -23,8 +23,10 @@
 //! a shared machine hit every variant alike; from it come one
 //! `[summary] NAME: X.XX µs/chunk (…)` line per variant on stderr (median wall time, with the
 //! client's CPU time per chunk: process CPU from `getrusage` minus the server thread's, read
-//! from `/proc`), `[ratio]` lines panto / peer and a `[target]` line. `scripts/bench.sh`
-//! collects them. Criterion filters (regex, or `--exact`) select variants for both passes.
+//! from `/proc`), `[ratio]` lines panto / peer and a `[target]` line. Criterion filters
+//! (regex, or `--exact`) select variants for both passes. A diagnostic for the decoder
+//! (`cargo bench -p panto --bench decode`); the figures the project claims come from
+//! `scripts/bench.sh` (`bench/RESULTS.md`), where every client is its own process.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

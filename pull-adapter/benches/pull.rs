@@ -24,8 +24,10 @@
 //! After criterion's groups, an interleaved pass runs the selected variants round-robin
 //! (`PANTO_BENCH_ROUNDS` rounds, default 5; TTFE variants 60 samples per round) so load
 //! changes on a shared machine hit every variant alike; from it come the `[summary]`,
-//! `[ratio]` and `[target]` lines on stderr that `scripts/bench.sh` collects. Criterion
-//! filters (regex, or `--exact`) select variants for both passes.
+//! `[ratio]` and `[target]` lines on stderr. Criterion filters (regex, or `--exact`)
+//! select variants for both passes. A diagnostic for the adapter (`cargo bench -p
+//! panto-pull --bench pull`); the figures the project claims come from `scripts/bench.sh`
+//! (`bench/RESULTS.md`), where every client is its own process.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

@@ -1,20 +1,48 @@
-//! panto against async-openai, the most used Rust OpenAI client, on the same
-//! 100,000-chunk OpenAI stream from the same in-process `panto-testserver`, in one run:
+//! The Rust rows of `scripts/bench.sh`: panto (push and pull) and the Rust clients its
+//! users would otherwise pick, each consuming the same responses from the same
+//! `panto-testserver` process. One invocation is one client in a fresh process:
 //!
-//! - `async-openai`: `client.chat().create_stream(..)` consumed to the end;
-//! - `panto-push`: `agent.run` with a counting `Receiver` on a current-thread runtime;
+//! ```text
+//! panto-peers-bench turns       VARIANT BASE_URL TURNS
+//! panto-peers-bench concurrency VARIANT BASE_URL STREAMS PACE_MS
+//! ```
+//!
+//! `turns` variants (each turn is one request whose response is consumed to the end):
+//!
+//! - `floor`: reqwest reading the body and splitting lines, no JSON (no client does less);
+//! - `eventsource-serde`: reqwest + `eventsource-stream` + serde into typed chunk structs
+//!   (what a hand-rolled client on the usual crates does);
+//! - `async-openai`: `client.chat().create_stream(..)`, the most used Rust OpenAI client;
+//! - `panto-push`: `agent.run` with a `Receiver` on a current-thread runtime;
 //! - `panto-pull`: `agent.stream(..)` + `Stream::next` until exhausted;
-//! - `floor`: reqwest reading the body and splitting lines, no JSON (no client does less).
+//! - diagnostics for where time to first event goes (`bench/run.py --ttfe-sweep`):
+//!   `panto-push-mt` (push on a two-worker multi-thread runtime, where the turn and the
+//!   HTTP connection may run on different threads, as on the pull adapter's pool) and
+//!   `panto-pull-try` (a consumer that never parks: it polls `Stream::try_next`, which
+//!   also takes what waits in the adapter's outbox).
 //!
-//! Client CPU per chunk (process CPU minus the server thread), median of interleaved
-//! rounds (`PANTO_BENCH_ROUNDS`, default 3). Printed as `[summary]` / `[ratio]` lines for
-//! `scripts/bench.sh`; never asserted.
+//! Every variant touches each chunk's text or tool-argument fragment and counts the chunks
+//! that carry one ("items"). One JSON line per turn on stdout:
+//! `{"turn":0,"wall_us":…,"cpu_us":…,"ttfe_us":…,"items":…,"peak_rss_kib":…}`. Turn 0 is cold: the client
+//! (runtime, agent, connection pool) is created inside it; later turns are warm. CPU is
+//! `getrusage(RUSAGE_SELF)`, every thread of this process; the server is another process.
+//!
+//! `concurrency` runs STREAMS turns at once, each on its own connection, against a server
+//! that paces its chunks PACE_MS apart, and prints one JSON line: CPU, wall time, the
+//! events and the added gaps between consecutive content events (arrival gap minus the
+//! pacing; p50 / p99). Variants: `panto-pull` (one thread blocked in `Stream::next` per
+//! stream, as a Go goroutine or a Python thread would), `panto-push` (every `agent.run` on
+//! one current-thread runtime) and `floor` (the same raw line splitter, showing what the
+//! server and the OS add without any client work). Threads and RSS are sampled from
+//! outside by the driver (`bench/run.py`).
 //!
 //! A benchmark program, not library code: any failure (no server, a client error, a wrong
 //! chunk count) makes the figures meaningless, so it stops the run with `expect`, naming
 //! the step.
 
-use std::time::Duration;
+use std::hint::black_box;
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
 
 use async_openai::config::OpenAIConfig;
 use async_openai::types::chat::{
@@ -23,167 +51,531 @@ use async_openai::types::chat::{
 use futures_util::StreamExt;
 use panto::{Agent, Config, Event, Flow, ProviderKind, Receiver, TurnControl};
 use panto_pull::AgentStreamExt;
-use panto_testserver::{Scenario, TestServer};
+use serde::Deserialize;
 
-#[allow(dead_code)]
-#[path = "../../bench-support/measure.rs"]
-mod measure;
+/// What the non-panto clients POST (the server answers any request).
+const REQUEST: &str =
+    r#"{"model":"gpt-4o","messages":[{"role":"user","content":"bench"}],"stream":true}"#;
 
-const CHUNKS: u64 = 100_000;
-const CONTENT: &str = r#"{"id":"chatcmpl-B1x2","object":"chat.completion.chunk","created":1735689600,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}"#;
-const FINISH: &str = r#"{"id":"chatcmpl-B1x2","object":"chat.completion.chunk","created":1735689600,"model":"gpt-4o","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-
-fn scenario() -> Scenario {
-    Scenario::from_value(
-        &serde_json::json!({"exchanges": [{"times": 1_000_000, "response": {
-        "repeat": {"count": CHUNKS, "chunk": {"data": CONTENT}},
-        "sse": [{"data": FINISH}, {"data": "[DONE]"}]}}]}),
-    )
-    .expect("scenario")
+fn cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-struct Count(u64);
+/// Peak resident set of this process so far (`VmHWM`), in KiB. Not `ru_maxrss`: Linux
+/// carries that over `fork` + `exec` from the parent (the Python driver).
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
 
-impl Receiver for Count {
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [_, "turns", variant, base, turns] => {
+            run_turns(variant, base, turns.parse().expect("TURNS is a number"))
+        }
+        [_, "concurrency", variant, base, streams, pace] => run_concurrency(
+            variant,
+            base,
+            streams.parse().expect("STREAMS is a number"),
+            Duration::from_millis(pace.parse().expect("PACE_MS is a number")),
+        ),
+        _ => {
+            eprintln!(
+                "usage: panto-peers-bench turns VARIANT BASE_URL TURNS\n       \
+                 panto-peers-bench concurrency VARIANT BASE_URL STREAMS PACE_MS"
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sequential turns
+
+/// What one turn saw: the chunks carrying text or argument fragments, and when the first
+/// event arrived.
+struct Seen {
+    items: u64,
+    first: Option<Instant>,
+}
+
+impl Seen {
+    fn new() -> Seen {
+        Seen {
+            items: 0,
+            first: None,
+        }
+    }
+
+    fn event(&mut self) {
+        if self.first.is_none() {
+            self.first = Some(Instant::now());
+        }
+    }
+}
+
+/// A client, created inside the first (cold) turn.
+enum Client {
+    Floor(tokio::runtime::Runtime, reqwest::Client),
+    EventSource(tokio::runtime::Runtime, reqwest::Client),
+    AsyncOpenAi(tokio::runtime::Runtime, async_openai::Client<OpenAIConfig>),
+    PantoPush(tokio::runtime::Runtime, Agent),
+    PantoPull(Agent),
+    PantoPullTry(Agent),
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn reqwest_client() -> reqwest::Client {
+    // The transport settings panto uses.
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .build()
+        .expect("reqwest client")
+}
+
+fn panto_agent(base: &str) -> Agent {
+    Agent::new(
+        Config::new(ProviderKind::OpenAi, "gpt-4o")
+            .with_base_url(base)
+            .with_api_key("sk-bench")
+            // The tool workload's call names no tool of this agent: it gets an error
+            // result and the turn ends after this one response, as the peers' does.
+            .with_max_steps(1),
+    )
+    .expect("agent")
+}
+
+impl Client {
+    fn new(variant: &str, base: &str) -> Client {
+        match variant {
+            "floor" => Client::Floor(current_thread(), reqwest_client()),
+            "eventsource-serde" => Client::EventSource(current_thread(), reqwest_client()),
+            "async-openai" => Client::AsyncOpenAi(
+                current_thread(),
+                async_openai::Client::with_config(
+                    OpenAIConfig::new()
+                        .with_api_base(base)
+                        .with_api_key("sk-bench"),
+                ),
+            ),
+            "panto-push" => Client::PantoPush(current_thread(), panto_agent(base)),
+            "panto-push-mt" => Client::PantoPush(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("runtime"),
+                panto_agent(base),
+            ),
+            "panto-pull" => Client::PantoPull(panto_agent(base)),
+            "panto-pull-try" => Client::PantoPullTry(panto_agent(base)),
+            other => panic!("unknown variant {other:?}"),
+        }
+    }
+
+    /// Untimed preparation of a turn: panto's history would otherwise grow by a whole
+    /// response per turn and be sent back each time; the peers send none either.
+    fn prepare(&self) {
+        if let Client::PantoPush(_, agent)
+        | Client::PantoPull(agent)
+        | Client::PantoPullTry(agent) = self
+        {
+            agent.clear_history().expect("clear history");
+        }
+    }
+
+    fn turn(&self, base: &str, seen: &mut Seen) {
+        match self {
+            Client::Floor(rt, http) => rt.block_on(floor(http, base, seen, None)),
+            Client::EventSource(rt, http) => rt.block_on(eventsource_serde(http, base, seen)),
+            Client::AsyncOpenAi(rt, client) => rt.block_on(async_openai_turn(client, seen)),
+            Client::PantoPush(rt, agent) => rt.block_on(async {
+                let mut receiver = Counting { seen, gaps: None };
+                agent
+                    .run(
+                        "bench",
+                        &mut receiver,
+                        &TurnControl::default(),
+                        Default::default(),
+                    )
+                    .await
+                    .expect("turn");
+            }),
+            Client::PantoPull(agent) => {
+                let mut stream = agent.stream("bench").expect("stream");
+                while let Some(event) = stream.next().expect("event") {
+                    seen.event();
+                    if let Event::ContentDelta { text, .. } = &event {
+                        black_box(text);
+                        seen.items += 1;
+                    }
+                }
+            }
+            Client::PantoPullTry(agent) => {
+                let mut stream = agent.stream("bench").expect("stream");
+                loop {
+                    match stream.try_next().expect("event") {
+                        panto_pull::Next::Event(event) => {
+                            seen.event();
+                            if let Event::ContentDelta { text, .. } = &event {
+                                black_box(text);
+                                seen.items += 1;
+                            }
+                        }
+                        panto_pull::Next::Done => break,
+                        panto_pull::Next::Pending => std::hint::spin_loop(),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn run_turns(variant: &str, base: &str, turns: usize) {
+    let mut client: Option<Client> = None;
+    for turn in 0..turns {
+        if let Some(c) = &client {
+            c.prepare();
+        }
+        let mut seen = Seen::new();
+        let cpu0 = cpu();
+        let t0 = Instant::now();
+        let c = client.get_or_insert_with(|| Client::new(variant, base));
+        c.turn(base, &mut seen);
+        let wall = t0.elapsed();
+        let used = cpu() - cpu0;
+        let ttfe = seen.first.expect("no event").duration_since(t0);
+        println!(
+            r#"{{"turn":{turn},"wall_us":{:.1},"cpu_us":{:.1},"ttfe_us":{:.1},"items":{},"peak_rss_kib":{}}}"#,
+            us(wall),
+            us(used),
+            us(ttfe),
+            seen.items,
+            peak_rss_kib()
+        );
+    }
+}
+
+async fn post(http: &reqwest::Client, base: &str) -> reqwest::Response {
+    let resp = http
+        .post(format!("{base}/chat/completions"))
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .header("authorization", "Bearer sk-bench")
+        .body(REQUEST)
+        .send()
+        .await
+        .expect("request");
+    assert!(resp.status().is_success(), "status {}", resp.status());
+    resp
+}
+
+/// The floor: LF-split lines, `data: {` lines counted, nothing parsed. Every chunk but
+/// the finish chunk carries an item in both workloads, so items = JSON data lines - 1.
+/// With `gaps`, records the arrival gap between consecutive data lines minus `pace`.
+async fn floor(
+    http: &reqwest::Client,
+    base: &str,
+    seen: &mut Seen,
+    mut gaps: Option<(&mut Vec<u32>, Duration)>,
+) {
+    let mut resp = post(http, base).await;
+    let mut rest: Vec<u8> = Vec::new();
+    let mut data_lines = 0u64;
+    let mut last: Option<Instant> = None;
+    while let Some(bytes) = resp.chunk().await.expect("body") {
+        seen.event();
+        rest.extend_from_slice(&bytes);
+        let mut start = 0;
+        while let Some(pos) = rest[start..].iter().position(|b| *b == b'\n') {
+            if rest[start..].starts_with(b"data: {") {
+                data_lines += 1;
+                if let Some((gaps, pace)) = gaps.as_mut() {
+                    let now = Instant::now();
+                    if let Some(prev) = last {
+                        gaps.push(added_us(now - prev, *pace));
+                    }
+                    last = Some(now);
+                }
+            }
+            start += pos + 1;
+        }
+        rest.drain(..start);
+    }
+    seen.items = data_lines.saturating_sub(1);
+}
+
+/// The typed chunk, shaped like async-openai's `CreateChatCompletionStreamResponse`.
+#[allow(dead_code)]
+#[derive(Deserialize)]
+struct ChatChunk {
+    id: String,
+    object: String,
+    created: u64,
+    model: String,
+    #[serde(default)]
+    system_fingerprint: Option<String>,
+    choices: Vec<ChatChoice>,
+    #[serde(default)]
+    usage: Option<serde_json::Value>,
+}
+
+#[allow(dead_code)]
+#[derive(Deserialize)]
+struct ChatChoice {
+    index: u32,
+    delta: ChatDelta,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[allow(dead_code)]
+#[derive(Deserialize)]
+struct ChatDelta {
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallChunk>>,
+}
+
+#[allow(dead_code)]
+#[derive(Deserialize)]
+struct ToolCallChunk {
+    index: u32,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionChunk>,
+}
+
+#[allow(dead_code)]
+#[derive(Deserialize)]
+struct FunctionChunk {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+async fn eventsource_serde(http: &reqwest::Client, base: &str, seen: &mut Seen) {
+    use eventsource_stream::Eventsource;
+    let mut events = post(http, base).await.bytes_stream().eventsource();
+    let mut done = false;
+    while let Some(ev) = events.next().await {
+        let ev = ev.expect("event stream");
+        seen.event();
+        if done {
+            continue; // read to the end so the connection goes back to the pool
+        }
+        if ev.data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let chunk: ChatChunk = serde_json::from_str(&ev.data).expect("chunk");
+        if let Some(delta) = chunk.choices.first().map(|c| &c.delta) {
+            let args = delta
+                .tool_calls
+                .as_ref()
+                .and_then(|t| t.first()?.function.as_ref()?.arguments.as_ref());
+            if let Some(text) = delta.content.as_ref().or(args) {
+                black_box(text);
+                seen.items += 1;
+            }
+        }
+    }
+    assert!(done, "no [DONE]");
+}
+
+async fn async_openai_turn(client: &async_openai::Client<OpenAIConfig>, seen: &mut Seen) {
+    let request = CreateChatCompletionRequestArgs::default()
+        .model("gpt-4o")
+        .messages([ChatCompletionRequestUserMessageArgs::default()
+            .content("bench")
+            .build()
+            .expect("message")
+            .into()])
+        .build()
+        .expect("request");
+    let mut stream = client.chat().create_stream(request).await.expect("stream");
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.expect("chunk");
+        seen.event();
+        if let Some(delta) = chunk.choices.first().map(|c| &c.delta) {
+            let args = delta
+                .tool_calls
+                .as_ref()
+                .and_then(|t| t.first()?.function.as_ref()?.arguments.as_ref());
+            if let Some(text) = delta.content.as_ref().or(args) {
+                black_box(text);
+                seen.items += 1;
+            }
+        }
+    }
+}
+
+/// panto's push receiver: counts content events and, in the concurrency run, records the
+/// gaps between them.
+struct Counting<'a> {
+    seen: &'a mut Seen,
+    gaps: Option<(Vec<u32>, Duration, Option<Instant>)>,
+}
+
+impl Receiver for Counting<'_> {
     fn on_event(&mut self, event: Event) -> Flow {
-        if matches!(event, Event::ContentDelta { .. }) {
-            self.0 += 1;
+        self.seen.event();
+        if let Event::ContentDelta { text, .. } = &event {
+            black_box(text);
+            self.seen.items += 1;
+            if let Some((gaps, pace, last)) = self.gaps.as_mut() {
+                let now = Instant::now();
+                if let Some(prev) = *last {
+                    gaps.push(added_us(now - prev, *pace));
+                }
+                *last = Some(now);
+            }
         }
         Flow::Continue
     }
 }
 
-fn main() {
-    let server = TestServer::start(scenario()).expect("server");
-    let base = format!("{}/v1", server.url());
-    let threads = measure::server_threads(1);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let agent = Agent::new(
-        Config::new(ProviderKind::OpenAi, "gpt-4o")
-            .with_base_url(base.clone())
-            .with_api_key("sk-bench"),
-    )
-    .expect("agent");
-    let openai = async_openai::Client::with_config(
-        OpenAIConfig::new()
-            .with_api_base(base.clone())
-            .with_api_key("sk-bench"),
-    );
-    let http = reqwest_client();
-    let rounds: usize = std::env::var("PANTO_BENCH_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
-    let names = ["async-openai", "panto-push", "panto-pull", "floor"];
-    let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
-    for _ in 0..rounds {
-        for (i, name) in names.iter().enumerate() {
-            server.reset();
-            let (n, s) = measure::measure(&threads, || match *name {
-                "async-openai" => rt.block_on(async {
-                    let request = CreateChatCompletionRequestArgs::default()
-                        .model("gpt-4o")
-                        .messages([ChatCompletionRequestUserMessageArgs::default()
-                            .content("bench")
-                            .build()
-                            .expect("message")
-                            .into()])
-                        .build()
-                        .expect("request");
-                    let mut stream = openai.chat().create_stream(request).await.expect("stream");
-                    let mut n = 0;
-                    while let Some(chunk) = stream.next().await {
-                        let chunk = chunk.expect("chunk");
-                        if chunk
-                            .choices
-                            .first()
-                            .and_then(|c| c.delta.content.as_ref())
-                            .is_some()
-                        {
-                            n += 1;
-                        }
-                    }
-                    n
-                }),
-                "panto-push" => rt.block_on(async {
-                    let mut count = Count(0);
-                    agent
-                        .run(
-                            "bench",
-                            &mut count,
-                            &TurnControl::default(),
-                            Default::default(),
-                        )
-                        .await
-                        .expect("turn");
-                    count.0
-                }),
-                "panto-pull" => {
-                    let mut s = agent.stream("bench").expect("stream");
-                    let mut n = 0;
-                    while let Some(ev) = s.next().expect("event") {
-                        if matches!(ev, Event::ContentDelta { .. }) {
-                            n += 1;
-                        }
-                    }
-                    n
-                }
-                _ => rt.block_on(async {
-                    let mut resp = http
-                        .post(format!("{base}/chat/completions"))
-                        .body("{}")
-                        .send()
-                        .await
-                        .expect("send");
-                    let mut n = 0;
-                    let mut rest = Vec::new();
-                    while let Some(c) = resp.chunk().await.expect("chunk") {
-                        rest.extend_from_slice(&c);
-                        while let Some(p) = rest.iter().position(|b| *b == b'\n') {
-                            if rest.starts_with(b"data: {") {
-                                n += 1;
-                            }
-                            rest.drain(..=p);
-                        }
-                    }
-                    n - 1 // the finish chunk
-                }),
-            });
-            assert!(n >= CHUNKS - 1, "{name}: {n} chunks");
-            samples[i].push(s.client_cpu.unwrap_or(s.process_cpu));
-        }
+// ---------------------------------------------------------------------------------------
+// Concurrent paced streams
+
+/// The arrival gap minus the server's pacing, in µs (never below 0).
+fn added_us(gap: Duration, pace: Duration) -> u32 {
+    u32::try_from(gap.saturating_sub(pace).as_micros()).unwrap_or(u32::MAX)
+}
+
+fn percentile(sorted: &[u32], p: usize) -> u32 {
+    if sorted.is_empty() {
+        return 0;
     }
-    let us: Vec<f64> = samples
-        .iter_mut()
-        .map(|v| {
-            v.sort();
-            v[v.len() / 2].as_secs_f64() * 1e6 / CHUNKS as f64
-        })
-        .collect();
-    for (name, u) in names.iter().zip(&us) {
-        eprintln!("[summary] peers/{name} [client cpu]: {u:.2} µs/chunk (median of {rounds})");
-    }
-    eprintln!(
-        "[ratio] panto-push / async-openai (client cpu) = {:.2}",
-        us[1] / us[0]
-    );
-    eprintln!(
-        "[ratio] panto-pull / async-openai (client cpu) = {:.2}",
-        us[2] / us[0]
-    );
-    eprintln!(
-        "[ratio] panto-push / floor (client cpu) = {:.2}",
-        us[1] / us[3]
-    );
-    eprintln!(
-        "[ratio] panto-pull / panto-push (client cpu) = {:.2}",
-        us[2] / us[1]
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
+
+fn run_concurrency(variant: &str, base: &str, streams: usize, pace: Duration) {
+    let cpu0 = cpu();
+    let t0 = Instant::now();
+    let (items, mut gaps) = match variant {
+        "panto-pull" => concurrent_pull(base, streams, pace),
+        "panto-push" => concurrent_push(base, streams, pace),
+        "floor" => concurrent_floor(base, streams, pace),
+        other => panic!("unknown concurrency variant {other:?}"),
+    };
+    let wall = t0.elapsed();
+    let used = cpu() - cpu0;
+    gaps.sort_unstable();
+    println!(
+        r#"{{"streams":{streams},"items":{items},"wall_us":{:.1},"cpu_us":{:.1},"added_p50_us":{},"added_p99_us":{},"peak_rss_kib":{}}}"#,
+        us(wall),
+        us(used),
+        percentile(&gaps, 50),
+        percentile(&gaps, 99),
+        peak_rss_kib()
     );
 }
 
-fn reqwest_client() -> reqwest::Client {
-    reqwest::Client::new()
+fn concurrent_pull(base: &str, streams: usize, pace: Duration) -> (u64, Vec<u32>) {
+    let start = Arc::new(Barrier::new(streams));
+    let all = Arc::new(Mutex::new((0u64, Vec::new())));
+    let threads: Vec<_> = (0..streams)
+        .map(|_| {
+            let (start, all, base) = (start.clone(), all.clone(), base.to_string());
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || {
+                    let agent = panto_agent(&base);
+                    start.wait();
+                    let mut stream = agent.stream("bench").expect("stream");
+                    let (mut items, mut gaps, mut last) = (0u64, Vec::new(), None);
+                    while let Some(event) = stream.next().expect("event") {
+                        if let Event::ContentDelta { text, .. } = &event {
+                            black_box(text);
+                            items += 1;
+                            let now = Instant::now();
+                            if let Some(prev) = last {
+                                gaps.push(added_us(now - prev, pace));
+                            }
+                            last = Some(now);
+                        }
+                    }
+                    let mut all = all.lock().expect("lock");
+                    all.0 += items;
+                    all.1.extend(gaps);
+                })
+                .expect("thread")
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("stream thread");
+    }
+    let mut all = all.lock().expect("lock");
+    (all.0, std::mem::take(&mut all.1))
+}
+
+fn concurrent_push(base: &str, streams: usize, pace: Duration) -> (u64, Vec<u32>) {
+    let agents: Vec<Agent> = (0..streams).map(|_| panto_agent(base)).collect();
+    current_thread().block_on(async {
+        let turns = agents.iter().map(|agent| async move {
+            let mut seen = Seen::new();
+            let mut receiver = Counting {
+                seen: &mut seen,
+                gaps: Some((Vec::new(), pace, None)),
+            };
+            agent
+                .run(
+                    "bench",
+                    &mut receiver,
+                    &TurnControl::default(),
+                    Default::default(),
+                )
+                .await
+                .expect("turn");
+            let gaps = receiver.gaps.map(|g| g.0).unwrap_or_default();
+            (seen.items, gaps)
+        });
+        let results = futures_util::future::join_all(turns).await;
+        let items = results.iter().map(|r| r.0).sum();
+        (items, results.into_iter().flat_map(|r| r.1).collect())
+    })
+}
+
+fn concurrent_floor(base: &str, streams: usize, pace: Duration) -> (u64, Vec<u32>) {
+    // One client per stream, so that each has its own connection, as the agents do.
+    let clients: Vec<reqwest::Client> = (0..streams).map(|_| reqwest_client()).collect();
+    current_thread().block_on(async {
+        let turns = clients.iter().map(|http| async move {
+            let mut seen = Seen::new();
+            let mut gaps = Vec::new();
+            floor(http, base, &mut seen, Some((&mut gaps, pace))).await;
+            (seen.items, gaps)
+        });
+        let results = futures_util::future::join_all(turns).await;
+        let items = results.iter().map(|r| r.0).sum();
+        (items, results.into_iter().flat_map(|r| r.1).collect())
+    })
 }

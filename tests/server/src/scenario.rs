@@ -102,6 +102,7 @@ impl Scenario {
             framing: Framing::Chunked,
             chunk_size,
             chunk_delay: Duration::ZERO,
+            flush_first_chunk: false,
             fault: None,
         };
         Ok(Scenario {
@@ -219,6 +220,10 @@ struct ResponseSpec {
     chunk_size: Option<usize>,
     #[serde(default)]
     chunk_delay_ms: u64,
+    /// Benchmarks: the head and the first body chunk are written at once, as a provider
+    /// sends its first token, instead of being gathered with the chunks behind them.
+    #[serde(default)]
+    flush_first_chunk: bool,
     repeat: Option<RepeatSpec>,
     fault: Option<FaultSpec>,
     framing: Option<Framing>,
@@ -318,6 +323,7 @@ pub(crate) struct Response {
     pub(crate) framing: Framing,
     pub(crate) chunk_size: Option<usize>,
     pub(crate) chunk_delay: Duration,
+    pub(crate) flush_first_chunk: bool,
     pub(crate) fault: Option<Fault>,
 }
 
@@ -713,6 +719,7 @@ fn compile_response(
         framing: spec.framing.unwrap_or(Framing::Chunked),
         chunk_size: spec.chunk_size,
         chunk_delay: Duration::from_millis(spec.chunk_delay_ms),
+        flush_first_chunk: spec.flush_first_chunk,
         fault,
     })
 }

@@ -656,6 +656,7 @@ async fn send_response(
         sent: 0,
         first: true,
         chunk_delay: resp.chunk_delay,
+        flush_first_chunk: resp.flush_first_chunk,
         fault: resp.fault.as_ref(),
         gate_passed: false,
         shared,
@@ -735,6 +736,7 @@ struct BodyWriter<'a> {
     sent: u64,
     first: bool,
     chunk_delay: Duration,
+    flush_first_chunk: bool,
     fault: Option<&'a Fault>,
     /// A `hold` / `flood` has waited for the gate already (it fires once).
     gate_passed: bool,
@@ -751,9 +753,14 @@ impl BodyWriter<'_> {
         if !self.first && !self.chunk_delay.is_zero() {
             self.pause(self.chunk_delay).await?;
         }
-        self.first = false;
+        let first = std::mem::replace(&mut self.first, false);
         match self.fault {
-            None => self.emit(data).await?,
+            None => {
+                self.emit(data).await?;
+                if first && self.flush_first_chunk {
+                    self.flush().await?;
+                }
+            }
             Some(&Fault::Trickle {
                 after,
                 every,

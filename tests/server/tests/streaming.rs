@@ -524,3 +524,26 @@ fn each_chunk_is_on_the_wire_before_the_pause_that_follows_it() {
     assert_eq!(c.read_chunk().unwrap().unwrap(), b"first");
     drop(server); // ends the pending pause promptly
 }
+
+#[test]
+fn flush_first_chunk_changes_when_bytes_are_written_not_which() {
+    // Benchmarks set it so the first token is not held back behind a 64 KiB write; the
+    // client must see the same HTTP chunks either way.
+    let chunks_with = |flush: bool| {
+        let server = TestServer::start(
+            Scenario::from_value(&json!({"exchanges": [{"response": {
+                "flush_first_chunk": flush,
+                "repeat": {"count": 2000, "chunk": {"data": {"choices": [{"delta": {"content": "x"}}]}}},
+                "sse": [{"data": "[DONE]"}],
+            }}]}))
+            .unwrap(),
+        )
+        .unwrap();
+        let resp = post_json(&server, "/v1/chat/completions", &json!({"stream": true}));
+        assert_eq!(resp.status, 200);
+        resp.chunks
+    };
+    let flushed = chunks_with(true);
+    assert_eq!(flushed.len(), 2001);
+    assert_eq!(flushed, chunks_with(false));
+}

@@ -1,0 +1,703 @@
+"""The driver of ``scripts/bench.sh``: runs every benchmark client against the same local
+``panto-testserver`` processes, interleaved, and writes ``bench/RESULTS.md``.
+
+Python standard library only. Each client is a program that takes
+
+    PROG turns VARIANT BASE_URL TURNS                one JSON line per turn on stdout
+    PROG concurrency VARIANT BASE_URL STREAMS PACE   one JSON line
+
+(see ``tests/peers-bench/src/main.rs`` for the line format). Every measurement is a fresh
+client process, so peak RSS is the process's own (``wait4``), its first turn is cold and
+the server's CPU is never charged to it. Rounds are interleaved — every client once per
+round — so that load changes on a shared machine hit every client alike, and ratios are
+taken between medians of the same run.
+
+    python3 bench/run.py --quick|--full --clients clients.json --testserver PATH --out FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+MODEL = "gpt-4o"
+HEAD = {"id": "chatcmpl-B1x2", "object": "chat.completion.chunk", "created": 1735689600, "model": MODEL}
+
+
+def chunk(delta: dict, finish: Optional[str] = None) -> dict:
+    return {"data": {**HEAD, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}}
+
+
+def text_response(n: int, pace_ms: int = 0) -> dict:
+    body = {"status": 200, "flush_first_chunk": True, "repeat": {"count": n, "chunk": chunk({"content": " token"})},
+            "sse": [chunk({}, "stop"), {"data": "[DONE]"}]}
+    if pace_ms:
+        body["chunk_delay_ms"] = pace_ms
+    return body
+
+
+def tool_response(pieces: int) -> dict:
+    """One tool call whose arguments arrive in ``pieces`` chunks, every chunk one piece
+    (the first also carries the call's id and name), together a valid JSON object."""
+    def args(text: str, first: bool = False) -> dict:
+        call = {"index": 0, "function": {"arguments": text}}
+        if first:
+            call = {"index": 0, "id": "call_bench", "type": "function",
+                    "function": {"name": "lookup", "arguments": text}}
+        return chunk({"tool_calls": [call]})
+    middle = args("lorem ")
+    sse = [args('{"text":"', first=True)] + [middle] * (pieces - 2) + [args('end"}')]
+    return {"status": 200, "flush_first_chunk": True, "sse": sse + [chunk({}, "tool_calls"), {"data": "[DONE]"}]}
+
+
+def scenario(response: dict) -> dict:
+    return {"exchanges": [{"times": 1_000_000_000, "response": response}]}
+
+
+@dataclass
+class Workload:
+    key: str
+    title: str
+    items: int
+    turns: int  # per process; turn 0 is cold
+    response: dict
+
+
+@dataclass
+class Row:
+    key: str  # e.g. "rust/panto-pull"
+    language: str
+    label: str
+    client: str  # key into the clients file
+    variant: str
+    peer: Optional[str] = None  # the row this one is compared with
+    panto: bool = False
+
+
+ROWS = [
+    Row("rust/floor", "Rust", "floor: reqwest + line split, no JSON", "rust", "floor"),
+    Row("rust/eventsource-serde", "Rust", "eventsource-stream + serde (typed)", "rust", "eventsource-serde"),
+    Row("rust/async-openai", "Rust", "async-openai 0.43", "rust", "async-openai"),
+    Row("rust/panto-push", "Rust", "panto push, current-thread runtime", "rust", "panto-push",
+        peer="rust/async-openai", panto=True),
+    Row("rust/panto-pull", "Rust", "panto pull, `Stream::next`", "rust", "panto-pull",
+        peer="rust/async-openai", panto=True),
+    Row("c/panto", "C", "panto C, `panto_next_event`", "c", "panto-next-event",
+        peer="rust/panto-pull", panto=True),
+    Row("go/openai-go", "Go", "openai-go v3, `NewStreaming`", "go", "openai-go"),
+    Row("go/panto-next", "Go", "panto Go, `Next`", "go", "panto-next", peer="go/openai-go", panto=True),
+    Row("go/panto-iter", "Go", "panto Go, `Iter`", "go", "panto-iter", peer="go/openai-go", panto=True),
+    Row("py/openai-python", "Python", "openai-python, `create(stream=True)`", "python", "openai-python"),
+    Row("py/httpx-json", "Python", "raw httpx + `json.loads`", "python", "httpx-json"),
+    Row("py/panto-sync", "Python", "panto Python sync, `for ev in stream`", "python", "panto-sync",
+        peer="py/openai-python", panto=True),
+    Row("py/panto-async", "Python", "panto Python async, `async for`", "python", "panto-async",
+        peer="py/openai-python", panto=True),
+]
+
+CONCURRENCY = [
+    ("rust/floor", "Rust", "floor: reqwest + line split, one runtime", "rust", "floor"),
+    ("rust/panto-push", "Rust", "panto push, every turn on one current-thread runtime", "rust", "panto-push"),
+    ("rust/panto-pull", "Rust", "panto pull, one thread per stream in `next()`", "rust", "panto-pull"),
+    ("go/panto-iter", "Go", "panto Go, one goroutine per stream, `Iter`", "go", "panto-iter"),
+    ("py/panto-async", "Python", "panto Python, one asyncio task per stream", "python", "panto-async"),
+]
+
+
+# ---------------------------------------------------------------------------------------
+# Processes
+
+
+class Server:
+    """One panto-testserver process answering every request with one response."""
+
+    def __init__(self, binary: str, response: dict, tmp: str, name: str) -> None:
+        path = os.path.join(tmp, f"{name}.json")
+        with open(path, "w") as f:
+            json.dump(scenario(response), f)
+        self.proc = subprocess.Popen([binary, "--scenario", path, "--port", "0", "--exit-on-stdin-eof"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = (self.proc.stdout.readline() if self.proc.stdout else "").strip()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"panto-testserver did not start: {line!r}")
+        self.base_url = line[len("listening on "):] + "/v1"
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+@dataclass
+class Outcome:
+    lines: List[dict]
+    maxrss_kib: int  # the peak the client reports (VmHWM); wait4's ru_maxrss includes ours
+    peak_threads: int
+    seconds: float
+
+
+def status_field(pid: int, key: str) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def run_client(argv: List[str], timeout: float, sample_threads: bool = False) -> Outcome:
+    """Runs one client process to the end; its JSON lines, ``wait4``'s peak RSS and the
+    peak thread count seen in ``/proc`` (sampled every 20 ms when asked)."""
+    start = time.monotonic()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        peak_threads = 0
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if sample_threads:
+                peak_threads = max(peak_threads, status_field(proc.pid, "Threads") or 0)
+            if time.monotonic() - start > timeout:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                proc.returncode = -9
+                raise RuntimeError(f"timed out after {timeout:.0f} s: {shlex.join(argv)}")
+            time.sleep(0.02 if sample_threads else 0.005)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise RuntimeError(f"exit {proc.returncode}: {shlex.join(argv)}\n{err.read()[-3000:]}")
+        lines = [json.loads(line) for line in out.read().splitlines() if line.startswith("{")]
+    # Linux keeps ru_maxrss over fork + exec, so a child's is at least this driver's RSS:
+    # the clients report their own high-water mark instead.
+    peak = max((line.get("peak_rss_kib", 0) for line in lines), default=0)
+    return Outcome(lines, peak, peak_threads, time.monotonic() - start)
+
+
+# ---------------------------------------------------------------------------------------
+# Measurement
+
+
+@dataclass
+class Cell:
+    """Every sample of one row on one workload."""
+    cpu_per_item_us: List[float] = field(default_factory=list)  # warm turns
+    wall_ms: List[float] = field(default_factory=list)  # warm turns
+    ttfe_warm_ms: List[float] = field(default_factory=list)
+    ttfe_cold_ms: List[float] = field(default_factory=list)
+    maxrss_mib: List[float] = field(default_factory=list)
+    error: Optional[str] = None
+
+    def median(self, name: str) -> Optional[float]:
+        values = getattr(self, name)
+        return statistics.median(values) if values else None
+
+
+def measure_turns(rows: List[Row], workloads: List[Workload], clients: Dict[str, List[str]],
+                  servers: Dict[str, Server], rounds: int, log) -> Dict[Tuple[str, str], Cell]:
+    cells: Dict[Tuple[str, str], Cell] = {(r.key, w.key): Cell() for r in rows for w in workloads}
+    for rnd in range(rounds):
+        for w in workloads:
+            for row in rows:
+                cell = cells[(row.key, w.key)]
+                if cell.error:
+                    continue
+                argv = clients[row.client] + ["turns", row.variant, servers[w.key].base_url, str(w.turns)]
+                try:
+                    out = run_client(argv, timeout=900)
+                    if len(out.lines) != w.turns:
+                        raise RuntimeError(f"{len(out.lines)} turn lines for {w.turns} turns")
+                    for line in out.lines:
+                        if line["items"] != w.items:
+                            raise RuntimeError(f"turn {line['turn']}: {line['items']} items, expected {w.items}")
+                except RuntimeError as e:
+                    cell.error = str(e).splitlines()[0]
+                    log(f"  {row.key} {w.key}: FAILED: {e}")
+                    continue
+                for line in out.lines:
+                    if line["turn"] == 0:
+                        cell.ttfe_cold_ms.append(line["ttfe_us"] / 1e3)
+                    else:
+                        cell.cpu_per_item_us.append(line["cpu_us"] / w.items)
+                        cell.wall_ms.append(line["wall_us"] / 1e3)
+                        cell.ttfe_warm_ms.append(line["ttfe_us"] / 1e3)
+                cell.maxrss_mib.append(out.maxrss_kib / 1024)
+                warm = [x["cpu_us"] / w.items for x in out.lines[1:]]
+                log(f"  round {rnd + 1}/{rounds} {w.key:9} {row.key:24} "
+                    f"{statistics.median(warm) if warm else float('nan'):8.2f} µs/chunk  "
+                    f"({out.seconds:.1f} s)")
+    return cells
+
+
+@dataclass
+class ConcCell:
+    cpu_s: List[float] = field(default_factory=list)
+    cpu_per_event_us: List[float] = field(default_factory=list)
+    p50_us: List[float] = field(default_factory=list)
+    p99_us: List[float] = field(default_factory=list)
+    maxrss_mib: List[float] = field(default_factory=list)
+    threads: List[int] = field(default_factory=list)
+    wall_s: List[float] = field(default_factory=list)
+    error: Optional[str] = None
+
+
+def measure_concurrency(streams: List[int], chunks: int, pace_ms: int, clients: Dict[str, List[str]],
+                        base_url: str, rounds: int, log) -> Dict[Tuple[str, int], ConcCell]:
+    cells = {(c[0], s): ConcCell() for c in CONCURRENCY for s in streams}
+    for rnd in range(rounds):
+        for s in streams:
+            for key, _lang, _label, client, variant in CONCURRENCY:
+                cell = cells[(key, s)]
+                if cell.error or client not in clients:
+                    continue
+                argv = clients[client] + ["concurrency", variant, base_url, str(s), str(pace_ms)]
+                try:
+                    out = run_client(argv, timeout=600, sample_threads=True)
+                    line = out.lines[-1]
+                    if line["items"] != s * chunks:
+                        raise RuntimeError(f"{line['items']} items, expected {s * chunks}")
+                except (RuntimeError, IndexError) as e:
+                    cell.error = str(e).splitlines()[0]
+                    log(f"  concurrency {key} x{s}: FAILED: {e}")
+                    continue
+                cell.cpu_s.append(line["cpu_us"] / 1e6)
+                cell.cpu_per_event_us.append(line["cpu_us"] / line["items"])
+                cell.p50_us.append(line["added_p50_us"])
+                cell.p99_us.append(line["added_p99_us"])
+                cell.maxrss_mib.append(out.maxrss_kib / 1024)
+                cell.threads.append(out.peak_threads)
+                cell.wall_s.append(line["wall_us"] / 1e6)
+                log(f"  round {rnd + 1}/{rounds} concurrency {key:18} x{s:<5} cpu {line['cpu_us'] / 1e6:6.2f} s, "
+                    f"p99 added {line['added_p99_us'] / 1e3:7.2f} ms, rss {out.maxrss_kib / 1024:6.1f} MiB, "
+                    f"threads {out.peak_threads}")
+    return cells
+
+
+def server_rate(base_url: str, items: int, samples: int = 3) -> Optional[float]:
+    """Wall µs per chunk of ``curl -o /dev/null`` reading the response (median)."""
+    times = []
+    for _ in range(samples):
+        out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{time_total}", "-X", "POST",
+                              "-H", "content-type: application/json", "-d", "{}",
+                              base_url + "/chat/completions"], capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            return None
+        times.append(float(out.stdout) * 1e6 / items)
+    return statistics.median(times)
+
+
+# ---------------------------------------------------------------------------------------
+# The report
+
+
+def fmt(v: Optional[float], digits: int = 2) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def machine_facts(versions: Dict[str, str]) -> List[str]:
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = status_like("/proc/meminfo", "MemTotal")
+    facts = [f"- CPU: {cpu}, `nproc` = {os.cpu_count()}",
+             f"- memory: {mem / 1024 / 1024:.1f} GiB" if mem else "- memory: ?",
+             f"- kernel: {platform.system()} {platform.release()}"]
+    for name, version in versions.items():
+        facts.append(f"- {name}: {version}")
+    return facts
+
+
+def status_like(path: str, key: str) -> Optional[int]:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+@dataclass
+class Target:
+    text: str
+    value: Optional[float]
+    limit: float
+    unit: str  # "×" or "ms" or "MiB"
+    met: Optional[bool]
+    where: str
+
+
+def check(text: str, value: Optional[float], limit: float, unit: str, where: str, smaller: bool = True) -> Target:
+    met = None if value is None else (value <= limit if smaller else value >= limit)
+    return Target(text, value, limit, unit, met, where)
+
+
+def ratio(cells, a: str, b: str, w: str, metric: str = "cpu_per_item_us") -> Optional[float]:
+    x, y = cells.get((a, w)), cells.get((b, w))
+    if not x or not y:
+        return None
+    mx, my = x.median(metric), y.median(metric)
+    if mx is None or not my:
+        return None
+    return mx / my
+
+
+def targets(cells, workloads: List[Workload], conc, streams: List[int]) -> List[Target]:
+    out: List[Target] = []
+    for w in workloads:
+        if w.items < 100:
+            continue  # CPU per chunk of a 3-chunk response is its setup cost
+        out.append(check("Rust pull ≤ 1.15× push CPU", ratio(cells, "rust/panto-pull", "rust/panto-push", w.key),
+                         1.15, "×", w.key))
+        out.append(check("Rust pull within 1.5× of the raw floor",
+                         ratio(cells, "rust/panto-pull", "rust/floor", w.key), 1.5, "×", w.key))
+        out.append(check("Rust pull ahead of async-openai (< 1×)",
+                         ratio(cells, "rust/panto-pull", "rust/async-openai", w.key), 1.0, "×", w.key))
+        out.append(check("C within 1.1× of Rust pull", ratio(cells, "c/panto", "rust/panto-pull", w.key),
+                         1.1, "×", w.key))
+        for go in ("go/panto-next", "go/panto-iter"):
+            name = go.split("-")[-1].capitalize()
+            out.append(check(f"Go `{name}` ≤ 1/5 of openai-go's CPU (≤ 0.2×)",
+                             ratio(cells, go, "go/openai-go", w.key), 0.2, "×", w.key))
+        r = ratio(cells, "py/openai-python", "py/panto-sync", w.key)
+        out.append(check("Python sync ≥ 30× cheaper than openai-python", r, 30.0, "×", w.key, smaller=False))
+    for key, limit in (("rust/panto-pull", 0.3), ("rust/panto-push", 0.3), ("c/panto", 0.3),
+                       ("py/panto-sync", 0.5), ("py/panto-async", 0.5)):
+        for w in workloads:
+            if w.key not in ("text-3", "text-1k"):
+                continue
+            cell = cells.get((key, w.key))
+            out.append(check(f"warm time to first event ≤ {limit} ms ({key})",
+                             cell.median("ttfe_warm_ms") if cell else None, limit, "ms", w.key))
+    if 1000 in streams:
+        for key, *_ in CONCURRENCY:
+            if key == "rust/floor":
+                continue
+            cell = conc.get((key, 1000))
+            value = statistics.median(cell.maxrss_mib) if cell and cell.maxrss_mib else None
+            out.append(check(f"1,000 paced streams under 300 MiB RSS ({key})", value, 300.0, "MiB",
+                             "concurrency"))
+    return out
+
+
+def verdict(t: Target) -> str:
+    if t.met is None:
+        return "not measured"
+    return "met" if t.met else "**MISSED**"
+
+
+def render(args, facts: List[str], workloads: List[Workload], cells, conc, streams: List[int],
+           rate: Optional[float], started: str, load: Tuple[str, str], seconds: float,
+           conc_chunks: int, pace_ms: int, rounds: int, conc_rounds: int) -> str:
+    tlist = targets(cells, workloads, conc, streams)
+    L: List[str] = []
+    L.append("# panto benchmark results")
+    L.append("")
+    L.append(f"Written by `scripts/bench.sh{' --quick' if args.quick else ''}` on {started} "
+             f"({seconds / 60:.1f} min). Regenerate with the same command; the file is overwritten.")
+    L.append("")
+    L.append("## Machine")
+    L.append("")
+    L.extend(facts)
+    L.append(f"- load average (1/5/15 min) at the start: {load[0]}; at the end: {load[1]}")
+    if args.note:
+        L.append(f"- conditions: {args.note}")
+    L.append("")
+    L.append("## How to read this")
+    L.append("")
+    L.append("Every client is a fresh process reading the same bytes from the same local "
+             "`panto-testserver` (a separate process, so its CPU is never the client's). "
+             f"Each client runs {rounds} times per workload, round-robin with all the others, so "
+             "that load changes hit every row alike; figures are medians. **CPU** is the client "
+             "process's user + system time (every thread: panto's worker, Go's runtime, Python's "
+             "interpreter) per chunk, over the warm turns. **Wall** is one warm turn. **RSS** is "
+             "the process's peak resident set (`VmHWM`, as the client reports it). **Cold TTFE** is the first turn of a "
+             "process: creating the client or agent (runtime, pool, connection) up to the first "
+             "event; **warm TTFE** is a later turn of the same client, from the call that starts "
+             "the stream to the first event it yields. **vs peer** is this row's CPU per chunk "
+             "divided by the peer's in the same run (below 1 favours panto). Absolute times "
+             "drift on a shared machine; the ratios are the claims.")
+    L.append("")
+    if rate is not None:
+        fastest = min((c.median("wall_ms") for (k, w), c in cells.items()
+                       if w == "text-100k" and c.median("wall_ms") is not None), default=None)
+        L.append(f"Server raw rate: `curl -o /dev/null` reads the 100,000-chunk response at "
+                 f"{rate:.2f} µs per chunk (wall)" +
+                 (f"; the fastest client row needs {fastest * 1e3 / 100_000:.2f} µs per chunk, so the "
+                  f"server is not the bottleneck." if fastest else "."))
+        L.append("")
+    rows_by_key = {r.key: r for r in ROWS}
+    for w in workloads:
+        L.append(f"## {w.title}")
+        L.append("")
+        L.append("| language | client | CPU µs/chunk | vs peer | wall ms/turn | peak RSS MiB | cold TTFE ms | warm TTFE ms |")
+        L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for row in ROWS:
+            c = cells.get((row.key, w.key))
+            if c is None:
+                continue
+            if c.error:
+                L.append(f"| {row.language} | {row.label} | failed: {c.error[:80]} | | | | | |")
+                continue
+            peer = ""
+            if row.peer:
+                r = ratio(cells, row.key, row.peer, w.key)
+                peer = f"{fmt(r)}× {rows_by_key[row.peer].label.split(',')[0].split(':')[0]}" if r else ""
+            name = f"**{row.label}**" if row.panto else row.label
+            L.append(f"| {row.language} | {name} | {fmt(c.median('cpu_per_item_us'))} | {peer} | "
+                     f"{fmt(c.median('wall_ms'), 1)} | {fmt(c.median('maxrss_mib'), 1)} | "
+                     f"{fmt(c.median('ttfe_cold_ms'), 2)} | {fmt(c.median('ttfe_warm_ms'), 3)} |")
+        L.append("")
+    if streams:
+        L.append(f"## Concurrent paced streams ({conc_chunks} chunks each, {pace_ms} ms apart)")
+        L.append("")
+        L.append("S streams at once from one process, each its own agent and connection; the server "
+                 f"paces every stream's chunks {pace_ms} ms apart. **Added latency** is the gap between "
+                 "two consecutive content events minus the pacing (p50 / p99 over every gap of every "
+                 "stream); the floor row shows what the server and the OS add with no client work. "
+                 "A stream that fell behind gets its backlog in a burst (gaps near 0), so p50 can be 0 "
+                 "under overload; p99 shows the stalls. "
+                 "The pacing is a fast model's (50 chunks/s per stream): at 1 chunk per ms, 1,000 streams "
+                 "would ask for a million chunks per second, more than the server alone can write on "
+                 "this machine (`--pace-ms` changes it). "
+                 "**CPU** is the whole process's, agent setup included. **Threads** is the peak OS "
+                 f"thread count of the process (sampled every 20 ms). Median of {conc_rounds} run(s).")
+        L.append("")
+        L.append("| language | client | streams | CPU ms | CPU µs/event | added p50 ms | added p99 ms | peak RSS MiB | threads |")
+        L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for key, lang, label, _client, _variant in CONCURRENCY:
+            for s in streams:
+                c = conc.get((key, s))
+                if c is None:
+                    continue
+                if c.error:
+                    L.append(f"| {lang} | {label} | {s} | failed: {c.error[:80]} | | | | | |")
+                    continue
+                if not c.cpu_s:
+                    continue
+                med = statistics.median
+                L.append(f"| {lang} | {label} | {s} | {med(c.cpu_s) * 1e3:.0f} | {med(c.cpu_per_event_us):.1f} | "
+                         f"{med(c.p50_us) / 1e3:.2f} | {med(c.p99_us) / 1e3:.2f} | {med(c.maxrss_mib):.1f} | "
+                         f"{int(med(c.threads))} |")
+        L.append("")
+    L.append("## Targets")
+    L.append("")
+    L.append("| target | measured on | measured | verdict |")
+    L.append("| --- | --- | ---: | --- |")
+    for t in tlist:
+        value = "–" if t.value is None else (f"{t.value:.3f} ms" if t.unit == "ms" else
+                                              f"{t.value:.1f} MiB" if t.unit == "MiB" else f"{t.value:.2f}×")
+        L.append(f"| {t.text} | {t.where} | {value} | {verdict(t)} |")
+    L.append("")
+    missed = [t for t in tlist if t.met is False]
+    L.append(f"{len(missed)} of {len(tlist)} target checks missed in this run.")
+    L.append("")
+    if args.misses and os.path.exists(args.misses):
+        with open(args.misses) as f:
+            L.append(f.read().rstrip())
+        L.append("")
+    return "\n".join(L)
+
+
+CATEGORIES = [
+    ("kernel (syscalls, TCP receive, scheduling)", ("[k]",)),
+    ("JSON decoding (serde_json, encoding/json, json.loads, pydantic)",
+     ("serde_json", "serde_core", "serde::", "Deserialize", "deserialize", "visit_", "FirstChoice",
+      "encoding/json", "json.", "pydantic", "jiter")),
+    ("memory copies and compares", ("memmove", "memcpy", "memcmp", "memchr", "memset", "bcmp")),
+    ("allocation", ("malloc", "_int_free", "free", "realloc", "mallocgc", "runtime.mallocgc")),
+    ("HTTP (hyper, reqwest, bytes, net/http)", ("hyper", "reqwest", "bytes::", "h1::", "http::", "http_body",
+                                                "net/http", "bufio", "httpx", "httpcore")),
+    ("panto SSE parser and decoder", ("panto::sse", "panto::provider", "SseParser")),
+    ("panto pull hand-off (outbox, queue, wake-ups)", ("panto_pull", "crossbeam", "futex", "parking", "Condvar", "Mutex")),
+    ("panto turn loop and transport", ("panto::",)),
+    ("async runtime (tokio, futures, tracing, clocks)", ("tokio", "futures", "waker", "Waker", "poll_fn",
+                                                         "atomic_waker", "tracing", "clock_gettime")),
+    ("Go runtime", ("runtime.",)),
+    ("Python interpreter", ("_PyEval", "Py", "_Py")),
+]
+
+
+def category(symbol: str) -> str:
+    for name, needles in CATEGORIES:
+        if any(n in symbol for n in needles):
+            return name
+    return "other"
+
+
+def profile(spec: str, clients: Dict[str, List[str]], testserver: str, workloads: List[Workload],
+            top: int = 25) -> None:
+    """``--profile ROW:WORKLOAD``: one client process under ``perf record`` (cpu-clock
+    samples with call graphs), then the symbols it spent its time in, self time first."""
+    key, _, wkey = spec.partition(":")
+    row = next((r for r in ROWS if r.key == key), None)
+    w = next((x for x in workloads if x.key == wkey), None)
+    if row is None or w is None or row.client not in clients:
+        raise SystemExit(f"--profile ROW:WORKLOAD, e.g. rust/panto-pull:text-100k (got {spec!r})")
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server(testserver, w.response, tmp, w.key)
+        data = os.path.join(tmp, "perf.data")
+        try:
+            argv = clients[row.client] + ["turns", row.variant, server.base_url, str(w.turns)]
+            subprocess.run(["perf", "record", "-q", "-F", "2000", "-g", "-o", data, "--"] + argv,
+                           check=True, stdout=subprocess.DEVNULL)
+        finally:
+            server.close()
+        report = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none",
+                                 "--sort", "symbol", "-F", "overhead,sym"],
+                                capture_output=True, text=True, check=True).stdout
+        symbols = []
+        for line in report.splitlines():
+            parts = line.split(None, 1)
+            if len(parts) == 2 and parts[0].endswith("%") and not line.startswith("#"):
+                # perf appends empty "-" columns (no branch data) to each line.
+                name = parts[1].strip()
+                while name.endswith(" -"):
+                    name = name[:-2].rstrip()
+                symbols.append((float(parts[0].rstrip("%")), name))
+        # The same symbol can be listed once per inlined copy: merge, then sort.
+        merged: Dict[str, float] = {}
+        for pct, sym in symbols:
+            merged[sym] = merged.get(sym, 0.0) + pct
+        symbols = sorted(((p, s) for s, p in merged.items()), reverse=True)
+        print(f"== {spec}: self time by symbol (perf, cpu-clock samples, every thread, {w.turns} turns)")
+        for pct, sym in symbols[:top]:
+            print(f"{pct:6.2f}%  {sym[:150]}")
+        totals: Dict[str, float] = {}
+        for pct, sym in symbols:
+            totals[category(sym)] = totals.get(category(sym), 0.0) + pct
+        print(f"== {spec}: self time by kind")
+        for name, pct in sorted(totals.items(), key=lambda kv: -kv[1]):
+            print(f"{pct:6.2f}%  {name}")
+        print(f"== {spec}: largest symbols of kind other")
+        for pct, sym in [x for x in symbols if category(x[1]) == "other"][:10]:
+            print(f"{pct:6.2f}%  {sym[:150]}")
+
+
+SWEEP_VARIANTS = ["floor", "panto-push", "panto-push-mt", "panto-pull", "panto-pull-try"]
+
+
+def ttfe_sweep(rust: List[str], testserver: str, sizes: List[int], turns: int = 40) -> str:
+    """``--ttfe-sweep``: warm time to first event of the Rust clients against responses of
+    growing length (the first chunk written at once, the rest right behind it), as a
+    markdown table. Shows whether the first event waits for what follows it."""
+    lines = ["| N chunks | " + " | ".join(SWEEP_VARIANTS) + " |",
+             "| ---: | " + " | ".join("---:" for _ in SWEEP_VARIANTS) + " |"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in sizes:
+            server = Server(testserver, text_response(n), tmp, f"sweep-{n}")
+            try:
+                cells = []
+                for variant in SWEEP_VARIANTS:
+                    out = run_client(rust + ["turns", variant, server.base_url, str(turns)], timeout=300)
+                    cells.append(f"{statistics.median(x['ttfe_us'] for x in out.lines[1:]):.0f}")
+            finally:
+                server.close()
+            lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--clients", required=True, help="JSON: {client: argv prefix}")
+    ap.add_argument("--testserver", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--json-out", help="also write every sample here")
+    ap.add_argument("--versions", help="JSON: {tool: version} for the machine facts")
+    ap.add_argument("--note", default="", help="load conditions, for the report")
+    ap.add_argument("--misses", help="a markdown file appended as the misses section")
+    ap.add_argument("--only", default="", help="comma-separated row keys (default: all)")
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--streams", default="1,64,1000")
+    ap.add_argument("--pace-ms", type=int, default=20)
+    ap.add_argument("--paced-chunks", type=int, default=50)
+    ap.add_argument("--profile", help="ROW:WORKLOAD: profile one client with perf instead of measuring")
+    ap.add_argument("--ttfe-sweep", action="store_true",
+                    help="warm time to first event (µs) of the Rust clients by response length, instead of measuring")
+    args = ap.parse_args()
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    with open(args.clients) as f:
+        clients: Dict[str, List[str]] = json.load(f)
+    versions: Dict[str, str] = {}
+    if args.versions:
+        with open(args.versions) as f:
+            versions = json.load(f)
+    quick = args.quick
+    rounds = args.rounds or (3 if quick else 5)
+    conc_rounds = 1 if quick else 3
+    workloads = [
+        Workload("text-3", "3 text chunks (time to first event without a long response behind it)", 3,
+                 10 if quick else 30, text_response(3)),
+        Workload("text-1k", "1,000 text chunks", 1_000, 10 if quick else 30, text_response(1_000)),
+        Workload("text-100k", "100,000 text chunks", 100_000, 2 if quick else 3, text_response(100_000)),
+        Workload("tool-10k", "One tool call, arguments in 10,000 pieces", 10_000, 4 if quick else 6,
+                 tool_response(10_000)),
+    ]
+    if args.profile:
+        profile(args.profile, clients, args.testserver, workloads)
+        return
+    if args.ttfe_sweep:
+        print(ttfe_sweep(clients["rust"], args.testserver, [3, 30, 100, 300, 1000]))
+        return
+    only = {k for k in args.only.split(",") if k}
+    rows = [r for r in ROWS if r.client in clients and (not only or r.key in only)]
+    streams = [int(s) for s in args.streams.split(",") if s]
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load0 = " / ".join(open("/proc/loadavg").read().split()[:3])
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = {w.key: Server(args.testserver, w.response, tmp, w.key) for w in workloads}
+        paced = Server(args.testserver, text_response(args.paced_chunks, args.pace_ms), tmp, "paced")
+        try:
+            rate = server_rate(servers["text-100k"].base_url, 100_000)
+            log(f"server raw rate (curl -o /dev/null): {fmt(rate)} µs/chunk")
+            cells = measure_turns(rows, workloads, clients, servers, rounds, log)
+            conc = measure_concurrency(streams, args.paced_chunks, args.pace_ms,
+                                       {k: v for k, v in clients.items()}, paced.base_url, conc_rounds, log) \
+                if streams else {}
+            if only:
+                conc = {k: v for k, v in conc.items() if k[0] in only}
+        finally:
+            for s in list(servers.values()) + [paced]:
+                s.close()
+    load1 = " / ".join(open("/proc/loadavg").read().split()[:3])
+    report = render(args, machine_facts(versions), workloads, cells, conc, streams, rate, started,
+                    (load0, load1), time.monotonic() - t0, args.paced_chunks, args.pace_ms, rounds, conc_rounds)
+    with open(args.out, "w") as f:
+        f.write(report + "\n")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"turns": {f"{k[0]} {k[1]}": vars(v) for k, v in cells.items()},
+                       "concurrency": {f"{k[0]} x{k[1]}": vars(v) for k, v in conc.items()}}, f, indent=1)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()
