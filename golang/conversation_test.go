@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
 )
 
 // sharedScenario loads one of the scenarios every language replays
@@ -82,10 +85,10 @@ func TestManualCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	drainTurn(t, s)
-	if _, err := agent.Compact(CompactOptions{KeepLast: -1}); !errors.Is(err, ErrConfig) {
+	if _, err := agent.Compact(context.Background(), CompactOptions{KeepLast: -1}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("bad keep_last: %v", err)
 	}
-	r, err := agent.Compact(CompactOptions{KeepLast: 1})
+	r, err := agent.Compact(context.Background(), CompactOptions{KeepLast: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,5 +135,81 @@ func TestAutomaticCompactionIsAnnounced(t *testing.T) {
 	}
 	if _, ok := evs[1].(*MessageStart); !ok {
 		t.Fatalf("second event %#v", evs[1])
+	}
+}
+
+// compactableHistory is two complete exchanges: with KeepLast 1 the first three
+// messages are summarized.
+const compactableHistory = `{"version":1,"messages":[` +
+	`{"role":"user","content":[{"type":"text","text":"one"}]},` +
+	`{"role":"assistant","content":[{"type":"text","text":"a"}]},` +
+	`{"role":"user","content":[{"type":"text","text":"two"}]},` +
+	`{"role":"assistant","content":[{"type":"text","text":"b"}]}]}`
+
+func TestCompactionCancelledByContext(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, holdScenario())
+	agent := newTestAgent(t, testConfig(srv))
+	if err := agent.LoadHistory([]byte(compactableHistory)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := agent.SaveHistory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res := make(chan error, 1)
+	go func() {
+		_, err := agent.Compact(ctx, CompactOptions{KeepLast: 1})
+		res <- err
+	}()
+	// The summary request waits at the server's gate: Compact is blocked on it.
+	eventually(t, "the server to hold the summary request", func() bool { return srv.stats(t)["held"] == 1 })
+	select {
+	case err := <-res:
+		t.Fatalf("Compact returned while its request was held: %v", err)
+	default:
+	}
+	if _, err := agent.Stream(context.Background(), "x"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a turn during compaction: %v", err)
+	}
+	cancel()
+	select {
+	case err = <-res:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Compact did not return after its context was cancelled")
+	}
+	var perr *Error
+	if !errors.Is(err, ErrCancelled) || !errors.Is(err, context.Canceled) || !errors.As(err, &perr) {
+		t.Fatalf("err %v", err)
+	}
+	after, err := agent.SaveHistory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Fatalf("history changed:\n%s\n%s", before, after)
+	}
+	// The request was dropped: only the stats request itself is connected.
+	eventually(t, "the summary connection to close", func() bool { return srv.stats(t)["connections_open"] == 1 })
+}
+
+func TestCompactionWithDoneContextSendsNothing(t *testing.T) {
+	srv := startServer(t, holdScenario())
+	agent := newTestAgent(t, testConfig(srv))
+	if err := agent.LoadHistory([]byte(compactableHistory)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	total := srv.stats(t)["connections_total"]
+	_, err := agent.Compact(ctx, CompactOptions{KeepLast: 1})
+	if !errors.Is(err, ErrCancelled) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v", err)
+	}
+	// One more connection: the stats request asking.
+	if now := srv.stats(t)["connections_total"]; now != total+1 {
+		t.Fatalf("connections %d, then %d: a request was sent", total, now)
 	}
 }

@@ -285,24 +285,54 @@ type CompactResult struct {
 // Compact summarizes the older part of the conversation into one synthetic exchange
 // with the agent's provider, keeping the last messages verbatim (a tool call and its
 // results are never separated). It blocks for the provider's answer, bounded by the
-// configured timeouts. On failure the conversation is untouched. An *Error of kind busy
+// configured timeouts and by ctx: when ctx is done the request is dropped and Compact
+// returns an *Error of kind cancelled that also matches ctx's error (a ctx already done
+// sends nothing). On failure the conversation is untouched. An *Error of kind busy
 // while a stream of this agent is open.
-func (a *Agent) Compact(opts CompactOptions) (CompactResult, error) {
-	a.h.mu.RLock()
-	defer a.h.mu.RUnlock()
-	if a.h.p == nil {
-		return CompactResult{}, ErrClosed
+func (a *Agent) Compact(ctx context.Context, opts CompactOptions) (CompactResult, error) {
+	if err := ctx.Err(); err != nil {
+		return CompactResult{}, &Error{Kind: KindCancelled, Message: "the context was done before the compaction started", cause: err}
 	}
 	js, err := json.Marshal(opts)
 	if err != nil {
 		return CompactResult{}, &Error{Kind: KindConfig, Message: "cannot encode the options: " + err.Error()}
 	}
+	a.h.mu.RLock()
+	defer a.h.mu.RUnlock()
+	if a.h.p == nil {
+		return CompactResult{}, ErrClosed
+	}
+	// The token exists before the call starts, so a ctx that ends while the call is
+	// starting still cancels it. A ctx that can never end needs none.
+	var token *C.PantoCancelToken
+	if ctx.Done() != nil {
+		token = C.panto_cancel_token_new()
+		if token == nil {
+			return CompactResult{}, &Error{Kind: KindInternal, Message: "cannot create a cancel token"}
+		}
+		defer C.panto_cancel_token_free(token)
+		cancelled := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			C.panto_cancel_token_cancel(token)
+			close(cancelled)
+		})
+		// Runs before the token is freed: a cancel already under way finishes first.
+		defer func() {
+			if !stop() {
+				<-cancelled
+			}
+		}()
+	}
 	o, on := cString(string(js))
 	defer C.free(unsafe.Pointer(o))
 	var s C.PantoString
 	var cerr *C.PantoError
-	if C.panto_agent_compact(a.h.p, o, on, &s, &cerr) != C.PANTO_OK {
-		return CompactResult{}, takeError(cerr)
+	if C.panto_agent_compact(a.h.p, o, on, token, &s, &cerr) != C.PANTO_OK {
+		e := takeError(cerr)
+		if e.Kind == KindCancelled {
+			e.cause = ctx.Err()
+		}
+		return CompactResult{}, e
 	}
 	defer C.panto_string_free(&s)
 	var r CompactResult

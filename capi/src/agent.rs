@@ -5,10 +5,11 @@
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use panto_core::{Agent, Error};
+use panto_core::{Agent, CancellationToken, Error};
 use panto_pull::AgentStreamExt;
 
 use crate::boundary::{fail, guard, input_str, invalid, maybe_panic, poisoned, reset_err, status};
+use crate::cancel::PantoCancelToken;
 use crate::error::PantoError;
 use crate::stream::PantoStream;
 use crate::types::*;
@@ -262,7 +263,8 @@ pub unsafe extern "C" fn panto_agent_stream_with(
     }
 }
 
-/// Compacts the conversation (blocking) and reports what it did as JSON.
+/// Compacts the conversation (blocking) and reports what it did as JSON; `cancel`
+/// (NULL: not cancellable) stops it from another thread.
 ///
 /// # Safety
 /// See `panto.h`.
@@ -271,6 +273,7 @@ pub unsafe extern "C" fn panto_agent_compact(
     agent: *mut PantoAgent,
     options_json: *const c_char,
     options_len: usize,
+    cancel: *const PantoCancelToken,
     out: *mut PantoString,
     err: *mut *mut PantoError,
 ) -> PantoStatus {
@@ -297,7 +300,15 @@ pub unsafe extern "C" fn panto_agent_compact(
         Ok(o) => o,
         Err(e) => return fail(err, e),
     };
-    match agent.call(F, |a| panto_pull::compact(a, &options)) {
+    let cancel = match cancel.as_ref() {
+        Some(c) => c.token.clone(),
+        None => CancellationToken::new(),
+    };
+    // A token cancelled before the call is a cancellation, with nothing sent.
+    if cancel.is_cancelled() {
+        return fail(err, Error::cancelled());
+    }
+    match agent.call(F, |a| panto_pull::compact_cancellable(a, &options, &cancel)) {
         Ok(done) => {
             out.write(crate::string::owned(done.to_json()));
             PANTO_OK

@@ -15,7 +15,8 @@
 //! - [`types`] — every `#[repr(C)]` type and constant of the header.
 //! - [`boundary`] — panics caught at every export, pointer and UTF-8 checks, errors out.
 //! - [`error`] — `PantoError` and its accessors; kind and event names.
-//! - [`agent`] — `PantoAgent`: configuration, history, starting a turn.
+//! - [`agent`] — `PantoAgent`: configuration, history, starting a turn, compaction.
+//! - [`cancel`] — `PantoCancelToken`: cancels a blocking call (compaction) from any thread.
 //! - [`stream`] — `PantoStream`: next (blocking, timed, polled), cancel, host tools, free.
 //! - [`record`] — the memory behind a delivered event, and its canonical JSON.
 //! - [`string`] — `PantoString`, the owned string the caller frees.
@@ -25,6 +26,7 @@
 
 pub mod agent;
 pub mod boundary;
+pub mod cancel;
 pub mod error;
 pub mod record;
 pub mod stream;

@@ -83,7 +83,8 @@
  *   it with panto_string_free, never with free().
  *
  * Ownership. Every object the library creates has exactly one free function
- *   (panto_agent_free, panto_stream_free, panto_error_free, panto_string_free); each
+ *   (panto_agent_free, panto_stream_free, panto_error_free, panto_string_free,
+ *   panto_cancel_token_free); each
  *   accepts NULL as a no-op. Freeing twice is undefined behaviour (except
  *   panto_string_free, which empties the PantoString it frees).
  *
@@ -103,6 +104,8 @@
  *     other call on the stream: to stop a consumer blocked on another thread, call
  *     panto_stream_cancel, let (or make) that thread return, then free.
  *   - PantoError and delivered events are plain data: read them from any thread.
+ *   - PantoCancelToken: cancel it from any thread at any time; free it only once no call
+ *     uses it.
  *   Processes that fork: create agents after fork(); the worker threads do not survive
  *   into a child.
  *
@@ -252,6 +255,8 @@ typedef struct PantoAgent PantoAgent;
 typedef struct PantoStream PantoStream;
 /* A failure, owned by the caller (panto_error_free). */
 typedef struct PantoError PantoError;
+/* Since ABI 1.1. Cancels a blocking call from another thread (panto_agent_compact). */
+typedef struct PantoCancelToken PantoCancelToken;
 
 /* A borrowed UTF-8 string (see Conventions). */
 typedef struct PantoStr {
@@ -567,10 +572,15 @@ PANTO_API PantoStatus panto_agent_stream_with(PantoAgent *agent, const char *inp
  * the caller, panto_string_free) is {"changed": bool, "messages_before": n,
  * "messages_after": n, "tokens_before": n, "tokens_after": n}. On failure the
  * conversation is untouched. BLOCKS for the provider's answer (bounded by the timeouts);
- * PANTO_ERR_BUSY while a stream of this agent is open. Any thread. */
+ * PANTO_ERR_BUSY while a stream of this agent, or another compaction, is running. Any
+ * thread.
+ * `cancel` (NULL: not cancellable) is borrowed for the call: panto_cancel_token_cancel
+ * from another thread makes the call return promptly with PANTO_ERR_CANCELLED (its
+ * request is dropped, the conversation untouched). A token already cancelled fails at
+ * once, sending nothing. The token must outlive the call. */
 PANTO_API PantoStatus panto_agent_compact(PantoAgent *agent, const char *options_json,
-                                          size_t options_len, PantoString *out,
-                                          PantoError **err);
+                                          size_t options_len, const PantoCancelToken *cancel,
+                                          PantoString *out, PantoError **err);
 
 /* Since ABI 1.1. The transcript: a flat, provider-neutral JSON array of the
  * conversation, [{"role", "kind": "text"|"reasoning"|"tool_call"|"tool_result", "text",
@@ -579,6 +589,34 @@ PANTO_API PantoStatus panto_agent_compact(PantoAgent *agent, const char *options
  * blocks for long; any thread. */
 PANTO_API PantoStatus panto_agent_transcript_json(PantoAgent *agent, PantoString *out,
                                                   PantoError **err);
+
+/* ---------------------------------------------------------------------------------- */
+/* Cancel tokens (since ABI 1.1)                                                        */
+/*                                                                                     */
+/* A stream is cancelled through its handle. A blocking call such as                   */
+/* panto_agent_compact has no handle until it returns, so the caller makes a token      */
+/* first, passes it to the call, and cancels the token from another thread. Because the */
+/* token exists before the call starts, a cancel that races the call's start is never   */
+/* lost: the call sees the token cancelled and fails at once.                           */
+/* ---------------------------------------------------------------------------------- */
+
+/* A new, uncancelled token, owned by the caller (panto_cancel_token_free). NULL only if
+ * the library failed internally. Never blocks; any thread. */
+PANTO_API PantoCancelToken *panto_cancel_token_new(void);
+
+/* Cancels the token, for good: every call using it, now or later, fails with
+ * PANTO_ERR_CANCELLED (a call that already succeeded is not undone). One token may serve
+ * several calls at once (they are all cancelled together). Idempotent; never blocks;
+ * any thread, at any time, also while a call blocks on the token. PANTO_ERROR for a NULL
+ * token. */
+PANTO_API PantoStatus panto_cancel_token_cancel(const PantoCancelToken *token);
+
+/* Whether the token was cancelled; false for NULL. Never blocks; any thread. */
+PANTO_API bool panto_cancel_token_is_cancelled(const PantoCancelToken *token);
+
+/* Frees the token. Must not race a call that uses it (free it after that call returned).
+ * NULL is a no-op. */
+PANTO_API void panto_cancel_token_free(PantoCancelToken *token);
 
 /* ---------------------------------------------------------------------------------- */
 /* Streams                                                                             */

@@ -80,12 +80,24 @@ impl Agent {
 
     /// Compacts the conversation (see `panto::Agent::compact`), with the GIL released
     /// while the provider writes the summary; returns the result as the core's JSON.
-    /// `options_json` is `{"keep_last"?, "model"?, "prompt"?}`.
-    fn compact(&self, py: Python<'_>, options_json: &str) -> PyResult<String> {
+    /// `options_json` is `{"keep_last"?, "model"?, "prompt"?}`. Cancelling `cancel` from
+    /// another thread ends the call with `CancelledError`, the conversation untouched;
+    /// a token already cancelled sends nothing.
+    #[pyo3(signature = (options_json, cancel = None))]
+    fn compact(
+        &self,
+        py: Python<'_>,
+        options_json: &str,
+        cancel: Option<&CancelToken>,
+    ) -> PyResult<String> {
         let options = panto::CompactOptions::from_json(options_json).py_err(py)?;
+        let cancel = cancel.map(|c| c.token.clone()).unwrap_or_default();
+        if cancel.is_cancelled() {
+            return Err(to_pyerr(py, panto::Error::cancelled()));
+        }
         let agent = self.agent.clone();
         let done = py
-            .detach(move || panto_pull::compact(&agent, &options))
+            .detach(move || panto_pull::compact_cancellable(&agent, &options, &cancel))
             .py_err(py)?;
         Ok(done.to_json())
     }
@@ -122,5 +134,31 @@ impl Agent {
     #[getter]
     fn base_url(&self) -> String {
         self.agent.config().base_url.clone()
+    }
+}
+
+/// Cancels a blocking native call (`Agent.compact`) from any thread. Made before the
+/// call, so a cancel that races the call's start is not lost; cancelling is for good.
+#[pyclass(frozen, module = "panto._native", name = "CancelToken")]
+#[derive(Default)]
+pub struct CancelToken {
+    token: panto::CancellationToken,
+}
+
+#[pymethods]
+impl CancelToken {
+    #[new]
+    fn new() -> CancelToken {
+        CancelToken::default()
+    }
+
+    /// Never blocks; any thread; idempotent.
+    fn cancel(&self) {
+        self.token.cancel();
+    }
+
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.token.is_cancelled()
     }
 }

@@ -11,7 +11,8 @@
 //! ```
 //!
 //! Modules:
-//! - [`agent`] — the native `Agent`: configuration from the core's JSON, history, start of a turn.
+//! - [`agent`] — the native `Agent`: configuration from the core's JSON, history, start of a
+//!   turn, compaction (cancellable through a `CancelToken`).
 //! - [`stream`] — the `Stream` iterator: burst drain, Ctrl-C, cancel from any thread, the async hooks.
 //! - [`events`] — one Python class per event kind, with the core's canonical JSON.
 //! - [`errors`] — core errors as the Python exception of their kind.
@@ -57,6 +58,7 @@ fn _shutdown() {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::Agent>()?;
+    m.add_class::<agent::CancelToken>()?;
     m.add_class::<stream::Stream>()?;
     m.add_class::<stream::Control>()?;
     events::register(m)?;

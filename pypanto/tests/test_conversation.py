@@ -4,13 +4,17 @@ prompt caching, the transcript, manual and automatic compaction."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import threading
+import time
 
 import pytest
 
 import panto
 
-from conftest import REPO
+from conftest import REPO, exchange, make_agent, text_sse, wait_until
 
 
 def load(server, name):
@@ -89,3 +93,99 @@ def test_automatic_compaction_is_announced(server):
     assert json.loads(first.to_json())["messages_after"] == 3
     assert isinstance(events[1], panto.MessageStart)
     assert events[-1].text == "About 2.1 million people."
+
+
+# --------------------------------------------------------------------------------------
+# Cancelling a compaction: its summary request is held by the server until cancelled.
+
+COMPACTABLE_HISTORY = json.dumps(
+    {
+        "version": 1,
+        "messages": [
+            {"role": role, "content": [{"type": "text", "text": text}]}
+            for role, text in (("user", "one"), ("assistant", "a"), ("user", "two"), ("assistant", "b"))
+        ],
+    }
+)
+
+
+def held_summary(server):
+    """The summary's response sends nothing and waits for the gate."""
+    server.scenario(exchange(text_sse(["summary"]), fault={"kind": "hold", "after_bytes": 0}))
+
+
+def compactable_agent(server):
+    agent = make_agent(server)
+    agent.restore_history(COMPACTABLE_HISTORY)
+    return agent
+
+
+def assert_cancelled_cleanly(server, agent, before):
+    assert agent.save_history() == before
+    # The request was dropped (the server stops counting a held response whose client
+    # went away), and the agent is free again.
+    wait_until(lambda: server.held() == 0, what="the summary request to be dropped")
+    agent.clear_history()
+
+
+async def test_acompact(server):
+    load(server, "conversation-compaction.json")
+    agent = make_agent(server)
+    await agent.arun("What is the capital of France?")
+    result = await agent.acompact(keep_last=1)
+    assert result.changed and (result.messages_before, result.messages_after) == (2, 2)
+    assert agent.history[0]["content"][0]["text"].startswith("[Summary of the earlier conversation]")
+    with pytest.raises(panto.ConfigError, match="keep_last"):
+        await agent.acompact(keep_last=0)
+
+
+async def test_cancelling_the_task_cancels_acompact(server):
+    held_summary(server)
+    agent = compactable_agent(server)
+    before = agent.save_history()
+    task = asyncio.ensure_future(agent.acompact(keep_last=1))
+    # The loop must run for the task to start; then the request waits at the gate.
+    deadline = time.monotonic() + 30
+    while server.held() != 1:
+        assert time.monotonic() < deadline, "the summary request never arrived"
+        await asyncio.sleep(0.002)
+    assert not task.done()
+    with pytest.raises(panto.BusyError):
+        agent.stream("x")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 30)
+    assert_cancelled_cleanly(server, agent, before)
+
+
+def test_ctrl_c_cancels_compact_on_the_main_thread(server):
+    assert threading.current_thread() is threading.main_thread()
+    held_summary(server)
+    agent = compactable_agent(server)
+    before = agent.save_history()
+
+    def interrupt_once_held():
+        wait_until(lambda: server.held() == 1, timeout=30, what="the summary request to be held")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt_once_held, daemon=True)
+    helper.start()
+    with pytest.raises(KeyboardInterrupt):
+        agent.compact(keep_last=1)
+    helper.join(30)
+    assert_cancelled_cleanly(server, agent, before)
+
+
+def test_compact_off_the_main_thread_returns_the_summary(server):
+    # Off the main thread no signal reaches the call: it returns the summary once the
+    # server answers.
+    held_summary(server)
+    agent = compactable_agent(server)
+    outcome = []
+    worker = threading.Thread(target=lambda: outcome.append(agent.compact(keep_last=1)))
+    worker.start()
+    wait_until(lambda: server.held() == 1, timeout=30, what="the summary request to be held")
+    server.open_gate()
+    worker.join(30)
+    assert outcome and outcome[0].changed
+    assert agent.history[0]["content"][0]["text"].endswith("summary")

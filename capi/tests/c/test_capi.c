@@ -153,7 +153,7 @@ static void test_compaction(void) {
   panto_stream_free(stream);
   stream = NULL;
   const char *opts = "{\"keep_last\":1}";
-  CHECK(panto_agent_compact(agent, opts, strlen(opts), &result, &err) == PANTO_OK);
+  CHECK(panto_agent_compact(agent, opts, strlen(opts), NULL, &result, &err) == PANTO_OK);
   {
     const char *want = "{\"changed\":true,\"messages_before\":2,\"messages_after\":2,"
                        "\"tokens_before\":108,\"tokens_after\":";
@@ -162,7 +162,7 @@ static void test_compaction(void) {
   panto_string_free(&result);
   /* A bad option is a config error, and nothing is sent. */
   const char *bad = "{\"keep_last\":0}";
-  CHECK(panto_agent_compact(agent, bad, strlen(bad), &result, &err) == PANTO_ERROR);
+  CHECK(panto_agent_compact(agent, bad, strlen(bad), NULL, &result, &err) == PANTO_ERROR);
   CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG && result.ptr == NULL);
   panto_error_free(err);
   err = NULL;
@@ -512,6 +512,124 @@ out:
   server_stop(&srv);
 }
 
+/* A thread blocked in panto_agent_compact. */
+typedef struct Compactor {
+  PantoAgent *agent;
+  const PantoCancelToken *cancel;
+  _Atomic pid_t tid;
+  atomic_bool finished;
+  PantoStatus status;
+  uint32_t error_kind;
+  PantoString result;
+} Compactor;
+
+static void *compact_on_thread(void *arg) {
+  Compactor *c = arg;
+  atomic_store(&c->tid, current_tid());
+  PantoError *err = NULL;
+  const char *opts = "{\"keep_last\":1}";
+  c->status = panto_agent_compact(c->agent, opts, strlen(opts), c->cancel, &c->result, &err);
+  c->error_kind = panto_error_kind(err);
+  panto_error_free(err);
+  atomic_store(&c->finished, true);
+  return NULL;
+}
+
+/* The compacting thread is asleep inside panto_agent_compact (the kernel says so). */
+static bool compactor_blocked(void *arg) {
+  Compactor *c = arg;
+  pid_t tid = atomic_load(&c->tid);
+  return tid != 0 && !atomic_load(&c->finished) && thread_state(tid) == 'S';
+}
+
+static bool compactor_finished(void *arg) { return atomic_load(&((Compactor *)arg)->finished); }
+
+static const char CANCEL_HISTORY[] =
+    "{\"version\":1,\"messages\":["
+    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"one\"}]},"
+    "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},"
+    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"two\"}]},"
+    "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"b\"}]}]}";
+
+/* A compaction blocked on the provider (the server holds the summary's response) is
+ * cancelled through its token from another thread: CANCELLED, the history untouched,
+ * the connection closed. A token already cancelled fails at once and sends nothing. */
+static void test_cancel_compaction(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoCancelToken *token = NULL;
+  PantoString before = {NULL, 0}, after = {NULL, 0}, result = {NULL, 0};
+  PantoError *err = NULL;
+  pthread_t th;
+  bool joined = true;
+  Compactor c;
+  memset(&c, 0, sizeof c);
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-test", ",\"retry\":{\"max_retries\":0}");
+  CHECK(agent != NULL);
+  CHECK(panto_agent_load_history(agent, CANCEL_HISTORY, strlen(CANCEL_HISTORY), &err) ==
+        PANTO_OK);
+  CHECK(panto_agent_save_history(agent, &before, &err) == PANTO_OK);
+  token = panto_cancel_token_new();
+  CHECK(token != NULL && !panto_cancel_token_is_cancelled(token));
+  c.agent = agent;
+  c.cancel = token;
+  CHECK(pthread_create(&th, NULL, compact_on_thread, &c) == 0);
+  joined = false;
+  /* The summary request waits at the server's gate, its caller asleep in the library. */
+  StatWait held = {&srv, "held", 1};
+  CHECK(wait_until(stat_is, &held, 30000));
+  CHECK(wait_until(compactor_blocked, &c, 30000));
+  /* The agent is taken while it compacts. */
+  PantoStream *stream = NULL;
+  CHECK(panto_agent_stream(agent, "x", 1, &stream, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_BUSY);
+  panto_error_free(err);
+  err = NULL;
+  CHECK(panto_cancel_token_cancel(token) == PANTO_OK);
+  CHECK(panto_cancel_token_is_cancelled(token));
+  CHECK(wait_until(compactor_finished, &c, 30000));
+  CHECK(pthread_join(th, NULL) == 0);
+  joined = true;
+  CHECKF(c.status == PANTO_ERROR && c.error_kind == PANTO_ERR_CANCELLED, "status %d kind %u",
+         c.status, c.error_kind);
+  CHECK(c.result.ptr == NULL);
+  CHECK(panto_agent_save_history(agent, &after, &err) == PANTO_OK);
+  CHECKF(after.len == before.len && memcmp(after.ptr, before.ptr, before.len) == 0, "%s",
+         after.ptr);
+  CHECK(wait_until(no_client_connection, &srv, 30000));
+  /* Idempotent. A cancelled token stays cancelled: the next call fails at once and
+   * sends nothing (the only new connection is the stats request itself). */
+  CHECK(panto_cancel_token_cancel(token) == PANTO_OK);
+  long total = server_stat(&srv, "connections_total");
+  CHECK(total > 0);
+  CHECK(panto_agent_compact(agent, NULL, 0, token, &result, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CANCELLED && result.ptr == NULL);
+  CHECK(server_stat(&srv, "connections_total") == total + 1);
+  /* NULL is refused, not a crash. */
+  CHECK(panto_cancel_token_cancel(NULL) == PANTO_ERROR);
+  CHECK(!panto_cancel_token_is_cancelled(NULL));
+  panto_cancel_token_free(NULL);
+out:
+  if (!joined) {
+    /* Whether or not the cancel worked, the opened gate lets the call return. */
+    panto_cancel_token_cancel(token);
+    server_open_gate(&srv);
+    pthread_join(th, NULL);
+  }
+  panto_string_free(&c.result);
+  panto_string_free(&before);
+  panto_string_free(&after);
+  panto_string_free(&result);
+  panto_cancel_token_free(token);
+  panto_agent_free(agent);
+  panto_error_free(err);
+  server_stop(&srv);
+}
+
 static bool turn_paused(void *arg) { return panto_stream_turn_paused((PantoStream *)arg); }
 
 /* Free mid-turn: with the response held by the server, and with the queue full (the turn
@@ -850,6 +968,7 @@ static const struct {
     {"two_agents_two_threads", test_two_agents_two_threads},
     {"reasoning_caching_transcript", test_reasoning_caching_transcript},
     {"compaction", test_compaction},
+    {"cancel_compaction", test_cancel_compaction},
 };
 
 int main(int argc, char **argv) {

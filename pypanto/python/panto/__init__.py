@@ -27,8 +27,11 @@ exception classes.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import concurrent.futures
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Union
 
@@ -167,6 +170,15 @@ class CompactResult:
     messages_after: int
     tokens_before: int
     tokens_after: int
+
+
+def _compact_options(keep_last: Optional[int], model: Optional[str], prompt: Optional[str]) -> str:
+    options = {k: v for k, v in (("keep_last", keep_last), ("model", model), ("prompt", prompt)) if v is not None}
+    return json.dumps(options)
+
+
+def _compact_result(result_json: str) -> "CompactResult":
+    return CompactResult(**json.loads(result_json))
 
 
 class Agent:
@@ -308,12 +320,55 @@ class Agent:
         ``keep_last`` messages (default 6) verbatim; a tool call and its results are never
         separated. ``prompt`` replaces the summarization instructions. Blocks (without
         the GIL) for the provider's answer; on failure the conversation is untouched and
-        the ``PantoError`` is raised. ``BusyError`` during a turn."""
-        options = {
-            k: v for k, v in (("keep_last", keep_last), ("model", model), ("prompt", prompt)) if v is not None
-        }
-        result = json.loads(self._native.compact(json.dumps(options)))
-        return CompactResult(**result)
+        the ``PantoError`` is raised. ``BusyError`` during a turn.
+
+        On the main thread, Ctrl-C (``KeyboardInterrupt``, or any exception a signal
+        handler raises) cancels the compaction, waits for it to end, and propagates;
+        the conversation is then untouched."""
+        options = _compact_options(keep_last, model, prompt)
+        if threading.current_thread() is not threading.main_thread():
+            return _compact_result(self._native.compact(options))
+        # Signal handlers run only on the main thread, and only between bytecodes or in
+        # an interruptible wait: so the main thread waits here, in a lock that a signal
+        # interrupts, while a thread of the wait pool makes the native call.
+        token = _native.CancelToken()
+        job: Optional["concurrent.futures.Future[str]"] = None
+        try:
+            job = WAIT_POOL.submit(self._native.compact, options, token)
+            return _compact_result(job.result())
+        except BaseException:
+            # Also when the signal came before `job` was assigned: a job that starts
+            # with its token cancelled sends nothing.
+            token.cancel()
+            if job is not None:
+                concurrent.futures.wait([job])
+            raise
+
+    async def acompact(
+        self,
+        *,
+        keep_last: Optional[int] = None,
+        model: Optional[str] = None,
+        prompt: Optional[str] = None,
+    ) -> CompactResult:
+        """``compact()`` for coroutines: the wait happens in a thread of panto's own
+        wait pool, never on the event loop. Cancelling the awaiting task cancels the
+        compaction, and the cancellation propagates once it has ended, with the
+        conversation untouched."""
+        options = _compact_options(keep_last, model, prompt)
+        token = _native.CancelToken()
+        job = WAIT_POOL.submit(self._native.compact, options, token)
+        try:
+            result = await asyncio.wrap_future(job)
+        except BaseException:
+            if not job.done():
+                token.cancel()
+                # Waits in the pool, not on the loop; the cancel ends the call promptly.
+                # Its outcome (a cancelled error) is taken here: the task's own
+                # cancellation is what propagates.
+                await asyncio.gather(asyncio.wrap_future(job), return_exceptions=True)
+            raise
+        return _compact_result(result)
 
     def transcript(self) -> List[Dict[str, Any]]:
         """A flat, provider-neutral view of the conversation for repainting a UI:
