@@ -356,9 +356,12 @@ fn is_providers_own(provider: ProviderKind, base_url: &str) -> bool {
 }
 
 /// The host of a URL, lowercased, without user info or port (`[::1]` keeps brackets).
+/// A backslash ends the authority as `/` does: the HTTP client's URL parser reads it so
+/// in http(s) URLs, and the host that decides where the key may go must be the host the
+/// request goes to.
 fn host_of(url: &str) -> String {
     let rest = url.trim().split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = rest.split(['/', '\\', '?', '#']).next().unwrap_or("");
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let host = if host_port.starts_with('[') {
         host_port
@@ -645,6 +648,21 @@ mod tests {
         assert!(!is_providers_own(
             ProviderKind::OpenAi,
             "https://api.anthropic.com"
+        ));
+    }
+
+    /// URL parsers (reqwest's among them) read a backslash in an http(s) URL as a path
+    /// separator: the host of `https://evil.test\@api.openai.com/v1` is `evil.test`.
+    #[test]
+    fn a_backslash_ends_the_host_as_it_does_for_the_http_client() {
+        assert_eq!(host_of("https://evil.test\\@api.openai.com/v1"), "evil.test");
+        assert!(!is_providers_own(
+            ProviderKind::OpenAi,
+            "https://evil.test\\@api.openai.com/v1"
+        ));
+        assert!(!is_providers_own(
+            ProviderKind::Anthropic,
+            "https://evil.test\\@api.anthropic.com"
         ));
     }
 }
