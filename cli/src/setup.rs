@@ -75,6 +75,8 @@ pub enum KeySource {
     ProviderEnv(&'static str),
     /// The provider's variable is set, but this base URL was not tied to it.
     Withheld(&'static str),
+    /// The profile (named) has a key, but `--base-url` points elsewhere than its URL.
+    WithheldProfile(String),
     None,
 }
 
@@ -294,6 +296,10 @@ fn api_key(
     if let Some(chosen) = chosen {
         let p = &chosen.profile;
         let name = &chosen.name;
+        let has_key = p.api_key.is_some() || p.api_key_env.is_some() || p.api_key_cmd.is_some();
+        if has_key && !profile_key_may_go(p, provider, base_url, url_source) {
+            return Ok((String::new(), KeySource::WithheldProfile(name.clone())));
+        }
         if let Some(key) = &p.api_key {
             return Ok((key.clone(), KeySource::Profile));
         }
@@ -318,6 +324,45 @@ fn api_key(
     } else {
         Ok((String::new(), KeySource::Withheld(var)))
     }
+}
+
+/// A profile's key belongs with the profile's base URL, or, in a profile without one,
+/// with the provider's own API: a `--base-url` elsewhere (a server being tried, maybe
+/// with the profile chosen only as the default) does not get it.
+fn profile_key_may_go(
+    profile: &profile::Profile,
+    provider: ProviderKind,
+    base_url: &str,
+    url_source: UrlSource,
+) -> bool {
+    if url_source != UrlSource::Flag {
+        return true;
+    }
+    match &profile.base_url {
+        Some(own) => same_url(own, base_url),
+        None => is_providers_own(provider, base_url),
+    }
+}
+
+/// The same base URL, up to case of scheme and host, surrounding blanks and trailing
+/// slashes.
+fn same_url(a: &str, b: &str) -> bool {
+    let normal = |u: &str| {
+        let u = u.trim().trim_end_matches('/');
+        match u.split_once("://") {
+            Some((scheme, rest)) => {
+                let (authority, path) =
+                    rest.split_at(rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len()));
+                format!(
+                    "{}://{}{path}",
+                    scheme.to_ascii_lowercase(),
+                    authority.to_ascii_lowercase()
+                )
+            }
+            None => u.to_owned(),
+        }
+    };
+    normal(a) == normal(b)
 }
 
 fn key_from_command(command: &str, profile: &str) -> Result<String, Error> {
@@ -655,7 +700,10 @@ mod tests {
     /// separator: the host of `https://evil.test\@api.openai.com/v1` is `evil.test`.
     #[test]
     fn a_backslash_ends_the_host_as_it_does_for_the_http_client() {
-        assert_eq!(host_of("https://evil.test\\@api.openai.com/v1"), "evil.test");
+        assert_eq!(
+            host_of("https://evil.test\\@api.openai.com/v1"),
+            "evil.test"
+        );
         assert!(!is_providers_own(
             ProviderKind::OpenAi,
             "https://evil.test\\@api.openai.com/v1"
