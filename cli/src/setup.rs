@@ -448,6 +448,15 @@ fn open_session(args: &AgentArgs) -> Result<Option<Session>, Error> {
             .ok_or_else(|| {
                 Error::config("--continue: there is no earlier conversation to continue")
             })?;
+        // The pointer is written with an absolute path to an existing file; anything
+        // else (a pruned conversation, a damaged pointer) would silently start an empty
+        // conversation under that name while the user expects the old one.
+        if !path.is_absolute() || !path.is_file() {
+            return Err(Error::config(format!(
+                "--continue: the last conversation ({}) no longer exists; start a new one without -c",
+                path.display()
+            )));
+        }
         return Session::open(&path).map(Some);
     }
     let dir = paths::conversations_dir();

@@ -74,3 +74,43 @@ api_key_cmd = "echo sk-profile-secret-0123456789"
     let request = srv.requests().pop().expect("a request");
     assert_eq!(request.headers["authorization"], format!("Bearer {secret}"));
 }
+
+/// `-c` whose remembered conversation is gone (pruned, deleted) or whose pointer file
+/// is garbage must say so, not silently start an empty conversation (in the garbage's
+/// name, relative to the working directory).
+#[test]
+fn continue_with_a_stale_or_corrupt_pointer_is_an_error() {
+    let home = temp_dir("review-continue-stale");
+    let work = home.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let state = home.join("state/panto");
+    std::fs::create_dir_all(&state).unwrap();
+    let srv = server(json!({"exchanges": [answer_text("Fresh.", 2)]}));
+    let base = format!("{}/v1", srv.url());
+    let gone = home.join("state/panto/conversations/000-gone.json");
+    for pointer in [format!("{}\n", gone.display()), "\u{1}garbage\n".to_owned()] {
+        std::fs::write(state.join("last-conversation"), &pointer).unwrap();
+        let out = run(panto_in(&home, &["-c", "--base-url", &base, "more"]).current_dir(&work));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{pointer:?}: {}",
+            describe(&out)
+        );
+        assert!(
+            stderr_of(&out).contains("--continue"),
+            "{pointer:?}: {}",
+            describe(&out)
+        );
+        assert!(srv.requests().is_empty(), "{pointer:?}: a request was made");
+        assert!(
+            !gone.exists(),
+            "{pointer:?}: a new conversation was started"
+        );
+        assert_eq!(
+            std::fs::read_dir(&work).unwrap().count(),
+            0,
+            "{pointer:?}: files were created in the working directory"
+        );
+    }
+}
