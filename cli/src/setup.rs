@@ -8,8 +8,10 @@
 //! provider's own API, or to the base URL of `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL`
 //! (set beside it, as the providers' SDKs read them). Any other base URL gets a key only
 //! when the user tied one to this run: `--api-key`, `--api-key-env VAR`, or the
-//! profile's `api_key`, `api_key_env` or `api_key_cmd`. So `--base-url http://…` typed
-//! to try a server never receives the OpenAI key by accident.
+//! profile's `api_key`, `api_key_env` or `api_key_cmd` — a profile's key only with the
+//! profile's own base URL (or the provider's API, for a profile without one). So
+//! `--base-url http://…` typed to try a server never receives the OpenAI key by
+//! accident, not even from the default profile.
 
 use std::collections::HashMap;
 use std::fs;
