@@ -20,7 +20,7 @@ seconds="${1:-60}"
 case "$seconds" in
   '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [seconds per target]" >&2; exit 2 ;;
 esac
-read -r -a targets <<<"${FUZZ_TARGETS:-sse decoder_openai decoder_anthropic config history}"
+read -r -a targets <<<"${FUZZ_TARGETS:-sse decoder_openai decoder_anthropic config history openai_chunk_scan}"
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: the nightly Rust toolchain is required (cargo-fuzz needs -Zsanitizer);" >&2
@@ -61,7 +61,10 @@ for meta in tests/fixtures/real/*/*.meta.json; do
     [ -f "$body" ] || continue
   fi
   case "$(tr -d ' \n' <"$meta")" in
-    *'"sdk":"openai"'*) seed decoder_openai "$body" ;;
+    *'"sdk":"openai"'*)
+      seed decoder_openai "$body"
+      seed openai_chunk_scan "$body"
+      ;;
     *'"sdk":"anthropic"'*) seed decoder_anthropic "$body" ;;
   esac
 done

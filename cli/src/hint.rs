@@ -195,6 +195,11 @@ fn key_hint(target: &Target) -> String {
                 _ => "OPENAI_BASE_URL",
             }
         ),
+        KeySource::WithheldProfile(name) => format!(
+            "no API key was sent to {}: the key of profile {name} goes only to the profile's \
+             base URL (or the provider's own API). To send one here: --api-key-env VAR",
+            target.base_url
+        ),
         KeySource::None => format!(
             "no API key was sent to {}: give one with --api-key-env VAR (or api_key_env in a profile)",
             target.base_url

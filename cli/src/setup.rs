@@ -8,8 +8,10 @@
 //! provider's own API, or to the base URL of `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL`
 //! (set beside it, as the providers' SDKs read them). Any other base URL gets a key only
 //! when the user tied one to this run: `--api-key`, `--api-key-env VAR`, or the
-//! profile's `api_key`, `api_key_env` or `api_key_cmd`. So `--base-url http://…` typed
-//! to try a server never receives the OpenAI key by accident.
+//! profile's `api_key`, `api_key_env` or `api_key_cmd` — a profile's key only with the
+//! profile's own base URL (or the provider's API, for a profile without one). So
+//! `--base-url http://…` typed to try a server never receives the OpenAI key by
+//! accident, not even from the default profile.
 
 use std::collections::HashMap;
 use std::fs;
@@ -75,6 +77,8 @@ pub enum KeySource {
     ProviderEnv(&'static str),
     /// The provider's variable is set, but this base URL was not tied to it.
     Withheld(&'static str),
+    /// The profile (named) has a key, but `--base-url` points elsewhere than its URL.
+    WithheldProfile(String),
     None,
 }
 
@@ -294,6 +298,10 @@ fn api_key(
     if let Some(chosen) = chosen {
         let p = &chosen.profile;
         let name = &chosen.name;
+        let has_key = p.api_key.is_some() || p.api_key_env.is_some() || p.api_key_cmd.is_some();
+        if has_key && !profile_key_may_go(p, provider, base_url, url_source) {
+            return Ok((String::new(), KeySource::WithheldProfile(name.clone())));
+        }
         if let Some(key) = &p.api_key {
             return Ok((key.clone(), KeySource::Profile));
         }
@@ -318,6 +326,45 @@ fn api_key(
     } else {
         Ok((String::new(), KeySource::Withheld(var)))
     }
+}
+
+/// A profile's key belongs with the profile's base URL, or, in a profile without one,
+/// with the provider's own API: a `--base-url` elsewhere (a server being tried, maybe
+/// with the profile chosen only as the default) does not get it.
+fn profile_key_may_go(
+    profile: &profile::Profile,
+    provider: ProviderKind,
+    base_url: &str,
+    url_source: UrlSource,
+) -> bool {
+    if url_source != UrlSource::Flag {
+        return true;
+    }
+    match &profile.base_url {
+        Some(own) => same_url(own, base_url),
+        None => is_providers_own(provider, base_url),
+    }
+}
+
+/// The same base URL, up to case of scheme and host, surrounding blanks and trailing
+/// slashes.
+fn same_url(a: &str, b: &str) -> bool {
+    let normal = |u: &str| {
+        let u = u.trim().trim_end_matches('/');
+        match u.split_once("://") {
+            Some((scheme, rest)) => {
+                let (authority, path) =
+                    rest.split_at(rest.find(['/', '\\', '?', '#']).unwrap_or(rest.len()));
+                format!(
+                    "{}://{}{path}",
+                    scheme.to_ascii_lowercase(),
+                    authority.to_ascii_lowercase()
+                )
+            }
+            None => u.to_owned(),
+        }
+    };
+    normal(a) == normal(b)
 }
 
 fn key_from_command(command: &str, profile: &str) -> Result<String, Error> {
@@ -356,9 +403,12 @@ fn is_providers_own(provider: ProviderKind, base_url: &str) -> bool {
 }
 
 /// The host of a URL, lowercased, without user info or port (`[::1]` keeps brackets).
+/// A backslash ends the authority as `/` does: the HTTP client's URL parser reads it so
+/// in http(s) URLs, and the host that decides where the key may go must be the host the
+/// request goes to.
 fn host_of(url: &str) -> String {
     let rest = url.trim().split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = rest.split(['/', '\\', '?', '#']).next().unwrap_or("");
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     let host = if host_port.starts_with('[') {
         host_port
@@ -400,6 +450,15 @@ fn open_session(args: &AgentArgs) -> Result<Option<Session>, Error> {
             .ok_or_else(|| {
                 Error::config("--continue: there is no earlier conversation to continue")
             })?;
+        // The pointer is written with an absolute path to an existing file; anything
+        // else (a pruned conversation, a damaged pointer) would silently start an empty
+        // conversation under that name while the user expects the old one.
+        if !path.is_absolute() || !path.is_file() {
+            return Err(Error::config(format!(
+                "--continue: the last conversation ({}) no longer exists; start a new one without -c",
+                path.display()
+            )));
+        }
         return Session::open(&path).map(Some);
     }
     let dir = paths::conversations_dir();
@@ -645,6 +704,24 @@ mod tests {
         assert!(!is_providers_own(
             ProviderKind::OpenAi,
             "https://api.anthropic.com"
+        ));
+    }
+
+    /// URL parsers (reqwest's among them) read a backslash in an http(s) URL as a path
+    /// separator: the host of `https://evil.test\@api.openai.com/v1` is `evil.test`.
+    #[test]
+    fn a_backslash_ends_the_host_as_it_does_for_the_http_client() {
+        assert_eq!(
+            host_of("https://evil.test\\@api.openai.com/v1"),
+            "evil.test"
+        );
+        assert!(!is_providers_own(
+            ProviderKind::OpenAi,
+            "https://evil.test\\@api.openai.com/v1"
+        ));
+        assert!(!is_providers_own(
+            ProviderKind::Anthropic,
+            "https://evil.test\\@api.anthropic.com"
         ));
     }
 }

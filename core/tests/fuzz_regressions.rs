@@ -36,6 +36,7 @@ fn check_for(target: &str) -> fn(&[u8]) {
         "decoder_anthropic" => |d| harness::decoder(ProviderKind::Anthropic, d),
         "config" => harness::config,
         "history" => harness::history,
+        "openai_chunk_scan" => harness::openai_chunk_scan,
         other => panic!("tests/fuzz_regressions/{other}: not a fuzz target"),
     }
 }
@@ -128,6 +129,11 @@ fn config() {
 #[test]
 fn history() {
     replay("history");
+}
+
+#[test]
+fn openai_chunk_scan() {
+    replay("openai_chunk_scan");
 }
 
 #[test]

@@ -346,3 +346,20 @@ pub fn history(data: &[u8]) {
     encode_requests(ProviderKind::OpenAi, &history);
     encode_requests(ProviderKind::Anthropic, &history);
 }
+
+/// The OpenAI chunk scanner against serde: each `data:` line of an SSE body (and the
+/// whole input, as one chunk) must be declined by the scanner or read exactly as serde's
+/// derived parse reads it. The scanner is a shortcut; it may never change an answer.
+pub fn openai_chunk_scan(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let chunks = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim_start)
+        .chain([text.trim_start()]);
+    for chunk in chunks {
+        if let Err(divergence) = panto::provider::openai::check_chunk_scanner(chunk) {
+            panic!("{divergence}");
+        }
+    }
+}
