@@ -192,7 +192,17 @@ impl Setup {
             }
         }
         if let Some(p) = prof {
+            // A profile's credential headers (Azure's `api-key`, `x-auth-token`, …) follow
+            // the rule of its key: a `--base-url` elsewhere does not get them.
+            let credentials_may_go = profile_key_may_go(p, provider, &base_url, url_source);
             for (name, value) in &p.headers {
+                if !credentials_may_go && panto::secret::is_secret_header(name) {
+                    eprintln!(
+                        "panto: not sending profile header {name} to {base_url} (the profile's \
+                         credentials go only to its own base URL)"
+                    );
+                    continue;
+                }
                 let value = profile::expand_vars(value, &format!("profile header {name}"))?;
                 config = config.with_header(name.clone(), value);
             }

@@ -114,3 +114,42 @@ fn continue_with_a_stale_or_corrupt_pointer_is_an_error() {
         );
     }
 }
+
+/// A profile's credential headers (Azure's `api-key`) follow its key: a command-line
+/// base URL elsewhere gets neither; ordinary headers still go.
+#[test]
+fn a_profile_credential_header_is_not_sent_to_a_command_line_base_url() {
+    let home = temp_dir("review-profile-header");
+    let secret = "azure-secret-0123456789";
+    write_config(
+        &home,
+        r#"
+default_profile = "azure"
+[profiles.azure]
+base_url = "https://work.example.invalid/openai/v1"
+headers = { "api-key" = "${AZURE_KEY}", "X-Team" = "blue" }
+"#,
+    );
+    let srv = server(json!({"exchanges": [answer_text("Fine.", 2)]}));
+    let base = format!("{}/v1", srv.url());
+    let out = run(panto_in(&home, &["--base-url", &base, "hello"]).env("AZURE_KEY", secret));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let request = srv.requests().pop().expect("a request");
+    assert!(
+        !request.headers.contains_key("api-key"),
+        "the profile's credential header went to a command-line URL: {:?}",
+        request.headers
+    );
+    assert_eq!(request.headers["x-team"], "blue");
+    assert!(stderr_of(&out).contains("not sending profile header api-key"));
+
+    // To the profile's own URL it goes.
+    write_config(
+        &home,
+        &format!("[profiles.azure]\nbase_url = \"{base}\"\nheaders = {{ \"api-key\" = \"${{AZURE_KEY}}\" }}\n"),
+    );
+    let out = run(panto_in(&home, &["-p", "azure", "hello"]).env("AZURE_KEY", secret));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let request = srv.requests().pop().expect("a request");
+    assert_eq!(request.headers["api-key"], secret);
+}

@@ -200,17 +200,10 @@ impl Compat {
         if crate::provider::uses_max_completion_tokens(base_url) {
             return Compat::OpenAi;
         }
-        let authority = base_url
-            .split("://")
-            .nth(1)
-            .unwrap_or(base_url)
-            .split('/')
-            .next()
-            .unwrap_or("");
-        let host = authority.split(':').next().unwrap_or("");
+        let (host, port) = crate::provider::url_host(base_url);
         if host == "api.deepseek.com" {
             Compat::DeepSeek
-        } else if authority.ends_with(":11434") {
+        } else if port == Some("11434") {
             Compat::Ollama
         } else {
             Compat::Generic

@@ -85,14 +85,23 @@ pub struct RequestParams<'a> {
 /// Whether an OpenAI base URL is OpenAI's own API (or Azure OpenAI), which take
 /// `max_completion_tokens`; compatible servers (vLLM, Ollama, llama.cpp…) keep `max_tokens`.
 pub fn uses_max_completion_tokens(base_url: &str) -> bool {
-    let host = base_url
-        .split("://")
-        .nth(1)
-        .unwrap_or(base_url)
-        .split(['/', ':'])
-        .next()
-        .unwrap_or("");
+    let (host, _) = url_host(base_url);
     host == "api.openai.com" || host.ends_with(".openai.azure.com")
+}
+
+/// The host of `base_url`, lowercased, and its port if one is written: what decides
+/// which server's own request fields apply. Ends where a URL parser ends the authority
+/// (`/`, `\`, `?`, `#`) and skips any user info, so `https://API.OpenAI.com` is
+/// OpenAI's API and `https://api.openai.com@other.test` is not.
+pub(crate) fn url_host(base_url: &str) -> (String, Option<&str>) {
+    let rest = base_url.split_once("://").map_or(base_url, |(_, r)| r);
+    let authority = rest.split(['/', '\\', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && !p.contains(']') => (h, Some(p)),
+        _ => (host_port, None),
+    };
+    (host.to_ascii_lowercase(), port)
 }
 
 /// Builds the JSON request body for `kind`, with the [`RequestOptions`] defaults (no
@@ -1169,6 +1178,40 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn server_fields_follow_the_host_whatever_its_spelling() {
+        assert!(uses_max_completion_tokens("https://API.OpenAI.com/v1"));
+        assert!(uses_max_completion_tokens(
+            "https://x.OPENAI.AZURE.COM/openai"
+        ));
+        assert!(!uses_max_completion_tokens(
+            "https://api.openai.com@other.test/v1"
+        ));
+        assert!(!uses_max_completion_tokens(
+            "https://other.test\\@api.openai.com/v1"
+        ));
+        assert_eq!(url_host("http://user:pw@LOCALHOST:11434/v1").0, "localhost");
+        assert_eq!(url_host("http://localhost:11434/v1").1, Some("11434"));
+        assert_eq!(
+            url_host("http://[::1]:11434/v1"),
+            ("[::1]".to_owned(), Some("11434"))
+        );
+        assert_eq!(url_host("http://[::1]/v1"), ("[::1]".to_owned(), None));
+        use crate::config::Compat;
+        assert_eq!(
+            Compat::Auto.resolve("https://API.DeepSeek.com"),
+            Compat::DeepSeek
+        );
+        assert_eq!(
+            Compat::Auto.resolve("http://127.0.0.1:11434/v1"),
+            Compat::Ollama
+        );
+        assert_eq!(
+            Compat::Auto.resolve("http://127.0.0.1:8000/v1"),
+            Compat::Generic
+        );
+    }
+
     use super::*;
 
     #[test]
