@@ -151,6 +151,10 @@ struct Inner {
     tools: RwLock<HashMap<String, Arc<dyn Tool>>>,
     history: Mutex<Vec<Message>>,
     last_usage: Mutex<Option<LastUsage>>,
+    /// After an automatic compaction that could not bring the history under the
+    /// threshold (the kept messages alone pass it), the size it must grow past before
+    /// the next one: otherwise every step of a tool loop would summarize again. 0: none.
+    compaction_floor: AtomicU64,
     busy: AtomicBool,
     id: u64,
 }
@@ -196,6 +200,7 @@ impl Agent {
                 tools: RwLock::new(HashMap::new()),
                 history: Mutex::new(Vec::new()),
                 last_usage: Mutex::new(None),
+                compaction_floor: AtomicU64::new(0),
                 busy: AtomicBool::new(false),
                 id: NEXT_AGENT_ID.fetch_add(1, Ordering::Relaxed),
             }),
@@ -281,6 +286,13 @@ impl Agent {
         message::validate_history(&messages)?;
         let _slot = self.reserve()?;
         *self.history_lock() = messages;
+        // What the provider counted was another history.
+        *self
+            .inner
+            .last_usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        self.inner.compaction_floor.store(0, Ordering::SeqCst);
         Ok(())
     }
 
@@ -459,11 +471,12 @@ impl Agent {
             .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
             .map(|u| u.input_tokens);
-        match last {
-            Some(input_tokens) if input_tokens > 0 => input_tokens > c.threshold_tokens,
+        let tokens = match last {
+            Some(input_tokens) if input_tokens > 0 => input_tokens,
             // No request yet, or a server that reports no usage.
-            _ => compaction::estimate_tokens(&self.history_lock()) > c.threshold_tokens,
-        }
+            _ => compaction::estimate_tokens(&self.history_lock()),
+        };
+        tokens > c.threshold_tokens && tokens > self.inner.compaction_floor.load(Ordering::SeqCst)
     }
 
     fn record_usage(&self, usage: &Usage) {
@@ -646,6 +659,15 @@ impl Agent {
         let done = self
             .compact_now(&options, model, &control.cancel, &mut quiet)
             .await?;
+        // A result still past the threshold (the kept messages are that large) is not
+        // compacted again until it has grown by half the threshold.
+        // (Nothing to summarize made no request: looking again next step costs nothing.)
+        let floor = if done.changed && done.tokens_after >= c.threshold_tokens {
+            done.tokens_after.saturating_add(c.threshold_tokens / 2)
+        } else {
+            0
+        };
+        self.inner.compaction_floor.store(floor, Ordering::SeqCst);
         if done.changed {
             sink.emit(Event::HistoryCompacted {
                 messages_before: done.messages_before,

@@ -770,6 +770,42 @@ async fn a_restored_history_past_the_threshold_compacts_before_its_first_request
     assert_eq!(events[0].type_name(), "message_start", "{events:?}");
 }
 
+/// A step calling `weather` whose request the provider counts as `input_tokens`.
+fn tool_step(call_id: &str, input_tokens: u64) -> Value {
+    let mut sse = script::openai_tool_calls_events(&[(call_id, "weather", r#"{"city":"Paris"}"#)]);
+    let usage = sse
+        .iter_mut()
+        .find(|e| e["data"]["usage"].is_object())
+        .expect("a usage chunk");
+    usage["data"]["usage"]["prompt_tokens"] = json!(input_tokens);
+    json!({ "sse": sse })
+}
+
+#[tokio::test]
+async fn a_compaction_that_cannot_get_under_the_threshold_is_not_repeated_every_step() {
+    // The kept messages alone are past the threshold: after one compaction the next
+    // steps must not summarize again (the scenario has no second summary to give).
+    let server = TestServer::start(script::scenario(vec![
+        exchange(tool_step("call_1", 100)),
+        summary_exchange("Earlier: the user asked for the weather."),
+        exchange(tool_step("call_2", 120)),
+        exchange(script::openai_text(&["done"])),
+    ]))
+    .unwrap();
+    let agent =
+        Agent::new(config(ProviderKind::OpenAi, &server).with_compaction(auto(50, 1))).unwrap();
+    agent.add_tool(weather_tool()).unwrap();
+    let (events, r) = run(&agent, "go").await;
+    r.unwrap();
+    let compactions = events
+        .iter()
+        .filter(|e| e.type_name() == "history_compacted")
+        .count();
+    assert_eq!(compactions, 1, "{events:?}");
+    assert_eq!(server.requests().len(), 4);
+    panto::message::validate_history(&agent.history()).unwrap();
+}
+
 #[tokio::test]
 async fn a_failed_automatic_compaction_fails_the_turn_and_keeps_the_history() {
     let server = TestServer::start(script::scenario(vec![
