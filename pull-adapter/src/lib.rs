@@ -171,6 +171,64 @@ pub enum Next {
     Pending,
 }
 
+/// How a consumer that ran dry waits: it parks its own thread at once, and whoever puts
+/// events into the queue or ends it unparks it. (The queue's own blocking `recv` spins
+/// before it parks; with a worker producing an event every microsecond or two, that spin
+/// cost the consumer about as much CPU as decoding the stream.) `waiting` is the
+/// consumer's promise to look at the queue again before it parks; a fence on each side
+/// keeps a wake-up from being lost.
+struct Waiter {
+    /// The consumer is about to park (or parked) in `next`.
+    waiting: AtomicBool,
+    /// The thread to unpark (a stream may be consumed from different threads in turn).
+    thread: Mutex<Option<std::thread::Thread>>,
+}
+
+impl Waiter {
+    /// Unparks the consumer if it waits (called after new items or the queue's end).
+    fn wake(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) {
+            if let Some(thread) = self
+                .thread
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+            {
+                thread.unpark();
+            }
+        }
+    }
+
+    /// Waits for the next item of `events` until `deadline`; the caller has set
+    /// `waiting`. A spurious unpark only makes it look again.
+    fn wait(
+        &self,
+        events: &QueueRx<Item>,
+        deadline: Option<Instant>,
+    ) -> Result<Item, RecvTimeoutError> {
+        *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(std::thread::current());
+        loop {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            match events.try_recv() {
+                Ok(item) => return Ok(item),
+                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => {}
+            }
+            match deadline {
+                None => std::thread::park(),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Err(RecvTimeoutError::Timeout);
+                    }
+                    std::thread::park_timeout(d - now);
+                }
+            }
+        }
+    }
+}
+
 /// The events on their way from a turn to its consumer, beyond what the queue holds.
 struct Outbox {
     /// `None` once the consumer has everything (the consumer then sees the queue end).
@@ -185,6 +243,8 @@ struct Outbox {
     /// `items.len()`, readable without the lock: the consumer checks it before parking,
     /// so an empty outbox costs it no lock.
     len: Arc<AtomicUsize>,
+    /// The consumer to wake when items reach the queue or the queue ends.
+    waiter: Arc<Waiter>,
 }
 
 impl Outbox {
@@ -192,6 +252,14 @@ impl Outbox {
     fn flush(&mut self) {
         self.move_to_queue();
         self.len.store(self.items.len(), Ordering::SeqCst);
+        self.waiter.wake();
+    }
+
+    /// Ends the queue now (cancel, or a turn that went away): a waiting consumer wakes
+    /// and sees the end.
+    fn end(&mut self) {
+        self.tx = None;
+        self.waiter.wake();
     }
 
     fn move_to_queue(&mut self) {
@@ -233,8 +301,9 @@ impl Outbox {
 /// State shared by a stream's consumer, its control handles and its turn.
 struct Shared {
     outbox: Mutex<Outbox>,
-    /// The consumer is about to block (or blocked) in `next`: flush every event at once.
-    consumer_waiting: AtomicBool,
+    /// The consumer is about to block (or blocked) in `next` (`waiter.waiting`): events
+    /// go to it `WAKE_BATCH` at a time, and it is woken.
+    waiter: Arc<Waiter>,
     /// The outbox's length (see `Outbox::len`).
     outbox_len: Arc<AtomicUsize>,
     /// The turn is parked on a full outbox: the consumer wakes it when it pops.
@@ -290,7 +359,7 @@ impl StreamControl {
         outbox.closed = true;
         outbox.items.clear();
         outbox.len.store(0, Ordering::SeqCst);
-        outbox.tx = None;
+        outbox.end();
         if let Some(w) = outbox.producer.take() {
             w.wake();
         }
@@ -303,7 +372,7 @@ impl StreamControl {
     /// True while a `next` on this stream is waiting for an event (parked, or about to
     /// park). For diagnostics, and for tests that must know the consumer is blocked.
     pub fn consumer_waiting(&self) -> bool {
-        self.shared.consumer_waiting.load(Ordering::SeqCst)
+        self.shared.waiter.waiting.load(Ordering::SeqCst)
     }
 
     /// True while the turn is paused because the consumer has not taken its events (the
@@ -417,7 +486,7 @@ impl Receiver for Forward {
         // that runs dry first and takes it (`Stream::next_deadline`).
         outbox.push(Ok(event));
         let waited_for =
-            outbox.items.len() >= WAKE_BATCH && self.shared.consumer_waiting.load(Ordering::SeqCst);
+            outbox.items.len() >= WAKE_BATCH && self.shared.waiter.waiting.load(Ordering::SeqCst);
         if urgent || waited_for || outbox.items.len() >= MAX_BATCH {
             outbox.flush();
         }
@@ -489,7 +558,7 @@ impl Future for Pump {
         self.shared.producer_running.store(false, Ordering::SeqCst);
         // A consumer that started waiting while this poll ran, and saw it running, left
         // what the flush above could not place (a full queue) to this poll's end.
-        if self.shared.consumer_waiting.load(Ordering::SeqCst)
+        if self.shared.waiter.waiting.load(Ordering::SeqCst)
             && self.shared.outbox_len.load(Ordering::SeqCst) > 0
         {
             self.shared.outbox().flush();
@@ -511,7 +580,7 @@ impl Drop for Pump {
             let mut outbox = self.shared.outbox();
             outbox.finished = true;
             outbox.flush();
-            outbox.tx = None;
+            outbox.end();
         }
         ACTIVE.fetch_sub(1, Ordering::SeqCst);
     }
@@ -525,6 +594,10 @@ impl Stream {
         let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);
         let (done_tx, done_rx) = bounded::<()>(0);
         let outbox_len = Arc::new(AtomicUsize::new(0));
+        let waiter = Arc::new(Waiter {
+            waiting: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
         let shared = Arc::new(Shared {
             outbox: Mutex::new(Outbox {
                 tx: Some(tx),
@@ -533,8 +606,9 @@ impl Stream {
                 finished: false,
                 producer: None,
                 len: outbox_len.clone(),
+                waiter: waiter.clone(),
             }),
-            consumer_waiting: AtomicBool::new(false),
+            waiter,
             outbox_len,
             producer_waiting: AtomicBool::new(false),
             producer_running: AtomicBool::new(false),
@@ -691,7 +765,7 @@ impl Stream {
         // the poll it is in, or once `WAKE_BATCH` of them wait, whichever comes first.
         // Spinning for them instead (and taking them from the outbox one or two at a
         // time) kept a core busy for as long as the worker produced.
-        shared.consumer_waiting.store(true, Ordering::SeqCst);
+        shared.waiter.waiting.store(true, Ordering::SeqCst);
         if deadline.is_some_and(|d| d <= Instant::now()) {
             // A caller that must not block (an event loop) asks again later at a higher
             // price than a brief spin for the burst of a turn being polled right now.
@@ -703,11 +777,11 @@ impl Stream {
                 }
                 match events.try_recv() {
                     Ok(item) => {
-                        shared.consumer_waiting.store(false, Ordering::SeqCst);
+                        shared.waiter.waiting.store(false, Ordering::SeqCst);
                         return self.deliver(Ok(item));
                     }
                     Err(TryRecvError::Disconnected) => {
-                        shared.consumer_waiting.store(false, Ordering::SeqCst);
+                        shared.waiter.waiting.store(false, Ordering::SeqCst);
                         return self.deliver(Err(RecvTimeoutError::Disconnected));
                     }
                     Err(TryRecvError::Empty) => {}
@@ -727,11 +801,8 @@ impl Stream {
             // ended): the worker will not flush again before its next poll.
             shared.flush_for_consumer();
         }
-        let received = match deadline {
-            None => events.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            Some(d) => events.recv_deadline(d),
-        };
-        shared.consumer_waiting.store(false, Ordering::SeqCst);
+        let received = shared.waiter.wait(events, deadline);
+        shared.waiter.waiting.store(false, Ordering::SeqCst);
         self.deliver(received)
     }
 
