@@ -114,26 +114,9 @@ pub unsafe extern "C" fn panto_agent_save_history(
     out: *mut PantoString,
     err: *mut *mut PantoError,
 ) -> PantoStatus {
-    const F: &str = "panto_agent_save_history";
-    reset_err(err);
-    if out.is_null() {
-        return fail(err, invalid(F, "out is NULL"));
-    }
-    out.write(PantoString {
-        ptr: std::ptr::null_mut(),
-        len: 0,
-    });
-    let agent = match agent_ref(F, agent) {
-        Ok(a) => a,
-        Err(e) => return fail(err, e),
-    };
-    match agent.call(F, |a| Ok(a.history_json())) {
-        Ok(json) => {
-            out.write(crate::string::owned(json));
-            PANTO_OK
-        }
-        Err(e) => fail(err, e),
-    }
+    string_out("panto_agent_save_history", agent, out, err, |a| {
+        Ok(a.history_json())
+    })
 }
 
 /// Replaces the conversation with one saved by `panto_agent_save_history`.
@@ -278,43 +261,23 @@ pub unsafe extern "C" fn panto_agent_compact(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_compact";
-    reset_err(err);
-    if out.is_null() {
-        return fail(err, invalid(F, "out is NULL"));
-    }
-    out.write(PantoString {
-        ptr: std::ptr::null_mut(),
-        len: 0,
-    });
-    let agent = match agent_ref(F, agent) {
-        Ok(a) => a,
-        Err(e) => return fail(err, e),
-    };
-    let options = if options_json.is_null() {
-        Ok(panto_core::CompactOptions::default())
-    } else {
-        input_str(F, "options_json", options_json, options_len)
-            .and_then(panto_core::CompactOptions::from_json)
-    };
-    let options = match options {
-        Ok(o) => o,
-        Err(e) => return fail(err, e),
-    };
-    let cancel = match cancel.as_ref() {
-        Some(c) => c.token.clone(),
-        None => CancellationToken::new(),
-    };
-    // A token cancelled before the call is a cancellation, with nothing sent.
-    if cancel.is_cancelled() {
-        return fail(err, Error::cancelled());
-    }
-    match agent.call(F, |a| panto_pull::compact_cancellable(a, &options, &cancel)) {
-        Ok(done) => {
-            out.write(crate::string::owned(done.to_json()));
-            PANTO_OK
+    string_out(F, agent, out, err, |a| {
+        let options = if options_json.is_null() {
+            panto_core::CompactOptions::default()
+        } else {
+            input_str(F, "options_json", options_json, options_len)
+                .and_then(panto_core::CompactOptions::from_json)?
+        };
+        let cancel = match cancel.as_ref() {
+            Some(c) => c.token.clone(),
+            None => CancellationToken::new(),
+        };
+        // A token cancelled before the call is a cancellation, with nothing sent.
+        if cancel.is_cancelled() {
+            return Err(Error::cancelled());
         }
-        Err(e) => fail(err, e),
-    }
+        panto_pull::compact_cancellable(a, &options, &cancel).map(|done| done.to_json())
+    })
 }
 
 /// The conversation's transcript as a JSON array.
@@ -327,22 +290,36 @@ pub unsafe extern "C" fn panto_agent_transcript_json(
     out: *mut PantoString,
     err: *mut *mut PantoError,
 ) -> PantoStatus {
-    const F: &str = "panto_agent_transcript_json";
+    string_out("panto_agent_transcript_json", agent, out, err, |a| {
+        Ok(a.transcript_json())
+    })
+}
+
+/// The shape shared by the calls that answer with a string: `*err` reset, `*out` empty
+/// until success, the agent checked, then `f` on it (a panic caught, poisoning the
+/// handle) and its string moved into `*out`, owned by the caller.
+unsafe fn string_out(
+    function: &str,
+    agent: *mut PantoAgent,
+    out: *mut PantoString,
+    err: *mut *mut PantoError,
+    f: impl FnOnce(&Agent) -> Result<String, Error>,
+) -> PantoStatus {
     reset_err(err);
     if out.is_null() {
-        return fail(err, invalid(F, "out is NULL"));
+        return fail(err, invalid(function, "out is NULL"));
     }
     out.write(PantoString {
         ptr: std::ptr::null_mut(),
         len: 0,
     });
-    let agent = match agent_ref(F, agent) {
+    let agent = match agent_ref(function, agent) {
         Ok(a) => a,
         Err(e) => return fail(err, e),
     };
-    match agent.call(F, |a| Ok(a.transcript_json())) {
-        Ok(json) => {
-            out.write(crate::string::owned(json));
+    match agent.call(function, f) {
+        Ok(text) => {
+            out.write(crate::string::owned(text));
             PANTO_OK
         }
         Err(e) => fail(err, e),

@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Union
 
-from . import _native
+from . import _errors, _native
 from ._async import WAIT_POOL, AsyncStream, running_loop
 from ._errors import (
     ERROR_CLASSES,
@@ -86,7 +86,6 @@ __all__ = [
     "json_schema",
     "diagnostics",
     "EVENT_CLASSES",
-    "ERROR_CLASSES",
     # events
     "MessageStart",
     "BlockStart",
@@ -102,25 +101,9 @@ __all__ = [
     "UnknownEvent",
     "CompactResult",
     "Usage",
-    # errors
-    "PantoError",
-    "ConfigError",
-    "AuthenticationError",
-    "PermissionDeniedError",
-    "NotFoundError",
-    "BadRequestError",
-    "RateLimitError",
-    "ServerError",
-    "APIConnectionError",
-    "APITimeoutError",
-    "ProtocolError",
-    "ProviderError",
-    "StreamCancelledError",
-    "BusyError",
-    "ToolError",
-    "IncompleteStreamError",
-    "InternalError",
 ]
+# The exception classes and ERROR_CLASSES: listed once, in `_errors`.
+__all__ += _errors.__all__
 
 #: The class of each event type, in the core's order (``Event::TYPES``).
 EVENT_CLASSES: Dict[str, type] = {
