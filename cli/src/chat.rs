@@ -166,7 +166,6 @@ fn handle(
 /// `/compact N`: summarizes what is older than the last `keep_last` messages with the
 /// conversation's own model; Ctrl-C cancels it and leaves the conversation as it was.
 fn compact(setup: &mut Setup, keep_last: usize, interrupt: &Interrupt) -> Result<(), Error> {
-    crate::hint::check_local_server(&setup.target)?;
     eprintln!("panto: compacting the conversation…");
     let cancel = panto::CancellationToken::new();
     interrupt.begin_compact(cancel.clone());

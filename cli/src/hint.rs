@@ -1,71 +1,12 @@
 //! Owns what an error tells the user to do next: the one-line hint printed under an
 //! error (never in `--json`'s error line, which stays the core's error), naming the URL
-//! that was tried — never the key — and the flag or setting that fixes it. Also the
-//! check that makes "is the server running?" cheap: a local server that refuses
-//! connections is reported at once, not after the retries a remote hiccup deserves.
-
-use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+//! that was tried — never the key — and the flag or setting that fixes it. (A local
+//! server that refuses connections is reported at once: the core does not retry a
+//! refusal from a loopback address.)
 
 use panto::{Error, ErrorKind, ProviderKind};
 
 use crate::setup::{KeySource, Target};
-
-/// Longest wait for a local server to accept the check's connection.
-const LOCAL_CONNECT_WAIT: Duration = Duration::from_secs(2);
-
-/// Fails at once with a `connection` error when `target` is a server on this machine
-/// that refuses connections; anything else (it accepts, or the check cannot tell) is
-/// left to the request.
-pub fn check_local_server(target: &Target) -> Result<(), Error> {
-    if !target.is_loopback() {
-        return Ok(());
-    }
-    let Some(authority) = authority(&target.base_url) else {
-        return Ok(());
-    };
-    let Ok(addrs) = authority.to_socket_addrs() else {
-        return Ok(());
-    };
-    let mut refused = false;
-    for addr in addrs {
-        match TcpStream::connect_timeout(&addr, LOCAL_CONNECT_WAIT) {
-            Ok(_) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => refused = true,
-            Err(_) => return Ok(()),
-        }
-    }
-    if !refused {
-        return Ok(());
-    }
-    Err(Error::new(
-        ErrorKind::Connection,
-        format!(
-            "cannot connect to {}: connection refused",
-            target.endpoint()
-        ),
-    ))
-}
-
-/// `host:port` of an http(s) URL, with the scheme's port when none is written.
-fn authority(url: &str) -> Option<String> {
-    let (scheme, rest) = url.trim().split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let has_port = match authority.rfind(']') {
-        Some(end) => authority[end..].contains(':'),
-        None => authority.contains(':'),
-    };
-    if has_port {
-        return Some(authority.to_owned());
-    }
-    let port = if scheme.eq_ignore_ascii_case("https") {
-        443
-    } else {
-        80
-    };
-    Some(format!("{authority}:{port}"))
-}
 
 /// The error's message with the URL tried, when the message does not name it already.
 pub fn with_url(error: &Error, target: &Target) -> String {
@@ -258,17 +199,6 @@ mod tests {
         );
         let h = hint(&e, &t).unwrap();
         assert!(h.contains("--api-key-env OPENAI_API_KEY"), "{h}");
-    }
-
-    #[test]
-    fn authorities_get_the_schemes_port() {
-        assert_eq!(authority("http://localhost/v1").unwrap(), "localhost:80");
-        assert_eq!(authority("https://[::1]/v1").unwrap(), "[::1]:443");
-        assert_eq!(authority("http://[::1]:8080/v1").unwrap(), "[::1]:8080");
-        assert_eq!(
-            authority("http://127.0.0.1:11434").unwrap(),
-            "127.0.0.1:11434"
-        );
     }
 
     #[test]

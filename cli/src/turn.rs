@@ -22,7 +22,6 @@ pub fn run(
     out: &mut dyn Render,
     interrupt: &Interrupt,
 ) -> Result<(), Error> {
-    crate::hint::check_local_server(&setup.target)?;
     let mut stream = setup.agent.stream(prompt)?;
     let control = stream.control();
     interrupt.begin_turn(control.clone());

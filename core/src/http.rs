@@ -689,5 +689,38 @@ fn transport_error(e: &reqwest::Error, doing: &str) -> Error {
     } else {
         ErrorKind::Connection
     };
-    Error::new(kind, format!("{doing}: {e}{source}")).with_retryable(true)
+    // A server on this machine that refuses the connection is not running: no backoff
+    // brings it up, so waiting and retrying would only delay the answer. Anywhere else a
+    // refusal can be a restart or a load balancer's hiccup, which a retry outlives.
+    let retryable = !(refused(e) && e.url().is_some_and(is_loopback));
+    Error::new(kind, format!("{doing}: {e}{source}")).with_retryable(retryable)
+}
+
+/// The connection was refused (nothing listens at the address).
+fn refused(e: &reqwest::Error) -> bool {
+    let mut cur: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// `localhost`, or a loopback IP address.
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => {
+            let host = host.to_ascii_lowercase();
+            host == "localhost" || host.ends_with(".localhost")
+        }
+    }
 }

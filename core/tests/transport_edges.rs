@@ -236,3 +236,38 @@ async fn an_error_body_with_a_string_error_keeps_its_message() {
         );
     }
 }
+
+/// A server on this machine that refuses the connection is not running: the failure is
+/// reported at once, not retried (retries are configured here), and marked not
+/// retryable (a refusal from a remote address stays retryable: a restart or a load
+/// balancer's hiccup can end).
+#[tokio::test]
+async fn a_refused_local_connection_is_not_retried() {
+    // A port that was just free: nothing listens there now.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    for host in ["127.0.0.1", "localhost"] {
+        let config = Config::new(ProviderKind::OpenAi, "scripted-model")
+            .with_base_url(format!("http://{host}:{port}/v1"))
+            .with_api_key("sk-test-edges-0001")
+            .with_retry(RetryConfig {
+                max_retries: 3,
+                initial_delay_ms: 1,
+                max_delay_ms: 1,
+                ..RetryConfig::default()
+            });
+        let agent = Agent::new(config).unwrap();
+        let (events, r) = run(&agent).await;
+        let err = r.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Connection, "{err}");
+        assert!(!err.retryable, "{host}: {err}");
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, Event::ProviderRetry { .. })),
+            "{host}: a local refusal was retried: {events:?}"
+        );
+    }
+}
