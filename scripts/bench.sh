@@ -54,11 +54,8 @@ versions+=", \"async-openai\": \"$(grep -A1 '^name = "async-openai"$' tests/peer
 
 if [[ "${PANTO_BENCH_GO:-1}" != 0 ]] && command -v go >/dev/null 2>&1; then
     step "Go client (golang/bench/client, static libpanto.a)"
-    # The stamp (an -L directory that need not exist) makes Go relink when libpanto.a
-    # changed: its build cache looks at CGO_LDFLAGS, not at the library.
-    lib_stamp=$(cksum <"$target/release/libpanto.a" | cut -d' ' -f1)
-    (cd golang/bench && CGO_LDFLAGS="-L$target/release -L$target/release/.libpanto-$lib_stamp" \
-        go build -o "$target/release/panto-go-bench" ./client)
+    ldflags=$(scripts/cgo-ldflags.sh "$target/release")
+    (cd golang/bench && CGO_LDFLAGS="$ldflags" go build -o "$target/release/panto-go-bench" ./client)
     clients+=", \"go\": [\"$target/release/panto-go-bench\"]"
     versions+=", \"Go\": \"$(go version | cut -d' ' -f3-)\""
     versions+=", \"openai-go\": \"$(sed -n 's/.*openai-go\/v3 \(v[^ ]*\).*/\1/p' golang/bench/go.mod)\""

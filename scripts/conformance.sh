@@ -50,12 +50,9 @@ if wanted c; then
     "$target/release/libpanto.a" $static_libs -o "$out/c-runner"
 fi
 build_go_runner() { # $1: the Go module's directory, $2: the binary to write
-  # Go's build cache does not look at libpanto.a itself, only at CGO_LDFLAGS: a stamp of
-  # the library (an -L directory that need not exist) makes a rebuilt library relink.
-  local stamp
-  stamp=$(cksum <"$target/release/libpanto.a" | cut -d' ' -f1)
-  (cd "$1" && CGO_ENABLED=1 CGO_LDFLAGS="-L$target/release -L$target/release/.libpanto-$stamp" \
-    go build -o "$2" ./internal/conformance)
+  local ldflags
+  ldflags=$(scripts/cgo-ldflags.sh "$target/release")
+  (cd "$1" && CGO_ENABLED=1 CGO_LDFLAGS="$ldflags" go build -o "$2" ./internal/conformance)
 }
 if wanted go; then
   build_go_runner golang "$out/go-runner"

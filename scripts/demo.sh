@@ -88,10 +88,8 @@ static_libs=$(cat "$target_dir/release/libpanto.native-static-libs" 2>/dev/null 
 # shellcheck disable=SC2086  # the library list is meant to be split
 "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -I capi/include capi/examples/demo.c \
     "$target_dir/release/libpanto.a" $static_libs -o "$out/demo-c"
-# The stamp (an -L directory that need not exist) makes Go relink a rebuilt libpanto.a.
-lib_stamp=$(cksum <"$target_dir/release/libpanto.a" | cut -d' ' -f1)
-(cd golang && CGO_ENABLED=1 CGO_LDFLAGS="-L$target_dir/release -L$target_dir/release/.libpanto-$lib_stamp" \
-    go build -o "$out/demo-go" ./internal/demo)
+ldflags=$(scripts/cgo-ldflags.sh "$target_dir/release")
+(cd golang && CGO_ENABLED=1 CGO_LDFLAGS="$ldflags" go build -o "$out/demo-go" ./internal/demo)
 python="${PANTO_PYTHON:-$target_dir/pypanto-venv/bin/python}"
 if ! "$python" -c 'import panto' 2>/dev/null; then
     py_tools="$(pypanto/tools-venv.sh)"

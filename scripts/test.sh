@@ -84,10 +84,7 @@ cmp capi/include/panto.h golang/include/panto.h
 # ... and the benchmark's Python driver and client parse (they run only in bench.sh).
 python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
   bench/run.py pypanto/bench/client.py
-# Go's build cache does not look at libpanto.a itself, only at CGO_LDFLAGS: a stamp of the
-# library (an -L directory that need not exist) makes a rebuilt library relink.
-lib_stamp=$(cksum <"$CARGO_TARGET_DIR/release/libpanto.a" | cut -d' ' -f1)
-go_env=(CGO_ENABLED=1 "CGO_LDFLAGS=-L$CARGO_TARGET_DIR/release -L$CARGO_TARGET_DIR/release/.libpanto-$lib_stamp"
+go_env=(CGO_ENABLED=1 "CGO_LDFLAGS=$(scripts/cgo-ldflags.sh "$CARGO_TARGET_DIR/release")"
   "PANTO_TESTSERVER=${PANTO_TESTSERVER:-$CARGO_TARGET_DIR/debug/panto-testserver}")
 [ -x "$CARGO_TARGET_DIR/debug/panto-testserver" ] || cargo build --locked -p panto-testserver
 
