@@ -1,0 +1,337 @@
+//! The hand-off: how a turn's events get from its worker to its consumer. The turn's
+//! receiver (`Forward`) appends each event to the stream's outbox without ever blocking;
+//! the outbox goes to the stream's bounded queue in bursts (`Outbox::flush`: at the end
+//! of every poll of the turn, which `Pump` wraps, when `WAKE_BATCH` events wait while the
+//! consumer waits, at `MAX_BATCH` in any case, and at the terminal event); a consumer
+//! that ran dry parks on its `Waiter` and is unparked by whoever fills or ends the
+//! queue. A full outbox parks the turn (not the worker) until the consumer pops.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use crossbeam_channel::{
+    Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx, TryRecvError, TrySendError,
+};
+use panto::{Error, Event, Flow, Receiver};
+
+use crate::pool::ACTIVE;
+
+pub(crate) type Item = Result<Event, Error>;
+
+/// Most events waiting in a stream's outbox before they go to the queue together, and
+/// the point at which a turn whose queue is full stops reading the network.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// Events that wait in the outbox of a turn being polled before they go to a consumer
+/// that is waiting for them (the rest of the poll's burst follows at the poll's end).
+/// A wake-up costs the worker a syscall and the consumer a context switch: per event that
+/// would cost more than decoding the chunk, per 16 events it is noise, and 16 chunks take
+/// the worker some tens of microseconds.
+pub(crate) const WAKE_BATCH: usize = 16;
+
+/// How a consumer that ran dry waits: it parks its own thread at once, and whoever puts
+/// events into the queue or ends it unparks it. (The queue's own blocking `recv` spins
+/// before it parks; with a worker producing an event every microsecond or two, that spin
+/// cost the consumer about as much CPU as decoding the stream.) `waiting` is the
+/// consumer's promise to look at the queue again before it parks; a fence on each side
+/// keeps a wake-up from being lost.
+pub(crate) struct Waiter {
+    /// The consumer is about to park (or parked) in `next`.
+    pub(crate) waiting: AtomicBool,
+    /// The thread to unpark (a stream may be consumed from different threads in turn).
+    pub(crate) thread: Mutex<Option<std::thread::Thread>>,
+}
+
+impl Waiter {
+    /// Unparks the consumer if it waits (called after new items or the queue's end).
+    pub(crate) fn wake(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) {
+            if let Some(thread) = self
+                .thread
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+            {
+                thread.unpark();
+            }
+        }
+    }
+
+    /// Waits for the next item of `events` until `deadline`; the caller has set
+    /// `waiting`. A spurious unpark only makes it look again.
+    pub(crate) fn wait(
+        &self,
+        events: &QueueRx<Item>,
+        deadline: Option<Instant>,
+    ) -> Result<Item, RecvTimeoutError> {
+        *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(std::thread::current());
+        loop {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            match events.try_recv() {
+                Ok(item) => return Ok(item),
+                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => {}
+            }
+            match deadline {
+                None => std::thread::park(),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Err(RecvTimeoutError::Timeout);
+                    }
+                    std::thread::park_timeout(d - now);
+                }
+            }
+        }
+    }
+}
+
+/// The events on their way from a turn to its consumer, beyond what the queue holds.
+pub(crate) struct Outbox {
+    /// `None` once the consumer has everything (the consumer then sees the queue end).
+    pub(crate) tx: Option<QueueTx<Item>>,
+    pub(crate) items: VecDeque<Item>,
+    /// The consumer is gone or the stream was cancelled: events are dropped.
+    pub(crate) closed: bool,
+    /// The turn is over; the queue ends once the outbox is empty.
+    pub(crate) finished: bool,
+    /// The turn's task, parked until the outbox has room again.
+    pub(crate) producer: Option<Waker>,
+    /// `items.len()`, readable without the lock: the consumer checks it before parking,
+    /// so an empty outbox costs it no lock.
+    pub(crate) len: Arc<AtomicUsize>,
+    /// The consumer to wake when items reach the queue or the queue ends.
+    pub(crate) waiter: Arc<Waiter>,
+}
+
+impl Outbox {
+    /// Moves what fits from the outbox into the queue.
+    pub(crate) fn flush(&mut self) {
+        self.move_to_queue();
+        self.len.store(self.items.len(), Ordering::SeqCst);
+        self.waiter.wake();
+    }
+
+    /// Ends the queue now (cancel, or a turn that went away): a waiting consumer wakes
+    /// and sees the end.
+    pub(crate) fn end(&mut self) {
+        self.tx = None;
+        self.waiter.wake();
+    }
+
+    fn move_to_queue(&mut self) {
+        while let Some(item) = self.items.pop_front() {
+            let Some(tx) = &self.tx else {
+                self.items.clear();
+                return;
+            };
+            match tx.try_send(item) {
+                Ok(()) => {}
+                Err(TrySendError::Full(item)) => {
+                    self.items.push_front(item);
+                    return;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    self.closed = true;
+                    self.items.clear();
+                    self.tx = None;
+                    return;
+                }
+            }
+        }
+        if self.finished {
+            // Everything was handed over: dropping the sender ends the queue.
+            self.tx = None;
+        }
+    }
+
+    pub(crate) fn has_room(&self) -> bool {
+        self.items.len() < MAX_BATCH
+    }
+
+    pub(crate) fn push(&mut self, item: Item) {
+        self.items.push_back(item);
+        self.len.store(self.items.len(), Ordering::SeqCst);
+    }
+}
+
+/// State shared by a stream's consumer, its control handles and its turn.
+pub(crate) struct Shared {
+    pub(crate) outbox: Mutex<Outbox>,
+    /// The consumer is about to block (or blocked) in `next` (`waiter.waiting`): events
+    /// go to it `WAKE_BATCH` at a time, and it is woken.
+    pub(crate) waiter: Arc<Waiter>,
+    /// The outbox's length (see `Outbox::len`).
+    pub(crate) outbox_len: Arc<AtomicUsize>,
+    /// The turn is parked on a full outbox: the consumer wakes it when it pops.
+    pub(crate) producer_waiting: AtomicBool,
+    /// The turn is being polled on its worker right now.
+    pub(crate) producer_running: AtomicBool,
+    pub(crate) cancelled: AtomicBool,
+}
+
+impl Shared {
+    /// The state of a new stream whose turn hands its events to `tx`.
+    pub(crate) fn new(tx: QueueTx<Item>) -> Shared {
+        let outbox_len = Arc::new(AtomicUsize::new(0));
+        let waiter = Arc::new(Waiter {
+            waiting: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        Shared {
+            outbox: Mutex::new(Outbox {
+                tx: Some(tx),
+                items: VecDeque::with_capacity(MAX_BATCH),
+                closed: false,
+                finished: false,
+                producer: None,
+                len: outbox_len.clone(),
+                waiter: waiter.clone(),
+            }),
+            waiter,
+            outbox_len,
+            producer_waiting: AtomicBool::new(false),
+            producer_running: AtomicBool::new(false),
+            cancelled: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn outbox(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The consumer's flush: moves waiting events into the queue and, if that made room,
+    /// wakes a turn parked on a full outbox.
+    pub(crate) fn flush_for_consumer(&self) {
+        let mut outbox = self.outbox();
+        outbox.flush();
+        if outbox.has_room() || outbox.closed {
+            if let Some(w) = outbox.producer.take() {
+                self.producer_waiting.store(false, Ordering::SeqCst);
+                w.wake();
+            }
+        }
+    }
+}
+
+/// The push receiver of a turn: appends to the outbox, never blocks.
+pub(crate) struct Forward {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Receiver for Forward {
+    fn on_event(&mut self, event: Event) -> Flow {
+        let urgent = event.is_terminal();
+        let mut outbox = self.shared.outbox();
+        if outbox.closed {
+            return Flow::Stop;
+        }
+        // The rest goes at the end of this poll of the turn (`Pump`), or to a consumer
+        // that runs dry first and takes it (`Stream::next_deadline`).
+        outbox.push(Ok(event));
+        let waited_for =
+            outbox.items.len() >= WAKE_BATCH && self.shared.waiter.waiting.load(Ordering::SeqCst);
+        if urgent || waited_for || outbox.items.len() >= MAX_BATCH {
+            outbox.flush();
+        }
+        if outbox.closed {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    }
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+        let mut outbox = self.shared.outbox();
+        if outbox.closed {
+            return Poll::Ready(Flow::Stop);
+        }
+        if outbox.has_room() {
+            return Poll::Ready(Flow::Continue);
+        }
+        outbox.flush();
+        if outbox.has_room() || outbox.closed {
+            return Poll::Ready(if outbox.closed {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            });
+        }
+        // Full: park this turn (not the thread) until the consumer pops.
+        outbox.producer = Some(cx.waker().clone());
+        self.shared.producer_waiting.store(true, Ordering::SeqCst);
+        Poll::Pending
+    }
+}
+
+impl Forward {
+    pub(crate) fn push_final(&mut self, item: Item) {
+        let mut outbox = self.shared.outbox();
+        if !outbox.closed {
+            outbox.push(item);
+        }
+    }
+}
+
+/// Wraps a turn's task: hands the outbox over each time the turn waits, ends the queue
+/// when the turn ends, and tells `Stream::drop` (through `task_done`) that it is gone.
+pub(crate) struct Pump {
+    pub(crate) turn: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) _task_done: QueueTx<()>,
+}
+
+impl Future for Pump {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let Some(turn) = this.turn.as_mut() else {
+            return Poll::Ready(());
+        };
+        this.shared.producer_running.store(true, Ordering::SeqCst);
+        let done = turn.as_mut().poll(cx).is_ready();
+        let mut outbox = self.shared.outbox();
+        if done {
+            outbox.finished = true;
+        }
+        if !outbox.items.is_empty() || done {
+            outbox.flush();
+        }
+        drop(outbox);
+        self.shared.producer_running.store(false, Ordering::SeqCst);
+        // A consumer that started waiting while this poll ran, and saw it running, left
+        // what the flush above could not place (a full queue) to this poll's end.
+        if self.shared.waiter.waiting.load(Ordering::SeqCst)
+            && self.shared.outbox_len.load(Ordering::SeqCst) > 0
+        {
+            self.shared.outbox().flush();
+        }
+        if done {
+            self.turn = None;
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        if self.turn.take().is_some() {
+            // Dropped before its turn ended (the runtime went away): end the queue, so a
+            // consumer sees `incomplete` rather than waiting forever.
+            let mut outbox = self.shared.outbox();
+            outbox.finished = true;
+            outbox.flush();
+            outbox.end();
+        }
+        ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}

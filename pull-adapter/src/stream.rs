@@ -1,0 +1,476 @@
+//! The stream: the pull side every binding consumes ([`Stream`], its [`StreamControl`],
+//! [`Next`], the [`Events`] iterator), and where the contract is enforced; plus
+//! [`compact`], the blocking wrapper over `Agent::compact` on the agent's worker.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver as QueueRx, RecvTimeoutError, TryRecvError};
+use futures_util::FutureExt;
+use panto::{
+    Agent, CancellationToken, CompactOptions, Compaction, Error, Event, TurnControl, TurnOptions,
+};
+
+use crate::handoff::{Forward, Item, Pump, Shared};
+use crate::pool::{on_worker, worker_for, ACTIVE};
+
+/// Longest a zero-timeout `next_timeout` spins for the burst of a turn that is running
+/// right now (a caller that must not block, such as an event loop, asking again later
+/// costs it more than this).
+const MAX_SPIN: Duration = Duration::from_micros(20);
+/// Spin hints between two looks at the queue.
+const SPIN_BATCH: u32 = 16;
+
+/// What [`Stream::next_timeout`] saw.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Next {
+    Event(Event),
+    /// The stream is exhausted (`message_complete` was delivered).
+    Done,
+    /// Nothing arrived within the timeout; the stream goes on.
+    Pending,
+}
+
+/// Cancels a stream and answers its host-tool calls from any thread. Cheap to clone.
+#[derive(Clone)]
+pub struct StreamControl {
+    control: TurnControl,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for StreamControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamControl")
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamControl {
+    /// Cancels the turn. Idempotent; wakes a `next` blocked on another thread, which
+    /// then fails with `cancelled` (unless `message_complete` was already delivered).
+    pub fn cancel(&self) {
+        self.shared.cancelled.store(true, Ordering::SeqCst);
+        self.control.cancel.cancel();
+        // Ending the queue (its only sender lives in the outbox) wakes a blocked `next`,
+        // which sees the cancel flag first; what was queued is no longer wanted.
+        let mut outbox = self.shared.outbox();
+        outbox.closed = true;
+        outbox.items.clear();
+        outbox.len.store(0, Ordering::SeqCst);
+        outbox.end();
+        if let Some(w) = outbox.producer.take() {
+            w.wake();
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.shared.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// True while a `next` on this stream is waiting for an event (parked, or about to
+    /// park). For diagnostics, and for tests that must know the consumer is blocked.
+    pub fn consumer_waiting(&self) -> bool {
+        self.shared.waiter.waiting.load(Ordering::SeqCst)
+    }
+
+    /// True while the turn is paused because the consumer has not taken its events (the
+    /// queue is full): the network is not being read. For diagnostics ("the consumer is
+    /// the bottleneck"), and for tests that must know the turn is held back.
+    pub fn turn_paused(&self) -> bool {
+        self.shared.producer_waiting.load(Ordering::SeqCst)
+    }
+
+    /// Answers a host-tool call announced by `tool_call_start{host: true}`. An unknown or
+    /// already-answered id is a `tool` error for this call; the stream is unaffected.
+    pub fn submit_tool_result(
+        &self,
+        call_id: &str,
+        output: &str,
+        is_error: bool,
+    ) -> Result<(), Error> {
+        self.control.host.submit(call_id, output, is_error)
+    }
+}
+
+enum State {
+    Active,
+    Completed,
+    Failed(Error),
+}
+
+/// One turn as a pull stream. `Send`; see the crate docs for the contract.
+pub struct Stream {
+    events: Option<QueueRx<Item>>,
+    /// Disconnected when the turn's task has ended (completed, failed or dropped).
+    task_done: QueueRx<()>,
+    control: StreamControl,
+    state: State,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").finish_non_exhaustive()
+    }
+}
+
+/// Compacts `agent`'s history (see `Agent::compact`), blocking the calling thread until
+/// it is done. The summary request runs on the agent's worker thread, like its turns.
+/// `busy` while the agent has an active stream; must not be called from a panto worker
+/// thread (that is a `config` error rather than a deadlock).
+pub fn compact(agent: &Agent, options: &CompactOptions) -> Result<Compaction, Error> {
+    compact_cancellable(agent, options, &CancellationToken::new())
+}
+
+/// [`compact`] with a token that cancels it from another thread (the history is then
+/// untouched and the result is a `cancelled` error).
+pub fn compact_cancellable(
+    agent: &Agent,
+    options: &CompactOptions,
+    cancel: &CancellationToken,
+) -> Result<Compaction, Error> {
+    if on_worker() {
+        return Err(Error::config(
+            "compact: called on a panto worker thread, which would wait for itself",
+        ));
+    }
+    let worker = worker_for(agent)?;
+    let (tx, rx) = bounded::<Result<Compaction, Error>>(1);
+    let agent = agent.clone();
+    let options = options.clone();
+    let cancel = cancel.clone();
+    drop(worker.spawn(async move {
+        let run = AssertUnwindSafe(agent.compact(&options, &cancel))
+            .catch_unwind()
+            .await;
+        let result = run.unwrap_or_else(|_| Err(Error::internal("compaction panicked")));
+        let _ = tx.send(result);
+    }));
+    rx.recv().unwrap_or_else(|_| {
+        Err(Error::internal(
+            "the compaction task ended without a result",
+        ))
+    })
+}
+
+/// `agent.stream(input)`: starts a turn as a pull [`Stream`].
+pub trait AgentStreamExt {
+    fn stream(&self, input: &str) -> Result<Stream, Error>;
+    fn stream_with(&self, input: &str, options: TurnOptions) -> Result<Stream, Error>;
+}
+
+impl AgentStreamExt for Agent {
+    fn stream(&self, input: &str) -> Result<Stream, Error> {
+        Stream::start(self, input, TurnOptions::default())
+    }
+    fn stream_with(&self, input: &str, options: TurnOptions) -> Result<Stream, Error> {
+        Stream::start(self, input, options)
+    }
+}
+
+impl Stream {
+    fn start(agent: &Agent, input: &str, options: TurnOptions) -> Result<Stream, Error> {
+        let worker = worker_for(agent)?;
+        // Reserve on the caller's thread so `busy` is reported synchronously.
+        let slot = agent.reserve()?;
+        let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);
+        let (done_tx, done_rx) = bounded::<()>(0);
+        let shared = Arc::new(Shared::new(tx));
+        let control = StreamControl {
+            control: TurnControl::default(),
+            shared: shared.clone(),
+        };
+        let turn_control = control.control.clone();
+        let input = input.to_owned();
+        let mut forward = Forward {
+            shared: shared.clone(),
+        };
+        let turn = async move {
+            let run = AssertUnwindSafe(slot.run(&input, &mut forward, &turn_control, options))
+                .catch_unwind()
+                .await;
+            match run {
+                Ok(Ok(_summary)) => {} // message_complete already went to the outbox
+                Ok(Err(e)) => forward.push_final(Err(e)),
+                Err(panic) => {
+                    turn_control.cancel.cancel();
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a non-string panic payload".into());
+                    forward.push_final(Err(Error::internal(format!(
+                        "the stream's turn panicked: {what}"
+                    ))));
+                }
+            }
+        };
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        let pump = Pump {
+            turn: Some(Box::pin(turn)),
+            shared,
+            _task_done: done_tx,
+        };
+        // The worker runtimes live as long as the process: the task always runs.
+        drop(worker.spawn(pump));
+        Ok(Stream {
+            events: Some(rx),
+            task_done: done_rx,
+            control,
+            state: State::Active,
+        })
+    }
+
+    /// A handle to cancel this stream or answer host tools from other threads.
+    pub fn control(&self) -> StreamControl {
+        self.control.clone()
+    }
+
+    /// Cancels the turn (see [`StreamControl::cancel`]).
+    pub fn cancel(&self) {
+        self.control.cancel();
+    }
+
+    /// Answers a host-tool call (see [`StreamControl::submit_tool_result`]).
+    pub fn submit_tool_result(
+        &self,
+        call_id: &str,
+        output: &str,
+        is_error: bool,
+    ) -> Result<(), Error> {
+        self.control.submit_tool_result(call_id, output, is_error)
+    }
+
+    /// The next event: `Ok(Some(ev))`, `Ok(None)` once exhausted (only after
+    /// `message_complete`), or `Err` — and the same error again on every later call.
+    /// Blocks until one of those is known. (The contract's `Result<Option<_>>` shape;
+    /// [`Stream::events`] gives an `Iterator` view.)
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Event>, Error> {
+        match self.next_deadline(None) {
+            Ok(Next::Event(ev)) => Ok(Some(ev)),
+            Ok(Next::Done) => Ok(None),
+            Ok(Next::Pending) => Err(Error::internal("no deadline, yet the wait timed out")),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Like [`Stream::next`], but gives up after `timeout` with [`Next::Pending`]. A
+    /// timeout too large to represent (`Duration::MAX`) waits without a limit.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Next, Error> {
+        self.next_deadline(Instant::now().checked_add(timeout))
+    }
+
+    /// The next event if one is ready now, without waiting at all: `Next::Pending` when
+    /// nothing is. For bindings that take a whole burst at once (drain what is ready, then
+    /// hand it out without crossing back into Rust).
+    pub fn try_next(&mut self) -> Result<Next, Error> {
+        match &self.state {
+            State::Completed => return Ok(Next::Done),
+            State::Failed(e) => return Err(e.clone()),
+            State::Active => {}
+        }
+        if self.control.is_cancelled() {
+            return Err(self.fail(Error::cancelled()));
+        }
+        let Some(events) = &self.events else {
+            return Err(self.fail(Error::internal("the stream queue is gone")));
+        };
+        let received = match events.try_recv() {
+            Ok(item) => Ok(item),
+            Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+            Err(TryRecvError::Empty) => {
+                let shared = &self.control.shared;
+                if shared.outbox_len.load(Ordering::SeqCst) == 0 {
+                    return Ok(Next::Pending);
+                }
+                shared.flush_for_consumer();
+                match events.try_recv() {
+                    Ok(item) => Ok(item),
+                    Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+                    Err(TryRecvError::Empty) => return Ok(Next::Pending),
+                }
+            }
+        };
+        self.deliver(received)
+    }
+
+    /// The events as an `Iterator` of `Result`s: each event, then the end — or a failure
+    /// once as `Err`, then the end (the error stays available from [`Stream::next`]).
+    pub fn events(&mut self) -> Events<'_> {
+        Events { stream: self }
+    }
+
+    fn next_deadline(&mut self, deadline: Option<Instant>) -> Result<Next, Error> {
+        match &self.state {
+            State::Completed => return Ok(Next::Done),
+            State::Failed(e) => return Err(e.clone()),
+            State::Active => {}
+        }
+        if self.control.is_cancelled() {
+            return Err(self.fail(Error::cancelled()));
+        }
+        let Some(events) = &self.events else {
+            return Err(self.fail(Error::internal("the stream queue is gone")));
+        };
+        let shared = &self.control.shared;
+        // Fast path: an event is waiting (the worker hands them over in bursts).
+        match events.try_recv() {
+            Ok(item) => return self.deliver(Ok(item)),
+            Err(TryRecvError::Disconnected) => {
+                return self.deliver(Err(RecvTimeoutError::Disconnected))
+            }
+            Err(TryRecvError::Empty) => {}
+        }
+        // From here the consumer waits: the worker hands the events over at the end of
+        // the poll it is in, or once `WAKE_BATCH` of them wait, whichever comes first.
+        // Spinning for them instead (and taking them from the outbox one or two at a
+        // time) kept a core busy for as long as the worker produced.
+        shared.waiter.waiting.store(true, Ordering::SeqCst);
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            // A caller that must not block (an event loop) asks again later at a higher
+            // price than a brief spin for the burst of a turn being polled right now.
+            let spin_end = Instant::now() + MAX_SPIN;
+            let mut spins = 0u32;
+            while shared.producer_running.load(Ordering::SeqCst) {
+                for _ in 0..SPIN_BATCH {
+                    std::hint::spin_loop();
+                }
+                match events.try_recv() {
+                    Ok(item) => {
+                        shared.waiter.waiting.store(false, Ordering::SeqCst);
+                        return self.deliver(Ok(item));
+                    }
+                    Err(TryRecvError::Disconnected) => {
+                        shared.waiter.waiting.store(false, Ordering::SeqCst);
+                        return self.deliver(Err(RecvTimeoutError::Disconnected));
+                    }
+                    Err(TryRecvError::Empty) => {}
+                }
+                spins += 1;
+                if spins % 8 == 0 && Instant::now() >= spin_end {
+                    break;
+                }
+            }
+            if shared.outbox_len.load(Ordering::SeqCst) > 0 {
+                shared.flush_for_consumer();
+            }
+        } else if shared.outbox_len.load(Ordering::SeqCst) > 0
+            && !shared.producer_running.load(Ordering::SeqCst)
+        {
+            // Events left in the outbox between polls (the queue was full when the poll
+            // ended): the worker will not flush again before its next poll.
+            shared.flush_for_consumer();
+        }
+        let received = shared.waiter.wait(events, deadline);
+        shared.waiter.waiting.store(false, Ordering::SeqCst);
+        self.deliver(received)
+    }
+
+    fn deliver(&mut self, received: Result<Item, RecvTimeoutError>) -> Result<Next, Error> {
+        // A cancel that raced with an event wins: no event is delivered after cancel().
+        if self.control.is_cancelled() {
+            return Err(self.fail(Error::cancelled()));
+        }
+        let shared = &self.control.shared;
+        // A turn parked on the full queue is woken once the queue has drained to half,
+        // not at every pop: waking it per event would cost a thread wake-up per event.
+        if received.is_ok() && shared.producer_waiting.load(Ordering::SeqCst) {
+            let low_water = self
+                .events
+                .as_ref()
+                .is_none_or(|q| q.len() <= q.capacity().unwrap_or(0) / 2);
+            if low_water {
+                shared.flush_for_consumer();
+            }
+        }
+        match received {
+            Ok(Ok(ev)) => {
+                if ev.is_terminal() {
+                    self.state = State::Completed;
+                    self.release();
+                }
+                Ok(Next::Event(ev))
+            }
+            Ok(Err(e)) => Err(self.fail(e)),
+            Err(RecvTimeoutError::Timeout) => Ok(Next::Pending),
+            Err(RecvTimeoutError::Disconnected) => Err(self.fail(Error::incomplete(
+                "the stream's turn ended before message_complete",
+            ))),
+        }
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        self.state = State::Failed(e.clone());
+        self.release();
+        e
+    }
+
+    /// Stops the turn (if still running) and waits for its task to end: after this no
+    /// socket or queue of this stream is left.
+    fn release(&mut self) {
+        if !matches!(self.state, State::Completed) {
+            self.control.control.cancel.cancel();
+        }
+        {
+            let mut outbox = self.control.shared.outbox();
+            outbox.closed = true;
+            outbox.items.clear();
+            outbox.len.store(0, Ordering::SeqCst);
+            if let Some(w) = outbox.producer.take() {
+                w.wake();
+            }
+        }
+        self.events.take();
+        // On a worker thread (a stream dropped inside another turn's tool), waiting for
+        // a task that may need this very thread would never end; the cancel suffices.
+        if !on_worker() {
+            let _ = self.task_done.recv();
+        }
+    }
+}
+
+/// The iterator of [`Stream::events`].
+pub struct Events<'a> {
+    stream: &'a mut Stream,
+}
+
+impl Iterator for Events<'_> {
+    type Item = Result<Event, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let already_failed = matches!(self.stream.state, State::Failed(_));
+        match self.stream.next() {
+            Ok(Some(ev)) => Some(Ok(ev)),
+            Ok(None) => None,
+            Err(_) if already_failed => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if matches!(self.state, State::Active) {
+            self.control.cancel();
+        }
+        self.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>() {}
+
+    #[test]
+    fn stream_and_control_are_send() {
+        assert_send::<Stream>();
+        assert_send::<StreamControl>();
+        fn assert_sync<T: Sync>() {}
+        assert_sync::<StreamControl>();
+    }
+}
