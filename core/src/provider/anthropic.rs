@@ -17,10 +17,9 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{
-    clean, parse_tolerant, stream_error, Assembly, Count, DecodeLimits, Emit, Obj, Progress,
-    RequestOptions, RequestParams,
-};
+use super::tolerant::{clean, parse_tolerant, Count, Obj};
+use super::wire_error::stream_error;
+use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
 use crate::config::{Effort, Reasoning};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
