@@ -174,6 +174,8 @@ pub(crate) struct Shared {
     /// The turn is being polled on its worker right now.
     pub(crate) producer_running: AtomicBool,
     pub(crate) cancelled: AtomicBool,
+    /// `message_complete` was delivered: a cancel changes nothing any more.
+    pub(crate) completed: AtomicBool,
 }
 
 impl Shared {
@@ -199,6 +201,7 @@ impl Shared {
             producer_waiting: AtomicBool::new(false),
             producer_running: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
+            completed: AtomicBool::new(false),
         }
     }
 

@@ -41,8 +41,13 @@
 //! The contract, enforced here for every binding: `message_complete` once and last;
 //! exhausted (`Ok(None)`) only after it; a turn that ends without it is `incomplete`
 //! (or `internal` if it panicked); errors are sticky; no event after a failure;
-//! `cancel` from any thread wakes a blocked `next`; dropping the stream cancels the
-//! turn and waits for its task to end, so no socket or queue outlives it.
+//! `cancel` from any thread wakes a blocked `next` (and changes nothing once
+//! `message_complete` was delivered); dropping the stream cancels the turn and waits for
+//! its task to end, so no socket or queue outlives it. Bindings keep no copy of this
+//! state machine: [`Stream::state`] tells where a stream stands, [`Stream::close`] ends
+//! it while keeping that answer, and [`Stream::drain_ready`] / [`Stream::wait_ready`]
+//! read a whole burst ahead into the stream, whose events `next` / `try_next` then
+//! deliver under the same rules.
 //!
 //! The code: `pool` owns the worker threads, `handoff` how events get from a turn to
 //! its queue (the receiver, the outbox and its flushes, the consumer's parking), and
@@ -68,5 +73,5 @@ mod stream;
 
 pub use pool::{active_streams, worker_threads};
 pub use stream::{
-    compact, compact_cancellable, AgentStreamExt, Events, Next, Stream, StreamControl,
+    compact, compact_cancellable, AgentStreamExt, Events, Next, Stream, StreamControl, StreamState,
 };

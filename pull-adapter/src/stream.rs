@@ -2,6 +2,7 @@
 //! [`Next`], the [`Events`] iterator), and where the contract is enforced; plus
 //! [`compact`], the blocking wrapper over `Agent::compact` on the agent's worker.
 
+use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -50,8 +51,12 @@ impl std::fmt::Debug for StreamControl {
 
 impl StreamControl {
     /// Cancels the turn. Idempotent; wakes a `next` blocked on another thread, which
-    /// then fails with `cancelled` (unless `message_complete` was already delivered).
+    /// then fails with `cancelled`. Once `message_complete` was delivered it changes
+    /// nothing (and `is_cancelled` stays false).
     pub fn cancel(&self) {
+        if self.shared.completed.load(Ordering::SeqCst) {
+            return;
+        }
         self.shared.cancelled.store(true, Ordering::SeqCst);
         self.control.cancel.cancel();
         // Ending the queue (its only sender lives in the outbox) wakes a blocked `next`,
@@ -101,6 +106,23 @@ enum State {
     Failed(Error),
 }
 
+/// Where a stream stands in the contract ([`Stream::state`]): what its consumer has been
+/// told, so a binding need not keep its own copy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamState {
+    /// Not over: events (perhaps already read ahead), then the end or a failure, follow.
+    Running,
+    /// `message_complete` was delivered: every later `next` reports exhausted.
+    Done,
+    /// The stream failed (or was cancelled or closed before `message_complete` was
+    /// delivered): every later `next` fails again with this error.
+    Failed(Error),
+}
+
+/// What a stream took from its queue but has not delivered yet: an item, or the queue's
+/// end (a disconnect, which `deliver` turns into `incomplete` or `cancelled`).
+type Received = Result<Item, RecvTimeoutError>;
+
 /// One turn as a pull stream. `Send`; see the crate docs for the contract.
 pub struct Stream {
     events: Option<QueueRx<Item>>,
@@ -108,6 +130,10 @@ pub struct Stream {
     task_done: QueueRx<()>,
     control: StreamControl,
     state: State,
+    /// The burst read ahead by `drain_ready` / `wait_ready`, delivered by `next` and
+    /// `try_next` one at a time with the same checks as anything else (a cancel still wins
+    /// over what waits here). Nothing follows an end or a failure in it.
+    ahead: VecDeque<Received>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -220,6 +246,7 @@ impl Stream {
             task_done: done_rx,
             control,
             state: State::Active,
+            ahead: VecDeque::new(),
         })
     }
 
@@ -275,6 +302,9 @@ impl Stream {
         if self.control.is_cancelled() {
             return Err(self.fail(Error::cancelled()));
         }
+        if let Some(received) = self.ahead.pop_front() {
+            return self.deliver(received);
+        }
         let Some(events) = &self.events else {
             return Err(self.fail(Error::internal("the stream queue is gone")));
         };
@@ -303,6 +333,100 @@ impl Stream {
         Events { stream: self }
     }
 
+    /// Where the stream stands: `Running` until its consumer has been given
+    /// `message_complete` (then `Done`) or a failure (then `Failed`, with the error every
+    /// later call repeats). A cancel that will win shows at once as
+    /// `Failed(cancelled)`. Never waits.
+    pub fn state(&self) -> StreamState {
+        match &self.state {
+            State::Completed => StreamState::Done,
+            State::Failed(e) => StreamState::Failed(e.clone()),
+            State::Active if self.control.is_cancelled() => StreamState::Failed(Error::cancelled()),
+            State::Active => StreamState::Running,
+        }
+    }
+
+    /// Reads ahead, never waiting: takes what is ready now (the rest of the current
+    /// burst, up to the end or a failure) into the stream's own buffer until it holds
+    /// `max` items, and returns how many it holds. They are delivered by `next` /
+    /// `try_next` one at a time, with every check of the contract applied then: a cancel
+    /// still wins over events read ahead, and an end or a failure read ahead is
+    /// reported only after the events before it. For bindings that take a whole burst
+    /// while they hold a lock they would rather not hold per event (Python's GIL).
+    pub fn drain_ready(&mut self, max: usize) -> usize {
+        if !matches!(self.state, State::Active) || self.control.is_cancelled() {
+            return self.ahead.len();
+        }
+        let shared = &self.control.shared;
+        let mut took = false;
+        while self.ahead.len() < max && !self.ahead_ended() {
+            let Some(events) = &self.events else {
+                break;
+            };
+            let received = match events.try_recv() {
+                Ok(item) => Ok(item),
+                Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => {
+                    if shared.outbox_len.load(Ordering::SeqCst) == 0 {
+                        break;
+                    }
+                    shared.flush_for_consumer();
+                    match events.try_recv() {
+                        Ok(item) => Ok(item),
+                        Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+                        Err(TryRecvError::Empty) => break,
+                    }
+                }
+            };
+            took |= received.is_ok();
+            self.ahead.push_back(received);
+        }
+        if took {
+            self.wake_producer_at_low_water();
+        }
+        self.ahead.len()
+    }
+
+    /// Waits up to `timeout` until the stream has something to report (an event, the
+    /// end, a failure, a cancel), then reads the rest of the burst ahead like
+    /// [`Stream::drain_ready`]. True when [`Stream::try_next`] would now answer something
+    /// other than `Next::Pending`. A zero timeout spins briefly for a turn being polled
+    /// right now, like `next_timeout`. Delivers nothing itself.
+    pub fn wait_ready(&mut self, timeout: Duration, max: usize) -> bool {
+        if self.has_ready() {
+            return true;
+        }
+        if self.events.is_none() {
+            // Cannot happen while active; `next` reports it as an internal error.
+            return true;
+        }
+        match self.receive(Instant::now().checked_add(timeout)) {
+            Err(RecvTimeoutError::Timeout) => self.control.is_cancelled(),
+            received => {
+                self.ahead.push_back(received);
+                self.drain_ready(max.max(1));
+                true
+            }
+        }
+    }
+
+    /// Something to report without waiting: the stream is over, cancelled, or holds
+    /// items read ahead.
+    fn has_ready(&self) -> bool {
+        !matches!(self.state, State::Active)
+            || self.control.is_cancelled()
+            || !self.ahead.is_empty()
+    }
+
+    /// The burst read ahead ends the stream (nothing may be read after it).
+    fn ahead_ended(&self) -> bool {
+        match self.ahead.back() {
+            Some(Ok(Ok(ev))) => ev.is_terminal(),
+            Some(_) => true,
+            None => false,
+        }
+    }
+
     fn next_deadline(&mut self, deadline: Option<Instant>) -> Result<Next, Error> {
         match &self.state {
             State::Completed => return Ok(Next::Done),
@@ -312,16 +436,26 @@ impl Stream {
         if self.control.is_cancelled() {
             return Err(self.fail(Error::cancelled()));
         }
-        let Some(events) = &self.events else {
+        if let Some(received) = self.ahead.pop_front() {
+            return self.deliver(received);
+        }
+        if self.events.is_none() {
             return Err(self.fail(Error::internal("the stream queue is gone")));
+        }
+        let received = self.receive(deadline);
+        self.deliver(received)
+    }
+
+    /// Takes the next item from the queue, waiting until `deadline` (`None`: no limit).
+    fn receive(&self, deadline: Option<Instant>) -> Received {
+        let Some(events) = &self.events else {
+            return Err(RecvTimeoutError::Disconnected);
         };
         let shared = &self.control.shared;
         // Fast path: an event is waiting (the worker hands them over in bursts).
         match events.try_recv() {
-            Ok(item) => return self.deliver(Ok(item)),
-            Err(TryRecvError::Disconnected) => {
-                return self.deliver(Err(RecvTimeoutError::Disconnected))
-            }
+            Ok(item) => return Ok(item),
+            Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) => {}
         }
         // From here the consumer waits: the worker hands the events over at the end of
@@ -341,11 +475,11 @@ impl Stream {
                 match events.try_recv() {
                     Ok(item) => {
                         shared.waiter.waiting.store(false, Ordering::SeqCst);
-                        return self.deliver(Ok(item));
+                        return Ok(item);
                     }
                     Err(TryRecvError::Disconnected) => {
                         shared.waiter.waiting.store(false, Ordering::SeqCst);
-                        return self.deliver(Err(RecvTimeoutError::Disconnected));
+                        return Err(RecvTimeoutError::Disconnected);
                     }
                     Err(TryRecvError::Empty) => {}
                 }
@@ -366,18 +500,14 @@ impl Stream {
         }
         let received = shared.waiter.wait(events, deadline);
         shared.waiter.waiting.store(false, Ordering::SeqCst);
-        self.deliver(received)
+        received
     }
 
-    fn deliver(&mut self, received: Result<Item, RecvTimeoutError>) -> Result<Next, Error> {
-        // A cancel that raced with an event wins: no event is delivered after cancel().
-        if self.control.is_cancelled() {
-            return Err(self.fail(Error::cancelled()));
-        }
+    /// A turn parked on the full queue is woken once the queue has drained to half, not
+    /// at every pop: waking it per event would cost a thread wake-up per event.
+    fn wake_producer_at_low_water(&self) {
         let shared = &self.control.shared;
-        // A turn parked on the full queue is woken once the queue has drained to half,
-        // not at every pop: waking it per event would cost a thread wake-up per event.
-        if received.is_ok() && shared.producer_waiting.load(Ordering::SeqCst) {
+        if shared.producer_waiting.load(Ordering::SeqCst) {
             let low_water = self
                 .events
                 .as_ref()
@@ -386,9 +516,22 @@ impl Stream {
                 shared.flush_for_consumer();
             }
         }
+    }
+
+    /// Applies the contract to what was received (from the queue or read ahead): the one
+    /// place that decides what the consumer is told.
+    fn deliver(&mut self, received: Received) -> Result<Next, Error> {
+        // A cancel that raced with an event wins: no event is delivered after cancel().
+        if self.control.is_cancelled() {
+            return Err(self.fail(Error::cancelled()));
+        }
+        if received.is_ok() {
+            self.wake_producer_at_low_water();
+        }
         match received {
             Ok(Ok(ev)) => {
                 if ev.is_terminal() {
+                    self.control.shared.completed.store(true, Ordering::SeqCst);
                     self.state = State::Completed;
                     self.release();
                 }
@@ -399,6 +542,20 @@ impl Stream {
             Err(RecvTimeoutError::Disconnected) => Err(self.fail(Error::incomplete(
                 "the stream's turn ended before message_complete",
             ))),
+        }
+    }
+
+    /// Ends the stream now, waiting for its turn to stop: a stream that has not
+    /// delivered `message_complete` is cancelled and fails `cancelled` from now on (events
+    /// read ahead are dropped); a completed or failed one keeps its state. Idempotent.
+    /// What dropping the stream does, for bindings that keep the stream's state
+    /// queryable after closing it.
+    pub fn close(&mut self) {
+        if matches!(self.state, State::Active) {
+            self.control.cancel();
+            self.fail(Error::cancelled());
+        } else {
+            self.release();
         }
     }
 
@@ -424,6 +581,7 @@ impl Stream {
             }
         }
         self.events.take();
+        self.ahead.clear();
         // On a worker thread (a stream dropped inside another turn's tool), waiting for
         // a task that may need this very thread would never end; the cancel suffices.
         if !on_worker() {
