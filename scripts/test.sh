@@ -19,6 +19,10 @@ if [ -z "${PANTO_SKIP_LINT:-}" ]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
 fi
 
+step "generated files are fresh and the C header agrees with the core's vocabulary (scripts/gen.sh)"
+scripts/gen.sh --check
+scripts/gen.sh --self-test
+
 step "build workspace (all targets, once)"
 cargo build --workspace --all-targets --locked
 

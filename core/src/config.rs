@@ -11,30 +11,233 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::provider::{ProviderKind, ToolSpec};
 
-/// Every top-level key of the JSON configuration.
-pub const KEYS: [&str; 22] = [
-    "provider",
-    "model",
-    "base_url",
-    "api_key",
-    "system",
-    "max_tokens",
-    "temperature",
-    "tools",
-    "max_steps",
-    "tool_concurrency",
-    "tool_timeout_ms",
-    "retry",
-    "timeouts",
-    "queue_capacity",
-    "headers",
-    "max_event_bytes",
-    "max_message_bytes",
-    "max_tool_output_bytes",
-    "reasoning",
-    "prompt_caching",
-    "compaction",
-    "compat",
+use crate::vocab::keys::{key, max, min, required};
+use crate::vocab::{Key, KeyType};
+
+/// The keys of `reasoning` (in the configuration and in a turn's options).
+pub const REASONING_KEYS: &[Key] = &[
+    key(
+        "effort",
+        KeyType::Enum(&["none", "low", "medium", "high"]),
+        "\"medium\"",
+        "How hard the model should think; none turns reasoning off where the provider allows it.",
+    ),
+    key(
+        "budget_tokens",
+        KeyType::U32,
+        "null",
+        "Thinking budget in tokens where the provider takes one (Anthropic); default follows the effort.",
+    ),
+];
+
+const RETRY_KEYS: &[Key] = &[
+    max(
+        key(
+            "max_retries",
+            KeyType::U32,
+            "2",
+            "Retries after the first attempt.",
+        ),
+        100,
+    ),
+    key(
+        "initial_delay_ms",
+        KeyType::U64,
+        "500",
+        "First backoff in milliseconds, doubled per retry.",
+    ),
+    key(
+        "max_delay_ms",
+        KeyType::U64,
+        "8000",
+        "Cap on one backoff in milliseconds.",
+    ),
+    key(
+        "max_elapsed_ms",
+        KeyType::U64,
+        "300000",
+        "No retry starts once this many milliseconds have passed since a message's first attempt.",
+    ),
+];
+
+const TIMEOUT_KEYS: &[Key] = &[
+    min(
+        key(
+            "connect_ms",
+            KeyType::U64,
+            "10000",
+            "TCP and TLS connect, in milliseconds.",
+        ),
+        1,
+    ),
+    min(
+        key(
+            "idle_ms",
+            KeyType::U64,
+            "120000",
+            "Longest wait for the provider (headers, or between reads), in milliseconds.",
+        ),
+        1,
+    ),
+    min(
+        key(
+            "request_ms",
+            KeyType::U64,
+            "600000",
+            "One whole attempt, from sending the request to the last byte, in milliseconds.",
+        ),
+        1,
+    ),
+];
+
+const TOOL_KEYS: &[Key] = &[
+    required(key(
+        "name",
+        KeyType::String,
+        "null",
+        "The tool's name, as the model calls it.",
+    )),
+    key(
+        "description",
+        KeyType::String,
+        "\"\"",
+        "What the tool does, for the model.",
+    ),
+    key(
+        "parameters",
+        KeyType::JsonObject,
+        "{\"type\":\"object\",\"properties\":{}}",
+        "JSON Schema of the tool's arguments object.",
+    ),
+];
+
+const COMPACTION_KEYS: &[Key] = &[
+    required(min(
+        key(
+            "threshold_tokens",
+            KeyType::U64,
+            "null",
+            "Compact before a request once the history passes this many input tokens.",
+        ),
+        1,
+    )),
+    min(
+        key(
+            "keep_last",
+            KeyType::U64,
+            "6",
+            "Messages kept verbatim at the end of the history.",
+        ),
+        1,
+    ),
+    key(
+        "model",
+        KeyType::String,
+        "null",
+        "The model that writes the summary (default: the turn's).",
+    ),
+    key(
+        "prompt",
+        KeyType::String,
+        "null",
+        "Replaces the summarization instructions.",
+    ),
+];
+
+/// The configuration schema: every key of the JSON form, with its type, default, bounds
+/// and one line of documentation — the one list every binding is generated from
+/// (see [`crate::vocab`]). [`Config::from_json`] checks input against it before reading
+/// it, and [`Config::validate`] checks a built `Config` through [`Config::to_value`].
+pub const CONFIG: &[Key] = &[
+    key(
+        "provider",
+        KeyType::Enum(&["openai", "anthropic"]),
+        "\"openai\"",
+        "Which wire format the provider speaks.",
+    ),
+    required(key("model", KeyType::String, "null", "The model to ask.")),
+    key(
+        "base_url",
+        KeyType::String,
+        "null",
+        "As in the provider's SDK: OpenAI's includes /v1, Anthropic's does not (default: the provider's API).",
+    ),
+    key(
+        "api_key",
+        KeyType::String,
+        "null",
+        "The API key (default: OPENAI_API_KEY or ANTHROPIC_API_KEY); \"\" sends none.",
+    ),
+    key("system", KeyType::String, "null", "The system prompt."),
+    min(
+        key("max_tokens", KeyType::U32, "null", "Output limit of one response (default: the provider's)."),
+        1,
+    ),
+    key("temperature", KeyType::F64, "null", "Sampling temperature (default: the provider's)."),
+    key(
+        "tools",
+        KeyType::Array(TOOL_KEYS),
+        "[]",
+        "Host tools: declared here, answered by the caller.",
+    ),
+    min(
+        key("max_steps", KeyType::U32, "16", "Most model requests in one turn."),
+        1,
+    ),
+    min(
+        key("tool_concurrency", KeyType::U32, "4", "Most tool calls running at once."),
+        1,
+    ),
+    min(
+        key("tool_timeout_ms", KeyType::U64, "120000", "Longest one tool call may run, in milliseconds."),
+        1,
+    ),
+    key("retry", KeyType::Object(RETRY_KEYS), "{}", "Retry policy for requests that fail before their first byte."),
+    key("timeouts", KeyType::Object(TIMEOUT_KEYS), "{}", "Network time limits."),
+    max(
+        min(
+            key("queue_capacity", KeyType::U32, "256", "Events buffered between the turn and a slow consumer."),
+            1,
+        ),
+        MAX_QUEUE_CAPACITY as u64,
+    ),
+    key("headers", KeyType::StringMap, "{}", "Extra HTTP headers sent with every request."),
+    min(
+        key("max_event_bytes", KeyType::U64, "16777216", "Cap on one server-sent event; larger is a protocol error."),
+        1024,
+    ),
+    min(
+        key(
+            "max_message_bytes",
+            KeyType::U64,
+            "33554432",
+            "Cap on one assistant message's text and tool arguments; larger is a protocol error.",
+        ),
+        1024,
+    ),
+    min(
+        key(
+            "max_tool_output_bytes",
+            KeyType::U64,
+            "102400",
+            "Cap on one tool result; longer output is cut with a note the model reads.",
+        ),
+        256,
+    ),
+    key("reasoning", KeyType::Object(REASONING_KEYS), "null", "Reasoning control for every turn (default: the provider's)."),
+    key("prompt_caching", KeyType::Bool, "true", "Anthropic: mark prompt cache breakpoints."),
+    key(
+        "compaction",
+        KeyType::Object(COMPACTION_KEYS),
+        "null",
+        "Automatic compaction of older history (default: never on its own).",
+    ),
+    key(
+        "compat",
+        KeyType::Enum(&["auto", "openai", "deepseek", "ollama", "vllm", "generic"]),
+        "\"auto\"",
+        "Which OpenAI-compatible server this is, for fields only some servers know (auto: from base_url).",
+    ),
 ];
 
 /// The largest `queue_capacity` accepted: the queue is allocated up front, so a larger
@@ -123,26 +326,29 @@ impl Reasoning {
     /// `options.reasoning`).
     pub fn from_value(v: &Value, path: &str) -> Result<Reasoning> {
         let obj = v.as_object().ok_or_else(|| wrong_type(path, "an object"))?;
-        check_keys(obj, &["effort", "budget_tokens"], &format!("{path}."))?;
-        let effort = match obj.get("effort") {
-            Some(Value::String(s)) => Effort::parse(s).ok_or_else(|| {
-                Error::config(format!(
-                    "{path}.effort: must be \"none\", \"low\", \"medium\" or \"high\" (got {s:?})"
-                ))
-            })?,
-            None | Some(Value::Null) => Effort::Medium,
-            Some(_) => return Err(wrong_type(&format!("{path}.effort"), "a string")),
+        crate::vocab::check(REASONING_KEYS, obj, &format!("{path}."))?;
+        let effort = match obj.get("effort").and_then(Value::as_str) {
+            Some(s) => Effort::parse(s).unwrap_or(Effort::Medium),
+            None => Effort::Medium,
         };
-        let budget_tokens = opt_u64(obj, "budget_tokens", &format!("{path}.budget_tokens"))?
-            .map(|v| {
-                u32::try_from(v)
-                    .map_err(|_| Error::config(format!("{path}.budget_tokens: too large")))
-            })
-            .transpose()?;
+        let budget_tokens = obj
+            .get("budget_tokens")
+            .and_then(Value::as_u64)
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX));
         Ok(Reasoning {
             effort,
             budget_tokens,
         })
+    }
+
+    /// The JSON form (`{"effort", "budget_tokens"?}`).
+    pub fn to_value(&self) -> Value {
+        let mut o = Map::new();
+        o.insert("effort".into(), self.effort.as_str().into());
+        if let Some(b) = self.budget_tokens {
+            o.insert("budget_tokens".into(), b.into());
+        }
+        Value::Object(o)
     }
 }
 
@@ -189,6 +395,17 @@ impl Compat {
             "vllm" => Some(Compat::Vllm),
             "generic" => Some(Compat::Generic),
             _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compat::Auto => "auto",
+            Compat::OpenAi => "openai",
+            Compat::DeepSeek => "deepseek",
+            Compat::Ollama => "ollama",
+            Compat::Vllm => "vllm",
+            Compat::Generic => "generic",
         }
     }
 
@@ -484,53 +701,9 @@ impl Config {
                 self.base_url
             )));
         }
-        if self.retry.max_retries > 100 {
-            return Err(Error::config("retry.max_retries: at most 100"));
-        }
-        if self.max_steps == 0 {
-            return Err(Error::config("max_steps: must be at least 1"));
-        }
-        if self.tool_concurrency == 0 {
-            return Err(Error::config("tool_concurrency: must be at least 1"));
-        }
-        if self.queue_capacity == 0 {
-            return Err(Error::config("queue_capacity: must be at least 1"));
-        }
-        if self.queue_capacity > MAX_QUEUE_CAPACITY {
-            return Err(Error::config(format!(
-                "queue_capacity: at most {MAX_QUEUE_CAPACITY} (got {})",
-                self.queue_capacity
-            )));
-        }
-        if self.max_message_bytes < 1024 {
-            return Err(Error::config("max_message_bytes: must be at least 1024"));
-        }
-        if self.max_tool_output_bytes < 256 {
-            return Err(Error::config("max_tool_output_bytes: must be at least 256"));
-        }
-        if self.max_event_bytes < 1024 {
-            return Err(Error::config("max_event_bytes: must be at least 1024"));
-        }
-        let t = &self.timeouts;
-        for (key, v) in [
-            ("timeouts.connect_ms", t.connect_ms),
-            ("timeouts.idle_ms", t.idle_ms),
-            ("timeouts.request_ms", t.request_ms),
-            ("tool_timeout_ms", self.tool_timeout_ms),
-        ] {
-            if v == 0 {
-                return Err(Error::config(format!("{key}: must be at least 1")));
-            }
-        }
-        if let Some(c) = &self.compaction {
-            if c.threshold_tokens == 0 {
-                return Err(Error::config(
-                    "compaction.threshold_tokens: must be at least 1",
-                ));
-            }
-            if c.keep_last == 0 {
-                return Err(Error::config("compaction.keep_last: must be at least 1"));
-            }
+        // Types and bounds, from the schema: the same checks as the JSON form gets.
+        if let Value::Object(obj) = self.to_value() {
+            crate::vocab::check(CONFIG, &obj, "")?;
         }
         let mut seen = std::collections::HashSet::new();
         for (i, tool) in self.tools.iter().enumerate() {
@@ -567,247 +740,191 @@ impl Config {
     }
 
     /// Parses the JSON form. Every key is optional except `model`; `api_key` defaults to
-    /// the provider's environment variable.
+    /// the provider's environment variable. The input is checked against [`CONFIG`]
+    /// first, so everything below reads values of the right type.
     pub fn from_json(json: &str) -> Result<Config> {
         let root: Value = serde_json::from_str(json)
             .map_err(|e| Error::config(format!("config: not valid JSON: {e}")))?;
         let obj = root
             .as_object()
             .ok_or_else(|| Error::config("config: must be a JSON object"))?;
-        check_keys(obj, &KEYS, "")?;
-        let provider = match obj.get("provider") {
-            None | Some(Value::Null) => ProviderKind::OpenAi,
-            Some(v) => {
-                let s = v
-                    .as_str()
-                    .ok_or_else(|| wrong_type("provider", "a string"))?;
-                ProviderKind::parse(s).ok_or_else(|| {
-                    Error::config(format!(
-                        "provider: must be \"openai\" or \"anthropic\" (got {s:?})"
-                    ))
-                })?
-            }
-        };
-        let model = opt_str(obj, "model")?.unwrap_or_default();
-        let mut c = Config::new(provider, model);
-        if let Some(v) = opt_str(obj, "base_url")? {
+        crate::vocab::check(CONFIG, obj, "")?;
+        let get = |k: &str| obj.get(k).filter(|v| !v.is_null());
+        let string = |k: &str| get(k).and_then(Value::as_str).map(str::to_owned);
+        let number = |k: &str| get(k).and_then(Value::as_u64);
+        let provider = string("provider")
+            .and_then(|p| ProviderKind::parse(&p))
+            .unwrap_or(ProviderKind::OpenAi);
+        let mut c = Config::new(provider, string("model").unwrap_or_default());
+        if let Some(v) = string("base_url") {
             c.base_url = v;
         }
-        if let Some(v) = opt_str(obj, "api_key")? {
+        if let Some(v) = string("api_key") {
             c.api_key = v;
         }
-        c.system = opt_str(obj, "system")?;
-        c.max_tokens = opt_u64(obj, "max_tokens", "max_tokens")?
-            .map(|v| u32::try_from(v).map_err(|_| Error::config("max_tokens: too large")))
-            .transpose()?;
-        c.temperature = match obj.get("temperature") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                v.as_f64()
-                    .ok_or_else(|| wrong_type("temperature", "a number"))?,
-            ),
-        };
-        if let Some(v) = obj.get("tools").filter(|v| !v.is_null()) {
-            let items = v
-                .as_array()
-                .ok_or_else(|| wrong_type("tools", "an array"))?;
-            for (i, item) in items.iter().enumerate() {
-                c.tools.push(parse_tool(item, i)?);
-            }
+        c.system = string("system");
+        c.max_tokens = number("max_tokens").map(saturate_u32);
+        c.temperature = get("temperature").and_then(Value::as_f64);
+        for item in get("tools").and_then(Value::as_array).into_iter().flatten() {
+            let field = |k: &str| item.get(k).filter(|v| !v.is_null());
+            c.tools.push(ToolSpec {
+                name: field("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                description: field("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                parameters: field("parameters")
+                    .cloned()
+                    .unwrap_or_else(crate::provider::empty_object_schema),
+            });
         }
-        if let Some(v) = opt_u64(obj, "max_steps", "max_steps")? {
-            c.max_steps = u32::try_from(v).map_err(|_| Error::config("max_steps: too large"))?;
+        if let Some(v) = number("max_steps") {
+            c.max_steps = saturate_u32(v);
         }
-        if let Some(v) = opt_u64(obj, "tool_concurrency", "tool_concurrency")? {
-            c.tool_concurrency = usize::try_from(v).unwrap_or(usize::MAX);
+        if let Some(v) = number("tool_concurrency") {
+            c.tool_concurrency = saturate_usize(v);
         }
-        if let Some(v) = opt_u64(obj, "tool_timeout_ms", "tool_timeout_ms")? {
+        if let Some(v) = number("tool_timeout_ms") {
             c.tool_timeout_ms = v;
         }
-        if let Some(v) = opt_u64(obj, "queue_capacity", "queue_capacity")? {
-            c.queue_capacity = usize::try_from(v).unwrap_or(usize::MAX);
+        if let Some(v) = number("queue_capacity") {
+            c.queue_capacity = saturate_usize(v);
         }
-        if let Some(v) = opt_u64(obj, "max_event_bytes", "max_event_bytes")? {
-            c.max_event_bytes = usize::try_from(v).unwrap_or(usize::MAX);
+        if let Some(v) = number("max_event_bytes") {
+            c.max_event_bytes = saturate_usize(v);
         }
-        if let Some(v) = opt_u64(obj, "max_message_bytes", "max_message_bytes")? {
-            c.max_message_bytes = usize::try_from(v).unwrap_or(usize::MAX);
+        if let Some(v) = number("max_message_bytes") {
+            c.max_message_bytes = saturate_usize(v);
         }
-        if let Some(v) = opt_u64(obj, "max_tool_output_bytes", "max_tool_output_bytes")? {
-            c.max_tool_output_bytes = usize::try_from(v).unwrap_or(usize::MAX);
+        if let Some(v) = number("max_tool_output_bytes") {
+            c.max_tool_output_bytes = saturate_usize(v);
         }
-        if let Some(r) = opt_object(obj, "retry")? {
-            check_keys(
-                r,
-                &[
-                    "max_retries",
-                    "initial_delay_ms",
-                    "max_delay_ms",
-                    "max_elapsed_ms",
-                ],
-                "retry.",
-            )?;
-            if let Some(v) = opt_u64(r, "max_elapsed_ms", "retry.max_elapsed_ms")? {
-                c.retry.max_elapsed_ms = v;
+        if let Some(r) = get("retry").and_then(Value::as_object) {
+            let n = |k: &str| r.get(k).and_then(Value::as_u64);
+            if let Some(v) = n("max_retries") {
+                c.retry.max_retries = saturate_u32(v);
             }
-            if let Some(v) = opt_u64(r, "max_retries", "retry.max_retries")? {
-                c.retry.max_retries = u32::try_from(v).unwrap_or(u32::MAX);
-            }
-            if let Some(v) = opt_u64(r, "initial_delay_ms", "retry.initial_delay_ms")? {
+            if let Some(v) = n("initial_delay_ms") {
                 c.retry.initial_delay_ms = v;
             }
-            if let Some(v) = opt_u64(r, "max_delay_ms", "retry.max_delay_ms")? {
+            if let Some(v) = n("max_delay_ms") {
                 c.retry.max_delay_ms = v;
             }
+            if let Some(v) = n("max_elapsed_ms") {
+                c.retry.max_elapsed_ms = v;
+            }
         }
-        if let Some(t) = opt_object(obj, "timeouts")? {
-            check_keys(t, &["connect_ms", "idle_ms", "request_ms"], "timeouts.")?;
-            if let Some(v) = opt_u64(t, "connect_ms", "timeouts.connect_ms")? {
+        if let Some(t) = get("timeouts").and_then(Value::as_object) {
+            let n = |k: &str| t.get(k).and_then(Value::as_u64);
+            if let Some(v) = n("connect_ms") {
                 c.timeouts.connect_ms = v;
             }
-            if let Some(v) = opt_u64(t, "idle_ms", "timeouts.idle_ms")? {
+            if let Some(v) = n("idle_ms") {
                 c.timeouts.idle_ms = v;
             }
-            if let Some(v) = opt_u64(t, "request_ms", "timeouts.request_ms")? {
+            if let Some(v) = n("request_ms") {
                 c.timeouts.request_ms = v;
             }
         }
-        if let Some(v) = obj.get("reasoning").filter(|v| !v.is_null()) {
+        if let Some(v) = get("reasoning") {
             c.reasoning = Some(Reasoning::from_value(v, "reasoning")?);
         }
-        match obj.get("prompt_caching") {
-            None | Some(Value::Null) => {}
-            Some(Value::Bool(b)) => c.prompt_caching = *b,
-            Some(_) => return Err(wrong_type("prompt_caching", "a boolean")),
+        if let Some(b) = get("prompt_caching").and_then(Value::as_bool) {
+            c.prompt_caching = b;
         }
-        if let Some(s) = opt_str(obj, "compat")? {
-            c.compat = Compat::parse(&s).ok_or_else(|| {
-                Error::config(format!(
-                    "compat: must be \"auto\", \"openai\", \"deepseek\", \"ollama\", \"vllm\" \
-                     or \"generic\" (got {s:?})"
-                ))
-            })?;
+        if let Some(s) = string("compat") {
+            c.compat = Compat::parse(&s).unwrap_or(Compat::Auto);
         }
-        if let Some(k) = opt_object(obj, "compaction")? {
-            check_keys(
-                k,
-                &["threshold_tokens", "keep_last", "model", "prompt"],
-                "compaction.",
-            )?;
-            let threshold_tokens =
-                opt_u64(k, "threshold_tokens", "compaction.threshold_tokens")?
-                    .ok_or_else(|| Error::config("compaction.threshold_tokens: required"))?;
-            let keep_last = opt_u64(k, "keep_last", "compaction.keep_last")?
-                .map(|v| usize::try_from(v).unwrap_or(usize::MAX))
-                .unwrap_or(DEFAULT_KEEP_LAST);
-            let model = match k.get("model") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(_) => return Err(wrong_type("compaction.model", "a string")),
-            };
-            let prompt = match k.get("prompt") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(_) => return Err(wrong_type("compaction.prompt", "a string")),
-            };
+        if let Some(k) = get("compaction").and_then(Value::as_object) {
+            let field = |name: &str| k.get(name).filter(|v| !v.is_null());
             c.compaction = Some(CompactionConfig {
-                threshold_tokens,
-                keep_last,
-                model,
-                prompt,
+                threshold_tokens: field("threshold_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or_default(),
+                keep_last: field("keep_last")
+                    .and_then(Value::as_u64)
+                    .map(saturate_usize)
+                    .unwrap_or(DEFAULT_KEEP_LAST),
+                model: field("model").and_then(Value::as_str).map(str::to_owned),
+                prompt: field("prompt").and_then(Value::as_str).map(str::to_owned),
             });
         }
-        if let Some(h) = opt_object(obj, "headers")? {
+        if let Some(h) = get("headers").and_then(Value::as_object) {
             for (name, v) in h {
-                let v = v
-                    .as_str()
-                    .ok_or_else(|| wrong_type(&format!("headers.{name}"), "a string"))?;
-                c.headers.insert(name.clone(), v.to_owned());
+                c.headers
+                    .insert(name.clone(), v.as_str().unwrap_or_default().to_owned());
             }
         }
         c.validate()?;
         Ok(c)
     }
+
+    /// The JSON form of this configuration, every key of [`CONFIG`] present (`null` where
+    /// unset). The API key is replaced by `"[REDACTED]"` when one is set: this is for
+    /// checking and showing a configuration, never for sending it anywhere.
+    pub fn to_value(&self) -> Value {
+        let opt = |v: Option<Value>| v.unwrap_or(Value::Null);
+        let tools: Vec<Value> = self
+            .tools
+            .iter()
+            .map(|t| {
+                serde_json::json!({"name": t.name, "description": t.description,
+                                   "parameters": t.parameters})
+            })
+            .collect();
+        let compaction = self.compaction.as_ref().map(|k| {
+            serde_json::json!({"threshold_tokens": k.threshold_tokens, "keep_last": k.keep_last,
+                               "model": k.model, "prompt": k.prompt})
+        });
+        serde_json::json!({
+            "provider": self.provider.as_str(),
+            "model": self.model,
+            "base_url": self.base_url,
+            "api_key": if self.api_key.is_empty() { "" } else { "[REDACTED]" },
+            "system": self.system,
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "tools": tools,
+            "max_steps": self.max_steps,
+            "tool_concurrency": self.tool_concurrency,
+            "tool_timeout_ms": self.tool_timeout_ms,
+            "retry": {
+                "max_retries": self.retry.max_retries,
+                "initial_delay_ms": self.retry.initial_delay_ms,
+                "max_delay_ms": self.retry.max_delay_ms,
+                "max_elapsed_ms": self.retry.max_elapsed_ms,
+            },
+            "timeouts": {
+                "connect_ms": self.timeouts.connect_ms,
+                "idle_ms": self.timeouts.idle_ms,
+                "request_ms": self.timeouts.request_ms,
+            },
+            "queue_capacity": self.queue_capacity,
+            "headers": self.headers,
+            "max_event_bytes": self.max_event_bytes,
+            "max_message_bytes": self.max_message_bytes,
+            "max_tool_output_bytes": self.max_tool_output_bytes,
+            "reasoning": opt(self.reasoning.map(|r| r.to_value())),
+            "prompt_caching": self.prompt_caching,
+            "compaction": opt(compaction),
+            "compat": self.compat.as_str(),
+        })
+    }
+}
+
+fn saturate_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+fn saturate_usize(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
 }
 
 fn wrong_type(key: &str, want: &str) -> Error {
     Error::config(format!("{key}: must be {want}"))
-}
-
-fn check_keys(obj: &Map<String, Value>, known: &[&str], prefix: &str) -> Result<()> {
-    for k in obj.keys() {
-        if !known.contains(&k.as_str()) {
-            return Err(Error::config(format!(
-                "{prefix}{k}: unknown key (known: {})",
-                known.join(", ")
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn opt_str(obj: &Map<String, Value>, key: &str) -> Result<Option<String>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(wrong_type(key, "a string")),
-    }
-}
-
-fn opt_u64(obj: &Map<String, Value>, key: &str, path: &str) -> Result<Option<u64>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| wrong_type(path, "a non-negative integer")),
-    }
-}
-
-fn opt_object<'a>(
-    obj: &'a Map<String, Value>,
-    key: &str,
-) -> Result<Option<&'a Map<String, Value>>> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(o)) => Ok(Some(o)),
-        Some(_) => Err(wrong_type(key, "an object")),
-    }
-}
-
-fn parse_tool(item: &Value, i: usize) -> Result<ToolSpec> {
-    let obj = item
-        .as_object()
-        .ok_or_else(|| wrong_type(&format!("tools[{i}]"), "an object"))?;
-    check_keys(
-        obj,
-        &["name", "description", "parameters"],
-        &format!("tools[{i}]."),
-    )?;
-    let name = match obj.get("name") {
-        Some(Value::String(s)) => s.clone(),
-        _ => return Err(wrong_type(&format!("tools[{i}].name"), "a string")),
-    };
-    let description = match obj.get("description") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(wrong_type(&format!("tools[{i}].description"), "a string")),
-    };
-    let parameters = match obj.get("parameters") {
-        None | Some(Value::Null) => crate::provider::empty_object_schema(),
-        Some(v @ Value::Object(_)) => v.clone(),
-        Some(_) => {
-            return Err(wrong_type(
-                &format!("tools[{i}].parameters"),
-                "a JSON Schema object",
-            ))
-        }
-    };
-    Ok(ToolSpec {
-        name,
-        description,
-        parameters,
-    })
 }
 
 #[cfg(test)]

@@ -9,96 +9,78 @@ use serde::Serialize;
 
 use crate::secret::Secrets;
 
-/// The set of failure classes, identical in every language binding. Non-exhaustive: a
-/// later version may add a kind, so callers keep a fallback arm (bindings map an unknown
-/// code to a generic error, never to a crash).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    Config,
-    Authentication,
-    Permission,
-    NotFound,
-    BadRequest,
-    RateLimited,
-    Server,
-    Connection,
-    Timeout,
-    Protocol,
-    Provider,
-    Cancelled,
-    Busy,
-    Tool,
-    Incomplete,
-    Internal,
+/// Declares the error kinds: the enum, their stable codes and names, and
+/// [`ERROR_KINDS`], their entry in the vocabulary.
+macro_rules! error_kinds {
+    ($( #[doc = $doc:literal] $code:literal $variant:ident $name:literal, )+) => {
+        /// The set of failure classes, identical in every language binding. Non-exhaustive: a
+        /// later version may add a kind, so callers keep a fallback arm (bindings map an unknown
+        /// code to a generic error, never to a crash).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum ErrorKind {
+            $( #[doc = $doc] $variant, )+
+        }
+
+        /// Every error kind of the vocabulary, in code order.
+        pub const ERROR_KINDS: &[crate::vocab::KindSpec] = &[
+            $( crate::vocab::KindSpec { name: $name, variant: stringify!($variant), code: $code, doc: $doc }, )+
+        ];
+
+        impl ErrorKind {
+            /// Every kind, in code order; bindings check theirs against this list.
+            pub const ALL: [ErrorKind; [$($code),+].len()] = [$(ErrorKind::$variant),+];
+
+            /// The canonical snake_case name used in JSON and by every binding.
+            pub fn as_str(self) -> &'static str {
+                match self { $( ErrorKind::$variant => $name, )+ }
+            }
+
+            /// The stable numeric code of this kind, as the C ABI reports it (`PANTO_ERR_*`):
+            /// 1-based, in the order of [`ErrorKind::ALL`], never reused or renumbered.
+            pub fn code(self) -> u32 {
+                match self { $( ErrorKind::$variant => $code, )+ }
+            }
+        }
+    };
+}
+
+error_kinds! {
+    /// The configuration or a call's arguments are invalid.
+    1 Config "config",
+    /// The provider refused the credentials (HTTP 401).
+    2 Authentication "authentication",
+    /// The credentials may not do this (HTTP 402/403).
+    3 Permission "permission",
+    /// The endpoint or model does not exist (HTTP 404).
+    4 NotFound "not_found",
+    /// The provider refused the request (HTTP 400/413/422).
+    5 BadRequest "bad_request",
+    /// Too many requests (HTTP 429).
+    6 RateLimited "rate_limited",
+    /// The provider failed or is overloaded (HTTP 5xx).
+    7 Server "server",
+    /// The connection could not be made or broke.
+    8 Connection "connection",
+    /// A time limit passed (connect, idle, request, tool).
+    9 Timeout "timeout",
+    /// Malformed stream data: bad JSON, an oversized event, an impossible sequence.
+    10 Protocol "protocol",
+    /// An error payload inside a 200 stream.
+    11 Provider "provider",
+    /// The turn was cancelled.
+    12 Cancelled "cancelled",
+    /// The agent already has an active stream.
+    13 Busy "busy",
+    /// Host-tool misuse, such as an unknown call id.
+    14 Tool "tool",
+    /// The response or the worker ended before the provider said it finished.
+    15 Incomplete "incomplete",
+    /// A bug in panto (a panic, reported, never an abort).
+    16 Internal "internal",
 }
 
 impl ErrorKind {
-    /// Every kind, in the order of DESIGN.md; bindings check theirs against this list.
-    pub const ALL: [ErrorKind; 16] = [
-        ErrorKind::Config,
-        ErrorKind::Authentication,
-        ErrorKind::Permission,
-        ErrorKind::NotFound,
-        ErrorKind::BadRequest,
-        ErrorKind::RateLimited,
-        ErrorKind::Server,
-        ErrorKind::Connection,
-        ErrorKind::Timeout,
-        ErrorKind::Protocol,
-        ErrorKind::Provider,
-        ErrorKind::Cancelled,
-        ErrorKind::Busy,
-        ErrorKind::Tool,
-        ErrorKind::Incomplete,
-        ErrorKind::Internal,
-    ];
-
-    /// The canonical snake_case name used in JSON and by every binding.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::Config => "config",
-            ErrorKind::Authentication => "authentication",
-            ErrorKind::Permission => "permission",
-            ErrorKind::NotFound => "not_found",
-            ErrorKind::BadRequest => "bad_request",
-            ErrorKind::RateLimited => "rate_limited",
-            ErrorKind::Server => "server",
-            ErrorKind::Connection => "connection",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Protocol => "protocol",
-            ErrorKind::Provider => "provider",
-            ErrorKind::Cancelled => "cancelled",
-            ErrorKind::Busy => "busy",
-            ErrorKind::Tool => "tool",
-            ErrorKind::Incomplete => "incomplete",
-            ErrorKind::Internal => "internal",
-        }
-    }
-
-    /// The stable numeric code of this kind, as the C ABI reports it (`PANTO_ERR_*`):
-    /// 1-based, in the order of [`ErrorKind::ALL`], never reused or renumbered.
-    pub fn code(self) -> u32 {
-        match self {
-            ErrorKind::Config => 1,
-            ErrorKind::Authentication => 2,
-            ErrorKind::Permission => 3,
-            ErrorKind::NotFound => 4,
-            ErrorKind::BadRequest => 5,
-            ErrorKind::RateLimited => 6,
-            ErrorKind::Server => 7,
-            ErrorKind::Connection => 8,
-            ErrorKind::Timeout => 9,
-            ErrorKind::Protocol => 10,
-            ErrorKind::Provider => 11,
-            ErrorKind::Cancelled => 12,
-            ErrorKind::Busy => 13,
-            ErrorKind::Tool => 14,
-            ErrorKind::Incomplete => 15,
-            ErrorKind::Internal => 16,
-        }
-    }
-
     /// The kind with numeric code `code`, if any.
     pub fn from_code(code: u32) -> Option<ErrorKind> {
         ErrorKind::ALL.into_iter().find(|k| k.code() == code)

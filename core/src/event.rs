@@ -63,226 +63,320 @@ pub(crate) fn redact_value(v: &mut Value, secrets: &Secrets) {
     }
 }
 
-/// The kind of a content block as announced by `block_start`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BlockKind {
-    Text,
-    /// Reasoning, including redacted reasoning (its `block_complete` content tells them apart).
-    Reasoning,
-    ToolCall,
+/// Declares a closed string set: the Rust enum (serde as its snake_case names), its
+/// `as_str`, and its entry in the vocabulary ([`crate::vocab`]).
+macro_rules! string_enum {
+    (
+        $(#[doc = $doc:literal])+
+        $spec:ident $vocab_name:literal
+        pub enum $name:ident {
+            $( #[doc = $vdoc:literal] $variant:ident = $value:literal, )+
+        }
+    ) => {
+        $(#[doc = $doc])+
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $( #[doc = $vdoc] #[serde(rename = $value)] $variant, )+
+        }
+
+        impl $name {
+            /// The canonical snake_case name.
+            pub fn as_str(self) -> &'static str {
+                match self { $( $name::$variant => $value, )+ }
+            }
+        }
+
+        #[doc = concat!("The description of [`", stringify!($name), "`] in the vocabulary.")]
+        pub const $spec: crate::vocab::EnumSpec = crate::vocab::EnumSpec {
+            name: $vocab_name,
+            variant: stringify!($name),
+            doc: concat!($($doc, "\n"),+),
+            open: false,
+            values: &[ $( crate::vocab::ValueSpec { name: $value, variant: stringify!($variant), doc: $vdoc }, )+ ],
+        };
+    };
 }
 
-/// What a `content_delta` fragment extends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeltaKind {
-    Text,
-    Reasoning,
-    ToolArgs,
+string_enum! {
+    /// The kind of a content block as announced by `block_start`.
+    BLOCK_KIND "block_kind"
+    pub enum BlockKind {
+        /// Text of the answer.
+        Text = "text",
+        /// Reasoning, including redacted reasoning (its `block_complete` content tells them apart).
+        Reasoning = "reasoning",
+        /// A tool call.
+        ToolCall = "tool_call",
+    }
 }
 
-/// One event of a turn. `message` is the 0-based index of the assistant message within
-/// the turn; `block` the 0-based index of a block within that message.
-///
-/// Non-exhaustive: a later version may add an event type, so a `match` keeps a fallback
-/// arm that ignores what it does not know.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Event {
-    MessageStart {
+string_enum! {
+    /// What a `content_delta` fragment extends.
+    DELTA_KIND "delta_kind"
+    pub enum DeltaKind {
+        /// Text of the answer.
+        Text = "text",
+        /// Reasoning text.
+        Reasoning = "reasoning",
+        /// A fragment of a tool call's arguments (JSON text).
+        ToolArgs = "tool_args",
+    }
+}
+
+impl crate::vocab::Describe for BlockKind {
+    const TYPE: &'static str = "block_kind";
+}
+impl crate::vocab::Describe for DeltaKind {
+    const TYPE: &'static str = "delta_kind";
+}
+
+/// Removes the agent's secrets from every string an event field holds.
+trait Redact {
+    fn redact(&mut self, secrets: &Secrets);
+}
+impl Redact for String {
+    fn redact(&mut self, secrets: &Secrets) {
+        secrets.redact_in_place(self);
+    }
+}
+impl Redact for Value {
+    fn redact(&mut self, secrets: &Secrets) {
+        redact_value(self, secrets);
+    }
+}
+impl Redact for Block {
+    fn redact(&mut self, secrets: &Secrets) {
+        redact_block(self, secrets);
+    }
+}
+impl<T: Redact> Redact for Option<T> {
+    fn redact(&mut self, secrets: &Secrets) {
+        if let Some(v) = self {
+            v.redact(secrets);
+        }
+    }
+}
+macro_rules! no_strings {
+    ($($t:ty),*) => { $(impl Redact for $t { fn redact(&mut self, _: &Secrets) {} })* };
+}
+no_strings!(bool, u16, u32, u64, BlockKind, DeltaKind, StopReason, Usage);
+
+/// Declares the events: the [`Event`] enum (serde's canonical JSON), its stable codes
+/// and names, its redaction, and [`EVENTS`], its entry in the vocabulary. Each field's
+/// first doc line is its one-line description there.
+macro_rules! events {
+    (
+        $(
+            $(#[doc = $doc:literal])+
+            $code:literal $variant:ident $name:literal {
+                $( #[doc = $fdoc:literal] $(#[$fattr:meta])* $field:ident : $fty:ty, )*
+            }
+        )+
+    ) => {
+        /// One event of a turn. `message` is the 0-based index of the assistant message
+        /// within the turn; `block` the 0-based index of a block within that message.
+        ///
+        /// Non-exhaustive: a later version may add an event type, so a `match` keeps a
+        /// fallback arm that ignores what it does not know.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "type")]
+        #[non_exhaustive]
+        pub enum Event {
+            $(
+                $(#[doc = $doc])+
+                #[serde(rename = $name)]
+                $variant { $( #[doc = $fdoc] $(#[$fattr])* $field: $fty, )* },
+            )+
+        }
+
+        /// Every event of the vocabulary, in code order.
+        pub const EVENTS: &[crate::vocab::EventSpec] = &[
+            $(
+                crate::vocab::EventSpec {
+                    name: $name,
+                    variant: stringify!($variant),
+                    code: $code,
+                    doc: concat!($($doc, "\n"),+),
+                    fields: &[ $(
+                        crate::vocab::FieldSpec {
+                            name: stringify!($field),
+                            ty: <$fty as crate::vocab::Describe>::TYPE,
+                            optional: <$fty as crate::vocab::Describe>::OPTIONAL,
+                            doc: $fdoc,
+                        },
+                    )* ],
+                },
+            )+
+        ];
+
+        impl Event {
+            /// Every event type name, in code order; bindings check theirs against it.
+            pub const TYPES: [&'static str; [$($code),+].len()] = [$($name),+];
+
+            /// The stable numeric code of this event type, as the C ABI reports it
+            /// (`PANTO_EV_*`): 1-based, in the order of [`Event::TYPES`], never renumbered.
+            pub fn code(&self) -> u32 {
+                match self { $( Event::$variant { .. } => $code, )+ }
+            }
+
+            /// The canonical `type` name of this event.
+            pub fn type_name(&self) -> &'static str {
+                match self { $( Event::$variant { .. } => $name, )+ }
+            }
+
+            /// Removes the agent's secrets from every string the event carries.
+            pub(crate) fn redact(&mut self, secrets: &Secrets) {
+                match self {
+                    $( Event::$variant { $($field,)* } => { $( Redact::redact($field, secrets); )* } )+
+                }
+            }
+        }
+    };
+}
+
+events! {
+    /// A provider response begins.
+    1 MessageStart "message_start" {
+        /// 0-based index of the assistant message within the turn.
         message: u32,
+        /// The model answering, as the provider names it.
         model: String,
+        /// The provider's id of the response, when it sent one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         response_id: Option<String>,
-    },
-    BlockStart {
+    }
+    /// A content block opens.
+    2 BlockStart "block_start" {
+        /// 0-based index of the assistant message within the turn.
         message: u32,
+        /// 0-based index of the block within its message.
         block: u32,
+        /// What the block holds.
         kind: BlockKind,
-    },
-    ContentDelta {
+    }
+    /// A fragment of a block arrives.
+    3 ContentDelta "content_delta" {
+        /// 0-based index of the assistant message within the turn.
         message: u32,
+        /// 0-based index of the block within its message.
         block: u32,
+        /// What the fragment extends.
         kind: DeltaKind,
+        /// The fragment.
         text: String,
-    },
-    ToolDetails {
+    }
+    /// The id and name of a tool_call block, once both are known.
+    4 ToolDetails "tool_details" {
+        /// 0-based index of the assistant message within the turn.
         message: u32,
+        /// 0-based index of the block within its message.
         block: u32,
+        /// The call's id, unique within the message.
         call_id: String,
+        /// The tool's name.
         name: String,
-    },
-    BlockComplete {
+    }
+    /// A block closed; `content` is the assembled block (a tool call with parsed arguments).
+    5 BlockComplete "block_complete" {
+        /// 0-based index of the assistant message within the turn.
         message: u32,
+        /// 0-based index of the block within its message.
         block: u32,
+        /// The block's canonical content.
         content: Block,
-    },
-    MessageEnd {
+    }
+    /// One assistant message ended (not the turn).
+    6 MessageEnd "message_end" {
+        /// 0-based index of the assistant message within the turn.
         message: u32,
+        /// Why the message ended.
         stop_reason: StopReason,
+        /// Token usage of this message's request.
         usage: Usage,
-    },
+    }
     /// Dispatch of one call begins. `arguments` is the parsed arguments object, or
     /// `null` when the model's arguments were not a JSON object; `arguments_raw` then holds
     /// the raw text (the same pair as the call's `tool_call` block).
-    ToolCallStart {
+    7 ToolCallStart "tool_call_start" {
+        /// 0-based index of the assistant message within the turn.
         message: u32,
+        /// The call's id, unique within the message.
         call_id: String,
+        /// The tool's name.
         name: String,
+        /// The parsed arguments object, or null when they were not a JSON object.
         arguments: Option<Value>,
+        /// The arguments as sent, when they were not a JSON object.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arguments_raw: Option<String>,
+        /// True for a tool the caller implements (answered with submit_tool_result).
         host: bool,
-    },
-    ToolResult {
+    }
+    /// A tool call finished (reported as each one finishes).
+    8 ToolResult "tool_result" {
+        /// 0-based index of the assistant message within the turn.
         message: u32,
+        /// The call's id.
         call_id: String,
+        /// The tool's name.
         name: String,
+        /// The result the model reads.
         output: String,
+        /// True when the result reports a failure.
         is_error: bool,
-    },
+    }
     /// A request failed before any of its answer was shown and is tried again after
     /// `delay_ms`. `attempt` is the number of the attempt about to start (2 for the first
     /// retry); `max_attempts` is the most there can be (`1 + retry.max_retries`).
-    ProviderRetry {
+    9 ProviderRetry "provider_retry" {
+        /// 0-based index of the assistant message within the turn.
         message: u32,
+        /// The attempt about to start (2 for the first retry).
         attempt: u32,
+        /// The most attempts there can be (1 + retry.max_retries).
         max_attempts: u32,
+        /// The wait before the attempt, in milliseconds.
         delay_ms: u64,
+        /// One line saying what failed.
         reason: String,
+        /// The HTTP status of the failure, when there was one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<u16>,
-    },
+    }
+    /// Terminal: the turn is over. `usage` is the turn total, `messages` the number of
+    /// assistant messages, `text` the final assistant message's text.
+    10 MessageComplete "message_complete" {
+        /// Why the turn ended.
+        stop_reason: StopReason,
+        /// Token usage of the whole turn.
+        usage: Usage,
+        /// The number of assistant messages of the turn.
+        messages: u32,
+        /// The final assistant message's text.
+        text: String,
+    }
     /// The history was compacted before the next request (automatic compaction, see
     /// `compaction` in the configuration): `messages_*` count the history's messages,
     /// `tokens_*` its size in tokens (`tokens_before` from the provider's usage when
     /// known, else estimated as bytes / 4; `tokens_after` estimated in the same measure).
-    HistoryCompacted {
+    11 HistoryCompacted "history_compacted" {
+        /// Messages in the history before.
         messages_before: u64,
+        /// Messages in the history after.
         messages_after: u64,
+        /// The history's size in tokens before.
         tokens_before: u64,
+        /// The history's size in tokens after (estimated in the same measure).
         tokens_after: u64,
-    },
-    /// Terminal: the turn is over. `usage` is the turn total, `messages` the number of
-    /// assistant messages, `text` the final assistant message's text.
-    MessageComplete {
-        stop_reason: StopReason,
-        usage: Usage,
-        messages: u32,
-        text: String,
-    },
+    }
 }
 
 impl Event {
-    /// Every event type name, in the order of DESIGN.md; bindings check theirs against it.
-    pub const TYPES: [&'static str; 11] = [
-        "message_start",
-        "block_start",
-        "content_delta",
-        "tool_details",
-        "block_complete",
-        "message_end",
-        "tool_call_start",
-        "tool_result",
-        "provider_retry",
-        "message_complete",
-        "history_compacted",
-    ];
-
-    /// The stable numeric code of this event type, as the C ABI reports it
-    /// (`PANTO_EV_*`): 1-based, in the order of [`Event::TYPES`], never renumbered.
-    pub fn code(&self) -> u32 {
-        match self {
-            Event::MessageStart { .. } => 1,
-            Event::BlockStart { .. } => 2,
-            Event::ContentDelta { .. } => 3,
-            Event::ToolDetails { .. } => 4,
-            Event::BlockComplete { .. } => 5,
-            Event::MessageEnd { .. } => 6,
-            Event::ToolCallStart { .. } => 7,
-            Event::ToolResult { .. } => 8,
-            Event::ProviderRetry { .. } => 9,
-            Event::MessageComplete { .. } => 10,
-            Event::HistoryCompacted { .. } => 11,
-        }
-    }
-
     /// The type name of numeric code `code` (see [`Event::code`]).
     pub fn type_name_of_code(code: u32) -> Option<&'static str> {
         (code as usize)
             .checked_sub(1)
             .and_then(|i| Event::TYPES.get(i).copied())
-    }
-
-    /// Removes the agent's secrets from every string the event carries.
-    pub(crate) fn redact(&mut self, secrets: &Secrets) {
-        let fix = |s: &mut String| secrets.redact_in_place(s);
-        match self {
-            Event::MessageStart {
-                model, response_id, ..
-            } => {
-                fix(model);
-                if let Some(r) = response_id {
-                    fix(r);
-                }
-            }
-            Event::BlockStart { .. }
-            | Event::MessageEnd { .. }
-            | Event::HistoryCompacted { .. } => {}
-            Event::ContentDelta { text, .. } => fix(text),
-            Event::ToolDetails { call_id, name, .. } => {
-                fix(call_id);
-                fix(name);
-            }
-            Event::BlockComplete { content, .. } => redact_block(content, secrets),
-            Event::ToolCallStart {
-                call_id,
-                name,
-                arguments,
-                arguments_raw,
-                ..
-            } => {
-                fix(call_id);
-                fix(name);
-                if let Some(v) = arguments {
-                    redact_value(v, secrets);
-                }
-                if let Some(r) = arguments_raw {
-                    fix(r);
-                }
-            }
-            Event::ToolResult {
-                call_id,
-                name,
-                output,
-                ..
-            } => {
-                fix(call_id);
-                fix(name);
-                fix(output);
-            }
-            Event::ProviderRetry { reason, .. } => fix(reason),
-            Event::MessageComplete { text, .. } => fix(text),
-        }
-    }
-
-    /// The canonical `type` name of this event.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Event::MessageStart { .. } => "message_start",
-            Event::BlockStart { .. } => "block_start",
-            Event::ContentDelta { .. } => "content_delta",
-            Event::ToolDetails { .. } => "tool_details",
-            Event::BlockComplete { .. } => "block_complete",
-            Event::MessageEnd { .. } => "message_end",
-            Event::ToolCallStart { .. } => "tool_call_start",
-            Event::ToolResult { .. } => "tool_result",
-            Event::ProviderRetry { .. } => "provider_retry",
-            Event::MessageComplete { .. } => "message_complete",
-            Event::HistoryCompacted { .. } => "history_compacted",
-        }
     }
 
     /// The canonical JSON of this event (one line, no trailing newline).

@@ -42,6 +42,7 @@ pub mod secret;
 pub mod sse;
 pub mod tool;
 pub mod transcript;
+pub mod vocab;
 
 pub use agent::{Agent, TurnControl, TurnOptions, TurnSlot, TurnSummary};
 pub use compaction::{CompactOptions, Compaction};

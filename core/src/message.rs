@@ -64,6 +64,47 @@ pub enum Block {
     },
 }
 
+/// The `type` values of [`Block`]'s canonical JSON, in the vocabulary. A test checks
+/// the list against the enum's serde form.
+pub const CONTENT_TYPE: crate::vocab::EnumSpec = crate::vocab::EnumSpec {
+    name: "content_type",
+    variant: "ContentType",
+    doc: "The type of a content block's canonical JSON (block_complete content, saved history).",
+    open: false,
+    values: &[
+        content_type("text", "Text", "Text of the answer: {text}."),
+        content_type("reasoning", "Reasoning", "Reasoning: {text, signature?}."),
+        content_type(
+            "redacted_reasoning",
+            "RedactedReasoning",
+            "Reasoning the provider sent encrypted: {data}.",
+        ),
+        content_type(
+            "tool_call",
+            "ToolCall",
+            "A tool call: {call_id, name, arguments?, arguments_raw?}.",
+        ),
+        content_type(
+            "tool_result",
+            "ToolResult",
+            "A tool's result, in history: {call_id, name, output, is_error}.",
+        ),
+        content_type(
+            "opaque",
+            "Opaque",
+            "A provider block kept verbatim, in history only: {provider, block}.",
+        ),
+    ],
+};
+
+const fn content_type(
+    name: &'static str,
+    variant: &'static str,
+    doc: &'static str,
+) -> crate::vocab::ValueSpec {
+    crate::vocab::ValueSpec { name, variant, doc }
+}
+
 impl Block {
     pub fn text(text: impl Into<String>) -> Block {
         Block::Text { text: text.into() }
@@ -115,6 +156,46 @@ pub struct Usage {
     pub reasoning_tokens: u64,
 }
 
+impl crate::vocab::Describe for Usage {
+    const TYPE: &'static str = "usage";
+}
+
+/// The records event fields use, in the vocabulary ([`crate::vocab`]). A test checks
+/// them against the serde form of the structs.
+pub const RECORDS: &[crate::vocab::RecordSpec] = &[crate::vocab::RecordSpec {
+    name: "usage",
+    variant: "Usage",
+    doc: "Token counts: of one response in message_end, of the whole turn in message_complete.",
+    fields: &[
+        usage_field(
+            "input_tokens",
+            "Input (prompt) tokens, cache reads included.",
+        ),
+        usage_field("output_tokens", "Output tokens, reasoning included."),
+        usage_field(
+            "cache_read_tokens",
+            "Input tokens read from the provider's prompt cache.",
+        ),
+        usage_field(
+            "cache_write_tokens",
+            "Input tokens written to the provider's prompt cache.",
+        ),
+        usage_field(
+            "reasoning_tokens",
+            "Output tokens spent on reasoning, where reported.",
+        ),
+    ],
+}];
+
+const fn usage_field(name: &'static str, doc: &'static str) -> crate::vocab::FieldSpec {
+    crate::vocab::FieldSpec {
+        name,
+        ty: "u64",
+        optional: false,
+        doc,
+    }
+}
+
 impl Usage {
     /// Adds `other` field by field, saturating at `u64::MAX`: the counts come from the
     /// server, and an absurd one must not wrap a turn's total or panic.
@@ -131,48 +212,68 @@ impl Usage {
     }
 }
 
-/// Why a message (or a turn) ended, normalized across providers.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum StopReason {
-    EndTurn,
-    ToolUse,
-    MaxTokens,
-    StopSequence,
-    Refusal,
-    ContentFilter,
-    MaxSteps,
-    /// A value panto does not know, kept verbatim (`other:<raw>` in JSON).
-    Other(String),
+/// Declares the stop reasons: the enum, its canonical strings both ways, and its entry in
+/// the vocabulary. Values outside the list are kept as `Other` (`other:<raw>` in JSON).
+macro_rules! stop_reasons {
+    ($( #[doc = $doc:literal] $variant:ident = $value:literal, )+) => {
+        /// Why a message (or a turn) ended, normalized across providers.
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum StopReason {
+            $( #[doc = $doc] $variant, )+
+            /// A value panto does not know, kept verbatim (`other:<raw>` in JSON).
+            Other(String),
+        }
+
+        impl StopReason {
+            pub fn as_string(&self) -> String {
+                match self {
+                    $( StopReason::$variant => $value.into(), )+
+                    StopReason::Other(raw) => format!("other:{raw}"),
+                }
+            }
+
+            /// Parses the canonical string form (inverse of [`StopReason::as_string`]).
+            pub fn parse(s: &str) -> StopReason {
+                match s {
+                    $( $value => StopReason::$variant, )+
+                    other => StopReason::Other(other.strip_prefix("other:").unwrap_or(other).into()),
+                }
+            }
+        }
+
+        /// The description of [`StopReason`] in the vocabulary.
+        pub const STOP_REASON: crate::vocab::EnumSpec = crate::vocab::EnumSpec {
+            name: "stop_reason",
+            variant: "StopReason",
+            doc: "Why a message or a turn ended, normalized across providers; other:<raw> for a value panto does not know.",
+            open: true,
+            values: &[ $( crate::vocab::ValueSpec { name: $value, variant: stringify!($variant), doc: $doc }, )+ ],
+        };
+    };
+}
+
+stop_reasons! {
+    /// The model finished its answer.
+    EndTurn = "end_turn",
+    /// The model asked for tools.
+    ToolUse = "tool_use",
+    /// The output limit cut the answer off.
+    MaxTokens = "max_tokens",
+    /// A stop sequence ended the answer.
+    StopSequence = "stop_sequence",
+    /// The model refused.
+    Refusal = "refusal",
+    /// The provider's content filter ended the answer.
+    ContentFilter = "content_filter",
+    /// The turn reached max_steps.
+    MaxSteps = "max_steps",
+}
+
+impl crate::vocab::Describe for StopReason {
+    const TYPE: &'static str = "stop_reason";
 }
 
 impl StopReason {
-    pub fn as_string(&self) -> String {
-        match self {
-            StopReason::EndTurn => "end_turn".into(),
-            StopReason::ToolUse => "tool_use".into(),
-            StopReason::MaxTokens => "max_tokens".into(),
-            StopReason::StopSequence => "stop_sequence".into(),
-            StopReason::Refusal => "refusal".into(),
-            StopReason::ContentFilter => "content_filter".into(),
-            StopReason::MaxSteps => "max_steps".into(),
-            StopReason::Other(raw) => format!("other:{raw}"),
-        }
-    }
-
-    /// Parses the canonical string form (inverse of [`StopReason::as_string`]).
-    pub fn parse(s: &str) -> StopReason {
-        match s {
-            "end_turn" => StopReason::EndTurn,
-            "tool_use" => StopReason::ToolUse,
-            "max_tokens" => StopReason::MaxTokens,
-            "stop_sequence" => StopReason::StopSequence,
-            "refusal" => StopReason::Refusal,
-            "content_filter" => StopReason::ContentFilter,
-            "max_steps" => StopReason::MaxSteps,
-            other => StopReason::Other(other.strip_prefix("other:").unwrap_or(other).into()),
-        }
-    }
-
     /// Maps an OpenAI-compatible `finish_reason`.
     pub fn from_openai(raw: &str) -> StopReason {
         match raw {

@@ -1,0 +1,711 @@
+//! Owns the one description of panto's vocabulary: every event with its fields, the
+//! closed string sets (block, delta and content kinds, stop reasons), the records events
+//! carry (usage), every error kind with its stable code, and every configuration key
+//! with its type, default, bounds and one line of documentation.
+//!
+//! The Rust types themselves are declared next to what they mean (`event.rs`,
+//! `error.rs`, `message.rs`, `config.rs`), each through a macro that also writes its
+//! entry here, so a type and its description cannot disagree. [`describe`] renders the
+//! whole description as JSON; `scripts/gen.sh` feeds that to the generators of the Go
+//! and Python bindings and to the checks of the C header and the docs (DESIGN.md,
+//! "One vocabulary"). It does not own any behaviour: parsing the configuration against
+//! [`CONFIG`] is [`check`]'s one job, and the rest stays with the types.
+
+use serde_json::{json, Map, Value};
+
+#[cfg(test)]
+use crate::config::REASONING_KEYS;
+
+use crate::error::{Error, Result};
+
+/// How a field of an event or record is typed, as the bindings render it.
+pub trait Describe {
+    /// The type's name in the description (`u32`, `string`, `json`, `usage`, …).
+    const TYPE: &'static str;
+    /// Absent from the canonical JSON when it has no value.
+    const OPTIONAL: bool = false;
+}
+
+macro_rules! describe_as {
+    ($($t:ty => $name:literal),* $(,)?) => {
+        $(impl Describe for $t { const TYPE: &'static str = $name; })*
+    };
+}
+describe_as! {
+    bool => "bool", u16 => "u16", u32 => "u32", u64 => "u64", f64 => "f64",
+    String => "string", Value => "json",
+    crate::message::Block => "block",
+}
+
+macro_rules! describe_optional {
+    ($($t:ty => $name:literal),* $(,)?) => {
+        $(impl Describe for Option<$t> {
+            const TYPE: &'static str = $name;
+            const OPTIONAL: bool = true;
+        })*
+    };
+}
+describe_optional! { String => "string", u16 => "u16", u32 => "u32", u64 => "u64" }
+
+/// `arguments` of a tool call: the parsed object, or JSON `null` — present either way.
+impl Describe for Option<Value> {
+    const TYPE: &'static str = "json";
+}
+
+/// One field of an event or record.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldSpec {
+    pub name: &'static str,
+    pub ty: &'static str,
+    pub optional: bool,
+    pub doc: &'static str,
+}
+
+/// One event type.
+#[derive(Debug, Clone, Copy)]
+pub struct EventSpec {
+    pub name: &'static str,
+    pub variant: &'static str,
+    pub code: u32,
+    pub doc: &'static str,
+    pub fields: &'static [FieldSpec],
+}
+
+/// A named object type that fields use (`usage`).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordSpec {
+    pub name: &'static str,
+    pub variant: &'static str,
+    pub doc: &'static str,
+    pub fields: &'static [FieldSpec],
+}
+
+/// One value of a closed string set.
+#[derive(Debug, Clone, Copy)]
+pub struct ValueSpec {
+    pub name: &'static str,
+    pub variant: &'static str,
+    pub doc: &'static str,
+}
+
+/// A closed set of strings (`block_kind`, …). `open` sets also take values outside the
+/// list (`stop_reason`'s `other:<raw>`).
+#[derive(Debug, Clone, Copy)]
+pub struct EnumSpec {
+    pub name: &'static str,
+    pub variant: &'static str,
+    pub doc: &'static str,
+    pub open: bool,
+    pub values: &'static [ValueSpec],
+}
+
+/// One error kind.
+#[derive(Debug, Clone, Copy)]
+pub struct KindSpec {
+    pub name: &'static str,
+    pub variant: &'static str,
+    pub code: u32,
+    pub doc: &'static str,
+}
+
+/// The type of a configuration key.
+#[derive(Debug, Clone, Copy)]
+pub enum KeyType {
+    Bool,
+    U32,
+    U64,
+    F64,
+    String,
+    /// A string from a fixed list.
+    Enum(&'static [&'static str]),
+    /// Any JSON object (a tool's JSON Schema).
+    JsonObject,
+    /// An object with these keys.
+    Object(&'static [Key]),
+    /// An array of objects with these keys.
+    Array(&'static [Key]),
+    /// An object of strings under any names (`headers`).
+    StringMap,
+}
+
+/// One configuration key. `default` is the key's default as JSON text (`"null"`: unset
+/// unless given).
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    pub name: &'static str,
+    pub ty: KeyType,
+    pub default: &'static str,
+    pub required: bool,
+    pub min: Option<u64>,
+    pub max: Option<u64>,
+    pub doc: &'static str,
+}
+
+impl Key {
+    const fn new(name: &'static str, ty: KeyType, default: &'static str, doc: &'static str) -> Key {
+        Key {
+            name,
+            ty,
+            default,
+            required: false,
+            min: None,
+            max: None,
+            doc,
+        }
+    }
+    const fn min(mut self, min: u64) -> Key {
+        self.min = Some(min);
+        self
+    }
+    const fn max(mut self, max: u64) -> Key {
+        self.max = Some(max);
+        self
+    }
+    const fn required(mut self) -> Key {
+        self.required = true;
+        self
+    }
+}
+
+pub use crate::config::CONFIG;
+pub use crate::error::ERROR_KINDS;
+pub use crate::event::{BLOCK_KIND, DELTA_KIND, EVENTS};
+pub use crate::message::{CONTENT_TYPE, RECORDS, STOP_REASON};
+
+/// Every closed string set, in the order the description lists them.
+pub fn enums() -> [&'static EnumSpec; 4] {
+    [&BLOCK_KIND, &DELTA_KIND, &CONTENT_TYPE, &STOP_REASON]
+}
+
+/// Version of the description's own shape (not of panto): bumped when a generator
+/// would have to change to read it.
+pub const DESCRIPTION_VERSION: u32 = 1;
+
+/// The whole vocabulary as JSON (its shape is documented in DESIGN.md, "One
+/// vocabulary"): what `panto-gen` prints for `scripts/gen.sh`.
+pub fn describe() -> Value {
+    let fields = |fs: &[FieldSpec]| -> Value {
+        fs.iter()
+            .map(|f| json!({"name": f.name, "type": f.ty, "optional": f.optional, "doc": clean(f.doc)}))
+            .collect()
+    };
+    let events: Vec<Value> = EVENTS
+        .iter()
+        .map(|e| {
+            json!({"name": e.name, "variant": e.variant, "code": e.code,
+                   "terminal": e.name == "message_complete", "doc": clean(e.doc),
+                   "fields": fields(e.fields)})
+        })
+        .collect();
+    let records: Vec<Value> = RECORDS
+        .iter()
+        .map(|r| json!({"name": r.name, "variant": r.variant, "doc": clean(r.doc), "fields": fields(r.fields)}))
+        .collect();
+    let enums: Vec<Value> = enums()
+        .iter()
+        .map(|e| {
+            let values: Vec<Value> = e
+                .values
+                .iter()
+                .map(|v| json!({"name": v.name, "variant": v.variant, "doc": clean(v.doc)}))
+                .collect();
+            json!({"name": e.name, "variant": e.variant, "doc": clean(e.doc), "open": e.open, "values": values})
+        })
+        .collect();
+    let kinds: Vec<Value> = ERROR_KINDS
+        .iter()
+        .map(|k| json!({"name": k.name, "variant": k.variant, "code": k.code, "doc": clean(k.doc)}))
+        .collect();
+    json!({
+        "version": DESCRIPTION_VERSION,
+        "events": events,
+        "records": records,
+        "enums": enums,
+        "error_kinds": kinds,
+        "config": keys_json(CONFIG),
+    })
+}
+
+/// Doc comments as one line: `///` lines joined, each without its leading space.
+fn clean(doc: &str) -> String {
+    doc.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn keys_json(keys: &[Key]) -> Value {
+    keys.iter()
+        .map(|k| {
+            let mut o = Map::new();
+            o.insert("name".into(), k.name.into());
+            match k.ty {
+                KeyType::Bool => o.insert("type".into(), "bool".into()),
+                KeyType::U32 => o.insert("type".into(), "u32".into()),
+                KeyType::U64 => o.insert("type".into(), "u64".into()),
+                KeyType::F64 => o.insert("type".into(), "f64".into()),
+                KeyType::String => o.insert("type".into(), "string".into()),
+                KeyType::Enum(values) => {
+                    o.insert("values".into(), json!(values));
+                    o.insert("type".into(), "enum".into())
+                }
+                KeyType::JsonObject => o.insert("type".into(), "json_object".into()),
+                KeyType::Object(keys) => {
+                    o.insert("keys".into(), keys_json(keys));
+                    o.insert("type".into(), "object".into())
+                }
+                KeyType::Array(keys) => {
+                    o.insert(
+                        "items".into(),
+                        json!({"type": "object", "keys": keys_json(keys)}),
+                    );
+                    o.insert("type".into(), "array".into())
+                }
+                KeyType::StringMap => {
+                    o.insert("values".into(), "string".into());
+                    o.insert("type".into(), "map".into())
+                }
+            };
+            // The defaults are literals of this file's tables: a bad one fails the tests.
+            o.insert(
+                "default".into(),
+                serde_json::from_str(k.default).unwrap_or(Value::Null),
+            );
+            if k.required {
+                o.insert("required".into(), true.into());
+            }
+            if let Some(m) = k.min {
+                o.insert("min".into(), m.into());
+            }
+            if let Some(m) = k.max {
+                o.insert("max".into(), m.into());
+            }
+            o.insert("doc".into(), k.doc.into());
+            Value::Object(o)
+        })
+        .collect()
+}
+
+/// Checks a configuration object against `keys`: unknown keys, types, allowed values,
+/// bounds and required keys, each a `config` error that starts with the key's path
+/// (`retry.max_retries: …`). `null` is the same as an absent key.
+pub fn check(keys: &[Key], obj: &Map<String, Value>, prefix: &str) -> Result<()> {
+    for k in obj.keys() {
+        if !keys.iter().any(|key| key.name == k) {
+            let known: Vec<&str> = keys.iter().map(|key| key.name).collect();
+            return Err(Error::config(format!(
+                "{prefix}{k}: unknown key (known: {})",
+                known.join(", ")
+            )));
+        }
+    }
+    for key in keys {
+        let path = format!("{prefix}{}", key.name);
+        match obj.get(key.name) {
+            None | Some(Value::Null) => {
+                if key.required {
+                    return Err(Error::config(format!("{path}: required")));
+                }
+            }
+            Some(v) => check_value(key, v, &path)?,
+        }
+    }
+    Ok(())
+}
+
+fn wrong_type(path: &str, want: &str) -> Error {
+    Error::config(format!("{path}: must be {want}"))
+}
+
+fn check_value(key: &Key, v: &Value, path: &str) -> Result<()> {
+    match key.ty {
+        KeyType::Bool => {
+            v.as_bool().ok_or_else(|| wrong_type(path, "a boolean"))?;
+        }
+        KeyType::U32 | KeyType::U64 => {
+            let n = v
+                .as_u64()
+                .ok_or_else(|| wrong_type(path, "a non-negative integer"))?;
+            if matches!(key.ty, KeyType::U32) && n > u64::from(u32::MAX) {
+                return Err(Error::config(format!("{path}: too large")));
+            }
+            if let Some(min) = key.min {
+                if n < min {
+                    return Err(Error::config(format!("{path}: must be at least {min}")));
+                }
+            }
+            if let Some(max) = key.max {
+                if n > max {
+                    return Err(Error::config(format!("{path}: at most {max} (got {n})")));
+                }
+            }
+        }
+        KeyType::F64 => {
+            v.as_f64().ok_or_else(|| wrong_type(path, "a number"))?;
+        }
+        KeyType::String => {
+            v.as_str().ok_or_else(|| wrong_type(path, "a string"))?;
+        }
+        KeyType::Enum(values) => {
+            let s = v.as_str().ok_or_else(|| wrong_type(path, "a string"))?;
+            if !values.contains(&s) {
+                let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+                let allowed = match quoted.split_last() {
+                    Some((last, rest)) if !rest.is_empty() => {
+                        format!("{} or {last}", rest.join(", "))
+                    }
+                    _ => quoted.join(""),
+                };
+                return Err(Error::config(format!(
+                    "{path}: must be {allowed} (got {s:?})"
+                )));
+            }
+        }
+        KeyType::JsonObject => {
+            v.as_object()
+                .ok_or_else(|| wrong_type(path, "a JSON Schema object"))?;
+        }
+        KeyType::Object(keys) => {
+            let o = v.as_object().ok_or_else(|| wrong_type(path, "an object"))?;
+            check(keys, o, &format!("{path}."))?;
+        }
+        KeyType::Array(keys) => {
+            let items = v.as_array().ok_or_else(|| wrong_type(path, "an array"))?;
+            for (i, item) in items.iter().enumerate() {
+                let item_path = format!("{path}[{i}]");
+                let o = item
+                    .as_object()
+                    .ok_or_else(|| wrong_type(&item_path, "an object"))?;
+                check(keys, o, &format!("{item_path}."))?;
+            }
+        }
+        KeyType::StringMap => {
+            let o = v.as_object().ok_or_else(|| wrong_type(path, "an object"))?;
+            for (name, item) in o {
+                item.as_str()
+                    .ok_or_else(|| wrong_type(&format!("{path}.{name}"), "a string"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Key constructors for the tables in `config.rs`.
+pub(crate) mod keys {
+    use super::{Key, KeyType};
+
+    pub const fn key(
+        name: &'static str,
+        ty: KeyType,
+        default: &'static str,
+        doc: &'static str,
+    ) -> Key {
+        Key::new(name, ty, default, doc)
+    }
+    pub const fn min(k: Key, m: u64) -> Key {
+        k.min(m)
+    }
+    pub const fn max(k: Key, m: u64) -> Key {
+        k.max(m)
+    }
+    pub const fn required(k: Key) -> Key {
+        k.required()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn description_is_complete_and_consistent() {
+        let d = describe();
+        let events = d["events"].as_array().unwrap();
+        assert_eq!(events.len(), crate::Event::TYPES.len());
+        for (i, e) in events.iter().enumerate() {
+            assert_eq!(e["code"], i as u64 + 1, "event codes are 1-based, in order");
+        }
+        let kinds = d["error_kinds"].as_array().unwrap();
+        assert_eq!(kinds.len(), crate::ErrorKind::ALL.len());
+        // Every field type names a scalar, a record or an enum of the description.
+        let mut named: Vec<&str> = vec![
+            "bool", "u16", "u32", "u64", "f64", "string", "json", "block",
+        ];
+        named.extend(RECORDS.iter().map(|r| r.name));
+        named.extend(enums().iter().map(|e| e.name));
+        for f in EVENTS
+            .iter()
+            .flat_map(|e| e.fields)
+            .chain(RECORDS.iter().flat_map(|r| r.fields))
+        {
+            assert!(named.contains(&f.ty), "{}: unknown type {}", f.name, f.ty);
+            assert!(!f.doc.is_empty(), "{} has no doc", f.name);
+        }
+        fn defaults_parse(keys: &[Key]) {
+            for k in keys {
+                assert!(
+                    serde_json::from_str::<Value>(k.default).is_ok(),
+                    "{}: default {:?} is not JSON",
+                    k.name,
+                    k.default
+                );
+                assert!(!k.doc.is_empty(), "{} has no doc", k.name);
+                if let KeyType::Object(sub) | KeyType::Array(sub) = k.ty {
+                    defaults_parse(sub);
+                }
+            }
+        }
+        defaults_parse(CONFIG);
+    }
+
+    /// The serde form of a sample of every event lists exactly the described fields,
+    /// in the described order, optional ones absent when unset.
+    #[test]
+    fn events_serialize_as_described() {
+        use crate::message::{Block, StopReason, Usage};
+        use crate::{BlockKind, DeltaKind, Event};
+        let samples = vec![
+            Event::MessageStart {
+                message: 0,
+                model: "m".into(),
+                response_id: Some("r".into()),
+            },
+            Event::BlockStart {
+                message: 0,
+                block: 0,
+                kind: BlockKind::Text,
+            },
+            Event::ContentDelta {
+                message: 0,
+                block: 0,
+                kind: DeltaKind::Text,
+                text: "t".into(),
+            },
+            Event::ToolDetails {
+                message: 0,
+                block: 0,
+                call_id: "c".into(),
+                name: "n".into(),
+            },
+            Event::BlockComplete {
+                message: 0,
+                block: 0,
+                content: Block::text("t"),
+            },
+            Event::MessageEnd {
+                message: 0,
+                stop_reason: StopReason::EndTurn,
+                usage: Usage::default(),
+            },
+            Event::ToolCallStart {
+                message: 0,
+                call_id: "c".into(),
+                name: "n".into(),
+                arguments: None,
+                arguments_raw: Some("x".into()),
+                host: false,
+            },
+            Event::ToolResult {
+                message: 0,
+                call_id: "c".into(),
+                name: "n".into(),
+                output: "o".into(),
+                is_error: false,
+            },
+            Event::ProviderRetry {
+                message: 0,
+                attempt: 2,
+                max_attempts: 3,
+                delay_ms: 1,
+                reason: "r".into(),
+                status: Some(500),
+            },
+            Event::MessageComplete {
+                stop_reason: StopReason::EndTurn,
+                usage: Usage::default(),
+                messages: 1,
+                text: "t".into(),
+            },
+            Event::HistoryCompacted {
+                messages_before: 1,
+                messages_after: 1,
+                tokens_before: 1,
+                tokens_after: 1,
+            },
+        ];
+        assert_eq!(samples.len(), EVENTS.len(), "a sample for every event");
+        for (ev, spec) in samples.iter().zip(EVENTS) {
+            assert_eq!(ev.type_name(), spec.name);
+            let v = serde_json::to_value(ev).unwrap();
+            let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+            let mut want = vec!["type"];
+            want.extend(spec.fields.iter().map(|f| f.name));
+            let mut keys_sorted = keys.clone();
+            keys_sorted.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(keys_sorted, want, "{}", spec.name);
+        }
+        // Optional fields are omitted when unset.
+        let bare = Event::MessageStart {
+            message: 0,
+            model: "m".into(),
+            response_id: None,
+        };
+        assert!(serde_json::to_value(&bare)
+            .unwrap()
+            .get("response_id")
+            .is_none());
+        let usage = serde_json::to_value(Usage::default()).unwrap();
+        let mut got: Vec<&str> = usage
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut want: Vec<&str> = RECORDS[0].fields.iter().map(|f| f.name).collect();
+        got.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(got, want, "usage");
+    }
+
+    #[test]
+    fn enums_match_their_types() {
+        use crate::message::{Block, StopReason};
+        for v in STOP_REASON.values {
+            let r = StopReason::parse(v.name);
+            assert!(!matches!(r, StopReason::Other(_)), "{}", v.name);
+            assert_eq!(r.as_string(), v.name);
+        }
+        let blocks = [
+            Block::text("t"),
+            Block::Reasoning {
+                text: "t".into(),
+                signature: None,
+            },
+            Block::RedactedReasoning { data: "d".into() },
+            Block::ToolCall {
+                call_id: "c".into(),
+                name: "n".into(),
+                arguments: None,
+                arguments_raw: None,
+            },
+            Block::ToolResult {
+                call_id: "c".into(),
+                name: "n".into(),
+                output: "o".into(),
+                is_error: false,
+            },
+            Block::Opaque {
+                provider: "p".into(),
+                block: Value::Null,
+            },
+        ];
+        let types: Vec<String> = blocks
+            .iter()
+            .map(|b| {
+                serde_json::to_value(b).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        let described: Vec<&str> = CONTENT_TYPE.values.iter().map(|v| v.name).collect();
+        assert_eq!(types, described);
+        for v in BLOCK_KIND.values {
+            let k: crate::BlockKind = serde_json::from_value(Value::from(v.name)).unwrap();
+            assert_eq!(k.as_str(), v.name);
+        }
+        for v in DELTA_KIND.values {
+            let k: crate::DeltaKind = serde_json::from_value(Value::from(v.name)).unwrap();
+            assert_eq!(k.as_str(), v.name);
+        }
+    }
+
+    /// The schema and `Config` agree: a default configuration shows exactly the
+    /// schema's keys, each at the schema's default.
+    #[test]
+    fn config_defaults_are_the_schema_defaults() {
+        fn compare(keys: &[Key], got: &Map<String, Value>, prefix: &str) {
+            let mut names: Vec<&str> = keys.iter().map(|k| k.name).collect();
+            let mut have: Vec<&str> = got.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            have.sort_unstable();
+            assert_eq!(have, names, "keys under {prefix:?}");
+            for k in keys {
+                let path = format!("{prefix}{}", k.name);
+                if matches!(k.name, "model" | "base_url" | "api_key") {
+                    continue; // given by Config::new / the environment
+                }
+                let want: Value = serde_json::from_str(k.default).unwrap();
+                match (k.ty, &got[k.name]) {
+                    (KeyType::Object(sub), Value::Object(o)) => {
+                        compare(sub, o, &format!("{path}."))
+                    }
+                    (_, v) => assert_eq!(v, &want, "default of {path}"),
+                }
+            }
+        }
+        let c = crate::Config::new(crate::ProviderKind::OpenAi, "m");
+        compare(CONFIG, c.to_value().as_object().unwrap(), "");
+        // Keys whose default is unset show their sub-keys' defaults once given.
+        let r = crate::Reasoning::new(crate::Effort::Medium).to_value();
+        let want: Value = serde_json::from_str(REASONING_KEYS[0].default).unwrap();
+        assert_eq!(r["effort"], want);
+        let k = crate::Config::from_json(r#"{"model":"m","compaction":{"threshold_tokens":5}}"#)
+            .unwrap()
+            .to_value();
+        assert_eq!(k["compaction"]["keep_last"], 6);
+        let t = crate::Config::from_json(r#"{"model":"m","tools":[{"name":"t"}]}"#)
+            .unwrap()
+            .to_value();
+        let tool = t["tools"][0].as_object().unwrap();
+        for key in TOOL_KEYS_FOR_TEST() {
+            if key.name != "name" {
+                let want: Value = serde_json::from_str(key.default).unwrap();
+                assert_eq!(tool[key.name], want, "tools[].{}", key.name);
+            }
+        }
+    }
+
+    #[allow(non_snake_case)]
+    fn TOOL_KEYS_FOR_TEST() -> &'static [Key] {
+        match CONFIG.iter().find(|k| k.name == "tools").map(|k| k.ty) {
+            Some(KeyType::Array(keys)) => keys,
+            _ => panic!("tools is an array of objects"),
+        }
+    }
+
+    #[test]
+    fn check_names_the_path() {
+        let cases = [
+            (
+                r#"{"tools":[{"name":"a","x":1}]}"#,
+                "tools[0].x: unknown key",
+            ),
+            (r#"{"tools":[3]}"#, "tools[0]: must be an object"),
+            (r#"{"headers":{"a":1}}"#, "headers.a: must be a string"),
+            (
+                r#"{"provider":"x"}"#,
+                "provider: must be \"openai\" or \"anthropic\"",
+            ),
+            (r#"{"max_tokens":0}"#, "max_tokens: must be at least 1"),
+            (r#"{"max_tokens":5000000000}"#, "max_tokens: too large"),
+            (
+                r#"{"compaction":{}}"#,
+                "compaction.threshold_tokens: required",
+            ),
+            (
+                r#"{"reasoning":{"effort":"max"}}"#,
+                "reasoning.effort: must be",
+            ),
+        ];
+        for (json, want) in cases {
+            let v: Value = serde_json::from_str(json).unwrap();
+            let mut o = v.as_object().unwrap().clone();
+            o.insert("model".into(), "m".into());
+            let e = check(CONFIG, &o, "").unwrap_err();
+            assert!(e.message.starts_with(want), "{json}: {}", e.message);
+        }
+    }
+}
