@@ -1,11 +1,13 @@
-//! Owns the Python `Stream`: one turn as an iterator, over `panto_pull::Stream`.
+//! Owns the Python `Stream`: one turn as an iterator, over `panto_pull::Stream`, which
+//! alone decides what is reported (events, the end, a failure, a winning cancel); this
+//! module keeps no terminal state of its own and asks the pull stream (`state()`).
 //!
 //! **One GIL release per burst.** Events reach the pull stream's queue in bursts. A
-//! `__next__` that finds its native buffer empty first drains, without waiting and
-//! without releasing the GIL, whatever is ready (`try_next`). Only when nothing is ready
-//! does it release the GIL, wait for the next event, and drain the rest of that burst
-//! before taking the GIL back. The events of a burst are then handed out from the
-//! buffer, each `__next__` converting one Rust event into its Python object.
+//! `__next__` takes what is ready without waiting and without releasing the GIL
+//! (`try_next`). Only when nothing is ready does it release the GIL and wait until
+//! something is (`wait_ready`), which also reads the rest of that burst ahead into the
+//! pull stream before the GIL is taken back. The events of a burst are then handed out
+//! by `try_next`, each `__next__` converting one Rust event into its Python object.
 //!
 //! **Ctrl-C.** A wait on the main thread lasts at most 50 ms before the signal handlers
 //! run (`check_signals`); an exception there (`KeyboardInterrupt`) cancels the turn,
@@ -18,13 +20,12 @@
 //! is only ever held briefly with the GIL, or for a bounded wait without it.
 
 use std::collections::HashMap;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use panto::Event;
-use panto_pull::{Next, StreamControl};
+use panto_pull::{Next, StreamControl, StreamState};
 use pyo3::exceptions::{PyStopAsyncIteration, PyStopIteration};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
@@ -33,7 +34,7 @@ use pyo3::PyTraverseError;
 use crate::errors::{to_pyerr, IntoPy};
 use crate::events;
 
-/// Most events moved into the native buffer at once.
+/// Most events a wait reads ahead into the pull stream at once.
 const BURST: usize = 1024;
 /// Longest wait on the main thread before the signal handlers run.
 const MAIN_THREAD_SLICE: Duration = Duration::from_millis(50);
@@ -93,88 +94,11 @@ fn is_main_thread(py: Python<'_>) -> bool {
     main
 }
 
-#[derive(Clone)]
-enum End {
-    /// `message_complete` is in the buffer or was handed out; then the stream is exhausted.
-    Done,
-    Failed(panto::Error),
-}
-
-/// The consumer side: the pull stream and the burst taken from it.
+/// The consumer side: the pull stream, and the `message_complete` handed out.
 struct Consumer {
-    /// `None` once closed (dropping it ended the turn).
-    stream: Option<panto_pull::Stream>,
-    buf: VecDeque<Event>,
-    end: Option<End>,
+    stream: panto_pull::Stream,
     /// The `message_complete` handed out, for `final()`.
     complete: Option<Event>,
-}
-
-impl Consumer {
-    fn push(&mut self, ev: Event) {
-        if ev.is_terminal() {
-            self.end = Some(End::Done);
-        }
-        self.buf.push_back(ev);
-    }
-
-    fn take(&mut self, next: Result<Next, panto::Error>) -> bool {
-        match next {
-            Ok(Next::Event(ev)) => {
-                self.push(ev);
-                true
-            }
-            Ok(Next::Pending) => false,
-            Ok(Next::Done) => {
-                self.end = Some(End::Done);
-                true
-            }
-            Err(e) => {
-                self.end = Some(End::Failed(e));
-                true
-            }
-        }
-    }
-
-    /// Moves what is ready into the buffer, never waiting.
-    fn drain(&mut self) {
-        while self.end.is_none() && self.buf.len() < BURST {
-            let Some(stream) = self.stream.as_mut() else {
-                return;
-            };
-            let next = stream.try_next();
-            if !self.take(next) {
-                return;
-            }
-        }
-    }
-
-    fn ready(&self) -> bool {
-        !self.buf.is_empty() || self.end.is_some()
-    }
-
-    /// Waits up to `timeout` for the next event, then drains the rest of its burst.
-    /// Called without the GIL.
-    fn wait(&mut self, timeout: Duration) {
-        if self.ready() {
-            return;
-        }
-        let Some(stream) = self.stream.as_mut() else {
-            return;
-        };
-        let next = stream.next_timeout(timeout);
-        if self.take(next) {
-            self.drain();
-        }
-    }
-}
-
-/// What a look at the buffer gave.
-enum Took {
-    Event(Event),
-    Done,
-    Failed(panto::Error),
-    Nothing,
 }
 
 /// One turn as an iterator of events, and a context manager that closes it. Returned
@@ -186,8 +110,6 @@ enum Took {
 pub struct Stream {
     state: Mutex<Consumer>,
     control: StreamControl,
-    /// `message_complete` was handed out: closing or cancelling changes nothing then.
-    completed: AtomicBool,
     /// Called with each `ToolCallStart(host=True)` before it is handed out (the
     /// package's runner of `@panto.tool` functions); its `cancel()` is called once when
     /// the stream fails or is closed before its end.
@@ -206,13 +128,10 @@ impl Stream {
         live().insert(id, control.clone());
         Stream {
             state: Mutex::new(Consumer {
-                stream: Some(stream),
-                buf: VecDeque::with_capacity(64),
-                end: None,
+                stream,
                 complete: None,
             }),
             control,
-            completed: AtomicBool::new(false),
             on_host_call,
             hook_cancelled: AtomicBool::new(false),
             waits: AtomicU64::new(0),
@@ -242,44 +161,30 @@ impl Stream {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// After a `cancel()` (from any thread) no event is handed out unless
-    /// `message_complete` already was: the buffer is dropped and the turn is waited for.
-    fn settle_cancel(&self, py: Python<'_>, c: &mut MutexGuard<'_, Consumer>) {
-        if !self.control.is_cancelled() || self.completed.load(Ordering::SeqCst) {
-            return;
-        }
-        if matches!(c.end, Some(End::Failed(_))) && c.stream.is_none() {
-            return;
-        }
-        c.buf.clear();
-        if !matches!(c.end, Some(End::Failed(_))) {
-            c.end = Some(End::Failed(panto::Error::cancelled()));
-        }
-        if let Some(stream) = c.stream.take() {
-            // Dropping waits for the turn's task to end (the history is then whole).
-            py.detach(|| drop(stream));
-        }
-    }
-
-    /// Takes the next item: from the buffer, else whatever is ready now.
-    fn take(&self, py: Python<'_>) -> Took {
+    /// Takes what the pull stream has ready now, never waiting for the turn: an event,
+    /// the end, a failure, or `Pending`.
+    fn take(&self, py: Python<'_>) -> Result<Next, panto::Error> {
         let mut c = self.lock(py);
-        self.settle_cancel(py, &mut c);
-        if c.buf.is_empty() && c.end.is_none() {
-            c.drain();
-        }
-        if let Some(ev) = c.buf.pop_front() {
+        let stream = &mut c.stream;
+        // A cancelled stream's answer waits for its turn to end (the history is then
+        // whole when the exception reaches the caller): not with the GIL.
+        let next = if self.control.is_cancelled() {
+            py.detach(|| stream.try_next())
+        } else {
+            stream.try_next()
+        };
+        if let Ok(Next::Event(ev)) = &next {
             if ev.is_terminal() {
-                self.completed.store(true, Ordering::SeqCst);
                 c.complete = Some(ev.clone());
             }
-            return Took::Event(ev);
         }
-        match &c.end {
-            Some(End::Done) => Took::Done,
-            Some(End::Failed(e)) => Took::Failed(e.clone()),
-            None => Took::Nothing,
-        }
+        next
+    }
+
+    /// Waits without the GIL, up to `timeout`, until the pull stream has something to
+    /// report, reading the rest of that burst ahead. Whether something is ready.
+    fn wait_ready(&self, timeout: Duration) -> bool {
+        self.lock_detached().stream.wait_ready(timeout, BURST)
     }
 
     /// Turns a taken event into its Python object, running the host-call hook first.
@@ -321,18 +226,14 @@ impl Stream {
         };
         loop {
             match self.take(py) {
-                Took::Event(ev) => return self.deliver(py, ev).map(Some),
-                Took::Done => return Ok(None),
-                Took::Failed(e) => return Err(self.fail(py, e)),
-                Took::Nothing => {}
+                Ok(Next::Event(ev)) => return self.deliver(py, ev).map(Some),
+                Ok(Next::Done) => return Ok(None),
+                Err(e) => return Err(self.fail(py, e)),
+                Ok(Next::Pending) => {}
             }
             self.waits.fetch_add(1, Ordering::Relaxed);
             let ready = py.detach(|| {
-                let ready = {
-                    let mut c = self.lock_detached();
-                    c.wait(slice);
-                    c.ready()
-                };
+                let ready = self.wait_ready(slice);
                 // Also when woken by the exit hook's cancel: only daemon threads are
                 // left then, and the interpreter may be finalizing by the time this
                 // thread would re-attach.
@@ -352,20 +253,25 @@ impl Stream {
     /// history is valid when the exception reaches the caller.
     fn interrupt(&self, py: Python<'_>) {
         self.control.cancel();
-        let mut c = self.lock(py);
-        self.settle_cancel(py, &mut c);
-        drop(c);
+        self.end(py);
         self.cancel_hook(py);
+    }
+
+    /// Ends the pull stream, waiting for its turn without the GIL: a stream that has not
+    /// handed out `message_complete` fails `cancelled` from now on. Whether it completed.
+    fn end(&self, py: Python<'_>) -> bool {
+        let mut c = self.lock(py);
+        let stream = &mut c.stream;
+        py.detach(|| stream.close());
+        c.stream.state() == StreamState::Done
     }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
         live().remove(&self.id);
-        if !self.completed.load(Ordering::SeqCst) {
-            self.control.cancel();
-        }
-        // The pull stream's own drop then ends the turn; the cancel makes that prompt.
+        // The pull stream's own drop then cancels the turn (unless it completed) and
+        // waits for it to end.
     }
 }
 
@@ -379,15 +285,10 @@ impl Stream {
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let c = self.lock(py);
-        let state = if self.completed.load(Ordering::SeqCst) {
-            "completed".to_owned()
-        } else if let Some(End::Failed(e)) = &c.end {
-            format!("failed: {}", e.kind)
-        } else if c.stream.is_none() {
-            "closed".to_owned()
-        } else {
-            "active".to_owned()
+        let state = match self.lock(py).stream.state() {
+            StreamState::Done => "completed".to_owned(),
+            StreamState::Failed(e) => format!("failed: {}", e.kind),
+            StreamState::Running => "active".to_owned(),
         };
         format!("<panto.Stream {state}>")
     }
@@ -417,29 +318,17 @@ impl Stream {
     /// another thread wakes and raises `StreamCancelledError` (unless `MessageComplete`
     /// was already handed out).
     fn cancel(&self) {
-        if !self.completed.load(Ordering::SeqCst) {
-            self.control.cancel();
-        }
+        self.control.cancel();
     }
 
     /// Ends the stream: cancels the turn if it is still running, waits for it to end and
     /// frees its connection. Idempotent. Later `__next__` calls raise
     /// `StreamCancelledError`, or `StopIteration` if the turn had completed.
     fn close(&self, py: Python<'_>) {
-        self.cancel();
-        let mut c = self.lock(py);
-        let stream = c.stream.take();
-        if !self.completed.load(Ordering::SeqCst) {
-            c.buf.clear();
-            if !matches!(c.end, Some(End::Failed(_))) {
-                c.end = Some(End::Failed(panto::Error::cancelled()));
-            }
-        }
-        drop(c);
-        if let Some(stream) = stream {
-            py.detach(|| drop(stream));
-        }
-        if !self.completed.load(Ordering::SeqCst) {
+        // First, so that a `__next__` waiting in another thread wakes and lets go of
+        // the stream.
+        self.control.cancel();
+        if !self.end(py) {
             self.cancel_hook(py);
         }
     }
@@ -514,19 +403,19 @@ impl Stream {
     /// `None`; raises `StopAsyncIteration` once exhausted. Never blocks.
     fn _try_next(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         let mut took = self.take(py);
-        if matches!(took, Took::Nothing) {
+        if matches!(took, Ok(Next::Pending)) {
             // While the turn is being polled on its worker, its next burst is microseconds
             // away: the pull stream spins for it (at most 20 µs, and only then) when asked
             // with a zero timeout. That costs the loop far less than a hop to a thread.
             self.waits.fetch_add(1, Ordering::Relaxed);
-            py.detach(|| self.lock_detached().wait(Duration::ZERO));
+            py.detach(|| self.wait_ready(Duration::ZERO));
             took = self.take(py);
         }
         match took {
-            Took::Event(ev) => self.deliver(py, ev).map(Some),
-            Took::Done => Err(PyStopAsyncIteration::new_err(())),
-            Took::Failed(e) => Err(self.fail(py, e)),
-            Took::Nothing => Ok(None),
+            Ok(Next::Event(ev)) => self.deliver(py, ev).map(Some),
+            Ok(Next::Done) => Err(PyStopAsyncIteration::new_err(())),
+            Err(e) => Err(self.fail(py, e)),
+            Ok(Next::Pending) => Ok(None),
         }
     }
 
@@ -547,11 +436,7 @@ impl Stream {
                     .min(OTHER_THREAD_SLICE),
                 None => OTHER_THREAD_SLICE,
             };
-            let ready = {
-                let mut c = self.lock_detached();
-                c.wait(slice);
-                c.ready() || c.stream.is_none() || self.control.is_cancelled()
-            };
+            let ready = self.wait_ready(slice);
             park_if_shutting_down(main);
             if ready {
                 return true;
