@@ -60,9 +60,10 @@
  *   event instead (kind PANTO_EV_ERROR, payload.error), so they need no second call.
  *   Every error has one kind (PANTO_ERR_*): invalid arguments (a NULL handle or
  *   out-pointer, invalid UTF-8, bad JSON) are PANTO_ERR_CONFIG, except for
- *   panto_stream_submit_tool_result, where they are PANTO_ERR_TOOL. A panic inside the
- *   library is caught and reported as PANTO_ERR_INTERNAL; it never unwinds into the
- *   caller, and the handle it happened on fails every later call with
+ *   panto_stream_submit_tool_result, where they are PANTO_ERR_TOOL, and a second
+ *   concurrent next call on one stream, which is PANTO_ERR_BUSY (see Threads). A panic
+ *   inside the library is caught and reported as PANTO_ERR_INTERNAL; it never unwinds
+ *   into the caller, and the handle it happened on fails every later call with
  *   PANTO_ERR_INTERNAL (it is "poisoned"; it can still be freed). Errors and events
  *   never contain the API key or the value of a credential header.
  *
@@ -96,11 +97,19 @@
  *     Streams keep what they need of their agent: freeing the agent while one of its
  *     streams is open is safe.
  *   - PantoStream: may be used from any thread (it is not tied to the thread that
- *     created it), but only one thread at a time may be inside panto_next_event /
- *     panto_next_event_timeout on it (a second concurrent one fails with
- *     PANTO_ERR_CONFIG). panto_stream_cancel, panto_stream_submit_tool_result and
- *     the two diagnostics may be called from any thread at any time, including while
- *     another thread is blocked in a next call. panto_stream_free must not race any
+ *     created it), but it has one consumer at a time: only one thread may be inside
+ *     panto_next_event / panto_next_event_timeout on it. A second concurrent next call
+ *     waits, asleep, until the one inside returns (a timeout call: at most its
+ *     timeout; a timeout of 0: not at all), then returns PANTO_ERROR with kind
+ *     PANTO_ERR_BUSY and consumes nothing. That error is the calling thread's, not the
+ *     stream's: it is not sticky (rule 3 does not apply), it is never repeated by a later
+ *     call, and the event the other thread holds stays valid. Because it waits, a
+ *     second consumer that retries does not spin (it wakes once per call of the first);
+ *     but a second consumer is still a bug: whichever thread gets in next ends the
+ *     lifetime of the other thread's event.
+ *     panto_stream_cancel, panto_stream_submit_tool_result and the two diagnostics may
+ *     be called from any thread at any time, including while another thread is blocked
+ *     in a next call. panto_stream_free must not race any
  *     other call on the stream: to stop a consumer blocked on another thread, call
  *     panto_stream_cancel, let (or make) that thread return, then free.
  *   - PantoError and delivered events are plain data: read them from any thread.
@@ -108,6 +117,29 @@
  *     uses it.
  *   Processes that fork: create agents after fork(); the worker threads do not survive
  *   into a child.
+ *
+ * Undefined behaviour. Everything the library can check, it checks (NULL pointers,
+ *   UTF-8, struct_size, a stale copy of an event — see each function). What it cannot
+ *   check is undefined, and this is the complete list:
+ *   - using a handle after its free function (agent, stream, error, cancel token), or
+ *     freeing one twice (panto_string_free excepted), or a pointer the library did not
+ *     return as a handle;
+ *   - panto_agent_free racing another call on that agent; panto_stream_free racing
+ *     another call on that stream; panto_cancel_token_free racing a call using it;
+ *   - reading an event's strings, or passing the event (or a copy) to
+ *     panto_event_to_json, after its lifetime (see PantoEvent) — in particular after
+ *     panto_stream_free. Within the stream's life, panto_event_to_json on a copy of an
+ *     earlier event is detected and fails (the generation check); reading the copy's
+ *     strings is not detected;
+ *   - panto_event_to_json on an event that no next call filled and that is not
+ *     zero-initialized (PANTO_EVENT_INIT), or whose _private or _private_gen the
+ *     caller changed;
+ *   - a struct_size larger than the memory the event really has (only the sizes of
+ *     released versions are accepted, but the library cannot see the allocation);
+ *   - input pointers that do not point to `len` readable bytes, or whose bytes change
+ *     during the call; out-pointers that do not point to writable storage of their type;
+ *   - writing through a PantoStr view, or freeing its pointer;
+ *   - PantoString freed with anything but panto_string_free.
  *
  * Linking. Link with -lpanto (pkg-config --cflags --libs panto). The static library
  *   libpanto.a also needs the system libraries of the Rust runtime:
@@ -134,9 +166,16 @@
  *     `payload`. The library zero-fills everything it does not set, so a zero field
  *     means "absent" to a newer reader of an older library.
  *   - struct_size: the caller sets it to sizeof(PantoEvent) as the caller's header has
- *     it. Every 1.x library accepts every size from sizeof(PantoEvent) of ABI 1.0 (this
- *     header's) up to PANTO_EVENT_MAX_STRUCT_SIZE, writes the fields it knows that fit,
- *     zero-fills the rest up to struct_size, and never touches a byte beyond it.
+ *     it. A library accepts exactly the sizes of PantoEvent in released ABI versions —
+ *     today only PANTO_EVENT_SIZE_1_0 (280: 1.0 and 1.1 have the same struct) — and
+ *     refuses any other value as garbage (a forgotten PANTO_EVENT_INIT) without writing
+ *     anything. A later minor that appends fields to PantoEvent adds its size to the
+ *     accepted ones and keeps every earlier one, so programs built against 1.0 keep
+ *     working; it writes the fields it knows that fit, zero-fills the rest up to
+ *     struct_size, and never touches a byte beyond it. A program built against such a
+ *     later header that must also run on older libraries sets struct_size to
+ *     PANTO_EVENT_SIZE_1_0 (and reads only 1.0's fields). (Until 1.1.0 any size from
+ *     1.0's up to PANTO_EVENT_MAX_STRUCT_SIZE was accepted and zero-filled.)
  *   - Reserved fields (_reserved*, flags) are zero in this version; never rely on their
  *     contents.
  *   - A pollable readiness file descriptor may be added in a later minor version, e.g.
@@ -221,7 +260,8 @@ typedef int32_t PantoStatus;
 #define PANTO_ERR_PROTOCOL 10      /* malformed stream data */
 #define PANTO_ERR_PROVIDER 11      /* an error payload inside a 200 stream */
 #define PANTO_ERR_CANCELLED 12     /* panto_stream_cancel */
-#define PANTO_ERR_BUSY 13          /* the agent already has an open stream */
+#define PANTO_ERR_BUSY 13          /* the agent already has an open stream; or another
+                                      thread is inside a next call on the stream */
 #define PANTO_ERR_TOOL 14          /* host-tool misuse (e.g. an unknown call id) */
 #define PANTO_ERR_INCOMPLETE 15    /* the turn ended before message_complete */
 #define PANTO_ERR_INTERNAL 16      /* a bug in panto, caught and reported */
@@ -242,7 +282,10 @@ typedef int32_t PantoStatus;
 #define PANTO_CONTENT_REDACTED_REASONING 3
 #define PANTO_CONTENT_TOOL_CALL 4
 
-/* The largest PantoEvent.struct_size accepted (a larger one is taken for garbage). */
+/* sizeof(PantoEvent) in ABI 1.0 and 1.1: the struct_size every 1.x library accepts. */
+#define PANTO_EVENT_SIZE_1_0 280
+/* No accepted PantoEvent.struct_size is larger (the accepted sizes are exactly those of
+ * released versions; see Compatibility rules). */
 #define PANTO_EVENT_MAX_STRUCT_SIZE 4096
 
 /* ---------------------------------------------------------------------------------- */
@@ -443,14 +486,17 @@ typedef struct PantoEvent {
   uint32_t struct_size;  /* set by the caller: sizeof(PantoEvent) */
   uint32_t kind;         /* PANTO_EV_* */
   uint32_t flags;        /* reserved, 0 */
-  uint32_t _reserved0;   /* reserved, 0 */
+  uint32_t _private_gen; /* the library's; do not touch (was _reserved0 before 1.1.1) */
   const void *_private;  /* the library's; do not touch */
   PantoEventPayload payload; /* the arm named after `kind` */
 } PantoEvent;
 
-/* An initializer that sets struct_size and zeroes the rest. */
+/* An initializer that sets struct_size and zeroes the rest. C99 and later, C++98 and
+ * later: the C++ form names no nullptr and no empty braces, and spells out the payload's
+ * first arm so that -Wmissing-field-initializers has nothing to say. */
 #ifdef __cplusplus
-#define PANTO_EVENT_INIT {static_cast<uint32_t>(sizeof(PantoEvent)), 0, 0, 0, nullptr, {}}
+#define PANTO_EVENT_INIT                                                               \
+  {static_cast<uint32_t>(sizeof(PantoEvent)), 0, 0, 0, 0, {{0, 0, {0, 0}, {0, 0}}}}
 #else
 #define PANTO_EVENT_INIT {.struct_size = (uint32_t)sizeof(PantoEvent)}
 #endif
@@ -600,22 +646,24 @@ PANTO_API PantoStatus panto_agent_transcript_json(PantoAgent *agent, PantoString
 /* lost: the call sees the token cancelled and fails at once.                           */
 /* ---------------------------------------------------------------------------------- */
 
-/* A new, uncancelled token, owned by the caller (panto_cancel_token_free). NULL only if
- * the library failed internally. Never blocks; any thread. */
+/* Since ABI 1.1. A new, uncancelled token, owned by the caller
+ * (panto_cancel_token_free). NULL only if the library failed internally. Never blocks;
+ * any thread. */
 PANTO_API PantoCancelToken *panto_cancel_token_new(void);
 
-/* Cancels the token, for good: every call using it, now or later, fails with
- * PANTO_ERR_CANCELLED (a call that already succeeded is not undone). One token may serve
- * several calls at once (they are all cancelled together). Idempotent; never blocks;
- * any thread, at any time, also while a call blocks on the token. PANTO_ERROR for a NULL
- * token. */
+/* Since ABI 1.1. Cancels the token, for good: every call using it, now or later, fails
+ * with PANTO_ERR_CANCELLED (a call that already succeeded is not undone). One token may
+ * serve several calls at once (they are all cancelled together). Idempotent; never
+ * blocks; any thread, at any time, also while a call blocks on the token. PANTO_ERROR
+ * for a NULL token. */
 PANTO_API PantoStatus panto_cancel_token_cancel(const PantoCancelToken *token);
 
-/* Whether the token was cancelled; false for NULL. Never blocks; any thread. */
+/* Since ABI 1.1. Whether the token was cancelled; false for NULL. Never blocks; any
+ * thread. */
 PANTO_API bool panto_cancel_token_is_cancelled(const PantoCancelToken *token);
 
-/* Frees the token. Must not race a call that uses it (free it after that call returned).
- * NULL is a no-op. */
+/* Since ABI 1.1. Frees the token. Must not race a call that uses it (free it after that
+ * call returned). NULL is a no-op. */
 PANTO_API void panto_cancel_token_free(PantoCancelToken *token);
 
 /* ---------------------------------------------------------------------------------- */
@@ -629,16 +677,20 @@ PANTO_API void panto_cancel_token_free(PantoCancelToken *token);
  *   PANTO_ERROR: the turn failed: kind is PANTO_EV_ERROR and payload.error holds the
  *                failure. Every later call returns the same kind again.
  * Before anything else, out->struct_size is checked: if `out` is NULL or struct_size is
- * outside [sizeof(PantoEvent), PANTO_EVENT_MAX_STRUCT_SIZE], this returns PANTO_ERROR
- * and writes nothing (the stream is not touched). A NULL stream is PANTO_ERROR with a
- * PANTO_ERR_CONFIG payload.
+ * not the size of a released PantoEvent (PANTO_EVENT_SIZE_1_0), this returns
+ * PANTO_ERROR and writes nothing (the stream is not touched). A NULL stream is
+ * PANTO_ERROR with a PANTO_ERR_CONFIG payload.
  * The previous event's strings become invalid when this is called. Blocks; wakes up for
- * panto_stream_cancel from another thread. One thread at a time per stream. */
+ * panto_stream_cancel from another thread. One thread at a time per stream: a call while
+ * another thread is inside one waits for that call to return, then returns PANTO_ERROR
+ * with kind PANTO_ERR_BUSY (not sticky, nothing consumed; see Threads). */
 PANTO_API PantoStatus panto_next_event(PantoStream *stream, PantoEvent *out);
 
 /* Like panto_next_event, but waits at most timeout_ms milliseconds, then returns
  * PANTO_PENDING (kind PANTO_EV_NONE; the stream goes on). 0 does not wait at all (it
- * returns what is ready); a negative timeout waits without limit. */
+ * returns what is ready); a negative timeout waits without limit. While another thread
+ * is inside a next call, the wait for it is bounded by the timeout too (PANTO_ERR_BUSY
+ * at once for 0). */
 PANTO_API PantoStatus panto_next_event_timeout(PantoStream *stream, PantoEvent *out,
                                                int32_t timeout_ms);
 
@@ -646,9 +698,11 @@ PANTO_API PantoStatus panto_next_event_timeout(PantoStream *stream, PantoEvent *
  * byte the line `panto run --json` prints for it — or, for a PANTO_EV_ERROR event, the
  * error's JSON (see panto_error_to_json). *out is borrowed like the event's strings.
  * PANTO_ERROR (and *out absent) if `event` is NULL, has no event (PANTO_EV_NONE), was
- * not filled by a next call, or `out` is NULL. An event no next call has filled must be
- * zero-initialized (PANTO_EVENT_INIT): its _private field is read. Never blocks. It may
- * be called from any thread while the event's lifetime lasts. */
+ * not filled by a next call, is a copy of an event the stream has since moved past (a
+ * later next call was made on it: its lifetime is over), or `out` is NULL. An event no
+ * next call has filled must be zero-initialized (PANTO_EVENT_INIT): its _private field
+ * is read. Never blocks. It may be called from any thread while the event's lifetime
+ * lasts. */
 PANTO_API PantoStatus panto_event_to_json(const PantoEvent *event, PantoStr *out);
 
 /* Cancels the turn: a next call blocked on another thread wakes up, and it — or the

@@ -3,16 +3,18 @@
 //! on demand. A stream keeps its latest record until the next call on it, which is the
 //! "borrowed until the next call" lifetime of the header.
 
+use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 use panto_core::{Block, BlockKind, DeltaKind, Error, Event, Usage};
 
 use crate::types::*;
 
-/// Identifies a live record behind `PantoEvent::_private` (a debugging aid against a
-/// zeroed or foreign event; a dangling pointer stays undefined behaviour).
-const RECORD_MAGIC: u64 = 0x7061_6e74_6f45_7631; // "pantoEv1"
+/// Identifies a slot behind `PantoEvent::_private` (against a zeroed or foreign event;
+/// a dangling pointer stays undefined behaviour, as the header says).
+const SLOT_MAGIC: u64 = 0x7061_6e74_6f53_6c31; // "pantoSl1"
 
 /// Makes `s` NUL-terminated without changing it: a 0 byte right after its last byte, in
 /// its spare capacity. The string must not be mutated afterwards (a record never does).
@@ -69,7 +71,6 @@ pub(crate) enum Item {
 
 /// A delivered event or error with everything its `PantoEvent` points into.
 pub(crate) struct Record {
-    magic: u64,
     item: Item,
     /// Strings the payload needs that the event does not hold as such (a stop reason, a
     /// block's JSON, arguments as JSON text). Never mutated after construction; only
@@ -122,7 +123,6 @@ impl Record {
             }
         };
         Box::new(Record {
-            magic: RECORD_MAGIC,
             item,
             derived,
             kind,
@@ -131,11 +131,10 @@ impl Record {
         })
     }
 
-    /// Writes this record into `ev` (a local the caller then copies out).
-    pub(crate) fn fill(&self, ev: &mut PantoEvent) {
+    /// Writes this record's kind and payload into `ev` (the slot adds `_private`).
+    fn fill(&self, ev: &mut PantoEvent) {
         ev.kind = self.kind;
         ev.payload = self.payload;
-        ev._private = (self as *const Record).cast::<c_void>();
     }
 
     /// The canonical JSON (`Event::to_json` / `Error::to_json`), NUL-terminated.
@@ -155,18 +154,86 @@ impl Record {
         self.kind
     }
 
-    /// The record behind an event's `_private`, if it looks like one.
-    ///
-    /// # Safety
-    /// `p` is NULL or was set by [`Record::fill`] from a record that is still alive.
-    pub(crate) unsafe fn from_private<'a>(p: *const c_void) -> Option<&'a Record> {
-        let r = p.cast::<Record>().as_ref()?;
-        (r.magic == RECORD_MAGIC).then_some(r)
-    }
-
     #[cfg(test)]
     pub(crate) fn derived_len(&self) -> usize {
         self.derived.len()
+    }
+}
+
+/// Where a stream keeps its latest record, at an address that stays the same for the
+/// stream's whole life. Every event the stream delivers points here (`_private`) with the
+/// generation it was delivered under (`_private_gen`), and the generation changes with
+/// every next call. So a copy of an earlier event finds a live slot holding another
+/// generation and is refused — rather than reading whatever record now sits where its
+/// own was freed (the allocator reuses that address for the very next event).
+pub(crate) struct Slot {
+    magic: u64,
+    /// 0 while the record is being replaced, never for a filled event.
+    gen: AtomicU32,
+    record: UnsafeCell<Option<Box<Record>>>,
+}
+
+// SAFETY: `record` is replaced only through `Slot::set`, whose callers are the slot's
+// only writer (the stream's consumer, under its lock); readers (`panto_event_to_json`
+// on any thread) only read it while the event's lifetime lasts, that is, while no
+// `set` runs (the header's rule; breaking it is the undefined behaviour it lists).
+unsafe impl Send for Slot {}
+unsafe impl Sync for Slot {}
+
+impl Slot {
+    pub(crate) fn new() -> Slot {
+        Slot {
+            magic: SLOT_MAGIC,
+            gen: AtomicU32::new(0),
+            record: UnsafeCell::new(None),
+        }
+    }
+
+    /// A slot that holds `record` for good (errors with no stream to keep them).
+    pub(crate) fn holding(record: Box<Record>) -> Slot {
+        let slot = Slot::new();
+        // SAFETY: the slot is not shared yet.
+        unsafe { slot.set(Some(record)) };
+        slot
+    }
+
+    /// Replaces the record (`None`: no event) under a new generation: every event filled
+    /// before stops matching.
+    ///
+    /// # Safety
+    /// The caller is the slot's only writer, and nobody reads the old record any more.
+    pub(crate) unsafe fn set(&self, record: Option<Box<Record>>) {
+        let next = self.gen.load(Ordering::SeqCst).wrapping_add(1).max(1);
+        self.gen.store(0, Ordering::SeqCst);
+        *self.record.get() = record;
+        self.gen.store(next, Ordering::SeqCst);
+    }
+
+    /// Writes the current record into `ev` and ties `ev` to this slot and generation; an
+    /// empty slot leaves `ev` as it is (no event: kind 0, `_private` NULL).
+    ///
+    /// # Safety
+    /// As for reading the record: no concurrent [`Slot::set`].
+    pub(crate) unsafe fn fill(&self, ev: &mut PantoEvent) {
+        if let Some(r) = (*self.record.get()).as_deref() {
+            r.fill(ev);
+            ev._private = (self as *const Slot).cast::<c_void>();
+            ev._private_gen = self.gen.load(Ordering::SeqCst);
+        }
+    }
+
+    /// The record an event was filled from, if `private` is a slot that still holds it
+    /// (`gen` is the event's generation).
+    ///
+    /// # Safety
+    /// `private` is NULL or was set by [`Slot::fill`] from a slot that is still alive,
+    /// and no [`Slot::set`] on it runs concurrently.
+    pub(crate) unsafe fn record_of<'a>(private: *const c_void, gen: u32) -> Option<&'a Record> {
+        let slot = private.cast::<Slot>().as_ref()?;
+        if slot.magic != SLOT_MAGIC || gen == 0 || slot.gen.load(Ordering::SeqCst) != gen {
+            return None;
+        }
+        (*slot.record.get()).as_deref()
     }
 }
 

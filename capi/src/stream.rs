@@ -4,40 +4,52 @@
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock, TryLockError};
-use std::time::Duration;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use panto_core::{Error, ErrorKind};
 use panto_pull::{Next, Stream, StreamControl};
 
 use crate::boundary::{fail, guard, input_str, invalid, maybe_panic, poisoned, reset_err};
 use crate::error::PantoError;
-use crate::record::Record;
+use crate::record::{Record, Slot};
 use crate::types::*;
 
-/// One turn as a pull stream. The consumer side sits behind a mutex that a second
-/// concurrent `panto_next_event` finds taken (an error, not a race); `control` serves
-/// cancel, host-tool results and diagnostics from any thread without that mutex.
+/// One turn as a pull stream. One next call at a time goes in (`calls`); a second one
+/// waits for it to return and reports `busy` without touching anything. `control` serves
+/// cancel, host-tool results and diagnostics from any thread without either lock.
 pub struct PantoStream {
     control: StreamControl,
     consumer: Mutex<Consumer>,
+    /// Whether a next call is inside, and how many have returned (a waiting second
+    /// caller waits for that count to move, not for the flag to drop: the first caller
+    /// may well be back inside by the time the second wakes).
+    calls: Mutex<Calls>,
+    call_returned: Condvar,
+    /// The last delivered event or error: what the caller's `PantoEvent` points into.
+    /// Written only by the next call that is inside (see `Slot`).
+    current: Slot,
     poisoned: AtomicBool,
 }
 
 struct Consumer {
     stream: Stream,
-    /// The last delivered event or error: what the caller's `PantoEvent` points into.
-    current: Option<Box<Record>>,
+}
+
+#[derive(Default)]
+struct Calls {
+    inside: bool,
+    returned: u64,
 }
 
 impl PantoStream {
     pub(crate) fn new(stream: Stream) -> Box<PantoStream> {
         Box::new(PantoStream {
             control: stream.control(),
-            consumer: Mutex::new(Consumer {
-                stream,
-                current: None,
-            }),
+            consumer: Mutex::new(Consumer { stream }),
+            calls: Mutex::new(Calls::default()),
+            call_returned: Condvar::new(),
+            current: Slot::new(),
             poisoned: AtomicBool::new(false),
         })
     }
@@ -47,6 +59,60 @@ impl PantoStream {
     fn poison(&self) {
         self.poisoned.store(true, Ordering::SeqCst);
         let _ = guard("poison", || self.control.cancel());
+    }
+
+    fn calls(&self) -> MutexGuard<'_, Calls> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Enters a next call, or — another one being inside — waits until that one returns
+    /// (at most `wait`) and says no. Parked on a condition variable, never spinning: a
+    /// second consumer that retries at once costs one wake-up per call of the first.
+    fn enter(&self, wait: Wait) -> Option<Inside<'_>> {
+        let mut calls = self.calls();
+        if !calls.inside {
+            calls.inside = true;
+            return Some(Inside(self));
+        }
+        let seen = calls.returned;
+        let deadline = match wait {
+            Wait::Poll => return None,
+            Wait::Forever => None,
+            Wait::For(d) => Instant::now().checked_add(d),
+        };
+        while calls.returned == seen {
+            calls = match deadline {
+                None => self
+                    .call_returned
+                    .wait(calls)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    self.call_returned
+                        .wait_timeout(calls, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+        None
+    }
+}
+
+/// A next call inside its stream; leaving (also by unwinding) lets the next one in and
+/// wakes a caller waiting to be told `busy`.
+struct Inside<'a>(&'a PantoStream);
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        let mut calls = self.0.calls();
+        calls.inside = false;
+        calls.returned = calls.returned.wrapping_add(1);
+        drop(calls);
+        self.0.call_returned.notify_all();
     }
 }
 
@@ -58,10 +124,30 @@ enum Wait {
     For(Duration),
 }
 
-/// The smallest `struct_size` accepted: `sizeof(PantoEvent)` of ABI 1.0. Frozen: when a
-/// later 1.x appends fields to `PantoEvent`, callers built against 1.0 still pass this
-/// size, and get the fields that fit.
-const MIN_EVENT_SIZE: usize = std::mem::size_of::<PantoEvent>();
+/// The `struct_size` values accepted: `sizeof(PantoEvent)` of every released ABI version,
+/// each a literal. Anything else is taken for garbage (a forgotten `PANTO_EVENT_INIT`)
+/// and nothing is written: zero-filling "up to struct_size" for any plausible-looking
+/// value would wipe that much of the caller's stack. A version that appends fields to
+/// `PantoEvent` adds its size here, and keeps every earlier one.
+const RELEASED_EVENT_SIZES: &[u32] = &[PANTO_EVENT_SIZE_1_0];
+
+// This library's struct is one of the released sizes (a new field needs a new entry),
+// and is never smaller than 1.0's.
+const _: () = {
+    let mut i = 0;
+    let mut known = false;
+    while i < RELEASED_EVENT_SIZES.len() {
+        known |= RELEASED_EVENT_SIZES[i] as usize == std::mem::size_of::<PantoEvent>();
+        i += 1;
+    }
+    assert!(known, "sizeof(PantoEvent) is not in RELEASED_EVENT_SIZES");
+    assert!(std::mem::size_of::<PantoEvent>() >= PANTO_EVENT_SIZE_1_0 as usize);
+};
+
+/// Whether `size` is the `struct_size` of a released version.
+pub(crate) fn accepted_size(size: u32) -> bool {
+    RELEASED_EVENT_SIZES.contains(&size)
+}
 
 /// The `struct_size` of the caller's event, if acceptable.
 ///
@@ -72,7 +158,7 @@ unsafe fn event_size(out: *const PantoEvent) -> Option<u32> {
         return None;
     }
     let size = out.cast::<u32>().read();
-    ((size as usize) >= MIN_EVENT_SIZE && size <= PANTO_EVENT_MAX_STRUCT_SIZE).then_some(size)
+    accepted_size(size).then_some(size)
 }
 
 /// Writes `ev` into the caller's event of `size` bytes: the fields that fit, then zeros up
@@ -80,7 +166,7 @@ unsafe fn event_size(out: *const PantoEvent) -> Option<u32> {
 /// reference to the caller's memory, whose size is only what the caller declared.
 ///
 /// # Safety
-/// `out` points to `size` writable bytes, `size >= MIN_EVENT_SIZE`.
+/// `out` points to `size` writable bytes, `size` is an accepted size.
 unsafe fn write_event(out: *mut PantoEvent, size: u32, mut ev: PantoEvent) {
     ev.struct_size = size;
     let known = std::mem::size_of::<PantoEvent>().min(size as usize);
@@ -89,41 +175,47 @@ unsafe fn write_event(out: *mut PantoEvent, size: u32, mut ev: PantoEvent) {
     std::ptr::write_bytes(dst.add(known), 0, size as usize - known);
 }
 
-/// Fills the caller's event from `record` (or with no event) and returns `status`.
+/// Fills the caller's event from `slot` (an empty slot: no event) and returns `status`.
+///
+/// # Safety
+/// As for [`write_event`]; nobody replaces the slot's record meanwhile.
 unsafe fn deliver(
     out: *mut PantoEvent,
     size: u32,
-    record: Option<&Record>,
+    slot: &Slot,
     status: PantoStatus,
 ) -> PantoStatus {
     let mut ev = PantoEvent::zeroed();
-    if let Some(r) = record {
-        r.fill(&mut ev);
-    }
+    slot.fill(&mut ev);
     write_event(out, size, ev);
     status
 }
 
 /// Errors that have no stream to keep them: they live as long as the process.
-fn static_error(function: &'static str, message: &'static str) -> &'static Record {
-    static RECORDS: OnceLock<Vec<(&'static str, &'static str, Box<Record>)>> = OnceLock::new();
-    let all = RECORDS.get_or_init(|| {
+fn static_error(function: &'static str, message: &'static str) -> &'static Slot {
+    static SLOTS: OnceLock<Vec<(&'static str, &'static str, Slot)>> = OnceLock::new();
+    let all = SLOTS.get_or_init(|| {
         let mut v = Vec::new();
         for f in ["panto_next_event", "panto_next_event_timeout"] {
-            for m in [NULL_STREAM, IN_USE] {
-                v.push((f, m, Record::error(invalid(f, m))));
-            }
+            v.push((
+                f,
+                NULL_STREAM,
+                Slot::holding(Record::error(invalid(f, NULL_STREAM))),
+            ));
+            let busy = Error::new(ErrorKind::Busy, format!("{f}: {IN_USE}"));
+            v.push((f, IN_USE, Slot::holding(Record::error(busy))));
         }
         v
     });
     all.iter()
         .find(|(f, m, _)| *f == function && *m == message)
-        .map(|(_, _, r)| r.as_ref())
+        .map(|(_, _, slot)| slot)
         .unwrap_or(&all[0].2)
 }
 
 const NULL_STREAM: &str = "stream is NULL";
-const IN_USE: &str = "another thread is already waiting in a next call on this stream";
+const IN_USE: &str = "another thread is inside a next call on this stream (one consumer at \
+     a time); this call waited for it to return and consumed nothing";
 
 unsafe fn next(
     function: &'static str,
@@ -136,31 +228,28 @@ unsafe fn next(
         return PANTO_ERROR;
     };
     let Some(stream) = stream.as_ref() else {
-        return deliver(
-            out,
-            size,
-            Some(static_error(function, NULL_STREAM)),
-            PANTO_ERROR,
-        );
+        return deliver(out, size, static_error(function, NULL_STREAM), PANTO_ERROR);
     };
-    let mut consumer = match stream.consumer.try_lock() {
+    let Some(_inside) = stream.enter(wait) else {
+        // Not this stream's error: it is neither sticky nor recorded, and the event of
+        // the call that is inside stays valid.
+        return deliver(out, size, static_error(function, IN_USE), PANTO_ERROR);
+    };
+    let mut consumer = match stream.consumer.lock() {
         Ok(c) => c,
-        Err(TryLockError::WouldBlock) => {
-            return deliver(out, size, Some(static_error(function, IN_USE)), PANTO_ERROR);
-        }
-        Err(TryLockError::Poisoned(p)) => {
+        Err(p) => {
             stream.poison();
             p.into_inner()
         }
     };
     let consumer = &mut *consumer;
     // The previous event's memory ends here (the header's "until the next call").
-    consumer.current = None;
+    stream.current.set(None);
     if stream.poisoned.load(Ordering::SeqCst) {
-        let record = consumer
+        stream
             .current
-            .insert(Record::error(poisoned(function, "stream")));
-        return deliver(out, size, Some(record), PANTO_ERROR);
+            .set(Some(Record::error(poisoned(function, "stream"))));
+        return deliver(out, size, &stream.current, PANTO_ERROR);
     }
     let step = guard(function, || {
         maybe_panic();
@@ -186,8 +275,8 @@ unsafe fn next(
             (PANTO_ERROR, Some(Record::error(panic)))
         }
     };
-    consumer.current = record;
-    deliver(out, size, consumer.current.as_deref(), status)
+    stream.current.set(record);
+    deliver(out, size, &stream.current, status)
 }
 
 /// Blocks until the next event, the end, or a failure.
@@ -239,8 +328,10 @@ pub unsafe extern "C" fn panto_event_to_json(
     }
     // Only this version's prefix is read; the caller's struct may be larger.
     let private = std::ptr::addr_of!((*event)._private).read();
+    let gen = std::ptr::addr_of!((*event)._private_gen).read();
     let kind = std::ptr::addr_of!((*event).kind).read();
-    let Some(record) = Record::from_private(private.cast::<c_void>()) else {
+    // A copy of an event the stream has moved past: its slot holds another generation.
+    let Some(record) = Slot::record_of(private.cast::<c_void>(), gen) else {
         return PANTO_ERROR;
     };
     if record.kind() != kind {

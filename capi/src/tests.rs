@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::agent::*;
 use crate::boundary::PANIC_NEXT;
 use crate::error::*;
-use crate::record::{block_kind_code, delta_kind_code, Record};
+use crate::record::{block_kind_code, delta_kind_code, Record, Slot};
 use crate::stream::*;
 use crate::string::*;
 use crate::types::*;
@@ -103,13 +103,13 @@ fn header_block_delta_and_content_codes_match_the_mapping() {
             .as_str()
             .unwrap()
             .to_string();
-        let record = Record::event(Event::BlockComplete {
+        let record = Slot::holding(Record::event(Event::BlockComplete {
             message: 0,
             block: 0,
             content: block,
-        });
+        }));
         let mut ev = PantoEvent::zeroed();
-        record.fill(&mut ev);
+        unsafe { record.fill(&mut ev) };
         let got = unsafe { ev.payload.block_complete.content_type };
         assert_eq!(
             h[&format!("PANTO_CONTENT_{}", upper(&ty))],
@@ -162,7 +162,7 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code }
         PantoHistoryCompacted { messages_before, messages_after, tokens_before, tokens_after }
         PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, _reserved }
-        PantoEvent { struct_size, kind, flags, _reserved0, _private, payload }
+        PantoEvent { struct_size, kind, flags, _private_gen, _private, payload }
     }
     out
 }
@@ -374,10 +374,10 @@ fn to_json(ev: &PantoEvent) -> String {
 fn event_to_json_is_byte_identical_to_the_cores() {
     for event in sample_events() {
         let want = event.to_json();
-        let record = Record::event(event.clone());
+        let record = Slot::holding(Record::event(event.clone()));
         let mut ev = PantoEvent::zeroed();
         ev.struct_size = size_of::<PantoEvent>() as u32;
-        record.fill(&mut ev);
+        unsafe { record.fill(&mut ev) };
         assert_eq!(ev.kind, event.code());
         assert_eq!(to_json(&ev), want);
         // Twice: the JSON is computed once and kept.
@@ -387,10 +387,10 @@ fn event_to_json_is_byte_identical_to_the_cores() {
         .with_status(429)
         .with_retryable(true)
         .with_provider_code(Some("rate_limit_error".into()));
-    let record = Record::error(e.clone());
+    let record = Slot::holding(Record::error(e.clone()));
     let mut ev = PantoEvent::zeroed();
     ev.struct_size = size_of::<PantoEvent>() as u32;
-    record.fill(&mut ev);
+    unsafe { record.fill(&mut ev) };
     assert_eq!(ev.kind, PANTO_EV_ERROR);
     assert_eq!(to_json(&ev), e.to_json());
 }
@@ -399,7 +399,7 @@ fn event_to_json_is_byte_identical_to_the_cores() {
 fn payloads_carry_every_field() {
     unsafe {
         for event in sample_events() {
-            let record = Record::event(event.clone());
+            let record = Slot::holding(Record::event(event.clone()));
             let mut ev = PantoEvent::zeroed();
             record.fill(&mut ev);
             let p = &ev.payload;
@@ -692,9 +692,22 @@ fn struct_size_is_checked_and_extra_room_is_zeroed() {
     unsafe {
         let agent = new_agent(&srv.url());
         let stream = start(agent);
-        let v1 = size_of::<PantoEvent>();
-        // Too small, zero, too large: nothing is written, the stream is not touched.
-        for bad in [0, v1 as u32 - 1, PANTO_EVENT_MAX_STRUCT_SIZE + 1, u32::MAX] {
+        let v1 = PANTO_EVENT_SIZE_1_0 as usize;
+        // Not the size of a released PantoEvent: zero, too small, too large — and the
+        // plausible garbage of a forgotten PANTO_EVENT_INIT between 1.0's size and the
+        // old upper bound, which used to be accepted and zero-filled (up to 4 KiB of the
+        // caller's stack). Nothing is written, the stream is not touched.
+        for bad in [
+            0,
+            8,
+            v1 as u32 - 1,
+            v1 as u32 + 1,
+            v1 as u32 + 64,
+            1000,
+            PANTO_EVENT_MAX_STRUCT_SIZE,
+            PANTO_EVENT_MAX_STRUCT_SIZE + 1,
+            u32::MAX,
+        ] {
             let mut buf = vec![0xAAu8; 8192];
             buf[..4].copy_from_slice(&bad.to_ne_bytes());
             let out = buf.as_mut_ptr().cast::<PantoEvent>();
@@ -703,32 +716,47 @@ fn struct_size_is_checked_and_extra_room_is_zeroed() {
                 buf[4..].iter().all(|b| *b == 0xAA),
                 "size {bad}: nothing written"
             );
+            let mut json = PantoStr::ABSENT;
+            assert_eq!(panto_event_to_json(out, &mut json), PANTO_ERROR);
         }
-        // A caller built against a later, larger PantoEvent: zeros past this version's.
+        // A caller built against ABI 1.0 passes 1.0's size (a literal, 280): exactly
+        // those bytes are written, whatever size this library's struct has.
         #[repr(C, align(8))]
-        struct Bigger([u8; 1024]);
-        let mut big = Bigger([0xAA; 1024]);
-        let size = v1 as u32 + 64;
-        big.0[..4].copy_from_slice(&size.to_ne_bytes());
-        let out = big.0.as_mut_ptr().cast::<PantoEvent>();
+        struct Buf([u8; 1024]);
+        let mut buf = Buf([0xAA; 1024]);
+        buf.0[..4].copy_from_slice(&PANTO_EVENT_SIZE_1_0.to_ne_bytes());
+        let out = buf.0.as_mut_ptr().cast::<PantoEvent>();
         assert_eq!(panto_next_event(stream, out), PANTO_EVENT);
-        assert_eq!((*out).struct_size, size, "struct_size is kept");
+        assert_eq!(
+            (*out).struct_size,
+            PANTO_EVENT_SIZE_1_0,
+            "struct_size is kept"
+        );
         assert_eq!(
             (*out).kind,
             PANTO_EV_MESSAGE_START,
             "the first event was not consumed before"
         );
         assert!(
-            big.0[v1..v1 + 64].iter().all(|b| *b == 0),
-            "zero-filled up to struct_size"
-        );
-        assert!(
-            big.0[v1 + 64..].iter().all(|b| *b == 0xAA),
+            buf.0[v1..].iter().all(|b| *b == 0xAA),
             "nothing past struct_size"
         );
         panto_stream_free(stream);
         panto_agent_free(agent);
     }
+}
+
+/// ABI 1.0's size is pinned, not derived from the struct: the set of accepted sizes
+/// holds it as a literal, so appending a field to `PantoEvent` (which must add the new
+/// size) can never make a 1.0 caller fail.
+#[test]
+fn the_1_0_event_size_is_pinned() {
+    assert_eq!(PANTO_EVENT_SIZE_1_0, 280);
+    assert!(accepted_size(280));
+    assert!(accepted_size(size_of::<PantoEvent>() as u32));
+    // What the header says in C.
+    let h = header_constants();
+    assert_eq!(h["PANTO_EVENT_SIZE_1_0"], 280);
 }
 
 #[test]

@@ -74,8 +74,14 @@ pub const PANTO_CONTENT_REASONING: u32 = 2;
 pub const PANTO_CONTENT_REDACTED_REASONING: u32 = 3;
 pub const PANTO_CONTENT_TOOL_CALL: u32 = 4;
 
-/// The largest `struct_size` accepted: a larger one is taken for an uninitialized field.
+/// No accepted `struct_size` is larger (kept from ABI 1.0; the accepted sizes are now
+/// exactly those of released versions, `PANTO_EVENT_SIZE_1_0` so far).
 pub const PANTO_EVENT_MAX_STRUCT_SIZE: u32 = 4096;
+
+/// `sizeof(PantoEvent)` in ABI 1.0 (and 1.1, which added no field to it), written as a
+/// literal: it must never follow the struct when a later version appends fields, or
+/// every program built against 1.0 would be refused.
+pub const PANTO_EVENT_SIZE_1_0: u32 = 280;
 
 /// A borrowed UTF-8 string: `len` bytes at `ptr`, then a NUL. May contain NUL bytes.
 /// `ptr` is NULL (and `len` 0) only for an absent optional value.
@@ -265,8 +271,10 @@ pub struct PantoEvent {
     pub struct_size: u32,
     pub kind: u32,
     pub flags: u32,
-    pub _reserved0: u32,
-    /// The library's record of this event (for `panto_event_to_json`).
+    /// The generation of the record behind `_private` this event was filled from: a
+    /// stale copy of an earlier event no longer matches (`panto_event_to_json`).
+    pub _private_gen: u32,
+    /// The stream's record slot (for `panto_event_to_json`).
     pub _private: *const c_void,
     pub payload: PantoEventPayload,
 }

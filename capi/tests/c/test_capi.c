@@ -481,10 +481,11 @@ static void test_cancel_from_another_thread(void) {
   CHECK(wait_until(stat_is, &held, 30000));
   CHECK(wait_until(consumer_blocked, &c, 30000));
   CHECK(!atomic_load(&c.finished));
-  /* A second consumer at the same time is refused, not a race. */
+  /* A second consumer at the same time is refused, not a race (busy, at once for a
+   * timeout of 0; test_second_consumer has the rest). */
   PantoEvent ev = PANTO_EVENT_INIT;
   CHECK(panto_next_event_timeout(stream, &ev, 0) == PANTO_ERROR);
-  CHECK(ev.payload.error.kind == PANTO_ERR_CONFIG);
+  CHECK(ev.payload.error.kind == PANTO_ERR_BUSY);
   CHECK(str_contains(ev.payload.error.message, "another thread"));
   /* Cancel from this thread wakes the blocked one. */
   CHECK(panto_stream_cancel(stream) == PANTO_OK);
@@ -790,12 +791,20 @@ static void test_bad_arguments(void) {
   CHECK(panto_next_event(stream, NULL) == PANTO_ERROR);
   CHECK(panto_next_event_timeout(stream, NULL, 0) == PANTO_ERROR);
   PantoEvent ev;
-  uint32_t bad_sizes[] = {0, (uint32_t)sizeof(PantoEvent) - 1, 8, PANTO_EVENT_MAX_STRUCT_SIZE + 1};
+  /* Only the sizes of released versions: garbage between 1.0's size and the old bound of
+   * 4096 (a forgotten PANTO_EVENT_INIT) used to be accepted and zero-filled — that many
+   * bytes of the caller's stack. Now nothing at all is written. */
+  uint32_t bad_sizes[] = {0, (uint32_t)sizeof(PantoEvent) - 1, 8, (uint32_t)sizeof(PantoEvent) + 1,
+                          (uint32_t)sizeof(PantoEvent) + 8, 1000, PANTO_EVENT_MAX_STRUCT_SIZE,
+                          PANTO_EVENT_MAX_STRUCT_SIZE + 1};
+  static _Alignas(8) unsigned char garbage[PANTO_EVENT_MAX_STRUCT_SIZE + 8];
   for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
-    memset(&ev, 0xAB, sizeof ev);
-    ev.struct_size = bad_sizes[i];
-    CHECK(panto_next_event(stream, &ev) == PANTO_ERROR);
-    CHECK(ev.kind == 0xABABABABu && ev.struct_size == bad_sizes[i]);
+    memset(garbage, 0xAB, sizeof garbage);
+    memcpy(garbage, &bad_sizes[i], sizeof bad_sizes[i]);
+    CHECK(panto_next_event(stream, (PantoEvent *)(void *)garbage) == PANTO_ERROR);
+    bool untouched = true;
+    for (size_t b = sizeof(uint32_t); b < sizeof garbage; b++) untouched &= garbage[b] == 0xAB;
+    CHECKF(untouched, "struct_size %u: the library wrote into the caller's memory", bad_sizes[i]);
   }
   /* A NULL stream: an error payload that says so. */
   memset(&ev, 0, sizeof ev);
@@ -952,6 +961,202 @@ out:
   server_stop(&srv);
 }
 
+/* A caller built against ABI 1.0 allocates exactly PANTO_EVENT_SIZE_1_0 bytes (on the
+ * heap here, so valgrind sees any byte written past them): a whole turn is delivered
+ * into it. The size is a literal of 1.0, whatever later headers make of the struct. */
+static void test_event_1_0_sized_caller(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  PantoEvent *ev = NULL;
+  if (server_start(&srv, scenario("text.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  CHECK(PANTO_EVENT_SIZE_1_0 == 280);
+  ev = (PantoEvent *)calloc(1, PANTO_EVENT_SIZE_1_0);
+  CHECK(ev != NULL);
+  ev->struct_size = PANTO_EVENT_SIZE_1_0;
+  agent = new_agent(&srv, "sk-test", NULL);
+  CHECK(agent != NULL);
+  stream = start(agent, "hi");
+  CHECK(stream != NULL);
+  PantoStatus st;
+  int events = 0;
+  while ((st = panto_next_event(stream, ev)) == PANTO_EVENT) {
+    events++;
+    CHECK(ev->struct_size == PANTO_EVENT_SIZE_1_0);
+    PantoStr json;
+    CHECK(panto_event_to_json(ev, &json) == PANTO_OK);
+    if (ev->kind == PANTO_EV_MESSAGE_COMPLETE)
+      CHECK(str_eq(ev->payload.message_complete.text, "Hello from panto."));
+  }
+  CHECKF(st == PANTO_DONE, "status %d", st);
+  CHECK(events > 3);
+out:
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  free(ev);
+  server_stop(&srv);
+}
+
+/* A copy of an event kept past the next call is stale: panto_event_to_json refuses it,
+ * instead of answering with the JSON of whatever event replaced it (the allocator
+ * reuses the freed record's address for the next one). The current event still works. */
+static void test_stale_event_copy(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  if (server_start(&srv, scenario("text.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-test", NULL);
+  CHECK(agent != NULL);
+  stream = start(agent, "hi");
+  CHECK(stream != NULL);
+  PantoEvent ev = PANTO_EVENT_INIT, first, second;
+  PantoStr json;
+  CHECK(panto_next_event(stream, &ev) == PANTO_EVENT && ev.kind == PANTO_EV_MESSAGE_START);
+  first = ev;
+  CHECK(panto_event_to_json(&first, &json) == PANTO_OK);
+  CHECK(panto_next_event(stream, &ev) == PANTO_EVENT && ev.kind == PANTO_EV_BLOCK_START);
+  second = ev;
+  json.ptr = "x";
+  CHECK(panto_event_to_json(&first, &json) == PANTO_ERROR);
+  CHECK(json.ptr == NULL && json.len == 0);
+  CHECK(panto_event_to_json(&second, &json) == PANTO_OK);
+  CHECK(str_contains(json, "\"type\":\"block_start\""));
+  /* The same kind twice in a row (content deltas): only the kind check would pass. */
+  CHECK(panto_next_event(stream, &ev) == PANTO_EVENT && ev.kind == PANTO_EV_CONTENT_DELTA);
+  PantoEvent delta = ev;
+  PantoStatus st;
+  while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT && ev.kind != PANTO_EV_CONTENT_DELTA) {
+  }
+  CHECK(st == PANTO_EVENT && ev.kind == PANTO_EV_CONTENT_DELTA);
+  CHECK(panto_event_to_json(&delta, &json) == PANTO_ERROR);
+  CHECK(panto_event_to_json(&second, &json) == PANTO_ERROR);
+  CHECK(panto_event_to_json(&ev, &json) == PANTO_OK);
+  /* Exhausted: the last event's copy is stale too once DONE was returned. */
+  PantoEvent last;
+  while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) last = ev;
+  CHECK(st == PANTO_DONE);
+  CHECK(panto_event_to_json(&last, &json) == PANTO_ERROR);
+out:
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&srv);
+}
+
+/* A second consumer on another thread. */
+typedef struct Second {
+  PantoStream *stream;
+  int timeout_ms; /* < 0: panto_next_event */
+  _Atomic pid_t tid;
+  atomic_bool finished;
+  PantoStatus status;
+  uint32_t kind;
+  uint32_t error_kind;
+} Second;
+
+static void *second_consumer(void *arg) {
+  Second *s = arg;
+  atomic_store(&s->tid, current_tid());
+  PantoEvent ev = PANTO_EVENT_INIT;
+  s->status = s->timeout_ms < 0 ? panto_next_event(s->stream, &ev)
+                                : panto_next_event_timeout(s->stream, &ev, s->timeout_ms);
+  s->kind = ev.kind;
+  s->error_kind = s->status == PANTO_ERROR ? ev.payload.error.kind : 0;
+  atomic_store(&s->finished, true);
+  return NULL;
+}
+
+static bool second_asleep(void *arg) {
+  Second *s = arg;
+  pid_t tid = atomic_load(&s->tid);
+  return tid != 0 && !atomic_load(&s->finished) && thread_state(tid) == 'S';
+}
+
+/* While one thread is blocked in a next call, a second one waits asleep — it does not
+ * spin on an error — until the first returns, then fails with PANTO_ERR_BUSY. That error
+ * is not the stream's: it is not sticky, it consumed nothing, and the first thread's
+ * result is what the stream goes on with. A timed second call waits at most its
+ * timeout; a timeout of 0 does not wait. */
+static void test_second_consumer(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  pthread_t first_th, second_th;
+  bool first_running = false, second_running = false;
+  Consumer c;
+  Second s;
+  memset(&c, 0, sizeof c);
+  memset(&s, 0, sizeof s);
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-test", NULL);
+  CHECK(agent != NULL);
+  stream = start(agent, "hi");
+  CHECK(stream != NULL);
+  c.stream = stream;
+  CHECK(pthread_create(&first_th, NULL, consume, &c) == 0);
+  first_running = true;
+  StatWait held = {&srv, "held", 1};
+  CHECK(wait_until(stat_is, &held, 30000));
+  CHECK(wait_until(consumer_blocked, &c, 30000));
+
+  /* Timed: busy after its timeout, not before; 0: at once. */
+  PantoEvent ev = PANTO_EVENT_INIT;
+  int64_t t0 = now_ms();
+  CHECK(panto_next_event_timeout(stream, &ev, 100) == PANTO_ERROR);
+  CHECKF(now_ms() - t0 >= 95, "returned after %lld ms", (long long)(now_ms() - t0));
+  CHECK(ev.kind == PANTO_EV_ERROR && ev.payload.error.kind == PANTO_ERR_BUSY);
+  CHECK(str_eq(panto_error_kind_name(ev.payload.error.kind), "busy"));
+  t0 = now_ms();
+  CHECK(panto_next_event_timeout(stream, &ev, 0) == PANTO_ERROR);
+  CHECK(ev.payload.error.kind == PANTO_ERR_BUSY);
+  CHECKF(now_ms() - t0 < 1000, "a timeout of 0 waited %lld ms", (long long)(now_ms() - t0));
+
+  /* Untimed: asleep for as long as the first one is inside. */
+  s.stream = stream;
+  s.timeout_ms = -1;
+  CHECK(pthread_create(&second_th, NULL, second_consumer, &s) == 0);
+  second_running = true;
+  CHECK(wait_until(second_asleep, &s, 30000));
+  /* Still asleep a while later, and the first consumer is still the one waiting. */
+  for (int i = 0; i < 50; i++) {
+    struct timespec ms = {0, 2000000};
+    nanosleep(&ms, NULL);
+    CHECK(second_asleep(&s));
+  }
+  CHECK(!atomic_load(&c.finished) && panto_stream_consumer_waiting(stream));
+
+  /* The first one returns (with the rest of the turn): the second wakes with busy. */
+  CHECK(server_open_gate(&srv) == 0);
+  CHECK(pthread_join(second_th, NULL) == 0);
+  second_running = false;
+  CHECKF(s.status == PANTO_ERROR && s.kind == PANTO_EV_ERROR && s.error_kind == PANTO_ERR_BUSY,
+         "status %d kind %u error %u", s.status, s.kind, s.error_kind);
+  CHECK(pthread_join(first_th, NULL) == 0);
+  first_running = false;
+  /* The first consumer got the whole turn: busy consumed nothing and stuck to nothing. */
+  CHECKF(c.last == PANTO_DONE, "status %d kind %u", c.last, c.error_kind);
+  CHECK(strcmp(c.text, "Hello from panto.") == 0);
+  CHECK(panto_next_event(stream, &ev) == PANTO_DONE);
+out:
+  if (first_running || second_running) {
+    panto_stream_cancel(stream);
+    server_open_gate(&srv);
+    if (first_running) pthread_join(first_th, NULL);
+    if (second_running) pthread_join(second_th, NULL);
+  }
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&srv);
+}
+
 /* ------------------------------------------------------------------------------------ */
 
 static const struct {
@@ -969,6 +1174,9 @@ static const struct {
     {"reasoning_caching_transcript", test_reasoning_caching_transcript},
     {"compaction", test_compaction},
     {"cancel_compaction", test_cancel_compaction},
+    {"event_1_0_sized_caller", test_event_1_0_sized_caller},
+    {"stale_event_copy", test_stale_event_copy},
+    {"second_consumer", test_second_consumer},
 };
 
 int main(int argc, char **argv) {
