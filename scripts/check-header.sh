@@ -7,9 +7,13 @@
 #      compares the two semantically: function signatures (typedefs resolved), struct and
 #      union fields in order with their types, typedef targets, constant values.
 #   2. The panto_* symbols libpanto.so exports (nm -D) are exactly the header's functions,
-#      and its soname is libpanto.so.<ABI major>.
+#      each versioned with the node of the ABI version that introduced it (capi/panto.map,
+#      the header's "Since ABI 1.N"), and its soname is libpanto.so.<ABI major>. A
+#      program that uses a 1.1 function, run on a library that has only PANTO_1.0, is
+#      refused by the dynamic loader with "version `PANTO_1.1' not found"; a 1.0 program
+#      runs there.
 #   3. PANTO_ABI_VERSION_MAJOR/MINOR equal capi/Cargo.toml's major.minor.
-#   4. The header compiles standalone as C11 and C++17 with -Wall -Wextra -Werror
+#   4. The header compiles standalone as C11, C++98 and C++17 with -Wall -Wextra -Werror
 #      -pedantic, including its macros.
 #   5. sizeof/alignof/offsetof of every struct field, as the C compiler sees the header,
 #      equal Rust's (the Rust test layout_agrees_with_the_c_compiler compiles the probe).
@@ -47,10 +51,10 @@ cbindgen --quiet --config capi/cbindgen.toml --lockfile "$PWD/Cargo.lock" \
   --output "$generated" capi
 python3 capi/tools/abi_check.py diff "$header" "$generated"
 
-say "2. exported symbols and soname"
+say "2. exported symbols, their versions, and the soname"
 cargo build --locked --quiet -p panto-capi
-lib="$target/debug/libpanto.so"
-python3 capi/tools/abi_check.py symbols "$header" "$lib"
+lib=$(capi/tools/link-shared.sh "$target/debug")
+python3 capi/tools/abi_check.py symbols "$header" "$lib" capi/panto.map
 major=$(sed -n 's/^version = "\([0-9][0-9]*\)\..*"/\1/p' capi/Cargo.toml | head -n 1)
 soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 if [ "$soname" != "libpanto.so.$major" ]; then
@@ -58,11 +62,46 @@ if [ "$soname" != "libpanto.so.$major" ]; then
   exit 1
 fi
 echo "soname: $soname: OK"
+# A newer program on an older library: a stand-in for a 1.0 libpanto.so.1 (one 1.0
+# function, the PANTO_1.0 node only) and two programs linked against the real library.
+old="$out/abi-1.0"
+mkdir -p "$old/lib" "$old/link"
+ln -sf "$lib" "$old/link/libpanto.so"
+printf 'PANTO_1.0 { global: panto_abi_version; local: *; };\n' >"$old/1.0.map"
+printf '#include <stdint.h>\nuint32_t panto_abi_version(void) { return 1u << 16; }\n' |
+  "$cc" -shared -fPIC -x c - -Wl,--version-script="$old/1.0.map" \
+    -Wl,-soname,"libpanto.so.$major" -o "$old/lib/libpanto.so.$major"
+cat >"$old/uses-1.0.c" <<'C'
+#include "panto.h"
+int main(void) { return panto_abi_version() >> 16 == 1 ? 0 : 1; }
+C
+cat >"$old/uses-1.1.c" <<'C'
+#include "panto.h"
+int main(void) {
+  PantoCancelToken *t = panto_cancel_token_new();
+  panto_cancel_token_free(t);
+  return panto_abi_version() >> 16 == 1 ? 0 : 1;
+}
+C
+for p in uses-1.0 uses-1.1; do
+  "$cc" -std=c11 -I capi/include "$old/$p.c" -L "$old/link" -lpanto -o "$old/$p"
+done
+LD_LIBRARY_PATH="$old/lib" "$old/uses-1.0"
+if LD_LIBRARY_PATH="$old/lib" "$old/uses-1.1" 2>"$old/uses-1.1.err"; then
+  echo "ABI DRIFT: a program using a 1.1 function started on a 1.0 library" >&2
+  exit 1
+fi
+if ! grep -q "version \`PANTO_1.1' not found" "$old/uses-1.1.err"; then
+  echo "ABI DRIFT: a 1.1 program on a 1.0 library failed, but not with the version message:" >&2
+  cat "$old/uses-1.1.err" >&2
+  exit 1
+fi
+echo "a 1.1 program on a 1.0 library: $(sed 's/^.*: //' "$old/uses-1.1.err"): OK"
 
 say "3. version macros vs capi/Cargo.toml"
 python3 capi/tools/abi_check.py version "$header" capi/Cargo.toml
 
-say "4. the header compiles standalone (C11, C++17; -Wall -Wextra -Werror -pedantic)"
+say "4. the header compiles standalone (C11, C++98, C++17; -Wall -Wextra -Werror -pedantic)"
 cat >"$out/standalone.c" <<'C'
 #include "panto.h"
 /* Every macro of the header is usable as documented. */
@@ -77,9 +116,11 @@ C
 cp "$out/standalone.c" "$out/standalone.cpp"
 "$cc" -std=c11 -Wall -Wextra -Werror -pedantic -I capi/include -c "$out/standalone.c" \
   -o "$out/standalone-c.o"
-"$cxx" -std=c++17 -Wall -Wextra -Werror -pedantic -I capi/include -c "$out/standalone.cpp" \
-  -o "$out/standalone-cpp.o"
-echo "C11 and C++17: OK"
+for std in c++98 c++17; do
+  "$cxx" -std=$std -Wall -Wextra -Werror -pedantic -I capi/include -c "$out/standalone.cpp" \
+    -o "$out/standalone-$std.o"
+done
+echo "C11, C++98 and C++17: OK"
 
 say "5. struct layouts: C compiler vs Rust"
 cargo test --locked --quiet -p panto-capi --lib layout_agrees_with_the_c_compiler

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The C example end to end, as a user would get it: install libpanto into a scratch
 # prefix (scripts/install-capi.sh), build examples/stream.c with pkg-config twice —
-# against the shared and against the static library — run both against panto-testserver
-# (the demo scenario: a `weather` host tool call, then the answer), and require each to
-# print byte for byte what `panto run --json` prints for the same turn.
-# (Memory checking is the C tests' job, on the debug build: valgrind reports false
-# positives in optimized code of dependencies, e.g. word-wise compares in http's header
-# name parser, and a release build is what gets installed here.)
+# `--libs` against the shared and `--static --libs` against the static library (ldd
+# must show libpanto.so.1 for the first and no libpanto for the second) — run both
+# against panto-testserver (the demo scenario: a `weather` host tool call, then the
+# answer), and require each to print byte for byte what `panto run --json` prints for
+# the same turn. (Memory checking is the C tests' job: capi/tests/c/run.sh runs them
+# under valgrind against the debug and the release library.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
@@ -31,15 +31,24 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Exactly the two commands the README and install-capi.sh tell a user to type.
 # shellcheck disable=SC2046  # pkg-config output is meant to be split
 "$cc" -std=c11 -Wall -Wextra -Werror capi/examples/stream.c $(pkg-config --cflags --libs panto) \
   -Wl,-rpath,"$libdir" -o "$tmp/stream-shared"
-static_libs=$(pkg-config --static --libs-only-l panto | sed 's/-lpanto\b//')
-# shellcheck disable=SC2046,SC2086
-"$cc" -std=c11 -Wall -Wextra -Werror capi/examples/stream.c $(pkg-config --cflags panto) \
-  "$libdir/libpanto.a" $static_libs -o "$tmp/stream-static"
-if ldd "$tmp/stream-static" | grep -q libpanto; then
-  echo "stream-static loads libpanto.so: not a static build" >&2
+# shellcheck disable=SC2046
+"$cc" -std=c11 -Wall -Wextra -Werror capi/examples/stream.c \
+  $(pkg-config --cflags --static --libs panto) -o "$tmp/stream-static"
+# (ldd's output is read whole: `grep -q` in a pipe under pipefail fails by SIGPIPE.)
+shared_deps=$(ldd "$tmp/stream-shared")
+if [[ $shared_deps != *"libpanto.so.1 => $libdir/libpanto.so.1"* ]]; then
+  echo "stream-shared does not load $libdir/libpanto.so.1:" >&2
+  printf '%s\n' "$shared_deps" >&2
+  exit 1
+fi
+static_deps=$(ldd "$tmp/stream-static")
+if [[ $static_deps == *libpanto* ]]; then
+  echo "stream-static, linked with pkg-config --static, loads libpanto.so: not static:" >&2
+  printf '%s\n' "$static_deps" >&2
   exit 1
 fi
 

@@ -10,8 +10,12 @@ compares the two *semantically* — what the C compiler would see, not how it is
                          of the Panto* typedefs, and the value of every PANTO_* constant.
                          A PANTO_* macro only in the hand header must be one of
                          HAND_ONLY_MACROS (helpers with no Rust counterpart).
-  symbols HEADER LIB     the panto_* functions the shared library exports (nm -D) are
-                         exactly the functions the header declares.
+  symbols HEADER LIB [MAP]
+                         the panto_* functions the shared library exports (nm -D) are
+                         exactly the functions the header declares; with MAP (the
+                         linker version script, capi/panto.map), each is in the node of
+                         the ABI version that introduced it (the header's "Since ABI
+                         1.N", else 1.0), in the script and in the library.
   version HEADER TOML    PANTO_ABI_VERSION_MAJOR/MINOR equal the crate version's
                          major.minor.
   probe HEADER           prints a C program that prints sizeof, alignof and offsetof of
@@ -212,14 +216,64 @@ def header_functions(header):
     return set(Model(preprocess(header, stub_dir())).funcs)
 
 
-def exported_symbols(lib):
+def exported_versions(lib):
+    """panto_* function -> its symbol version ("" if unversioned)."""
     out = run(["nm", "-D", "--defined-only", lib])
-    syms = set()
+    syms = {}
     for line in out.splitlines():
         parts = line.split()
         if len(parts) == 3 and parts[1] == "T" and parts[2].startswith("panto_"):
-            syms.add(parts[2])
+            name, _, version = parts[2].partition("@")
+            syms[name] = version.lstrip("@")
     return syms
+
+
+def exported_symbols(lib):
+    return set(exported_versions(lib))
+
+
+def header_since(header):
+    """Function -> "PANTO_1.N": the version the header says introduced it ("Since ABI
+    1.N" in the comment right before its declaration), PANTO_1.0 otherwise."""
+    with open(header) as f:
+        text = f.read()
+    since = {}
+    for name in header_functions(header):
+        m = re.search(r"^PANTO_API[^;]*?\b" + name + r"\s*\(", text, re.M)
+        # The comment that documents it: the one that ends right before it.
+        start = text.rfind("/*", 0, m.start())
+        doc = text[start:m.start()] if text[text.rfind("*/", 0, m.start()):m.start()].strip() == "*/" else ""
+        v = re.search(r"[Ss]ince ABI (\d+)\.(\d+)", doc)
+        since[name] = f"PANTO_{v.group(1)}.{v.group(2)}" if v else "PANTO_1.0"
+    return since
+
+
+def map_nodes(path):
+    """Function -> node of the linker version script."""
+    with open(path) as f:
+        text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+    nodes = {}
+    for node, body in re.findall(r"(PANTO_[\w.]+)\s*\{(.*?)\}", text, re.S):
+        glob = body.split("local:")[0].replace("global:", "")
+        for name in re.findall(r"(panto_\w+)\s*;", glob):
+            nodes[name] = node
+    return nodes
+
+
+def compare_symbol_versions(header, versions, map_path):
+    since, nodes = header_since(header), map_nodes(map_path)
+    errs = []
+    for f in sorted(since):
+        want = since[f]
+        if nodes.get(f) != want:
+            errs.append(f"function {f}: the header says {want}, {map_path} has it in "
+                        f"{nodes.get(f, 'no node')}")
+        if versions.get(f) not in (None, want):
+            errs.append(f"symbol {f}: exported as {f}@@{versions[f] or '(unversioned)'}, "
+                        f"expected {f}@@{want}")
+    for f in sorted(set(nodes) - set(since)):
+        errs.append(f"{map_path}: {f} is not a function of the header")
+    return errs, f"{len(versions)} symbols in {len(set(since.values()))} version nodes"
 
 
 def compare_symbols(header, symbols):
@@ -347,6 +401,32 @@ def selftest(hand, gen, lib):
         else:
             failures.append(f"{what}: not caught")
 
+    # Symbol versions: a 1.1 function in the 1.0 node of the script, or exported with
+    # another version than the header states.
+    map_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "panto.map")
+    versions = exported_versions(lib)
+    errs, _ = compare_symbol_versions(hand, versions, map_path)
+    if errs:
+        failures.append("the real symbol versions disagree: " + "; ".join(errs))
+    with open(map_path) as f:
+        map_text = f.read()
+    moved = os.path.join(work, "moved.map")
+    with open(moved, "w") as f:
+        f.write(replace_once(map_text, "    panto_agent_compact;\n", "", "map")
+                .replace("    panto_abi_version;\n",
+                         "    panto_abi_version;\n    panto_agent_compact;\n"))
+    for what, path, vers in [
+        ("a 1.1 function moved to the 1.0 node", moved, versions),
+        ("a symbol exported with another version", map_path,
+         {**versions, "panto_next_event": "PANTO_1.1"}),
+    ]:
+        errs, _ = compare_symbol_versions(hand, vers, path)
+        if errs:
+            print(f"  ok: {what} -> {errs[0]}")
+        else:
+            failures.append(f"{what}: not caught")
+
     # Any version the header does not state (this one never will).
     toml = os.path.join(work, "Cargo.toml")
     with open(toml, "w") as f:
@@ -359,7 +439,7 @@ def selftest(hand, gen, lib):
 
     for f in failures:
         print("SELFTEST FAILED:", f)
-    print(f"selftest: {len(MUTATIONS) + 4} cases, {'FAIL' if failures else 'OK'}")
+    print(f"selftest: {len(MUTATIONS) + 6} cases, {'FAIL' if failures else 'OK'}")
     return 1 if failures else 0
 
 
@@ -377,8 +457,13 @@ def main(argv):
     cmd, args = argv[1], argv[2:]
     if cmd == "diff" and len(args) == 2:
         return report(*compare(*args), "header vs Rust")
-    if cmd == "symbols" and len(args) == 2:
-        return report(*compare_symbols(args[0], exported_symbols(args[1])), "symbols")
+    if cmd == "symbols" and len(args) in (2, 3):
+        status = report(*compare_symbols(args[0], exported_symbols(args[1])), "symbols")
+        if len(args) == 3:
+            versions = exported_versions(args[1])
+            status |= report(*compare_symbol_versions(args[0], versions, args[2]),
+                             "symbol versions")
+        return status
     if cmd == "version" and len(args) == 2:
         return report(*compare_version(*args), "version")
     if cmd == "probe" and len(args) == 1:

@@ -1,40 +1,93 @@
 #!/usr/bin/env bash
 # Builds the C tests (capi/tests/c) with the system compiler against the shared
-# libpanto.so and runs them under valgrind memcheck: any memory error or leak fails
-# (the only suppressions, in valgrind.supp, are the worker pool's process-lifetime
-# threads, explained there).
+# libpanto.so (linked by capi/tools/link-shared.sh, symbol versions included) and runs:
+#
+#   1. a compile check: the header, PANTO_EVENT_INIT included, as C++98 (the oldest
+#      C++ it supports) with -Wall -Wextra -Werror -pedantic;
+#   2. every test under valgrind memcheck against the debug library: any memory error
+#      or leak fails (the suppressions, in valgrind.supp, are explained there);
+#   3. every test under valgrind against the release library — what install-capi.sh
+#      installs (valgrind.supp also covers optimized code of the dependencies);
+#   4. every test under ThreadSanitizer (gcc or clang -fsanitize=thread) with
+#      capi/tsan.supp, after checking that a race in the host's own code is still
+#      reported with that file in place.
 #
 #   capi/tests/c/run.sh [TEST_NAME]         # all tests, or one
-#   PANTO_NO_VALGRIND=1 capi/tests/c/run.sh # natively, for a quick local loop
+#   PANTO_NO_VALGRIND=1 capi/tests/c/run.sh # step 1, then the tests natively against
+#                                           # the debug library (a quick local loop)
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 cc="${CC:-cc}"
+cxx="${CXX:-c++}"
+say() { printf -- '--- %s\n' "$*"; }
 
 cargo build --locked -q -p panto-capi -p panto-testserver
+if [ -z "${PANTO_NO_VALGRIND:-}" ]; then
+  cargo build --locked -q --release -p panto-capi
+fi
+
+say "1. the header as C++98"
+printf '#include "panto.h"\nint main() { PantoEvent ev = PANTO_EVENT_INIT; PantoEvent v[2] = {PANTO_EVENT_INIT, PANTO_EVENT_INIT}; return (int)(ev.kind + v[1].kind); }\n' |
+  "$cxx" -std=c++98 -Wall -Wextra -Werror -pedantic -I capi/include -fsyntax-only -x c++ -
+echo "C++98: OK"
 
 # The library's soname is libpanto.so.<ABI major>: link and run through that name, as
-# an installed program would.
+# an installed program would. $1: cargo profile; the test program goes to $out/$2.
 major=$(sed -n 's/^version = "\([0-9][0-9]*\)\..*"/\1/p' capi/Cargo.toml | head -n 1)
-out="$target/capi-c"
-mkdir -p "$out/lib"
-ln -sf "$target/debug/libpanto.so" "$out/lib/libpanto.so.$major"
-ln -sf "libpanto.so.$major" "$out/lib/libpanto.so"
-
-"$cc" -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -I capi/include \
-  capi/tests/c/test_capi.c capi/tests/c/harness.c \
-  -L "$out/lib" -lpanto -Wl,-rpath,"$out/lib" -o "$out/test_capi"
-
+build_tests() {
+  local profile=$1 name=$2 lib
+  shift 2
+  lib=$(capi/tools/link-shared.sh "$target/$profile")
+  out="$target/capi-c/$profile"
+  mkdir -p "$out/lib"
+  ln -sf "$lib" "$out/lib/libpanto.so.$major"
+  ln -sf "libpanto.so.$major" "$out/lib/libpanto.so"
+  "$cc" -std=c11 -Wall -Wextra -Werror -g -O1 -pthread "$@" -I capi/include \
+    capi/tests/c/test_capi.c capi/tests/c/harness.c \
+    -L "$out/lib" -lpanto -Wl,-rpath,"$out/lib" -o "$out/$name"
+}
 args=("$target/debug/panto-testserver" capi/tests/scenarios
       tests/server/scenarios/demo-weather.json "$@")
+
+build_tests debug test_capi
 if [ -n "${PANTO_NO_VALGRIND:-}" ]; then
-  exec "$out/test_capi" "${args[@]}"
+  exec "$target/capi-c/debug/test_capi" "${args[@]}"
 fi
 if ! command -v valgrind >/dev/null; then
   echo "valgrind is required for the C tests (apt-get install valgrind)" >&2
   exit 1
 fi
-exec valgrind --tool=memcheck --error-exitcode=99 --leak-check=full \
-  --show-leak-kinds=definite,possible --errors-for-leak-kinds=definite,possible \
-  --num-callers=40 --suppressions=capi/tests/c/valgrind.supp --quiet \
-  "$out/test_capi" "${args[@]}"
+memcheck() {
+  valgrind --tool=memcheck --error-exitcode=99 --leak-check=full \
+    --show-leak-kinds=definite,possible --errors-for-leak-kinds=definite,possible \
+    --num-callers=40 --suppressions=capi/tests/c/valgrind.supp --quiet "$@"
+}
+say "2. valgrind memcheck, debug library"
+memcheck "$target/capi-c/debug/test_capi" "${args[@]}"
+
+say "3. valgrind memcheck, release library"
+build_tests release test_capi
+memcheck "$target/capi-c/release/test_capi" "${args[@]}"
+
+say "4. ThreadSanitizer (suppressions: capi/tsan.supp)"
+build_tests debug test_capi_tsan -fsanitize=thread
+tsan_dir="$target/capi-c/debug"
+"$cc" -std=c11 -Wall -Wextra -Werror -g -O1 -pthread -fsanitize=thread -I capi/include \
+  capi/tests/c/tsan_selftest.c -L "$tsan_dir/lib" -lpanto -Wl,-rpath,"$tsan_dir/lib" \
+  -o "$tsan_dir/tsan_selftest"
+tsan_opts="halt_on_error=0 exitcode=66 suppressions=$PWD/capi/tsan.supp"
+# The file must not hide the host's own races: a deliberate one is reported.
+if TSAN_OPTIONS="$tsan_opts" "$tsan_dir/tsan_selftest" >"$tsan_dir/tsan_selftest.log" 2>&1; then
+  echo "ThreadSanitizer missed the deliberate race of tsan_selftest.c:" >&2
+  cat "$tsan_dir/tsan_selftest.log" >&2
+  exit 1
+fi
+if ! grep -q "data race" "$tsan_dir/tsan_selftest.log" ||
+  ! grep -q "racy_increment" "$tsan_dir/tsan_selftest.log"; then
+  echo "tsan_selftest failed, but not with the deliberate race:" >&2
+  cat "$tsan_dir/tsan_selftest.log" >&2
+  exit 1
+fi
+echo "self-check: the deliberate race in the host is reported: OK"
+TSAN_OPTIONS="$tsan_opts" "$tsan_dir/test_capi_tsan" "${args[@]}"
