@@ -17,7 +17,15 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
+use reqwest::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE,
+};
+
+// Header names as constants, not strings parsed at run time: http's parser compares
+// names a word at a time past their end, which memcheck reports on every agent made in
+// an optimized build (capi/tests/c/valgrind.supp).
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, debug_span, Instrument};
@@ -141,7 +149,7 @@ impl Transport {
     pub fn new(config: &Config) -> Result<Transport> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert("accept", HeaderValue::from_static("text/event-stream"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let secret_value = |v: &str, what: &str| {
             let mut v = HeaderValue::from_str(v)
                 .map_err(|_| Error::config(format!("{what}: not a valid header value")))?;
@@ -153,17 +161,17 @@ impl Transport {
             ProviderKind::OpenAi => {
                 if !config.api_key.is_empty() {
                     headers.insert(
-                        "authorization",
+                        AUTHORIZATION,
                         secret_value(&format!("Bearer {}", config.api_key), "api_key")?,
                     );
                 }
             }
             ProviderKind::Anthropic => {
                 if !config.api_key.is_empty() {
-                    headers.insert("x-api-key", secret_value(&config.api_key, "api_key")?);
+                    headers.insert(X_API_KEY, secret_value(&config.api_key, "api_key")?);
                 }
                 headers.insert(
-                    "anthropic-version",
+                    ANTHROPIC_VERSION,
                     HeaderValue::from_static(anthropic::API_VERSION),
                 );
             }

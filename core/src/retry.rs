@@ -14,7 +14,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use reqwest::header::HeaderMap;
+use reqwest::header::{HeaderMap, HeaderName, RETRY_AFTER};
 
 use crate::config::RetryConfig;
 use crate::error::{Error, ErrorKind};
@@ -31,21 +31,24 @@ pub struct RetryHints {
 
 impl RetryHints {
     pub fn from_headers(headers: &HeaderMap) -> RetryHints {
-        let get = |name: &str| {
+        // Names as constants (see http.rs): a lookup by string parses it at run time.
+        const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");
+        const RETRY_AFTER_MS: HeaderName = HeaderName::from_static("retry-after-ms");
+        let get = |name: &HeaderName| {
             headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
                 .map(str::trim)
         };
-        let should_retry = match get("x-should-retry") {
+        let should_retry = match get(&X_SHOULD_RETRY) {
             Some("true") => Some(true),
             Some("false") => Some(false),
             _ => None,
         };
-        let after = get("retry-after-ms")
+        let after = get(&RETRY_AFTER_MS)
             .and_then(|v| v.parse::<f64>().ok())
             .and_then(|ms| seconds(ms / 1000.0))
-            .or_else(|| get("retry-after").and_then(parse_retry_after));
+            .or_else(|| get(&RETRY_AFTER).and_then(parse_retry_after));
         RetryHints {
             should_retry,
             after,
