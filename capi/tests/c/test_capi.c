@@ -731,10 +731,11 @@ static void test_bad_arguments(void) {
       {"{", "JSON"},
       {"[]", "object"},
       {"{\"modle\":\"x\"}", "modle"},
-      {"{\"max_tokens\":\"many\"}", "max_tokens"},
-      {"{\"timeouts\":{\"idle\":5}}", "idle"},
-      {"{\"tools\":[{\"name\":7}]}", "tools[0].name"},
-      {"{\"provider\":\"acme\"}", "provider"},
+      {"{\"model\":\"m\",\"max_tokens\":\"many\"}", "max_tokens"},
+      {"{\"model\":\"m\",\"timeouts\":{\"idle\":5}}", "idle"},
+      {"{\"model\":\"m\",\"tools\":[{\"name\":7}]}", "tools[0].name"},
+      {"{\"model\":\"m\",\"provider\":\"acme\"}", "provider"},
+      {"{\"max_tokens\":5}", "model"},
   };
   for (size_t i = 0; i < sizeof bad_configs / sizeof bad_configs[0]; i++) {
     const char *j = bad_configs[i].json;
