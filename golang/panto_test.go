@@ -692,3 +692,44 @@ func TestKindsAndTypesMatchTheLibrary(t *testing.T) {
 		t.Errorf("ABI version %#x", ABIVersion())
 	}
 }
+
+// The library, not this package, says when a stream has ended: Next hands out
+// MessageComplete, then Done from the library, which frees the C stream; the freed
+// stream keeps answering Done, also after Close.
+func TestTheLibrarysDoneEndsAndFreesTheStream(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, scenario(exchange(sseResponse(textSSE("a", "b")))))
+	agent := newTestAgent(t, testConfig(srv))
+	before := liveStreams.Load()
+	s, err := agent.Stream(context.Background(), "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last Event
+	for {
+		ev, err := s.Next()
+		if err == Done {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = ev
+	}
+	if _, ok := last.(*MessageComplete); !ok {
+		t.Fatalf("last event %T", last)
+	}
+	if n := liveStreams.Load(); n != before {
+		t.Fatalf("%d C streams left after Done (%d before)", n, before)
+	}
+	for range 2 {
+		if _, err := s.Next(); err != Done {
+			t.Fatalf("after Done: %v", err)
+		}
+	}
+	s.Cancel()
+	_ = s.Close()
+	if _, err := s.Next(); err != Done {
+		t.Fatalf("after Close: %v", err)
+	}
+}

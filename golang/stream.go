@@ -41,12 +41,17 @@ var liveStreams atomic.Int64
 // (next itself, cancel, submit, diagnostics); the write lock covers free, which the C
 // contract forbids racing any other call. Close therefore cancels first (waking a
 // blocked next, which drops its read lock) and then frees.
+//
+// The library decides when the stream has ended (PANTO_DONE, or PANTO_ERROR with the
+// same failure on every later call). Once it has said so the C stream is freed, and
+// the handle answers in its place with what it said last (end).
 type streamHandle struct {
 	mu   sync.RWMutex
 	p    *C.PantoStream
 	ev   *C.PantoEvent // in C memory: the library writes C pointers into it
 	stop func() bool   // unregisters the ctx watcher
 	done context.CancelFunc
+	end  error // Done or the failure Next returned, once the stream was freed
 }
 
 func (h *streamHandle) cancel() {
@@ -58,18 +63,28 @@ func (h *streamHandle) cancel() {
 }
 
 // release cancels and frees the C stream; idempotent.
-func (h *streamHandle) release() {
+func (h *streamHandle) release() { h.finish(nil) }
+
+// finish frees the C stream after Next returned end (Done or a failure), which the
+// handle then answers in its place; with end nil, it is release. It returns what the
+// handle answers from now on: the first end recorded, so a failure repeats as the same
+// value.
+func (h *streamHandle) finish(end error) error {
 	h.stop()
 	h.done()
 	h.cancel()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.end == nil {
+		h.end = end
+	}
 	if h.p != nil {
 		C.panto_stream_free(h.p)
 		C.free(unsafe.Pointer(h.ev))
 		h.p, h.ev = nil, nil
 		liveStreams.Add(-1)
 	}
+	return h.end
 }
 
 func (h *streamHandle) submit(callID, output string, isError bool) error {
@@ -101,7 +116,6 @@ type Stream struct {
 	tools   map[string]Tool
 
 	nextMu sync.Mutex
-	term   error // Done or the failure, once the stream has ended
 
 	errMu sync.Mutex
 	err   error
@@ -133,32 +147,29 @@ func (s *Stream) Next() (Event, error) {
 	s.nextMu.Lock()
 	defer s.nextMu.Unlock()
 	defer runtime.KeepAlive(s)
-	if s.term != nil {
-		return nil, s.term
-	}
 	ev, err := s.pull()
 	if err != nil {
-		s.term = err
-		s.h.release()
-		return nil, err
+		// The library says the stream has ended: free it, and answer this from now on.
+		return nil, s.h.finish(err)
 	}
-	switch e := ev.(type) {
-	case *MessageComplete:
-		s.term = Done
-		s.h.release()
-	case *ToolCallStart:
-		if t, ok := s.tools[e.Name]; ok && e.Host {
+	if e, ok := ev.(*ToolCallStart); ok && e.Host {
+		if t, ok := s.tools[e.Name]; ok {
 			go runTool(s.toolCtx, s.h, t, e.CallID, e.Arguments)
 		}
 	}
 	return ev, nil
 }
 
+// pull takes the library's next answer: an event, Done, or a failure. A freed stream
+// answers what it answered last, or, closed before it ended, a cancelled *Error.
 func (s *Stream) pull() (Event, error) {
 	h := s.h
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if h.p == nil {
+		if h.end != nil {
+			return nil, h.end
+		}
 		return nil, &Error{Kind: KindCancelled, Message: "the stream was closed", cause: ErrClosed}
 	}
 	for {
@@ -340,28 +351,39 @@ func (s *Stream) setErr(err error) {
 	s.errMu.Unlock()
 }
 
+// claim marks the stream as read by Iter, All or Chan; false if it already was (a
+// stream is read once).
+func (s *Stream) claim() bool { return !s.used.Swap(true) }
+
+// consume is the one loop under Iter, All and Chan, on a claimed stream: it hands every
+// event to emit, in order, until the library reports the end (Next returns Done, right
+// after MessageComplete) or a failure, or emit returns false; then it closes the stream
+// and returns the failure (nil after the end or an early stop), also kept in Err.
+func (s *Stream) consume(emit func(Event) bool) error {
+	defer s.Close()
+	for {
+		ev, err := s.Next()
+		if err == Done {
+			return nil
+		}
+		if err != nil {
+			s.setErr(err)
+			return err
+		}
+		if !emit(ev) {
+			return nil
+		}
+	}
+}
+
 // Iter returns the events as a range-over-func sequence, in the bufio.Scanner style:
 // check Err after the loop. It ends right after yielding MessageComplete, or at a
 // failure, and closes the stream however the loop ends (break included). A stream is
 // read once: a second Iter, All or Chan yields nothing.
 func (s *Stream) Iter() iter.Seq[Event] {
 	return func(yield func(Event) bool) {
-		if s.used.Swap(true) {
-			return
-		}
-		defer s.Close()
-		for {
-			ev, err := s.Next()
-			if err != nil {
-				s.setErr(err)
-				return
-			}
-			if !yield(ev) {
-				return
-			}
-			if _, ok := ev.(*MessageComplete); ok {
-				return
-			}
+		if s.claim() {
+			_ = s.consume(yield)
 		}
 	}
 }
@@ -371,25 +393,11 @@ func (s *Stream) Iter() iter.Seq[Event] {
 // stream however the loop ends.
 func (s *Stream) All() iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		if s.used.Swap(true) {
+		if !s.claim() {
 			return
 		}
-		defer s.Close()
-		for {
-			ev, err := s.Next()
-			if err != nil {
-				if err != Done {
-					s.setErr(err)
-					yield(nil, err)
-				}
-				return
-			}
-			if !yield(ev, nil) {
-				return
-			}
-			if _, ok := ev.(*MessageComplete); ok {
-				return
-			}
+		if err := s.consume(func(ev Event) bool { return yield(ev, nil) }); err != nil {
+			yield(nil, err)
 		}
 	}
 }
@@ -401,31 +409,23 @@ func (s *Stream) All() iter.Seq2[Event, error] {
 // Err then tells why. Prefer Iter or Next: they need no goroutine.
 func (s *Stream) Chan() <-chan Event {
 	ch := make(chan Event)
-	if s.used.Swap(true) {
+	if !s.claim() {
 		close(ch)
 		return ch
 	}
 	go func() {
 		defer close(ch)
-		defer s.Close()
-		for {
-			ev, err := s.Next()
-			if err != nil {
-				s.setErr(err)
-				return
-			}
+		_ = s.consume(func(ev Event) bool {
 			select {
 			case ch <- ev:
+				return true
 			case <-s.userCtx.Done():
 				s.setErr(&Error{Kind: KindCancelled, Message: "the context ended while an event waited for its receiver", cause: s.userCtx.Err()})
-				return
+				return false
 			case <-s.closedCh:
-				return
+				return false
 			}
-			if _, ok := ev.(*MessageComplete); ok {
-				return
-			}
-		}
+		})
 	}()
 	return ch
 }
