@@ -20,12 +20,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info_span, Instrument};
 
 use crate::compaction::{self, CompactOptions, Compaction};
-use crate::config::{Config, Reasoning};
+use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, Flow, Receiver};
 use crate::http::{Transport, TurnSink};
 use crate::message::{self, Block, Message, Role, StopReason, Usage};
-use crate::provider::{self, ProviderKind, RequestOptions, RequestParams, ToolSpec};
+use crate::provider::{self, RequestOptions, RequestParams};
+use crate::request::{Dialect, ProviderKind, Reasoning, ToolSpec};
 use crate::tool::{
     self, CallRequest, Dispatch, HostToolResults, Outputs, Runner, Tool, ToolOutput,
 };
@@ -147,6 +148,8 @@ static NEXT_AGENT_ID: AtomicU64 = AtomicU64::new(1);
 
 struct Inner {
     config: Config,
+    /// The server's request fields, decided once from `config`.
+    dialect: Dialect,
     transport: Transport,
     tools: RwLock<HashMap<String, Arc<dyn Tool>>>,
     history: Mutex<Vec<Message>>,
@@ -195,6 +198,7 @@ impl Agent {
         let transport = Transport::new(&config)?;
         Ok(Agent {
             inner: Arc::new(Inner {
+                dialect: Dialect::resolve(config.compat, &config.base_url),
                 config,
                 transport,
                 tools: RwLock::new(HashMap::new()),
@@ -408,9 +412,12 @@ impl Agent {
             temperature: None,
             tools: &[],
             messages: &conversation,
-            max_completion_tokens: provider::uses_max_completion_tokens(&config.base_url),
         };
-        let value = provider::request_body(config.provider, &params);
+        let request_options = RequestOptions {
+            dialect: self.inner.dialect,
+            ..RequestOptions::default()
+        };
+        let value = provider::request_body_with(config.provider, &params, &request_options);
         let body = Bytes::from(
             serde_json::to_vec(&value)
                 .map_err(|e| Error::internal(format!("cannot serialize the request: {e}")))?,
@@ -546,7 +553,7 @@ impl Agent {
         let request_options = RequestOptions {
             reasoning: options.reasoning.or(config.reasoning),
             prompt_caching: config.prompt_caching,
-            compat: config.compat.resolve(&config.base_url),
+            dialect: self.inner.dialect,
         };
         self.history_lock().push(Message::user(input));
         let specs = self.tool_specs();
@@ -568,7 +575,6 @@ impl Agent {
                     temperature: config.temperature,
                     tools: &specs,
                     messages: &history,
-                    max_completion_tokens: provider::uses_max_completion_tokens(&config.base_url),
                 };
                 let value = provider::request_body_with(config.provider, &params, &request_options);
                 Bytes::from(

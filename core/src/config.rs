@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::provider::{ProviderKind, ToolSpec};
+pub use crate::request::{Compat, Effort, ProviderKind, Reasoning, ToolSpec};
 
 use crate::vocab::keys::{key, max, min, required};
 use crate::vocab::{Key, KeyType};
@@ -275,53 +275,8 @@ impl Default for RetryConfig {
     }
 }
 
-/// How hard the model should think: `none` turns reasoning off where the provider
-/// allows it; `low` / `medium` / `high` ask for more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Effort {
-    None,
-    Low,
-    Medium,
-    High,
-}
-
-impl Effort {
-    pub fn parse(s: &str) -> Option<Effort> {
-        match s {
-            "none" => Some(Effort::None),
-            "low" => Some(Effort::Low),
-            "medium" => Some(Effort::Medium),
-            "high" => Some(Effort::High),
-            _ => None,
-        }
-    }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Effort::None => "none",
-            Effort::Low => "low",
-            Effort::Medium => "medium",
-            Effort::High => "high",
-        }
-    }
-}
-
-/// Reasoning control (`reasoning: {effort, budget_tokens?}`), per agent or per turn.
-/// `budget_tokens` is the thinking budget where the provider takes one (Anthropic); by
-/// default it follows the effort (see `provider::anthropic::thinking_budget`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reasoning {
-    pub effort: Effort,
-    pub budget_tokens: Option<u32>,
-}
-
+// The type is `request`'s; reading and writing its JSON form is the configuration's.
 impl Reasoning {
-    pub fn new(effort: Effort) -> Reasoning {
-        Reasoning {
-            effort,
-            budget_tokens: None,
-        }
-    }
-
     /// Parses the JSON form; `path` names the key in errors (`reasoning`,
     /// `options.reasoning`).
     pub fn from_value(v: &Value, path: &str) -> Result<Reasoning> {
@@ -370,63 +325,6 @@ pub struct CompactionConfig {
 
 /// Default of `compaction.keep_last` and of `CompactOptions::keep_last`.
 pub const DEFAULT_KEEP_LAST: usize = 6;
-
-/// Which OpenAI-compatible server the agent talks to, for the request fields only some
-/// servers know (reasoning switches, re-sent `reasoning_content`). `Auto` decides from
-/// `base_url`: OpenAI's and Azure's hosts, `api.deepseek.com`, port 11434 (Ollama);
-/// anything else is `Generic`. Ignored for Anthropic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compat {
-    Auto,
-    OpenAi,
-    DeepSeek,
-    Ollama,
-    Vllm,
-    Generic,
-}
-
-impl Compat {
-    pub fn parse(s: &str) -> Option<Compat> {
-        match s {
-            "auto" => Some(Compat::Auto),
-            "openai" => Some(Compat::OpenAi),
-            "deepseek" => Some(Compat::DeepSeek),
-            "ollama" => Some(Compat::Ollama),
-            "vllm" => Some(Compat::Vllm),
-            "generic" => Some(Compat::Generic),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Compat::Auto => "auto",
-            Compat::OpenAi => "openai",
-            Compat::DeepSeek => "deepseek",
-            Compat::Ollama => "ollama",
-            Compat::Vllm => "vllm",
-            Compat::Generic => "generic",
-        }
-    }
-
-    /// `Auto` made concrete for `base_url`.
-    pub fn resolve(self, base_url: &str) -> Compat {
-        if self != Compat::Auto {
-            return self;
-        }
-        if crate::provider::uses_max_completion_tokens(base_url) {
-            return Compat::OpenAi;
-        }
-        let (host, port) = crate::provider::url_host(base_url);
-        if host == "api.deepseek.com" {
-            Compat::DeepSeek
-        } else if port == Some("11434") {
-            Compat::Ollama
-        } else {
-            Compat::Generic
-        }
-    }
-}
 
 /// Network timeouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -778,7 +676,7 @@ impl Config {
                     .to_owned(),
                 parameters: field("parameters")
                     .cloned()
-                    .unwrap_or_else(crate::provider::empty_object_schema),
+                    .unwrap_or_else(crate::request::empty_object_schema),
             });
         }
         if let Some(v) = number("max_steps") {

@@ -20,6 +20,7 @@
 //! - [`event`] — the event vocabulary with its canonical JSON, and the push [`Receiver`].
 //! - [`sse`] — the incremental WHATWG SSE parser.
 //! - [`provider`] — OpenAI-compatible and Anthropic wire formats: decoders and request bodies.
+//! - [`request`] — the provider-neutral terms of a request (provider kind, tools, reasoning, the server's dialect), shared by `config` and `provider`, which never depend on each other.
 //! - [`config`] — the configuration schema (builder and JSON), shared by every binding.
 //! - [`retry`] — which failures are retried, and how long to wait.
 //! - [`http`] — connection pools (one per runtime), streaming a response into a decoder under timeouts, backpressure and cancellation.
@@ -37,6 +38,7 @@ pub mod event;
 pub mod http;
 pub mod message;
 pub mod provider;
+pub mod request;
 pub mod retry;
 pub mod secret;
 pub mod sse;
@@ -46,11 +48,11 @@ pub mod vocab;
 
 pub use agent::{Agent, TurnControl, TurnOptions, TurnSlot, TurnSummary};
 pub use compaction::{CompactOptions, Compaction};
-pub use config::{CompactionConfig, Compat, Config, Effort, Reasoning, RetryConfig, Timeouts};
+pub use config::{CompactionConfig, Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use message::{Block, Message, Role, StopReason, Usage};
-pub use provider::{ProviderKind, ToolSpec};
+pub use request::{Compat, Dialect, Effort, ProviderKind, Reasoning, ToolSpec};
 pub use secret::Secrets;
 pub use tool::{FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
 pub use transcript::{EntryKind, TranscriptEntry};

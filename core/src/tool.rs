@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::Event;
-use crate::provider::{Emit, ToolSpec};
+use crate::provider::Emit;
+use crate::request::ToolSpec;
 
 /// What a tool call produced: text for the model, and whether it is an error.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use panto::provider::{self, ProviderKind, RequestOptions, RequestParams};
 use panto::{
-    Agent, Collect, CompactOptions, CompactionConfig, Compat, Config, Effort, ErrorKind, Event,
-    FnTool, Message, Reasoning, RetryConfig, Role, ToolOutput, TurnControl, TurnOptions,
+    Agent, Collect, CompactOptions, CompactionConfig, Compat, Config, Dialect, Effort, ErrorKind,
+    Event, FnTool, Message, Reasoning, RetryConfig, Role, ToolOutput, TurnControl, TurnOptions,
 };
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
@@ -168,7 +168,6 @@ fn anthropic_provider_blocks_survive_save_restore_and_go_back_verbatim() {
                 temperature: None,
                 tools: &[],
                 messages: &restored,
-                max_completion_tokens: false,
             },
             &RequestOptions::default(),
         );
@@ -189,7 +188,6 @@ fn anthropic_provider_blocks_survive_save_restore_and_go_back_verbatim() {
                 temperature: None,
                 tools: &[],
                 messages: &restored,
-                max_completion_tokens: false,
             },
         );
         let text = openai.to_string();
@@ -349,7 +347,6 @@ fn body_with(kind: ProviderKind, options: RequestOptions, max_tokens: Option<u32
             temperature: Some(0.2),
             tools: &[],
             messages: &messages,
-            max_completion_tokens: false,
         },
         &options,
     )
@@ -367,7 +364,10 @@ fn reasoning_maps_to_each_servers_fields() {
     let opts = |r, compat| RequestOptions {
         reasoning: r,
         prompt_caching: false,
-        compat,
+        dialect: Dialect {
+            compat,
+            max_completion_tokens: false,
+        },
     };
     // Anthropic: the shape of the real captures' `thinking`.
     let capture: Value = serde_json::from_str(
@@ -517,15 +517,46 @@ async fn reasoning_content_goes_back_within_a_tool_loop() {
             temperature: None,
             tools: &[],
             messages: &agent.history(),
-            max_completion_tokens: true,
         },
         &RequestOptions {
             reasoning: None,
             prompt_caching: false,
-            compat: Compat::OpenAi,
+            dialect: Dialect::resolve(Compat::Auto, "https://api.openai.com/v1"),
         },
     );
     assert!(!body.to_string().contains("reasoning_content"));
+}
+
+#[tokio::test]
+async fn the_agent_sends_the_fields_of_the_server_its_config_names() {
+    // The test server's URL says nothing about the server, so `Auto` gives the generic
+    // fields; a compat set by hand picks that server's own, on every request of the agent.
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_text(&["One."])),
+        exchange(script::openai_text(&["Two."])),
+    ]))
+    .unwrap();
+    let high = Reasoning::new(Effort::High);
+    let auto = Agent::new(config(ProviderKind::OpenAi, &server).with_reasoning(high)).unwrap();
+    let vllm = Agent::new(
+        config(ProviderKind::OpenAi, &server)
+            .with_reasoning(high)
+            .with_max_tokens(100)
+            .with_compat(Compat::Vllm),
+    )
+    .unwrap();
+    run(&auto, "one").await.1.unwrap();
+    run(&vllm, "two").await.1.unwrap();
+    let reqs = server.requests();
+    assert_eq!(reqs[0].body["reasoning_effort"], "high");
+    assert!(reqs[0].body.get("chat_template_kwargs").is_none());
+    assert_eq!(
+        reqs[1].body["chat_template_kwargs"],
+        json!({"enable_thinking": true})
+    );
+    // A local server keeps `max_tokens` whatever the compat says.
+    assert_eq!(reqs[1].body["max_tokens"], 100);
+    assert!(reqs[1].body.get("max_completion_tokens").is_none());
 }
 
 // ---------------------------------------------------------------------------------

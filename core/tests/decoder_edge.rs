@@ -9,10 +9,13 @@ mod common;
 
 use common::{check_invariants, decode, decode_message, decode_sized, Outcome};
 use panto::provider::{
-    request_body, DecodedMessage, Decoder, Progress, ProviderKind, RequestParams, ToolSpec,
+    request_body, DecodedMessage, Decoder, Progress, ProviderKind, RequestOptions, RequestParams,
+    ToolSpec,
 };
 use panto::sse::SseEvent;
-use panto::{Block, BlockKind, Error, ErrorKind, Event, Message, Role, StopReason};
+use panto::{
+    Block, BlockKind, Compat, Dialect, Error, ErrorKind, Event, Message, Role, StopReason,
+};
 use serde_json::{json, Value};
 
 const OA: ProviderKind = ProviderKind::OpenAi;
@@ -1371,7 +1374,6 @@ fn openai_request_body() {
         temperature: Some(0.2),
         tools: &tools,
         messages: &messages,
-        max_completion_tokens: false,
     };
     let body = request_body(OA, &params);
     assert_eq!(
@@ -1414,7 +1416,6 @@ fn openai_request_body() {
             temperature: None,
             tools: &[],
             messages: &[Message::user("hi")],
-            max_completion_tokens: false,
         },
     );
     assert_eq!(
@@ -1460,7 +1461,6 @@ fn anthropic_request_body() {
         temperature: Some(0.2),
         tools: &tools,
         messages: &messages,
-        max_completion_tokens: false,
     };
     let body = request_body(AN, &params);
     assert_eq!(
@@ -1503,7 +1503,6 @@ fn anthropic_request_body() {
             temperature: None,
             tools: &[],
             messages: &[Message::user("hi")],
-            max_completion_tokens: false,
         },
     );
     assert_eq!(
@@ -1543,7 +1542,6 @@ fn decoded_message_round_trips_through_the_request_body() {
             temperature: None,
             tools: &[],
             messages: &messages,
-            max_completion_tokens: false,
         },
     );
     assert_eq!(
@@ -1567,19 +1565,33 @@ fn openai_output_limit_field_follows_the_server() {
         "https://api.openai.com.evil.example/v1"
     ));
     let messages = [Message::user("hi")];
-    let params = |official| RequestParams {
+    let params = RequestParams {
         model: "m",
         system: None,
         max_tokens: Some(64),
         temperature: None,
         tools: &[],
         messages: &messages,
-        max_completion_tokens: official,
     };
-    let official = request_body(OA, &params(true));
+    let body_for = |base_url| {
+        let options = RequestOptions {
+            dialect: Dialect::resolve(Compat::Auto, base_url),
+            ..RequestOptions::default()
+        };
+        panto::provider::request_body_with(OA, &params, &options)
+    };
+    let official = body_for("https://api.openai.com/v1");
     assert_eq!(official["max_completion_tokens"], 64);
     assert!(official.get("max_tokens").is_none());
-    let compatible = request_body(OA, &params(false));
+    // The field follows the host even when the compat is set by hand.
+    let options = RequestOptions {
+        dialect: Dialect::resolve(Compat::Generic, "https://myres.openai.azure.com/openai/v1/"),
+        ..RequestOptions::default()
+    };
+    let azure = panto::provider::request_body_with(OA, &params, &options);
+    assert_eq!(azure["max_completion_tokens"], 64);
+    assert_eq!(request_body(OA, &params)["max_tokens"], 64);
+    let compatible = body_for("http://localhost:11434/v1");
     assert_eq!(compatible["max_tokens"], 64);
     assert!(compatible.get("max_completion_tokens").is_none());
 }

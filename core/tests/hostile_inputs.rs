@@ -521,7 +521,6 @@ fn params<'a>(model: &'a str, messages: &'a [Message]) -> RequestParams<'a> {
         temperature: None,
         tools: &[],
         messages,
-        max_completion_tokens: false,
     }
 }
 

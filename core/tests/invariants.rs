@@ -399,7 +399,6 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
         temperature: None,
         tools: &specs,
         messages: &history,
-        max_completion_tokens: false,
     };
     check_provider_rules(case.kind, &request_body(case.kind, &params))?;
     Ok(())

@@ -299,7 +299,6 @@ fn encode_requests(kind: ProviderKind, messages: &[Message]) {
         temperature: None,
         tools: &[],
         messages,
-        max_completion_tokens: false,
     };
     let _ = request_body(kind, &params).to_string();
 }
@@ -330,7 +329,6 @@ pub fn config(data: &[u8]) {
         temperature: c.temperature,
         tools: &c.tools,
         messages: &[Message::user("q")],
-        max_completion_tokens: panto::provider::uses_max_completion_tokens(&c.base_url),
     };
     let _ = request_body(c.provider, &params).to_string();
 }

@@ -20,10 +20,10 @@ use serde_json::{json, Value};
 use super::tolerant::{clean, parse_tolerant, Count, Obj};
 use super::wire_error::stream_error;
 use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
-use crate::config::{Effort, Reasoning};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
 use crate::message::{Block, Role, StopReason};
+use crate::request::{Effort, Reasoning};
 use crate::sse::SseEvent;
 
 /// Default `max_tokens`: the Messages API requires one.

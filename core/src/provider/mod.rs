@@ -25,13 +25,12 @@ pub mod openai;
 mod tolerant;
 mod wire_error;
 
-use serde::Deserialize;
 use serde_json::Value;
 
-use crate::config::{Compat, Reasoning};
 use crate::error::Result;
 use crate::event::Event;
 use crate::message::Message;
+use crate::request::{Dialect, Reasoning};
 use crate::sse::SseEvent;
 
 pub(crate) use assembly::Assembly;
@@ -40,42 +39,8 @@ pub(crate) use tolerant::parse_value_lossy;
 pub use wire_error::http_error;
 pub(crate) use wire_error::{describe_error_body, truncate};
 
-/// Which wire format a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
-    OpenAi,
-    Anthropic,
-}
-
-impl ProviderKind {
-    pub fn parse(name: &str) -> Option<ProviderKind> {
-        match name {
-            "openai" => Some(ProviderKind::OpenAi),
-            "anthropic" => Some(ProviderKind::Anthropic),
-            _ => None,
-        }
-    }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::OpenAi => "openai",
-            ProviderKind::Anthropic => "anthropic",
-        }
-    }
-}
-
-/// A tool as declared to the model.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
-pub struct ToolSpec {
-    pub name: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default = "empty_object_schema")]
-    pub parameters: Value,
-}
-
-pub(crate) fn empty_object_schema() -> Value {
-    serde_json::json!({"type": "object", "properties": {}})
-}
+// Kept under `provider::` too, where they were first defined.
+pub use crate::request::{uses_max_completion_tokens, ProviderKind, ToolSpec};
 
 /// Everything one request needs besides transport settings.
 #[derive(Debug, Clone, Copy)]
@@ -86,32 +51,6 @@ pub struct RequestParams<'a> {
     pub temperature: Option<f64>,
     pub tools: &'a [ToolSpec],
     pub messages: &'a [Message],
-    /// OpenAI only: send the output limit as `max_completion_tokens` (what OpenAI's own
-    /// API wants; its reasoning models reject `max_tokens`) instead of `max_tokens` (what
-    /// compatible servers know). [`uses_max_completion_tokens`] decides from the URL.
-    pub max_completion_tokens: bool,
-}
-
-/// Whether an OpenAI base URL is OpenAI's own API (or Azure OpenAI), which take
-/// `max_completion_tokens`; compatible servers (vLLM, Ollama, llama.cpp…) keep `max_tokens`.
-pub fn uses_max_completion_tokens(base_url: &str) -> bool {
-    let (host, _) = url_host(base_url);
-    host == "api.openai.com" || host.ends_with(".openai.azure.com")
-}
-
-/// The host of `base_url`, lowercased, and its port if one is written: what decides
-/// which server's own request fields apply. Ends where a URL parser ends the authority
-/// (`/`, `\`, `?`, `#`) and skips any user info, so `https://API.OpenAI.com` is
-/// OpenAI's API and `https://api.openai.com@other.test` is not.
-pub(crate) fn url_host(base_url: &str) -> (String, Option<&str>) {
-    let rest = base_url.split_once("://").map_or(base_url, |(_, r)| r);
-    let authority = rest.split(['/', '\\', '?', '#']).next().unwrap_or("");
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let (host, port) = match host_port.rsplit_once(':') {
-        Some((h, p)) if !h.is_empty() && !p.contains(']') => (h, Some(p)),
-        _ => (host_port, None),
-    };
-    (host.to_ascii_lowercase(), port)
 }
 
 /// Builds the JSON request body for `kind`, with the [`RequestOptions`] defaults (no
@@ -120,26 +59,17 @@ pub fn request_body(kind: ProviderKind, params: &RequestParams<'_>) -> Value {
     request_body_with(kind, params, &RequestOptions::default())
 }
 
-/// What the agent adds to a request beyond the conversation: the conversation controls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What the agent adds to a request beyond the conversation: the conversation controls,
+/// and the server's dialect it decided once. The default: none of them, a generic server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RequestOptions {
     /// Reasoning control for this request (`None`: send nothing, the provider decides).
     pub reasoning: Option<Reasoning>,
     /// Anthropic: cache breakpoints on the system prompt, the tool list and the latest
     /// message.
     pub prompt_caching: bool,
-    /// OpenAI-compatible: which server's own fields to use (resolved, never `Auto`).
-    pub compat: Compat,
-}
-
-impl Default for RequestOptions {
-    fn default() -> Self {
-        RequestOptions {
-            reasoning: None,
-            prompt_caching: false,
-            compat: Compat::Generic,
-        }
-    }
+    /// OpenAI-compatible: which server's own fields to use.
+    pub dialect: Dialect,
 }
 
 /// Builds the JSON request body for `kind` with the conversation controls of `options`.
@@ -271,43 +201,4 @@ pub fn decode_complete_body(
         decoder.on_eof(emit)?;
     }
     Ok(decoder.into_message())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn server_fields_follow_the_host_whatever_its_spelling() {
-        assert!(uses_max_completion_tokens("https://API.OpenAI.com/v1"));
-        assert!(uses_max_completion_tokens(
-            "https://x.OPENAI.AZURE.COM/openai"
-        ));
-        assert!(!uses_max_completion_tokens(
-            "https://api.openai.com@other.test/v1"
-        ));
-        assert!(!uses_max_completion_tokens(
-            "https://other.test\\@api.openai.com/v1"
-        ));
-        assert_eq!(url_host("http://user:pw@LOCALHOST:11434/v1").0, "localhost");
-        assert_eq!(url_host("http://localhost:11434/v1").1, Some("11434"));
-        assert_eq!(
-            url_host("http://[::1]:11434/v1"),
-            ("[::1]".to_owned(), Some("11434"))
-        );
-        assert_eq!(url_host("http://[::1]/v1"), ("[::1]".to_owned(), None));
-        use crate::config::Compat;
-        assert_eq!(
-            Compat::Auto.resolve("https://API.DeepSeek.com"),
-            Compat::DeepSeek
-        );
-        assert_eq!(
-            Compat::Auto.resolve("http://127.0.0.1:11434/v1"),
-            Compat::Ollama
-        );
-        assert_eq!(
-            Compat::Auto.resolve("http://127.0.0.1:8000/v1"),
-            Compat::Generic
-        );
-    }
 }

@@ -23,10 +23,10 @@ use super::json_scan::Scanner;
 use super::tolerant::{clean, parse_tolerant, Count, Obj};
 use super::wire_error::stream_error;
 use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
-use crate::config::{Compat, Effort, Reasoning};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
 use crate::message::{Block, Message, Role, StopReason};
+use crate::request::{Compat, Effort, Reasoning};
 use crate::sse::SseEvent;
 
 #[derive(Deserialize)]
@@ -739,7 +739,7 @@ pub(crate) fn complete_body_events(body: Value) -> Option<Vec<String>> {
 /// server but OpenAI's own (DeepSeek requires it within a tool loop; the others ignore
 /// it or use it the same way).
 pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
-    let resend_reasoning = options.compat != Compat::OpenAi;
+    let resend_reasoning = options.dialect.resends_reasoning();
     let mut messages = Vec::with_capacity(p.messages.len() + 1);
     if let Some(system) = p.system {
         messages.push(json!({"role": "system", "content": system}));
@@ -816,7 +816,7 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
         "stream_options": {"include_usage": true},
     });
     if let Some(max) = p.max_tokens {
-        let key = if p.max_completion_tokens {
+        let key = if options.dialect.max_completion_tokens {
             "max_completion_tokens"
         } else {
             "max_tokens"
@@ -837,7 +837,7 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
             .collect();
     }
     if let Some(r) = &options.reasoning {
-        add_reasoning(&mut body, r, options.compat);
+        add_reasoning(&mut body, r, options.dialect.compat);
     }
     body
 }

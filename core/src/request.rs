@@ -1,0 +1,270 @@
+//! Owns the provider-neutral terms of a request: which wire format the provider speaks
+//! ([`ProviderKind`]), the tools declared to the model ([`ToolSpec`]), reasoning control
+//! ([`Reasoning`], [`Effort`]), and which OpenAI-compatible server is on the other end
+//! ([`Compat`]), with the request fields that follow from it decided once per agent
+//! ([`Dialect`]).
+//!
+//! `config` reads these from the user and `provider` writes them on the wire; both
+//! depend on this module and neither on the other. Reading them from JSON is
+//! `config`'s job, encoding them `provider`'s.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Which wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    OpenAi,
+    Anthropic,
+}
+
+impl ProviderKind {
+    pub fn parse(name: &str) -> Option<ProviderKind> {
+        match name {
+            "openai" => Some(ProviderKind::OpenAi),
+            "anthropic" => Some(ProviderKind::Anthropic),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// A tool as declared to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default = "empty_object_schema")]
+    pub parameters: Value,
+}
+
+/// The parameters of a tool declared without any: an object with no properties.
+pub(crate) fn empty_object_schema() -> Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+/// How hard the model should think: `none` turns reasoning off where the provider
+/// allows it; `low` / `medium` / `high` ask for more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effort {
+    None,
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    pub fn parse(s: &str) -> Option<Effort> {
+        match s {
+            "none" => Some(Effort::None),
+            "low" => Some(Effort::Low),
+            "medium" => Some(Effort::Medium),
+            "high" => Some(Effort::High),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effort::None => "none",
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
+}
+
+/// Reasoning control (`reasoning: {effort, budget_tokens?}`), per agent or per turn.
+/// `budget_tokens` is the thinking budget where the provider takes one (Anthropic); by
+/// default it follows the effort (see `provider::anthropic::thinking_budget`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reasoning {
+    pub effort: Effort,
+    pub budget_tokens: Option<u32>,
+}
+
+impl Reasoning {
+    pub fn new(effort: Effort) -> Reasoning {
+        Reasoning {
+            effort,
+            budget_tokens: None,
+        }
+    }
+}
+
+/// Which OpenAI-compatible server the agent talks to, for the request fields only some
+/// servers know (reasoning switches, re-sent `reasoning_content`). `Auto` decides from
+/// `base_url`: OpenAI's and Azure's hosts, `api.deepseek.com`, port 11434 (Ollama);
+/// anything else is `Generic`. Ignored for Anthropic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compat {
+    Auto,
+    OpenAi,
+    DeepSeek,
+    Ollama,
+    Vllm,
+    Generic,
+}
+
+impl Compat {
+    pub fn parse(s: &str) -> Option<Compat> {
+        match s {
+            "auto" => Some(Compat::Auto),
+            "openai" => Some(Compat::OpenAi),
+            "deepseek" => Some(Compat::DeepSeek),
+            "ollama" => Some(Compat::Ollama),
+            "vllm" => Some(Compat::Vllm),
+            "generic" => Some(Compat::Generic),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compat::Auto => "auto",
+            Compat::OpenAi => "openai",
+            Compat::DeepSeek => "deepseek",
+            Compat::Ollama => "ollama",
+            Compat::Vllm => "vllm",
+            Compat::Generic => "generic",
+        }
+    }
+
+    /// `Auto` made concrete for `base_url`.
+    pub fn resolve(self, base_url: &str) -> Compat {
+        if self != Compat::Auto {
+            return self;
+        }
+        if uses_max_completion_tokens(base_url) {
+            return Compat::OpenAi;
+        }
+        let (host, port) = url_host(base_url);
+        if host == "api.deepseek.com" {
+            Compat::DeepSeek
+        } else if port == Some("11434") {
+            Compat::Ollama
+        } else {
+            Compat::Generic
+        }
+    }
+}
+
+/// The request fields an OpenAI-compatible server takes beyond the common format,
+/// decided once when the agent is created ([`Dialect::resolve`]) rather than on every
+/// request, and handed to the provider with each one. Anthropic's encoding ignores it.
+/// The default is a generic compatible server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dialect {
+    /// Which server's own fields to use (reasoning switches); never `Auto`.
+    pub compat: Compat,
+    /// Send the output limit as `max_completion_tokens` (what OpenAI's own API wants; its
+    /// reasoning models reject `max_tokens`) instead of `max_tokens` (what compatible
+    /// servers know). Follows the host alone, whatever `compat` says.
+    pub max_completion_tokens: bool,
+}
+
+impl Default for Dialect {
+    fn default() -> Self {
+        Dialect {
+            compat: Compat::Generic,
+            max_completion_tokens: false,
+        }
+    }
+}
+
+impl Dialect {
+    /// The dialect of the server at `base_url`, with `compat` as configured.
+    pub fn resolve(compat: Compat, base_url: &str) -> Dialect {
+        Dialect {
+            compat: compat.resolve(base_url),
+            max_completion_tokens: uses_max_completion_tokens(base_url),
+        }
+    }
+
+    /// Whether the reasoning of an assistant message goes back as `reasoning_content`
+    /// (see `provider::openai::request_body`): to every server but OpenAI's own.
+    pub fn resends_reasoning(self) -> bool {
+        self.compat != Compat::OpenAi
+    }
+}
+
+/// Whether an OpenAI base URL is OpenAI's own API (or Azure OpenAI), which take
+/// `max_completion_tokens`; compatible servers (vLLM, Ollama, llama.cpp…) keep `max_tokens`.
+pub fn uses_max_completion_tokens(base_url: &str) -> bool {
+    let (host, _) = url_host(base_url);
+    host == "api.openai.com" || host.ends_with(".openai.azure.com")
+}
+
+/// The host of `base_url`, lowercased, and its port if one is written: what decides
+/// which server's own request fields apply. Ends where a URL parser ends the authority
+/// (`/`, `\`, `?`, `#`) and skips any user info, so `https://API.OpenAI.com` is
+/// OpenAI's API and `https://api.openai.com@other.test` is not.
+pub(crate) fn url_host(base_url: &str) -> (String, Option<&str>) {
+    let rest = base_url.split_once("://").map_or(base_url, |(_, r)| r);
+    let authority = rest.split(['/', '\\', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && !p.contains(']') => (h, Some(p)),
+        _ => (host_port, None),
+    };
+    (host.to_ascii_lowercase(), port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_fields_follow_the_host_whatever_its_spelling() {
+        assert!(uses_max_completion_tokens("https://API.OpenAI.com/v1"));
+        assert!(uses_max_completion_tokens(
+            "https://x.OPENAI.AZURE.COM/openai"
+        ));
+        assert!(!uses_max_completion_tokens(
+            "https://api.openai.com@other.test/v1"
+        ));
+        assert!(!uses_max_completion_tokens(
+            "https://other.test\\@api.openai.com/v1"
+        ));
+        assert_eq!(url_host("http://user:pw@LOCALHOST:11434/v1").0, "localhost");
+        assert_eq!(url_host("http://localhost:11434/v1").1, Some("11434"));
+        assert_eq!(
+            url_host("http://[::1]:11434/v1"),
+            ("[::1]".to_owned(), Some("11434"))
+        );
+        assert_eq!(url_host("http://[::1]/v1"), ("[::1]".to_owned(), None));
+        assert_eq!(
+            Compat::Auto.resolve("https://API.DeepSeek.com"),
+            Compat::DeepSeek
+        );
+        assert_eq!(
+            Compat::Auto.resolve("http://127.0.0.1:11434/v1"),
+            Compat::Ollama
+        );
+        assert_eq!(
+            Compat::Auto.resolve("http://127.0.0.1:8000/v1"),
+            Compat::Generic
+        );
+    }
+
+    #[test]
+    fn a_dialect_takes_the_output_limit_field_from_the_host_and_the_rest_from_compat() {
+        // An explicit compat does not move the output-limit field, which follows the host.
+        let d = Dialect::resolve(Compat::Generic, "https://api.openai.com/v1");
+        assert_eq!((d.compat, d.max_completion_tokens), (Compat::Generic, true));
+        assert!(d.resends_reasoning());
+        let d = Dialect::resolve(Compat::OpenAi, "http://localhost:8000/v1");
+        assert_eq!((d.compat, d.max_completion_tokens), (Compat::OpenAi, false));
+        assert!(!d.resends_reasoning());
+        let d = Dialect::resolve(Compat::Auto, "https://api.openai.com/v1");
+        assert_eq!((d.compat, d.max_completion_tokens), (Compat::OpenAi, true));
+        let d = Dialect::resolve(Compat::Auto, "http://localhost:11434/v1");
+        assert_eq!((d.compat, d.max_completion_tokens), (Compat::Ollama, false));
+        assert_eq!(Dialect::default(), Dialect::resolve(Compat::Generic, ""));
+    }
+}
