@@ -181,6 +181,60 @@ def test_events_repr_type_and_equality(server):
         assert panto.EVENT_CLASSES[ev.type] is type(ev)
 
 
+def attribute_form(ev):
+    """The canonical form of an event, read from its attributes (the way the
+    conformance runner reads them): every attribute of its type in the description."""
+    out = {"type": ev.type}
+    for name, kind, optional in panto._vocab.EVENT_FIELDS[ev.type]:
+        value = getattr(ev, name)
+        if optional and value is None:
+            continue
+        if kind in panto._vocab.RECORD_FIELDS:
+            value = {f: getattr(value, f) for f in panto._vocab.RECORD_FIELDS[kind]}
+        out[name] = value
+    return out
+
+
+def test_attributes_dict_repr_and_equality_agree_for_every_event_of_a_tool_turn(server):
+    """to_dict() is built from the fields, not from the JSON: it must still be the
+    core's canonical JSON, and say what the attributes say; == compares every field."""
+    def play():
+        server.scenario(
+            exchange(tool_sse([("call_1", "lookup", {"q": "x", "n": [1, 2.5, None]}), ("call_2", "lookup", "{not json")])),
+            text_exchange(["done"]),
+        )
+        spec = {"name": "lookup", "description": "Looks up", "parameters": {"type": "object"}}
+        with make_agent(server, tools=[spec]).stream("go") as s:
+            events = []
+            for ev in s:
+                events.append(ev)
+                if isinstance(ev, panto.ToolCallStart) and ev.host:
+                    s.submit_tool_result(ev.call_id, "ok")
+            return events
+
+    events, again = play(), play()
+    types = {ev.type for ev in events}
+    assert {"block_complete", "message_end", "tool_call_start", "tool_result", "message_complete"} <= types
+    for ev, same in zip(events, again):
+        d = ev.to_dict()
+        assert d == json.loads(ev.to_json())
+        assert attribute_form(ev) == d
+        assert ev == same and not (ev != same)
+        fields = ", ".join(f"{k}={v!r}" for k, v in d.items() if k != "type")
+        assert repr(ev) == f"{type(ev).__name__}({fields})"
+    raw = next(e for e in events if isinstance(e, panto.ToolCallStart) and e.call_id == "call_2")
+    assert raw.arguments is None and raw.arguments_raw == "{not json"
+    assert raw.to_dict()["arguments"] is None
+    parsed = next(e for e in events if isinstance(e, panto.ToolCallStart) and e.call_id == "call_1")
+    assert parsed.arguments == {"q": "x", "n": [1, 2.5, None]} and "arguments_raw" not in parsed.to_dict()
+    assert parsed != raw and parsed != parsed.to_dict()
+    end = next(e for e in events if isinstance(e, panto.MessageEnd))
+    end_again = again[events.index(end)]
+    assert end.usage == end_again.usage and hash(end.usage) == hash(end_again.usage)
+    assert end.usage != end_again and end != events[-1]
+    assert repr(end.usage) == "Usage(" + ", ".join(f"{k}={v!r}" for k, v in end.usage.to_dict().items()) + ")"
+
+
 def test_to_dict_matches_the_cli_trace_of_the_same_turn(server, tmp_path):
     """The canonical JSON of every event equals what the core prints for the same turn
     (`panto run --json`, the CLI on the same core), tool call included."""
@@ -225,6 +279,30 @@ def test_events_and_errors_match_the_core_lists():
     assert panto._native.event_types() == list(panto.EVENT_CLASSES)
     for name, cls in panto.EVENT_CLASSES.items():
         assert cls.type == name and getattr(panto, cls.__name__) is cls
+
+
+def test_typed_keyword_arguments_are_the_core_configuration_keys(server):
+    """AgentOptions (generated) and Agent's own parameters are exactly the core's keys,
+    and the core takes every one of them (None leaves a key unset)."""
+    import inspect
+    import typing
+
+    hints = typing.get_type_hints(panto.AgentOptions)
+    params = set(inspect.signature(panto.Agent.__init__).parameters) - {"self", "options"}
+    assert set(hints) | params == set(panto.CONFIG_KEYS) and not set(hints) & params
+    agent = make_agent(server, **{k: None for k in hints if k != "retry"})
+    assert agent.model == MODEL
+    nested = 0
+    for key, hint in hints.items():
+        for arg in typing.get_args(hint):
+            if typing.is_typeddict(arg):
+                nested += 1
+                try:
+                    make_agent(server, **{key: {k: None for k in typing.get_type_hints(arg)}})
+                except panto.ConfigError as e:
+                    # A key the core requires may not be None; none may be unknown.
+                    assert e.message.endswith(": required") and "unknown" not in e.message, e.message
+    assert nested >= 4  # retry, timeouts, reasoning, compaction
 
 
 def test_config_errors_name_the_key(server):

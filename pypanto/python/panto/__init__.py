@@ -31,49 +31,27 @@ import asyncio
 import atexit
 import concurrent.futures
 import json
+import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union
 
-from . import _errors, _native
+from . import _native, _vocab
 from ._async import WAIT_POOL, AsyncStream, running_loop
-from ._errors import (
-    ERROR_CLASSES,
-    APIConnectionError,
-    APITimeoutError,
-    AuthenticationError,
-    BadRequestError,
-    BusyError,
-    ConfigError,
-    IncompleteStreamError,
-    InternalError,
-    NotFoundError,
-    PantoError,
-    PermissionDeniedError,
-    ProtocolError,
-    ProviderError,
-    RateLimitError,
-    ServerError,
-    StreamCancelledError,
-    ToolError,
-)
-from ._native import (
-    BlockComplete,
-    BlockStart,
-    ContentDelta,
-    HistoryCompacted,
-    MessageComplete,
-    MessageEnd,
-    MessageStart,
-    ProviderRetry,
-    Stream,
-    ToolCallStart,
-    ToolDetails,
-    ToolResult,
-    UnknownEvent,
-    Usage,
-)
+from ._errors import PantoError
+from ._native import Stream
 from ._tools import TOOL_POOL, Runner, Tool, as_tool, json_schema, tool
+
+# The event and record classes, the exception class of every error kind, ERROR_CLASSES,
+# EVENT_CLASSES and the typed keyword arguments of Agent: generated from the core's
+# vocabulary (scripts/gen.sh), listed once, in `_vocab`.
+from ._vocab import *  # noqa: F403
+from ._vocab import AgentOptions, ConfigError, MessageComplete
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __version__ = _native.__version__
 
@@ -85,43 +63,10 @@ __all__ = [
     "tool",
     "json_schema",
     "diagnostics",
-    "EVENT_CLASSES",
-    # events
-    "MessageStart",
-    "BlockStart",
-    "ContentDelta",
-    "ToolDetails",
-    "BlockComplete",
-    "MessageEnd",
-    "ToolCallStart",
-    "ToolResult",
-    "ProviderRetry",
-    "MessageComplete",
-    "HistoryCompacted",
-    "UnknownEvent",
     "CompactResult",
-    "Usage",
+    "PantoError",
 ]
-# The exception classes and ERROR_CLASSES: listed once, in `_errors`.
-__all__ += _errors.__all__
-
-#: The class of each event type, in the core's order (``Event::TYPES``).
-EVENT_CLASSES: Dict[str, type] = {
-    cls.type: cls
-    for cls in (
-        MessageStart,
-        BlockStart,
-        ContentDelta,
-        ToolDetails,
-        BlockComplete,
-        MessageEnd,
-        ToolCallStart,
-        ToolResult,
-        ProviderRetry,
-        MessageComplete,
-        HistoryCompacted,
-    )
-}
+__all__ += _vocab.__all__
 
 #: Reasoning control: an effort (``"none"``, ``"low"``, ``"medium"``, ``"high"``) or the
 #: core's object ``{"effort": ..., "budget_tokens": ...}``.
@@ -174,14 +119,10 @@ class Agent:
     plain functions (made tools), or dicts ``{"name", "description", "parameters"}``
     declaring host tools you answer by hand with ``Stream.submit_tool_result``.
 
-    Other keyword arguments are the core's configuration keys (see the README):
-    ``max_tokens``, ``temperature``, ``max_steps``, ``tool_concurrency``,
-    ``tool_timeout_ms``, ``retry={...}``, ``timeouts={...}``, ``queue_capacity``,
-    ``headers={...}``, ``max_event_bytes``, ``max_message_bytes``,
-    ``max_tool_output_bytes``, ``reasoning`` (an effort string or
-    ``{"effort", "budget_tokens"}``), ``prompt_caching``, ``compaction={...}``
-    (``threshold_tokens``, ``keep_last``, ``model``, ``prompt``: automatic compaction),
-    ``compat``. A bad one raises ``ConfigError`` naming the key.
+    Other keyword arguments are the core's other configuration keys, typed and
+    documented by ``panto.AgentOptions`` (generated from the core's description, like
+    the README's list); ``reasoning`` may also be just an effort (``"high"``). A bad
+    one raises ``ConfigError`` naming the key.
 
     One stream at a time: starting another while one is active raises ``BusyError``.
     """
@@ -196,7 +137,7 @@ class Agent:
         api_key: Optional[str] = None,
         system: Optional[str] = None,
         tools: Iterable[Any] = (),
-        **options: Any,
+        **options: Unpack[AgentOptions],
     ) -> None:
         config: Dict[str, Any] = {"provider": provider, "model": model}
         for key, value in (("base_url", base_url), ("api_key", api_key), ("system", system)):

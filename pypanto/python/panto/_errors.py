@@ -1,35 +1,17 @@
-"""The exception hierarchy: one ``PantoError`` subclass per error kind of the core.
+"""The exception hierarchy's root, ``PantoError``, and how the native module raises it.
 
-The core has one error type with a kind; this module gives each kind its class. The
+The core has one error type with a kind; every kind has its own ``PantoError``
+subclass, generated from the core's vocabulary into ``_vocab`` (``ERROR_CLASSES``). The
 classes live in Python (not in the native module) so they carry attributes, pickle, and
-can also derive from the standard exceptions a caller may already catch
-(``APITimeoutError`` is a ``TimeoutError``, ``ConfigError`` a ``ValueError``).
+can also derive from the standard exceptions a caller may already catch (the timeout
+kind's class is a ``TimeoutError``, the config kind's a ``ValueError``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple, Type
 
-__all__ = [
-    "PantoError",
-    "ConfigError",
-    "AuthenticationError",
-    "PermissionDeniedError",
-    "NotFoundError",
-    "BadRequestError",
-    "RateLimitError",
-    "ServerError",
-    "APIConnectionError",
-    "APITimeoutError",
-    "ProtocolError",
-    "ProviderError",
-    "StreamCancelledError",
-    "BusyError",
-    "ToolError",
-    "IncompleteStreamError",
-    "InternalError",
-    "ERROR_CLASSES",
-]
+__all__ = ["PantoError"]
 
 
 def _rebuild(
@@ -109,126 +91,6 @@ class PantoError(Exception):
         )
 
 
-class ConfigError(PantoError, ValueError):
-    """A bad configuration value; the message starts with the key's name."""
-
-    kind = "config"
-
-
-class AuthenticationError(PantoError):
-    """The provider rejected the credentials (HTTP 401)."""
-
-    kind = "authentication"
-
-
-class PermissionDeniedError(PantoError):
-    """The credentials may not do this (HTTP 402/403)."""
-
-    kind = "permission"
-
-
-class NotFoundError(PantoError):
-    """The endpoint or model does not exist (HTTP 404)."""
-
-    kind = "not_found"
-
-
-class BadRequestError(PantoError):
-    """The provider rejected the request (HTTP 400/413/422)."""
-
-    kind = "bad_request"
-
-
-class RateLimitError(PantoError):
-    """Too many requests (HTTP 429), after the configured retries."""
-
-    kind = "rate_limited"
-
-
-class ServerError(PantoError):
-    """The provider failed (5xx, overloaded), after the configured retries."""
-
-    kind = "server"
-
-
-class APIConnectionError(PantoError):
-    """The provider could not be reached, or the connection broke."""
-
-    kind = "connection"
-
-
-class APITimeoutError(PantoError, TimeoutError):
-    """A time limit passed (connect, idle or request). Also a ``TimeoutError``."""
-
-    kind = "timeout"
-
-
-class ProtocolError(PantoError):
-    """The provider sent malformed stream data (bad JSON, an oversized event, …)."""
-
-    kind = "protocol"
-
-
-class ProviderError(PantoError):
-    """The provider sent an error inside a successful (200) stream."""
-
-    kind = "provider"
-
-
-class StreamCancelledError(PantoError):
-    """The turn was cancelled (``cancel()``, ``close()``, Ctrl-C, task cancellation)."""
-
-    kind = "cancelled"
-
-
-class BusyError(PantoError):
-    """The agent already has an active stream; finish, cancel or close it first."""
-
-    kind = "busy"
-
-
-class ToolError(PantoError):
-    """Host-tool misuse, such as a result for an unknown or already answered call id."""
-
-    kind = "tool"
-
-
-class IncompleteStreamError(PantoError):
-    """The response or the turn ended before the provider said it had finished."""
-
-    kind = "incomplete"
-
-
-class InternalError(PantoError):
-    """A bug in panto (a panic, reported instead of aborting)."""
-
-    kind = "internal"
-
-
-#: The class of each error kind, in the core's order (``ErrorKind::ALL``).
-ERROR_CLASSES: Dict[str, Type[PantoError]] = {
-    cls.kind: cls
-    for cls in (
-        ConfigError,
-        AuthenticationError,
-        PermissionDeniedError,
-        NotFoundError,
-        BadRequestError,
-        RateLimitError,
-        ServerError,
-        APIConnectionError,
-        APITimeoutError,
-        ProtocolError,
-        ProviderError,
-        StreamCancelledError,
-        BusyError,
-        ToolError,
-        IncompleteStreamError,
-        InternalError,
-    )
-}
-
-
 def _from_native(
     kind: str,
     message: str,
@@ -237,6 +99,9 @@ def _from_native(
     provider_code: Optional[str],
 ) -> PantoError:
     """Builds the exception for a core error (called by the native module)."""
+    # Imported here: the generated module defines its classes on top of this one.
+    from ._vocab import ERROR_CLASSES
+
     # A kind this package does not know yet (a newer core) is still a PantoError.
     cls = ERROR_CLASSES.get(kind, PantoError)
     return cls(
@@ -247,7 +112,7 @@ def _from_native(
         provider_code=provider_code,
     )
 
-# Shown (and pickled) as panto.X: the package re-exports every class.
-for _cls in (PantoError, *ERROR_CLASSES.values()):
-    _cls.__module__ = "panto"
-del _cls
+
+# Shown (and pickled) as panto.PantoError: the package re-exports it (and `_vocab` does
+# the same for the classes of the kinds).
+PantoError.__module__ = "panto"
