@@ -9,6 +9,8 @@
 #   scripts/conformance.sh --only go,c        # only these runners
 #   scripts/conformance.sh --update           # rewrite the golden traces from Rust pull
 #   scripts/conformance.sh --self-test        # prove a changed binding mapping fails
+#                                             # (Go's json tag, Python's attribute; with
+#                                             # --only, those of the runners named)
 #
 # Reuses what scripts/test.sh built: the debug workspace binaries, the release
 # libpanto.a (C and Go link it) and the Python venv with the panto wheel installed
@@ -40,7 +42,7 @@ echo "conformance: building the runners" >&2
 cargo build --locked -q -p panto-testserver -p panto-cli
 cargo build --locked -q -p panto-pull --example conformance
 cargo build --locked -q -p panto --example conformance_push
-if wanted c || wanted go || [ -n "$self_test" ]; then
+if wanted c || wanted go; then
   cargo build --locked -q --release -p panto-capi
 fi
 static_libs=$(cat "$target/release/libpanto.native-static-libs" 2>/dev/null || echo "-lpthread -lm -ldl")
@@ -93,7 +95,7 @@ fi
 
 "${driver[@]}" "${runners[@]}" "${passthrough[@]}"
 
-if [ -n "$self_test" ]; then
+if [ -n "$self_test" ] && wanted go; then
   # One changed field in one binding's mapping must fail the suite, naming the runner,
   # the scenario and the line: a copy of the Go module whose ToolResult writes `iserror`
   # for `is_error`. The copy lives in the build directory; the tree is not touched.
@@ -120,4 +122,42 @@ if [ -n "$self_test" ]; then
   fi
   printf '%s\n' "$report" | grep -A3 "^FAIL" >&2
   echo "conformance self-test: the changed mapping was caught (runner, scenario, line named)" >&2
+fi
+
+if [ -n "$self_test" ] && wanted python-sync; then
+  # The Python runner reads each event's attributes, so renaming one attribute of the
+  # binding must fail the suite, naming python: a copy of the package whose ToolResult
+  # offers `iserror` instead of `is_error`, built into its own venv. The copy lives in
+  # the build directory; the tree is not touched.
+  echo "conformance self-test: a Python binding whose ToolResult.is_error is renamed" >&2
+  mutant="$out/mutant-pypanto"
+  rm -rf "$mutant" "$mutant-wheels" "$mutant-venv"
+  cp -r pypanto "$mutant"
+  # Its path dependencies (../core, ../pull-adapter) point back into this tree.
+  sed -i "s|path = \"\.\./|path = \"$PWD/|" "$mutant/Cargo.toml"
+  perl -0pi -e 's/#\[pyo3\(get\)\]\n(\s+)is_error: bool,/#[pyo3(get, name = "iserror")]\n$1is_error: bool,/' \
+    "$mutant/src/events_gen.rs"
+  if cmp -s pypanto/src/events_gen.rs "$mutant/src/events_gen.rs"; then
+    echo "self-test: the mutation did not apply (pypanto/src/events_gen.rs changed?)" >&2
+    exit 1
+  fi
+  py_tools="$(pypanto/tools-venv.sh)"
+  "$py_tools/bin/maturin" build --quiet --profile dev --locked -m "$mutant/Cargo.toml" -o "$mutant-wheels"
+  python3 -m venv "$mutant-venv"
+  "$mutant-venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-index --no-deps \
+    "$mutant-wheels"/panto-*.whl
+  set +e
+  report=$("${driver[@]}" --runner "python-sync=$mutant-venv/bin/python pypanto/examples/conformance.py" \
+    --scenario openai-tool-single 2>&1)
+  status=$?
+  set -e
+  rm -rf "$mutant" "$mutant-wheels" "$mutant-venv"
+  expected="FAIL python-sync / openai-tool-single / line 9: missing field 'is_error'"
+  if [ "$status" -ne 1 ] || [[ "$report" != *"$expected"* ]]; then
+    printf '%s\n' "$report" >&2
+    echo "self-test FAILED: expected exit 1 and \"$expected\" (exit $status)" >&2
+    exit 1
+  fi
+  printf '%s\n' "$report" | grep -A3 "^FAIL" >&2
+  echo "conformance self-test: the renamed attribute was caught (runner, scenario, line named)" >&2
 fi

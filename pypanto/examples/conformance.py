@@ -1,6 +1,8 @@
 """The conformance runner for Python: runs one turn described on the command line and
-prints its trace, ``to_dict()`` of each event object, then the error line built from the
-raised ``panto.PantoError``'s attributes. ``--async`` iterates ``agent.astream()`` in an
+prints its trace, each event as what a Python user reads from it — its attributes
+(``ev.kind``, ``ev.stop_reason``, ``ev.arguments``, ``ev.usage.input_tokens``…), never
+``to_dict()`` — then the error line built from the raised ``panto.PantoError``'s
+attributes. ``--async`` iterates ``agent.astream()`` in an
 asyncio loop instead of ``agent.stream()``. ``scripts/conformance.sh`` compares the trace
 with the scenario's golden trace; the arguments, shared by every language's runner, are
 described in ``tests/conformance/README.md``.
@@ -22,6 +24,7 @@ import threading
 from typing import Any, Dict, List, Tuple
 
 import panto
+from panto import _vocab
 
 Answer = Tuple[int, bool, str]
 
@@ -56,6 +59,36 @@ def emit(obj: Dict[str, Any]) -> None:
     print(json.dumps(obj, ensure_ascii=False), flush=True)
 
 
+def trace_line(event: Any) -> Dict[str, Any]:
+    """The event's line, read attribute by attribute. Which attributes an event type has
+    (and which records they hold) comes from the core's description, through the
+    generated ``panto._vocab``; the values come from the binding's own accessors. An
+    attribute the binding lacks is left out (and said on stderr), so the trace shows the
+    field as missing."""
+    fields = _vocab.EVENT_FIELDS.get(event.type)
+    if fields is None:  # UnknownEvent: a core newer than the package; nothing to read
+        return dict(event.to_dict())
+    line: Dict[str, Any] = {"type": event.type}
+    for name, kind, optional in fields:
+        try:
+            value = getattr(event, name)
+        except AttributeError as e:
+            print(f"conformance: {type(event).__name__}: {e}", file=sys.stderr)
+            continue
+        if optional and value is None:
+            continue
+        if kind in _vocab.RECORD_FIELDS:
+            record = value
+            value = {}
+            for field in _vocab.RECORD_FIELDS[kind]:
+                try:
+                    value[field] = getattr(record, field)
+                except AttributeError as e:
+                    print(f"conformance: {type(record).__name__}: {e}", file=sys.stderr)
+        line[name] = value
+    return line
+
+
 def error_line(e: panto.PantoError) -> Dict[str, Any]:
     return {
         "type": "error",
@@ -80,7 +113,7 @@ def run_sync(config: Dict[str, Any], prompt: str, cancel_after: int, answers: Di
     with agent.stream(prompt) as stream:
         try:
             for index, event in enumerate(stream):
-                emit(event.to_dict())
+                emit(trace_line(event))
                 if isinstance(event, panto.ToolCallStart) and event.host and event.name in answers:
                     delay, is_error, output = answers[event.name]
                     if delay == 0:
@@ -106,7 +139,7 @@ async def run_async(config: Dict[str, Any], prompt: str, cancel_after: int, answ
         try:
             index = 0
             async for event in stream:
-                emit(event.to_dict())
+                emit(trace_line(event))
                 if isinstance(event, panto.ToolCallStart) and event.host and event.name in answers:
                     delay, is_error, output = answers[event.name]
                     if delay == 0:
