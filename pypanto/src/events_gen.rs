@@ -15,7 +15,8 @@ use pyo3::types::PyDict;
 
 use crate::events::{repr_of, serialized, Field, UnknownEvent};
 
-/// The kind of a content block.
+/// The kind of a content block as announced by `block_start`.
+///
 /// As a Python string: `text`, `reasoning`, `tool_call`.
 impl Field for panto::BlockKind {
     fn attr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -27,7 +28,8 @@ impl Field for panto::BlockKind {
     }
 }
 
-/// What a fragment extends.
+/// What a `content_delta` fragment extends.
+///
 /// As a Python string: `text`, `reasoning`, `tool_args`.
 impl Field for panto::DeltaKind {
     fn attr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -39,8 +41,11 @@ impl Field for panto::DeltaKind {
     }
 }
 
-/// Why a message ended, plus other:<raw>.
-/// As a Python string: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`, `refusal`, `content_filter`, `max_steps` or another.
+/// Why a message or a turn ended, normalized across providers; other:<raw> for a value
+/// panto does not know.
+///
+/// As a Python string: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`, `refusal`,
+/// `content_filter`, `max_steps` or another.
 impl Field for panto::StopReason {
     fn attr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         Ok(match self {
@@ -56,23 +61,23 @@ impl Field for panto::StopReason {
     }
 }
 
-/// Token usage of one message or of the whole turn.
+/// Token counts: of one response in message_end, of the whole turn in message_complete.
 #[pyclass(frozen, module = "panto", name = "Usage")]
 #[derive(Clone)]
 pub struct Usage {
-    /// Input tokens.
+    /// Input (prompt) tokens, cache reads included.
     #[pyo3(get)]
     input_tokens: u64,
-    /// Output tokens.
+    /// Output tokens, reasoning included.
     #[pyo3(get)]
     output_tokens: u64,
-    /// Input tokens read from the provider's cache.
+    /// Input tokens read from the provider's prompt cache.
     #[pyo3(get)]
     cache_read_tokens: u64,
-    /// Input tokens written to the provider's cache.
+    /// Input tokens written to the provider's prompt cache.
     #[pyo3(get)]
     cache_write_tokens: u64,
-    /// Output tokens spent reasoning.
+    /// Output tokens spent on reasoning, where reported.
     #[pyo3(get)]
     reasoning_tokens: u64,
 }
@@ -160,10 +165,10 @@ pub struct MessageStart {
     /// 0-based index of the assistant message within the turn.
     #[pyo3(get)]
     message: u32,
-    /// The model that answers, as the provider names it.
+    /// The model answering, as the provider names it.
     #[pyo3(get)]
     model: String,
-    /// The provider's id of the response, when it sends one.
+    /// The provider's id of the response, when it sent one.
     #[pyo3(get)]
     response_id: Option<String>,
 }
@@ -349,7 +354,7 @@ impl ContentDelta {
     }
 }
 
-/// The id and name of a tool-call block are known.
+/// The id and name of a tool_call block, once both are known.
 /// (`tool_details`)
 #[pyclass(frozen, module = "panto", name = "ToolDetails")]
 pub struct ToolDetails {
@@ -359,7 +364,7 @@ pub struct ToolDetails {
     /// 0-based index of the block within its message.
     #[pyo3(get)]
     block: u32,
-    /// The call's id.
+    /// The call's id, unique within the message.
     #[pyo3(get)]
     call_id: String,
     /// The tool's name.
@@ -415,7 +420,7 @@ impl ToolDetails {
     }
 }
 
-/// A block closed; content is the assembled block.
+/// A block closed; `content` is the assembled block (a tool call with parsed arguments).
 /// (`block_complete`)
 #[pyclass(frozen, module = "panto", name = "BlockComplete")]
 pub struct BlockComplete {
@@ -436,7 +441,7 @@ impl BlockComplete {
     fn type_name() -> &'static str {
         "block_complete"
     }
-    /// The assembled block; a tool call carries its parsed arguments.
+    /// The block's canonical content.
     #[getter]
     fn content<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.content.attr(py)
@@ -479,7 +484,7 @@ impl BlockComplete {
     }
 }
 
-/// One assistant message ended (not terminal).
+/// One assistant message ended (not the turn).
 /// (`message_end`)
 #[pyclass(frozen, module = "panto", name = "MessageEnd")]
 pub struct MessageEnd {
@@ -503,7 +508,7 @@ impl MessageEnd {
     fn stop_reason<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.stop_reason.attr(py)
     }
-    /// The message's token usage.
+    /// Token usage of this message's request.
     #[getter]
     fn usage<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.usage.attr(py)
@@ -546,24 +551,26 @@ impl MessageEnd {
     }
 }
 
-/// Dispatch of one tool call begins.
+/// Dispatch of one call begins. `arguments` is the parsed arguments object, or `null`
+/// when the model's arguments were not a JSON object; `arguments_raw` then holds the raw
+/// text (the same pair as the call's `tool_call` block).
 /// (`tool_call_start`)
 #[pyclass(frozen, module = "panto", name = "ToolCallStart")]
 pub struct ToolCallStart {
     /// 0-based index of the assistant message within the turn.
     #[pyo3(get)]
     message: u32,
-    /// The call's id.
+    /// The call's id, unique within the message.
     #[pyo3(get)]
     call_id: String,
     /// The tool's name.
     #[pyo3(get)]
     name: String,
     arguments: Option<serde_json::Value>,
-    /// The raw arguments text when they were not a JSON object.
+    /// The arguments as sent, when they were not a JSON object.
     #[pyo3(get)]
     arguments_raw: Option<String>,
-    /// True when the caller answers the call (submit_tool_result).
+    /// True for a tool the caller implements (answered with submit_tool_result).
     #[pyo3(get)]
     host: bool,
 }
@@ -627,7 +634,7 @@ impl ToolCallStart {
     }
 }
 
-/// A tool call finished.
+/// A tool call finished (reported as each one finishes).
 /// (`tool_result`)
 #[pyclass(frozen, module = "panto", name = "ToolResult")]
 pub struct ToolResult {
@@ -640,10 +647,10 @@ pub struct ToolResult {
     /// The tool's name.
     #[pyo3(get)]
     name: String,
-    /// What the tool returned.
+    /// The result the model reads.
     #[pyo3(get)]
     output: String,
-    /// True when the output is an error.
+    /// True when the result reports a failure.
     #[pyo3(get)]
     is_error: bool,
 }
@@ -698,26 +705,28 @@ impl ToolResult {
     }
 }
 
-/// A request failed before any of its answer was shown and is tried again.
+/// A request failed before any of its answer was shown and is tried again after
+/// `delay_ms`. `attempt` is the number of the attempt about to start (2 for the first
+/// retry); `max_attempts` is the most there can be (`1 + retry.max_retries`).
 /// (`provider_retry`)
 #[pyclass(frozen, module = "panto", name = "ProviderRetry")]
 pub struct ProviderRetry {
     /// 0-based index of the assistant message within the turn.
     #[pyo3(get)]
     message: u32,
-    /// The number of the attempt about to start (2 for the first retry).
+    /// The attempt about to start (2 for the first retry).
     #[pyo3(get)]
     attempt: u32,
     /// The most attempts there can be (1 + retry.max_retries).
     #[pyo3(get)]
     max_attempts: u32,
-    /// The backoff before the attempt.
+    /// The wait before the attempt, in milliseconds.
     #[pyo3(get)]
     delay_ms: u64,
-    /// The error's one-line description.
+    /// One line saying what failed.
     #[pyo3(get)]
     reason: String,
-    /// The HTTP status, when there was one.
+    /// The HTTP status of the failure, when there was one.
     #[pyo3(get)]
     status: Option<u16>,
 }
@@ -776,13 +785,15 @@ impl ProviderRetry {
     }
 }
 
-/// The turn is over (terminal). Terminal: the last event of a turn.
+/// Terminal: the turn is over. `usage` is the turn total, `messages` the number of
+/// assistant messages, `text` the final assistant message's text. Terminal: the last
+/// event of a turn.
 /// (`message_complete`)
 #[pyclass(frozen, module = "panto", name = "MessageComplete")]
 pub struct MessageComplete {
     stop_reason: panto::StopReason,
     usage: panto::Usage,
-    /// The number of assistant messages.
+    /// The number of assistant messages of the turn.
     #[pyo3(get)]
     messages: u32,
     /// The final assistant message's text.
@@ -803,7 +814,7 @@ impl MessageComplete {
     fn stop_reason<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.stop_reason.attr(py)
     }
-    /// The turn's total usage.
+    /// Token usage of the whole turn.
     #[getter]
     fn usage<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.usage.attr(py)
@@ -848,20 +859,23 @@ impl MessageComplete {
     }
 }
 
-/// Automatic compaction summarized the older history before the next request.
+/// The history was compacted before the next request (automatic compaction, see
+/// `compaction` in the configuration): `messages_*` count the history's messages,
+/// `tokens_*` its size in tokens (`tokens_before` from the provider's usage when known,
+/// else estimated as bytes / 4; `tokens_after` estimated in the same measure).
 /// (`history_compacted`)
 #[pyclass(frozen, module = "panto", name = "HistoryCompacted")]
 pub struct HistoryCompacted {
     /// Messages in the history before.
     #[pyo3(get)]
     messages_before: u64,
-    /// Messages after.
+    /// Messages in the history after.
     #[pyo3(get)]
     messages_after: u64,
-    /// Tokens before (the provider's usage when known, else bytes / 4).
+    /// The history's size in tokens before.
     #[pyo3(get)]
     tokens_before: u64,
-    /// Tokens after (estimated as bytes / 4).
+    /// The history's size in tokens after (estimated in the same measure).
     #[pyo3(get)]
     tokens_after: u64,
 }

@@ -151,6 +151,11 @@ def test_additions(vocab: Dict[str, Any]) -> None:
     )
     check({ev_cls, err_cls, "AgentOptions"} <= set(exported), "panto re-exports the new classes (_vocab.__all__)")
 
+    # -- everything, old and new, is there ---------------------------------------------------------
+    for problem in check_rendered(vocab, base) + check_rendered(v, files):
+        check(False, problem)
+    check(True, "the whole description, before and after the change, is in the rendered files")
+
     # -- everything rendered is valid --------------------------------------------------------------
     for path in (gen.VOCAB_PY, gen.NATIVE_PYI):
         try:
@@ -167,6 +172,58 @@ def has_class(tree: ast.Module, name: str) -> bool:
         return True
     except KeyError:
         return False
+
+
+def check_rendered(vocab: Dict[str, Any], rendered: Dict[str, str]) -> List[str]:
+    """Every event with all its fields, every record, error kind and configuration key
+    of ``vocab`` is in python.py's files of ``rendered``, in the description's order;
+    the problems found (empty when all is there)."""
+    problems: List[str] = []
+    rs, py, pyi = rendered[gen.EVENTS_RS], rendered[gen.VOCAB_PY], rendered[gen.NATIVE_PYI]
+    try:
+        py_tree, pyi_tree = ast.parse(py), ast.parse(pyi)
+    except SyntaxError as e:
+        return [f"a rendered Python file does not parse: {e}"]
+    event_fields = literal(py_tree, "EVENT_FIELDS")
+    for ev in vocab["events"]:
+        name, cls, fields = ev["name"], ev["variant"], ev["fields"]
+        names = [f["name"] for f in fields]
+        struct = rust_struct(rs, cls)
+        missing = [n for n in names if not re.search(r"\n\s+" + n + r": ", "\n" + struct)]
+        if not struct or missing:
+            problems.append(f"{gen.EVENTS_RS}: the class {cls} lacks {missing or 'its struct'}")
+        if f"Event::{cls} {{ {', '.join(names)} }} =>" not in rs:
+            problems.append(f"{gen.EVENTS_RS}: to_py does not move {names} into {cls}")
+        for n in names:
+            if not re.search(r"impl " + cls + r" \{.*?fn to_dict.*?intern!\(py, \"" + n + r"\"\)", rs, re.S):
+                problems.append(f"{gen.EVENTS_RS}: {cls}.to_dict() lacks {n}")
+        if f"m.add_class::<{cls}>()" not in rs:
+            problems.append(f"{gen.EVENTS_RS}: {cls} is not registered")
+        if not has_class(pyi_tree, cls) or properties(class_node(pyi_tree, cls)) != names:
+            problems.append(f"{gen.NATIVE_PYI}: the stub of {cls} does not have the properties {names}")
+        want = tuple((f["name"], f["type"], bool(f.get("optional"))) for f in fields)
+        if event_fields.get(name) != want:
+            problems.append(f"{gen.VOCAB_PY}: EVENT_FIELDS[{name!r}] is not {want}")
+        if f"{gen.py_str(name)}: {cls}," not in py:
+            problems.append(f"{gen.VOCAB_PY}: EVENT_CLASSES lacks {name}")
+    for kind in vocab["error_kinds"]:
+        cls = gen.error_class_name(kind["name"])
+        if not has_class(py_tree, cls) or f"kind = {gen.py_str(kind['name'])}" not in py:
+            problems.append(f"{gen.VOCAB_PY}: no exception class {cls} for the kind {kind['name']}")
+        if f"{gen.py_str(kind['name'])}: {cls}," not in py:
+            problems.append(f"{gen.VOCAB_PY}: ERROR_CLASSES lacks {kind['name']}")
+    if list(literal(py_tree, "CONFIG_KEYS")) != [k["name"] for k in vocab["config"]]:
+        problems.append(f"{gen.VOCAB_PY}: CONFIG_KEYS is not the description's keys")
+    want_options = [k["name"] for k in vocab["config"] if k["name"] not in gen.AGENT_PARAMETERS]
+    if not has_class(py_tree, "AgentOptions") or annotated_names(class_node(py_tree, "AgentOptions")) != want_options:
+        problems.append(f"{gen.VOCAB_PY}: AgentOptions does not have the keys {want_options}")
+    for key in vocab["config"]:
+        if key["type"] == "object" and key["name"] not in gen.AGENT_PARAMETERS:
+            cls = gen.camel(key["name"]) + "Options"
+            want = [k["name"] for k in key["keys"]]
+            if not has_class(py_tree, cls) or annotated_names(class_node(py_tree, cls)) != want:
+                problems.append(f"{gen.VOCAB_PY}: {cls} does not have the keys {want}")
+    return problems
 
 
 def test_no_hand_written_lists(vocab: Dict[str, Any]) -> None:

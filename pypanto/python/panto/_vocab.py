@@ -67,7 +67,7 @@ __all__ = [
 
 
 class ConfigError(PantoError, ValueError):
-    """A bad configuration value; the message starts with the key's name.
+    """The configuration or a call's arguments are invalid.
 
     Also a ``ValueError``.
     """
@@ -76,7 +76,7 @@ class ConfigError(PantoError, ValueError):
 
 
 class AuthenticationError(PantoError):
-    """The provider rejected the credentials (HTTP 401)."""
+    """The provider refused the credentials (HTTP 401)."""
 
     kind = "authentication"
 
@@ -94,31 +94,31 @@ class NotFoundError(PantoError):
 
 
 class BadRequestError(PantoError):
-    """The provider rejected the request (HTTP 400/413/422)."""
+    """The provider refused the request (HTTP 400/413/422)."""
 
     kind = "bad_request"
 
 
 class RateLimitError(PantoError):
-    """Too many requests (HTTP 429), after the configured retries."""
+    """Too many requests (HTTP 429)."""
 
     kind = "rate_limited"
 
 
 class ServerError(PantoError):
-    """The provider failed (5xx, overloaded), after the configured retries."""
+    """The provider failed or is overloaded (HTTP 5xx)."""
 
     kind = "server"
 
 
 class APIConnectionError(PantoError):
-    """The provider could not be reached, or the connection broke."""
+    """The connection could not be made or broke."""
 
     kind = "connection"
 
 
 class APITimeoutError(PantoError, TimeoutError):
-    """A time limit passed (connect, idle or request).
+    """A time limit passed (connect, idle, request, tool).
 
     Also a ``TimeoutError``.
     """
@@ -127,13 +127,13 @@ class APITimeoutError(PantoError, TimeoutError):
 
 
 class ProtocolError(PantoError):
-    """The provider sent malformed stream data (bad JSON, an oversized event, ...)."""
+    """Malformed stream data: bad JSON, an oversized event, an impossible sequence."""
 
     kind = "protocol"
 
 
 class ProviderError(PantoError):
-    """The provider sent an error inside a successful (200) stream."""
+    """An error payload inside a 200 stream."""
 
     kind = "provider"
 
@@ -151,19 +151,19 @@ class BusyError(PantoError):
 
 
 class ToolError(PantoError):
-    """Host-tool misuse, such as a result for an unknown or already answered call id."""
+    """Host-tool misuse, such as an unknown call id."""
 
     kind = "tool"
 
 
 class IncompleteStreamError(PantoError):
-    """The response or the turn ended before the provider said it had finished."""
+    """The response or the worker ended before the provider said it finished."""
 
     kind = "incomplete"
 
 
 class InternalError(PantoError):
-    """A bug in panto (a panic, reported instead of aborting)."""
+    """A bug in panto (a panic, reported, never an abort)."""
 
     kind = "internal"
 
@@ -322,16 +322,18 @@ class RetryOptions(TypedDict, total=False):
     """
 
     max_retries: Optional[int]
-    """Retries after the first attempt. (default 2; 0 to 100)"""
+    """Retries after the first attempt. (default 2; at most 100)"""
 
     initial_delay_ms: Optional[int]
-    """The first backoff, doubled per retry. (default 500)"""
+    """First backoff in milliseconds, doubled per retry. (default 500)"""
 
     max_delay_ms: Optional[int]
-    """Cap on one backoff. (default 8000)"""
+    """Cap on one backoff in milliseconds. (default 8000)"""
 
     max_elapsed_ms: Optional[int]
-    """Overall deadline of one message's retries. (default 300000)"""
+    """No retry starts once this many milliseconds have passed since a message's first
+    attempt. (default 300000)
+    """
 
 
 class TimeoutsOptions(TypedDict, total=False):
@@ -341,42 +343,52 @@ class TimeoutsOptions(TypedDict, total=False):
     """
 
     connect_ms: Optional[int]
-    """TCP + TLS connect. (default 10000; at least 1)"""
+    """TCP and TLS connect, in milliseconds. (default 10000; at least 1)"""
 
     idle_ms: Optional[int]
-    """Longest wait for the provider. (default 120000; at least 1)"""
+    """Longest wait for the provider (headers, or between reads), in milliseconds.
+    (default 120000; at least 1)
+    """
 
     request_ms: Optional[int]
-    """One whole attempt. (default 600000; at least 1)"""
+    """One whole attempt, from sending the request to the last byte, in milliseconds.
+    (default 600000; at least 1)
+    """
 
 
 class ReasoningOptions(TypedDict, total=False):
-    """Reasoning control for every turn.
+    """Reasoning control for every turn (default: the provider's).
 
     The ``reasoning`` configuration key.
     """
 
     effort: Optional[Literal["none", "low", "medium", "high"]]
-    """How hard the model thinks. (default "medium")"""
+    """How hard the model should think; none turns reasoning off where the provider
+    allows it. (default "medium")
+    """
 
     budget_tokens: Optional[int]
-    """The thinking budget where the provider takes one."""
+    """Thinking budget in tokens where the provider takes one (Anthropic); default
+    follows the effort.
+    """
 
 
 class CompactionOptions(TypedDict, total=False):
-    """Automatic compaction.
+    """Automatic compaction of older history (default: never on its own).
 
     The ``compaction`` configuration key.
     """
 
     threshold_tokens: Optional[int]
-    """Input tokens that trigger compaction. (required; at least 1)"""
+    """Compact before a request once the history passes this many input tokens.
+    (required; at least 1)
+    """
 
     keep_last: Optional[int]
-    """Messages kept verbatim. (default 6; at least 1)"""
+    """Messages kept verbatim at the end of the history. (default 6; at least 1)"""
 
     model: Optional[str]
-    """The model that writes the summary."""
+    """The model that writes the summary (default: the turn's)."""
 
     prompt: Optional[str]
     """Replaces the summarization instructions."""
@@ -384,26 +396,26 @@ class CompactionOptions(TypedDict, total=False):
 
 class AgentOptions(TypedDict, total=False):
     """The keyword arguments of ``Agent(...)``: every configuration key of the core
-    except those ``Agent`` names as parameters (
-    ``provider``, ``model``, ``base_url``, ``api_key``, ``system``, ``tools``).
-    ``None`` leaves a key unset (its default). The core validates every value; a bad
-    one raises ``ConfigError`` naming the key.
+    except those ``Agent`` names as parameters (``provider``, ``model``,
+    ``base_url``, ``api_key``, ``system``, ``tools``). ``None`` leaves a key unset
+    (its default). The core validates every value; a bad one raises ``ConfigError``
+    naming the key.
     """
 
     max_tokens: Optional[int]
-    """The output limit of one message."""
+    """Output limit of one response (default: the provider's). (at least 1)"""
 
     temperature: Optional[float]
-    """Sampling temperature."""
+    """Sampling temperature (default: the provider's)."""
 
     max_steps: Optional[int]
-    """The most requests in one turn. (default 16; at least 1)"""
+    """Most model requests in one turn. (default 16; at least 1)"""
 
     tool_concurrency: Optional[int]
-    """Tools run at once. (default 4; at least 1)"""
+    """Most tool calls running at once. (default 4; at least 1)"""
 
     tool_timeout_ms: Optional[int]
-    """Time limit of one tool call. (default 120000; at least 1)"""
+    """Longest one tool call may run, in milliseconds. (default 120000; at least 1)"""
 
     retry: Optional[RetryOptions]
     """Retry policy for requests that fail before their first byte."""
@@ -412,31 +424,39 @@ class AgentOptions(TypedDict, total=False):
     """Network time limits."""
 
     queue_capacity: Optional[int]
-    """Events buffered for a slow consumer. (default 256; 1 to 65536)"""
+    """Events buffered between the turn and a slow consumer. (default 256; 1 to 65536)"""
 
     headers: Optional[Dict[str, str]]
-    """Extra HTTP headers."""
+    """Extra HTTP headers sent with every request."""
 
     max_event_bytes: Optional[int]
-    """Cap on one SSE event. (default 16777216; at least 1024)"""
+    """Cap on one server-sent event; larger is a protocol error. (default 16777216; at
+    least 1024)
+    """
 
     max_message_bytes: Optional[int]
-    """Cap on one assistant message. (default 33554432; at least 1024)"""
+    """Cap on one assistant message's text and tool arguments; larger is a protocol
+    error. (default 33554432; at least 1024)
+    """
 
     max_tool_output_bytes: Optional[int]
-    """Cap on one tool result. (default 102400; at least 256)"""
+    """Cap on one tool result; longer output is cut with a note the model reads.
+    (default 102400; at least 256)
+    """
 
     reasoning: Optional[Union[Literal["none", "low", "medium", "high"], ReasoningOptions]]
-    """Reasoning control for every turn."""
+    """Reasoning control for every turn (default: the provider's)."""
 
     prompt_caching: Optional[bool]
-    """Anthropic: mark cache breakpoints. (default True)"""
+    """Anthropic: mark prompt cache breakpoints. (default True)"""
 
     compaction: Optional[CompactionOptions]
-    """Automatic compaction."""
+    """Automatic compaction of older history (default: never on its own)."""
 
     compat: Optional[Literal["auto", "openai", "deepseek", "ollama", "vllm", "generic"]]
-    """Which OpenAI-compatible server, for the fields only some servers know. (default "auto")"""
+    """Which OpenAI-compatible server this is, for fields only some servers know (auto:
+    from base_url). (default "auto")
+    """
 
 
 # Shown (and pickled) as panto.X: the package re-exports every class.
