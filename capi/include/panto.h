@@ -118,6 +118,14 @@
  *   Processes that fork: create agents after fork(); the worker threads do not survive
  *   into a child.
  *
+ * Signals. The library installs no signal handler and never changes the process's
+ *   signal dispositions or the signal mask of any thread it did not create. Its own
+ *   threads (the workers and their name-resolution helpers), which are the only threads
+ *   that write to its sockets, block SIGPIPE: a connection the server resets while a
+ *   request is being written fails the turn with PANTO_ERR_CONNECTION, whatever the
+ *   host's SIGPIPE disposition — the default (terminate) included. No call of this
+ *   header writes to a socket on the caller's thread.
+ *
  * Undefined behaviour. Everything the library can check, it checks (NULL pointers,
  *   UTF-8, struct_size, a stale copy of an event — see each function). What it cannot
  *   check is undefined, and this is the complete list:

@@ -53,6 +53,29 @@ pub(crate) fn on_worker() -> bool {
     ON_WORKER.with(|w| w.get())
 }
 
+/// Blocks SIGPIPE on the calling thread, one of panto's own.
+///
+/// Writing to a connection the server has reset raises SIGPIPE on the writing thread
+/// (the HTTP stack writes with `writev`, which has no `MSG_NOSIGNAL`), and its default
+/// action kills the process. A Rust program ignores SIGPIPE from `main`, but a C, Go or
+/// Python host keeps whatever disposition it chose, and a library must not change it.
+/// Every socket panto writes is written on the threads it creates (the workers, and the
+/// resolver threads of their runtimes), so blocking the signal on those threads alone
+/// makes such a write fail with EPIPE — a `connection` error — whatever the host's
+/// setup. The signal then stays pending on this thread, which never unblocks it: it is
+/// never delivered, to this thread or to any of the host's.
+pub(crate) fn block_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: plain libc calls on a local, zero-initialised signal set; changing the
+    // calling thread's own signal mask affects no other thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Starts worker `i`: a thread that drives a current-thread runtime forever.
 fn start_worker(i: usize) -> Result<tokio::runtime::Handle, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -61,12 +84,15 @@ fn start_worker(i: usize) -> Result<tokio::runtime::Handle, String> {
         .max_blocking_threads(1)
         .thread_name(format!("panto-resolve-{i}"))
         .thread_keep_alive(Duration::from_secs(5))
+        // They inherit the worker's mask; this holds even if another thread spawns one.
+        .on_thread_start(block_sigpipe)
         .build()
         .map_err(|e| e.to_string())?;
     let handle = rt.handle().clone();
     std::thread::Builder::new()
         .name(format!("panto-worker-{i}"))
         .spawn(move || {
+            block_sigpipe();
             ON_WORKER.with(|w| w.set(true));
             rt.block_on(std::future::pending::<()>());
         })

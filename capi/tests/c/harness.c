@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -210,4 +211,80 @@ const char *config_for(const TestServer *s, const char *key, const char *extra, 
            "\"api_key\":\"%s\"%s}",
            s->url, key, extra ? extra : "");
   return buf;
+}
+
+static void *reset_server_loop(void *arg) {
+  ResetServer *s = arg;
+  for (;;) {
+    struct pollfd p[2] = {{s->listen_fd, POLLIN, 0}, {s->stop_pipe[0], POLLIN, 0}};
+    if (poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (p[1].revents) break;
+    if (!(p[0].revents & POLLIN)) continue;
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    /* A small receive buffer, so the client's large body cannot all sit in the kernel. */
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    char buf[4096];
+    size_t got = 0;
+    while (got < s->read_bytes) {
+      size_t want = s->read_bytes - got < sizeof buf ? s->read_bytes - got : sizeof buf;
+      ssize_t n = read(fd, buf, want);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += (size_t)n;
+    }
+    struct linger hard = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+    close(fd); /* RST: the client's next write fails with ECONNRESET, then EPIPE */
+    s->accepted++;
+  }
+  return NULL;
+}
+
+int reset_server_start(ResetServer *s, size_t read_bytes) {
+  memset(s, 0, sizeof *s);
+  s->read_bytes = read_bytes;
+  s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s->listen_fd < 0) return -1;
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (bind(s->listen_fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+      listen(s->listen_fd, 16) != 0 ||
+      getsockname(s->listen_fd, (struct sockaddr *)&addr, &len) != 0 ||
+      pipe2(s->stop_pipe, O_CLOEXEC) != 0) {
+    close(s->listen_fd);
+    return -1;
+  }
+  s->port = ntohs(addr.sin_port);
+  snprintf(s->url, sizeof s->url, "http://127.0.0.1:%d", s->port);
+  pthread_t *th = malloc(sizeof *th);
+  if (th == NULL || pthread_create(th, NULL, reset_server_loop, s) != 0) {
+    free(th);
+    close(s->listen_fd);
+    close(s->stop_pipe[0]);
+    close(s->stop_pipe[1]);
+    return -1;
+  }
+  s->thread = th;
+  return 0;
+}
+
+void reset_server_stop(ResetServer *s) {
+  if (s->thread == NULL) return;
+  if (write(s->stop_pipe[1], "x", 1) != 1) { /* the loop also ends when the pipe closes */
+  }
+  pthread_join(*(pthread_t *)s->thread, NULL);
+  free(s->thread);
+  s->thread = NULL;
+  close(s->listen_fd);
+  close(s->stop_pipe[0]);
+  close(s->stop_pipe[1]);
 }

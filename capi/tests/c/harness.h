@@ -62,6 +62,21 @@ int server_open_gate(const TestServer *s);
 /* Connections open to the server other than the one asking (stats counts itself). */
 long server_client_connections(const TestServer *s);
 
+/* A TCP server on 127.0.0.1 (port 0) that accepts connections, reads at most
+ * `read_bytes` of each, then resets it (SO_LINGER 0): a server that hangs up while the
+ * client is still writing its request. Runs on its own thread until reset_server_stop. */
+typedef struct ResetServer {
+  int listen_fd;
+  int port;
+  size_t read_bytes;
+  int stop_pipe[2];
+  long accepted; /* connections accepted and reset (read after stop) */
+  char url[64];
+  void *thread; /* pthread_t, opaque here */
+} ResetServer;
+int reset_server_start(ResetServer *s, size_t read_bytes);
+void reset_server_stop(ResetServer *s);
+
 /* The agent configuration for `s`: OpenAI-compatible, api_key `key`, `extra` appended
  * verbatim inside the object (e.g. ",\"queue_capacity\":4"), into buf. */
 const char *config_for(const TestServer *s, const char *key, const char *extra, char *buf,

@@ -7,7 +7,9 @@
 #   2. every test under valgrind memcheck against the debug library: any memory error
 #      or leak fails (the suppressions, in valgrind.supp, are explained there);
 #   3. every test under valgrind against the release library — what install-capi.sh
-#      installs (valgrind.supp also covers optimized code of the dependencies);
+#      installs (valgrind.supp also covers optimized code of the dependencies); the
+#      tests in $slow (megabytes of request body per turn: minutes under valgrind) run
+#      natively against the release library instead;
 #   4. every test under ThreadSanitizer (gcc or clang -fsanitize=thread) with
 #      capi/tsan.supp, after checking that a race in the host's own code is still
 #      reported with that file in place.
@@ -49,6 +51,7 @@ build_tests() {
 }
 args=("$target/debug/panto-testserver" capi/tests/scenarios
       tests/server/scenarios/demo-weather.json "$@")
+slow=server_reset_while_writing_is_no_sigpipe
 
 build_tests debug test_capi
 if [ -n "${PANTO_NO_VALGRIND:-}" ]; then
@@ -64,11 +67,14 @@ memcheck() {
     --num-callers=40 --suppressions=capi/tests/c/valgrind.supp --quiet "$@"
 }
 say "2. valgrind memcheck, debug library"
-memcheck "$target/capi-c/debug/test_capi" "${args[@]}"
+PANTO_C_SKIP=$slow memcheck "$target/capi-c/debug/test_capi" "${args[@]}"
 
-say "3. valgrind memcheck, release library"
+say "3. valgrind memcheck, release library; natively: $slow"
 build_tests release test_capi
-memcheck "$target/capi-c/release/test_capi" "${args[@]}"
+PANTO_C_SKIP=$slow memcheck "$target/capi-c/release/test_capi" "${args[@]}"
+if [ $# -eq 0 ]; then
+  for t in ${slow//,/ }; do "$target/capi-c/release/test_capi" "${args[@]}" "$t"; done
+fi
 
 say "4. ThreadSanitizer (suppressions: capi/tsan.supp)"
 build_tests debug test_capi_tsan -fsanitize=thread
@@ -90,4 +96,4 @@ if ! grep -q "data race" "$tsan_dir/tsan_selftest.log" ||
   exit 1
 fi
 echo "self-check: the deliberate race in the host is reported: OK"
-TSAN_OPTIONS="$tsan_opts" "$tsan_dir/test_capi_tsan" "${args[@]}"
+PANTO_C_SKIP=$slow TSAN_OPTIONS="$tsan_opts" "$tsan_dir/test_capi_tsan" "${args[@]}"
