@@ -1,174 +1,111 @@
 package panto
 
 import (
-	"context"
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
 	"time"
 )
 
-// Config mirrors panto's JSON configuration (DESIGN.md, "Configuration"). Zero values
-// mean the library's defaults. NewAgent builds the JSON from it and the core validates
-// it: a bad value is an *Error of kind config whose message names the key.
-type Config struct {
-	Provider    string   // "openai" (default) or "anthropic"
-	Model       string   // required
-	BaseURL     string   // as in the provider's official SDK (OpenAI's includes /v1)
-	APIKey      string   // default: $OPENAI_API_KEY / $ANTHROPIC_API_KEY
-	System      string   // system prompt
-	MaxTokens   int      // per response
-	Temperature *float64 // nil: the provider's default
-	MaxSteps    int      // assistant messages per turn
-	// ToolConcurrency is how many tool calls of one message run at once.
-	ToolConcurrency int
-	// ToolTimeout bounds the wait for one tool's result (rounded down to milliseconds).
-	ToolTimeout time.Duration
-	// Tools are host tools: implemented in Go (Func) or answered by hand.
-	Tools         []Tool
-	Retry         Retry
-	Timeouts      Timeouts
-	QueueCapacity int               // events buffered between the turn and the consumer
-	Headers       map[string]string // extra HTTP headers sent with every request
-	// Caps on one SSE event, one assistant message and one tool result, in bytes.
-	MaxEventBytes      int
-	MaxMessageBytes    int
-	MaxToolOutputBytes int
-	// Reasoning control for every turn (TurnOptions.Reasoning replaces it for one turn);
-	// nil leaves the provider's default.
-	Reasoning *Reasoning
-	// PromptCaching turns Anthropic's cache breakpoints off with Bool(false); nil means
-	// the default (on).
-	PromptCaching *bool
-	// Compaction enables automatic compaction; nil never compacts on its own.
-	Compaction *Compaction
-	// Compat names the OpenAI-compatible server for its own request fields: "auto"
-	// (default, decided from BaseURL), "openai", "deepseek", "ollama", "vllm", "generic".
-	Compat string
-}
-
-// Reasoning controls how hard the model thinks. Effort is "none", "low", "medium" or
-// "high"; BudgetTokens (0: by effort) is the thinking budget where the provider takes one
-// (Anthropic).
-type Reasoning struct {
-	Effort       string `json:"effort"`
-	BudgetTokens int    `json:"budget_tokens,omitempty"`
-}
-
-// Compaction configures automatic compaction: when the last request's input tokens pass
-// ThresholdTokens, the next request of a turn first summarizes the older history,
-// keeping the last KeepLast messages (0: 6). Model and Prompt (empty: the agent's model,
-// the documented default prompt) write the summary.
-type Compaction struct {
-	ThresholdTokens int    `json:"threshold_tokens"`
-	KeepLast        int    `json:"keep_last,omitempty"`
-	Model           string `json:"model,omitempty"`
-	Prompt          string `json:"prompt,omitempty"`
-}
+// Config, its nested types (Retry, Timeouts, Tool, …) and their MarshalJSON methods are
+// generated into config_gen.go from the core's vocabulary (scripts/gen.sh); the rules
+// that map a configuration key to a Go field are written in scripts/gen/golang.py.
 
 // Bool returns a pointer to b, for Config.PromptCaching.
 func Bool(b bool) *bool { return &b }
 
-// Retry configures how failed requests are retried.
-type Retry struct {
-	// MaxRetries is the number of retries after the first attempt; 0 means the default
-	// and a negative value means none.
-	MaxRetries   int
-	InitialDelay time.Duration // first backoff, doubled per retry
-	MaxDelay     time.Duration // cap on one backoff
-	MaxElapsed   time.Duration // overall deadline of one message's retries
-}
-
-// Timeouts bounds the waits for the provider.
-type Timeouts struct {
-	Connect time.Duration // TCP + TLS connect
-	Idle    time.Duration // any wait for the provider (headers or the next bytes)
-	Request time.Duration // one whole attempt
-}
-
-// Tool is a host tool: declared to the model with Name, Description and Parameters (a
-// JSON Schema object; nil means one without properties) and, when Func is set, run by
-// the stream automatically in its own goroutine with the stream's context. Func's
-// result becomes the tool result; a returned error or a panic becomes an error result
-// that the model reads. A Tool without Func is answered with Stream.SubmitToolResult.
-type Tool struct {
-	Name        string
-	Description string
-	Parameters  json.RawMessage
-	Func        func(ctx context.Context, args json.RawMessage) (string, error)
-}
-
 // Float returns a pointer to x, for Config.Temperature.
 func Float(x float64) *float64 { return &x }
 
-func ms(d time.Duration) int64 { return d.Milliseconds() }
+// configJSON is the JSON object the core validates; zero values are left out.
+func (c *Config) configJSON() ([]byte, error) { return c.MarshalJSON() }
 
-// configJSON builds the JSON object the core validates; zero values are left out.
-func (c *Config) configJSON() ([]byte, error) {
-	m := map[string]any{}
-	put := func(k string, v any, set bool) {
-		if set {
-			m[k] = v
+// jsonObject writes one JSON object key by key, in the order of the calls (the
+// generated MarshalJSON methods write the keys in the schema's order).
+type jsonObject struct {
+	buf bytes.Buffer
+	err error
+}
+
+func (o *jsonObject) put(key string, v any) {
+	if o.err != nil {
+		return
+	}
+	if o.buf.Len() == 0 {
+		o.buf.WriteByte('{')
+	} else {
+		o.buf.WriteByte(',')
+	}
+	k, _ := json.Marshal(key) // a string always marshals
+	o.buf.Write(k)
+	o.buf.WriteByte(':')
+	js, err := json.Marshal(v)
+	if err != nil {
+		o.err = err
+		return
+	}
+	o.buf.Write(js)
+}
+
+func (o *jsonObject) end() ([]byte, error) {
+	if o.err != nil {
+		return nil, o.err
+	}
+	if o.buf.Len() == 0 {
+		return []byte("{}"), nil
+	}
+	o.buf.WriteByte('}')
+	return o.buf.Bytes(), nil
+}
+
+// errUnknownKey is what readObject reports for a key no field has.
+var errUnknownKey = errors.New("unknown key")
+
+// readObject calls field for every key of the JSON object data; an error names the key.
+func readObject(data []byte, field func(key string, v json.RawMessage) error) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // the first error does not depend on map order
+	for _, k := range keys {
+		if err := field(k, m[k]); err != nil {
+			return fmt.Errorf("%s: %w", k, err)
 		}
 	}
-	put("provider", c.Provider, c.Provider != "")
-	put("model", c.Model, c.Model != "")
-	put("base_url", c.BaseURL, c.BaseURL != "")
-	put("api_key", c.APIKey, c.APIKey != "")
-	put("system", c.System, c.System != "")
-	put("max_tokens", c.MaxTokens, c.MaxTokens != 0)
-	put("temperature", c.Temperature, c.Temperature != nil)
-	put("max_steps", c.MaxSteps, c.MaxSteps != 0)
-	put("tool_concurrency", c.ToolConcurrency, c.ToolConcurrency != 0)
-	put("tool_timeout_ms", ms(c.ToolTimeout), c.ToolTimeout != 0)
-	put("queue_capacity", c.QueueCapacity, c.QueueCapacity != 0)
-	put("headers", c.Headers, len(c.Headers) != 0)
-	put("max_event_bytes", c.MaxEventBytes, c.MaxEventBytes != 0)
-	put("max_message_bytes", c.MaxMessageBytes, c.MaxMessageBytes != 0)
-	put("max_tool_output_bytes", c.MaxToolOutputBytes, c.MaxToolOutputBytes != 0)
-	put("reasoning", c.Reasoning, c.Reasoning != nil)
-	put("prompt_caching", c.PromptCaching, c.PromptCaching != nil)
-	put("compaction", c.Compaction, c.Compaction != nil)
-	put("compat", c.Compat, c.Compat != "")
-	if len(c.Tools) != 0 {
-		tools := make([]map[string]any, len(c.Tools))
-		for i, t := range c.Tools {
-			spec := map[string]any{"name": t.Name, "description": t.Description}
-			if len(t.Parameters) != 0 {
-				spec["parameters"] = t.Parameters
-			}
-			tools[i] = spec
+	return nil
+}
+
+// readMillis reads a count of milliseconds into a Duration (null leaves it).
+func readMillis(v json.RawMessage, d *time.Duration) error {
+	var ms *int64
+	if err := json.Unmarshal(v, &ms); err != nil {
+		return err
+	}
+	if ms != nil {
+		*d = time.Duration(*ms) * time.Millisecond
+	}
+	return nil
+}
+
+// readCountZeroNegative reads a count whose Go zero value means "the default": a JSON
+// 0 becomes -1, which MarshalJSON sends as 0.
+func readCountZeroNegative(v json.RawMessage, n *int) error {
+	var c *int
+	if err := json.Unmarshal(v, &c); err != nil {
+		return err
+	}
+	if c != nil {
+		*n = *c
+		if *n == 0 {
+			*n = -1
 		}
-		m["tools"] = tools
 	}
-	retry := map[string]any{}
-	if c.Retry.MaxRetries > 0 {
-		retry["max_retries"] = c.Retry.MaxRetries
-	} else if c.Retry.MaxRetries < 0 {
-		retry["max_retries"] = 0
-	}
-	if c.Retry.InitialDelay != 0 {
-		retry["initial_delay_ms"] = ms(c.Retry.InitialDelay)
-	}
-	if c.Retry.MaxDelay != 0 {
-		retry["max_delay_ms"] = ms(c.Retry.MaxDelay)
-	}
-	if c.Retry.MaxElapsed != 0 {
-		retry["max_elapsed_ms"] = ms(c.Retry.MaxElapsed)
-	}
-	if len(retry) != 0 {
-		m["retry"] = retry
-	}
-	timeouts := map[string]any{}
-	if c.Timeouts.Connect != 0 {
-		timeouts["connect_ms"] = ms(c.Timeouts.Connect)
-	}
-	if c.Timeouts.Idle != 0 {
-		timeouts["idle_ms"] = ms(c.Timeouts.Idle)
-	}
-	if c.Timeouts.Request != 0 {
-		timeouts["request_ms"] = ms(c.Timeouts.Request)
-	}
-	if len(timeouts) != 0 {
-		m["timeouts"] = timeouts
-	}
-	return json.Marshal(m)
+	return nil
 }

@@ -5,35 +5,10 @@ import (
 	"errors"
 )
 
-// ErrorKind is the class of a failure, the same in every language panto supports.
+// ErrorKind is the class of a failure, the same in every language panto supports. The
+// Kind* constants, ErrorKinds and the Err* sentinels (one per kind, for errors.Is) are
+// generated into errors_gen.go from the core's vocabulary (scripts/gen.sh).
 type ErrorKind string
-
-// The error kinds, in the order of the C ABI's codes (PANTO_ERR_CONFIG = 1, …).
-const (
-	KindConfig         ErrorKind = "config"         // bad configuration or argument (names the key)
-	KindAuthentication ErrorKind = "authentication" // HTTP 401
-	KindPermission     ErrorKind = "permission"     // HTTP 402, 403
-	KindNotFound       ErrorKind = "not_found"      // HTTP 404
-	KindBadRequest     ErrorKind = "bad_request"    // HTTP 400, 413, 422
-	KindRateLimited    ErrorKind = "rate_limited"   // HTTP 429
-	KindServer         ErrorKind = "server"         // HTTP 5xx, overloaded
-	KindConnection     ErrorKind = "connection"     // could not connect, connection lost
-	KindTimeout        ErrorKind = "timeout"        // a configured time limit was exceeded
-	KindProtocol       ErrorKind = "protocol"       // malformed stream data
-	KindProvider       ErrorKind = "provider"       // an error payload inside a 200 stream
-	KindCancelled      ErrorKind = "cancelled"      // Cancel, Close or the stream's ctx
-	KindBusy           ErrorKind = "busy"           // the agent already has an open stream
-	KindTool           ErrorKind = "tool"           // host-tool misuse (e.g. an unknown call id)
-	KindIncomplete     ErrorKind = "incomplete"     // the turn ended before message_complete
-	KindInternal       ErrorKind = "internal"       // a bug in panto, caught and reported
-)
-
-// ErrorKinds lists every kind, in the order of the C ABI's codes.
-var ErrorKinds = []ErrorKind{
-	KindConfig, KindAuthentication, KindPermission, KindNotFound, KindBadRequest,
-	KindRateLimited, KindServer, KindConnection, KindTimeout, KindProtocol, KindProvider,
-	KindCancelled, KindBusy, KindTool, KindIncomplete, KindInternal,
-}
 
 // Error is a failure reported by panto. errors.Is(err, ErrRateLimited) and the other
 // sentinels test its Kind; errors.As(err, &perr) gives the details. An error caused by
@@ -51,26 +26,6 @@ type Error struct {
 }
 
 func sentinel(k ErrorKind) *Error { return &Error{Kind: k, Message: string(k), sentinel: true} }
-
-// Sentinels, one per kind, for errors.Is. They match any *Error of their kind.
-var (
-	ErrConfig         = sentinel(KindConfig)
-	ErrAuthentication = sentinel(KindAuthentication)
-	ErrPermission     = sentinel(KindPermission)
-	ErrNotFound       = sentinel(KindNotFound)
-	ErrBadRequest     = sentinel(KindBadRequest)
-	ErrRateLimited    = sentinel(KindRateLimited)
-	ErrServer         = sentinel(KindServer)
-	ErrConnection     = sentinel(KindConnection)
-	ErrTimeout        = sentinel(KindTimeout)
-	ErrProtocol       = sentinel(KindProtocol)
-	ErrProvider       = sentinel(KindProvider)
-	ErrCancelled      = sentinel(KindCancelled)
-	ErrBusy           = sentinel(KindBusy)
-	ErrTool           = sentinel(KindTool)
-	ErrIncomplete     = sentinel(KindIncomplete)
-	ErrInternal       = sentinel(KindInternal)
-)
 
 // Done is returned by Stream.Next after MessageComplete, on that call's successor and
 // every later one. It is not a failure.

@@ -104,6 +104,9 @@ step "Go: gofmt, go vet, go test -race (incl. examples, goleak)"
 step "Go: go test under GOEXPERIMENT=cgocheck2 (cgo pointer rules checked fully)"
 (cd golang && env "${go_env[@]}" GOEXPERIMENT=cgocheck2 go test -count=1 ./...)
 
+step "Go: a field and a config key added to the vocabulary reach Go, compile and decode (scripts/gen/selftest_golang.py)"
+env "${go_env[@]}" python3 scripts/gen/selftest_golang.py "$CARGO_TARGET_DIR/vocab.json"
+
 step "Go: benchmark module (golang/bench, vs openai-go) vets and compiles"
 (cd golang/bench && env "${go_env[@]}" go vet ./... && env "${go_env[@]}" go test -c -o /dev/null .)
 

@@ -1,0 +1,196 @@
+package panto
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The generated config types write the JSON the core reads, by the rules of
+// scripts/gen/golang.py, and read it back.
+func TestConfigJSONFollowsTheGenerationRules(t *testing.T) {
+	cfg := Config{
+		Provider: "anthropic", Model: "m", BaseURL: "http://h/v1", APIKey: "k", System: "s",
+		MaxTokens: 100, Temperature: Float(0.5), MaxSteps: 3, ToolConcurrency: 2,
+		ToolTimeout: 1500 * time.Millisecond,
+		Tools: []Tool{
+			{Name: "a", Description: "d", Parameters: json.RawMessage(`{"type":"object"}`)},
+			{Name: "b", Func: func(context.Context, json.RawMessage) (string, error) { return "", nil }},
+		},
+		Retry:    Retry{MaxRetries: -1, InitialDelay: time.Second},
+		Timeouts: Timeouts{Idle: 2 * time.Second},
+		Headers:  map[string]string{"x-a": "1"}, QueueCapacity: 8,
+		MaxEventBytes: 2048, MaxMessageBytes: 4096, MaxToolOutputBytes: 512,
+		Reasoning: &Reasoning{Effort: "high"}, PromptCaching: Bool(false),
+		Compaction: &Compaction{ThresholdTokens: 10}, Compat: "vllm",
+	}
+	want := `{"provider":"anthropic","model":"m","base_url":"http://h/v1","api_key":"k","system":"s",` +
+		`"max_tokens":100,"temperature":0.5,"tools":[{"name":"a","description":"d","parameters":{"type":"object"}},` +
+		`{"name":"b"}],"max_steps":3,"tool_concurrency":2,"tool_timeout_ms":1500,` +
+		`"retry":{"max_retries":0,"initial_delay_ms":1000},"timeouts":{"idle_ms":2000},"queue_capacity":8,` +
+		`"headers":{"x-a":"1"},"max_event_bytes":2048,"max_message_bytes":4096,"max_tool_output_bytes":512,` +
+		`"reasoning":{"effort":"high"},"prompt_caching":false,"compaction":{"threshold_tokens":10},"compat":"vllm"}`
+	got, err := cfg.configJSON()
+	if err != nil || string(got) != want {
+		t.Fatalf("config JSON:\n got %s %v\nwant %s", got, err, want)
+	}
+	if js, _ := json.Marshal(cfg); string(js) != want {
+		t.Errorf("json.Marshal(cfg) = %s", js)
+	}
+	// Zero values are left out (model is required: always written).
+	if js, _ := json.Marshal(Config{Retry: Retry{}}); string(js) != `{"model":""}` {
+		t.Errorf("zero config: %s", js)
+	}
+	// And read back: every field, -1 for a JSON 0 of max_retries, Func aside.
+	var back Config
+	if err := json.Unmarshal([]byte(want), &back); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Tools[1].Func = nil
+	if !reflect.DeepEqual(back, cfg) {
+		t.Errorf("read back:\n%#v\nwant\n%#v", back, cfg)
+	}
+	err = json.Unmarshal([]byte(`{"model":"m","retry":{"max_retrys":1}}`), &back)
+	if err == nil || !strings.Contains(err.Error(), "retry: max_retrys: unknown key") {
+		t.Errorf("unknown nested key: %v", err)
+	}
+	// The core accepts what is written, and names a key it refuses.
+	if _, err := NewAgent(Config{Model: "m", Retry: Retry{MaxRetries: 101}}); err == nil ||
+		!strings.Contains(err.Error(), "retry.max_retries") {
+		t.Errorf("max_retries 101: %v", err)
+	}
+}
+
+// conformanceTurn plays tests/conformance/scenarios/NAME with its client's configuration
+// (read by Config.UnmarshalJSON) and every tool answered at once by a Func; it returns
+// the events and the library's canonical JSON of each.
+func conformanceTurn(t *testing.T, name string) ([]Event, []string) {
+	t.Helper()
+	dir := filepath.Join("..", "tests", "conformance", "scenarios", name)
+	server, err := os.ReadFile(filepath.Join(dir, "server.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientJS, err := os.ReadFile(filepath.Join(dir, "client.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var client struct {
+		Prompt string          `json:"prompt"`
+		Config json.RawMessage `json:"config"`
+		Tools  []struct {
+			Tool
+			Answer *struct {
+				Output  string `json:"output"`
+				IsError bool   `json:"is_error"`
+			} `json:"answer"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(clientJS, &client); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, json.RawMessage(server))
+	var cfg Config
+	if err := json.Unmarshal(client.Config, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.BaseURL, cfg.APIKey = srv.url, "sk-test"
+	if cfg.Provider != "anthropic" {
+		cfg.BaseURL += "/v1"
+	}
+	for _, tool := range client.Tools {
+		tl := tool.Tool
+		if a := tool.Answer; a != nil {
+			tl.Func = func(context.Context, json.RawMessage) (string, error) {
+				if a.IsError {
+					return "", errors.New(a.Output)
+				}
+				return a.Output, nil
+			}
+		}
+		cfg.Tools = append(cfg.Tools, tl)
+	}
+	agent := newTestAgent(t, cfg)
+	var canon []string
+	canonicalHook.Store(&canonicalRecorder{fn: func(js string) { canon = append(canon, js) }})
+	defer canonicalHook.Store(nil)
+	s, err := agent.Stream(context.Background(), client.Prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return drainTurn(t, s), canon
+}
+
+// The generated convert reads the C record; for what the header does not carry it
+// decodes the canonical JSON instead. Both paths must give the same struct, the
+// convenience fields of BlockComplete included (setBlockParts is their JSON path).
+func TestEventsFromTheCRecordEqualThoseFromTheirJSON(t *testing.T) {
+	seen := map[string]bool{}
+	for _, name := range []string{"anthropic-reasoning", "openai-max-tokens-mid-tool", "anthropic-retry-429",
+		"openai-compaction-auto", "openai-tool-parallel", "openai-tool-error"} {
+		evs, canon := conformanceTurn(t, name)
+		if len(evs) != len(canon) {
+			t.Fatalf("%s: %d events, %d canonical lines", name, len(evs), len(canon))
+		}
+		for i, ev := range evs {
+			seen[ev.Type()] = true
+			fromJS := reflect.New(reflect.TypeOf(ev).Elem())
+			if err := json.Unmarshal([]byte(canon[i]), fromJS.Interface()); err != nil {
+				t.Fatalf("%s: %s: %v", name, canon[i], err)
+			}
+			if bc, ok := fromJS.Interface().(*BlockComplete); ok {
+				bc.setBlockParts(bc.Content)
+			}
+			if diff := fieldDiff(reflect.ValueOf(ev).Elem(), fromJS.Elem()); diff != "" {
+				t.Errorf("%s: event %d (%s): the C record and the JSON differ in %s", name, i, canon[i], diff)
+			}
+			if js := mustJSON(t, ev); !sameJSON(js, canon[i]) {
+				t.Errorf("%s: json.Marshal %s, library %s", name, js, canon[i])
+			}
+		}
+	}
+	for _, typ := range EventTypes {
+		if !seen[typ] {
+			t.Errorf("no scenario produced %s", typ)
+		}
+	}
+}
+
+// fieldDiff names the first field that differs; JSON fields compare as JSON values
+// (absent, nil, is null).
+func fieldDiff(a, b reflect.Value) string {
+	for i := 0; i < a.NumField(); i++ {
+		fa, fb := a.Field(i), b.Field(i)
+		if raw, ok := fa.Interface().(json.RawMessage); ok {
+			if !sameJSON(orNull(raw), orNull(fb.Interface().(json.RawMessage))) {
+				return a.Type().Field(i).Name
+			}
+			continue
+		}
+		if !reflect.DeepEqual(fa.Interface(), fb.Interface()) {
+			return a.Type().Field(i).Name
+		}
+	}
+	return ""
+}
+
+func orNull(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "null"
+	}
+	return string(raw)
+}
+
+func sameJSON(a, b string) bool {
+	var x, y any
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
