@@ -96,32 +96,39 @@ fi
 "${driver[@]}" "${runners[@]}" "${passthrough[@]}"
 
 if [ -n "$self_test" ] && wanted go; then
-  # One changed field in one binding's mapping must fail the suite, naming the runner,
-  # the scenario and the line: a copy of the Go module whose ToolResult writes `iserror`
-  # for `is_error`. The copy lives in the build directory; the tree is not touched.
-  echo "conformance self-test: a Go binding that maps tool_result.is_error wrongly" >&2
+  # A changed field in one binding's mapping must fail the suite, naming the runner, the
+  # scenario and the line: a copy of the Go module whose ToolResult writes `iserror` for
+  # `is_error` (a json tag), and whose BlockComplete.Text (a convenience field, not in
+  # the JSON) holds the wrong string. Both live in the generated events_gen.go. The
+  # copy lives in the build directory; the tree is not touched.
+  echo "conformance self-test: a Go binding that maps tool_result.is_error and BlockComplete.Text wrongly" >&2
   mutant="$out/mutant-golang"
   rm -rf "$mutant"
   cp -r golang "$mutant"
-  sed -i 's/`json:"is_error"`/`json:"iserror"`/' "$mutant/event.go"
-  if cmp -s golang/event.go "$mutant/event.go"; then
-    echo "self-test: the mutation did not apply (golang/event.go changed?)" >&2
+  sed -i -e 's/`json:"is_error"`/`json:"iserror"`/' \
+    -e '/case [0-9]*: \/\/ block_complete/,/return e/ s/Text: *goStr(p\.text)/Text: goStr(p.name)/' \
+    "$mutant/events_gen.go"
+  if [ "$(diff golang/events_gen.go "$mutant/events_gen.go" | grep -c '^>')" != 2 ]; then
+    echo "self-test: the two mutations did not apply (golang/events_gen.go changed?)" >&2
     exit 1
   fi
   build_go_runner "$mutant" "$out/go-mutant-runner"
   set +e
-  report=$("${driver[@]}" --runner "go=$out/go-mutant-runner" --scenario openai-tool-single 2>&1)
+  report=$("${driver[@]}" --runner "go=$out/go-mutant-runner" --scenario openai-tool-single \
+    --scenario openai-text 2>&1)
   status=$?
   set -e
   rm -rf "$mutant"
-  expected="FAIL go / openai-tool-single / line 9: missing field 'is_error'"
-  if [ "$status" -ne 1 ] || [[ "$report" != *"$expected"* ]]; then
-    printf '%s\n' "$report" >&2
-    echo "self-test FAILED: expected exit 1 and \"$expected\" (exit $status)" >&2
-    exit 1
-  fi
+  for expected in "FAIL go / openai-tool-single / line 9: missing field 'is_error'" \
+                  "FAIL go / openai-text / line 6: field 'content'"; do
+    if [ "$status" -ne 1 ] || [[ "$report" != *"$expected"* ]]; then
+      printf '%s\n' "$report" >&2
+      echo "self-test FAILED: expected exit 1 and \"$expected\" (exit $status)" >&2
+      exit 1
+    fi
+  done
   printf '%s\n' "$report" | grep -A3 "^FAIL" >&2
-  echo "conformance self-test: the changed mapping was caught (runner, scenario, line named)" >&2
+  echo "conformance self-test: the changed mappings were caught (runner, scenario, line named)" >&2
 fi
 
 if [ -n "$self_test" ] && wanted python-sync; then

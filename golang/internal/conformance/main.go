@@ -1,6 +1,7 @@
 // Command conformance is the conformance runner for Go: it runs one turn described on
-// the command line and prints its trace, json.Marshal of each Event the stream returns,
-// then the error line, built from the *panto.Error's fields, if the turn failed.
+// the command line and prints its trace, built from the fields of each Event the stream
+// returns (trace.go), then the error line, built from the *panto.Error's fields, if the
+// turn failed.
 // scripts/conformance.sh compares it with the scenario's golden trace; the arguments,
 // shared by every language's runner, are described in tests/conformance/README.md.
 //
@@ -17,7 +18,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	panto "github.com/panto/panto/golang"
@@ -30,89 +30,18 @@ type answer struct {
 	output  string
 }
 
-// fileConfig is the configuration JSON as the scenarios write it; it is mapped onto
-// panto.Config field by field, so a key the Go Config cannot express fails loudly.
-type fileConfig struct {
-	Provider        string `json:"provider"`
-	Model           string `json:"model"`
-	BaseURL         string `json:"base_url"`
-	APIKey          string `json:"api_key"`
-	System          string `json:"system"`
-	MaxTokens       int    `json:"max_tokens"`
-	MaxSteps        int    `json:"max_steps"`
-	ToolConcurrency int    `json:"tool_concurrency"`
-	ToolTimeoutMS   int64  `json:"tool_timeout_ms"`
-	Tools           []struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-	} `json:"tools"`
-	Retry *struct {
-		MaxRetries     *int  `json:"max_retries"`
-		InitialDelayMS int64 `json:"initial_delay_ms"`
-		MaxDelayMS     int64 `json:"max_delay_ms"`
-		MaxElapsedMS   int64 `json:"max_elapsed_ms"`
-	} `json:"retry"`
-	Timeouts *struct {
-		ConnectMS int64 `json:"connect_ms"`
-		IdleMS    int64 `json:"idle_ms"`
-		RequestMS int64 `json:"request_ms"`
-	} `json:"timeouts"`
-	Reasoning *struct {
-		Effort       string `json:"effort"`
-		BudgetTokens int    `json:"budget_tokens"`
-	} `json:"reasoning"`
-	PromptCaching *bool `json:"prompt_caching"`
-	Compaction    *struct {
-		ThresholdTokens int    `json:"threshold_tokens"`
-		KeepLast        int    `json:"keep_last"`
-		Model           string `json:"model"`
-		Prompt          string `json:"prompt"`
-	} `json:"compaction"`
-	Compat string `json:"compat"`
-}
-
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
+// buildConfig reads the configuration JSON with panto.Config's own UnmarshalJSON (an
+// unknown key fails loudly) and gives each answered tool a Func.
 func buildConfig(text string, answers map[string]answer) (panto.Config, error) {
-	var f fileConfig
-	dec := json.NewDecoder(strings.NewReader(text))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
+	var cfg panto.Config
+	if err := json.Unmarshal([]byte(text), &cfg); err != nil {
 		return panto.Config{}, fmt.Errorf("--config: %w", err)
 	}
-	cfg := panto.Config{
-		Provider: f.Provider, Model: f.Model, BaseURL: f.BaseURL, APIKey: f.APIKey,
-		System: f.System, MaxTokens: f.MaxTokens, MaxSteps: f.MaxSteps,
-		ToolConcurrency: f.ToolConcurrency, ToolTimeout: ms(f.ToolTimeoutMS),
-	}
-	if f.Retry != nil {
-		if f.Retry.MaxRetries != nil {
-			cfg.Retry.MaxRetries = *f.Retry.MaxRetries
-			if cfg.Retry.MaxRetries == 0 {
-				cfg.Retry.MaxRetries = -1 // Go's zero value means "the default"
-			}
-		}
-		cfg.Retry.InitialDelay = ms(f.Retry.InitialDelayMS)
-		cfg.Retry.MaxDelay = ms(f.Retry.MaxDelayMS)
-		cfg.Retry.MaxElapsed = ms(f.Retry.MaxElapsedMS)
-	}
-	if f.Timeouts != nil {
-		cfg.Timeouts = panto.Timeouts{Connect: ms(f.Timeouts.ConnectMS), Idle: ms(f.Timeouts.IdleMS), Request: ms(f.Timeouts.RequestMS)}
-	}
-	if f.Reasoning != nil {
-		cfg.Reasoning = &panto.Reasoning{Effort: f.Reasoning.Effort, BudgetTokens: f.Reasoning.BudgetTokens}
-	}
-	cfg.PromptCaching = f.PromptCaching
-	if f.Compaction != nil {
-		cfg.Compaction = &panto.Compaction{ThresholdTokens: f.Compaction.ThresholdTokens,
-			KeepLast: f.Compaction.KeepLast, Model: f.Compaction.Model, Prompt: f.Compaction.Prompt}
-	}
-	cfg.Compat = f.Compat
-	for _, t := range f.Tools {
-		tool := panto.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
+	for i, t := range cfg.Tools {
 		if a, ok := answers[t.Name]; ok && !a.never {
-			tool.Func = func(ctx context.Context, _ json.RawMessage) (string, error) {
+			cfg.Tools[i].Func = func(ctx context.Context, _ json.RawMessage) (string, error) {
 				if a.delay > 0 {
 					select {
 					case <-time.After(a.delay):
@@ -126,7 +55,6 @@ func buildConfig(text string, answers map[string]answer) (panto.Config, error) {
 				return a.output, nil
 			}
 		}
-		cfg.Tools = append(cfg.Tools, tool)
 	}
 	return cfg, nil
 }
@@ -220,7 +148,7 @@ func main() {
 			printError(err)
 			return
 		}
-		printJSON(ev)
+		printJSON(eventTrace(ev))
 		if index == cancelAfter {
 			s.Cancel()
 		}
