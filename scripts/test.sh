@@ -40,6 +40,10 @@ scripts/check-push-pull-equivalence.sh
 # `cargo test --workspace`), built here with the same target dir. One wheel is built,
 # installed into a venv made afresh, and the pytest suite runs against that install,
 # with the test server and CLI binaries built above.
+step "pypanto/Cargo.lock resolves what panto and panto-pull build with as Cargo.lock does"
+scripts/check-lock-sync.py
+scripts/check-lock-sync.py --self-test
+
 step "Python package: lint, build the wheel once, install it in a fresh venv, pytest"
 py_tools="$(pypanto/tools-venv.sh)"
 if [ -z "${PANTO_SKIP_LINT:-}" ]; then
@@ -128,6 +132,14 @@ if [ "$answers" -ne 7 ]; then
   echo "demo.sh --all: $answers of 7 runs (CLI, Rust pull and push, C, Go, Python sync and async) answered" >&2
   exit 1
 fi
+
+# ---- release artifacts ----------------------------------------------------------------
+# The wheel, the C tarball, the Go module with its prebuilt library and the crates, each
+# installed and run as a user without cargo/rustc would (scripts/release.sh; --quick
+# leaves out the sdist's build from source and the build of the packaged crates). Into
+# the target dir: dist/ is the maintainer's.
+step "release artifacts built and tested without a Rust toolchain (scripts/release.sh --quick)"
+PANTO_DIST="$CARGO_TARGET_DIR/dist" scripts/release.sh --quick
 
 # --- fuzzing: every cargo-fuzz target for ~20 s (needs nightly; PANTO_SKIP_FUZZ=1 skips) ---
 # Without AddressSanitizer: panto is safe Rust, the targets look for panics and broken
