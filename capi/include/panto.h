@@ -115,8 +115,17 @@
  *   - PantoError and delivered events are plain data: read them from any thread.
  *   - PantoCancelToken: cancel it from any thread at any time; free it only once no call
  *     uses it.
- *   Processes that fork: create agents after fork(); the worker threads do not survive
- *   into a child.
+ *
+ * Fork. The worker threads do not survive fork(), and the library knows it: a child
+ *   starts a pool of its own on its first turn, so agents made in the child work as in
+ *   any process — the pre-fork server pattern (a parent that ran turns, then forks
+ *   workers that each make their own agents) is supported. Agents and streams the
+ *   child inherited belong to threads that are gone: every call on them fails at once
+ *   with PANTO_ERR_CONFIG saying so (panto_stream_cancel does nothing and returns
+ *   PANTO_OK), nothing waits for the parent's threads, and freeing them in the child
+ *   never blocks (their copy in the child is left alone, not freed). The parent is
+ *   unaffected and keeps using them. (A child of a process that never started a turn
+ *   may use the inherited agents too.) A child that calls exec() needs none of this.
  *
  * Signals. The library installs no signal handler and never changes the process's
  *   signal dispositions or the signal mask of any thread it did not create. Its own

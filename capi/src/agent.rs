@@ -32,6 +32,11 @@ impl PantoAgent {
         if self.poisoned.load(Ordering::SeqCst) {
             return Err(poisoned(function, "agent"));
         }
+        // Before anything takes one of the agent's locks: in a forked child, a thread of
+        // the parent may have held it, and no thread here will ever release it.
+        if panto_pull::agent_from_parent_process(&self.agent) {
+            return Err(invalid(function, FORKED_AGENT));
+        }
         match guard(function, || {
             maybe_panic();
             f(&self.agent)
@@ -44,6 +49,11 @@ impl PantoAgent {
         }
     }
 }
+
+pub(crate) const FORKED_AGENT: &str =
+    "this agent was made before the process forked: panto's threads do not survive \
+     fork(), so it cannot be used in the child; make a new agent in the child (new agents \
+     work there)";
 
 /// # Safety
 /// `agent` is NULL or a live agent from this library.
@@ -100,7 +110,14 @@ pub unsafe extern "C" fn panto_agent_new(
 #[no_mangle]
 pub unsafe extern "C" fn panto_agent_free(agent: *mut PantoAgent) {
     if !agent.is_null() {
-        let _ = guard("panto_agent_free", || drop(Box::from_raw(agent)));
+        let agent = Box::from_raw(agent);
+        if panto_pull::agent_from_parent_process(&agent.agent) {
+            // A parent's agent in a forked child: freeing its connections could wait for
+            // a lock a thread of the parent held. The child's copy of it is left alone.
+            std::mem::forget(agent);
+            return;
+        }
+        let _ = guard("panto_agent_free", || drop(agent));
     }
 }
 

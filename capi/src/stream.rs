@@ -204,6 +204,8 @@ fn static_error(function: &'static str, message: &'static str) -> &'static Slot 
             ));
             let busy = Error::new(ErrorKind::Busy, format!("{f}: {IN_USE}"));
             v.push((f, IN_USE, Slot::holding(Record::error(busy))));
+            let forked = Slot::holding(Record::error(invalid(f, FORKED_STREAM)));
+            v.push((f, FORKED_STREAM, forked));
         }
         v
     });
@@ -214,6 +216,9 @@ fn static_error(function: &'static str, message: &'static str) -> &'static Slot 
 }
 
 const NULL_STREAM: &str = "stream is NULL";
+const FORKED_STREAM: &str = "this stream was started before the process forked: panto's \
+     threads do not survive fork(), so its turn does not run in the child; free it there \
+     (freeing does not wait), and start turns of agents made in the child";
 const IN_USE: &str = "another thread is inside a next call on this stream (one consumer at \
      a time); this call waited for it to return and consumed nothing";
 
@@ -230,6 +235,16 @@ unsafe fn next(
     let Some(stream) = stream.as_ref() else {
         return deliver(out, size, static_error(function, NULL_STREAM), PANTO_ERROR);
     };
+    // A stream of the parent in a forked child: its turn is not running here, and its
+    // locks may have been held by a thread that does not exist here. Fail before any.
+    if stream.control.from_parent_process() {
+        return deliver(
+            out,
+            size,
+            static_error(function, FORKED_STREAM),
+            PANTO_ERROR,
+        );
+    }
     let Some(_inside) = stream.enter(wait) else {
         // Not this stream's error: it is neither sticky nor recorded, and the event of
         // the call that is inside stays valid.
@@ -442,6 +457,13 @@ pub unsafe extern "C" fn panto_stream_turn_paused(stream: *const PantoStream) ->
 #[no_mangle]
 pub unsafe extern "C" fn panto_stream_free(stream: *mut PantoStream) {
     if !stream.is_null() {
-        let _ = guard("panto_stream_free", || drop(Box::from_raw(stream)));
+        let stream = Box::from_raw(stream);
+        if stream.control.from_parent_process() {
+            // A parent's stream in a forked child: its locks may have been held by a
+            // thread that is gone, so nothing of it is touched; the child's copy leaks.
+            std::mem::forget(stream);
+            return;
+        }
+        let _ = guard("panto_stream_free", || drop(stream));
     }
 }

@@ -206,7 +206,7 @@ impl Agent {
                 last_usage: Mutex::new(None),
                 compaction_floor: AtomicU64::new(0),
                 busy: AtomicBool::new(false),
-                id: NEXT_AGENT_ID.fetch_add(1, Ordering::Relaxed),
+                id: NEXT_AGENT_ID.fetch_add(1, Ordering::SeqCst),
             }),
         })
     }
@@ -225,6 +225,13 @@ impl Agent {
     /// its pooled connections live.
     pub fn id(&self) -> u64 {
         self.inner.id
+    }
+
+    /// The id the next agent will get: every agent made so far in this process (or in
+    /// the process it was forked from) has a smaller one. The pull adapter notes it at
+    /// `fork()` to tell the agents a child inherited from the ones it makes itself.
+    pub fn next_id() -> u64 {
+        NEXT_AGENT_ID.load(Ordering::SeqCst)
     }
 
     /// Adds a Rust tool. Its name must not clash with another tool or a host tool.

@@ -71,7 +71,7 @@ mod handoff;
 mod pool;
 mod stream;
 
-pub use pool::{active_streams, worker_threads};
+pub use pool::{active_streams, agent_from_parent_process, fork_generation, worker_threads};
 pub use stream::{
     compact, compact_cancellable, AgentStreamExt, Events, Next, Stream, StreamControl, StreamState,
 };

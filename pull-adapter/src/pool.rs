@@ -2,16 +2,29 @@
 //! tokio runtime for the life of the process, on which every stream's turn (and every
 //! compaction) runs as an ordinary task. All work of one agent goes to the same worker,
 //! so the connections its pool keeps for that runtime are always driven and reused.
+//!
+//! Fork: the threads do not survive `fork()`. A child forgets the parent's pool
+//! (`pthread_atfork`) and starts its own on its first turn; streams and agents it
+//! inherited fail with a `config` error rather than wait for threads that are gone.
+//! The pool's threads block SIGPIPE ([`block_sigpipe`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use panto::{Agent, Error};
 
-static POOL: OnceLock<Result<Pool, String>> = OnceLock::new();
+/// The pool of this process; NULL until the first turn, and again in a forked child.
+/// A pool, once made, is never freed: its threads live as long as the process.
+static POOL: AtomicPtr<Result<Pool, String>> = AtomicPtr::new(std::ptr::null_mut());
+/// A thread of this process is making the pool (the others wait for it).
+static MAKING: AtomicBool = AtomicBool::new(false);
 /// Streams whose turn task has not ended yet (see [`active_streams`]).
 pub(crate) static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// How many times this process's lineage has forked since the library was loaded (see
+/// [`fork_generation`]); bumped in the child.
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+/// `Agent::next_id()` at the last fork: agents with a smaller id came from the parent.
+static FORK_FIRST_AGENT: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     static ON_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -23,26 +36,97 @@ struct Pool {
 }
 
 fn pool() -> Result<&'static Pool, Error> {
-    let pool = POOL.get_or_init(|| {
-        let n = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-            .clamp(2, 64);
-        (0..n)
-            .map(start_worker)
-            .collect::<Result<Vec<_>, String>>()
-            .map(|workers| Pool { workers })
-    });
-    match pool {
-        Ok(p) => Ok(p),
-        Err(e) => Err(Error::internal(format!(
-            "cannot start the panto worker threads: {e}"
-        ))),
+    loop {
+        let made = POOL.load(Ordering::Acquire);
+        // SAFETY: a non-null POOL points to a leaked, never-freed box (below).
+        if let Some(made) = unsafe { made.as_ref() } {
+            return made.as_ref().map_err(|e| {
+                Error::internal(format!("cannot start the panto worker threads: {e}"))
+            });
+        }
+        if MAKING
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            // Starting the threads takes well under a millisecond, once per process.
+            std::thread::yield_now();
+            continue;
+        }
+        if POOL.load(Ordering::Acquire).is_null() {
+            watch_fork();
+            let n = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+                .clamp(2, 64);
+            let made = (0..n)
+                .map(start_worker)
+                .collect::<Result<Vec<_>, String>>()
+                .map(|workers| Pool { workers });
+            POOL.store(Box::into_raw(Box::new(made)), Ordering::Release);
+        }
+        MAKING.store(false, Ordering::Release);
     }
+}
+
+/// Registers [`after_fork_in_child`] with `pthread_atfork`, once, before the first worker
+/// starts: only a process that has workers needs to know it was forked.
+fn watch_fork() {
+    #[cfg(unix)]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registers a handler that only stores to atomics (async-signal-safe, as
+        // a handler running in a child forked from a multithreaded process must be).
+        ONCE.call_once(|| unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+        });
+    }
+}
+
+/// Runs in a forked child, on its only thread, right after `fork()`. None of the
+/// parent's threads exist here — not the workers, not a thread that may have held a lock
+/// of theirs — so nothing of the parent's pool is touched, not even to free it (that
+/// could wait for a thread that is gone): the child forgets it, and its first turn
+/// starts a pool of its own. Streams and agents made before the fork tell themselves
+/// apart by the generation and the first agent id noted here, and fail with a clear
+/// error instead of waiting for workers that will never run them.
+#[cfg(unix)]
+extern "C" fn after_fork_in_child() {
+    POOL.store(std::ptr::null_mut(), Ordering::SeqCst);
+    MAKING.store(false, Ordering::SeqCst);
+    ACTIVE.store(0, Ordering::SeqCst);
+    FORK_FIRST_AGENT.store(Agent::next_id(), Ordering::SeqCst);
+    FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Which fork of the process this is: 0 in the process that loaded the library, one
+/// more in each child forked (after the pool started) since. Something made in one
+/// generation cannot run in another: its turn belonged to threads that are gone.
+pub fn fork_generation() -> u64 {
+    FORK_GENERATION.load(Ordering::SeqCst)
+}
+
+/// True for an agent made in a process this one was forked from (after that process
+/// had started panto's threads). Such an agent must not be used here: its turns and its
+/// locks belonged to threads that do not exist in this process. Agents made after the
+/// fork are unaffected.
+pub fn agent_from_parent_process(agent: &Agent) -> bool {
+    agent.id() < FORK_FIRST_AGENT.load(Ordering::SeqCst)
+}
+
+/// The error every use of a parent's object reports in a forked child.
+pub(crate) fn forked_error(what: &str) -> Error {
+    Error::config(format!(
+        "this {what} was made before the process forked: panto's threads do not survive \
+         fork(), so it cannot be used in the child; make a new agent in the child (new \
+         agents work there)"
+    ))
 }
 
 /// The worker that runs `agent`'s turns and compactions (always the same one).
 pub(crate) fn worker_for(agent: &Agent) -> Result<&'static tokio::runtime::Handle, Error> {
+    if agent_from_parent_process(agent) {
+        return Err(forked_error("agent"));
+    }
     let pool = pool()?;
     Ok(&pool.workers[(agent.id() as usize) % pool.workers.len()])
 }

@@ -3,6 +3,7 @@
 //! [`compact`], the blocking wrapper over `Agent::compact` on the agent's worker.
 
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use panto::{
 };
 
 use crate::handoff::{Forward, Item, Pump, Shared};
-use crate::pool::{on_worker, worker_for, ACTIVE};
+use crate::pool::{fork_generation, forked_error, on_worker, worker_for, ACTIVE};
 
 /// Longest a zero-timeout `next_timeout` spins for the burst of a turn that is running
 /// right now (a caller that must not block, such as an event loop, asking again later
@@ -39,6 +40,8 @@ pub enum Next {
 pub struct StreamControl {
     control: TurnControl,
     shared: Arc<Shared>,
+    /// The fork generation the stream was started in (see `fork_generation`).
+    generation: u64,
 }
 
 impl std::fmt::Debug for StreamControl {
@@ -54,7 +57,9 @@ impl StreamControl {
     /// then fails with `cancelled`. Once `message_complete` was delivered it changes
     /// nothing (and `is_cancelled` stays false).
     pub fn cancel(&self) {
-        if self.shared.completed.load(Ordering::SeqCst) {
+        // In a forked child there is no turn to cancel, and the outbox's lock may have
+        // been held by a thread that does not exist here.
+        if self.shared.completed.load(Ordering::SeqCst) || self.from_parent_process() {
             return;
         }
         self.shared.cancelled.store(true, Ordering::SeqCst);
@@ -73,6 +78,13 @@ impl StreamControl {
 
     pub fn is_cancelled(&self) -> bool {
         self.shared.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// True when the stream was started before this process forked: its turn ran on
+    /// threads that do not exist here, so every call on it fails (a `config` error) and
+    /// dropping it frees nothing that could wait for them.
+    pub fn from_parent_process(&self) -> bool {
+        self.generation != fork_generation()
     }
 
     /// True while a `next` on this stream is waiting for an event (parked, or about to
@@ -96,6 +108,9 @@ impl StreamControl {
         output: &str,
         is_error: bool,
     ) -> Result<(), Error> {
+        if self.from_parent_process() {
+            return Err(forked_error("stream"));
+        }
         self.control.host.submit(call_id, output, is_error)
     }
 }
@@ -127,7 +142,8 @@ type Received = Result<Item, RecvTimeoutError>;
 pub struct Stream {
     events: Option<QueueRx<Item>>,
     /// Disconnected when the turn's task has ended (completed, failed or dropped).
-    task_done: QueueRx<()>,
+    /// Never dropped in a forked child (see `release`).
+    task_done: ManuallyDrop<QueueRx<()>>,
     control: StreamControl,
     state: State,
     /// The burst read ahead by `drain_ready` / `wait_ready`, delivered by `next` and
@@ -207,6 +223,7 @@ impl Stream {
         let control = StreamControl {
             control: TurnControl::default(),
             shared: shared.clone(),
+            generation: fork_generation(),
         };
         let turn_control = control.control.clone();
         let input = input.to_owned();
@@ -243,7 +260,7 @@ impl Stream {
         drop(worker.spawn(pump));
         Ok(Stream {
             events: Some(rx),
-            task_done: done_rx,
+            task_done: ManuallyDrop::new(done_rx),
             control,
             state: State::Active,
             ahead: VecDeque::new(),
@@ -294,6 +311,7 @@ impl Stream {
     /// nothing is. For bindings that take a whole burst at once (drain what is ready, then
     /// hand it out without crossing back into Rust).
     pub fn try_next(&mut self) -> Result<Next, Error> {
+        self.check_process();
         match &self.state {
             State::Completed => return Ok(Next::Done),
             State::Failed(e) => return Err(e.clone()),
@@ -338,6 +356,9 @@ impl Stream {
     /// later call repeats). A cancel that will win shows at once as
     /// `Failed(cancelled)`. Never waits.
     pub fn state(&self) -> StreamState {
+        if self.control.from_parent_process() && matches!(self.state, State::Active) {
+            return StreamState::Failed(forked_error("stream"));
+        }
         match &self.state {
             State::Completed => StreamState::Done,
             State::Failed(e) => StreamState::Failed(e.clone()),
@@ -354,6 +375,7 @@ impl Stream {
     /// reported only after the events before it. For bindings that take a whole burst
     /// while they hold a lock they would rather not hold per event (Python's GIL).
     pub fn drain_ready(&mut self, max: usize) -> usize {
+        self.check_process();
         if !matches!(self.state, State::Active) || self.control.is_cancelled() {
             return self.ahead.len();
         }
@@ -393,6 +415,7 @@ impl Stream {
     /// other than `Next::Pending`. A zero timeout spins briefly for a turn being polled
     /// right now, like `next_timeout`. Delivers nothing itself.
     pub fn wait_ready(&mut self, timeout: Duration, max: usize) -> bool {
+        self.check_process();
         if self.has_ready() {
             return true;
         }
@@ -428,6 +451,7 @@ impl Stream {
     }
 
     fn next_deadline(&mut self, deadline: Option<Instant>) -> Result<Next, Error> {
+        self.check_process();
         match &self.state {
             State::Completed => return Ok(Next::Done),
             State::Failed(e) => return Err(e.clone()),
@@ -551,11 +575,21 @@ impl Stream {
     /// What dropping the stream does, for bindings that keep the stream's state
     /// queryable after closing it.
     pub fn close(&mut self) {
+        self.check_process();
         if matches!(self.state, State::Active) {
             self.control.cancel();
             self.fail(Error::cancelled());
         } else {
             self.release();
+        }
+    }
+
+    /// In a forked child, a stream of the parent fails for good (before anything takes
+    /// a lock a thread of the parent may have held): its turn is not running here.
+    fn check_process(&mut self) {
+        if matches!(self.state, State::Active) && self.control.from_parent_process() {
+            self.state = State::Failed(forked_error("stream"));
+            self.ahead.clear();
         }
     }
 
@@ -568,6 +602,16 @@ impl Stream {
     /// Stops the turn (if still running) and waits for its task to end: after this no
     /// socket or queue of this stream is left.
     fn release(&mut self) {
+        if self.control.from_parent_process() {
+            // Its turn's task and queue belong to threads that do not exist in this
+            // process: waiting for the task would wait forever, and closing the queue
+            // could take a lock one of them held at fork(). Leave them be.
+            if let Some(events) = self.events.take() {
+                std::mem::forget(events);
+            }
+            self.ahead.clear();
+            return;
+        }
         if !matches!(self.state, State::Completed) {
             self.control.control.cancel.cancel();
         }
@@ -615,6 +659,10 @@ impl Drop for Stream {
             self.control.cancel();
         }
         self.release();
+        if !self.control.from_parent_process() {
+            // SAFETY: dropped once, here, and never used again.
+            unsafe { ManuallyDrop::drop(&mut self.task_done) };
+        }
     }
 }
 

@@ -2,8 +2,6 @@
 //! (the Python layer turns keyword arguments into that JSON; the core validates it and
 //! names the bad key), its conversation, and the start of a turn as a `Stream`.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use panto::TurnOptions;
 use panto_pull::AgentStreamExt;
 use pyo3::prelude::*;
@@ -11,14 +9,29 @@ use pyo3::prelude::*;
 use crate::errors::{to_pyerr, IntoPy};
 use crate::stream::Stream;
 
-/// The process that started the pull adapter's worker threads (0: none yet). Threads do
-/// not survive `fork()`: a child of that process has the adapter's runtimes but not the
-/// threads that drive them, and a turn started there would never run.
-static WORKERS_PID: AtomicU32 = AtomicU32::new(0);
-
 #[pyclass(frozen, module = "panto._native", name = "Agent")]
 pub struct Agent {
     agent: panto::Agent,
+}
+
+impl Agent {
+    /// In a forked child, an agent of the parent cannot be used: its turns and locks
+    /// belonged to threads that do not exist there (agents made in the child work: the
+    /// pull adapter starts a pool of its own there). Checked before anything takes one of
+    /// the agent's locks.
+    fn usable(&self, py: Python<'_>) -> PyResult<&panto::Agent> {
+        if panto_pull::agent_from_parent_process(&self.agent) {
+            return Err(to_pyerr(
+                py,
+                panto::Error::config(
+                    "this Agent was made before the process forked: panto's threads do not \
+                     survive fork(), so it cannot be used in the child; make a new Agent \
+                     in the child (with multiprocessing's fork start method too)",
+                ),
+            ));
+        }
+        Ok(&self.agent)
+    }
 }
 
 #[pymethods]
@@ -44,21 +57,7 @@ impl Agent {
         on_host_call: Option<Py<PyAny>>,
         reasoning_json: Option<&str>,
     ) -> PyResult<Stream> {
-        let pid = std::process::id();
-        match WORKERS_PID.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(_) => {}
-            Err(started) if started == pid => {}
-            Err(_) => {
-                return Err(to_pyerr(
-                    py,
-                    panto::Error::internal(
-                        "panto's worker threads were started before this process was forked \
-                         and do not exist in it; use panto in the parent only, or import it \
-                         in the child first",
-                    ),
-                ))
-            }
-        }
+        let agent = self.usable(py)?;
         let reasoning = match reasoning_json {
             None => None,
             Some(json) => {
@@ -71,8 +70,7 @@ impl Agent {
                 Some(panto::Reasoning::from_value(&value, "reasoning").py_err(py)?)
             }
         };
-        let stream = self
-            .agent
+        let stream = agent
             .stream_with(input, TurnOptions { model, reasoning })
             .py_err(py)?;
         Ok(Stream::new(stream, on_host_call))
@@ -90,12 +88,12 @@ impl Agent {
         options_json: &str,
         cancel: Option<&CancelToken>,
     ) -> PyResult<String> {
+        let agent = self.usable(py)?.clone();
         let options = panto::CompactOptions::from_json(options_json).py_err(py)?;
         let cancel = cancel.map(|c| c.token.clone()).unwrap_or_default();
         if cancel.is_cancelled() {
             return Err(to_pyerr(py, panto::Error::cancelled()));
         }
-        let agent = self.agent.clone();
         let done = py
             .detach(move || panto_pull::compact_cancellable(&agent, &options, &cancel))
             .py_err(py)?;
@@ -103,22 +101,22 @@ impl Agent {
     }
 
     /// The transcript as the core's JSON array.
-    fn transcript_json(&self) -> String {
-        self.agent.transcript_json()
+    fn transcript_json(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.usable(py)?.transcript_json())
     }
 
     /// The conversation as the core's versioned JSON.
-    fn history_json(&self) -> String {
-        self.agent.history_json()
+    fn history_json(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(self.usable(py)?.history_json())
     }
 
     /// Replaces the conversation with a saved one (validated by the core).
     fn load_history_json(&self, py: Python<'_>, json: &str) -> PyResult<()> {
-        self.agent.load_history_json(json).py_err(py)
+        self.usable(py)?.load_history_json(json).py_err(py)
     }
 
     fn clear_history(&self, py: Python<'_>) -> PyResult<()> {
-        self.agent.clear_history().py_err(py)
+        self.usable(py)?.clear_history().py_err(py)
     }
 
     #[getter]
