@@ -138,7 +138,7 @@ mkdir -p "$dist"/{python,c,crates}
 # sources, and the package's file list is checked below.
 verify=()
 [ -z "$quick" ] || verify=(--no-verify)
-step "Rust: cargo package ${verify[*]} and cargo publish --dry-run, -p panto -p panto-pull"
+step "Rust: cargo package${verify[*]:+ ${verify[*]}} and cargo publish --dry-run, -p panto -p panto-pull"
 rm -f "$target_dir/package/panto-$version.crate" "$target_dir/package/panto-pull-$version.crate"
 for cmd in "package ${verify[*]}" "publish --dry-run --no-verify"; do
     # shellcheck disable=SC2086  # $cmd is a subcommand and its options
@@ -178,7 +178,6 @@ rm -rf "$stage"
 placeholder=/@PANTO_PREFIX@
 DESTDIR="$stage" scripts/install-capi.sh "$placeholder" >/dev/null
 mv "$stage$placeholder" "$stage/$c_name"
-rmdir "$stage/@PANTO_PREFIX@" 2>/dev/null || true
 for pc in "$stage/$c_name"/lib/pkgconfig/*.pc; do
     # shellcheck disable=SC2016  # ${pcfiledir} and ${prefix} are pkg-config's variables
     # (panto-link.pc names only libdir: it gets a prefix line too.)
