@@ -1,18 +1,26 @@
-//! Owns the transport: the agent's HTTP connection pools, sending a request and streaming
-//! its body through the SSE parser into a provider decoder — with retries before the
-//! first event, connect / idle / request timeouts, backpressure from the receiver and
-//! prompt cancellation. It does not know what the events mean (that is `provider`) or
-//! what a turn is (`agent`).
+//! Owns the transport: the process's HTTP clients (connection pools, TLS session
+//! caches), sending a request and streaming its body through the SSE parser into a
+//! provider decoder — with retries before the first event, connect / idle / request
+//! timeouts, backpressure from the receiver and prompt cancellation. It does not know
+//! what the events mean (that is `provider`) or what a turn is (`agent`).
 //!
-//! A connection is driven by a task on the tokio runtime that opened it, so a pooled
-//! connection is only usable while that runtime runs. Callers drive turns from different
-//! runtimes (a push caller's own, the pull adapter's workers), and some of those stop
-//! being driven between turns (a current-thread runtime outside `block_on`). The
-//! transport therefore keeps one pool per runtime: a turn only ever reuses connections
-//! its own runtime drives.
+//! Clients are shared by every agent of the process, as reqwest intends: one agent per
+//! request must not cost one TCP and TLS handshake per request. Two things make a client
+//! specific, and they are its key:
+//! - the runtime. A connection is driven by a task on the tokio runtime that opened it,
+//!   so a pooled connection is only usable while that runtime runs. Callers drive turns
+//!   from different runtimes (a push caller's own, the pull adapter's workers), and some
+//!   of those stop being driven between turns (a current-thread runtime outside
+//!   `block_on`); a turn therefore only ever reuses connections its own runtime drives.
+//! - the transport settings the HTTP stack takes per client ([`ClientSettings`]).
+//!
+//! Everything that belongs to one agent — the API key, custom headers, the endpoint —
+//! goes with each request, never into a client, so a shared connection carries no
+//! agent's credentials to another.
 
 use std::future::poll_fn;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -43,9 +51,16 @@ use crate::sse::SseParser;
 /// Cap on an error body read into memory (bodies of failed requests are short).
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-/// How many runtimes' pools are kept; the least recently used beyond that is dropped
-/// (its idle connections close).
-const MAX_POOLS: usize = 8;
+/// How many clients (runtime × settings) the process keeps; the least recently used
+/// beyond that is dropped and its idle connections close. Room for the pull adapter's
+/// workers (at most 64) under a few settings, plus push callers' runtimes.
+const MAX_CLIENTS: usize = 256;
+
+/// Idle connections one client keeps per server; more close as their responses end.
+const MAX_IDLE_PER_HOST: usize = 32;
+
+/// How long an idle pooled connection is kept before it is closed.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Longest a request waits for the previous response's body to end (see
 /// `Transport::let_drain_finish`).
@@ -125,16 +140,82 @@ impl<'a> TurnSink<'a> {
     }
 }
 
-/// The HTTP side of an agent: connection pools, the request headers, the secrets.
-pub struct Transport {
-    pools: Mutex<Vec<(tokio::runtime::Id, reqwest::Client)>>,
+/// The transport settings a reqwest client is built with. Agents whose settings are
+/// equal share clients (per runtime); everything else of an agent goes per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ClientSettings {
     connect_timeout: Duration,
+}
+
+/// One of the process's clients, shared by every agent with its settings on its runtime.
+struct SharedClient {
+    client: reqwest::Client,
+    /// Bodies left over after the provider finished, read to their end in the background
+    /// so their connections can be reused (finished ones are pruned as others arrive).
+    draining: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// The process's clients, most recently used first.
+struct Registry {
+    /// The process the table belongs to: a forked child starts a table of its own.
+    pid: u32,
+    clients: Mutex<Vec<(tokio::runtime::Id, ClientSettings, Arc<SharedClient>)>>,
+}
+
+static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
+
+/// This process's table of clients. A child of `fork()` must not touch its parent's: a
+/// parent thread may have held its lock when the process forked, and that thread does
+/// not exist in the child, so the lock would never be released. The table is therefore
+/// reached through an atomic pointer and belongs to one pid; a child installs a fresh
+/// table and leaves the parent's alone (leaked: freeing it would drop connections of
+/// runtimes that do not exist here).
+fn registry() -> &'static Registry {
+    let pid = std::process::id();
+    loop {
+        let current = REGISTRY.load(Ordering::Acquire);
+        // SAFETY: a non-null REGISTRY points to a leaked, never-freed box (below).
+        if let Some(registry) = unsafe { current.as_ref() } {
+            if registry.pid == pid {
+                return registry;
+            }
+        }
+        let fresh = Box::into_raw(Box::new(Registry {
+            pid,
+            clients: Mutex::new(Vec::new()),
+        }));
+        match REGISTRY.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: just made from a box, published, and never freed.
+            Ok(_) => return unsafe { &*fresh },
+            // Another thread installed one first: use that one.
+            // SAFETY: `fresh` was never published.
+            Err(_) => drop(unsafe { Box::from_raw(fresh) }),
+        }
+    }
+}
+
+/// Closes the process's idle pooled connections: every shared client is dropped, so its
+/// idle connections close (on their runtime's next turn of the wheel; at once on the
+/// pull adapter's workers, which always run). Requests in flight keep their client and
+/// finish normally; later requests build new clients. Idle connections also close on
+/// their own after 90 s, and at most 32 per server are kept per runtime — this is for
+/// a host that wants them gone now (a leak check, a network change).
+pub fn close_idle_connections() {
+    let dropped = std::mem::take(
+        &mut *registry()
+            .clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    drop(dropped);
+}
+
+/// The HTTP side of an agent: its client settings, the request headers, the secrets.
+pub struct Transport {
+    settings: ClientSettings,
     headers: HeaderMap,
     endpoint: String,
     secrets: Secrets,
-    /// The body left over after the provider finished, read to its end in the
-    /// background so its connection can be reused.
-    draining: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -199,16 +280,22 @@ impl Transport {
             headers.insert(header, value);
         }
         let transport = Transport {
-            pools: Mutex::new(Vec::new()),
-            connect_timeout: config.timeouts.connect(),
+            settings: ClientSettings {
+                connect_timeout: config.timeouts.connect(),
+            },
             headers,
             endpoint: config.endpoint(),
             secrets: Secrets::new(secrets),
-            draining: Mutex::new(None),
         };
-        // Builds one client now, so a configuration the HTTP stack refuses is reported
-        // when the agent is created rather than at its first turn.
-        transport.build_client()?;
+        // A client is built once per process before any turn, so an HTTP stack that
+        // cannot start (no TLS roots) is reported when an agent is created rather than
+        // at its first turn. Nothing an agent configures can make the build fail.
+        // (A flag, not a lock: nothing here may wait for a thread a `fork()` left behind.)
+        static BUILDS: AtomicBool = AtomicBool::new(false);
+        if !BUILDS.load(Ordering::Acquire) {
+            build_client(transport.settings)?;
+            BUILDS.store(true, Ordering::Release);
+        }
         Ok(transport)
     }
 
@@ -217,32 +304,33 @@ impl Transport {
         &self.secrets
     }
 
-    fn build_client(&self) -> Result<reqwest::Client> {
-        reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .redirect(same_origin_redirects())
-            .user_agent(concat!("panto/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| Error::internal(format!("cannot build the HTTP client: {e}")))
-    }
-
-    /// The pool of the runtime this turn runs on.
-    fn client(&self) -> Result<reqwest::Client> {
+    /// The process's client for the runtime this turn runs on and this agent's
+    /// settings, built on first use.
+    fn client(&self) -> Result<Arc<SharedClient>> {
         let id = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::internal("a turn must run inside a tokio runtime"))?
             .id();
-        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = pools.iter().position(|(rt, _)| *rt == id) {
-            let entry = pools.remove(i);
-            let client = entry.1.clone();
-            pools.insert(0, entry);
+        let mut clients = registry()
+            .clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = clients
+            .iter()
+            .position(|(rt, settings, _)| *rt == id && *settings == self.settings)
+        {
+            let entry = clients.remove(i);
+            let client = entry.2.clone();
+            clients.insert(0, entry);
             return Ok(client);
         }
-        let client = self.build_client()?;
-        pools.insert(0, (id, client.clone()));
-        pools.truncate(MAX_POOLS);
+        // Built under the lock: two turns that start together on a new runtime must not
+        // each build (and keep) a client of their own.
+        let client = Arc::new(SharedClient {
+            client: build_client(self.settings)?,
+            draining: Mutex::new(Vec::new()),
+        });
+        clients.insert(0, (id, self.settings, client.clone()));
+        clients.truncate(MAX_CLIENTS);
         Ok(client)
     }
 
@@ -260,7 +348,7 @@ impl Transport {
         let first_attempt = Instant::now();
         let retry_budget = Duration::from_millis(config.retry.max_elapsed_ms);
         let client = self.client()?;
-        self.let_drain_finish().await;
+        client.let_drain_finish().await;
         let mut retry_no = 0;
         loop {
             let span = debug_span!("provider_request", message, attempt = retry_no + 1);
@@ -310,34 +398,11 @@ impl Transport {
         }
     }
 
-    /// Lets the previous response's background drain finish (at most
-    /// `DRAIN_GRACE`), so its connection is back in the pool before this request picks
-    /// one: the end of a chunked body usually trails the provider's last event by
-    /// microseconds, and reusing the connection saves a TCP and TLS handshake. A server
-    /// that holds the body open costs the next request this grace at most, once.
-    async fn let_drain_finish(&self) {
-        let pending = self
-            .draining
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(handle) = pending {
-            if !handle.is_finished() {
-                let _ = tokio::time::timeout(DRAIN_GRACE, handle).await;
-            }
-            // The HTTP stack hands the finished connection back to the pool from a task of
-            // its own; let it run before this request looks for one.
-            for _ in 0..2 {
-                tokio::task::yield_now().await;
-            }
-        }
-    }
-
     /// One HTTP attempt. `Ok(Some(_))` when the server answered with a complete message
     /// in one JSON body, `Ok(None)` when the decoder holds the streamed message.
     async fn attempt(
         &self,
-        client: &reqwest::Client,
+        client: &SharedClient,
         config: &Config,
         body: Bytes,
         message: u32,
@@ -364,6 +429,7 @@ impl Transport {
         let mut stale_retried = false;
         let response = loop {
             let request = client
+                .client
                 .post(&self.endpoint)
                 .headers(self.headers.clone())
                 .body(body.clone())
@@ -520,28 +586,8 @@ impl Transport {
             // its thread.
             tokio::task::coop::consume_budget().await;
         }
-        self.drain_in_background(response, idle.min(Duration::from_secs(2)));
+        client.drain_in_background(response, idle.min(Duration::from_secs(2)));
         Ok(None)
-    }
-
-    /// Reads what is left of a finished response (normally just the end of the chunked
-    /// body) in the background, so the connection goes back to the pool without the
-    /// turn waiting for it; gives up quietly if the server dawdles.
-    fn drain_in_background(&self, mut response: reqwest::Response, within: Duration) {
-        let deadline = Instant::now() + within;
-        let handle = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = sleep_until(deadline) => break,
-                    c = response.chunk() => match c {
-                        Ok(Some(_)) => continue,
-                        _ => break,
-                    },
-                }
-            }
-        });
-        *self.draining.lock().unwrap_or_else(PoisonError::into_inner) = Some(handle);
     }
 
     /// A 200 whose body is one JSON document: a complete message from a server that
@@ -575,6 +621,68 @@ impl Transport {
         }
         .with_status(200))
     }
+}
+
+impl SharedClient {
+    /// Lets the background drains of earlier responses on this client finish (together
+    /// at most `DRAIN_GRACE`), so their connections are back in the pool before this
+    /// request picks one: the end of a chunked body usually trails the provider's last
+    /// event by microseconds, and reusing the connection saves a TCP and TLS handshake —
+    /// also when the response was another agent's (one agent per request). A server that
+    /// holds a body open costs one next request this grace at most, once.
+    async fn let_drain_finish(&self) {
+        let pending =
+            std::mem::take(&mut *self.draining.lock().unwrap_or_else(PoisonError::into_inner));
+        if pending.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + DRAIN_GRACE;
+        for handle in pending {
+            if !handle.is_finished() {
+                let _ = tokio::time::timeout_at(deadline, handle).await;
+            }
+        }
+        // The HTTP stack hands a finished connection back to the pool from a task of its
+        // own; let it run before this request looks for one.
+        for _ in 0..2 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Reads what is left of a finished response (normally just the end of the chunked
+    /// body) in the background, so the connection goes back to the pool without the
+    /// turn waiting for it; gives up quietly if the server dawdles.
+    fn drain_in_background(&self, mut response: reqwest::Response, within: Duration) {
+        let deadline = Instant::now() + within;
+        let handle = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = sleep_until(deadline) => break,
+                    c = response.chunk() => match c {
+                        Ok(Some(_)) => continue,
+                        _ => break,
+                    },
+                }
+            }
+        });
+        let mut draining = self.draining.lock().unwrap_or_else(PoisonError::into_inner);
+        // Bounded by the drains in progress, each at most `within` long.
+        draining.retain(|h| !h.is_finished());
+        draining.push(handle);
+    }
+}
+
+fn build_client(settings: ClientSettings) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(settings.connect_timeout)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
+        .redirect(same_origin_redirects())
+        .user_agent(concat!("panto/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| Error::internal(format!("cannot build the HTTP client: {e}")))
 }
 
 fn limits(config: &Config) -> DecodeLimits {

@@ -23,7 +23,7 @@
 //! - [`request`] — the provider-neutral terms of a request (provider kind, tools, reasoning, the server's dialect), shared by `config` and `provider`, which never depend on each other.
 //! - [`config`] — the configuration schema (builder and JSON), shared by every binding.
 //! - [`retry`] — which failures are retried, and how long to wait.
-//! - [`http`] — connection pools (one per runtime), streaming a response into a decoder under timeouts, backpressure and cancellation.
+//! - [`http`] — the process's shared HTTP clients (per runtime and settings), streaming a response into a decoder under timeouts, backpressure and cancellation.
 //! - [`secret`] — the API key and credential headers, and their removal from everything panto reports.
 //! - [`tool`] — the `Tool` trait, host tools and concurrent dispatch.
 //! - [`transcript`] — the flat, provider-neutral view of the conversation for a UI.

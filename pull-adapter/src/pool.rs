@@ -1,7 +1,8 @@
 //! The worker pool: a small fixed set of threads, each driving its own current-thread
 //! tokio runtime for the life of the process, on which every stream's turn (and every
-//! compaction) runs as an ordinary task. All work of one agent goes to the same worker,
-//! so the connections its pool keeps for that runtime are always driven and reused.
+//! compaction) runs as an ordinary task. All work of one agent goes to the same worker.
+//! The process's connection pool for a worker's runtime is shared by every agent on that
+//! worker, and its connections are always driven, since the worker never stops.
 //!
 //! Fork: the threads do not survive `fork()`. A child forgets the parent's pool
 //! (`pthread_atfork`) and starts its own on its first turn; streams and agents it

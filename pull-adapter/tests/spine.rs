@@ -332,6 +332,42 @@ fn idle_connections_the_server_closed_are_not_reused() {
 }
 
 #[test]
+fn a_hundred_agents_one_after_another_share_each_workers_connection() {
+    // One agent per request, as C, Go and Python hosts scale out: every agent is made,
+    // streams one turn and is freed before the next. Connections are the process's, per
+    // worker thread, so the agents share one per worker (an agent's own pool: 100).
+    let _g = serial();
+    const AGENTS: usize = 100;
+    let server = TestServer::start(script::scenario(vec![json!({
+        "times": AGENTS,
+        "response": script::openai_text(&["shared"]),
+    })]))
+    .unwrap();
+    for i in 0..AGENTS {
+        let agent =
+            Agent::new(config(ProviderKind::OpenAi, &server).with_api_key(format!("sk-agent-{i}")))
+                .unwrap();
+        let mut s = agent.stream("x").unwrap();
+        assert_eq!(final_text(&drain(&mut s)), "shared");
+    }
+    let requests = server.requests();
+    assert_eq!(requests.len(), AGENTS);
+    for (i, r) in requests.iter().enumerate() {
+        assert_eq!(
+            r.headers.get("authorization"),
+            Some(&format!("Bearer sk-agent-{i}")),
+            "request {i} carried another agent's key"
+        );
+    }
+    let connections = server.connections_total();
+    assert!(
+        connections <= worker_threads(),
+        "{AGENTS} agents on {} workers opened {connections} connections",
+        worker_threads()
+    );
+}
+
+#[test]
 fn ten_turns_reuse_one_connection() {
     let _g = serial();
     let server = TestServer::start(script::scenario(
