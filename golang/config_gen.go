@@ -60,6 +60,13 @@ type Config struct {
 	// MaxToolOutputBytes ("max_tool_output_bytes"): Cap on one tool result; longer output is
 	// cut with a note the model reads. At least 256. Default: 102400.
 	MaxToolOutputBytes int
+	// MaxInputBytes ("max_input_bytes"): Cap on one turn's input (the user message); larger is
+	// a config error. At least 1. Default: 4194304.
+	MaxInputBytes int
+	// MaxHistoryBytes ("max_history_bytes"): Cap on the conversation (its saved JSON) when a
+	// turn starts or a history is loaded; past it is a config error. At least 1024. Default:
+	// 33554432.
+	MaxHistoryBytes int
 	// Reasoning ("reasoning"): Reasoning control for every turn (default: the provider's).
 	Reasoning *Reasoning
 	// PromptCaching ("prompt_caching"): Anthropic: mark prompt cache breakpoints. Default:
@@ -129,6 +136,12 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	if c.MaxToolOutputBytes != 0 {
 		o.put("max_tool_output_bytes", c.MaxToolOutputBytes)
 	}
+	if c.MaxInputBytes != 0 {
+		o.put("max_input_bytes", c.MaxInputBytes)
+	}
+	if c.MaxHistoryBytes != 0 {
+		o.put("max_history_bytes", c.MaxHistoryBytes)
+	}
 	if c.Reasoning != nil {
 		o.put("reasoning", c.Reasoning)
 	}
@@ -185,6 +198,10 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &c.MaxMessageBytes)
 		case "max_tool_output_bytes":
 			return json.Unmarshal(v, &c.MaxToolOutputBytes)
+		case "max_input_bytes":
+			return json.Unmarshal(v, &c.MaxInputBytes)
+		case "max_history_bytes":
+			return json.Unmarshal(v, &c.MaxHistoryBytes)
 		case "reasoning":
 			return json.Unmarshal(v, &c.Reasoning)
 		case "prompt_caching":

@@ -578,6 +578,7 @@ PANTO_API PantoStr panto_event_kind_name(uint32_t kind);
  *    "timeouts": {"connect_ms": n, "idle_ms": n, "request_ms": n},
  *    "queue_capacity": n, "headers": {"name": "value"},
  *    "max_event_bytes": n, "max_message_bytes": n, "max_tool_output_bytes": n,
+ *    "max_input_bytes": n, "max_history_bytes": n,
  *    "reasoning": {"effort": "none" | "low" | "medium" | "high", "budget_tokens": n},
  *    "prompt_caching": true | false,
  *    "compaction": {"threshold_tokens": n, "keep_last": n, "model": "…", "prompt": "…"},
@@ -586,6 +587,11 @@ PANTO_API PantoStr panto_event_kind_name(uint32_t kind);
  * includes /v1). "api_key" defaults to $OPENAI_API_KEY / $ANTHROPIC_API_KEY. The tools
  * listed here are host tools: the caller implements them (see tool_call_start).
  * Unknown keys and wrong types fail with PANTO_ERR_CONFIG naming the key.
+ * Limits: "max_input_bytes" (default 4 MiB) caps one turn's input, "max_history_bytes"
+ * (default 32 MiB) the conversation measured as its saved JSON; past either, the call
+ * that would start the turn or load the history fails with PANTO_ERR_CONFIG naming the
+ * key, and nothing is sent or kept. The events and messages of a turn are capped by
+ * "max_event_bytes", "max_message_bytes" and "max_tool_output_bytes".
  * On success *out is a new agent, owned by the caller (panto_agent_free).
  * Does not block on the network (nothing is sent before the first turn). Any thread. */
 PANTO_API PantoStatus panto_agent_new(const char *config_json, size_t len, PantoAgent **out,
@@ -603,7 +609,7 @@ PANTO_API PantoStatus panto_agent_save_history(PantoAgent *agent, PantoString *o
                                                PantoError **err);
 
 /* Replaces the conversation with a saved one (validated: a history the provider would
- * refuse is PANTO_ERR_CONFIG). PANTO_ERR_BUSY while a stream of this agent is open.
+ * refuse, or one larger than max_history_bytes, is PANTO_ERR_CONFIG). PANTO_ERR_BUSY while a stream of this agent is open.
  * Never blocks for long; any thread. */
 PANTO_API PantoStatus panto_agent_load_history(PantoAgent *agent, const char *json, size_t len,
                                                PantoError **err);
@@ -615,7 +621,9 @@ PANTO_API PantoStatus panto_agent_clear_history(PantoAgent *agent, PantoError **
  * its stream in *out, owned by the caller (panto_stream_free). Returns at once: the
  * request is sent on the library's worker threads. An agent has at most one open
  * stream: while one is open (until it is freed, or has delivered message_complete or
- * an error), this fails with PANTO_ERR_BUSY, synchronously. Any thread. */
+ * an error), this fails with PANTO_ERR_BUSY, synchronously. An input larger than
+ * max_input_bytes, or one that would take the conversation past max_history_bytes, fails
+ * with PANTO_ERR_CONFIG, synchronously, and nothing is sent. Any thread. */
 PANTO_API PantoStatus panto_agent_stream(PantoAgent *agent, const char *input, size_t len,
                                          PantoStream **out, PantoError **err);
 

@@ -295,6 +295,13 @@ impl Agent {
     /// Replaces the conversation (validated). Not allowed during a turn (`busy`).
     pub fn set_history(&self, messages: Vec<Message>) -> Result<()> {
         message::validate_history(&messages)?;
+        let max = self.inner.config.max_history_bytes;
+        let bytes = message::history_json_len(&messages);
+        if bytes > max {
+            return Err(Error::config(format!(
+                "history: {bytes} bytes of saved JSON, more than max_history_bytes ({max})"
+            )));
+        }
         let _slot = self.reserve()?;
         *self.history_lock() = messages;
         // What the provider counted was another history.
@@ -309,7 +316,41 @@ impl Agent {
 
     /// Restores a conversation saved with [`Agent::history_json`].
     pub fn load_history_json(&self, json: &str) -> Result<()> {
+        // Before parsing: a document past the cap is not read into memory at all.
+        let max = self.inner.config.max_history_bytes;
+        if json.len() > max {
+            return Err(Error::config(format!(
+                "history: {} bytes, more than max_history_bytes ({max})",
+                json.len()
+            )));
+        }
         self.set_history(message::history_from_json(json)?)
+    }
+
+    /// Checks a turn's input against the limits of the configuration before anything is
+    /// sent or kept: more than `max_input_bytes`, or a conversation that would pass
+    /// `max_history_bytes` with it, is a `config` error, and the history is unchanged.
+    /// Every turn checks it first; the pull adapter also calls it before it starts one,
+    /// so the error comes from the call that would have started it.
+    pub fn check_input(&self, input: &str) -> Result<()> {
+        let config = &self.inner.config;
+        if input.len() > config.max_input_bytes {
+            return Err(Error::config(format!(
+                "input: {} bytes, more than max_input_bytes ({})",
+                input.len(),
+                config.max_input_bytes
+            )));
+        }
+        let history = message::history_json_len(&self.history_lock());
+        if history.saturating_add(input.len()) > config.max_history_bytes {
+            return Err(Error::config(format!(
+                "input: the conversation ({history} bytes of saved JSON) with this input ({} \
+                 bytes) would pass max_history_bytes ({}); compact or clear it first",
+                input.len(),
+                config.max_history_bytes
+            )));
+        }
+        Ok(())
     }
 
     pub fn clear_history(&self) -> Result<()> {
@@ -562,6 +603,7 @@ impl Agent {
             prompt_caching: config.prompt_caching,
             dialect: self.inner.dialect,
         };
+        self.check_input(input)?;
         self.history_lock().push(Message::user(input));
         let specs = self.tool_specs();
         let mut usage = Usage::default();

@@ -224,6 +224,24 @@ pub const CONFIG: &[Key] = &[
         ),
         256,
     ),
+    min(
+        key(
+            "max_input_bytes",
+            KeyType::U64,
+            "4194304",
+            "Cap on one turn's input (the user message); larger is a config error.",
+        ),
+        1,
+    ),
+    min(
+        key(
+            "max_history_bytes",
+            KeyType::U64,
+            "33554432",
+            "Cap on the conversation (its saved JSON) when a turn starts or a history is loaded; past it is a config error.",
+        ),
+        1024,
+    ),
     key("reasoning", KeyType::Object(REASONING_KEYS), "null", "Reasoning control for every turn (default: the provider's)."),
     key("prompt_caching", KeyType::Bool, "true", "Anthropic: mark prompt cache breakpoints."),
     key(
@@ -393,6 +411,14 @@ pub struct Config {
     /// Cap on one tool result (default 100 KiB), for Rust and host tools alike: longer
     /// output is cut at this size and ends with a note saying so, which the model reads.
     pub max_tool_output_bytes: usize,
+    /// Cap on one turn's input, the user message (default 4 MiB): a larger one is a
+    /// `config` error before anything is sent.
+    pub max_input_bytes: usize,
+    /// Cap on the conversation, measured as its saved JSON (default 32 MiB): a turn whose
+    /// input would take it past this, or a saved history larger than this, is a `config`
+    /// error (compact or clear it). Checked when a turn starts and when a history is set;
+    /// a turn's own steps are bounded by `max_steps` and the per-message caps instead.
+    pub max_history_bytes: usize,
     /// Reasoning control for every turn (a turn's `TurnOptions::reasoning` replaces it);
     /// `None` sends nothing, leaving the provider's default.
     pub reasoning: Option<Reasoning>,
@@ -433,6 +459,8 @@ impl fmt::Debug for Config {
             .field("max_event_bytes", &self.max_event_bytes)
             .field("max_message_bytes", &self.max_message_bytes)
             .field("max_tool_output_bytes", &self.max_tool_output_bytes)
+            .field("max_input_bytes", &self.max_input_bytes)
+            .field("max_history_bytes", &self.max_history_bytes)
             .field("reasoning", &self.reasoning)
             .field("prompt_caching", &self.prompt_caching)
             .field("compaction", &self.compaction)
@@ -445,6 +473,10 @@ impl fmt::Debug for Config {
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 32 << 20;
 /// Default of `max_tool_output_bytes`.
 pub const DEFAULT_MAX_TOOL_OUTPUT_BYTES: usize = 100 << 10;
+/// Default of `max_input_bytes`.
+pub const DEFAULT_MAX_INPUT_BYTES: usize = 4 << 20;
+/// Default of `max_history_bytes`.
+pub const DEFAULT_MAX_HISTORY_BYTES: usize = 32 << 20;
 
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -494,6 +526,8 @@ impl Config {
             max_event_bytes: crate::sse::DEFAULT_MAX_EVENT_SIZE,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             max_tool_output_bytes: DEFAULT_MAX_TOOL_OUTPUT_BYTES,
+            max_input_bytes: DEFAULT_MAX_INPUT_BYTES,
+            max_history_bytes: DEFAULT_MAX_HISTORY_BYTES,
             reasoning: None,
             prompt_caching: true,
             compaction: None,
@@ -556,6 +590,14 @@ impl Config {
     }
     pub fn with_max_message_bytes(mut self, n: usize) -> Config {
         self.max_message_bytes = n;
+        self
+    }
+    pub fn with_max_input_bytes(mut self, n: usize) -> Config {
+        self.max_input_bytes = n;
+        self
+    }
+    pub fn with_max_history_bytes(mut self, n: usize) -> Config {
+        self.max_history_bytes = n;
         self
     }
     pub fn with_reasoning(mut self, reasoning: Reasoning) -> Config {
@@ -700,6 +742,12 @@ impl Config {
         if let Some(v) = number("max_tool_output_bytes") {
             c.max_tool_output_bytes = saturate_usize(v);
         }
+        if let Some(v) = number("max_input_bytes") {
+            c.max_input_bytes = saturate_usize(v);
+        }
+        if let Some(v) = number("max_history_bytes") {
+            c.max_history_bytes = saturate_usize(v);
+        }
         if let Some(r) = get("retry").and_then(Value::as_object) {
             let n = |k: &str| r.get(k).and_then(Value::as_u64);
             if let Some(v) = n("max_retries") {
@@ -805,6 +853,8 @@ impl Config {
             "max_event_bytes": self.max_event_bytes,
             "max_message_bytes": self.max_message_bytes,
             "max_tool_output_bytes": self.max_tool_output_bytes,
+            "max_input_bytes": self.max_input_bytes,
+            "max_history_bytes": self.max_history_bytes,
             "reasoning": opt(self.reasoning.map(|r| r.to_value())),
             "prompt_caching": self.prompt_caching,
             "compaction": opt(compaction),

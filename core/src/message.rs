@@ -331,6 +331,35 @@ pub fn history_to_json(messages: &[Message]) -> String {
     .unwrap_or_default()
 }
 
+/// The length of [`history_to_json`]'s result, counted without building it.
+pub fn history_json_len(messages: &[Message]) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    #[derive(Serialize)]
+    struct Borrowed<'a> {
+        version: u32,
+        messages: &'a [Message],
+    }
+    let mut count = Count(0);
+    // Serializing plain data into a counter cannot fail.
+    let _ = serde_json::to_writer(
+        &mut count,
+        &Borrowed {
+            version: HISTORY_VERSION,
+            messages,
+        },
+    );
+    count.0
+}
+
 /// Parses a saved history, rejecting other versions and histories a provider would
 /// refuse (see [`validate_history`]).
 pub fn history_from_json(json: &str) -> Result<Vec<Message>> {

@@ -1053,3 +1053,52 @@ async fn a_slow_but_steady_stream_is_not_an_idle_timeout() {
     assert_eq!(r.unwrap().text, "steady");
     check_invariants(&events);
 }
+
+/// `max_input_bytes` and `max_history_bytes` bound what a push turn takes and what a
+/// history load reads: past them, a `config` error naming the key, nothing sent, the
+/// history unchanged. (Before these keys, any input was appended and sent.)
+#[tokio::test]
+async fn input_and_history_limits_are_config_errors_before_anything_is_sent() {
+    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
+        "ok",
+    ]))]))
+    .unwrap();
+    let agent = Agent::new(
+        config(ProviderKind::OpenAi, &server)
+            .with_max_input_bytes(10)
+            .with_max_history_bytes(2048),
+    )
+    .unwrap();
+    let (events, r) = run(&agent, "eleven byte", &TurnControl::default()).await;
+    let e = r.expect_err("an input past max_input_bytes");
+    assert_eq!(e.kind, ErrorKind::Config);
+    assert!(e.message.contains("max_input_bytes (10)"), "{}", e.message);
+    assert!(events.is_empty());
+    assert!(server.requests().is_empty(), "nothing was sent");
+    assert_eq!(agent.history_json(), r#"{"version":1,"messages":[]}"#);
+    assert!(agent.check_input("ten bytes!").is_ok());
+
+    let long = format!(
+        r#"{{"version":1,"messages":[{{"role":"user","content":[{{"type":"text","text":"{}"}}]}}]}}"#,
+        "x".repeat(4096)
+    );
+    let e = agent
+        .load_history_json(&long)
+        .expect_err("a history past the cap");
+    assert_eq!(e.kind, ErrorKind::Config);
+    assert!(
+        e.message.contains("max_history_bytes (2048)"),
+        "{}",
+        e.message
+    );
+    // Under the cap, but not with the next input: refused before it is appended.
+    let near = long.replace(&"x".repeat(4096), &"x".repeat(1960));
+    agent.load_history_json(&near).unwrap();
+    let e = agent
+        .check_input("0123456789")
+        .expect_err("past max_history_bytes");
+    assert!(e.message.contains("max_history_bytes"), "{}", e.message);
+    let (_, r) = run(&agent, "0123456789", &TurnControl::default()).await;
+    assert_eq!(r.expect_err("refused").kind, ErrorKind::Config);
+    assert_eq!(agent.history_json(), near);
+}

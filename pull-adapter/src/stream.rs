@@ -215,6 +215,9 @@ impl AgentStreamExt for Agent {
 impl Stream {
     fn start(agent: &Agent, input: &str, options: TurnOptions) -> Result<Stream, Error> {
         let worker = worker_for(agent)?;
+        // An input past the configured limits is refused by the call that starts the
+        // turn (the turn would refuse it first thing anyway).
+        agent.check_input(input)?;
         // Reserve on the caller's thread so `busy` is reported synchronously.
         let slot = agent.reserve()?;
         let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);

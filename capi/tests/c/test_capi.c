@@ -1184,7 +1184,8 @@ static void test_server_reset_while_writing_is_no_sigpipe(void) {
   char cfg[1024];
   snprintf(cfg, sizeof cfg,
            "{\"provider\":\"openai\",\"model\":\"gpt-4o-mini\",\"base_url\":\"%s/v1\","
-           "\"api_key\":\"sk-test\",\"retry\":{\"max_retries\":1,\"initial_delay_ms\":1}}",
+           "\"api_key\":\"sk-test\",\"retry\":{\"max_retries\":1,\"initial_delay_ms\":1},"
+           "\"max_input_bytes\":16777216}",
            srv.url);
   CHECK(panto_agent_new(cfg, strlen(cfg), &agent, NULL) == PANTO_OK);
   /* 8 MiB: more than the socket buffers take (4 MiB at most), so panto is still writing
@@ -1348,6 +1349,100 @@ out:
   if (held_up) server_stop(&held_srv);
 }
 
+/* Input and history limits are configuration keys: past them the call that would start
+ * the turn (or load the history) fails with a config error naming the key, and nothing
+ * is sent. Before they existed, a 5 MiB input (or 100 MB) was accepted and sent. */
+static void test_input_and_history_limits(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL, *dflt = NULL;
+  PantoStream *stream = NULL;
+  PantoError *err = NULL;
+  PantoString saved = {NULL, 0};
+  char *big = NULL;
+  if (server_start(&srv, scenario("text.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  /* The defaults: 4 MiB of input at most. */
+  dflt = new_agent(&srv, "sk-test", NULL);
+  CHECK(dflt != NULL);
+  size_t n = 5u << 20;
+  big = malloc(n);
+  CHECK(big != NULL);
+  memset(big, 'a', n);
+  CHECK(panto_agent_stream(dflt, big, n, &stream, &err) == PANTO_ERROR && stream == NULL);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
+  CHECKF(str_contains(panto_error_message(err), "max_input_bytes"), "%s",
+         panto_error_message(err).ptr);
+  panto_error_free(err);
+  err = NULL;
+  /* Nothing was sent: the only connection the server has seen is this stats request. */
+  CHECK(server_stat(&srv, "connections_total") == 1);
+
+  agent = new_agent(&srv, "sk-test", ",\"max_input_bytes\":100,\"max_history_bytes\":1024");
+  CHECK(agent != NULL);
+  CHECK(panto_agent_stream(agent, big, 101, &stream, &err) == PANTO_ERROR && stream == NULL);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG &&
+        str_contains(panto_error_message(err), "max_input_bytes (100)"));
+  panto_error_free(err);
+  err = NULL;
+  /* At the limit: fine. Each turn adds its input and the answer to the history. */
+  int turns = 0;
+  for (; turns < 50; turns++) {
+    if (panto_agent_stream(agent, big, 100, &stream, &err) != PANTO_OK) break;
+    CHECK(drain(stream, NULL, NULL) == PANTO_DONE);
+    panto_stream_free(stream);
+    stream = NULL;
+  }
+  /* The conversation reached the cap: the turn that would pass it is refused. */
+  CHECKF(turns >= 2 && turns < 50, "%d turns", turns);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
+  CHECKF(str_contains(panto_error_message(err), "max_history_bytes (1024)"), "%s",
+         panto_error_message(err).ptr);
+  panto_error_free(err);
+  err = NULL;
+  CHECK(panto_agent_save_history(agent, &saved, &err) == PANTO_OK);
+  CHECK(saved.len <= 1024);
+  /* A saved history larger than the cap is not loaded; the conversation is unchanged. */
+  CHECK(panto_agent_load_history(dflt, saved.ptr, saved.len, &err) == PANTO_OK);
+  CHECK(panto_agent_clear_history(agent, &err) == PANTO_OK);
+  panto_string_free(&saved);
+  CHECK(panto_agent_save_history(dflt, &saved, &err) == PANTO_OK);
+  char *grown = malloc(saved.len + 4096);
+  CHECK(grown != NULL);
+  /* The same history with a longer first message: past 1024 bytes. */
+  const char *at = strstr(saved.ptr, "\"text\":\"");
+  CHECK(at != NULL);
+  size_t head = (size_t)(at - saved.ptr) + 8;
+  memcpy(grown, saved.ptr, head);
+  memset(grown + head, 'b', 2048);
+  memcpy(grown + head + 2048, saved.ptr + head, saved.len - head);
+  size_t grown_len = saved.len + 2048;
+  PantoStatus st = panto_agent_load_history(agent, grown, grown_len, &err);
+  free(grown);
+  CHECK(st == PANTO_ERROR && panto_error_kind(err) == PANTO_ERR_CONFIG);
+  CHECK(str_contains(panto_error_message(err), "max_history_bytes"));
+  panto_error_free(err);
+  err = NULL;
+  panto_string_free(&saved);
+  CHECK(panto_agent_save_history(agent, &saved, &err) == PANTO_OK);
+  CHECK(str_eq((PantoStr){saved.ptr, saved.len}, "{\"version\":1,\"messages\":[]}"));
+  /* The keys are validated like any other. */
+  const char *bad = "{\"model\":\"m\",\"max_input_bytes\":0}";
+  PantoAgent *none = NULL;
+  CHECK(panto_agent_new(bad, strlen(bad), &none, &err) == PANTO_ERROR && none == NULL);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG &&
+        str_contains(panto_error_message(err), "max_input_bytes"));
+out:
+  panto_error_free(err);
+  panto_string_free(&saved);
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  panto_agent_free(dflt);
+  free(big);
+  server_stop(&srv);
+}
+
 /* ------------------------------------------------------------------------------------ */
 
 static const struct {
@@ -1370,6 +1465,7 @@ static const struct {
     {"second_consumer", test_second_consumer},
     {"server_reset_while_writing_is_no_sigpipe", test_server_reset_while_writing_is_no_sigpipe},
     {"fork", test_fork},
+    {"input_and_history_limits", test_input_and_history_limits},
 };
 
 int main(int argc, char **argv) {

@@ -308,6 +308,8 @@ CONFIG_KEYS: Tuple[str, ...] = (
     "max_event_bytes",
     "max_message_bytes",
     "max_tool_output_bytes",
+    "max_input_bytes",
+    "max_history_bytes",
     "reasoning",
     "prompt_caching",
     "compaction",
@@ -442,6 +444,16 @@ class AgentOptions(TypedDict, total=False):
     max_tool_output_bytes: Optional[int]
     """Cap on one tool result; longer output is cut with a note the model reads.
     (default 102400; at least 256)
+    """
+
+    max_input_bytes: Optional[int]
+    """Cap on one turn's input (the user message); larger is a config error. (default
+    4194304; at least 1)
+    """
+
+    max_history_bytes: Optional[int]
+    """Cap on the conversation (its saved JSON) when a turn starts or a history is
+    loaded; past it is a config error. (default 33554432; at least 1024)
     """
 
     reasoning: Optional[Union[Literal["none", "low", "medium", "high"], ReasoningOptions]]
