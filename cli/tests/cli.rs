@@ -13,6 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use panto_testkit::poll_until;
 use panto_testserver::{Scenario, TestServer};
 use serde_json::{json, Value};
 
@@ -1070,24 +1071,10 @@ fn alive(pid: &str) -> bool {
     }
 }
 
-/// Polls until `cond` holds, up to `bound`; returns whether it did.
-fn eventually(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + bound;
-    loop {
-        if cond() {
-            return true;
-        }
-        if std::time::Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn assert_gone(pids: &[String], what: &str) {
     for pid in pids {
         assert!(
-            eventually(Duration::from_secs(10), || !alive(pid)),
+            poll_until(Duration::from_secs(10), || !alive(pid)),
             "{what}: process {pid} is still running"
         );
     }
@@ -1097,7 +1084,7 @@ fn assert_gone(pids: &[String], what: &str) {
 /// Fails early if `child` exits first.
 fn wait_for_pids(path: &Path, child: &mut Child) -> Vec<String> {
     let mut text = None;
-    let appeared = eventually(HANG_GUARD, || {
+    let appeared = poll_until(HANG_GUARD, || {
         if let Ok(t) = std::fs::read_to_string(path) {
             text = Some(t);
             return true;
@@ -1501,7 +1488,7 @@ fn a_second_ctrl_c_during_the_save_leaves_no_temporary_file() {
     let (mut child, lines) =
         stalled_session_run(&srv, &session, &[("PANTO_TEST_PAUSE_SAVE", &paused)]);
     signal(child.id(), "INT");
-    let saving = eventually(HANG_GUARD, || {
+    let saving = poll_until(HANG_GUARD, || {
         paused.exists() || matches!(child.try_wait(), Ok(Some(_)))
     });
     assert!(saving && paused.exists(), "the save never paused");

@@ -10,10 +10,10 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use expectrl::process::unix::WaitStatus;
 use expectrl::{Eof, Expect, Session};
+use panto_testkit::eventually;
 use serde_json::json;
 use support::*;
 
@@ -59,14 +59,6 @@ fn wait_exit(p: &Pty) -> i32 {
 fn last_user_text(srv: &panto_testserver::TestServer) -> String {
     let body = srv.requests().last().expect("a request").body.clone();
     message_texts(&body).pop().unwrap_or_default()
-}
-
-fn eventually(mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < HANG_GUARD, "condition not reached");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 const UP: &str = "\x1b[A";
@@ -182,7 +174,9 @@ fn ctrl_c_cancels_a_running_turn_and_the_chat_goes_on() {
     p.expect("> ").unwrap();
     p.send("long question\r").unwrap();
     // The turn is running: its request reached the server, which stalls.
-    eventually(|| !srv.requests().is_empty());
+    eventually("the request to reach the server", || {
+        !srv.requests().is_empty()
+    });
     p.send(CTRL_C).unwrap();
     p.expect("cancelled").unwrap();
     p.expect("> ").unwrap();

@@ -34,13 +34,11 @@ use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, Throughput};
 
-#[path = "../../tests/bench-support/measure.rs"]
-mod measure;
 use futures_util::StreamExt;
-use measure::{measure, server_threads, Sample, Selection};
 use panto::provider::{Decoder, ProviderKind};
 use panto::sse::SseParser;
 use panto::{Agent, Config, Event, Flow, Receiver, TurnControl, TurnOptions};
+use panto_testkit::measure::{measure, server_threads, Sample, Selection};
 use panto_testserver::{Scenario, TestServer};
 use serde::Deserialize;
 

@@ -13,10 +13,7 @@
 use std::collections::HashMap;
 
 use panto::{Agent, Config, Event, Flow, Receiver, TurnControl};
-
-#[path = "../../tests/conformance/runner_args.rs"]
-mod runner_args;
-use runner_args::{parse_args, Answer};
+use panto_testkit::conformance::{parse_args, Answer};
 
 /// Prints each event and answers host tools from inside the callback, as a push caller
 /// would; cancels through the turn's token after event `cancel_after`.

@@ -12,26 +12,16 @@ use panto::{
     Agent, Block, Collect, Config, ErrorKind, Event, Flow, FnTool, ProviderKind, Receiver,
     RetryConfig, Role, StopReason, Timeouts, ToolOutput, ToolSpec, TurnControl,
 };
+use panto_testkit::{quick_retries, API_KEY};
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use serde_json::{json, Value};
 
 const HANG_GUARD: Duration = Duration::from_secs(30);
 
+/// This suite's agents retry twice, quickly: the retry paths are part of what it tests.
 fn config(kind: ProviderKind, server: &TestServer) -> Config {
-    let base = match kind {
-        ProviderKind::OpenAi => format!("{}/v1", server.url()),
-        ProviderKind::Anthropic => server.url(),
-    };
-    Config::new(kind, "scripted-model")
-        .with_base_url(base)
-        .with_api_key("sk-test-SECRET-key-0001")
-        .with_retry(RetryConfig {
-            max_retries: 2,
-            initial_delay_ms: 1,
-            max_delay_ms: 5,
-            ..RetryConfig::default()
-        })
+    panto_testkit::config(kind, server).with_retry(quick_retries(2))
 }
 
 fn weather_tool() -> impl panto::Tool {
@@ -169,7 +159,7 @@ async fn two_step_turn(kind: ProviderKind) {
             assert_eq!(body["stream_options"]["include_usage"], true);
             assert_eq!(
                 reqs[0].headers["authorization"],
-                "Bearer sk-test-SECRET-key-0001"
+                format!("Bearer {API_KEY}")
             );
         }
         ProviderKind::Anthropic => {
@@ -181,7 +171,7 @@ async fn two_step_turn(kind: ProviderKind) {
             );
             assert_eq!(body["messages"][2]["content"][0]["type"], "tool_result");
             assert_eq!(body["messages"][2]["content"][0]["tool_use_id"], "call_1");
-            assert_eq!(reqs[0].headers["x-api-key"], "sk-test-SECRET-key-0001");
+            assert_eq!(reqs[0].headers["x-api-key"], API_KEY);
             assert_eq!(reqs[0].headers["anthropic-version"], "2023-06-01");
         }
     }
@@ -761,7 +751,7 @@ async fn x_should_retry_false_is_honoured() {
 async fn unauthorized_is_typed_and_never_leaks_the_key() {
     let echo = exchange(
         json!({"status": 401, "json": {"error": {"type": "authentication_error",
-        "message": "Incorrect API key provided: sk-test-SECRET-key-0001"}}}),
+        "message": format!("Incorrect API key provided: {API_KEY}")}}}),
     );
     let (_, err, server, agent) = fault_run(vec![echo], |c| c).await;
     assert_eq!(err.kind, ErrorKind::Authentication);
@@ -773,10 +763,7 @@ async fn unauthorized_is_typed_and_never_leaks_the_key() {
         format!("{err:?}"),
         format!("{agent:?}"),
     ] {
-        assert!(
-            !text.contains("sk-test-SECRET-key-0001"),
-            "key leaked: {text}"
-        );
+        assert!(!text.contains(API_KEY), "key leaked: {text}");
     }
 }
 

@@ -3,16 +3,16 @@
 //! request prefixes, reasoning control, `reasoning_content` round trips, transcript,
 //! and compaction (manual and automatic).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use panto::provider::{self, ProviderKind, RequestOptions, RequestParams};
 use panto::{
-    Agent, Collect, CompactOptions, CompactionConfig, Compat, Config, Dialect, Effort, ErrorKind,
-    Event, FnTool, Message, Reasoning, RetryConfig, Role, ToolOutput, TurnControl, TurnOptions,
+    Agent, Collect, CompactOptions, CompactionConfig, Compat, Dialect, Effort, ErrorKind, Event,
+    FnTool, Message, Reasoning, Role, ToolOutput, TurnControl, TurnOptions,
 };
+use panto_testkit::config;
+use panto_testkit::decode;
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use serde_json::{json, Value};
@@ -21,20 +21,6 @@ const HANG_GUARD: Duration = Duration::from_secs(30);
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/real")
-}
-
-fn config(kind: ProviderKind, server: &TestServer) -> Config {
-    let base = match kind {
-        ProviderKind::OpenAi => format!("{}/v1", server.url()),
-        ProviderKind::Anthropic => server.url(),
-    };
-    Config::new(kind, "scripted-model")
-        .with_base_url(base)
-        .with_api_key("sk-test-SECRET-key-0001")
-        .with_retry(RetryConfig {
-            max_retries: 0,
-            ..RetryConfig::default()
-        })
 }
 
 fn weather_tool() -> impl panto::Tool {
@@ -149,8 +135,8 @@ fn anthropic_provider_blocks_survive_save_restore_and_go_back_verbatim() {
         let sse =
             std::fs::read_to_string(fixtures().join(format!("anthropic/{name}.sse"))).unwrap();
         // Decoded under a chunking that splits events, as a network would.
-        let outcome = common::decode_sized(ProviderKind::Anthropic, sse.as_bytes(), 7);
-        common::check_invariants(&outcome, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let outcome = decode::decode_sized(ProviderKind::Anthropic, sse.as_bytes(), 7);
+        decode::check_invariants(&outcome, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
         let decoded = outcome.result.unwrap_or_else(|e| panic!("{name}: {e}"));
         let history = vec![Message::user("question"), decoded.message];
         let saved = panto::message::history_to_json(&history);

@@ -5,9 +5,6 @@
 //! Every decoding here also goes through the event-order invariants and must not change
 //! when the body arrives one byte at a time.
 
-mod common;
-
-use common::{check_invariants, decode, decode_message, decode_sized, Outcome};
 use panto::provider::{
     request_body, DecodedMessage, Decoder, Progress, ProviderKind, RequestOptions, RequestParams,
     ToolSpec,
@@ -16,6 +13,7 @@ use panto::sse::SseEvent;
 use panto::{
     Block, BlockKind, Compat, Dialect, Error, ErrorKind, Event, Message, Role, StopReason,
 };
+use panto_testkit::decode::{check_invariants, decode, decode_message, decode_sized, Outcome};
 use serde_json::{json, Value};
 
 const OA: ProviderKind = ProviderKind::OpenAi;

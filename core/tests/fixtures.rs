@@ -5,13 +5,11 @@
 //! Where panto deliberately differs from the SDK (SDK quirks documented in the fixtures
 //! README), the intended panto behaviour is asserted instead; see `sdk_quirks`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{check_invariants, decode, decode_at, decode_sized, Outcome, Rng};
 use panto::provider::{http_error, DecodedMessage, ProviderKind};
 use panto::{Block, ErrorKind, StopReason};
+use panto_testkit::decode::{check_invariants, decode, decode_at, decode_sized, Outcome, Rng};
 use serde_json::{json, Value};
 
 fn fixtures_dir() -> PathBuf {

@@ -1,6 +1,6 @@
 //! Replays every input the fuzzers once crashed on, saved under
 //! `tests/fuzz_regressions/<target>/`, through the same code as the fuzz target (the
-//! harness in `fuzz/src/lib.rs`, compiled here on stable Rust). A file dropped into one
+//! harness in `panto_testkit::fuzz`, compiled here on stable Rust). A file dropped into one
 //! of those directories is picked up without touching this file. Also runs the harness
 //! over the fuzzers' seeds, so a property that wrongly fails on valid input shows up in
 //! `cargo test` rather than as a bogus crash in a nightly fuzz run.
@@ -10,13 +10,11 @@
 //! some reproducers make panto allocate without bound, which aborts the process instead
 //! of panicking.
 
-#[path = "../../fuzz/src/lib.rs"]
-mod harness;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use panto::ProviderKind;
+use panto_testkit::fuzz as harness;
 
 /// Inputs that still crash, skipped by the directory replay (each kept as an ignored test
 /// below until fixed). None today.

@@ -4,14 +4,12 @@
 //! not throw the answer away. Also the request bodies panto sends back, which must stay
 //! acceptable to the provider whatever history the earlier answers left.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{check_invariants, decode, decode_sized, Outcome};
 use panto::provider::{http_error, request_body, DecodedMessage, ProviderKind, RequestParams};
 use panto::retry::{delay, RetryHints};
 use panto::{Block, ErrorKind, Event, Message, RetryConfig, Role, Usage};
+use panto_testkit::decode::{check_invariants, decode, decode_sized, Outcome};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 

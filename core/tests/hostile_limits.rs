@@ -3,16 +3,14 @@
 //! response that arrives as one JSON body instead of a stream decodes into the same
 //! events as the stream would have ([`decode_complete_body`]).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::Outcome;
 use panto::provider::{decode_complete_body, DecodeLimits, Decoder, Progress, ProviderKind};
 use panto::sse::SseParser;
 use panto::{DeltaKind, Error, ErrorKind, Event};
+use panto_testkit::decode::{self, Outcome};
 use serde_json::{json, Value};
 
 const OA: ProviderKind = ProviderKind::OpenAi;
@@ -508,7 +506,7 @@ fn complete_json_bodies_decode_to_the_events_of_the_stream() {
     ];
     for (kind, path) in cases {
         let stream = fixture(path);
-        let streamed = common::decode(kind, stream.as_bytes());
+        let streamed = decode::decode(kind, stream.as_bytes());
         let want = streamed
             .result
             .as_ref()
@@ -541,7 +539,7 @@ fn complete_json_bodies_decode_to_the_events_of_the_stream() {
                 .count(),
             "{path}"
         );
-        common::check_invariants(
+        decode::check_invariants(
             &Outcome {
                 events,
                 result: Ok(got),

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use panto::provider::{request_body, RequestParams};
 use panto::{
-    Agent, Config, Event, Flow, FnTool, ProviderKind, Receiver, RetryConfig, Timeouts, ToolOutput,
-    TurnControl,
+    Agent, Event, Flow, FnTool, ProviderKind, Receiver, Timeouts, ToolOutput, TurnControl,
 };
+use panto_testkit::{config, quick_retries};
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use proptest::prelude::*;
@@ -306,21 +306,10 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
     exchanges.push(exchange(response(case.kind, &[], &Fault::None)));
     exchanges.push(exchange(response(case.kind, &[], &Fault::None)));
     let server = TestServer::start(script::scenario(exchanges)).unwrap();
-    let base = match case.kind {
-        ProviderKind::OpenAi => format!("{}/v1", server.url()),
-        ProviderKind::Anthropic => server.url(),
-    };
-    let config = Config::new(case.kind, "scripted")
-        .with_base_url(base)
-        .with_api_key("k")
+    let config = config(case.kind, &server)
         .with_tool_concurrency(case.concurrency)
         .with_tool_timeout_ms(200)
-        .with_retry(RetryConfig {
-            max_retries: 1,
-            initial_delay_ms: 1,
-            max_delay_ms: 2,
-            ..RetryConfig::default()
-        })
+        .with_retry(quick_retries(1))
         .with_timeouts(Timeouts {
             connect_ms: 5_000,
             idle_ms: 300,

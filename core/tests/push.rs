@@ -13,28 +13,13 @@ use panto::{
     Agent, Block, Collect, Config, ErrorKind, Event, FnTool, ProviderKind, RetryConfig, StopReason,
     Timeouts, ToolOutput, TurnControl,
 };
+use panto_testkit::config;
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
 const HANG_GUARD: Duration = Duration::from_secs(30);
-
-fn config(kind: ProviderKind, server: &TestServer) -> Config {
-    let base = match kind {
-        ProviderKind::OpenAi => format!("{}/v1", server.url()),
-        ProviderKind::Anthropic => server.url(),
-    };
-    Config::new(kind, "scripted-model")
-        .with_base_url(base)
-        .with_api_key("sk-test-push-0001")
-        .with_retry(RetryConfig {
-            max_retries: 0,
-            initial_delay_ms: 1,
-            max_delay_ms: 1,
-            ..RetryConfig::default()
-        })
-}
 
 fn assert_send<T: Send>(_: &T) {}
 

@@ -4,13 +4,12 @@
 //! once — and those events are the ones a straightforward whole-input reading of the
 //! WHATWG rules gives. The same holds end to end for the decoders over real captures.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use panto::provider::ProviderKind;
 use panto::sse::SseParser;
+use panto_testkit::decode;
 use proptest::prelude::*;
 
 /// (event type, data, last event id) of each dispatched event.
@@ -273,12 +272,12 @@ fn sse_captures() -> &'static [(String, ProviderKind, Vec<u8>)] {
 }
 
 /// The one-chunk decoding of each capture, computed once.
-fn baseline(i: usize) -> &'static common::Outcome {
-    static BASE: OnceLock<Vec<common::Outcome>> = OnceLock::new();
+fn baseline(i: usize) -> &'static decode::Outcome {
+    static BASE: OnceLock<Vec<decode::Outcome>> = OnceLock::new();
     &BASE.get_or_init(|| {
         sse_captures()
             .iter()
-            .map(|(_, kind, body)| common::decode(*kind, body))
+            .map(|(_, kind, body)| decode::decode(*kind, body))
             .collect()
     })[i]
 }
@@ -297,7 +296,7 @@ proptest! {
     ) {
         let (name, kind, body) = &sse_captures()[which];
         let chunks = split(body, &cuts);
-        let got = common::decode_chunks(*kind, chunks);
+        let got = decode::decode_chunks(*kind, chunks);
         prop_assert!(&got == baseline(which), "{} decodes differently when split", name);
     }
 }

@@ -9,25 +9,10 @@ use panto::{
     Agent, Collect, Config, ErrorKind, Event, Flow, FnTool, ProviderKind, Receiver, RetryConfig,
     StopReason, ToolOutput, TurnControl,
 };
+use panto_testkit::config;
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use serde_json::{json, Value};
-
-fn config(kind: ProviderKind, server: &TestServer) -> Config {
-    let base = match kind {
-        ProviderKind::OpenAi => format!("{}/v1", server.url()),
-        ProviderKind::Anthropic => server.url(),
-    };
-    Config::new(kind, "scripted-model")
-        .with_base_url(base)
-        .with_api_key("sk-test-edges-0001")
-        .with_retry(RetryConfig {
-            max_retries: 0,
-            initial_delay_ms: 1,
-            max_delay_ms: 1,
-            ..RetryConfig::default()
-        })
-}
 
 async fn run(agent: &Agent) -> (Vec<Event>, panto::Result<panto::TurnSummary>) {
     let mut events = Collect::default();

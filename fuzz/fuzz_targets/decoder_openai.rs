@@ -2,4 +2,4 @@
 
 use panto::ProviderKind;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| panto_fuzz::decoder(ProviderKind::OpenAi, data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| panto_testkit::fuzz::decoder(ProviderKind::OpenAi, data));

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| panto_fuzz::history(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| panto_testkit::fuzz::history(data));

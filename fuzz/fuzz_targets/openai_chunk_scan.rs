@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| panto_fuzz::openai_chunk_scan(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| panto_testkit::fuzz::openai_chunk_scan(data));

@@ -16,25 +16,14 @@
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-// Only the thread-CPU helpers are used here.
-#[allow(dead_code)]
-#[path = "../../tests/bench-support/measure.rs"]
-mod measure;
-use measure::{server_threads, thread_cpu};
 use panto::{Agent, Config, Event, Flow, ProviderKind, Receiver, TurnControl};
 use panto_pull::AgentStreamExt;
+use panto_testkit::measure::{process_cpu, server_threads, thread_cpu};
+use panto_testkit::threads::panto_threads;
 use panto_testserver::{script, TestServer};
 
 const CHUNKS: usize = 200;
 const PACE_MS: u64 = 5;
-
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
 
 fn rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -45,16 +34,6 @@ fn rss_mib() -> f64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
-}
-
-fn panto_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .map(|dir| {
-            dir.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                .filter(|n| n.starts_with("panto-") && !n.starts_with("panto-testserv"))
-                .count()
-        })
-        .unwrap_or(0)
 }
 
 /// CPU of panto's worker threads (where the turns run).

@@ -35,11 +35,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
 
-#[path = "../../tests/bench-support/measure.rs"]
-mod measure;
-use measure::{measure, server_threads, Sample, Selection};
 use panto::{Agent, Config, Event, Flow, ProviderKind, Receiver, TurnControl, TurnOptions};
 use panto_pull::AgentStreamExt;
+use panto_testkit::measure::{measure, server_threads, Sample, Selection};
 use panto_testserver::{script, Scenario, TestServer};
 
 /// Content chunks per response.

@@ -11,10 +11,7 @@
 
 use panto::{Agent, Config, Event};
 use panto_pull::AgentStreamExt;
-
-#[path = "../../tests/conformance/runner_args.rs"]
-mod runner_args;
-use runner_args::{parse_args, Answer};
+use panto_testkit::conformance::{parse_args, Answer};
 
 fn main() {
     let args = match parse_args() {

@@ -1,21 +1,15 @@
 //! The blocking compaction entry point the CLI and the bindings call.
 
 use panto::provider::ProviderKind;
-use panto::{Agent, CompactOptions, Config, ErrorKind, RetryConfig};
+use panto::{Agent, CompactOptions, ErrorKind};
 use panto_pull::AgentStreamExt;
+use panto_testkit::config;
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use serde_json::json;
 
 fn agent_for(server: &TestServer) -> Agent {
-    let c = Config::new(ProviderKind::OpenAi, "scripted-model")
-        .with_base_url(format!("{}/v1", server.url()))
-        .with_api_key("sk-test")
-        .with_retry(RetryConfig {
-            max_retries: 0,
-            ..RetryConfig::default()
-        });
-    Agent::new(c).unwrap()
+    Agent::new(config(ProviderKind::OpenAi, server)).unwrap()
 }
 
 fn drain(agent: &Agent, input: &str) {

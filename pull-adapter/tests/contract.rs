@@ -8,10 +8,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use panto::{
-    Agent, Collect, Config, ErrorKind, Event, FnTool, ProviderKind, RetryConfig, ToolOutput,
-    ToolSpec, TurnControl,
+    Agent, Collect, Config, ErrorKind, Event, FnTool, ProviderKind, ToolOutput, ToolSpec,
+    TurnControl,
 };
 use panto_pull::{active_streams, AgentStreamExt, Next, Stream};
+use panto_testkit::threads::{panto_threads, thread_names};
+use panto_testkit::{config, eventually, poll_until};
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use proptest::prelude::*;
@@ -28,16 +30,7 @@ fn serial() -> MutexGuard<'static, ()> {
 const DEADLINE: Duration = Duration::from_secs(20);
 
 fn agent_for(server: &TestServer, tweak: impl FnOnce(Config) -> Config) -> Agent {
-    let c = Config::new(ProviderKind::OpenAi, "scripted-model")
-        .with_base_url(format!("{}/v1", server.url()))
-        .with_api_key("sk-test")
-        .with_retry(RetryConfig {
-            max_retries: 0,
-            initial_delay_ms: 1,
-            max_delay_ms: 1,
-            ..RetryConfig::default()
-        });
-    Agent::new(tweak(c)).unwrap()
+    Agent::new(tweak(config(ProviderKind::OpenAi, server))).unwrap()
 }
 
 fn weather(agent: &Agent) {
@@ -63,26 +56,6 @@ fn two_step() -> Vec<Value> {
     ]
 }
 
-/// Polls `cond` until true or the (generous) deadline passes.
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + DEADLINE;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// Threads of this process that belong to panto (stream workers and runtime threads);
-/// the harness's and the test server's threads come and go independently.
-fn os_threads() -> usize {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    dir.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.starts_with("panto-") && !name.starts_with("panto-testserv"))
-        .count()
-}
-
 /// Workers, OS threads and the server's sockets are back to where they were.
 fn assert_released(server: &TestServer, threads_before: usize) {
     eventually("stream workers to exit", || active_streams() == 0);
@@ -90,20 +63,13 @@ fn assert_released(server: &TestServer, threads_before: usize) {
     // the next agent; close those, so what is left open is what a stream leaked.
     panto::http::close_idle_connections();
     eventually("server sockets to close", || server.connections_open() == 0);
-    let end = Instant::now() + DEADLINE;
-    while os_threads() > threads_before {
-        if Instant::now() > end {
-            let names: Vec<String> = std::fs::read_dir("/proc/self/task")
-                .unwrap()
-                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                .collect();
-            panic!(
-                "threads not back to {threads_before} (now {}): {names:?}",
-                os_threads()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let back = poll_until(DEADLINE, || panto_threads() <= threads_before);
+    assert!(
+        back,
+        "threads not back to {threads_before} (now {}): {:?}",
+        panto_threads(),
+        thread_names()
+    );
 }
 
 fn drain(stream: &mut Stream) -> (Vec<Event>, Option<panto::Error>) {
@@ -134,7 +100,7 @@ fn warm_up() -> usize {
         server.connections_open() == 0
     });
     drop(server);
-    os_threads()
+    panto_threads()
 }
 
 #[test]

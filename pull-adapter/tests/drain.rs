@@ -8,8 +8,9 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use panto::{Agent, Config, ErrorKind, Event, ProviderKind, RetryConfig};
+use panto::{Agent, ErrorKind, Event, ProviderKind};
 use panto_pull::{active_streams, AgentStreamExt, Next, Stream, StreamState};
+use panto_testkit::{config, eventually};
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use serde_json::json;
@@ -26,25 +27,7 @@ const DEADLINE: Duration = Duration::from_secs(20);
 const ALL: usize = 1024;
 
 fn agent_for(server: &TestServer) -> Agent {
-    let c = Config::new(ProviderKind::OpenAi, "scripted-model")
-        .with_base_url(format!("{}/v1", server.url()))
-        .with_api_key("sk-test")
-        .with_queue_capacity(256)
-        .with_retry(RetryConfig {
-            max_retries: 0,
-            initial_delay_ms: 1,
-            max_delay_ms: 1,
-            ..RetryConfig::default()
-        });
-    Agent::new(c).unwrap()
-}
-
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + DEADLINE;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    Agent::new(config(ProviderKind::OpenAi, server).with_queue_capacity(256)).unwrap()
 }
 
 fn text_turn() -> TestServer {
@@ -328,12 +311,7 @@ proptest! {
         let texts: Vec<String> = (0..pieces).map(|i| format!("p{i}")).collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&refs))])).unwrap();
-        let agent = Agent::new(
-            Config::new(ProviderKind::OpenAi, "scripted-model")
-                .with_base_url(format!("{}/v1", server.url()))
-                .with_api_key("sk-test")
-                .with_queue_capacity(capacity),
-        ).unwrap();
+        let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_queue_capacity(capacity)).unwrap();
         let mut s = agent.stream("go").unwrap();
         let mut events = Vec::new();
         let mut end: Option<Result<(), panto::Error>> = None;

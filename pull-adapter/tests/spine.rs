@@ -7,11 +7,10 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use panto::{
-    Agent, Collect, Config, ErrorKind, Event, ProviderKind, RetryConfig, Timeouts, ToolSpec,
-    TurnControl,
-};
+use panto::{Agent, Collect, ErrorKind, Event, ProviderKind, Timeouts, ToolSpec, TurnControl};
 use panto_pull::{active_streams, worker_threads, AgentStreamExt, Next, Stream};
+use panto_testkit::threads::panto_threads;
+use panto_testkit::{config, eventually};
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use serde_json::{json, Value};
@@ -23,30 +22,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Thread counts and timing-sensitive waits: one test at a time.
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn config(kind: ProviderKind, server: &TestServer) -> Config {
-    let base = match kind {
-        ProviderKind::OpenAi => format!("{}/v1", server.url()),
-        ProviderKind::Anthropic => server.url(),
-    };
-    Config::new(kind, "scripted-model")
-        .with_base_url(base)
-        .with_api_key("sk-test-spine")
-        .with_retry(RetryConfig {
-            max_retries: 0,
-            initial_delay_ms: 1,
-            max_delay_ms: 1,
-            ..RetryConfig::default()
-        })
-}
-
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + DEADLINE;
-    while !cond() {
-        assert!(Instant::now() < end, "timed out waiting for: {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// The next event, failing the test (instead of hanging) if none comes in time.
@@ -420,17 +395,6 @@ fn two_agents_stream_at_once() {
     }
     assert_eq!(final_text(&ea), words.concat());
     assert_eq!(final_text(&eb), words.concat());
-}
-
-/// panto's own threads in this process (workers and their resolver helpers).
-fn panto_threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .map(|dir| {
-            dir.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-                .filter(|name| name.starts_with("panto-") && !name.starts_with("panto-testserv"))
-                .count()
-        })
-        .unwrap_or(0)
 }
 
 #[test]

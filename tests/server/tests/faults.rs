@@ -5,7 +5,8 @@ mod common;
 use std::io::{ErrorKind, Read};
 use std::time::Duration;
 
-use common::{scenario, wait_until, Client};
+use common::{scenario, Client};
+use panto_testkit::eventually;
 use panto_testserver::TestServer;
 use serde_json::json;
 
@@ -36,7 +37,7 @@ fn reset_fault_ends_the_stream_before_the_terminating_chunk() {
         None => {} // early EOF
         Some(e) => assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}"),
     }
-    wait_until("the reset connection to be closed", || {
+    eventually("the reset connection to be closed", || {
         server.connections_open() == 0
     });
 }
@@ -111,7 +112,7 @@ fn stall_fault_keeps_the_connection_open_and_silent() {
     assert_eq!(server.connections_open(), 1);
     // The client giving up closes the server side too.
     drop(c);
-    wait_until("the stalled connection to be closed", || {
+    eventually("the stalled connection to be closed", || {
         server.connections_open() == 0
     });
 }
@@ -167,17 +168,17 @@ fn connections_open_returns_to_zero_after_clients_close() {
     let mut b = Client::connect(&server);
     a.get("/");
     b.get("/");
-    wait_until("both connections to be counted", || {
+    eventually("both connections to be counted", || {
         server.connections_open() == 2
     });
     drop(a);
-    wait_until("one connection to close", || server.connections_open() == 1);
+    eventually("one connection to close", || server.connections_open() == 1);
     // Same view over HTTP (the asking connection is open itself).
     let stats = b.get("/_panto/stats").json();
     assert_eq!(stats["connections_open"], 1);
     assert_eq!(stats["connections_total"], 2);
     drop(b);
-    wait_until("all connections to close", || {
+    eventually("all connections to close", || {
         server.connections_open() == 0
     });
     assert_eq!(server.connections_total(), 2);
@@ -196,7 +197,7 @@ fn client_dropping_mid_stream_frees_the_connection() {
     c.read_head().unwrap();
     c.read_chunk().unwrap();
     drop(c);
-    wait_until("the abandoned stream's connection to close", || {
+    eventually("the abandoned stream's connection to close", || {
         server.connections_open() == 0
     });
 }

@@ -4,7 +4,8 @@ mod common;
 
 use std::io::{ErrorKind, Read};
 
-use common::{scenario, wait_until, Client};
+use common::{scenario, Client};
+use panto_testkit::eventually;
 use panto_testserver::TestServer;
 use serde_json::json;
 
@@ -46,7 +47,7 @@ fn hold_waits_for_the_gate_then_finishes_and_keeps_the_connection() {
     // complete HTTP chunk.
     assert_eq!(c.read_chunk().unwrap().unwrap(), b"data: a\n\n");
     assert_eq!(c.read_chunk().unwrap().unwrap(), b"data");
-    wait_until("the response to wait at the gate", || server.held() == 1);
+    eventually("the response to wait at the gate", || server.held() == 1);
     assert_nothing_more(&mut c);
 
     server.open_gate();
@@ -73,7 +74,7 @@ fn hold_at_the_end_of_the_body_and_the_gate_lifecycle() {
     c.send("GET", "/", &[], b"");
     c.read_head().unwrap();
     assert_eq!(c.read_chunk().unwrap().unwrap(), b"abc");
-    wait_until("the response to wait at the gate", || server.held() == 1);
+    eventually("the response to wait at the gate", || server.held() == 1);
     assert_nothing_more(&mut c);
     server.open_gate();
     assert_eq!(c.read_chunk().unwrap(), None);
@@ -88,7 +89,7 @@ fn hold_at_the_end_of_the_body_and_the_gate_lifecycle() {
     c.send("GET", "/", &[], b"");
     c.read_head().unwrap();
     assert_eq!(c.read_chunk().unwrap().unwrap(), b"abc");
-    wait_until("the response to wait at the gate", || server.held() == 1);
+    eventually("the response to wait at the gate", || server.held() == 1);
     // Opening and closing again before the waiting response looks still releases it.
     server.open_gate();
     server.close_gate();
@@ -101,7 +102,7 @@ fn hold_at_the_end_of_the_body_and_the_gate_lifecycle() {
     c.send("GET", "/", &[], b"");
     c.read_head().unwrap();
     assert_eq!(c.read_chunk().unwrap().unwrap(), b"abc");
-    wait_until("the response to wait at the gate", || server.held() == 1);
+    eventually("the response to wait at the gate", || server.held() == 1);
 
     // The same over HTTP, from a second connection.
     let mut ctl = Client::connect(&server);
@@ -116,7 +117,7 @@ fn hold_at_the_end_of_the_body_and_the_gate_lifecycle() {
     c.send("GET", "/", &[], b"");
     c.read_head().unwrap();
     assert_eq!(c.read_chunk().unwrap().unwrap(), b"abc");
-    wait_until("the response to wait at the gate", || server.held() == 1);
+    eventually("the response to wait at the gate", || server.held() == 1);
     server.open_gate();
     assert_eq!(c.read_chunk().unwrap(), None);
 
@@ -127,7 +128,7 @@ fn hold_at_the_end_of_the_body_and_the_gate_lifecycle() {
     c.send("GET", "/", &[], b"");
     c.read_head().unwrap();
     assert_eq!(c.read_chunk().unwrap().unwrap(), b"abc");
-    wait_until("the response to wait at the gate", || server.held() == 1);
+    eventually("the response to wait at the gate", || server.held() == 1);
     server.open_gate();
     assert_eq!(c.read_chunk().unwrap(), None);
 }
@@ -141,10 +142,10 @@ fn hold_client_leaving_frees_the_connection() {
     c.send("GET", "/", &[], b"");
     c.read_head().unwrap();
     assert_eq!(c.read_chunk().unwrap().unwrap(), b"a");
-    wait_until("the response to wait at the gate", || server.held() == 1);
+    eventually("the response to wait at the gate", || server.held() == 1);
     drop(c);
-    wait_until("the hold to notice the client left", || server.held() == 0);
-    wait_until("the connection to close", || server.connections_open() == 0);
+    eventually("the hold to notice the client left", || server.held() == 0);
+    eventually("the connection to close", || server.connections_open() == 0);
 }
 
 const COPY: &[u8] = b": OPENROUTER PROCESSING\n\n";
@@ -197,7 +198,7 @@ fn flood_with_an_event_chunk_at_the_end_of_a_close_delimited_body() {
     let mut c = Client::connect(&server);
     c.send("GET", "/", &[], b"");
     c.read_head().unwrap();
-    wait_until("the flood to start", || server.held() == 1);
+    eventually("the flood to start", || server.held() == 1);
     // Read a good number of copies before opening the gate.
     let mut got = c.take_buffered();
     while got.len() < 9 + 100 * copy.len() {
@@ -227,8 +228,8 @@ fn flood_stops_when_the_client_leaves() {
     assert_eq!(c.read_chunk().unwrap().unwrap(), b": x\n\n");
     assert_eq!(server.held(), 1);
     drop(c);
-    wait_until("the flood to stop", || server.held() == 0);
-    wait_until("the connection to close", || server.connections_open() == 0);
+    eventually("the flood to stop", || server.held() == 0);
+    eventually("the connection to close", || server.connections_open() == 0);
 }
 
 #[test]
@@ -248,10 +249,10 @@ fn close_idle_connections_closes_idle_keep_alive_connections_only() {
     busy.send("GET", "/held", &[], b"");
     busy.read_head().unwrap();
     assert_eq!(busy.read_chunk().unwrap().unwrap(), b"he");
-    wait_until("the response to wait at the gate", || server.held() == 1);
+    eventually("the response to wait at the gate", || server.held() == 1);
     // `fresh` has not sent a request yet: not idle either.
     let fresh = Client::connect(&server);
-    wait_until("three connections", || server.connections_open() == 3);
+    eventually("three connections", || server.connections_open() == 3);
 
     assert_eq!(server.close_idle_connections(), 1);
     // Counted as closed as soon as the call returns; the client sees EOF.
@@ -285,7 +286,7 @@ fn close_idle_connections_closes_idle_keep_alive_connections_only() {
 
     drop(fresh);
     drop(ctl);
-    wait_until("all connections to close", || {
+    eventually("all connections to close", || {
         server.connections_open() == 0
     });
     assert_eq!(server.connections_total(), 4);
@@ -307,7 +308,7 @@ fn close_idle_right_after_each_response_always_finds_it_idle() {
         assert_eq!(server.close_idle_connections(), 1, "round {i}");
         assert_eq!(c.read_to_end().unwrap(), b"");
     }
-    wait_until("all connections to close", || {
+    eventually("all connections to close", || {
         server.connections_open() == 0
     });
 }

@@ -6,7 +6,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use panto_testserver::TestServer;
 
@@ -217,15 +217,6 @@ impl Client {
 /// One request on a fresh connection.
 pub fn post_json(server: &TestServer, path: &str, body: &serde_json::Value) -> Response {
     Client::connect(server).post_json(path, body)
-}
-
-/// Polls `cond` until it holds or a generous deadline passes.
-pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// Path of a file under the workspace's `tests/` directory.

@@ -1,8 +1,6 @@
-//! Shared helpers of the decoding test suites: drive `SseParser` + `provider::Decoder`
-//! over chunked bytes exactly the way `http.rs` does, and check the event-order
-//! invariants every decoded response must satisfy.
-
-#![allow(dead_code)] // each test binary uses a different subset
+//! Decoding as the transport does it, for the decoding test suites and the fuzz harness:
+//! drive `SseParser` + `provider::Decoder` over chunked bytes exactly the way `http.rs`
+//! does, and check the event-order invariants every decoded response must satisfy.
 
 use std::collections::BTreeMap;
 
@@ -106,14 +104,14 @@ impl Rng {
         }
         Rng::new(h)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.next_u64() % n.max(1)
     }
     /// Sorted cut offsets in `0..=len`, about one per `mean` bytes (duplicates allowed:
     /// they make empty chunks).

@@ -1,7 +1,7 @@
 //! The command line every Rust conformance runner takes (`tests/conformance/README.md`,
 //! "Runner arguments"), parsed once for the pull runner
 //! (`pull-adapter/examples/conformance.rs`) and the push runner
-//! (`core/examples/conformance_push.rs`), which include this file as a module.
+//! (`core/examples/conformance_push.rs`).
 
 use std::collections::HashMap;
 use std::time::Duration;

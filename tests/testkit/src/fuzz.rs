@@ -1,21 +1,23 @@
 //! What each fuzz target does with its input, shared by the libFuzzer binaries in
-//! `fuzz_targets/` and by `core/tests/fuzz_regressions.rs`, which replays saved crash
-//! inputs through exactly the same code on stable Rust. Every function panics when a
-//! property fails; errors returned by panto for bad input are expected and ignored.
+//! `fuzz/fuzz_targets/` and by `core/tests/fuzz_regressions.rs`, which replays saved
+//! crash inputs through exactly the same code on stable Rust. Every function panics when
+//! a property fails; errors returned by panto for bad input are expected and ignored.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
-// The event-order invariants every decoded response must satisfy, as the decoding test
-// suites check them.
-#[path = "../../core/tests/common/mod.rs"]
-mod common;
-
 use panto::config::Config;
 use panto::message::{history_from_json, history_to_json, validate_history};
-use panto::provider::{http_error, request_body, Decoder, Progress, ProviderKind, RequestParams};
+use panto::provider::{
+    http_error, request_body, request_body_with, Decoder, Progress, ProviderKind, RequestOptions,
+    RequestParams,
+};
 use panto::retry::{delay, RetryHints};
 use panto::sse::{SseParser, DEFAULT_MAX_EVENT_SIZE};
-use panto::{Block, Error, ErrorKind, Event, Message, Role};
+use panto::{Block, Dialect, Error, ErrorKind, Event, Message, Role};
+
+// The event-order invariants every decoded response must satisfy, as the decoding test
+// suites check them.
+use crate::decode;
 
 /// One SSE event with owned fields: `(event, data, id)`.
 type OwnedEvent = (String, String, String);
@@ -219,14 +221,14 @@ pub fn decoder(kind: ProviderKind, data: &[u8]) {
     let _ = http_error(status, &String::from_utf8_lossy(data)).to_string();
 
     let full = decode_run(kind, data, None);
-    let outcome = common::Outcome {
+    let outcome = decode::Outcome {
         events: full.events.clone(),
         result: match &full.result {
             Ok(m) => m.clone().ok_or_else(|| Error::internal("no message")),
             Err(e) => Err(e.clone()),
         },
     };
-    if let Err(why) = common::check_invariants(&outcome, 0) {
+    if let Err(why) = decode::check_invariants(&outcome, 0) {
         panic!("event invariant violated: {why}");
     }
     if let Ok(decoded) = &full.result {
@@ -330,7 +332,12 @@ pub fn config(data: &[u8]) {
         tools: &c.tools,
         messages: &[Message::user("q")],
     };
-    let _ = request_body(c.provider, &params).to_string();
+    let options = RequestOptions {
+        reasoning: c.reasoning,
+        prompt_caching: c.prompt_caching,
+        dialect: Dialect::resolve(c.compat, &c.base_url),
+    };
+    let _ = request_body_with(c.provider, &params, &options).to_string();
 }
 
 /// `history`: a saved history on any text. An accepted one must save and load back

@@ -1,7 +1,7 @@
-//! Measurement helpers shared by the benchmarks (`core/benches/decode.rs`,
-//! `pull-adapter/benches/pull.rs`), included with `#[path]`: CPU time of the in-process
-//! test server's threads (subtracted to get the client's own CPU), per-turn samples, and criterion's
-//! command-line selection for the interleaved pass.
+//! Measurement helpers of the benchmarks (`core/benches/decode.rs`,
+//! `pull-adapter/benches/{pull,concurrency}.rs`): CPU time of the in-process test
+//! server's threads (subtracted to get the client's own CPU), per-turn samples, and
+//! criterion's command-line selection for the interleaved pass.
 
 use std::time::{Duration, Instant};
 
@@ -127,6 +127,11 @@ impl Selection {
     }
 }
 
+/// CPU time of the whole process (all threads).
+pub fn process_cpu() -> Duration {
+    process_usage().0
+}
+
 /// CPU time of the whole process and its context switches (all threads).
 fn process_usage() -> (Duration, u64) {
     // SAFETY: getrusage only writes the struct it is given.
@@ -174,7 +179,6 @@ pub struct Sample {
     /// Process CPU minus the server threads' (`None` where `/proc` does not tell).
     pub client_cpu: Option<Duration>,
     /// Voluntary + involuntary context switches of the process (server included).
-    #[allow(dead_code)] // reported by pull.rs only
     pub switches: u64,
 }
 
