@@ -733,3 +733,60 @@ func TestTheLibrarysDoneEndsAndFreesTheStream(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// A Go tool's output, error and panic text may hold any bytes; the library takes only
+// UTF-8. Invalid bytes become U+FFFD and the call is answered at once, not left to its
+// timeout (the result was refused and dropped, so each call waited for tool_timeout_ms
+// and the model was told the tool timed out).
+func TestToolTextWithInvalidUTF8IsAnswered(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, scenario(
+		exchange(sseResponse(toolCallSSE(
+			[3]string{"call_o", "output", `{}`},
+			[3]string{"call_e", "failing", `{}`},
+			[3]string{"call_p", "panicky", `{}`},
+		))),
+		exchange(sseResponse(textSSE("done")), "call_o", "call_e", "call_p"),
+	))
+	cfg := testConfig(srv)
+	// A hang-catcher: every answer is immediate, while a refused one would come back
+	// as a "timed out" result after this.
+	cfg.ToolTimeout = 10 * time.Second
+	cfg.Tools = []Tool{
+		{Name: "output", Func: func(context.Context, json.RawMessage) (string, error) { return "out \xff\xfe put", nil }},
+		{Name: "failing", Func: func(context.Context, json.RawMessage) (string, error) { return "", errors.New("bad \xc3(") }},
+		{Name: "panicky", Func: func(context.Context, json.RawMessage) (string, error) { panic("pan\x80ic") }},
+	}
+	agent := newTestAgent(t, cfg)
+	s, err := agent.Stream(context.Background(), "go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]*ToolResult{}
+	var mc *MessageComplete
+	for ev := range s.Iter() {
+		switch e := ev.(type) {
+		case *ToolResult:
+			results[e.Name] = e
+		case *MessageComplete:
+			mc = e
+		}
+	}
+	if s.Err() != nil || mc == nil || mc.Text != "done" {
+		t.Fatalf("turn: %v %v", mc, s.Err())
+	}
+	want := map[string]struct {
+		output string
+		isErr  bool
+	}{
+		"output":  {"out \uFFFD put", false},
+		"failing": {"bad \uFFFD(", true},
+		"panicky": {"tool panicky panicked: pan\uFFFDic", true},
+	}
+	for name, w := range want {
+		r := results[name]
+		if r == nil || r.Output != w.output || r.IsError != w.isErr {
+			t.Errorf("%s: %+v, want %q (error %v)", name, r, w.output, w.isErr)
+		}
+	}
+}

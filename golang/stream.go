@@ -16,9 +16,11 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -87,6 +89,10 @@ func (h *streamHandle) finish(end error) error {
 	return h.end
 }
 
+// submit answers a host-tool call. The library takes only UTF-8, so invalid bytes in
+// output (a tool's output, error or panic text may hold any bytes) become U+FFFD, as
+// strings.ToValidUTF8 writes them; refusing them would leave the call unanswered until
+// its timeout.
 func (h *streamHandle) submit(callID, output string, isError bool) error {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
@@ -95,7 +101,7 @@ func (h *streamHandle) submit(callID, output string, isError bool) error {
 	}
 	id, idn := cString(callID)
 	defer C.free(unsafe.Pointer(id))
-	out, outn := cString(output)
+	out, outn := cString(strings.ToValidUTF8(output, "\uFFFD"))
 	defer C.free(unsafe.Pointer(out))
 	var cerr *C.PantoError
 	if C.panto_stream_submit_tool_result(h.p, id, idn, out, outn, C.bool(isError), &cerr) != C.PANTO_OK {
@@ -215,12 +221,18 @@ func (s *Stream) failure(ev *C.PantoEvent) *Error {
 	return e
 }
 
-// runTool runs one Go tool and answers its call. A tool that outlives the call (the
-// library gave up after tool_timeout_ms, or the stream ended) has its answer refused;
-// that is ignored.
+// runTool runs one Go tool and answers its call. An answer the library refuses is
+// not dropped: the call is answered instead with an error result saying why, which the
+// model reads. Only when that is refused too is nobody waiting for the call any more
+// (the library gave up after tool_timeout_ms and told the model so, or the stream
+// ended), and there is no one left to tell.
 func runTool(ctx context.Context, h *streamHandle, t Tool, callID string, args json.RawMessage) {
 	out, isErr := callTool(ctx, t, args)
-	_ = h.submit(callID, out, isErr)
+	err := h.submit(callID, out, isErr)
+	if err == nil || errors.Is(err, ErrClosed) {
+		return
+	}
+	_ = h.submit(callID, fmt.Sprintf("the result of tool %s was refused: %v", t.Name, err), true)
 }
 
 func callTool(ctx context.Context, t Tool, args json.RawMessage) (out string, isErr bool) {
@@ -237,8 +249,9 @@ func callTool(ctx context.Context, t Tool, args json.RawMessage) (out string, is
 }
 
 // SubmitToolResult answers the host tool call callID (from a ToolCallStart with Host
-// set whose Tool has no Func). An id that is not waiting for a result is an *Error of
-// kind tool; the stream goes on. Safe from any goroutine, also during a blocked Next.
+// set whose Tool has no Func). Invalid UTF-8 in output is replaced by U+FFFD. An id
+// that is not waiting for a result is an *Error of kind tool; the stream goes on. Safe
+// from any goroutine, also during a blocked Next.
 func (s *Stream) SubmitToolResult(callID, output string, isError bool) error {
 	return s.h.submit(callID, output, isError)
 }
