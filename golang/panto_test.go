@@ -790,3 +790,26 @@ func TestToolTextWithInvalidUTF8IsAnswered(t *testing.T) {
 		}
 	}
 }
+
+// A receiver that leaves a Chan loop and drops the stream without Close: the goroutine
+// waiting to send must not keep the Stream reachable (it did, so neither it nor the C
+// stream, its socket or the agent's turn were ever freed).
+func TestChanAbandonedWithoutCloseIsFreed(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, scenario(exchange(sseResponse(textSSE("a", "b", "c")))))
+	agent := newTestAgent(t, testConfig(srv))
+	before := liveStreams.Load()
+	func() {
+		s, err := agent.Stream(context.Background(), "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range s.Chan() {
+			break // the goroutine now waits to send the next event
+		}
+	}()
+	eventually(t, "the abandoned stream to be freed", func() bool {
+		runtime.GC()
+		return liveStreams.Load() == before
+	})
+}

@@ -115,7 +115,14 @@ func (h *streamHandle) submit(callID, output string, isError bool) error {
 // Cancel, Close and SubmitToolResult may be called from any goroutine at any time. A
 // Stream that becomes unreachable without Close is still freed, later, by the garbage
 // collector; Close frees it at once.
-type Stream struct {
+//
+// A Stream is only the caller's reference to the turn (stream): nothing panto runs —
+// the goroutine of Chan, the ctx watcher, tool goroutines — refers to it, so the
+// garbage collector can tell when the caller has dropped it.
+type Stream struct{ s *stream }
+
+// stream is the state of one turn shared by the Stream and what runs for it.
+type stream struct {
 	h       *streamHandle
 	userCtx context.Context
 	toolCtx context.Context
@@ -136,11 +143,12 @@ func newStream(ctx context.Context, p *C.PantoStream, tools map[string]Tool) *St
 	toolCtx, done := context.WithCancel(ctx)
 	h := &streamHandle{p: p, ev: C.panto_go_event_new(), done: done}
 	liveStreams.Add(1)
-	// The watcher refers to the handle, never to the Stream, so it does not keep an
-	// abandoned Stream reachable.
 	h.stop = context.AfterFunc(ctx, h.cancel)
-	s := &Stream{h: h, userCtx: ctx, toolCtx: toolCtx, tools: tools, closedCh: make(chan struct{})}
-	runtime.AddCleanup(s, func(h *streamHandle) { h.release() }, h)
+	st := &stream{h: h, userCtx: ctx, toolCtx: toolCtx, tools: tools, closedCh: make(chan struct{})}
+	s := &Stream{s: st}
+	// Dropped without Close: close it then (which also ends a Chan goroutine waiting to
+	// send to a receiver that is gone).
+	runtime.AddCleanup(s, func(st *stream) { st.close() }, st)
 	return s
 }
 
@@ -150,9 +158,13 @@ func newStream(ctx context.Context, p *C.PantoStream, tools map[string]Tool) *St
 // an event arrives, the turn fails, or the stream is cancelled (Cancel, Close, or the
 // stream's ctx). Tool calls of Tools with a Func are started here, in goroutines.
 func (s *Stream) Next() (Event, error) {
+	defer runtime.KeepAlive(s)
+	return s.s.next()
+}
+
+func (s *stream) next() (Event, error) {
 	s.nextMu.Lock()
 	defer s.nextMu.Unlock()
-	defer runtime.KeepAlive(s)
 	ev, err := s.pull()
 	if err != nil {
 		// The library says the stream has ended: free it, and answer this from now on.
@@ -168,7 +180,7 @@ func (s *Stream) Next() (Event, error) {
 
 // pull takes the library's next answer: an event, Done, or a failure. A freed stream
 // answers what it answered last, or, closed before it ended, a cancelled *Error.
-func (s *Stream) pull() (Event, error) {
+func (s *stream) pull() (Event, error) {
 	h := s.h
 	h.mu.RLock()
 	defer h.mu.RUnlock()
@@ -199,7 +211,7 @@ func (s *Stream) pull() (Event, error) {
 	}
 }
 
-func (s *Stream) failure(ev *C.PantoEvent) *Error {
+func (s *stream) failure(ev *C.PantoEvent) *Error {
 	if ev.kind != C.PANTO_EV_ERROR {
 		return &Error{Kind: KindInternal, Message: "panto_next_event failed without an error payload"}
 	}
@@ -253,35 +265,39 @@ func callTool(ctx context.Context, t Tool, args json.RawMessage) (out string, is
 // that is not waiting for a result is an *Error of kind tool; the stream goes on. Safe
 // from any goroutine, also during a blocked Next.
 func (s *Stream) SubmitToolResult(callID, output string, isError bool) error {
-	return s.h.submit(callID, output, isError)
+	return s.s.h.submit(callID, output, isError)
 }
 
 // Cancel cancels the turn: a blocked Next wakes up and it, or the next one, fails with
 // kind cancelled (unless MessageComplete was already delivered). Idempotent; any
 // goroutine.
-func (s *Stream) Cancel() { s.h.cancel() }
+func (s *Stream) Cancel() { s.s.h.cancel() }
 
 // Close cancels the turn if it is still running and frees the stream. Idempotent and
 // safe concurrently with a blocked Next (which then returns a cancelled *Error that
 // also matches ErrClosed). Always returns nil, so `defer s.Close()` is fine.
 func (s *Stream) Close() error {
+	s.s.close()
+	return nil
+}
+
+func (s *stream) close() {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		close(s.closedCh)
 	})
 	s.h.release()
-	return nil
 }
 
 // Err returns the failure that ended Iter or Chan, or the one All yielded last; nil
 // after a clean end, or when the consumer stopped early (break, Close).
 func (s *Stream) Err() error {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	return s.err
+	s.s.errMu.Lock()
+	defer s.s.errMu.Unlock()
+	return s.s.err
 }
 
-func (s *Stream) setErr(err error) {
+func (s *stream) setErr(err error) {
 	if err == Done || s.closed.Load() {
 		return
 	}
@@ -292,16 +308,16 @@ func (s *Stream) setErr(err error) {
 
 // claim marks the stream as read by Iter, All or Chan; false if it already was (a
 // stream is read once).
-func (s *Stream) claim() bool { return !s.used.Swap(true) }
+func (s *stream) claim() bool { return !s.used.Swap(true) }
 
 // consume is the one loop under Iter, All and Chan, on a claimed stream: it hands every
-// event to emit, in order, until the library reports the end (Next returns Done, right
+// event to emit, in order, until the library reports the end (next returns Done, right
 // after MessageComplete) or a failure, or emit returns false; then it closes the stream
 // and returns the failure (nil after the end or an early stop), also kept in Err.
-func (s *Stream) consume(emit func(Event) bool) error {
-	defer s.Close()
+func (s *stream) consume(emit func(Event) bool) error {
+	defer s.close()
 	for {
-		ev, err := s.Next()
+		ev, err := s.next()
 		if err == Done {
 			return nil
 		}
@@ -321,8 +337,9 @@ func (s *Stream) consume(emit func(Event) bool) error {
 // read once: a second Iter, All or Chan yields nothing.
 func (s *Stream) Iter() iter.Seq[Event] {
 	return func(yield func(Event) bool) {
-		if s.claim() {
-			_ = s.consume(yield)
+		defer runtime.KeepAlive(s)
+		if s.s.claim() {
+			_ = s.s.consume(yield)
 		}
 	}
 }
@@ -332,36 +349,42 @@ func (s *Stream) Iter() iter.Seq[Event] {
 // stream however the loop ends.
 func (s *Stream) All() iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		if !s.claim() {
+		defer runtime.KeepAlive(s)
+		if !s.s.claim() {
 			return
 		}
-		if err := s.consume(func(ev Event) bool { return yield(ev, nil) }); err != nil {
+		if err := s.s.consume(func(ev Event) bool { return yield(ev, nil) }); err != nil {
 			yield(nil, err)
 		}
 	}
 }
 
 // Chan delivers the events on a channel from a goroutine. Every send waits for the
-// receiver, the stream's ctx or Close, whichever comes first, so no event is dropped and
-// the goroutine never outlives the stream. The channel is closed at the end
-// (after MessageComplete, at a failure, on ctx's end or Close) and the stream with it;
-// Err then tells why. Prefer Iter or Next: they need no goroutine.
+// receiver, the stream's ctx or Close, whichever comes first, so no event is dropped.
+// The channel is closed at the end (after MessageComplete, at a failure, on ctx's end
+// or Close) and the stream with it; Err then tells why. A receiver that stops early
+// should Close the stream (or end its ctx), which ends the goroutine at once; the
+// goroutine does not keep the Stream reachable, so a Stream dropped without that is
+// closed when the garbage collector finds it unreachable, and the goroutine ends then.
+// Prefer Iter or Next: they need no goroutine.
 func (s *Stream) Chan() <-chan Event {
 	ch := make(chan Event)
-	if !s.claim() {
+	st := s.s
+	if !st.claim() {
 		close(ch)
 		return ch
 	}
+	// Only st from here: the goroutine must not refer to s.
 	go func() {
 		defer close(ch)
-		_ = s.consume(func(ev Event) bool {
+		_ = st.consume(func(ev Event) bool {
 			select {
 			case ch <- ev:
 				return true
-			case <-s.userCtx.Done():
-				s.setErr(&Error{Kind: KindCancelled, Message: "the context ended while an event waited for its receiver", cause: s.userCtx.Err()})
+			case <-st.userCtx.Done():
+				st.setErr(&Error{Kind: KindCancelled, Message: "the context ended while an event waited for its receiver", cause: st.userCtx.Err()})
 				return false
-			case <-s.closedCh:
+			case <-st.closedCh:
 				return false
 			}
 		})
@@ -371,7 +394,8 @@ func (s *Stream) Chan() <-chan Event {
 
 // consumerWaiting reports whether a Next is blocked in the library (for tests).
 func (s *Stream) consumerWaiting() bool {
-	s.h.mu.RLock()
-	defer s.h.mu.RUnlock()
-	return s.h.p != nil && bool(C.panto_stream_consumer_waiting(s.h.p))
+	h := s.s.h
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.p != nil && bool(C.panto_stream_consumer_waiting(h.p))
 }
