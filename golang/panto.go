@@ -47,6 +47,7 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+	"weak"
 )
 
 // Agent is one conversation with one provider configuration. Its methods may be called
@@ -54,6 +55,12 @@ import (
 type Agent struct {
 	h     *agentHandle
 	tools map[string]Tool
+
+	// The agent's latest stream, to tell a busy agent whose stream the caller dropped
+	// without Close from one whose stream is in use (see reclaim).
+	lastMu  sync.Mutex
+	last    *stream
+	lastRef weak.Pointer[Stream]
 }
 
 type agentHandle struct {
@@ -182,9 +189,10 @@ func (a *Agent) LoadHistory(history []byte) error {
 	}
 	p, n := cString(string(history))
 	defer C.free(unsafe.Pointer(p))
-	var cerr *C.PantoError
-	if C.panto_agent_load_history(a.h.p, p, n, &cerr) != C.PANTO_OK {
-		return takeError(cerr)
+	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
+		return C.panto_agent_load_history(a.h.p, p, n, cerr)
+	}); e != nil {
+		return e
 	}
 	return nil
 }
@@ -197,11 +205,60 @@ func (a *Agent) ClearHistory() error {
 	if a.h.p == nil {
 		return ErrClosed
 	}
-	var cerr *C.PantoError
-	if C.panto_agent_clear_history(a.h.p, &cerr) != C.PANTO_OK {
-		return takeError(cerr)
+	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
+		return C.panto_agent_clear_history(a.h.p, cerr)
+	}); e != nil {
+		return e
 	}
 	return nil
+}
+
+// reclaim frees the agent's latest stream if the caller dropped it without Close and
+// reports whether it did: called when the library says the agent is busy, so that the
+// next call does not wait for the garbage collector to find the dropped stream. A
+// Stream still reachable is left alone (the agent is busy then). One collection is
+// forced at most, and only on this failure path.
+func (a *Agent) reclaim() bool {
+	a.lastMu.Lock()
+	defer a.lastMu.Unlock()
+	if a.last == nil || !a.last.h.live() {
+		return false
+	}
+	if a.lastRef.Value() != nil {
+		runtime.GC() // clears the weak pointer if the Stream is unreachable
+		if a.lastRef.Value() != nil {
+			return false
+		}
+	}
+	a.last.close() // also what its cleanup will do; close is idempotent
+	a.last = nil
+	return true
+}
+
+// retryBusy runs call (a library call taking its PantoError out-pointer), and runs it
+// once more if it failed with kind busy and reclaim freed a dropped stream.
+func (a *Agent) retryBusy(call func(**C.PantoError) C.PantoStatus) *Error {
+	var cerr *C.PantoError
+	if call(&cerr) == C.PANTO_OK {
+		return nil
+	}
+	e := takeError(cerr)
+	if e.Kind != KindBusy || !a.reclaim() {
+		return e
+	}
+	cerr = nil
+	if call(&cerr) == C.PANTO_OK {
+		return nil
+	}
+	return takeError(cerr)
+}
+
+// remember records s as the agent's latest stream (see reclaim).
+func (a *Agent) remember(s *Stream) *Stream {
+	a.lastMu.Lock()
+	a.last, a.lastRef = s.s, weak.Make(s)
+	a.lastMu.Unlock()
+	return s
 }
 
 // Stream starts a turn with input as the user message. It returns at once; the request
@@ -210,8 +267,11 @@ func (a *Agent) ClearHistory() error {
 // matches both ErrCancelled and ctx's error. Tools of the Config that have a Func run
 // automatically, in goroutines given a context derived from ctx.
 //
-// Always Close the stream (Iter, All and Chan close it when they end). While it is open,
-// another Stream call fails with an *Error of kind busy.
+// Close the stream when done with it (Iter, All and Chan close it when they end; a stream
+// is also done once Next has returned MessageComplete). While a stream is open, another
+// Stream call fails with an *Error of kind busy, unless the caller has dropped that
+// stream without Close (no reference to it is left): it is closed then, and the new turn
+// starts. LoadHistory, ClearHistory and Compact do the same.
 func (a *Agent) Stream(ctx context.Context, input string) (*Stream, error) {
 	return a.StreamWith(ctx, input, TurnOptions{})
 }
@@ -235,12 +295,13 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	in, n := cString(input)
 	defer C.free(unsafe.Pointer(in))
 	var out *C.PantoStream
-	var cerr *C.PantoError
 	if opts == (TurnOptions{}) {
-		if C.panto_agent_stream(a.h.p, in, n, &out, &cerr) != C.PANTO_OK {
-			return nil, takeError(cerr)
+		if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
+			return C.panto_agent_stream(a.h.p, in, n, &out, cerr)
+		}); e != nil {
+			return nil, e
 		}
-		return newStream(ctx, out, a.tools), nil
+		return a.remember(newStream(ctx, out, a.tools)), nil
 	}
 	m := map[string]any{}
 	if opts.Model != "" {
@@ -255,10 +316,12 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	}
 	o, on := cString(string(js))
 	defer C.free(unsafe.Pointer(o))
-	if C.panto_agent_stream_with(a.h.p, in, n, o, on, &out, &cerr) != C.PANTO_OK {
-		return nil, takeError(cerr)
+	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
+		return C.panto_agent_stream_with(a.h.p, in, n, o, on, &out, cerr)
+	}); e != nil {
+		return nil, e
 	}
-	return newStream(ctx, out, a.tools), nil
+	return a.remember(newStream(ctx, out, a.tools)), nil
 }
 
 // CompactOptions configure Agent.Compact: keep the last KeepLast messages verbatim (0:
@@ -326,9 +389,9 @@ func (a *Agent) Compact(ctx context.Context, opts CompactOptions) (CompactResult
 	o, on := cString(string(js))
 	defer C.free(unsafe.Pointer(o))
 	var s C.PantoString
-	var cerr *C.PantoError
-	if C.panto_agent_compact(a.h.p, o, on, token, &s, &cerr) != C.PANTO_OK {
-		e := takeError(cerr)
+	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
+		return C.panto_agent_compact(a.h.p, o, on, token, &s, cerr)
+	}); e != nil {
 		if e.Kind == KindCancelled {
 			e.cause = ctx.Err()
 		}

@@ -813,3 +813,96 @@ func TestChanAbandonedWithoutCloseIsFreed(t *testing.T) {
 		return liveStreams.Load() == before
 	})
 }
+
+// A stream read up to MessageComplete holds nothing, closed or not: the C stream is
+// freed when MessageComplete is delivered (it was freed only by the call after it, by
+// Close, or by the GC), and the stream answers Done from then on.
+func TestMessageCompleteEndsTheTurnsResources(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ex := exchange(sseResponse(textSSE("a", "b")))
+	ex["times"] = 2
+	srv := startServer(t, scenario(ex))
+	agent := newTestAgent(t, testConfig(srv))
+	before := liveStreams.Load()
+	s, err := agent.Stream(context.Background(), "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := ev.(*MessageComplete); ok {
+			break // neither Next again nor Close
+		}
+	}
+	if n := liveStreams.Load(); n != before {
+		t.Fatalf("%d C streams left after MessageComplete (%d before)", n, before)
+	}
+	if _, err := s.Next(); err != Done {
+		t.Fatalf("after MessageComplete: %v", err)
+	}
+	// The agent is free for the next turn (nothing was closed and no GC ran).
+	s2, err := agent.Stream(context.Background(), "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainTurn(t, s2)
+	runtime.KeepAlive(s)
+}
+
+// A stream dropped in the middle of its turn, without Close, does not keep its agent
+// busy until a garbage collection happens to run: the next call on the agent finds it
+// unreachable and closes it. A stream still referenced keeps the agent busy.
+func TestDroppedStreamDoesNotHoldTheAgent(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, scenario(
+		exchange(obj{"status": 200, "sse": textSSE("first", " second"), "fault": obj{"kind": "hold", "after_bytes": 400}}),
+		exchange(obj{"status": 200, "sse": textSSE("first", " second"), "fault": obj{"kind": "hold", "after_bytes": 400}}),
+		exchange(sseResponse(textSSE("third"))),
+		exchange(sseResponse(textSSE("fourth"))),
+	))
+	agent := newTestAgent(t, testConfig(srv))
+	kept, err := agent.Stream(context.Background(), "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kept.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Stream(context.Background(), "x"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a stream in use must keep the agent busy: %v", err)
+	}
+	if _, err := kept.Next(); err != nil { // still usable
+		t.Fatal(err)
+	}
+	_ = kept.Close()
+
+	func() {
+		s, err := agent.Stream(context.Background(), "dropped")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	eventually(t, "the server to hold the dropped stream's response", func() bool { return srv.stats(t)["held"] == 1 })
+	s, err := agent.Stream(context.Background(), "third")
+	if err != nil {
+		t.Fatalf("the dropped stream still holds the agent: %v", err)
+	}
+	drainTurn(t, s)
+	eventually(t, "the dropped stream's connection to close", func() bool { return srv.stats(t)["held"] == 0 })
+	func() {
+		s, err := agent.Stream(context.Background(), "dropped")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s // never read
+	}()
+	if err := agent.ClearHistory(); err != nil {
+		t.Fatalf("ClearHistory with a dropped stream: %v", err)
+	}
+}

@@ -44,9 +44,10 @@ var liveStreams atomic.Int64
 // contract forbids racing any other call. Close therefore cancels first (waking a
 // blocked next, which drops its read lock) and then frees.
 //
-// The library decides when the stream has ended (PANTO_DONE, or PANTO_ERROR with the
-// same failure on every later call). Once it has said so the C stream is freed, and
-// the handle answers in its place with what it said last (end).
+// The library decides when the stream has ended (it delivered MessageComplete, after
+// which it answers PANTO_DONE, or PANTO_ERROR with the same failure on every later
+// call). Once it has said so the C stream is freed, and the handle answers in its place
+// with what it said last (end).
 type streamHandle struct {
 	mu   sync.RWMutex
 	p    *C.PantoStream
@@ -169,6 +170,13 @@ func (s *stream) next() (Event, error) {
 	if err != nil {
 		// The library says the stream has ended: free it, and answer this from now on.
 		return nil, s.h.finish(err)
+	}
+	if _, ok := ev.(*MessageComplete); ok {
+		// The last event (the contract's rule 1): the library has already ended the
+		// turn on its side (its task, socket and the agent's slot). Free the C stream
+		// now too, so a stream read this far holds nothing whether or not it is read
+		// on to Done or closed; from here the handle answers Done.
+		s.h.finish(Done)
 	}
 	if e, ok := ev.(*ToolCallStart); ok && e.Host {
 		if t, ok := s.tools[e.Name]; ok {
@@ -398,4 +406,11 @@ func (s *Stream) consumerWaiting() bool {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.p != nil && bool(C.panto_stream_consumer_waiting(h.p))
+}
+
+// live reports whether the C stream is still allocated.
+func (h *streamHandle) live() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.p != nil
 }
