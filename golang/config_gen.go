@@ -226,9 +226,11 @@ type Tool struct {
 	// {"properties":{},"type":"object"}.
 	Parameters json.RawMessage
 	// Func, when set, implements the tool in Go: the stream runs it in its own goroutine
-	// with the stream's context; its result becomes the tool result, and a returned
-	// error or a panic an error result the model reads. A Tool without Func is
-	// answered with Stream.SubmitToolResult. Not part of the JSON.
+	// with a context derived from the stream's; its result becomes the tool result, and
+	// a returned error or a panic an error result the model reads (invalid UTF-8 in any
+	// of them becomes U+FFFD). The context also ends when the library stops waiting for
+	// the call (ToolTimeout passed: context.Cause is then an *Error of kind timeout). A
+	// Tool without Func is answered with Stream.SubmitToolResult. Not part of the JSON.
 	Func func(ctx context.Context, args json.RawMessage) (string, error)
 }
 

@@ -906,3 +906,49 @@ func TestDroppedStreamDoesNotHoldTheAgent(t *testing.T) {
 		t.Fatalf("ClearHistory with a dropped stream: %v", err)
 	}
 }
+
+// A Go tool's ctx ends when its call times out, not when the turn ends: the library
+// stops waiting for the call and tells the model, and the function should stop too.
+func TestToolContextEndsAtTheToolTimeout(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, scenario(
+		exchange(sseResponse(toolCallSSE([3]string{"call_s", "slow", `{}`}))),
+		exchange(sseResponse(textSSE("done")), "call_s"),
+	))
+	returned := make(chan error, 1)
+	cfg := testConfig(srv)
+	cfg.ToolTimeout = 100 * time.Millisecond
+	cfg.Tools = []Tool{{Name: "slow", Func: func(ctx context.Context, _ json.RawMessage) (string, error) {
+		<-ctx.Done()
+		returned <- context.Cause(ctx)
+		return "late", nil
+	}}}
+	agent := newTestAgent(t, cfg)
+	s, err := agent.Stream(context.Background(), "go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sawResult bool
+	for ev := range s.Iter() {
+		if r, ok := ev.(*ToolResult); ok {
+			sawResult = true
+			if !r.IsError || !strings.Contains(r.Output, "timed out") {
+				t.Fatalf("result %+v", r)
+			}
+			// The turn has not ended (this loop body holds it): the tool's ctx must
+			// have ended anyway.
+			select {
+			case cause := <-returned:
+				var perr *Error
+				if !errors.As(cause, &perr) || perr.Kind != KindTimeout || !errors.Is(cause, ErrTimeout) {
+					t.Fatalf("cause %v", cause)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the tool's ctx did not end at its timeout")
+			}
+		}
+	}
+	if !sawResult || s.Err() != nil {
+		t.Fatalf("result seen %v, err %v", sawResult, s.Err())
+	}
+}

@@ -129,6 +129,11 @@ type stream struct {
 	toolCtx context.Context
 	tools   map[string]Tool
 
+	// The Go tools running, by call id: each one's ctx is cancelled when the library
+	// stops waiting for its call (see next).
+	toolsMu sync.Mutex
+	running map[string]context.CancelCauseFunc
+
 	nextMu sync.Mutex
 
 	errMu sync.Mutex
@@ -178,9 +183,28 @@ func (s *stream) next() (Event, error) {
 		// on to Done or closed; from here the handle answers Done.
 		s.h.finish(Done)
 	}
-	if e, ok := ev.(*ToolCallStart); ok && e.Host {
-		if t, ok := s.tools[e.Name]; ok {
-			go runTool(s.toolCtx, s.h, t, e.CallID, e.Arguments)
+	switch e := ev.(type) {
+	case *ToolCallStart:
+		if t, ok := s.tools[e.Name]; ok && e.Host {
+			ctx, cancel := context.WithCancelCause(s.toolCtx)
+			s.toolsMu.Lock()
+			if s.running == nil {
+				s.running = map[string]context.CancelCauseFunc{}
+			}
+			s.running[e.CallID] = cancel
+			s.toolsMu.Unlock()
+			go s.runTool(ctx, t, e.CallID, e.Arguments)
+		}
+	case *ToolResult:
+		// The result of a call whose Go function is still running: the library gave
+		// up on it (tool_timeout_ms passed) and told the model so. The function's ctx
+		// ends now rather than with the turn.
+		s.toolsMu.Lock()
+		cancel := s.running[e.CallID]
+		delete(s.running, e.CallID)
+		s.toolsMu.Unlock()
+		if cancel != nil {
+			cancel(&Error{Kind: KindTimeout, Message: e.Output})
 		}
 	}
 	return ev, nil
@@ -246,13 +270,19 @@ func (s *stream) failure(ev *C.PantoEvent) *Error {
 // model reads. Only when that is refused too is nobody waiting for the call any more
 // (the library gave up after tool_timeout_ms and told the model so, or the stream
 // ended), and there is no one left to tell.
-func runTool(ctx context.Context, h *streamHandle, t Tool, callID string, args json.RawMessage) {
+func (s *stream) runTool(ctx context.Context, t Tool, callID string, args json.RawMessage) {
 	out, isErr := callTool(ctx, t, args)
-	err := h.submit(callID, out, isErr)
+	s.toolsMu.Lock()
+	if cancel := s.running[callID]; cancel != nil {
+		delete(s.running, callID)
+		defer cancel(nil) // after the answer: the ctx is the function's, which returned
+	}
+	s.toolsMu.Unlock()
+	err := s.h.submit(callID, out, isErr)
 	if err == nil || errors.Is(err, ErrClosed) {
 		return
 	}
-	_ = h.submit(callID, fmt.Sprintf("the result of tool %s was refused: %v", t.Name, err), true)
+	_ = s.h.submit(callID, fmt.Sprintf("the result of tool %s was refused: %v", t.Name, err), true)
 }
 
 func callTool(ctx context.Context, t Tool, args json.RawMessage) (out string, isErr bool) {

@@ -91,9 +91,11 @@ GO_EXTRA_FIELDS: Dict[str, List[Tuple[str, str, str]]] = {
     "tools": [(
         "Func", "func(ctx context.Context, args json.RawMessage) (string, error)",
         "Func, when set, implements the tool in Go: the stream runs it in its own goroutine\n"
-        "with the stream's context; its result becomes the tool result, and a returned\n"
-        "error or a panic an error result the model reads. A Tool without Func is\n"
-        "answered with Stream.SubmitToolResult. Not part of the JSON.",
+        "with a context derived from the stream's; its result becomes the tool result, and\n"
+        "a returned error or a panic an error result the model reads (invalid UTF-8 in any\n"
+        "of them becomes U+FFFD). The context also ends when the library stops waiting for\n"
+        "the call (ToolTimeout passed: context.Cause is then an *Error of kind timeout). A\n"
+        "Tool without Func is answered with Stream.SubmitToolResult. Not part of the JSON.",
     )],
 }
 
