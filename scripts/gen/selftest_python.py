@@ -13,7 +13,9 @@ snake_case names or class names, in one file are a list).
 
     python3 scripts/gen/selftest_python.py VOCAB_JSON      # exit 0 when every check holds
 
-``scripts/gen.sh`` may run it after generating (VOCAB_JSON is what ``panto-gen`` printed).
+``scripts/gen.sh --self-test`` runs these checks too (``gen.py`` calls
+``python.selftest``, which calls ``run`` here); VOCAB_JSON is what ``panto-gen`` printed
+(``$CARGO_TARGET_DIR/vocab.json`` after ``scripts/gen.sh``).
 """
 
 from __future__ import annotations
@@ -31,17 +33,21 @@ sys.path.insert(0, HERE)
 
 import python as gen  # noqa: E402  (scripts/gen/python.py, beside this file)
 
-FIELD = "selftest_field"
-KEY = "selftest_key"
-NESTED = "selftest_nested"
-EVENT = "selftest_event"
-KIND = "selftest_kind"
+# Names of the additions (gen.py's own self-test adds `selftest_field` / `selftest_key`
+# to the description it hands to python.selftest, so these differ).
+FIELD = "py_selftest_field"
+KEY = "py_selftest_key"
+NESTED = "py_selftest_nested"
+EVENT = "py_selftest_event"
+KIND = "py_selftest_kind"
 
 failures: List[str] = []
+verbose = False
 
 
 def check(ok: bool, what: str) -> None:
-    print(("ok   " if ok else "FAIL ") + what)
+    if verbose:
+        print(("ok   " if ok else "FAIL ") + what)
     if not ok:
         failures.append(what)
 
@@ -256,14 +262,24 @@ def test_no_hand_written_lists(vocab: Dict[str, Any]) -> None:
             check(not er_list, f"{rel} lists no error kinds" + (f" (it names {sorted(er)})" if er_list else ""))
 
 
+def run(vocab: Dict[str, Any]) -> List[str]:
+    """Every check of this file on ``vocab``; the failures (python.selftest, which
+    gen.py --self-test calls, returns them too)."""
+    del failures[:]
+    test_additions(vocab)
+    test_no_hand_written_lists(vocab)
+    return list(failures)
+
+
 def main() -> int:
+    global verbose
     if len(sys.argv) != 2:
         print(__doc__.strip().splitlines()[-3], file=sys.stderr)
         return 2
     with open(sys.argv[1], encoding="utf-8") as f:
         vocab = json.load(f)
-    test_additions(vocab)
-    test_no_hand_written_lists(vocab)
+    verbose = True
+    run(vocab)
     if failures:
         print(f"\nselftest_python: {len(failures)} check(s) failed", file=sys.stderr)
         return 1
