@@ -133,6 +133,13 @@ impl Agent {
     fn base_url(&self) -> String {
         self.agent.config().base_url.clone()
     }
+
+    /// The configured tool timeout (the default when none was given): Python tools are
+    /// cancelled when it passes, as the core gives up on their calls then.
+    #[getter]
+    fn tool_timeout_ms(&self) -> u64 {
+        self.agent.config().tool_timeout_ms
+    }
 }
 
 /// Cancels a blocking native call (`Agent.compact`) from any thread. Made before the

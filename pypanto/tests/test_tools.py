@@ -334,3 +334,46 @@ def test_a_cancelled_stream_cancels_its_async_tools(server):
     assert cancelled.wait(20)
     with pytest.raises(panto.StreamCancelledError):
         next(s)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_async_tool_is_cancelled_at_its_timeout(server, mode):
+    """The library gives up on a call after tool_timeout_ms and tells the model; the
+    coroutine is cancelled then, not left running until the stream ends."""
+    cancelled = threading.Event()
+
+    @panto.tool
+    async def forever() -> str:
+        """Never ends."""
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return ""
+
+    _tool_turn(server, [("c1", "forever", {})])
+    agent = make_agent(server, tools=[forever], tool_timeout_ms=100)
+
+    def check(ev):
+        if isinstance(ev, panto.ToolResult):
+            assert ev.is_error and "timed out" in ev.output
+            # The stream goes on only once this returns: the coroutine must already
+            # have been cancelled by its timeout.
+            assert cancelled.wait(20), "the async tool outlived its timeout"
+
+    if mode == "sync":
+        with agent.stream("go") as s:
+            for ev in s:
+                check(ev)
+    else:
+
+        async def run():
+            async with agent.astream("go") as s:
+                async for ev in s:
+                    # The loop's own thread must not block: wait off it.
+                    if isinstance(ev, panto.ToolResult):
+                        await asyncio.get_running_loop().run_in_executor(None, check, ev)
+
+        asyncio.run(run())
+    assert cancelled.is_set()

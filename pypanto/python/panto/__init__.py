@@ -177,7 +177,7 @@ class Agent:
         """Starts a turn and returns its ``Stream`` (an iterator and context manager).
         ``model`` and ``reasoning`` (an effort such as ``"high"``, or
         ``{"effort", "budget_tokens"}``) apply to this turn only."""
-        runner = Runner(self._tools, None) if self._tools else None
+        runner = Runner(self._tools, None, self._native.tool_timeout_ms / 1000) if self._tools else None
         stream = self._native.stream(prompt, model, runner, _reasoning_json(reasoning))
         if runner is not None:
             runner.bind(stream.control())
@@ -189,7 +189,7 @@ class Agent:
         """Starts a turn and returns its ``AsyncStream`` (``async for`` /
         ``async with``). Async tools run on the loop that iterates it."""
         loop = running_loop()
-        runner = Runner(self._tools, loop) if self._tools else None
+        runner = Runner(self._tools, loop, self._native.tool_timeout_ms / 1000) if self._tools else None
         if runner is not None and loop is None:
             raise RuntimeError("astream() with Python tools needs a running event loop")
         stream = self._native.stream(prompt, model, runner, _reasoning_json(reasoning))

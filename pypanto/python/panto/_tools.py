@@ -506,11 +506,19 @@ class Runner:
     names and submits its result. Calls of tools it does not know are left to the caller.
     It holds the stream's control handle, never the stream, so it keeps nothing alive."""
 
-    __slots__ = ("_tools", "_loop", "_control", "_pending", "_cancelled", "_lock")
+    __slots__ = ("_tools", "_loop", "_timeout", "_control", "_pending", "_cancelled", "_lock")
 
-    def __init__(self, tools: Mapping[str, Tool], loop: Optional[asyncio.AbstractEventLoop]) -> None:
+    def __init__(
+        self,
+        tools: Mapping[str, Tool],
+        loop: Optional[asyncio.AbstractEventLoop],
+        timeout: Optional[float] = None,
+    ) -> None:
         self._tools = tools
         self._loop = loop  # None: a sync stream
+        # The agent's tool_timeout_ms in seconds: the core gives up on a call then, and
+        # an async tool is cancelled then rather than left running until the stream ends.
+        self._timeout = timeout
         self._control: Any = None
         self._pending: "set[Any]" = set()
         self._cancelled = False
@@ -560,10 +568,20 @@ class Runner:
         self._submit(call_id, output, is_error)
 
     async def _run_async(self, t: Tool, call_id: str, arguments: Any) -> None:
+        call: Optional["asyncio.Future[Any]"] = None
         try:
-            result = await t.fn(**t.arguments(arguments))
-            output, is_error = render_output(result), False
+            call = asyncio.ensure_future(t.fn(**t.arguments(arguments)))
+            done, _ = await asyncio.wait((call,), timeout=self._timeout)
+            if not done:
+                # The core gives up on the call at this same timeout and answers it
+                # itself ("timed out"): the coroutine is cancelled, and answers nothing.
+                call.cancel()
+                call.add_done_callback(_retrieve)
+                return
+            output, is_error = render_output(call.result()), False
         except asyncio.CancelledError:
+            if call is not None:
+                call.cancel()
             self._submit(call_id, "the tool was cancelled", True)
             raise
         except Exception as exc:  # noqa: BLE001 - the model reads the error
@@ -593,3 +611,9 @@ class Runner:
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _retrieve(fut: "asyncio.Future[Any]") -> None:
+    """Takes a cancelled tool's outcome, so asyncio logs nothing about it."""
+    if not fut.cancelled():
+        fut.exception()
