@@ -9,7 +9,7 @@ kind's class is a ``TimeoutError``, the config kind's a ``ValueError``).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Optional, Tuple, Type
 
 __all__ = ["PantoError"]
 
