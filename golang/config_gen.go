@@ -278,6 +278,10 @@ type Retry struct {
 	// MaxElapsed ("max_elapsed_ms", sent in whole milliseconds): No retry starts once this
 	// many milliseconds have passed since a message's first attempt. Default: 300000 ms.
 	MaxElapsed time.Duration
+	// MaxRetryAfter ("max_retry_after_ms", sent in whole milliseconds): Longest wait a server
+	// may ask for (retry-after) that is honoured; a longer one fails at once, with the wait on
+	// the error. Default: 60000 ms.
+	MaxRetryAfter time.Duration
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -295,6 +299,9 @@ func (r Retry) MarshalJSON() ([]byte, error) {
 	if r.MaxElapsed != 0 {
 		o.put("max_elapsed_ms", r.MaxElapsed.Milliseconds())
 	}
+	if r.MaxRetryAfter != 0 {
+		o.put("max_retry_after_ms", r.MaxRetryAfter.Milliseconds())
+	}
 	return o.end()
 }
 
@@ -311,6 +318,8 @@ func (r *Retry) UnmarshalJSON(data []byte) error {
 			return readMillis(v, &r.MaxDelay)
 		case "max_elapsed_ms":
 			return readMillis(v, &r.MaxElapsed)
+		case "max_retry_after_ms":
+			return readMillis(v, &r.MaxRetryAfter)
 		}
 		return errUnknownKey
 	})
@@ -320,7 +329,8 @@ func (r Retry) isZero() bool {
 	return r.MaxRetries == 0 &&
 		r.InitialDelay == 0 &&
 		r.MaxDelay == 0 &&
-		r.MaxElapsed == 0
+		r.MaxElapsed == 0 &&
+		r.MaxRetryAfter == 0
 }
 
 // Timeouts is the "timeouts" configuration key. Network time limits.

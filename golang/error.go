@@ -3,6 +3,8 @@ package panto
 import (
 	"encoding/json"
 	"errors"
+	"math"
+	"time"
 )
 
 // ErrorKind is the class of a failure, the same in every language panto supports. The
@@ -20,6 +22,11 @@ type Error struct {
 	Status       int    // HTTP status behind the error, 0 if none
 	Retryable    bool   // whether repeating the same request could succeed
 	ProviderCode string // the provider's own error type or code, empty if none
+	// RetryAfter is the wait the failed response asked for before a retry (retry-after-ms
+	// or retry-after), 0 if it named none. A wait longer than Retry.MaxRetryAfter (default
+	// 60 s) is not waited for: the stream fails at once with it here. Set on a stream's
+	// errors (not on those of Compact).
+	RetryAfter time.Duration
 
 	cause    error
 	sentinel bool
@@ -67,4 +74,12 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 		Retryable    bool      `json:"retryable"`
 		ProviderCode *string   `json:"provider_code"`
 	}{"error", e.Kind, e.Message, e.Status, e.Retryable, code})
+}
+
+// millis is ms milliseconds as a Duration, saturated at the longest Duration.
+func millis(ms uint64) time.Duration {
+	if ms > uint64(math.MaxInt64/int64(time.Millisecond)) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ms) * time.Millisecond
 }

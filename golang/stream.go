@@ -254,6 +254,7 @@ func (s *stream) failure(ev *C.PantoEvent) *Error {
 		Status:       int(p.status),
 		Retryable:    bool(p.retryable),
 		ProviderCode: goStr(p.provider_code),
+		RetryAfter:   millis(uint64(p.retry_after_ms)),
 	}
 	if e.Kind == KindCancelled {
 		if err := s.userCtx.Err(); err != nil {

@@ -113,6 +113,7 @@ impl Record {
                     _reserved0: [0; 7],
                     message: view(&e.message),
                     provider_code: opt_view(&e.provider_code),
+                    retry_after_ms: e.retry_after_ms.unwrap_or(0),
                 };
                 PANTO_EV_ERROR
             }

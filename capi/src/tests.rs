@@ -159,7 +159,7 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoToolResult { message, is_error, _reserved0, call_id, name, output }
         PantoProviderRetry { message, attempt, max_attempts, status, delay_ms, reason }
         PantoMessageComplete { messages, _reserved0, stop_reason, text, usage }
-        PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code }
+        PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code, retry_after_ms }
         PantoHistoryCompacted { messages_before, messages_after, tokens_before, tokens_after }
         PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, _reserved }
         PantoEvent { struct_size, kind, flags, _private_gen, _private, payload }
@@ -823,4 +823,24 @@ fn derived_strings_are_kept_by_the_record() {
         usage: Usage::default(),
     });
     assert_eq!(record.derived_len(), 1);
+}
+
+#[test]
+fn an_error_event_carries_the_servers_wait() {
+    // The wait a response asked for reaches C in the error payload; 0 when it named none.
+    for (wait, want) in [
+        (Some(120_000), 120_000),
+        (Some(u64::MAX), u64::MAX),
+        (None, 0),
+    ] {
+        let e = Error::new(ErrorKind::RateLimited, "slow down")
+            .with_status(429)
+            .with_retry_after_ms(wait);
+        let record = Slot::holding(Record::error(e));
+        let mut ev = PantoEvent::zeroed();
+        ev.struct_size = size_of::<PantoEvent>() as u32;
+        unsafe { record.fill(&mut ev) };
+        assert_eq!(ev.kind, PANTO_EV_ERROR);
+        assert_eq!(unsafe { ev.payload.error.retry_after_ms }, want);
+    }
 }

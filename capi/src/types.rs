@@ -243,6 +243,8 @@ pub struct PantoErrorInfo {
     pub _reserved0: [u8; 7],
     pub message: PantoStr,
     pub provider_code: PantoStr,
+    /// The server's requested wait before a retry, in ms; 0 if none.
+    pub retry_after_ms: u64,
 }
 
 /// One arm per event kind; `_reserved` fixes the size for kinds and fields to come.

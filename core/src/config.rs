@@ -58,6 +58,12 @@ const RETRY_KEYS: &[Key] = &[
         "300000",
         "No retry starts once this many milliseconds have passed since a message's first attempt.",
     ),
+    key(
+        "max_retry_after_ms",
+        KeyType::U64,
+        "60000",
+        "Longest wait a server may ask for (retry-after) that is honoured, in milliseconds; a longer one fails at once, with the wait on the error.",
+    ),
 ];
 
 const TIMEOUT_KEYS: &[Key] = &[
@@ -280,6 +286,11 @@ pub struct RetryConfig {
     /// starts once this much time has passed since the message's first attempt began, or
     /// would pass during its backoff; the last error is reported instead.
     pub max_elapsed_ms: u64,
+    /// The longest wait a server may ask for before a retry (`retry-after-ms`,
+    /// `retry-after`) that panto honours (default 60 000 ms). Such a wait replaces the
+    /// backoff, however long; a longer one ends the turn at once with the response's
+    /// error, its [`Error::retry_after_ms`](crate::Error::retry_after_ms) set.
+    pub max_retry_after_ms: u64,
 }
 
 impl Default for RetryConfig {
@@ -289,6 +300,7 @@ impl Default for RetryConfig {
             initial_delay_ms: 500,
             max_delay_ms: 8000,
             max_elapsed_ms: 300_000,
+            max_retry_after_ms: 60_000,
         }
     }
 }
@@ -762,6 +774,9 @@ impl Config {
             if let Some(v) = n("max_elapsed_ms") {
                 c.retry.max_elapsed_ms = v;
             }
+            if let Some(v) = n("max_retry_after_ms") {
+                c.retry.max_retry_after_ms = v;
+            }
         }
         if let Some(t) = get("timeouts").and_then(Value::as_object) {
             let n = |k: &str| t.get(k).and_then(Value::as_u64);
@@ -842,6 +857,7 @@ impl Config {
                 "initial_delay_ms": self.retry.initial_delay_ms,
                 "max_delay_ms": self.retry.max_delay_ms,
                 "max_elapsed_ms": self.retry.max_elapsed_ms,
+                "max_retry_after_ms": self.retry.max_retry_after_ms,
             },
             "timeouts": {
                 "connect_ms": self.timeouts.connect_ms,

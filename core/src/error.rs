@@ -113,7 +113,8 @@ impl fmt::Display for ErrorKind {
 }
 
 /// A typed failure: kind, human message, HTTP status (0 if none), whether retrying the
-/// same request could succeed, and the provider's own error type/code when it sent one.
+/// same request could succeed, the provider's own error type/code when it sent one, and
+/// the wait the server asked for before a retry when it named one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
     pub kind: ErrorKind,
@@ -121,6 +122,12 @@ pub struct Error {
     pub status: u16,
     pub retryable: bool,
     pub provider_code: Option<String>,
+    /// The wait before a retry that the failed response asked for (`retry-after-ms` or
+    /// `retry-after`), in milliseconds; `None` when it named none (or nothing usable).
+    /// Set on every error from such a response — in particular when the wait was longer
+    /// than `retry.max_retry_after_ms` and the turn therefore failed at once. Not part of
+    /// the canonical JSON.
+    pub retry_after_ms: Option<u64>,
 }
 
 impl Error {
@@ -131,6 +138,7 @@ impl Error {
             status: 0,
             retryable: false,
             provider_code: None,
+            retry_after_ms: None,
         }
     }
 
@@ -160,6 +168,10 @@ impl Error {
     }
     pub fn with_provider_code(mut self, code: Option<String>) -> Error {
         self.provider_code = code;
+        self
+    }
+    pub fn with_retry_after_ms(mut self, ms: Option<u64>) -> Error {
+        self.retry_after_ms = ms;
         self
     }
 

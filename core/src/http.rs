@@ -364,13 +364,34 @@ impl Transport {
                         .into_message()
                         .ok_or_else(|| Error::internal("the decoder finished without a message"))
                 }
-                Err((err, hints)) => (err.redact(&self.secrets), hints),
+                Err((err, hints)) => (
+                    err.redact(&self.secrets)
+                        .with_retry_after_ms(hints.after_ms()),
+                    hints,
+                ),
             };
             if cancel.is_cancelled() {
                 return Err(Error::cancelled());
             }
             let retry_allowed = !decoder.emitted_content() && retry_no < max;
             if !retry_allowed || !retry::should_retry(&err, &hints) {
+                return Err(err);
+            }
+            if let Some(asked) = retry::wait_too_long(&config.retry, &hints) {
+                // Neither waited for nor replaced by a shorter backoff (which the server
+                // would refuse again): the caller decides, knowing the wait.
+                let mut err = err;
+                err.message = format!(
+                    "{}; the server asks to wait {} ms before retrying, longer than \
+                     retry.max_retry_after_ms ({} ms), so panto does not retry",
+                    err.message,
+                    hints.after_ms().unwrap_or(u64::MAX),
+                    config.retry.max_retry_after_ms
+                );
+                debug!(
+                    wait_ms = asked.as_millis() as u64,
+                    "server's wait is past the cap"
+                );
                 return Err(err);
             }
             let wait = retry::delay(retry_no + 1, &config.retry, &hints);

@@ -3,14 +3,19 @@
 //! that); this module decides on the error and the server's hints.
 //!
 //! Hints honoured, in order: `x-should-retry: true|false` (forces or forbids),
-//! `retry-after-ms` (milliseconds), `retry-after` (seconds or an HTTP date). A hint is
-//! used when it is between 0 and 60 s; otherwise exponential backoff with jitter.
+//! `retry-after-ms` (milliseconds), `retry-after` (seconds or an HTTP date). The rule
+//! for a server's wait:
+//! - up to `retry.max_retry_after_ms` (default 60 s), it is the delay of the retry,
+//!   replacing the backoff (also when longer than `retry.max_delay_ms`);
+//! - longer, it is not waited for and not replaced by the backoff: the request fails at
+//!   once with the response's error ([`wait_too_long`]; the caller says so in the
+//!   message), so a caller learns of it now rather than after a wait it did not choose;
+//! - either way the error carries the wait (`Error::retry_after_ms`).
 //!
 //! Header values come from the server and may be anything: a wait that is negative,
-//! not a number, infinite or beyond what a `Duration` holds is no hint at all (the
-//! backoff applies), and a finite one too long to honour is kept as the longest
-//! `Duration`, which [`delay`] then replaces by the backoff. Nothing here can panic or
-//! make panto sleep longer than [`MAX_HINTED_DELAY`] or the configured backoff.
+//! not a number, infinite or beyond what a `u64` of milliseconds holds is no hint at all
+//! (the backoff applies). Nothing here can panic or make panto sleep longer than
+//! `retry.max_retry_after_ms` or the configured backoff.
 
 use std::time::{Duration, SystemTime};
 
@@ -18,9 +23,6 @@ use reqwest::header::{HeaderMap, HeaderName, RETRY_AFTER};
 
 use crate::config::RetryConfig;
 use crate::error::{Error, ErrorKind};
-
-/// Longest wait a server hint may impose before panto falls back to its own backoff.
-pub const MAX_HINTED_DELAY: Duration = Duration::from_secs(60);
 
 /// What the server said about retrying, extracted from a failed response's headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,14 +58,24 @@ impl RetryHints {
     }
 }
 
-/// A server's wait in seconds as a `Duration`: `None` unless finite and non-negative;
-/// `Duration::MAX` when too long to represent (`1e30`), so it reads as "longer than
-/// panto honours" rather than failing.
+impl RetryHints {
+    /// The server's wait in whole milliseconds (rounded up), if it named one.
+    pub fn after_ms(&self) -> Option<u64> {
+        self.after.map(|d| {
+            let ms = d.as_nanos().div_ceil(1_000_000);
+            u64::try_from(ms).unwrap_or(u64::MAX)
+        })
+    }
+}
+
+/// A server's wait in seconds as a `Duration`: `None` unless finite, non-negative and
+/// below 2^64 milliseconds (a wait longer than the age of the universe is nonsense, not
+/// a hint).
 fn seconds(secs: f64) -> Option<Duration> {
-    if !secs.is_finite() || secs < 0.0 {
+    if !secs.is_finite() || secs < 0.0 || secs * 1000.0 >= 18_446_744_073_709_551_616.0 {
         return None;
     }
-    Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 fn parse_retry_after(v: &str) -> Option<Duration> {
@@ -96,9 +108,21 @@ pub fn should_retry(err: &Error, hints: &RetryHints) -> bool {
     }
 }
 
-/// How long to wait before retry number `retry` (1-based).
+/// The server's wait, when it is longer than `retry.max_retry_after_ms`: the request
+/// must then fail at once instead of being retried.
+pub fn wait_too_long(cfg: &RetryConfig, hints: &RetryHints) -> Option<Duration> {
+    hints
+        .after
+        .filter(|d| *d > Duration::from_millis(cfg.max_retry_after_ms))
+}
+
+/// How long to wait before retry number `retry` (1-based): the server's wait when it
+/// named one within `retry.max_retry_after_ms`, else exponential backoff with jitter.
 pub fn delay(retry: u32, cfg: &RetryConfig, hints: &RetryHints) -> Duration {
-    if let Some(after) = hints.after.filter(|d| *d <= MAX_HINTED_DELAY) {
+    if let Some(after) = hints
+        .after
+        .filter(|d| *d <= Duration::from_millis(cfg.max_retry_after_ms))
+    {
         return after;
     }
     let exp = retry.saturating_sub(1).min(30);
@@ -191,7 +215,37 @@ mod tests {
             assert!((150..=200).contains(&d2), "{d2}");
             assert!((262..=350).contains(&d5), "{d5}");
         }
-        let long = hints(&[("retry-after", "3600")]);
-        assert!(delay(1, &cfg, &long) <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn a_server_wait_up_to_the_cap_replaces_the_backoff_and_a_longer_one_is_refused() {
+        let cfg = RetryConfig {
+            max_delay_ms: 350,
+            max_retry_after_ms: 60_000,
+            ..RetryConfig::default()
+        };
+        // At the cap: waited for, though longer than any backoff.
+        let at_cap = hints(&[("retry-after", "60")]);
+        assert_eq!(delay(1, &cfg, &at_cap), Duration::from_secs(60));
+        assert_eq!(wait_too_long(&cfg, &at_cap), None);
+        assert_eq!(at_cap.after_ms(), Some(60_000));
+        // Past it: not waited for at all (the caller fails at once).
+        let past = hints(&[("retry-after-ms", "60001")]);
+        assert_eq!(
+            wait_too_long(&cfg, &past),
+            Some(Duration::from_millis(60_001))
+        );
+        assert_eq!(past.after_ms(), Some(60_001));
+        let hour = hints(&[("retry-after", "3600")]);
+        assert_eq!(wait_too_long(&cfg, &hour), Some(Duration::from_secs(3600)));
+        // The cap is the configuration's.
+        let longer = RetryConfig {
+            max_retry_after_ms: 3_600_000,
+            ..cfg
+        };
+        assert_eq!(wait_too_long(&longer, &hour), None);
+        assert_eq!(delay(1, &longer, &hour), Duration::from_secs(3600));
+        // A fraction of a millisecond counts as a whole one.
+        assert_eq!(hints(&[("retry-after", "0.0001")]).after_ms(), Some(1));
     }
 }

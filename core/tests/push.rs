@@ -317,6 +317,7 @@ async fn retries_stop_at_the_overall_deadline() {
             initial_delay_ms: 50,
             max_delay_ms: 50,
             max_elapsed_ms: 400,
+            ..RetryConfig::default()
         }),
     )
     .unwrap();

@@ -470,6 +470,12 @@ typedef struct PantoErrorInfo {
   uint8_t _reserved0[7];
   PantoStr message;
   PantoStr provider_code; /* the provider's own error type or code; absent if none */
+  /* The wait the failed response asked for before a retry (retry-after-ms or
+   * retry-after), in milliseconds; 0 if it named none (and from libraries before this
+   * field, which zero-fill it). Set whether or not panto retried: a wait longer than
+   * retry.max_retry_after_ms fails the turn at once, with that wait here. Added after
+   * ABI 1.1.0, at the end of the struct within the payload union's fixed size. */
+  uint64_t retry_after_ms;
 } PantoErrorInfo;
 
 /* One arm per kind. The _reserved arm fixes the union's size (256 bytes) for the kinds

@@ -9,8 +9,8 @@ use pyo3::sync::PyOnceLock;
 static FROM_NATIVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// The Python exception for a core error: the `PantoError` subclass of its kind, with
-/// `kind`, `message`, `status`, `retryable` and `provider_code` set. The core has
-/// already removed every secret from the message and the provider code.
+/// `kind`, `message`, `status`, `retryable`, `provider_code` and `retry_after` set.
+/// The core has already removed every secret from the message and the provider code.
 pub fn to_pyerr(py: Python<'_>, e: panto::Error) -> PyErr {
     let build = || -> PyResult<PyErr> {
         let make = FROM_NATIVE.get_or_try_init(py, || {
@@ -24,6 +24,7 @@ pub fn to_pyerr(py: Python<'_>, e: panto::Error) -> PyErr {
             e.status,
             e.retryable,
             e.provider_code.as_deref(),
+            e.retry_after_ms,
         ))?;
         Ok(PyErr::from_value(exc))
     };

@@ -21,6 +21,7 @@ def _rebuild(
     status: int,
     retryable: bool,
     provider_code: Optional[str],
+    retry_after: Optional[float] = None,
 ) -> "PantoError":
     return cls(
         message,
@@ -28,6 +29,7 @@ def _rebuild(
         status=status,
         retryable=retryable,
         provider_code=provider_code,
+        retry_after=retry_after,
     )
 
 
@@ -40,6 +42,10 @@ class PantoError(Exception):
         status: the HTTP status, 0 when there was none.
         retryable: whether repeating the same request could succeed.
         provider_code: the provider's own error type or code, if it sent one.
+        retry_after: the wait, in seconds, that the failed response asked for before a
+            retry (``retry-after-ms`` or ``retry-after``); ``None`` if it named none. A
+            wait longer than ``retry={"max_retry_after_ms": …}`` (default 60 s) is not
+            waited for: the stream fails at once with it here.
     """
 
     kind: str = "internal"
@@ -52,6 +58,7 @@ class PantoError(Exception):
         status: int = 0,
         retryable: bool = False,
         provider_code: Optional[str] = None,
+        retry_after: Optional[float] = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -60,6 +67,7 @@ class PantoError(Exception):
         self.status = status
         self.retryable = retryable
         self.provider_code = provider_code
+        self.retry_after = retry_after
 
     def __str__(self) -> str:
         text = f"{self.kind}: {self.message}"
@@ -87,6 +95,7 @@ class PantoError(Exception):
                 self.status,
                 self.retryable,
                 self.provider_code,
+                self.retry_after,
             ),
         )
 
@@ -97,6 +106,7 @@ def _from_native(
     status: int,
     retryable: bool,
     provider_code: Optional[str],
+    retry_after_ms: Optional[int] = None,
 ) -> PantoError:
     """Builds the exception for a core error (called by the native module)."""
     # Imported here: the generated module defines its classes on top of this one.
@@ -110,6 +120,7 @@ def _from_native(
         status=status,
         retryable=retryable,
         provider_code=provider_code,
+        retry_after=None if retry_after_ms is None else retry_after_ms / 1000,
     )
 
 

@@ -337,6 +337,12 @@ class RetryOptions(TypedDict, total=False):
     attempt. (default 300000)
     """
 
+    max_retry_after_ms: Optional[int]
+    """Longest wait a server may ask for (retry-after) that is honoured, in
+    milliseconds; a longer one fails at once, with the wait on the error. (default
+    60000)
+    """
+
 
 class TimeoutsOptions(TypedDict, total=False):
     """Network time limits.
