@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 
 use crate::errors::{to_pyerr, IntoPy};
 use crate::stream::Stream;
+use crate::text::Text;
 
 #[pyclass(frozen, module = "panto._native", name = "Agent")]
 pub struct Agent {
@@ -38,8 +39,8 @@ impl Agent {
 impl Agent {
     /// An agent from the core's JSON configuration (`panto::Config::from_json`).
     #[new]
-    fn new(py: Python<'_>, config_json: &str) -> PyResult<Agent> {
-        let agent = panto::Agent::from_json(config_json).py_err(py)?;
+    fn new(py: Python<'_>, config_json: Text<'_>) -> PyResult<Agent> {
+        let agent = panto::Agent::from_json(&config_json).py_err(py)?;
         Ok(Agent { agent })
     }
 
@@ -52,16 +53,16 @@ impl Agent {
     fn stream(
         &self,
         py: Python<'_>,
-        input: &str,
-        model: Option<String>,
+        input: Text<'_>,
+        model: Option<Text<'_>>,
         on_host_call: Option<Py<PyAny>>,
-        reasoning_json: Option<&str>,
+        reasoning_json: Option<Text<'_>>,
     ) -> PyResult<Stream> {
         let agent = self.usable(py)?;
         let reasoning = match reasoning_json {
             None => None,
             Some(json) => {
-                let value: serde_json::Value = serde_json::from_str(json).map_err(|e| {
+                let value: serde_json::Value = serde_json::from_str(&json).map_err(|e| {
                     to_pyerr(
                         py,
                         panto::Error::config(format!("reasoning: not valid JSON: {e}")),
@@ -71,7 +72,13 @@ impl Agent {
             }
         };
         let stream = agent
-            .stream_with(input, TurnOptions { model, reasoning })
+            .stream_with(
+                &input,
+                TurnOptions {
+                    model: model.map(|m| m.to_owned()),
+                    reasoning,
+                },
+            )
             .py_err(py)?;
         Ok(Stream::new(stream, on_host_call))
     }
@@ -85,11 +92,11 @@ impl Agent {
     fn compact(
         &self,
         py: Python<'_>,
-        options_json: &str,
+        options_json: Text<'_>,
         cancel: Option<&CancelToken>,
     ) -> PyResult<String> {
         let agent = self.usable(py)?.clone();
-        let options = panto::CompactOptions::from_json(options_json).py_err(py)?;
+        let options = panto::CompactOptions::from_json(&options_json).py_err(py)?;
         let cancel = cancel.map(|c| c.token.clone()).unwrap_or_default();
         if cancel.is_cancelled() {
             return Err(to_pyerr(py, panto::Error::cancelled()));
@@ -111,8 +118,8 @@ impl Agent {
     }
 
     /// Replaces the conversation with a saved one (validated by the core).
-    fn load_history_json(&self, py: Python<'_>, json: &str) -> PyResult<()> {
-        self.usable(py)?.load_history_json(json).py_err(py)
+    fn load_history_json(&self, py: Python<'_>, json: Text<'_>) -> PyResult<()> {
+        self.usable(py)?.load_history_json(&json).py_err(py)
     }
 
     fn clear_history(&self, py: Python<'_>) -> PyResult<()> {

@@ -17,6 +17,7 @@
 //! - [`events`] — what the event classes share; the classes themselves (one per event of the
 //!   core's vocabulary) are generated into `events_gen` by `scripts/gen.sh`.
 //! - [`errors`] — core errors as the Python exception of their kind.
+//! - [`text`] — Python text into the core: lone surrogates become U+FFFD, never an error.
 //!
 //! Nothing here panics across the boundary: every failure is a `panto::Error`, raised
 //! as its Python class, or a Python exception that is propagated as is.
@@ -30,6 +31,7 @@ mod events;
 #[rustfmt::skip]
 mod events_gen;
 mod stream;
+mod text;
 
 /// Every error kind of the core, in order: `(code, name)` pairs from `ErrorKind::ALL`.
 #[pyfunction]

@@ -33,6 +33,7 @@ use pyo3::PyTraverseError;
 
 use crate::errors::{to_pyerr, IntoPy};
 use crate::events;
+use crate::text::Text;
 
 /// Most events a wait reads ahead into the pull stream at once.
 const BURST: usize = 1024;
@@ -339,12 +340,12 @@ impl Stream {
     fn submit_tool_result(
         &self,
         py: Python<'_>,
-        call_id: &str,
-        output: &str,
+        call_id: Text<'_>,
+        output: Text<'_>,
         is_error: bool,
     ) -> PyResult<()> {
         self.control
-            .submit_tool_result(call_id, output, is_error)
+            .submit_tool_result(&call_id, &output, is_error)
             .py_err(py)
     }
 
@@ -469,12 +470,12 @@ impl Control {
     fn submit_tool_result(
         &self,
         py: Python<'_>,
-        call_id: &str,
-        output: &str,
+        call_id: Text<'_>,
+        output: Text<'_>,
         is_error: bool,
     ) -> PyResult<()> {
         self.control
-            .submit_tool_result(call_id, output, is_error)
+            .submit_tool_result(&call_id, &output, is_error)
             .py_err(py)
     }
 }

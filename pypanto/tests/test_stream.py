@@ -366,6 +366,30 @@ def test_model_override_for_one_turn(server):
     assert server.requests()[0]["body"]["model"] == "other-model"
 
 
+def test_lone_surrogates_in_text_sent_to_the_core_become_u_fffd(server):
+    """A prompt, a system prompt, a tool's description, a model override and a history
+    with a lone surrogate are not refused (it used to be a bare UnicodeEncodeError, or a
+    ConfigError from the JSON escape): each surrogate is sent as U+FFFD."""
+    server.scenario(text_exchange(["ok"], times=2))
+
+    @panto.tool(description="desc \udc80")
+    def t() -> str:
+        return ""
+
+    agent = make_agent(server, system="sys \ud800", tools=[t])
+    assert agent.run("hi \udfff there").text == "ok"
+    body = server.requests()[0]["body"]
+    assert body["messages"][0] == {"role": "system", "content": "sys \ufffd"}
+    assert body["messages"][1]["content"] == "hi \ufffd there"
+    assert body["tools"][0]["function"]["description"] == "desc \ufffd"
+    saved = json.loads(agent.save_history())
+    saved["messages"][0]["content"][0]["text"] = "restored \ud800"
+    agent.restore_history(json.dumps(saved, ensure_ascii=False))
+    assert agent.history[0]["content"][0]["text"] == "restored \ufffd"
+    agent.clear_history()
+    agent.stream("x", model="m\ud800").close()
+
+
 def _long_response(n):
     from conftest import chunk, usage_chunk, DONE
 

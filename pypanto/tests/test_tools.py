@@ -377,3 +377,70 @@ def test_an_async_tool_is_cancelled_at_its_timeout(server, mode):
 
         asyncio.run(run())
     assert cancelled.is_set()
+
+
+def test_lone_surrogates_in_tool_outputs_errors_and_async_returns_become_u_fffd(server):
+    """A lone surrogate cannot be encoded as UTF-8. In a tool's output, its exception
+    message or an async tool's return it used to raise in the pool thread (or the
+    task), the result was lost and the turn waited for the tool timeout; now each one
+    reaches the model with U+FFFD in its place, and a surrogate pair is joined."""
+
+    @panto.tool
+    def sync_out() -> str:
+        """Returns a lone surrogate."""
+        return "a\ud800b"
+
+    @panto.tool
+    def sync_raise() -> str:
+        """Raises with one."""
+        raise ValueError("bad \udcff byte")
+
+    @panto.tool
+    async def async_out() -> str:
+        """Returns one, asynchronously."""
+        return "pair \ud83d\ude00 lone \udfff"
+
+    calls = [("c1", "sync_out", {}), ("c2", "sync_raise", {}), ("c3", "async_out", {})]
+    for consume in ("sync", "async"):
+        _tool_turn(server, calls)
+        # A short tool timeout: without the fix the calls time out instead of answering.
+        agent = make_agent(server, tools=[sync_out, sync_raise, async_out], tool_timeout_ms=10_000)
+        if consume == "sync":
+            events = list(agent.stream("go"))
+        else:
+            async def collect():
+                return [ev async for ev in agent.astream("go")]
+
+            events = asyncio.run(collect())
+        results = {e.call_id: (e.output, e.is_error) for e in events if isinstance(e, panto.ToolResult)}
+        assert results == {
+            "c1": ("a\ufffdb", False),
+            "c2": ("ValueError: bad \ufffd byte", True),
+            "c3": ("pair \U0001f600 lone \ufffd", False),
+        }, consume
+        assert _results_sent(server) == {"c1": "a\ufffdb", "c2": "ValueError: bad \ufffd byte", "c3": "pair \U0001f600 lone \ufffd"}
+
+
+def test_an_exception_in_a_tool_job_is_never_lost(server):
+    """Whatever escapes the handing over of a result is reported and answered with an
+    error result, never left in a pool thread's future while the turn waits."""
+
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no __str__ today")
+
+    @panto.tool
+    def weird() -> str:
+        """Raises an exception that cannot be printed."""
+        raise Unprintable()
+
+    @panto.tool
+    def exits() -> str:
+        """Calls sys.exit in the pool thread."""
+        raise SystemExit(3)
+
+    _tool_turn(server, [("c1", "weird", {}), ("c2", "exits", {})])
+    events = list(make_agent(server, tools=[weird, exits], tool_timeout_ms=10_000).stream("go"))
+    results = {e.call_id: (e.output, e.is_error) for e in events if isinstance(e, panto.ToolResult)}
+    assert results == {"c1": ("Unprintable: (its message could not be rendered)", True), "c2": ("SystemExit: 3", True)}
+

@@ -83,7 +83,7 @@ def _reasoning(value: ReasoningArg) -> Optional[Dict[str, Any]]:
 
 def _reasoning_json(value: ReasoningArg) -> Optional[str]:
     r = _reasoning(value)
-    return None if r is None else json.dumps(r)
+    return None if r is None else json.dumps(r, ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class CompactResult:
 
 def _compact_options(keep_last: Optional[int], model: Optional[str], prompt: Optional[str]) -> str:
     options = {k: v for k, v in (("keep_last", keep_last), ("model", model), ("prompt", prompt)) if v is not None}
-    return json.dumps(options)
+    return json.dumps(options, ensure_ascii=False)
 
 
 def _compact_result(result_json: str) -> "CompactResult":
@@ -161,10 +161,12 @@ class Agent:
         if "reasoning" in config:
             config["reasoning"] = _reasoning(config["reasoning"])
         # One source of truth: the core parses and validates the JSON and names the key.
+        # Not ASCII-escaped: a lone surrogate stays a character, which the native module
+        # replaces with U+FFFD (as an escape, JSON would refuse it).
         parts = []
         for key, value in config.items():
             try:
-                parts.append(f"{json.dumps(key)}:{json.dumps(value, allow_nan=False)}")
+                parts.append(f"{json.dumps(key, ensure_ascii=False)}:{json.dumps(value, ensure_ascii=False, allow_nan=False)}")
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"{key}: not representable as JSON ({e})", kind="config") from None
         self._native = _native.Agent("{" + ",".join(parts) + "}")

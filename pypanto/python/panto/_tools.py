@@ -19,6 +19,7 @@ import dataclasses
 import enum
 import inspect
 import json
+import logging
 import re
 import threading
 import types
@@ -34,6 +35,8 @@ __all__ = ["Tool", "tool", "json_schema"]
 TOOL_POOL = Pool("panto-tool", max_threads=256)
 
 _NoneType = type(None)
+
+_log = logging.getLogger("panto")
 
 
 # --------------------------------------------------------------------------------------
@@ -341,7 +344,11 @@ def render_output(result: Any) -> str:
 
 
 def render_exception(exc: BaseException) -> str:
-    text = str(exc)
+    """An exception as the text the model reads: ``Type: message``."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not lose the result
+        text = "(its message could not be rendered)"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -549,13 +556,31 @@ class Runner:
     def _done(self, fut: Any) -> None:
         with self._lock:
             self._pending.discard(fut)
+        # The jobs below hand every outcome to the turn themselves; anything that still
+        # escapes one is a bug in this module, and is reported rather than left in a
+        # future nobody reads.
+        if not fut.cancelled() and fut.exception() is not None:
+            exc = fut.exception()
+            _log.error("panto: a tool job failed: %s", render_exception(exc), exc_info=exc)
 
     def _submit(self, call_id: str, output: str, is_error: bool) -> None:
+        """Hands a result to the turn. Never raises: an exception here would be lost in
+        the pool thread (or the task), and the turn would wait for this call until its
+        tool timeout. (Text is never refused: the native module replaces lone
+        surrogates with U+FFFD.)"""
         try:
             self._control.submit_tool_result(call_id, output, is_error)
         except PantoError:
             # The turn no longer waits for this call (cancelled, timed out): nothing to do.
             pass
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            _log.error("panto: the result of tool call %s could not be handed over", call_id, exc_info=exc)
+            try:
+                self._control.submit_tool_result(
+                    call_id, f"panto could not hand over the tool's result: {render_exception(exc)}", True
+                )
+            except Exception:  # noqa: BLE001 - reported above; the tool timeout ends the call
+                pass
 
     def _run_sync(self, t: Tool, call_id: str, arguments: Any) -> None:
         try:
@@ -563,7 +588,9 @@ class Runner:
             if inspect.isawaitable(result):
                 result = asyncio.run_coroutine_threadsafe(_await(result), private_loop()).result()
             output, is_error = render_output(result), False
-        except Exception as exc:  # noqa: BLE001 - the model reads the error
+        except BaseException as exc:  # noqa: BLE001 - the model reads the error
+            # BaseException too: a tool's SystemExit must end its call, not this thread's
+            # job unseen.
             output, is_error = render_exception(exc), True
         self._submit(call_id, output, is_error)
 
