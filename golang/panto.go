@@ -20,8 +20,11 @@
 // and Close may be called from any goroutine at any time and wake a blocked Next.
 //
 // The package is a thin layer over the C ABI (libpanto, capi/include/panto.h) through
-// cgo. The Rust core runs every turn on its own few worker threads; a goroutine blocked
-// in Next holds one OS thread while it waits.
+// cgo. The Rust core runs every turn on its own few worker threads. A goroutine that
+// waits inside the library holds an OS thread while it does, and a Go program may have
+// at most 10,000 threads, so at most MaxBlockedWaits goroutines wait there at once;
+// other Next calls wait in Go for their turn (a wait slot is handed on at least every
+// 50 ms while others wait for one), holding no thread.
 //
 // # Linking
 //

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -950,5 +951,97 @@ func TestToolContextEndsAtTheToolTimeout(t *testing.T) {
 	}
 	if !sawResult || s.Err() != nil {
 		t.Fatalf("result seen %v, err %v", sawResult, s.Err())
+	}
+}
+
+// osThreads is this process's thread count (Linux).
+func osThreads(tb testing.TB) int {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		tb.Skip("no /proc/self/status")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return n
+		}
+	}
+	tb.Fatal("no Threads line in /proc/self/status")
+	return 0
+}
+
+// waitingInNext reports how many goroutines are inside a stream's pull, and whether
+// every one of them is parked: in a cgo call ("syscall", holding an OS thread) or
+// waiting in Go.
+func waitingInNext() (n int, parked bool) {
+	buf := make([]byte, 64<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	parked = true
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if !strings.Contains(g, ".(*stream).pull(") {
+			continue
+		}
+		n++
+		head, _, _ := strings.Cut(g, "\n")
+		if !strings.Contains(head, "[syscall") && !strings.Contains(head, "[select") && !strings.Contains(head, "[chan send") {
+			parked = false
+		}
+	}
+	return n, parked
+}
+
+// Many streams waiting at once must not each hold an OS thread: past 10,000 the Go
+// runtime kills the process. Here 400 streams wait (the server holds every response)
+// with the library's waits bounded to 32 at a time: the thread count stays near that
+// bound, not near 400.
+func TestManyWaitingStreamsBoundTheThreads(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const streams, bound = 400, 32
+	restore := setMaxBlockedWaits(bound)
+	defer restore()
+	ex := exchange(obj{"status": 200, "sse": textSSE("first", " second"), "fault": obj{"kind": "hold", "after_bytes": 400}})
+	ex["times"] = streams
+	srv := startServer(t, scenario(ex))
+	base := osThreads(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, streams)
+	for i := range streams {
+		agent := newTestAgent(t, testConfig(srv))
+		s, err := agent.Stream(context.Background(), fmt.Sprint("n", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer s.Close()
+			var text string
+			for ev := range s.Iter() {
+				if mc, ok := ev.(*MessageComplete); ok {
+					text = mc.Text
+				}
+			}
+			if s.Err() != nil || text != "first second" {
+				errs <- fmt.Errorf("stream %d: %q %v", i, text, s.Err())
+			}
+		}()
+	}
+	eventually(t, "every response to be held", func() bool { return srv.stats(t)["held"] == streams })
+	eventually(t, "every Next to wait", func() bool {
+		n, parked := waitingInNext()
+		return n == streams && parked
+	})
+	if n, limit := osThreads(t), base+bound+runtime.GOMAXPROCS(0)+32; n > limit {
+		t.Errorf("%d threads with %d streams waiting (%d before; at most %d expected)", n, streams, base, limit)
+	}
+	srv.control(t, "/_panto/gate/open")
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -55,9 +55,13 @@ type streamHandle struct {
 	stop func() bool   // unregisters the ctx watcher
 	done context.CancelFunc
 	end  error // Done or the failure Next returned, once the stream was freed
+
+	cancelOnce sync.Once
+	cancelled  chan struct{} // closed by cancel: wakes a Next waiting in Go (wait.go)
 }
 
 func (h *streamHandle) cancel() {
+	h.cancelOnce.Do(func() { close(h.cancelled) })
 	h.mu.RLock()
 	if h.p != nil {
 		C.panto_stream_cancel(h.p)
@@ -147,7 +151,7 @@ type stream struct {
 
 func newStream(ctx context.Context, p *C.PantoStream, tools map[string]Tool) *Stream {
 	toolCtx, done := context.WithCancel(ctx)
-	h := &streamHandle{p: p, ev: C.panto_go_event_new(), done: done}
+	h := &streamHandle{p: p, ev: C.panto_go_event_new(), done: done, cancelled: make(chan struct{})}
 	liveStreams.Add(1)
 	h.stop = context.AfterFunc(ctx, h.cancel)
 	st := &stream{h: h, userCtx: ctx, toolCtx: toolCtx, tools: tools, closedCh: make(chan struct{})}
@@ -223,7 +227,13 @@ func (s *stream) pull() (Event, error) {
 		return nil, &Error{Kind: KindCancelled, Message: "the stream was closed", cause: ErrClosed}
 	}
 	for {
-		switch C.panto_next_event(h.p, h.ev) {
+		st := C.panto_next_event_timeout(h.p, h.ev, 0) // what is ready, never waiting
+		if st == C.PANTO_PENDING {
+			if st = h.wait(); st == C.PANTO_PENDING {
+				continue
+			}
+		}
+		switch st {
 		case C.PANTO_EVENT:
 			if ev := convert(h.ev); ev != nil {
 				if r := canonicalHook.Load(); r != nil {
