@@ -8,6 +8,7 @@ import dataclasses
 import enum
 import json
 import threading
+import time
 from typing import Annotated, Dict, List, Literal, Optional, Sequence, Tuple, TypedDict
 
 import pytest
@@ -444,3 +445,100 @@ def test_an_exception_in_a_tool_job_is_never_lost(server):
     results = {e.call_id: (e.output, e.is_error) for e in events if isinstance(e, panto.ToolResult)}
     assert results == {"c1": ("Unprintable: (its message could not be rendered)", True), "c2": ("SystemExit: 3", True)}
 
+
+
+def test_tools_stuck_past_their_timeout_do_not_starve_the_pool(server, monkeypatch, caplog):
+    """Sync tools that never return hold their threads for good. Once their turn stopped
+    waiting for them (tool_timeout_ms), they no longer count against the pool's limit:
+    another agent's tool still runs at once, the stuck threads are logged, and
+    diagnostics() counts them. (With the limit reached by stuck threads, every later sync
+    tool of the process used to queue until its own timeout.)"""
+    import panto._pool
+    import panto._tools
+
+    pool = panto._pool.Pool("panto-tool", max_threads=2)
+    monkeypatch.setattr(panto._tools, "TOOL_POOL", pool)
+    monkeypatch.setattr(panto, "TOOL_POOL", pool)
+    release = threading.Event()
+    hanging = threading.Semaphore(0)
+
+    @panto.tool
+    def hang(n: int) -> str:
+        """Blocks until the test ends."""
+        hanging.release()
+        release.wait(120)
+        return "late"
+
+    @panto.tool
+    def quick() -> str:
+        """Answers at once."""
+        return "quick"
+
+    try:
+        # Two calls fill the pool's limit and time out; the turn goes on without them.
+        _tool_turn(server, [("c1", "hang", {"n": 1}), ("c2", "hang", {"n": 2})])
+        events = list(make_agent(server, tools=[hang], tool_timeout_ms=300, tool_concurrency=2).stream("go"))
+        assert [e.is_error for e in events if isinstance(e, panto.ToolResult)] == [True, True]
+        assert hanging.acquire(timeout=20) and hanging.acquire(timeout=20)
+        assert pool.threads == 2
+
+        # Another agent's tool runs, well within its own timeout.
+        _tool_turn(server, [("c3", "quick", {})])
+        events = list(make_agent(server, tools=[quick], tool_timeout_ms=20_000).stream("go"))
+        assert [(e.output, e.is_error) for e in events if isinstance(e, panto.ToolResult)] == [("quick", False)]
+
+        d = panto.diagnostics()
+        assert d["tool_threads_stuck"] == 2 and d["tools_in_flight"] == 2 and d["tools_queued"] == 0
+        stuck_logs = [r for r in caplog.records if r.name == "panto" and "still running after its deadline" in r.getMessage()]
+        assert len(stuck_logs) == 2 and all(r.levelname == "WARNING" for r in stuck_logs)
+        assert {"tool 'hang' (call c1)", "tool 'hang' (call c2)"} == {
+            m for r in stuck_logs for m in ("tool 'hang' (call c1)", "tool 'hang' (call c2)") if m in r.getMessage()
+        }
+    finally:
+        release.set()
+    wait_until(lambda: pool.stuck == 0 and pool.busy == 0, what="the stuck tools to end")
+
+
+def test_a_queued_tool_job_past_its_deadline_is_dropped():
+    """A job that waited in the queue past its deadline is not run (its turn answered the
+    call with a timeout already): its future is cancelled."""
+    import panto._pool
+
+    pool = panto._pool.Pool("panto-test", max_threads=1, hard_max_threads=1)
+    started, release = threading.Event(), threading.Event()
+
+    def block() -> bool:
+        started.set()
+        return release.wait(60)
+
+    blocker = pool.submit(block)
+    assert started.wait(20)
+    late = pool.submit_job(time.monotonic() + 0.05, "late job", lambda: "ran")
+    assert pool.queued == 1 and not late.done()
+    time.sleep(0.1)  # past the queued job's deadline (the blocker holds the only thread)
+    release.set()
+    assert blocker.result(20) is True
+    wait_until(late.done, what="the late job to be dropped")
+    assert late.cancelled()
+
+
+def test_the_pool_starts_one_thread_per_job_beyond_its_idle_ones():
+    import panto._pool
+
+    pool = panto._pool.Pool("panto-test", max_threads=50)
+    started, release = threading.Semaphore(0), threading.Event()
+
+    def job() -> bool:
+        started.release()
+        return release.wait(60)
+
+    futures = [pool.submit(job) for _ in range(3)]
+    for _ in range(3):
+        assert started.acquire(timeout=20)
+    assert pool.threads == 3 and pool.busy == 3
+    release.set()
+    assert all(f.result(20) for f in futures)
+    wait_until(lambda: pool.busy == 0, what="the jobs to end")
+    # The three idle threads take the next three jobs: no thread is added.
+    assert all(f.result(20) for f in [pool.submit(job) for _ in range(3)])
+    assert pool.threads == 3

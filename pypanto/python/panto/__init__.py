@@ -327,13 +327,19 @@ class Agent:
 
 
 def diagnostics() -> Dict[str, int]:
-    """Counters for leak checks: turns still running, and panto's own threads."""
+    """Counters for leak checks: turns still running, and panto's own threads.
+    ``tool_threads_stuck`` counts sync tools still running past their agent's
+    ``tool_timeout_ms`` (the turn answered the model with a timeout; a Python function
+    cannot be interrupted): they do not count against the pool's limit, and each one is
+    logged as a warning on the ``panto`` logger. ``tools_queued`` wait for a thread."""
     return {
         "active_streams": _native.active_streams(),
         "wait_threads": WAIT_POOL.threads,
         "waits_in_flight": WAIT_POOL.busy,
         "tool_threads": TOOL_POOL.threads,
         "tools_in_flight": TOOL_POOL.busy,
+        "tool_threads_stuck": TOOL_POOL.stuck,
+        "tools_queued": TOOL_POOL.queued,
     }
 
 

@@ -22,6 +22,7 @@ import json
 import logging
 import re
 import threading
+import time
 import types
 import typing
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
@@ -31,7 +32,9 @@ from ._pool import Pool
 
 __all__ = ["Tool", "tool", "json_schema"]
 
-#: Sync tools run here (threads are created on demand and go away when idle).
+#: Sync tools run here (threads are created on demand and go away when idle). A tool
+#: still running past its agent's ``tool_timeout_ms`` no longer counts against the 256
+#: (see ``_pool``), so tools that block forever cannot starve every other agent's.
 TOOL_POOL = Pool("panto-tool", max_threads=256)
 
 _NoneType = type(None)
@@ -548,7 +551,15 @@ class Runner:
                 fut = asyncio.run_coroutine_threadsafe(coro, private_loop())
         else:
             ctx = contextvars.copy_context()
-            fut = TOOL_POOL.submit(ctx.run, self._run_sync, t, call_id, arguments)
+            fut = TOOL_POOL.submit_job(
+                None if self._timeout is None else time.monotonic() + self._timeout,
+                f"tool {t.name!r} (call {call_id})",
+                ctx.run,
+                self._run_sync,
+                t,
+                call_id,
+                arguments,
+            )
         with self._lock:
             self._pending.add(fut)
         fut.add_done_callback(self._done)
