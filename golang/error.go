@@ -30,6 +30,7 @@ type Error struct {
 
 	cause    error
 	sentinel bool
+	closed   bool // caused by Close (matches ErrClosed)
 }
 
 func sentinel(k ErrorKind) *Error { return &Error{Kind: k, Message: string(k), sentinel: true} }
@@ -38,21 +39,37 @@ func sentinel(k ErrorKind) *Error { return &Error{Kind: k, Message: string(k), s
 // every later one. It is not a failure.
 var Done = errors.New("panto: no more events")
 
-// ErrClosed is returned by calls on a Stream or Agent after Close.
-var ErrClosed = errors.New("panto: closed")
+// ErrClosed matches (with errors.Is) the errors that Close causes: those of calls on a
+// closed Agent, or on a Stream after Close or after its end (its library side is gone
+// then), and the failure of a turn that Close ended (a Next it woke up, Err after it).
+// It is an *Error of kind cancelled, and so are they: ErrCancelled matches them too,
+// while ErrClosed matches no other cancellation.
+var ErrClosed = &Error{Kind: KindCancelled, Message: "closed", sentinel: true, closed: true}
+
+// closedError is the error of a call on what Close freed (what: "the agent", …).
+func closedError(what string) *Error {
+	return &Error{Kind: KindCancelled, Message: what + " was closed", closed: true}
+}
 
 // Error formats the error as "panto: <kind>: <message>".
 func (e *Error) Error() string {
-	if e.sentinel {
+	if e.sentinel && !e.closed {
 		return "panto: " + string(e.Kind)
 	}
 	return "panto: " + string(e.Kind) + ": " + e.Message
 }
 
-// Is reports whether target is the sentinel of e's kind.
+// Is reports whether target is the sentinel of e's kind, or ErrClosed and e was caused
+// by Close.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.sentinel && t.Kind == e.Kind
+	if !ok || !t.sentinel {
+		return false
+	}
+	if t.closed {
+		return e.closed
+	}
+	return t.Kind == e.Kind
 }
 
 // Unwrap returns the context error that caused a cancellation, if any.

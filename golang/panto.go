@@ -159,7 +159,7 @@ func (h *agentHandle) free() {
 }
 
 // Close frees the agent. Idempotent. Its open streams stay valid until they are
-// closed; later calls on the agent return ErrClosed.
+// closed; later calls on the agent return closedError("the agent").
 func (a *Agent) Close() error {
 	a.h.free()
 	return nil
@@ -171,7 +171,7 @@ func (a *Agent) SaveHistory() ([]byte, error) {
 	a.h.mu.RLock()
 	defer a.h.mu.RUnlock()
 	if a.h.p == nil {
-		return nil, ErrClosed
+		return nil, closedError("the agent")
 	}
 	var s C.PantoString
 	var cerr *C.PantoError
@@ -188,7 +188,7 @@ func (a *Agent) LoadHistory(history []byte) error {
 	a.h.mu.RLock()
 	defer a.h.mu.RUnlock()
 	if a.h.p == nil {
-		return ErrClosed
+		return closedError("the agent")
 	}
 	p, n := cString(string(history))
 	defer C.free(unsafe.Pointer(p))
@@ -206,7 +206,7 @@ func (a *Agent) ClearHistory() error {
 	a.h.mu.RLock()
 	defer a.h.mu.RUnlock()
 	if a.h.p == nil {
-		return ErrClosed
+		return closedError("the agent")
 	}
 	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
 		return C.panto_agent_clear_history(a.h.p, cerr)
@@ -293,7 +293,7 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	a.h.mu.RLock()
 	defer a.h.mu.RUnlock()
 	if a.h.p == nil {
-		return nil, ErrClosed
+		return nil, closedError("the agent")
 	}
 	in, n := cString(input)
 	defer C.free(unsafe.Pointer(in))
@@ -366,7 +366,7 @@ func (a *Agent) Compact(ctx context.Context, opts CompactOptions) (CompactResult
 	a.h.mu.RLock()
 	defer a.h.mu.RUnlock()
 	if a.h.p == nil {
-		return CompactResult{}, ErrClosed
+		return CompactResult{}, closedError("the agent")
 	}
 	// The token exists before the call starts, so a ctx that ends while the call is
 	// starting still cancels it. A ctx that can never end needs none.
@@ -426,7 +426,7 @@ func (a *Agent) Transcript() ([]TranscriptEntry, error) {
 	a.h.mu.RLock()
 	defer a.h.mu.RUnlock()
 	if a.h.p == nil {
-		return nil, ErrClosed
+		return nil, closedError("the agent")
 	}
 	var s C.PantoString
 	var cerr *C.PantoError

@@ -1045,3 +1045,41 @@ func TestManyWaitingStreamsBoundTheThreads(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// ErrClosed is an *Error of kind cancelled, like every error Close causes, and matches
+// only those: errors.As finds the details, ErrCancelled matches them too, and a
+// cancellation that Close did not cause does not match ErrClosed.
+func TestErrClosedIsAPantoError(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var perr *Error
+	if !errors.As(ErrClosed, &perr) || perr.Kind != KindCancelled || !errors.Is(ErrClosed, ErrCancelled) {
+		t.Fatalf("ErrClosed: %#v", ErrClosed)
+	}
+	srv := startServer(t, holdScenario())
+	agent, err := NewAgent(testConfig(srv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := agent.Stream(context.Background(), "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Cancel()
+	_, cancelled := s.Next()
+	if !errors.Is(cancelled, ErrCancelled) || errors.Is(cancelled, ErrClosed) {
+		t.Fatalf("a cancel that Close did not cause: %v", cancelled)
+	}
+	_ = s.Close()
+	_ = agent.Close()
+	for _, err := range []error{
+		s.SubmitToolResult("x", "y", false),
+		agent.ClearHistory(),
+		func() error { _, err := agent.Stream(context.Background(), "x"); return err }(),
+		func() error { _, err := agent.SaveHistory(); return err }(),
+	} {
+		perr = nil
+		if !errors.As(err, &perr) || perr.Kind != KindCancelled || !errors.Is(err, ErrClosed) || !errors.Is(err, ErrCancelled) {
+			t.Errorf("after Close: %#v", err)
+		}
+	}
+}

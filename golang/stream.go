@@ -102,7 +102,7 @@ func (h *streamHandle) submit(callID, output string, isError bool) error {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	if h.p == nil {
-		return ErrClosed
+		return closedError("the stream")
 	}
 	id, idn := cString(callID)
 	defer C.free(unsafe.Pointer(id))
@@ -224,7 +224,7 @@ func (s *stream) pull() (Event, error) {
 		if h.end != nil {
 			return nil, h.end
 		}
-		return nil, &Error{Kind: KindCancelled, Message: "the stream was closed", cause: ErrClosed}
+		return nil, closedError("the stream")
 	}
 	for {
 		st := C.panto_next_event_timeout(h.p, h.ev, 0) // what is ready, never waiting
@@ -270,7 +270,7 @@ func (s *stream) failure(ev *C.PantoEvent) *Error {
 		if err := s.userCtx.Err(); err != nil {
 			e.cause = err
 		} else if s.closed.Load() {
-			e.cause = ErrClosed
+			e.closed = true
 		}
 	}
 	return e
