@@ -632,7 +632,7 @@ func TestChanAbandonedThenClosedOrCancelled(t *testing.T) {
 		}
 		for range ch { // drains what was in flight; ends because the channel closes
 		}
-		if how == "close" && s.Err() != nil {
+		if how == "close" && !errors.Is(s.Err(), ErrClosed) {
 			t.Fatalf("Err after Close: %v", s.Err())
 		}
 		if how == "ctx" && !errors.Is(s.Err(), context.Canceled) {
@@ -1081,5 +1081,44 @@ func TestErrClosedIsAPantoError(t *testing.T) {
 		if !errors.As(err, &perr) || perr.Kind != KindCancelled || !errors.Is(err, ErrClosed) || !errors.Is(err, ErrCancelled) {
 			t.Errorf("after Close: %#v", err)
 		}
+	}
+}
+
+// A loop ended by a Close from another goroutine is not a complete turn: Err says the
+// stream was closed (it was nil, as after a clean end).
+func TestErrAfterCloseFromAnotherGoroutine(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	for _, how := range []string{"Iter", "All", "Chan"} {
+		t.Run(how, func(t *testing.T) {
+			srv := startServer(t, holdScenario())
+			agent := newTestAgent(t, testConfig(srv))
+			s, err := agent.Stream(context.Background(), "hi")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				switch how {
+				case "Iter":
+					for range s.Iter() {
+					}
+				case "All":
+					for range s.All() {
+					}
+				case "Chan":
+					for range s.Chan() {
+					}
+				}
+			}()
+			eventually(t, "the server to hold the response", func() bool { return srv.stats(t)["held"] == 1 })
+			eventually(t, "the loop to wait for the held events", s.consumerWaiting)
+			_ = s.Close()
+			<-ended
+			var perr *Error
+			if err := s.Err(); !errors.Is(err, ErrClosed) || !errors.As(err, &perr) || perr.Kind != KindCancelled {
+				t.Fatalf("Err after Close mid-turn: %v", err)
+			}
+		})
 	}
 }

@@ -338,8 +338,11 @@ func (s *stream) close() {
 	s.h.release()
 }
 
-// Err returns the failure that ended Iter or Chan, or the one All yielded last; nil
-// after a clean end, or when the consumer stopped early (break, Close).
+// Err returns the failure that ended Iter, All or Chan (All also yields it last): nil
+// after a clean end or when the loop stopped early (break, return); an error matching
+// ErrClosed when Close ended the turn before its end (from another goroutine while the
+// loop waited, or Close with Chan's goroutine still sending), so that a loop ended by
+// Close is never taken for a complete turn.
 func (s *Stream) Err() error {
 	s.s.errMu.Lock()
 	defer s.s.errMu.Unlock()
@@ -347,7 +350,7 @@ func (s *Stream) Err() error {
 }
 
 func (s *stream) setErr(err error) {
-	if err == Done || s.closed.Load() {
+	if err == Done {
 		return
 	}
 	s.errMu.Lock()
@@ -434,6 +437,7 @@ func (s *Stream) Chan() <-chan Event {
 				st.setErr(&Error{Kind: KindCancelled, Message: "the context ended while an event waited for its receiver", cause: st.userCtx.Err()})
 				return false
 			case <-st.closedCh:
+				st.setErr(closedError("the stream"))
 				return false
 			}
 		})
