@@ -46,6 +46,12 @@ var Done = errors.New("panto: no more events")
 // while ErrClosed matches no other cancellation.
 var ErrClosed = &Error{Kind: KindCancelled, Message: "closed", sentinel: true, closed: true}
 
+// nilError is the error of a method called on a nil or zero what (*Stream, *Agent),
+// which made says how to get a real one.
+func nilError(what, made string) *Error {
+	return &Error{Kind: KindConfig, Message: "a nil or zero " + what + ": use the one " + made + " returns"}
+}
+
 // closedError is the error of a call on what Close freed (what: "the agent", …).
 func closedError(what string) *Error {
 	return &Error{Kind: KindCancelled, Message: what + " was closed", closed: true}

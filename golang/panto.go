@@ -54,7 +54,9 @@ import (
 )
 
 // Agent is one conversation with one provider configuration. Its methods may be called
-// from any goroutine. An agent has at most one open Stream at a time.
+// from any goroutine. An agent has at most one open Stream at a time. The methods of a
+// nil or zero *Agent do not panic: Close does nothing, and the others fail with an
+// *Error of kind config.
 type Agent struct {
 	h     *agentHandle
 	tools map[string]Tool
@@ -159,20 +161,37 @@ func (h *agentHandle) free() {
 }
 
 // Close frees the agent. Idempotent. Its open streams stay valid until they are
-// closed; later calls on the agent return closedError("the agent").
+// closed; later calls on the agent return an error matching ErrClosed. Close on a nil
+// or zero *Agent does nothing.
 func (a *Agent) Close() error {
-	a.h.free()
+	if a != nil && a.h != nil {
+		a.h.free()
+	}
 	return nil
+}
+
+// use read-locks the agent's handle for one call (the caller unlocks it), or says why
+// there is none: a nil or zero *Agent, or one that was closed.
+func (a *Agent) use() (*agentHandle, *Error) {
+	if a == nil || a.h == nil {
+		return nil, nilError("*Agent", "NewAgent")
+	}
+	a.h.mu.RLock()
+	if a.h.p == nil {
+		a.h.mu.RUnlock()
+		return nil, closedError("the agent")
+	}
+	return a.h, nil
 }
 
 // SaveHistory returns the conversation (complete messages only) as versioned JSON,
 // {"version":1,"messages":[…]}. Allowed during a turn.
 func (a *Agent) SaveHistory() ([]byte, error) {
-	a.h.mu.RLock()
-	defer a.h.mu.RUnlock()
-	if a.h.p == nil {
-		return nil, closedError("the agent")
+	h, uerr := a.use()
+	if uerr != nil {
+		return nil, uerr
 	}
+	defer h.mu.RUnlock()
 	var s C.PantoString
 	var cerr *C.PantoError
 	if C.panto_agent_save_history(a.h.p, &s, &cerr) != C.PANTO_OK {
@@ -185,11 +204,11 @@ func (a *Agent) SaveHistory() ([]byte, error) {
 // LoadHistory replaces the conversation with one saved by SaveHistory (validated; an
 // *Error of kind busy while a stream of this agent is open).
 func (a *Agent) LoadHistory(history []byte) error {
-	a.h.mu.RLock()
-	defer a.h.mu.RUnlock()
-	if a.h.p == nil {
-		return closedError("the agent")
+	h, uerr := a.use()
+	if uerr != nil {
+		return uerr
 	}
+	defer h.mu.RUnlock()
 	p, n := cString(string(history))
 	defer C.free(unsafe.Pointer(p))
 	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
@@ -203,11 +222,11 @@ func (a *Agent) LoadHistory(history []byte) error {
 // ClearHistory empties the conversation (an *Error of kind busy while a stream of this
 // agent is open).
 func (a *Agent) ClearHistory() error {
-	a.h.mu.RLock()
-	defer a.h.mu.RUnlock()
-	if a.h.p == nil {
-		return closedError("the agent")
+	h, uerr := a.use()
+	if uerr != nil {
+		return uerr
 	}
+	defer h.mu.RUnlock()
 	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
 		return C.panto_agent_clear_history(a.h.p, cerr)
 	}); e != nil {
@@ -290,11 +309,11 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	if err := ctx.Err(); err != nil {
 		return nil, &Error{Kind: KindCancelled, Message: "the context was done before the turn started", cause: err}
 	}
-	a.h.mu.RLock()
-	defer a.h.mu.RUnlock()
-	if a.h.p == nil {
-		return nil, closedError("the agent")
+	h, uerr := a.use()
+	if uerr != nil {
+		return nil, uerr
 	}
+	defer h.mu.RUnlock()
 	in, n := cString(input)
 	defer C.free(unsafe.Pointer(in))
 	var out *C.PantoStream
@@ -363,11 +382,11 @@ func (a *Agent) Compact(ctx context.Context, opts CompactOptions) (CompactResult
 	if err != nil {
 		return CompactResult{}, &Error{Kind: KindConfig, Message: "cannot encode the options: " + err.Error()}
 	}
-	a.h.mu.RLock()
-	defer a.h.mu.RUnlock()
-	if a.h.p == nil {
-		return CompactResult{}, closedError("the agent")
+	h, uerr := a.use()
+	if uerr != nil {
+		return CompactResult{}, uerr
 	}
+	defer h.mu.RUnlock()
 	// The token exists before the call starts, so a ctx that ends while the call is
 	// starting still cancels it. A ctx that can never end needs none.
 	var token *C.PantoCancelToken
@@ -423,11 +442,11 @@ type TranscriptEntry struct {
 // Transcript returns a flat, provider-neutral view of the conversation, in order, for
 // repainting a UI. Allowed during a turn (it shows the last complete step).
 func (a *Agent) Transcript() ([]TranscriptEntry, error) {
-	a.h.mu.RLock()
-	defer a.h.mu.RUnlock()
-	if a.h.p == nil {
-		return nil, closedError("the agent")
+	h, uerr := a.use()
+	if uerr != nil {
+		return nil, uerr
 	}
+	defer h.mu.RUnlock()
 	var s C.PantoString
 	var cerr *C.PantoError
 	if C.panto_agent_transcript_json(a.h.p, &s, &cerr) != C.PANTO_OK {

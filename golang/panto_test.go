@@ -1122,3 +1122,66 @@ func TestErrAfterCloseFromAnotherGoroutine(t *testing.T) {
 		})
 	}
 }
+
+// `defer s.Close()` before the error check: every method of a nil or zero *Stream or
+// *Agent is safe (they panicked), Close and Cancel doing nothing and the others
+// failing with an *Error of kind config.
+func TestNilAndZeroStreamsAndAgents(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	isConfig := func(what string, err error) {
+		t.Helper()
+		var perr *Error
+		if !errors.As(err, &perr) || perr.Kind != KindConfig {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	for name, s := range map[string]*Stream{"nil": nil, "zero": {}} {
+		t.Run("Stream "+name, func(t *testing.T) {
+			if err := s.Close(); err != nil {
+				t.Error(err)
+			}
+			s.Cancel()
+			_, err := s.Next()
+			isConfig("Next", err)
+			isConfig("Err", s.Err())
+			isConfig("SubmitToolResult", s.SubmitToolResult("id", "x", false))
+			for range s.Iter() {
+				t.Error("Iter yielded")
+			}
+			n := 0
+			for ev, err := range s.All() {
+				n++
+				if ev != nil {
+					t.Error("All yielded an event")
+				}
+				isConfig("All", err)
+			}
+			if n != 1 {
+				t.Errorf("All yielded %d pairs", n)
+			}
+			for range s.Chan() {
+				t.Error("Chan delivered")
+			}
+		})
+	}
+	for name, a := range map[string]*Agent{"nil": nil, "zero": {}} {
+		t.Run("Agent "+name, func(t *testing.T) {
+			if err := a.Close(); err != nil {
+				t.Error(err)
+			}
+			s, err := a.Stream(context.Background(), "x")
+			isConfig("Stream", err)
+			_ = s.Close() // the nil *Stream Stream returned
+			_, err = a.StreamWith(context.Background(), "x", TurnOptions{Model: "m"})
+			isConfig("StreamWith", err)
+			_, err = a.SaveHistory()
+			isConfig("SaveHistory", err)
+			isConfig("LoadHistory", a.LoadHistory([]byte("{}")))
+			isConfig("ClearHistory", a.ClearHistory())
+			_, err = a.Compact(context.Background(), CompactOptions{})
+			isConfig("Compact", err)
+			_, err = a.Transcript()
+			isConfig("Transcript", err)
+		})
+	}
+}

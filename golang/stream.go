@@ -124,6 +124,10 @@ func (h *streamHandle) submit(callID, output string, isError bool) error {
 // A Stream is only the caller's reference to the turn (stream): nothing panto runs —
 // the goroutine of Chan, the ctx watcher, tool goroutines — refers to it, so the
 // garbage collector can tell when the caller has dropped it.
+//
+// The methods of a nil or zero *Stream do not panic: Close and Cancel do nothing, and
+// the others fail with an *Error of kind config (so `defer s.Close()` may come before
+// the check of Agent.Stream's error).
 type Stream struct{ s *stream }
 
 // stream is the state of one turn shared by the Stream and what runs for it.
@@ -168,9 +172,25 @@ func newStream(ctx context.Context, p *C.PantoStream, tools map[string]Tool) *St
 // an event arrives, the turn fails, or the stream is cancelled (Cancel, Close, or the
 // stream's ctx). Tool calls of Tools with a Func are started here, in goroutines.
 func (s *Stream) Next() (Event, error) {
+	st := s.state()
+	if st == nil {
+		return nil, errNilStream()
+	}
 	defer runtime.KeepAlive(s)
-	return s.s.next()
+	return st.next()
 }
+
+// state is the stream's state, nil for a nil or zero *Stream (whose methods then do
+// nothing, or fail with errNilStream, rather than panic: `defer s.Close()` may come
+// before the error check of Agent.Stream).
+func (s *Stream) state() *stream {
+	if s == nil {
+		return nil
+	}
+	return s.s
+}
+
+func errNilStream() *Error { return nilError("*Stream", "Agent.Stream") }
 
 func (s *stream) next() (Event, error) {
 	s.nextMu.Lock()
@@ -314,19 +334,29 @@ func callTool(ctx context.Context, t Tool, args json.RawMessage) (out string, is
 // that is not waiting for a result is an *Error of kind tool; the stream goes on. Safe
 // from any goroutine, also during a blocked Next.
 func (s *Stream) SubmitToolResult(callID, output string, isError bool) error {
-	return s.s.h.submit(callID, output, isError)
+	st := s.state()
+	if st == nil {
+		return errNilStream()
+	}
+	return st.h.submit(callID, output, isError)
 }
 
 // Cancel cancels the turn: a blocked Next wakes up and it, or the next one, fails with
 // kind cancelled (unless MessageComplete was already delivered). Idempotent; any
 // goroutine.
-func (s *Stream) Cancel() { s.s.h.cancel() }
+func (s *Stream) Cancel() {
+	if st := s.state(); st != nil {
+		st.h.cancel()
+	}
+}
 
 // Close cancels the turn if it is still running and frees the stream. Idempotent and
 // safe concurrently with a blocked Next (which then returns a cancelled *Error that
 // also matches ErrClosed). Always returns nil, so `defer s.Close()` is fine.
 func (s *Stream) Close() error {
-	s.s.close()
+	if st := s.state(); st != nil {
+		st.close()
+	}
 	return nil
 }
 
@@ -344,9 +374,13 @@ func (s *stream) close() {
 // loop waited, or Close with Chan's goroutine still sending), so that a loop ended by
 // Close is never taken for a complete turn.
 func (s *Stream) Err() error {
-	s.s.errMu.Lock()
-	defer s.s.errMu.Unlock()
-	return s.s.err
+	st := s.state()
+	if st == nil {
+		return errNilStream()
+	}
+	st.errMu.Lock()
+	defer st.errMu.Unlock()
+	return st.err
 }
 
 func (s *stream) setErr(err error) {
@@ -390,8 +424,8 @@ func (s *stream) consume(emit func(Event) bool) error {
 func (s *Stream) Iter() iter.Seq[Event] {
 	return func(yield func(Event) bool) {
 		defer runtime.KeepAlive(s)
-		if s.s.claim() {
-			_ = s.s.consume(yield)
+		if st := s.state(); st != nil && st.claim() {
+			_ = st.consume(yield)
 		}
 	}
 }
@@ -402,10 +436,15 @@ func (s *Stream) Iter() iter.Seq[Event] {
 func (s *Stream) All() iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		defer runtime.KeepAlive(s)
-		if !s.s.claim() {
+		st := s.state()
+		if st == nil {
+			yield(nil, errNilStream())
 			return
 		}
-		if err := s.s.consume(func(ev Event) bool { return yield(ev, nil) }); err != nil {
+		if !st.claim() {
+			return
+		}
+		if err := st.consume(func(ev Event) bool { return yield(ev, nil) }); err != nil {
 			yield(nil, err)
 		}
 	}
@@ -421,8 +460,8 @@ func (s *Stream) All() iter.Seq2[Event, error] {
 // Prefer Iter or Next: they need no goroutine.
 func (s *Stream) Chan() <-chan Event {
 	ch := make(chan Event)
-	st := s.s
-	if !st.claim() {
+	st := s.state()
+	if st == nil || !st.claim() {
 		close(ch)
 		return ch
 	}
@@ -447,7 +486,7 @@ func (s *Stream) Chan() <-chan Event {
 
 // consumerWaiting reports whether a Next is blocked in the library (for tests).
 func (s *Stream) consumerWaiting() bool {
-	h := s.s.h
+	h := s.state().h
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return h.p != nil && bool(C.panto_stream_consumer_waiting(h.p))
