@@ -40,8 +40,8 @@ const (
 	KindInternal ErrorKind = "internal"
 )
 
-// ErrorKinds lists every kind, in the order of the C ABI's codes.
-var ErrorKinds = []ErrorKind{
+// errorKinds lists every kind, in the order of the C ABI's codes (kindOf decodes with it).
+var errorKinds = [...]ErrorKind{
 	KindConfig,
 	KindAuthentication,
 	KindPermission,
@@ -59,6 +59,10 @@ var ErrorKinds = []ErrorKind{
 	KindIncomplete,
 	KindInternal,
 }
+
+// ErrorKinds returns every kind, in the order of the C ABI's codes (a new slice on every
+// call: changing it changes nothing else).
+func ErrorKinds() []ErrorKind { return append([]ErrorKind(nil), errorKinds[:]...) }
 
 // Sentinels, one per kind, for errors.Is. They match any *Error of their kind.
 var (

@@ -12,8 +12,8 @@ import (
 	"unsafe"
 )
 
-// EventTypes lists every event type name, in the order of the C ABI's event codes.
-var EventTypes = []string{
+// eventTypes lists every event type name, in the order of the C ABI's event codes.
+var eventTypes = [...]string{
 	"message_start",
 	"block_start",
 	"content_delta",
@@ -26,6 +26,10 @@ var EventTypes = []string{
 	"message_complete",
 	"history_compacted",
 }
+
+// EventTypes returns every event type name, in the order of the C ABI's event codes
+// (a new slice on every call: changing it changes nothing else).
+func EventTypes() []string { return append([]string(nil), eventTypes[:]...) }
 
 // Usage is the usage record. Token counts: of one response in message_end, of the whole
 // turn in message_complete.

@@ -114,8 +114,8 @@ func takeError(e *C.PantoError) *Error {
 }
 
 func kindOf(code uint32) ErrorKind {
-	if code >= 1 && int(code) <= len(ErrorKinds) {
-		return ErrorKinds[code-1]
+	if code >= 1 && int(code) <= len(errorKinds) {
+		return errorKinds[code-1]
 	}
 	return ErrorKind(libErrorKindName(code))
 }

@@ -459,7 +459,7 @@ func TestEveryErrorKind(t *testing.T) {
 				t.Fatal("the API key is in the error")
 			}
 			// Every other sentinel does not match.
-			for _, k := range ErrorKinds {
+			for _, k := range ErrorKinds() {
 				if k != c.kind && errors.Is(err, sentinel(k)) {
 					t.Fatalf("%v matches %s", err, k)
 				}
@@ -673,20 +673,20 @@ func TestUnclosedStreamIsFreedByGC(t *testing.T) {
 }
 
 func TestKindsAndTypesMatchTheLibrary(t *testing.T) {
-	for i, k := range ErrorKinds {
+	for i, k := range ErrorKinds() {
 		if got := libErrorKindName(uint32(i + 1)); got != string(k) {
 			t.Errorf("error kind %d: library %q, Go %q", i+1, got, k)
 		}
 	}
-	if got := libErrorKindName(uint32(len(ErrorKinds) + 1)); got != "unknown" {
+	if got := libErrorKindName(uint32(len(ErrorKinds()) + 1)); got != "unknown" {
 		t.Errorf("the library knows an error kind Go does not: %q", got)
 	}
-	for i, typ := range EventTypes {
+	for i, typ := range EventTypes() {
 		if got := libEventKindName(uint32(i + 1)); got != typ {
 			t.Errorf("event %d: library %q, Go %q", i+1, got, typ)
 		}
 	}
-	if got := libEventKindName(uint32(len(EventTypes) + 1)); got != "unknown" {
+	if got := libEventKindName(uint32(len(EventTypes()) + 1)); got != "unknown" {
 		t.Errorf("the library knows an event type Go does not: %q", got)
 	}
 	if ABIVersion()>>16 != 1 {
@@ -1183,5 +1183,20 @@ func TestNilAndZeroStreamsAndAgents(t *testing.T) {
 			_, err = a.Transcript()
 			isConfig("Transcript", err)
 		})
+	}
+}
+
+// The exported lists are copies: changing one changes neither what another call returns
+// nor how the library's codes decode (ErrorKinds was a package variable kindOf read).
+func TestKindAndTypeListsAreCopies(t *testing.T) {
+	kinds, types := ErrorKinds(), EventTypes()
+	kinds[0], types[0] = "mutated", "mutated"
+	if ErrorKinds()[0] != KindConfig || EventTypes()[0] != "message_start" {
+		t.Fatal("a returned list shares the package's")
+	}
+	_, err := NewAgent(Config{Model: "m", Provider: "nope"})
+	var perr *Error
+	if !errors.As(err, &perr) || perr.Kind != KindConfig || !errors.Is(err, ErrConfig) {
+		t.Fatalf("decoded %#v", err)
 	}
 }

@@ -155,7 +155,7 @@ func TestEventsFromTheCRecordEqualThoseFromTheirJSON(t *testing.T) {
 			}
 		}
 	}
-	for _, typ := range EventTypes {
+	for _, typ := range EventTypes() {
 		if !seen[typ] {
 			t.Errorf("no scenario produced %s", typ)
 		}

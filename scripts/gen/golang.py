@@ -2,10 +2,10 @@
 
 `render(vocab) -> {path: text}` returns, relative to the repository root:
 
-- golang/events_gen.go  the event structs (Type, MarshalJSON), EventTypes, Usage and the
+- golang/events_gen.go  the event structs (Type, MarshalJSON), EventTypes(), Usage and the
                         other records, and `convert`, which copies a delivered C
                         `PantoEvent` into them;
-- golang/errors_gen.go  the ErrorKind constants, ErrorKinds and the Err* sentinels;
+- golang/errors_gen.go  the ErrorKind constants, ErrorKinds() and the Err* sentinels;
 - golang/config_gen.go  Config and its nested types, with MarshalJSON methods that write
                         the JSON configuration the C ABI takes;
 - golang/include/panto.h  a byte copy of capi/include/panto.h (a Go module cannot reach
@@ -276,11 +276,15 @@ class Events:
         events = self.vocab["events"]
         out: List[str] = []
         w = out.append
-        w("// EventTypes lists every event type name, in the order of the C ABI's event codes.")
-        w("var EventTypes = []string{")
+        w("// eventTypes lists every event type name, in the order of the C ABI's event codes.")
+        w("var eventTypes = [...]string{")
         for e in events:
             w(f"\t{go_str(e['name'])},")
         w("}")
+        w("")
+        w("// EventTypes returns every event type name, in the order of the C ABI's event codes")
+        w("// (a new slice on every call: changing it changes nothing else).")
+        w("func EventTypes() []string { return append([]string(nil), eventTypes[:]...) }")
         w("")
         for r in self.records.values():
             out += comment(f"{r['variant']} is the {r['name']} record. {sentence(r['doc'])}")
@@ -510,11 +514,15 @@ def render_errors(vocab: Dict[str, Any]) -> str:
         w(f"\tKind{go(k)} ErrorKind = {go_str(k['name'])}")
     w(")")
     w("")
-    w("// ErrorKinds lists every kind, in the order of the C ABI's codes.")
-    w("var ErrorKinds = []ErrorKind{")
+    w("// errorKinds lists every kind, in the order of the C ABI's codes (kindOf decodes with it).")
+    w("var errorKinds = [...]ErrorKind{")
     for k in kinds:
         w(f"\tKind{go(k)},")
     w("}")
+    w("")
+    w("// ErrorKinds returns every kind, in the order of the C ABI's codes (a new slice on every")
+    w("// call: changing it changes nothing else).")
+    w("func ErrorKinds() []ErrorKind { return append([]ErrorKind(nil), errorKinds[:]...) }")
     w("")
     w("// Sentinels, one per kind, for errors.Is. They match any *Error of their kind.")
     w("var (")
