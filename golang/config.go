@@ -19,6 +19,9 @@ func Bool(b bool) *bool { return &b }
 // Float returns a pointer to x, for Config.Temperature.
 func Float(x float64) *float64 { return &x }
 
+// Int returns a pointer to n, for Retry.MaxRetries (Int(0): no retry).
+func Int(n int) *int { return &n }
+
 // configJSON is the JSON object the core validates; zero values are left out.
 func (c *Config) configJSON() ([]byte, error) { return c.MarshalJSON() }
 
@@ -90,22 +93,6 @@ func readMillis(v json.RawMessage, d *time.Duration) error {
 	}
 	if ms != nil {
 		*d = time.Duration(*ms) * time.Millisecond
-	}
-	return nil
-}
-
-// readCountZeroNegative reads a count whose Go zero value means "the default": a JSON
-// 0 becomes -1, which MarshalJSON sends as 0.
-func readCountZeroNegative(v json.RawMessage, n *int) error {
-	var c *int
-	if err := json.Unmarshal(v, &c); err != nil {
-		return err
-	}
-	if c != nil {
-		*n = *c
-		if *n == 0 {
-			*n = -1
-		}
 	}
 	return nil
 }

@@ -266,9 +266,9 @@ func (t *Tool) UnmarshalJSON(data []byte) error {
 // Retry is the "retry" configuration key. Retry policy for requests that fail before their
 // first byte.
 type Retry struct {
-	// MaxRetries ("max_retries"): Retries after the first attempt. At most 100. Default: 2. 0
-	// means the default; a negative value sends 0.
-	MaxRetries int
+	// MaxRetries ("max_retries"): Retries after the first attempt. At most 100. Default: 2.
+	// nil means the default; Int(0) sends 0.
+	MaxRetries *int
 	// InitialDelay ("initial_delay_ms", sent in whole milliseconds): First backoff, doubled
 	// per retry. Default: 500 ms.
 	InitialDelay time.Duration
@@ -287,8 +287,8 @@ type Retry struct {
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
 func (r Retry) MarshalJSON() ([]byte, error) {
 	var o jsonObject
-	if r.MaxRetries != 0 {
-		o.put("max_retries", max(r.MaxRetries, 0))
+	if r.MaxRetries != nil {
+		o.put("max_retries", *r.MaxRetries)
 	}
 	if r.InitialDelay != 0 {
 		o.put("initial_delay_ms", r.InitialDelay.Milliseconds())
@@ -311,7 +311,7 @@ func (r *Retry) UnmarshalJSON(data []byte) error {
 	return readObject(data, func(key string, v json.RawMessage) error {
 		switch key {
 		case "max_retries":
-			return readCountZeroNegative(v, &r.MaxRetries)
+			return json.Unmarshal(v, &r.MaxRetries)
 		case "initial_delay_ms":
 			return readMillis(v, &r.InitialDelay)
 		case "max_delay_ms":
@@ -326,7 +326,7 @@ func (r *Retry) UnmarshalJSON(data []byte) error {
 }
 
 func (r Retry) isZero() bool {
-	return r.MaxRetries == 0 &&
+	return r.MaxRetries == nil &&
 		r.InitialDelay == 0 &&
 		r.MaxDelay == 0 &&
 		r.MaxElapsed == 0 &&

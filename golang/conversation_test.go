@@ -40,7 +40,7 @@ func TestReasoningCachingAndTranscript(t *testing.T) {
 	srv := startServer(t, sharedScenario(t, "conversation-reasoning-caching.json"))
 	cfg := Config{
 		Provider: "anthropic", Model: "claude-x", BaseURL: srv.url, APIKey: "sk-test-secret-key",
-		System: "You are terse.", Retry: Retry{MaxRetries: -1},
+		System: "You are terse.", Retry: Retry{MaxRetries: Int(0)},
 		Reasoning: &Reasoning{Effort: "low"},
 		Tools: []Tool{{Name: "weather", Func: func(context.Context, json.RawMessage) (string, error) {
 			return "sunny", nil

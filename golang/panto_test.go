@@ -478,7 +478,7 @@ func TestEveryErrorKind(t *testing.T) {
 		}
 	})
 	t.Run("connection refused", func(t *testing.T) {
-		agent := newTestAgent(t, Config{Model: "m", APIKey: "k", BaseURL: "http://127.0.0.1:1/v1", Retry: Retry{MaxRetries: -1}})
+		agent := newTestAgent(t, Config{Model: "m", APIKey: "k", BaseURL: "http://127.0.0.1:1/v1", Retry: Retry{MaxRetries: Int(0)}})
 		s, err := agent.Stream(context.Background(), "hi")
 		if err != nil {
 			t.Fatal(err)
@@ -520,7 +520,7 @@ func TestEveryErrorKind(t *testing.T) {
 			exchange(sseResponse(textSSE("ok"))),
 		))
 		cfg := testConfig(srv)
-		cfg.Retry = Retry{MaxRetries: 2, InitialDelay: time.Millisecond, MaxDelay: time.Millisecond}
+		cfg.Retry = Retry{MaxRetries: Int(2), InitialDelay: time.Millisecond, MaxDelay: time.Millisecond}
 		agent := newTestAgent(t, cfg)
 		s, err := agent.Stream(context.Background(), "hi")
 		if err != nil {
@@ -1198,5 +1198,38 @@ func TestKindAndTypeListsAreCopies(t *testing.T) {
 	var perr *Error
 	if !errors.As(err, &perr) || perr.Kind != KindConfig || !errors.Is(err, ErrConfig) {
 		t.Fatalf("decoded %#v", err)
+	}
+}
+
+// Retry{MaxRetries: Int(0)} means no retry, as openai-go's WithMaxRetries(0) does (a
+// zero MaxRetries meant "the default", two retries); nil keeps the default.
+func TestZeroMaxRetriesMeansNoRetry(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	limited := exchange(obj{"status": 429, "headers": obj{"retry-after": "0"}, "json": obj{"error": obj{"type": "rate_limit_exceeded", "message": "slow down"}}})
+	srv := startServer(t, scenario(limited, exchange(sseResponse(textSSE("ok")))))
+	cfg := testConfig(srv)
+	cfg.Retry = Retry{MaxRetries: Int(0), InitialDelay: time.Millisecond}
+	agent := newTestAgent(t, cfg)
+	s, err := agent.Stream(context.Background(), "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev := range s.Iter() {
+		t.Fatalf("an event: %s", mustJSON(t, ev))
+	}
+	if !errors.Is(s.Err(), ErrRateLimited) {
+		t.Fatalf("Err %v", s.Err())
+	}
+	// The default (nil) retries.
+	srv.control(t, "/_panto/reset")
+	cfg.Retry = Retry{InitialDelay: time.Millisecond}
+	agent = newTestAgent(t, cfg)
+	s, err = agent.Stream(context.Background(), "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := drainTurn(t, s)
+	if _, ok := evs[0].(*ProviderRetry); !ok {
+		t.Fatalf("first event %s", mustJSON(t, evs[0]))
 	}
 }

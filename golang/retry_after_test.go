@@ -21,7 +21,7 @@ func TestRetryAfterPastTheCapFailsAtOnceWithTheWait(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	srv := startServer(t, scenario(rateLimited("retry-after", "120"), exchange(sseResponse(textSSE("too early")))))
 	cfg := testConfig(srv)
-	cfg.Retry = Retry{MaxRetries: 2, InitialDelay: time.Millisecond, MaxDelay: time.Millisecond}
+	cfg.Retry = Retry{MaxRetries: Int(2), InitialDelay: time.Millisecond, MaxDelay: time.Millisecond}
 	agent := newTestAgent(t, cfg)
 	s, err := agent.Stream(context.Background(), "hi")
 	if err != nil {
@@ -46,7 +46,7 @@ func TestRetryAfterUpToTheCapIsTheDelay(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	srv := startServer(t, scenario(rateLimited("retry-after", "90"), exchange(sseResponse(textSSE("late")))))
 	cfg := testConfig(srv)
-	cfg.Retry = Retry{MaxRetries: 2, InitialDelay: time.Millisecond, MaxDelay: time.Millisecond,
+	cfg.Retry = Retry{MaxRetries: Int(2), InitialDelay: time.Millisecond, MaxDelay: time.Millisecond,
 		MaxRetryAfter: 2 * time.Minute}
 	agent := newTestAgent(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())

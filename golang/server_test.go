@@ -192,7 +192,7 @@ func sseResponse(items []any) obj { return obj{"status": 200, "sse": items} }
 func testConfig(s *testServer) Config {
 	return Config{
 		Provider: "openai", Model: "gpt-test", BaseURL: s.url + "/v1", APIKey: "sk-test-secret-key",
-		Retry: Retry{MaxRetries: -1},
+		Retry: Retry{MaxRetries: Int(0)},
 	}
 }
 

@@ -23,7 +23,7 @@ func TestConfigJSONFollowsTheGenerationRules(t *testing.T) {
 			{Name: "a", Description: "d", Parameters: json.RawMessage(`{"type":"object"}`)},
 			{Name: "b", Func: func(context.Context, json.RawMessage) (string, error) { return "", nil }},
 		},
-		Retry:    Retry{MaxRetries: -1, InitialDelay: time.Second},
+		Retry:    Retry{MaxRetries: Int(0), InitialDelay: time.Second},
 		Timeouts: Timeouts{Idle: 2 * time.Second},
 		Headers:  map[string]string{"x-a": "1"}, QueueCapacity: 8,
 		MaxEventBytes: 2048, MaxMessageBytes: 4096, MaxToolOutputBytes: 512,
@@ -47,7 +47,7 @@ func TestConfigJSONFollowsTheGenerationRules(t *testing.T) {
 	if js, _ := json.Marshal(Config{Retry: Retry{}}); string(js) != `{"model":""}` {
 		t.Errorf("zero config: %s", js)
 	}
-	// And read back: every field, -1 for a JSON 0 of max_retries, Func aside.
+	// And read back: every field (a JSON 0 of max_retries as Int(0)), Func aside.
 	var back Config
 	if err := json.Unmarshal([]byte(want), &back); err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestConfigJSONFollowsTheGenerationRules(t *testing.T) {
 		t.Errorf("unknown nested key: %v", err)
 	}
 	// The core accepts what is written, and names a key it refuses.
-	if _, err := NewAgent(Config{Model: "m", Retry: Retry{MaxRetries: 101}}); err == nil ||
+	if _, err := NewAgent(Config{Model: "m", Retry: Retry{MaxRetries: Int(101)}}); err == nil ||
 		!strings.Contains(err.Error(), "retry.max_retries") {
 		t.Errorf("max_retries 101: %v", err)
 	}

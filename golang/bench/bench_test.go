@@ -113,7 +113,7 @@ func measure(b *testing.B, turn func() int) {
 
 func pantoAgent(b *testing.B, url string) *panto.Agent {
 	a, err := panto.NewAgent(panto.Config{Model: "gpt-test", BaseURL: url + "/v1", APIKey: "k",
-		Retry: panto.Retry{MaxRetries: -1}})
+		Retry: panto.Retry{MaxRetries: panto.Int(0)}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func BenchmarkConcurrent1000(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				a, err := panto.NewAgent(panto.Config{Model: "gpt-test", BaseURL: url + "/v1", APIKey: "k",
-					Retry: panto.Retry{MaxRetries: -1}})
+					Retry: panto.Retry{MaxRetries: panto.Int(0)}})
 				if err != nil {
 					b.Error(err)
 					return

@@ -44,14 +44,15 @@ the key's singular (tools -> Tool). Zero values mean "not set" (the key is left 
 the library's default applies):
   string, enum -> string ("" unset); integers -> int (0 unset); an integer key whose name
   ends in `_ms` -> time.Duration named without the suffix (tool_timeout_ms ->
-  ToolTimeout), sent in whole milliseconds; an integer key that accepts 0 and defaults
-  to something else (retry.max_retries) -> a negative value sends 0; f64 -> *float64,
-  bool -> *bool (nil unset); map -> map[string]V; array -> slice (empty unset); json ->
-  json.RawMessage; object -> a struct value when it has a default (left out when all
-  its fields are zero), a pointer when it defaults to null (nil unset). Keys marked
-  `required` are always written. UnmarshalJSON reads the same JSON back (a JSON 0 for a
-  key of the negative-value rule becomes -1), so a Config can be loaded from the JSON
-  configuration every language shares.
+  ToolTimeout), sent in whole milliseconds; an integer key (not `_ms`) that accepts 0
+  and defaults to something else (retry.max_retries) -> *int (nil unset, Int(0) sends
+  0: a zero that meant "the default" there would make Retry{MaxRetries: 0} retry,
+  and one that meant 0 would make Retry{InitialDelay: d} stop retrying); f64 ->
+  *float64, bool -> *bool (nil unset); map -> map[string]V; array -> slice (empty
+  unset); json -> json.RawMessage; object -> a struct value when it has a default (left
+  out when all its fields are zero), a pointer when it defaults to null (nil unset).
+  Keys marked `required` are always written. UnmarshalJSON reads the same JSON back,
+  so a Config can be loaded from the JSON configuration every language shares.
 Go-only additions live in GO_EXTRA_FIELDS (Tool.Func: a host tool implemented in Go).
 """
 
@@ -566,7 +567,7 @@ class ConfigGen:
             if k["name"].endswith("_ms"):
                 self.imports.add("time")
                 return "time.Duration"
-            return "int"
+            return "*int" if self.zero_is_not_default(k) else "int"
         if t == "f64":
             return "*float64"
         if t == "bool":
@@ -625,12 +626,12 @@ class ConfigGen:
             if d is not None and d != {} and d != [] and d != "":
                 shown = f"{d} ms" if unit else json.dumps(d, separators=(",", ":"))
                 doc += f" Default: {shown}."
-            if self.negative_means_zero(k):
-                doc += " 0 means the default; a negative value sends 0."
+            if self.zero_is_not_default(k):
+                doc += " nil means the default; Int(0) sends 0."
         return doc
 
     @staticmethod
-    def negative_means_zero(k: Dict[str, Any]) -> bool:
+    def zero_is_not_default(k: Dict[str, Any]) -> bool:
         d = k.get("default", None)
         return (is_int(k["type"]) and not k["name"].endswith("_ms") and isinstance(d, int) and d != 0
                 and (k.get("min") is None or k["min"] <= 0))
@@ -662,10 +663,8 @@ class ConfigGen:
             value = ref
             if gtype == "time.Duration":
                 value = f"{ref}.Milliseconds()"
-            elif gtype.startswith("*") and k["type"] in ("f64", "bool"):
+            elif gtype.startswith("*") and (k["type"] in ("f64", "bool") or is_int(k["type"])):
                 value = f"*{ref}"
-            elif self.negative_means_zero(k):
-                value = f"max({ref}, 0)"
             if gtype in ("string",):
                 cond = f'{ref} != ""'
             elif gtype in ("int", "time.Duration"):
@@ -695,8 +694,6 @@ class ConfigGen:
             out.append(f"\t\tcase {go_str(k['name'])}:")
             if gtype == "time.Duration":
                 out.append(f"\t\t\treturn readMillis(v, &{ref})")
-            elif self.negative_means_zero(k):
-                out.append(f"\t\t\treturn readCountZeroNegative(v, &{ref})")
             else:
                 out.append(f"\t\t\treturn json.Unmarshal(v, &{ref})")
         out.append("\t\t}")

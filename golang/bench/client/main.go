@@ -63,7 +63,7 @@ func newAgent(base string) *panto.Agent {
 	// MaxSteps 1: the tool workload's call names no tool of this agent; it gets an error
 	// result and the turn ends after this one response, as openai-go's does.
 	a, err := panto.NewAgent(panto.Config{Model: "gpt-4o", BaseURL: base, APIKey: "sk-bench",
-		MaxSteps: 1, Retry: panto.Retry{MaxRetries: -1}})
+		MaxSteps: 1, Retry: panto.Retry{MaxRetries: panto.Int(0)}})
 	if err != nil {
 		die("agent: %v", err)
 	}
