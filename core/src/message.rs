@@ -364,7 +364,7 @@ pub fn history_json_len(messages: &[Message]) -> usize {
 /// refuse (see [`validate_history`]).
 pub fn history_from_json(json: &str) -> Result<Vec<Message>> {
     let saved: SavedHistory = serde_json::from_str(json)
-        .map_err(|e| Error::config(format!("history: not a saved panto history: {e}")))?;
+        .map_err(|e| Error::config(format!("history: {}", explain_history_error(json, &e))))?;
     if saved.version != HISTORY_VERSION {
         return Err(Error::config(format!(
             "history: version {} is not supported (expected {HISTORY_VERSION})",
@@ -373,6 +373,98 @@ pub fn history_from_json(json: &str) -> Result<Vec<Message>> {
     }
     validate_history(&saved.messages)?;
     Ok(saved.messages)
+}
+
+/// Why `json` is not a saved history, for a person: where in it (`messages[2].content[0]`)
+/// and what is wrong there, rather than the parser's view of the first token it could
+/// not place. Walks the document only once the fast parse has failed.
+fn explain_history_error(json: &str, parse_error: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    let doc: Value = match serde_json::from_str(json) {
+        Ok(doc) => doc,
+        Err(e) if e.classify() == Category::Eof => {
+            return format!(
+                "the JSON text ends early (line {}, column {}): not the whole of a saved history",
+                e.line(),
+                e.column()
+            )
+        }
+        Err(e) => {
+            return format!(
+                "not JSON (line {}, column {}); a saved history is the text save_history returned",
+                e.line(),
+                e.column()
+            )
+        }
+    };
+    let kind = |v: &Value| match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    let shape = r#"a saved history is {"version": 1, "messages": [...]}"#;
+    let Some(top) = doc.as_object() else {
+        return format!("{} is not a saved history ({shape})", kind(&doc));
+    };
+    match top.get("version") {
+        None => return format!(r#""version" is missing ({shape})"#),
+        Some(v) if v.as_u64() != Some(u64::from(HISTORY_VERSION)) => {
+            return match v.as_u64() {
+                Some(n) => format!("version {n} is not supported (expected {HISTORY_VERSION})"),
+                None => format!(r#""version" is {v}, not {HISTORY_VERSION} ({shape})"#),
+            }
+        }
+        Some(_) => {}
+    }
+    let messages = match top.get("messages") {
+        None => return format!(r#""messages" is missing ({shape})"#),
+        Some(Value::Array(messages)) => messages,
+        Some(v) => return format!(r#""messages" is {}, not an array of messages"#, kind(v)),
+    };
+    let one_of = |values: &[&str]| values.join(", ");
+    for (i, m) in messages.iter().enumerate() {
+        let at = format!("messages[{i}]");
+        let Some(m) = m.as_object() else {
+            return format!(
+                r#"{at} is {}, not a message {{"role": …, "content": [...]}}"#,
+                kind(m)
+            );
+        };
+        match m.get("role") {
+            Some(Value::String(r)) if ["user", "assistant", "tool"].contains(&r.as_str()) => {}
+            Some(r) => return format!("{at}.role is {r}: the roles are user, assistant and tool"),
+            None => return format!(r#"{at} has no "role" (user, assistant or tool)"#),
+        }
+        let blocks = match m.get("content") {
+            Some(Value::Array(blocks)) => blocks,
+            Some(v) => return format!("{at}.content is {}, not an array of blocks", kind(v)),
+            None => return format!(r#"{at} has no "content" (an array of blocks)"#),
+        };
+        let types: Vec<&str> = CONTENT_TYPE.values.iter().map(|v| v.name).collect();
+        for (j, b) in blocks.iter().enumerate() {
+            let at = format!("{at}.content[{j}]");
+            let ty = match b.get("type") {
+                Some(Value::String(t)) if types.contains(&t.as_str()) => t,
+                Some(t) => {
+                    return format!("{at}.type is {t}: the block types are {}", one_of(&types))
+                }
+                None => return format!(r#"{at} is {}, not a block with a "type""#, kind(b)),
+            };
+            if let Err(e) = serde_json::from_value::<Block>(b.clone()) {
+                // serde's own words about one block ("missing field `text`"), quoted
+                // as the rest of the message quotes names.
+                return format!(
+                    r#"{at} (a "{ty}" block): {}"#,
+                    e.to_string().replace('`', "\"")
+                );
+            }
+        }
+    }
+    // Nothing found by the walk (it checks what the types need): the parser's words.
+    format!("not a saved panto history: {parse_error}")
 }
 
 /// Checks the rules both providers enforce on a conversation: it starts with a user
@@ -535,6 +627,36 @@ mod tests {
         ];
         assert!(validate_history(&orphan).is_err());
         let bad_version = r#"{"version":9,"messages":[]}"#;
+        let bad = |json: &str| history_from_json(json).unwrap_err().message;
+        assert_eq!(
+            bad(
+                r#"{"version":1,"messages":[{"role":"user","content":[{"type":"txt","text":"hi"}]}]}"#
+            ),
+            "history: messages[0].content[0].type is \"txt\": the block types are text, \
+             reasoning, redacted_reasoning, tool_call, tool_result, opaque"
+        );
+        assert_eq!(
+            bad(
+                r#"{"version":1,"messages":[{"role":"user","content":[{"type":"text","txt":"hi"}]}]}"#
+            ),
+            "history: messages[0].content[0] (a \"text\" block): missing field \"text\""
+        );
+        assert_eq!(
+            bad(r#"{"version":1,"messages":[{"role":"system","content":[]}]}"#),
+            "history: messages[0].role is \"system\": the roles are user, assistant and tool"
+        );
+        assert_eq!(
+            bad(r#"[{"role":"user","content":[]}]"#),
+            r#"history: an array is not a saved history (a saved history is {"version": 1, "messages": [...]})"#
+        );
+        assert!(bad("{not json").starts_with("history: not JSON (line 1, column 2)"));
+        assert!(
+            bad(r#"{"version":1,"messages":["#).starts_with("history: the JSON text ends early")
+        );
+        assert_eq!(
+            bad(r#"{"version":2,"messages":"x"}"#),
+            "history: version 2 is not supported (expected 1)"
+        );
         assert_eq!(
             history_from_json(bad_version).unwrap_err().kind,
             crate::ErrorKind::Config

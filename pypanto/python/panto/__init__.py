@@ -27,7 +27,6 @@ exception classes.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import concurrent.futures
 import json
@@ -37,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union
 
 from . import _native, _vocab
-from ._async import WAIT_POOL, AsyncStream, running_loop
+from ._async import WAIT_POOL, AsyncStream, other_async_library, require_asyncio, running_loop
 from ._errors import PantoError
 from ._native import Stream
 from ._tools import TOOL_POOL, Runner, Tool, as_tool, json_schema, tool
@@ -125,9 +124,12 @@ class Agent:
     one raises ``ConfigError`` naming the key.
 
     One stream at a time: starting another while one is active raises ``BusyError``.
+
+    ``close()`` (or leaving ``with agent:`` / ``async with agent:``) cancels the running
+    turn, if any, and lets go of the conversation; later calls raise ``ConfigError``.
     """
 
-    __slots__ = ("_native", "_tools", "__weakref__")
+    __slots__ = ("_native", "_tools", "_control", "__weakref__")
 
     def __init__(
         self,
@@ -169,8 +171,11 @@ class Agent:
                 parts.append(f"{json.dumps(key, ensure_ascii=False)}:{json.dumps(value, ensure_ascii=False, allow_nan=False)}")
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"{key}: not representable as JSON ({e})", kind="config") from None
-        self._native = _native.Agent("{" + ",".join(parts) + "}")
+        self._native: Any = _native.Agent("{" + ",".join(parts) + "}")
         self._tools = python_tools
+        # The latest stream's control handle (it keeps no stream alive): what close()
+        # cancels. One stream at a time, so the latest is the only one that may run.
+        self._control: Optional[_native.StreamControl] = None
 
     # -- streams ---------------------------------------------------------------------
     def stream(
@@ -181,8 +186,9 @@ class Agent:
         ``{"effort", "budget_tokens"}``) apply to this turn only."""
         runner = Runner(self._tools, None, self._native.tool_timeout_ms / 1000) if self._tools else None
         stream = self._native.stream(prompt, model, runner, _reasoning_json(reasoning))
+        self._control = control = stream.control()
         if runner is not None:
-            runner.bind(stream.control())
+            runner.bind(control)
         return stream
 
     def astream(
@@ -191,12 +197,15 @@ class Agent:
         """Starts a turn and returns its ``AsyncStream`` (``async for`` /
         ``async with``). Async tools run on the loop that iterates it."""
         loop = running_loop()
+        if loop is None and other_async_library() is not None:
+            require_asyncio("astream()")  # raises: says asyncio only
         runner = Runner(self._tools, loop, self._native.tool_timeout_ms / 1000) if self._tools else None
         if runner is not None and loop is None:
             raise RuntimeError("astream() with Python tools needs a running event loop")
         stream = self._native.stream(prompt, model, runner, _reasoning_json(reasoning))
+        self._control = control = stream.control()
         if runner is not None:
-            runner.bind(stream.control())
+            runner.bind(control)
         return AsyncStream(stream, runner)
 
     def run(
@@ -226,9 +235,17 @@ class Agent:
         """The conversation as versioned JSON, for ``restore_history``."""
         return self._native.history_json()
 
-    def restore_history(self, saved: str) -> None:
-        """Replaces the conversation with one saved by ``save_history`` (validated:
-        ``ConfigError`` if it is not a valid history; ``BusyError`` during a turn)."""
+    def restore_history(self, saved: Union[str, Dict[str, Any]]) -> None:
+        """Replaces the conversation with one saved by ``save_history`` (the text, or the
+        document ``json.loads`` makes of it). Validated: ``ConfigError`` saying where and
+        what is wrong if it is not a valid history; ``BusyError`` during a turn."""
+        if isinstance(saved, dict):
+            saved = json.dumps(saved, ensure_ascii=False)
+        elif not isinstance(saved, str):
+            hint = " (agent.history is the messages alone)" if isinstance(saved, list) else ""
+            raise TypeError(
+                f"restore_history takes the text save_history() returned, not a {type(saved).__name__}{hint}"
+            )
         self._native.load_history_json(saved)
 
     def clear_history(self) -> None:
@@ -281,6 +298,9 @@ class Agent:
         wait pool, never on the event loop. Cancelling the awaiting task cancels the
         compaction, and the cancellation propagates once it has ended, with the
         conversation untouched."""
+        require_asyncio("acompact()")
+        import asyncio
+
         options = _compact_options(keep_last, model, prompt)
         token = _native.CancelToken()
         job = WAIT_POOL.submit(self._native.compact, options, token)
@@ -322,8 +342,43 @@ class Agent:
         return self._native.base_url
 
     def __repr__(self) -> str:
+        if isinstance(self._native, _Closed):
+            return "panto.Agent(closed)"
         # Never the API key.
         return f"panto.Agent(provider={self.provider!r}, model={self.model!r}, base_url={self.base_url!r})"
+
+    # -- lifecycle -------------------------------------------------------------------
+    def close(self) -> None:
+        """Ends this agent: cancels its running turn, if any (its stream then raises
+        ``StreamCancelledError``; the history it leaves is valid), and lets go of the
+        conversation and the tools. Every later call raises ``ConfigError``. Never
+        blocks; idempotent; safe from any thread."""
+        control, self._control = self._control, None
+        if control is not None:
+            control.cancel()
+        self._native = _Closed()
+        self._tools = {}
+
+    def __enter__(self) -> "Agent":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "Agent":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Closed:
+    """What a closed ``Agent`` holds instead of its native agent."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        raise ConfigError("this Agent is closed", kind="config")
 
 
 def diagnostics() -> Dict[str, int]:

@@ -11,14 +11,21 @@ turn; the cancel wakes the waiting thread at once, so no thread stays behind.
 
 This is a class, not an async generator: it can be closed from another task while one
 awaits it, and it does not depend on the garbage collector to clean up.
+
+asyncio only: under another async library (trio, curio) the async API raises
+``RuntimeError`` saying so (found through ``sniffio``, if it is imported; trio is never
+imported here). asyncio itself is imported when first needed, not by ``import panto``.
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Optional
+import sys
+from typing import TYPE_CHECKING, Any, Optional
 
 from ._pool import Pool
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["AsyncStream", "WAIT_POOL"]
 
@@ -56,7 +63,7 @@ class AsyncStream:
                 return ev
 
     async def _wait(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = require_asyncio("iterating an AsyncStream")
         fut = loop.create_future()
         stream = self._stream
         holder = [stream]
@@ -94,9 +101,11 @@ class AsyncStream:
     async def aclose(self) -> None:
         """Cancels the turn if it is still running and waits (in a thread, not on the
         loop) for it to end. Idempotent."""
+        import asyncio
+
         stream = self._stream
         stream.cancel()
-        loop = asyncio.get_running_loop()
+        loop = require_asyncio("AsyncStream.aclose()")
         await asyncio.shield(loop.run_in_executor(WAIT_POOL, stream.close))
 
     close = aclose
@@ -136,7 +145,41 @@ class AsyncStream:
 
 
 def running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    """The running asyncio loop of this thread, if any. There is none if asyncio was
+    never imported, and it is not imported to find out."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def other_async_library() -> Optional[str]:
+    """The async library running here if it is not asyncio (``"trio"``…), as ``sniffio``
+    tells (every such library sets it); ``None`` if there is none or it is asyncio.
+    Nothing is imported to find out: without ``sniffio`` loaded, no such library runs."""
+    sniffio = sys.modules.get("sniffio")
+    if sniffio is None:
+        return None
+    try:
+        library = sniffio.current_async_library()
+    except Exception:  # noqa: BLE001 - sniffio's AsyncLibraryNotFoundError: none runs
+        return None
+    return None if library == "asyncio" else str(library)
+
+
+def require_asyncio(what: str) -> asyncio.AbstractEventLoop:
+    """The running asyncio loop, or a ``RuntimeError`` that says why ``what`` needs one."""
+    loop = running_loop()
+    if loop is not None:
+        return loop
+    library = other_async_library()
+    if library is not None:
+        raise RuntimeError(
+            f"{what}: panto's async API runs on asyncio only, and this is {library}. Use "
+            f"the sync API in a worker thread instead (with trio: "
+            f"`await trio.to_thread.run_sync(agent.run, prompt)`), or run under asyncio."
+        )
+    raise RuntimeError(f"{what} needs a running asyncio event loop")

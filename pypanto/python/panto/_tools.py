@@ -12,7 +12,6 @@ that the model reads; the stream goes on.
 
 from __future__ import annotations
 
-import asyncio
 import collections.abc
 import contextvars
 import dataclasses
@@ -21,11 +20,18 @@ import inspect
 import json
 import logging
 import re
+import sys
 import threading
 import time
 import types
 import typing
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    import asyncio
+# asyncio itself is imported where it is used: `import panto` does not import it (it
+# is most of the package's import time), async tools and sync tools returning an
+# awaitable do.
 
 from ._errors import PantoError
 from ._pool import Pool
@@ -494,6 +500,8 @@ _private_lock = threading.Lock()
 
 def private_loop() -> asyncio.AbstractEventLoop:
     """The event loop (on its own daemon thread) that runs async tools of sync streams."""
+    import asyncio
+
     global _private_loop
     with _private_lock:
         if _private_loop is None or _private_loop.is_closed():
@@ -548,6 +556,8 @@ class Runner:
             if self._loop is not None:
                 fut: Any = self._loop.create_task(coro)
             else:
+                import asyncio
+
                 fut = asyncio.run_coroutine_threadsafe(coro, private_loop())
         else:
             ctx = contextvars.copy_context()
@@ -597,6 +607,8 @@ class Runner:
         try:
             result = t.fn(**t.arguments(arguments))
             if inspect.isawaitable(result):
+                import asyncio
+
                 result = asyncio.run_coroutine_threadsafe(_await(result), private_loop()).result()
             output, is_error = render_output(result), False
         except BaseException as exc:  # noqa: BLE001 - the model reads the error
@@ -606,6 +618,8 @@ class Runner:
         self._submit(call_id, output, is_error)
 
     async def _run_async(self, t: Tool, call_id: str, arguments: Any) -> None:
+        import asyncio
+
         call: Optional["asyncio.Future[Any]"] = None
         try:
             call = asyncio.ensure_future(t.fn(**t.arguments(arguments)))
@@ -632,8 +646,10 @@ class Runner:
         self._cancelled = True
         with self._lock:
             pending = list(self._pending)
+        # A task exists only if asyncio was imported; sync streams never import it here.
+        asyncio = sys.modules.get("asyncio")
         for fut in pending:
-            if isinstance(fut, asyncio.Task):
+            if asyncio is not None and isinstance(fut, asyncio.Task):
                 loop = fut.get_loop()
                 try:
                     loop.call_soon_threadsafe(fut.cancel)
