@@ -7,6 +7,11 @@
 # answer), and require each to print byte for byte what `panto run --json` prints for
 # the same turn. (Memory checking is the C tests' job: capi/tests/c/run.sh runs them
 # under valgrind against the debug and the release library.)
+#
+# Then examples/poll_many.c, built the same way against the shared library: three turns
+# on one thread, driven by one poll() loop over the streams' readiness descriptors,
+# against capi/tests/scenarios/text.json; every turn must complete with the scripted
+# answer (under valgrind memcheck too, when it is installed).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
@@ -90,3 +95,29 @@ for build in shared static; do
 done
 cat "$tmp/static.jsonl"
 echo "examples/stream.c, shared and static: $(wc -l <"$tmp/cli.jsonl") events, byte for byte what panto run --json prints"
+
+# shellcheck disable=SC2046
+"$cc" -std=c11 -Wall -Wextra -Werror capi/examples/poll_many.c \
+  $(pkg-config --cflags --libs panto) -Wl,-rpath,"$libdir" -o "$tmp/poll_many"
+scenario=capi/tests/scenarios/text.json
+check_poll_many() {
+  local out=$1 i
+  for i in 0 1 2; do
+    if ! grep -qxF "[$i] answer: Hello from panto." "$out" ||
+      ! grep -qxF "[$i] delta: Hello" "$out"; then
+      echo "examples/poll_many.c: turn $i did not complete with the scripted answer:" >&2
+      cat "$out" >&2
+      exit 1
+    fi
+  done
+}
+run_with_server "$tmp/poll.txt" "$tmp/poll_many" "@URL@/v1" one two three
+check_poll_many "$tmp/poll.txt"
+if command -v valgrind >/dev/null; then
+  run_with_server "$tmp/poll-vg.txt" valgrind --tool=memcheck --error-exitcode=99 \
+    --leak-check=full --errors-for-leak-kinds=definite,possible \
+    --suppressions=capi/tests/c/valgrind.supp --quiet "$tmp/poll_many" "@URL@/v1" one two three
+  check_poll_many "$tmp/poll-vg.txt"
+fi
+cat "$tmp/poll.txt"
+echo "examples/poll_many.c: three turns on one thread, one poll loop$(command -v valgrind >/dev/null && echo ', valgrind clean')"

@@ -107,9 +107,9 @@
  *     second consumer that retries does not spin (it wakes once per call of the first);
  *     but a second consumer is still a bug: whichever thread gets in next ends the
  *     lifetime of the other thread's event.
- *     panto_stream_cancel, panto_stream_submit_tool_result and the two diagnostics may
- *     be called from any thread at any time, including while another thread is blocked
- *     in a next call. panto_stream_free must not race any
+ *     panto_stream_cancel, panto_stream_submit_tool_result, panto_stream_readiness_fd
+ *     and the two diagnostics may be called from any thread at any time, including
+ *     while another thread is blocked in a next call. panto_stream_free must not race any
  *     other call on the stream: to stop a consumer blocked on another thread, call
  *     panto_stream_cancel, let (or make) that thread return, then free.
  *   - PantoError and delivered events are plain data: read them from any thread.
@@ -126,6 +126,9 @@
  *   never blocks (their copy in the child is left alone, not freed). The parent is
  *   unaffected and keeps using them. (A child of a process that never started a turn
  *   may use the inherited agents too.) A child that calls exec() needs none of this.
+ *   A stream's readiness descriptor is inherited too and is the same object as the
+ *   parent's (close-on-exec, so not across exec): the child must not wait on it or read
+ *   it; panto_stream_readiness_fd on an inherited stream fails.
  *
  * Signals. The library installs no signal handler and never changes the process's
  *   signal dispositions or the signal mask of any thread it did not create. Its own
@@ -141,6 +144,8 @@
  *   - using a handle after its free function (agent, stream, error, cancel token), or
  *     freeing one twice (panto_string_free excepted), or a pointer the library did not
  *     return as a handle;
+ *   - reading, writing or closing a stream's readiness descriptor, or using its number
+ *     after panto_stream_free (it may be another file's by then);
  *   - panto_agent_free racing another call on that agent; panto_stream_free racing
  *     another call on that stream; panto_cancel_token_free racing a call using it;
  *   - reading an event's strings, or passing the event (or a copy) to
@@ -195,15 +200,11 @@
  *     1.0's up to PANTO_EVENT_MAX_STRUCT_SIZE was accepted and zero-filled.)
  *   - Reserved fields (_reserved*, flags) are zero in this version; never rely on their
  *     contents.
- *   - A pollable readiness file descriptor may be added in a later minor version, e.g.
- *     `PantoStatus panto_stream_readiness_fd(const PantoStream *, int64_t *fd_out)`:
- *     owned by the stream, readable exactly while panto_next_event_timeout(s, &ev, 0)
- *     would not return PANTO_PENDING. Nothing in this version changes for it: events
- *     already pass through a per-stream queue, a timeout of 0 never blocks, cancel is
- *     latched and wakes a waiter, and the terminal protocol above (one message_complete
- *     then PANTO_DONE forever, or one error repeated forever) tells a poller when to
- *     stop. Code that polls will drain with a timeout of 0 until PANTO_PENDING after each
- *     readiness signal.
+ *   - ABI 1.1 added a pollable readiness file descriptor per stream
+ *     (panto_stream_readiness_fd) without changing anything of 1.0: events already
+ *     passed through a per-stream queue, a timeout of 0 never blocked, cancel was latched
+ *     and woke a waiter, and the terminal protocol above (one message_complete then
+ *     PANTO_DONE forever, or one error repeated forever) tells a poller when to stop.
  */
 #ifndef PANTO_H
 #define PANTO_H
@@ -761,9 +762,55 @@ PANTO_API bool panto_stream_consumer_waiting(const PantoStream *stream);
  * events (the queue is full, the network is not being read). False for NULL. */
 PANTO_API bool panto_stream_turn_paused(const PantoStream *stream);
 
+/* Since ABI 1.1. The stream's readiness descriptor, for poll(), epoll, select(), kqueue
+ * or an event loop (Go's netpoller, asyncio's add_reader, libuv, …): *fd_out is a file
+ * descriptor that is readable exactly while panto_next_event_timeout(stream, &ev, 0)
+ * would not return PANTO_PENDING — an event, PANTO_DONE or PANTO_ERROR (a failure, a
+ * cancel) is waiting to be taken. One waiting loop can thus serve any number of streams
+ * on one thread, with no thread per stream.
+ *
+ * Level-triggered, with one rule for the caller:
+ *   - It becomes readable when the library hands the turn's events over (in bursts: at
+ *     the latest a fraction of a millisecond after the first of them was produced),
+ *     when the turn ends or fails, and on panto_stream_cancel.
+ *   - Drain until PANTO_PENDING: after each readiness, call
+ *     panto_next_event_timeout(stream, &ev, 0) until it returns PANTO_PENDING (or
+ *     PANTO_DONE / PANTO_ERROR). The call that finds nothing makes the descriptor
+ *     unreadable again; until then it may stay readable even though the last ready event
+ *     was taken. Stopping early is allowed (the descriptor then stays readable, so the
+ *     next wait returns at once). With edge-triggered epoll (EPOLLET) the rule is a
+ *     must: a wake-up comes only when the descriptor turns readable again.
+ *   - After PANTO_DONE or PANTO_ERROR it stays readable for good (every later call
+ *     answers at once, the same way): stop waiting on it then.
+ *   - The caller never reads, writes or closes it; the next calls do what it needs.
+ * A blocking next call (panto_next_event, or a timeout other than 0) may be mixed with
+ * waiting on the descriptor; the one-consumer rule of Threads holds as always.
+ *
+ * Ownership: the stream owns it. It is made on the first call (a stream nobody asks
+ * pays nothing; every later call returns the same number), non-blocking and
+ * close-on-exec — an eventfd on Linux and Android, the read end of a pipe elsewhere —
+ * and closed by panto_stream_free, which first makes it readable: a poll() or select()
+ * already waiting on it returns (with POLLIN, or POLLNVAL if it looked only after the
+ * close). Remove it from an epoll set, a kqueue or an event loop before freeing the
+ * stream (a closed descriptor leaves an epoll set silently, and a waiter that has not
+ * yet seen the event may then never see it). Runtimes that take ownership of a
+ * descriptor they are given (Go's os.NewFile closes its file) must be given a dup().
+ *
+ * Threads: any thread, any time, also while another thread is in a next call; never
+ * blocks. Fork: the descriptor is inherited by a child (not across exec) and refers to
+ * the same object as the parent's: a child must not wait on it (see Fork above).
+ *
+ * Returns PANTO_OK and the descriptor in *fd_out, or PANTO_ERROR with *fd_out = -1: a
+ * NULL stream or fd_out (nothing written), a stream poisoned by an internal error, a
+ * stream inherited from the parent process (in a forked child), no
+ * descriptor to be had (the process has run out of file descriptors), or a platform
+ * without POSIX descriptors (Windows, in this version). */
+PANTO_API PantoStatus panto_stream_readiness_fd(const PantoStream *stream, int64_t *fd_out);
+
 /* Frees the stream. If its turn is still running, cancels it and waits for it to stop,
  * which is prompt (a cancelled turn stops at its next wait; no network round trip is
- * awaited); its HTTP connection is closed. The last event's strings become invalid.
+ * awaited); its HTTP connection is closed. The last event's strings become invalid, and
+ * its readiness descriptor, if one was asked for, is made readable and closed.
  * Safe from any thread, including finalizers. NULL is a no-op. Must not race another
  * call on this stream (cancel first, then let a blocked consumer return, then free). */
 PANTO_API void panto_stream_free(PantoStream *stream);

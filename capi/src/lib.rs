@@ -8,7 +8,7 @@
 //!  panto_agent_stream ─────► panto_pull::Stream (turn on a worker)  (agent → stream)
 //!  panto_next_event ───────► Stream::next ─► Record ─► PantoEvent   (stream, record)
 //!       PantoEvent views point into the Record, which the stream keeps until its next call
-//!  panto_stream_cancel / submit_tool_result ─► StreamControl (any thread)
+//!  panto_stream_cancel / submit_tool_result / readiness_fd ─► StreamControl (any thread)
 //! ```
 //!
 //! Modules:
@@ -17,7 +17,8 @@
 //! - [`error`] — `PantoError` and its accessors; kind and event names.
 //! - [`agent`] — `PantoAgent`: configuration, history, starting a turn, compaction.
 //! - [`cancel`] — `PantoCancelToken`: cancels a blocking call (compaction) from any thread.
-//! - [`stream`] — `PantoStream`: next (blocking, timed, polled), cancel, host tools, free.
+//! - [`stream`] — `PantoStream`: next (blocking, timed, polled), the readiness
+//!   descriptor, cancel, host tools, free.
 //! - [`record`] — the memory behind a delivered event, and its canonical JSON.
 //! - [`string`] — `PantoString`, the owned string the caller frees.
 //!

@@ -1,6 +1,7 @@
 //! Owns `PantoStream`: the pull calls (`panto_next_event`, its timeout variant), cancel,
-//! host-tool results, the diagnostics, free — and writing a `PantoEvent` into the
-//! caller's memory without ever reading or writing past the size the caller declared.
+//! host-tool results, the readiness descriptor, the diagnostics, free — and writing a
+//! `PantoEvent` into the caller's memory without ever reading or writing past the size
+//! the caller declared.
 
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -447,6 +448,52 @@ pub unsafe extern "C" fn panto_stream_turn_paused(stream: *const PantoStream) ->
     stream.as_ref().is_some_and(|s| {
         guard("panto_stream_turn_paused", || s.control.turn_paused()).unwrap_or(false)
     })
+}
+
+/// The stream's readiness descriptor: readable while a next call with a timeout of 0
+/// would not return `PANTO_PENDING` (see `panto.h` for the whole contract).
+///
+/// # Safety
+/// `stream` is NULL or a live stream; `fd_out` is NULL or points to writable storage.
+#[no_mangle]
+pub unsafe extern "C" fn panto_stream_readiness_fd(
+    stream: *const PantoStream,
+    fd_out: *mut i64,
+) -> PantoStatus {
+    if fd_out.is_null() {
+        return PANTO_ERROR;
+    }
+    fd_out.write(-1);
+    let Some(stream) = stream.as_ref() else {
+        return PANTO_ERROR;
+    };
+    if stream.poisoned.load(Ordering::SeqCst) {
+        return PANTO_ERROR;
+    }
+    readiness_fd(stream, fd_out)
+}
+
+#[cfg(unix)]
+unsafe fn readiness_fd(stream: &PantoStream, fd_out: *mut i64) -> PantoStatus {
+    match guard("panto_stream_readiness_fd", || {
+        stream.control.readiness_fd()
+    }) {
+        Ok(Ok(fd)) => {
+            fd_out.write(i64::from(fd));
+            PANTO_OK
+        }
+        Ok(Err(_)) => PANTO_ERROR,
+        Err(_) => {
+            stream.poison();
+            PANTO_ERROR
+        }
+    }
+}
+
+/// No POSIX descriptors here (the header says so).
+#[cfg(not(unix))]
+unsafe fn readiness_fd(_: &PantoStream, _: *mut i64) -> PantoStatus {
+    PANTO_ERROR
 }
 
 /// Cancels the turn if it is still running, waits for its task to end (promptly: a

@@ -20,6 +20,9 @@ use crossbeam_channel::{
 use panto::{Error, Event, Flow, Receiver};
 
 use crate::pool::ACTIVE;
+use crate::readiness::ReadyFd;
+#[cfg(unix)]
+use crate::readiness::{closed_error, Readiness};
 
 pub(crate) type Item = Result<Event, Error>;
 
@@ -34,32 +37,71 @@ pub(crate) const MAX_BATCH: usize = 64;
 /// the worker some tens of microseconds.
 pub(crate) const WAKE_BATCH: usize = 16;
 
-/// How a consumer that ran dry waits: it parks its own thread at once, and whoever puts
-/// events into the queue or ends it unparks it. (The queue's own blocking `recv` spins
-/// before it parks; with a worker producing an event every microsecond or two, that spin
-/// cost the consumer about as much CPU as decoding the stream.) `waiting` is the
-/// consumer's promise to look at the queue again before it parks; a fence on each side
-/// keeps a wake-up from being lost.
+/// How a consumer that ran dry waits: a thread parks itself at once, an async consumer
+/// leaves its task's waker, and whoever puts events into the queue or ends it wakes
+/// whichever is there. (The queue's own blocking `recv` spins before it parks; with a
+/// worker producing an event every microsecond or two, that spin cost the consumer about
+/// as much CPU as decoding the stream.) `waiting` is the consumer's promise to look at
+/// the queue again before it parks or returns `Pending`; a fence on each side keeps a
+/// wake-up from being lost.
 pub(crate) struct Waiter {
-    /// The consumer is about to park (or parked) in `next`.
+    /// The consumer is about to wait (or waits) for an event.
     pub(crate) waiting: AtomicBool,
-    /// The thread to unpark (a stream may be consumed from different threads in turn).
-    pub(crate) thread: Mutex<Option<std::thread::Thread>>,
+    /// Who to wake (a stream may be consumed from different threads or tasks in turn).
+    pub(crate) wake: Mutex<Option<Wake>>,
+}
+
+/// A waiting consumer: a parked thread, or an async task.
+pub(crate) enum Wake {
+    Thread(std::thread::Thread),
+    Task(Waker),
 }
 
 impl Waiter {
-    /// Unparks the consumer if it waits (called after new items or the queue's end).
+    fn wake_slot(&self) -> MutexGuard<'_, Option<Wake>> {
+        self.wake.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the consumer if it waits (called after new items or the queue's end). A
+    /// task's waker is used once: the task registers again if it still has to wait.
     pub(crate) fn wake(&self) {
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.waiting.load(Ordering::SeqCst) {
-            if let Some(thread) = self
-                .thread
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_ref()
-            {
-                thread.unpark();
+            let mut slot = self.wake_slot();
+            match &*slot {
+                Some(Wake::Thread(thread)) => thread.unpark(),
+                Some(Wake::Task(_)) => {
+                    if let Some(Wake::Task(waker)) = slot.take() {
+                        drop(slot);
+                        waker.wake();
+                    }
+                }
+                None => {}
             }
+        }
+    }
+
+    /// An async consumer is about to return `Pending`: its task is woken by the next
+    /// flush or end. The caller looks at the queue again afterwards.
+    pub(crate) fn register_task(&self, waker: &Waker) {
+        {
+            let mut slot = self.wake_slot();
+            match &*slot {
+                Some(Wake::Task(w)) if w.will_wake(waker) => {}
+                _ => *slot = Some(Wake::Task(waker.clone())),
+            }
+        }
+        self.waiting.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// The consumer stopped waiting (an event came, or the future waiting for it was
+    /// dropped): nobody is left to wake.
+    pub(crate) fn done_waiting(&self) {
+        self.waiting.store(false, Ordering::SeqCst);
+        let mut slot = self.wake_slot();
+        if matches!(&*slot, Some(Wake::Task(_))) {
+            *slot = None;
         }
     }
 
@@ -70,7 +112,7 @@ impl Waiter {
         events: &QueueRx<Item>,
         deadline: Option<Instant>,
     ) -> Result<Item, RecvTimeoutError> {
-        *self.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(std::thread::current());
+        *self.wake_slot() = Some(Wake::Thread(std::thread::current()));
         loop {
             std::sync::atomic::fence(Ordering::SeqCst);
             match events.try_recv() {
@@ -108,6 +150,10 @@ pub(crate) struct Outbox {
     pub(crate) len: Arc<AtomicUsize>,
     /// The consumer to wake when items reach the queue or the queue ends.
     pub(crate) waiter: Arc<Waiter>,
+    /// The stream's readiness descriptor, if anyone asked for it: set here, under this
+    /// lock, whenever the queue gets items or ends; cleared by the consumer (also under
+    /// this lock) when it finds nothing (`Shared::clear_ready_if_empty`).
+    pub(crate) ready: ReadyFd,
 }
 
 impl Outbox {
@@ -115,6 +161,9 @@ impl Outbox {
     pub(crate) fn flush(&mut self) {
         self.move_to_queue();
         self.len.store(self.items.len(), Ordering::SeqCst);
+        if self.has_news() {
+            self.ready.set();
+        }
         self.waiter.wake();
     }
 
@@ -122,7 +171,14 @@ impl Outbox {
     /// and sees the end.
     pub(crate) fn end(&mut self) {
         self.tx = None;
+        self.ready.set();
         self.waiter.wake();
+    }
+
+    /// Something for the consumer to take or to report: items in the queue or the
+    /// outbox, the queue's end, or a stream closed by cancel, completion or failure.
+    pub(crate) fn has_news(&self) -> bool {
+        self.closed || !self.items.is_empty() || self.tx.as_ref().is_none_or(|tx| !tx.is_empty())
     }
 
     fn move_to_queue(&mut self) {
@@ -176,6 +232,12 @@ pub(crate) struct Shared {
     pub(crate) cancelled: AtomicBool,
     /// `message_complete` was delivered: a cancel changes nothing any more.
     pub(crate) completed: AtomicBool,
+    /// A readiness descriptor was made (`Outbox::ready`): the consumer clears it when it
+    /// runs dry. Without one, running dry costs no lock.
+    pub(crate) ready_asked: AtomicBool,
+    /// The consumer holds items read ahead (`Stream::drain_ready`): the stream is ready
+    /// whatever the queue holds.
+    pub(crate) ahead_held: AtomicBool,
 }
 
 impl Shared {
@@ -184,7 +246,7 @@ impl Shared {
         let outbox_len = Arc::new(AtomicUsize::new(0));
         let waiter = Arc::new(Waiter {
             waiting: AtomicBool::new(false),
-            thread: Mutex::new(None),
+            wake: Mutex::new(None),
         });
         Shared {
             outbox: Mutex::new(Outbox {
@@ -195,6 +257,7 @@ impl Shared {
                 producer: None,
                 len: outbox_len.clone(),
                 waiter: waiter.clone(),
+                ready: ReadyFd::NotAsked,
             }),
             waiter,
             outbox_len,
@@ -202,7 +265,56 @@ impl Shared {
             producer_running: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
             completed: AtomicBool::new(false),
+            ready_asked: AtomicBool::new(false),
+            ahead_held: AtomicBool::new(false),
         }
+    }
+
+    /// The stream's readiness descriptor, made on first request and readable at once if
+    /// the stream already has something to report.
+    #[cfg(unix)]
+    pub(crate) fn readiness_fd(&self) -> std::io::Result<std::os::fd::RawFd> {
+        let mut outbox = self.outbox();
+        match &outbox.ready {
+            ReadyFd::Open(r) => return Ok(r.raw()),
+            ReadyFd::Closed => return Err(closed_error()),
+            ReadyFd::NotAsked => {}
+        }
+        let r = Readiness::new()?;
+        let fd = r.raw();
+        outbox.ready = ReadyFd::Open(r);
+        if outbox.has_news()
+            || self.cancelled.load(Ordering::SeqCst)
+            || self.ahead_held.load(Ordering::SeqCst)
+        {
+            outbox.ready.set();
+        }
+        self.ready_asked.store(true, Ordering::SeqCst);
+        Ok(fd)
+    }
+
+    /// The consumer found nothing to report (its caller is about to say `Pending` or to
+    /// wait): makes the readiness descriptor unreadable — unless, checked under the lock
+    /// that every hand-off takes to set it, something did arrive, so no wake-up is lost.
+    pub(crate) fn clear_ready_if_empty(&self) {
+        if !self.ready_asked.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut outbox = self.outbox();
+        if !outbox.has_news()
+            && !self.cancelled.load(Ordering::SeqCst)
+            && !self.ahead_held.load(Ordering::SeqCst)
+        {
+            outbox.ready.clear();
+        }
+    }
+
+    /// The stream is gone: its descriptor is made readable (a poller blocked on it
+    /// returns) and closed.
+    pub(crate) fn close_ready(&self) {
+        let mut outbox = self.outbox();
+        outbox.ready.set();
+        outbox.ready = ReadyFd::Closed;
     }
 
     pub(crate) fn outbox(&self) -> MutexGuard<'_, Outbox> {

@@ -69,9 +69,11 @@
 
 mod handoff;
 mod pool;
+mod readiness;
 mod stream;
 
 pub use pool::{active_streams, agent_from_parent_process, fork_generation, worker_threads};
 pub use stream::{
-    compact, compact_cancellable, AgentStreamExt, Events, Next, Stream, StreamControl, StreamState,
+    compact, compact_cancellable, AgentStreamExt, Events, Next, NextEvent, Stream, StreamControl,
+    StreamState,
 };

@@ -3,10 +3,13 @@
 //! [`compact`], the blocking wrapper over `Agent::compact` on the agent's worker.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver as QueueRx, RecvTimeoutError, TryRecvError};
@@ -85,6 +88,20 @@ impl StreamControl {
     /// dropping it frees nothing that could wait for them.
     pub fn from_parent_process(&self) -> bool {
         self.generation != fork_generation()
+    }
+
+    /// The stream's readiness descriptor, as [`Stream::readiness_fd`] (same descriptor):
+    /// for a thread that polls while another owns the stream. It belongs to the stream
+    /// and is closed when the stream is dropped, whatever clones of this handle remain;
+    /// asking after that is an error (`NotConnected`).
+    /// In a forked child, a stream of the parent has none (`from_parent_process`).
+    #[cfg(unix)]
+    pub fn readiness_fd(&self) -> std::io::Result<std::os::fd::RawFd> {
+        if self.from_parent_process() {
+            // Its lock may have been held by a thread that does not exist here.
+            return Err(std::io::Error::other(forked_error("stream").message));
+        }
+        self.shared.readiness_fd()
     }
 
     /// True while a `next` on this stream is waiting for an event (parked, or about to
@@ -270,6 +287,76 @@ impl Stream {
         })
     }
 
+    /// The stream's readiness descriptor, for `poll`, `epoll`, `select`, kqueue or an
+    /// event loop's reader: readable while [`Stream::try_next`] has something to report
+    /// (an event, the end, a failure, a cancel), made unreadable by the `try_next` (or
+    /// any other call of this stream) that finds nothing. Level-triggered:
+    ///
+    /// - It becomes readable when the worker hands events over, when the turn ends or
+    ///   fails, on [`StreamControl::cancel`] and on [`Stream::close`]. The worker hands a
+    ///   stream's events over in bursts, at the latest `FLUSH_AFTER` after the first of
+    ///   them was produced (see the crate docs, "Hand-off").
+    /// - It stays readable until a call finds the stream empty: after each readiness,
+    ///   take events with `try_next` until it returns [`Next::Pending`]. (It may stay
+    ///   readable after the last ready event was taken, until that `Pending`.)
+    /// - Once the stream is over — `message_complete` delivered, a failure, a cancel —
+    ///   it stays readable for good: `try_next` answers `Done` or the error at once.
+    /// - Never read, write or close it: the stream does. It is non-blocking and
+    ///   close-on-exec (an eventfd on Linux and Android, a pipe's read end elsewhere),
+    ///   made on the first call (a stream nobody asks pays nothing) and the same
+    ///   afterwards. Dropping the stream makes it readable — a `poll` already waiting on
+    ///   it returns — and closes it, so remove it from an epoll set or event loop first.
+    ///
+    /// Fails only if no descriptor can be made (the process is out of them).
+    #[cfg(unix)]
+    pub fn readiness_fd(&self) -> std::io::Result<std::os::fd::RawFd> {
+        self.control.readiness_fd()
+    }
+
+    /// The next event, waiting without a thread: `stream.next_async().await` gives what
+    /// [`Stream::next`] would — `Ok(Some(ev))`, `Ok(None)` once exhausted, or the
+    /// sticky error — but, when nothing is ready, leaves the task's waker with the
+    /// stream and returns `Pending` instead of parking the thread. Whoever hands events
+    /// over, ends the turn or cancels it wakes the task. Works on any executor (the turn
+    /// runs on the adapter's own workers, never on the caller's runtime); many streams
+    /// on one single-threaded runtime wait together. Dropping the future before it
+    /// finishes (a `select!`, a timeout) consumes nothing.
+    pub fn next_async(&mut self) -> NextEvent<'_> {
+        NextEvent {
+            stream: self,
+            registered: false,
+        }
+    }
+
+    /// The poll behind [`Stream::next_async`] and the `futures` `Stream` impl: the next
+    /// event if one is ready, else registers `cx`'s waker and returns `Pending`.
+    pub fn poll_next_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Event>, Error>> {
+        let ready = |next: Result<Next, Error>| match next {
+            Ok(Next::Event(ev)) => Some(Ok(Some(ev))),
+            Ok(Next::Done) => Some(Ok(None)),
+            Ok(Next::Pending) => None,
+            Err(e) => Some(Err(e)),
+        };
+        if let Some(r) = ready(self.try_next()) {
+            // Woken (or never waiting): nobody waits any more.
+            if self.control.shared.waiter.waiting.load(Ordering::Relaxed) {
+                self.control.shared.waiter.done_waiting();
+            }
+            return Poll::Ready(r);
+        }
+        // Register, then look again: an event handed over in between either is seen now
+        // or finds the waker (the fences in `register_task` and `Waiter::wake`).
+        let waiter = &self.control.shared.waiter;
+        waiter.register_task(cx.waker());
+        match ready(self.try_next()) {
+            Some(r) => {
+                self.control.shared.waiter.done_waiting();
+                Poll::Ready(r)
+            }
+            None => Poll::Pending,
+        }
+    }
+
     /// A handle to cancel this stream or answer host tools from other threads.
     pub fn control(&self) -> StreamControl {
         self.control.clone()
@@ -323,29 +410,46 @@ impl Stream {
         if self.control.is_cancelled() {
             return Err(self.fail(Error::cancelled()));
         }
-        if let Some(received) = self.ahead.pop_front() {
+        if let Some(received) = self.pop_ahead() {
             return self.deliver(received);
         }
         let Some(events) = &self.events else {
             return Err(self.fail(Error::internal("the stream queue is gone")));
         };
+        let shared = &self.control.shared;
         let received = match events.try_recv() {
             Ok(item) => Ok(item),
             Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) => {
-                let shared = &self.control.shared;
                 if shared.outbox_len.load(Ordering::SeqCst) == 0 {
+                    shared.clear_ready_if_empty();
                     return Ok(Next::Pending);
                 }
                 shared.flush_for_consumer();
                 match events.try_recv() {
                     Ok(item) => Ok(item),
                     Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
-                    Err(TryRecvError::Empty) => return Ok(Next::Pending),
+                    Err(TryRecvError::Empty) => {
+                        shared.clear_ready_if_empty();
+                        return Ok(Next::Pending);
+                    }
                 }
             }
         };
         self.deliver(received)
+    }
+
+    /// The next item read ahead, if any (and whether any is left, for the readiness
+    /// descriptor).
+    fn pop_ahead(&mut self) -> Option<Received> {
+        let received = self.ahead.pop_front()?;
+        if self.ahead.is_empty() {
+            self.control
+                .shared
+                .ahead_held
+                .store(false, Ordering::SeqCst);
+        }
+        Some(received)
     }
 
     /// The events as an `Iterator` of `Result`s: each event, then the end — or a failure
@@ -384,6 +488,7 @@ impl Stream {
         }
         let shared = &self.control.shared;
         let mut took = false;
+        let mut ran_dry = false;
         while self.ahead.len() < max && !self.ahead_ended() {
             let Some(events) = &self.events else {
                 break;
@@ -393,18 +498,27 @@ impl Stream {
                 Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
                 Err(TryRecvError::Empty) => {
                     if shared.outbox_len.load(Ordering::SeqCst) == 0 {
+                        ran_dry = true;
                         break;
                     }
                     shared.flush_for_consumer();
                     match events.try_recv() {
                         Ok(item) => Ok(item),
                         Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
-                        Err(TryRecvError::Empty) => break,
+                        Err(TryRecvError::Empty) => {
+                            ran_dry = true;
+                            break;
+                        }
                     }
                 }
             };
             took |= received.is_ok();
             self.ahead.push_back(received);
+        }
+        if !self.ahead.is_empty() {
+            shared.ahead_held.store(true, Ordering::SeqCst);
+        } else if ran_dry {
+            shared.clear_ready_if_empty();
         }
         if took {
             self.wake_producer_at_low_water();
@@ -463,7 +577,7 @@ impl Stream {
         if self.control.is_cancelled() {
             return Err(self.fail(Error::cancelled()));
         }
-        if let Some(received) = self.ahead.pop_front() {
+        if let Some(received) = self.pop_ahead() {
             return self.deliver(received);
         }
         if self.events.is_none() {
@@ -525,6 +639,7 @@ impl Stream {
             // ended): the worker will not flush again before its next poll.
             shared.flush_for_consumer();
         }
+        shared.clear_ready_if_empty();
         let received = shared.waiter.wait(events, deadline);
         shared.waiter.waiting.store(false, Ordering::SeqCst);
         received
@@ -623,16 +738,72 @@ impl Stream {
             outbox.closed = true;
             outbox.items.clear();
             outbox.len.store(0, Ordering::SeqCst);
+            // Over: the end (or the failure) is what every later call reports, at once.
+            outbox.ready.set();
             if let Some(w) = outbox.producer.take() {
                 w.wake();
             }
         }
         self.events.take();
         self.ahead.clear();
+        self.control
+            .shared
+            .ahead_held
+            .store(false, Ordering::SeqCst);
         // On a worker thread (a stream dropped inside another turn's tool), waiting for
         // a task that may need this very thread would never end; the cancel suffices.
         if !on_worker() {
             let _ = self.task_done.recv();
+        }
+    }
+}
+
+/// The future of [`Stream::next_async`].
+pub struct NextEvent<'a> {
+    stream: &'a mut Stream,
+    registered: bool,
+}
+
+impl std::fmt::Debug for NextEvent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NextEvent").finish_non_exhaustive()
+    }
+}
+
+impl Future for NextEvent<'_> {
+    type Output = Result<Option<Event>, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let r = this.stream.poll_next_event(cx);
+        this.registered = r.is_pending();
+        r
+    }
+}
+
+impl Drop for NextEvent<'_> {
+    fn drop(&mut self) {
+        if self.registered {
+            // Nobody waits any more: no stale waker is left with the stream.
+            self.stream.control.shared.waiter.done_waiting();
+        }
+    }
+}
+
+/// The events as an async stream: each event, then the end — or a failure once as
+/// `Err`, then the end (like [`Stream::events`]); waits like [`Stream::next_async`].
+impl futures_util::Stream for Stream {
+    type Item = Result<Event, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let already_failed = matches!(this.state, State::Failed(_));
+        match this.poll_next_event(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(Some(ev))) => Poll::Ready(Some(Ok(ev))),
+            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            Poll::Ready(Err(_)) if already_failed => Poll::Ready(None),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
         }
     }
 }
@@ -663,6 +834,8 @@ impl Drop for Stream {
         }
         self.release();
         if !self.control.from_parent_process() {
+            self.control.shared.waiter.done_waiting();
+            self.control.shared.close_ready();
             // SAFETY: dropped once, here, and never used again.
             unsafe { ManuallyDrop::drop(&mut self.task_done) };
         }

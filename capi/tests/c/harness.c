@@ -56,6 +56,31 @@ char thread_state(pid_t tid) {
   return (p && p[1] == ' ') ? p[2] : '?';
 }
 
+/* The contents of /proc/self/task/TID/NAME into buf (NUL-terminated), or "". */
+static void read_task_file(pid_t tid, const char *name, char *buf, size_t cap) {
+  char path[64];
+  buf[0] = 0;
+  snprintf(path, sizeof path, "/proc/self/task/%d/%s", (int)tid, name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = read(fd, buf, cap - 1);
+  close(fd);
+  buf[n > 0 ? n : 0] = 0;
+}
+
+bool blocked_in_poll(pid_t tid) {
+  if (thread_state(tid) != 'S') return false;
+  char buf[256];
+  read_task_file(tid, "wchan", buf, sizeof buf);
+  if (strstr(buf, "poll") != NULL) return true;
+  read_task_file(tid, "syscall", buf, sizeof buf);
+  long nr = buf[0] ? strtol(buf, NULL, 10) : -1;
+#ifdef SYS_poll
+  if (nr == SYS_poll) return true;
+#endif
+  return nr == SYS_ppoll;
+}
+
 bool str_eq(PantoStr s, const char *want) {
   size_t n = strlen(want);
   return s.ptr != NULL && s.len == n && memcmp(s.ptr, want, n) == 0 && s.ptr[n] == 0;

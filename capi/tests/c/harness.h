@@ -91,6 +91,11 @@ bool wait_until(bool (*cond)(void *), void *arg, int64_t timeout_ms);
  * thread of this process (from /proc/self/task/TID/stat: 'S' = sleeping), or '?'. */
 pid_t current_tid(void);
 char thread_state(pid_t tid);
+/* Thread `tid` of this process sleeps inside poll()/ppoll(): its state is 'S' and its
+ * kernel wait channel (/proc/self/task/TID/wchan) is poll's, or — on a kernel that hides
+ * wait channels — the system call it is in (/proc/self/task/TID/syscall) is poll or
+ * ppoll. */
+bool blocked_in_poll(pid_t tid);
 
 /* PantoStr helpers. */
 bool str_eq(PantoStr s, const char *want);

@@ -6,6 +6,7 @@
  * Each test starts its own server (port 0). The last line of output is
  * "N passed, N failed". */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1274,6 +1275,8 @@ static int fork_child(const TestServer *srv, PantoAgent *parent_agent, PantoAgen
     return 13;
   panto_error_free(err);
   err = NULL;
+  int64_t fd = 0;
+  if (panto_stream_readiness_fd(parent_stream, &fd) != PANTO_ERROR || fd != -1) return 15;
   /* 4. Freeing never blocks. */
   panto_stream_free(parent_stream);
   panto_agent_free(parent_agent);
@@ -1443,6 +1446,302 @@ out:
   server_stop(&srv);
 }
 
+/* ---- The readiness descriptor (ABI 1.1) ------------------------------------------ */
+
+static bool fd_readable(int64_t fd, int timeout_ms) {
+  struct pollfd p = {(int)fd, POLLIN, 0};
+  return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
+}
+
+/* The process's OS thread count (/proc/self/status), -1 if unknown. */
+static int os_threads(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL) return -1;
+  char line[256];
+  int n = -1;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "Threads: %d", &n) == 1) break;
+  fclose(f);
+  return n;
+}
+
+/* One stream driven by a poll loop. */
+typedef struct Polled {
+  PantoAgent *agent;
+  PantoStream *stream;
+  int64_t fd;
+  int events;
+  bool hello, over;
+  PantoStatus last;
+  char text[64];
+} Polled;
+
+/* Takes what is ready, until PANTO_PENDING or the end: the header's drain rule. */
+static PantoStatus drain_ready(Polled *p) {
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  while ((st = panto_next_event_timeout(p->stream, &ev, 0)) == PANTO_EVENT) {
+    p->events++;
+    if (ev.kind == PANTO_EV_CONTENT_DELTA && str_eq(ev.payload.content_delta.text, "Hello"))
+      p->hello = true;
+    if (ev.kind == PANTO_EV_MESSAGE_COMPLETE)
+      snprintf(p->text, sizeof p->text, "%.*s", (int)ev.payload.message_complete.text.len,
+               ev.payload.message_complete.text.ptr);
+  }
+  p->last = st;
+  if (st != PANTO_PENDING) p->over = true;
+  return st;
+}
+
+/* Waits (poll, on this thread) for the streams that have not said Hello (`hello`) or are
+ * not over, and drains each that is ready; returns how many of them got there (a stream
+ * that ends counts as arrived either way: the caller checks how), or -1 if poll failed or
+ * timed out. */
+static int poll_round(Polled *ps, int n, struct pollfd *fds, int *idx, bool hello) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    if (ps[i].over || (hello && ps[i].hello)) continue;
+    fds[m].fd = (int)ps[i].fd;
+    fds[m].events = POLLIN;
+    fds[m].revents = 0;
+    idx[m++] = i;
+  }
+  int r = poll(fds, (nfds_t)m, 60000);
+  if (r <= 0) return -1;
+  int became = 0;
+  for (int j = 0; j < m; j++) {
+    if (!(fds[j].revents & POLLIN)) continue;
+    Polled *p = &ps[idx[j]];
+    drain_ready(p);
+    if (p->over || (hello && p->hello)) became++;
+  }
+  return became;
+}
+
+enum { POLL_STREAMS = 100 };
+
+/* 100 streams on one thread, one poll() loop: each waits at the server's gate after its
+ * first delta with no thread of its own, nothing is readable while nothing is ready, and
+ * once the gate opens every turn completes in the same loop. After PANTO_DONE each
+ * descriptor stays readable and the answer stays PANTO_DONE. */
+static void test_poll_many_streams(void) {
+  TestServer srv;
+  Polled *ps = calloc(POLL_STREAMS, sizeof *ps);
+  struct pollfd *fds = calloc(POLL_STREAMS, sizeof *fds);
+  int *idx = calloc(POLL_STREAMS, sizeof *idx);
+  if (ps == NULL || fds == NULL || idx == NULL || server_start(&srv, scenario("text-held.json")) != 0) {
+    free(ps);
+    free(fds);
+    free(idx);
+    test_failed = 1;
+    return;
+  }
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int threads_before = os_threads(), threads_peak = 0;
+  for (int i = 0; i < POLL_STREAMS; i++) {
+    ps[i].agent = new_agent(&srv, "sk-test", NULL);
+    CHECK(ps[i].agent != NULL);
+    ps[i].stream = start(ps[i].agent, "hi");
+    CHECK(ps[i].stream != NULL);
+    CHECK(panto_stream_readiness_fd(ps[i].stream, &ps[i].fd) == PANTO_OK && ps[i].fd >= 0);
+    int64_t again = -1;
+    CHECK(panto_stream_readiness_fd(ps[i].stream, &again) == PANTO_OK && again == ps[i].fd);
+  }
+  for (int hellos = 0; hellos < POLL_STREAMS;) {
+    int r = poll_round(ps, POLL_STREAMS, fds, idx, true);
+    CHECKF(r >= 0, "poll: no readiness in 60 s (%d of %d said Hello)", hellos, POLL_STREAMS);
+    hellos += r;
+    int t = os_threads();
+    if (t > threads_peak) threads_peak = t;
+  }
+  for (int i = 0; i < POLL_STREAMS; i++)
+    CHECKF(ps[i].last == PANTO_PENDING && ps[i].events == 3, "stream %d: status %d, %d events",
+           i, ps[i].last, ps[i].events);
+  StatWait held = {&srv, "held", POLL_STREAMS};
+  CHECK(wait_until(stat_is, &held, 60000));
+  /* Everything is held and drained: not one descriptor is readable. */
+  for (int i = 0; i < POLL_STREAMS; i++) {
+    fds[i].fd = (int)ps[i].fd;
+    fds[i].events = POLLIN;
+    fds[i].revents = 0;
+  }
+  CHECK(poll(fds, POLL_STREAMS, 0) == 0);
+  /* No thread per stream: the library's workers (one per core, at least two) and their
+   * name-resolution helpers are all it added. */
+  CHECKF(threads_peak <= threads_before + 2 * (cpus > 2 ? cpus : 2), "%d threads (before: %d)",
+         threads_peak, threads_before);
+  CHECK(server_open_gate(&srv) == 0);
+  for (int over = 0; over < POLL_STREAMS;) {
+    int r = poll_round(ps, POLL_STREAMS, fds, idx, false);
+    CHECKF(r >= 0, "poll: no readiness in 60 s (%d of %d over)", over, POLL_STREAMS);
+    over += r;
+  }
+  for (int i = 0; i < POLL_STREAMS; i++) {
+    CHECKF(ps[i].last == PANTO_DONE && strcmp(ps[i].text, "Hello from panto.") == 0,
+           "stream %d: status %d, text '%s'", i, ps[i].last, ps[i].text);
+    PantoEvent ev = PANTO_EVENT_INIT;
+    CHECK(fd_readable(ps[i].fd, 0));
+    CHECK(panto_next_event_timeout(ps[i].stream, &ev, 0) == PANTO_DONE);
+    CHECK(fd_readable(ps[i].fd, 0));
+  }
+out:
+  for (int i = 0; i < POLL_STREAMS; i++) {
+    panto_stream_free(ps[i].stream);
+    panto_agent_free(ps[i].agent);
+  }
+  free(ps);
+  free(fds);
+  free(idx);
+  server_stop(&srv);
+}
+
+/* A held stream, drained through its descriptor up to "Hello", then to PANTO_PENDING:
+ * its descriptor is unreadable. Returns false (and fails the test) otherwise. */
+static bool drained_at_hello(Polled *p) {
+  int64_t deadline = now_ms() + 60000;
+  while (!p->hello) {
+    if (!fd_readable(p->fd, 60000) || now_ms() > deadline) return false;
+    if (drain_ready(p) != PANTO_PENDING) return false;
+  }
+  return !fd_readable(p->fd, 0);
+}
+
+/* A thread that cancels a stream once the polling thread is asleep in poll(). */
+typedef struct Canceller {
+  PantoStream *stream;
+  pid_t poller;
+  atomic_bool saw_blocked;
+} Canceller;
+
+static bool poller_blocked(void *arg) { return blocked_in_poll(((Canceller *)arg)->poller); }
+
+static void *cancel_when_blocked(void *arg) {
+  Canceller *c = arg;
+  atomic_store(&c->saw_blocked, wait_until(poller_blocked, c, 60000));
+  panto_stream_cancel(c->stream);
+  return NULL;
+}
+
+/* This thread waits in poll() on a stream's descriptor; another thread, once it has seen
+ * this one asleep in poll, cancels the stream: the descriptor becomes readable, and the
+ * cancel is what the stream then reports, for good, with the descriptor still readable. */
+static void test_readiness_cancel_from_another_thread(void) {
+  TestServer srv;
+  Polled p;
+  memset(&p, 0, sizeof p);
+  pthread_t th;
+  bool joined = true;
+  Canceller c;
+  memset(&c, 0, sizeof c);
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  p.agent = new_agent(&srv, "sk-test", NULL);
+  CHECK(p.agent != NULL);
+  p.stream = start(p.agent, "hi");
+  CHECK(p.stream != NULL);
+  CHECK(panto_stream_readiness_fd(p.stream, &p.fd) == PANTO_OK);
+  CHECK(drained_at_hello(&p));
+  c.stream = p.stream;
+  c.poller = current_tid();
+  CHECK(pthread_create(&th, NULL, cancel_when_blocked, &c) == 0);
+  joined = false;
+  struct pollfd f = {(int)p.fd, POLLIN, 0};
+  int r = poll(&f, 1, 60000);
+  CHECK(pthread_join(th, NULL) == 0);
+  joined = true;
+  CHECK(atomic_load(&c.saw_blocked));
+  CHECKF(r == 1 && (f.revents & POLLIN), "poll: %d, revents %#x", r, f.revents);
+  PantoEvent ev = PANTO_EVENT_INIT;
+  for (int i = 0; i < 3; i++) {
+    CHECK(panto_next_event_timeout(p.stream, &ev, 0) == PANTO_ERROR);
+    CHECK(ev.payload.error.kind == PANTO_ERR_CANCELLED);
+    CHECK(fd_readable(p.fd, 0));
+  }
+out:
+  if (!joined) pthread_join(th, NULL);
+  panto_stream_free(p.stream);
+  panto_agent_free(p.agent);
+  server_stop(&srv);
+}
+
+/* A thread blocked in poll() on a stream's descriptor. */
+typedef struct FdPoller {
+  int64_t fd;
+  int handshake[2];
+  _Atomic pid_t tid;
+  int result;
+  short revents;
+} FdPoller;
+
+static void *poll_fd(void *arg) {
+  FdPoller *p = arg;
+  atomic_store(&p->tid, current_tid());
+  char b = 1;
+  if (write(p->handshake[1], &b, 1) != 1) return NULL;
+  struct pollfd f = {(int)p->fd, POLLIN, 0};
+  p->result = poll(&f, 1, 60000); /* the timeout only catches a hang */
+  p->revents = f.revents;
+  return NULL;
+}
+
+static bool fd_poller_blocked(void *arg) {
+  return blocked_in_poll(atomic_load(&((FdPoller *)arg)->tid));
+}
+
+/* panto_stream_free while another thread waits in poll() on the stream's descriptor
+ * (established: the thread said it was about to poll, and the kernel reports it asleep
+ * in poll): the wait returns (readable, or an invalid descriptor if it looked only after
+ * the close), and valgrind sees nothing amiss. Also the arguments' checks. */
+static void test_readiness_free_while_polling(void) {
+  TestServer srv;
+  Polled p;
+  memset(&p, 0, sizeof p);
+  FdPoller fp;
+  memset(&fp, 0, sizeof fp);
+  fp.handshake[0] = fp.handshake[1] = -1;
+  pthread_t th;
+  bool joined = true;
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  int64_t fd = 7;
+  CHECK(panto_stream_readiness_fd(NULL, &fd) == PANTO_ERROR && fd == -1);
+  p.agent = new_agent(&srv, "sk-test", NULL);
+  CHECK(p.agent != NULL);
+  p.stream = start(p.agent, "hi");
+  CHECK(p.stream != NULL);
+  CHECK(panto_stream_readiness_fd(p.stream, NULL) == PANTO_ERROR);
+  CHECK(panto_stream_readiness_fd(p.stream, &p.fd) == PANTO_OK);
+  CHECK(drained_at_hello(&p));
+  CHECK(pipe(fp.handshake) == 0);
+  fp.fd = p.fd;
+  CHECK(pthread_create(&th, NULL, poll_fd, &fp) == 0);
+  joined = false;
+  char b;
+  CHECK(read(fp.handshake[0], &b, 1) == 1);
+  CHECK(wait_until(fd_poller_blocked, &fp, 60000));
+  panto_stream_free(p.stream);
+  p.stream = NULL;
+  CHECK(pthread_join(th, NULL) == 0);
+  joined = true;
+  CHECKF(fp.result == 1 && (fp.revents & (POLLIN | POLLNVAL)), "poll: %d, revents %#x",
+         fp.result, fp.revents);
+out:
+  if (!joined) {
+    panto_stream_free(p.stream);
+    p.stream = NULL;
+    pthread_join(th, NULL);
+  }
+  if (fp.handshake[0] >= 0) close(fp.handshake[0]);
+  if (fp.handshake[1] >= 0) close(fp.handshake[1]);
+  panto_stream_free(p.stream);
+  panto_agent_free(p.agent);
+  server_stop(&srv);
+}
+
 /* ------------------------------------------------------------------------------------ */
 
 static const struct {
@@ -1466,6 +1765,9 @@ static const struct {
     {"server_reset_while_writing_is_no_sigpipe", test_server_reset_while_writing_is_no_sigpipe},
     {"fork", test_fork},
     {"input_and_history_limits", test_input_and_history_limits},
+    {"poll_many_streams", test_poll_many_streams},
+    {"readiness_cancel_from_another_thread", test_readiness_cancel_from_another_thread},
+    {"readiness_free_while_polling", test_readiness_free_while_polling},
 };
 
 int main(int argc, char **argv) {
