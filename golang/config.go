@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -95,4 +97,73 @@ func readMillis(v json.RawMessage, d *time.Duration) error {
 		*d = time.Duration(*ms) * time.Millisecond
 	}
 	return nil
+}
+
+// goFieldPath turns a key path of the core's errors ("retry.max_retries",
+// "tools[1].name", "headers.X-Name") into the field path below root ("Config" or
+// "TurnOptions"): "Config.Retry.MaxRetries", "Config.Tools[1].Name",
+// `Config.Headers["X-Name"]`. False for a path that names no field.
+func goFieldPath(root, path string) (string, bool) {
+	var indices []string
+	var key strings.Builder
+	for rest := path; rest != ""; {
+		open := strings.IndexByte(rest, '[')
+		if open < 0 {
+			key.WriteString(rest)
+			break
+		}
+		end := strings.IndexByte(rest[open:], ']')
+		if end < 0 {
+			return "", false
+		}
+		indices = append(indices, rest[open:open+end+1])
+		key.WriteString(rest[:open] + "[]")
+		rest = rest[open+end+1:]
+	}
+	k := key.String()
+	field, ok := configFields[k]
+	entry := ""
+	if !ok { // an entry of a map: the map's path, a dot, the entry's key
+		for m := range configMaps {
+			if e, found := strings.CutPrefix(k, m+"."); found && e != "" {
+				field, entry, ok = configFields[m], e, true
+				break
+			}
+		}
+		if !ok {
+			return "", false
+		}
+	}
+	for _, ix := range indices {
+		if !strings.Contains(field, "[]") {
+			return "", false
+		}
+		field = strings.Replace(field, "[]", ix, 1)
+	}
+	if entry != "" {
+		field += "[" + strconv.Quote(entry) + "]"
+	}
+	return root + "." + field, true
+}
+
+// withGoField puts the Go field that a config error's key path stands for before the
+// path ("Config.Retry.MaxRetries (retry.max_retries): at most 100 (got 101)"): the
+// core names the JSON key, which a Go program never wrote. The core's path starts with
+// prefix ("options." for a turn's options) before the key.
+func withGoField(e *Error, root, prefix string) *Error {
+	if e == nil || e.Kind != KindConfig {
+		return e
+	}
+	path, rest, ok := strings.Cut(e.Message, ": ")
+	if !ok {
+		return e
+	}
+	key, ok := strings.CutPrefix(path, prefix)
+	if !ok {
+		return e
+	}
+	if field, ok := goFieldPath(root, key); ok {
+		e.Message = field + " (" + path + "): " + rest
+	}
+	return e
 }

@@ -11,8 +11,8 @@ import (
 // Config mirrors panto's JSON configuration (DESIGN.md, "Configuration"), one field per
 // key. Zero values ("", 0, nil, empty) leave a key out, so the library's default applies.
 // NewAgent builds the JSON with MarshalJSON and the core validates it: a bad value is an
-// *Error of kind config whose message names the key. Durations are sent in whole
-// milliseconds.
+// *Error of kind config whose message names the field and the key ("Config.Retry.MaxRetries
+// (retry.max_retries): …"). Durations are sent in whole milliseconds.
 type Config struct {
 	// Provider ("provider"): Which wire format the provider speaks. One of "openai",
 	// "anthropic". Default: "openai".
@@ -465,4 +465,57 @@ func (c *Compaction) UnmarshalJSON(data []byte) error {
 		}
 		return errUnknownKey
 	})
+}
+
+// configFields maps a configuration key's path, as the core's errors name it (an array's
+// items as []), to its field below Config, so that a config error can name the Go field
+// (see goFieldPath).
+var configFields = map[string]string{
+	"provider":                    "Provider",
+	"model":                       "Model",
+	"base_url":                    "BaseURL",
+	"api_key":                     "APIKey",
+	"system":                      "System",
+	"max_tokens":                  "MaxTokens",
+	"temperature":                 "Temperature",
+	"tools":                       "Tools",
+	"tools[].name":                "Tools[].Name",
+	"tools[].description":         "Tools[].Description",
+	"tools[].parameters":          "Tools[].Parameters",
+	"max_steps":                   "MaxSteps",
+	"tool_concurrency":            "ToolConcurrency",
+	"tool_timeout_ms":             "ToolTimeout",
+	"retry":                       "Retry",
+	"retry.max_retries":           "Retry.MaxRetries",
+	"retry.initial_delay_ms":      "Retry.InitialDelay",
+	"retry.max_delay_ms":          "Retry.MaxDelay",
+	"retry.max_elapsed_ms":        "Retry.MaxElapsed",
+	"retry.max_retry_after_ms":    "Retry.MaxRetryAfter",
+	"timeouts":                    "Timeouts",
+	"timeouts.connect_ms":         "Timeouts.Connect",
+	"timeouts.idle_ms":            "Timeouts.Idle",
+	"timeouts.request_ms":         "Timeouts.Request",
+	"queue_capacity":              "QueueCapacity",
+	"headers":                     "Headers",
+	"max_event_bytes":             "MaxEventBytes",
+	"max_message_bytes":           "MaxMessageBytes",
+	"max_tool_output_bytes":       "MaxToolOutputBytes",
+	"max_input_bytes":             "MaxInputBytes",
+	"max_history_bytes":           "MaxHistoryBytes",
+	"reasoning":                   "Reasoning",
+	"reasoning.effort":            "Reasoning.Effort",
+	"reasoning.budget_tokens":     "Reasoning.BudgetTokens",
+	"prompt_caching":              "PromptCaching",
+	"compaction":                  "Compaction",
+	"compaction.threshold_tokens": "Compaction.ThresholdTokens",
+	"compaction.keep_last":        "Compaction.KeepLast",
+	"compaction.model":            "Compaction.Model",
+	"compaction.prompt":           "Compaction.Prompt",
+	"compat":                      "Compat",
+}
+
+// configMaps holds the paths of the keys that are maps: an error names an entry by the
+// path, a dot and the entry's own key.
+var configMaps = map[string]bool{
+	"headers": true,
 }

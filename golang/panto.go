@@ -126,7 +126,8 @@ func libErrorKindName(code uint32) string { return goStr(C.panto_error_kind_name
 func libEventKindName(code uint32) string { return goStr(C.panto_event_kind_name(C.uint32_t(code))) }
 
 // NewAgent creates an agent from cfg. It does not touch the network. A bad
-// configuration is an *Error of kind config naming the key.
+// configuration is an *Error of kind config naming the field and its key, e.g.
+// "Config.Retry.MaxRetries (retry.max_retries): at most 100 (got 101)".
 func NewAgent(cfg Config) (*Agent, error) {
 	js, err := cfg.configJSON()
 	if err != nil {
@@ -143,7 +144,7 @@ func NewAgent(cfg Config) (*Agent, error) {
 	var out *C.PantoAgent
 	var cerr *C.PantoError
 	if C.panto_agent_new(cjs, n, &out, &cerr) != C.PANTO_OK {
-		return nil, takeError(cerr)
+		return nil, withGoField(takeError(cerr), "Config", "")
 	}
 	h := &agentHandle{p: out}
 	a := &Agent{h: h, tools: tools}
@@ -341,7 +342,7 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
 		return C.panto_agent_stream_with(a.h.p, in, n, o, on, &out, cerr)
 	}); e != nil {
-		return nil, e
+		return nil, withGoField(e, "TurnOptions", "options.")
 	}
 	return a.remember(newStream(ctx, out, a.tools)), nil
 }

@@ -1233,3 +1233,32 @@ func TestZeroMaxRetriesMeansNoRetry(t *testing.T) {
 		t.Fatalf("first event %s", mustJSON(t, evs[0]))
 	}
 }
+
+// A config error names the Go field (and the key the core named), not only the JSON
+// key a Go program never wrote.
+func TestConfigErrorsNameTheGoField(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Model: "m", Retry: Retry{MaxRetries: Int(101)}}, "Config.Retry.MaxRetries (retry.max_retries): "},
+		{Config{Model: "m", MaxTokens: -5}, "Config.MaxTokens (max_tokens): "},
+		{Config{Model: "m", Provider: "nope"}, "Config.Provider (provider): "},
+		{Config{Model: "m", ToolTimeout: -time.Second}, "Config.ToolTimeout (tool_timeout_ms): "},
+		{Config{Model: "m", Tools: []Tool{{Name: "a"}, {Name: "a"}}}, "Config.Tools[1].Name (tools[1].name): "},
+		{Config{Model: "m", APIKey: "k", Headers: map[string]string{"Authorization": "x"}},
+			`Config.Headers["Authorization"] (headers.Authorization): `},
+		{Config{Model: "m", Reasoning: &Reasoning{Effort: "max"}}, "Config.Reasoning.Effort (reasoning.effort): "},
+		{Config{}, "Config.Model (model): "},
+	} {
+		_, err := NewAgent(c.cfg)
+		if !errors.Is(err, ErrConfig) || !strings.HasPrefix(err.Error(), "panto: config: "+c.want) {
+			t.Errorf("got %v, want it to start with %q", err, c.want)
+		}
+	}
+	agent := newTestAgent(t, Config{Model: "m", APIKey: "k", BaseURL: "http://127.0.0.1:1/v1"})
+	_, err := agent.StreamWith(context.Background(), "x", TurnOptions{Reasoning: &Reasoning{Effort: "max"}})
+	if want := "panto: config: TurnOptions.Reasoning.Effort (options.reasoning.effort): "; !strings.HasPrefix(fmt.Sprint(err), want) {
+		t.Errorf("got %v, want it to start with %q", err, want)
+	}
+}

@@ -53,6 +53,9 @@ the library's default applies):
   out when all its fields are zero), a pointer when it defaults to null (nil unset).
   Keys marked `required` are always written. UnmarshalJSON reads the same JSON back,
   so a Config can be loaded from the JSON configuration every language shares.
+  configFields maps every key path to its Go field path (retry.max_retries ->
+  Retry.MaxRetries, tools[].name -> Tools[].Name), so the binding's config errors name
+  the Go field (Config.Retry.MaxRetries) before the key.
 Go-only additions live in GO_EXTRA_FIELDS (Tool.Func: a host tool implemented in Go).
 """
 
@@ -726,14 +729,49 @@ class ConfigGen:
         doc = ("Config mirrors panto's JSON configuration (DESIGN.md, \"Configuration\"), one field "
                "per key. Zero values (\"\", 0, nil, empty) leave a key out, so the library's default "
                "applies. NewAgent builds the JSON with MarshalJSON and the core validates it: a bad "
-               "value is an *Error of kind config whose message names the key. Durations are sent in "
-               "whole milliseconds.")
+               "value is an *Error of kind config whose message names the field and the key "
+               "(\"Config.Retry.MaxRetries (retry.max_retries): …\"). Durations are sent in whole "
+               "milliseconds.")
         body = self.render_struct("Config", doc, self.keys, [], False)
         out: List[str] = []
         out += body
         for t in self.types:
             out += t
+        out += self.render_field_paths()
         return "\n".join(file_head(sorted(self.imports), cgo=False) + out).rstrip("\n") + "\n"
+
+    def render_field_paths(self) -> List[str]:
+        """configFields: every key path as the core's errors name it (array items as
+        `[]`) -> the Go field path below Config; configMaps: the paths of maps, whose
+        own keys follow them in an error (headers.X-Name)."""
+        fields: List[Tuple[str, str]] = []
+        maps: List[str] = []
+
+        def walk(keys: List[Dict[str, Any]], path: str, gpath: str) -> None:
+            for k in keys:
+                p = f"{path}{k['name']}"
+                g = f"{gpath}{self.field_name(k)}"
+                fields.append((p, g))
+                if k["type"] == "object":
+                    walk(k["keys"], p + ".", g + ".")
+                elif k["type"] == "array" and k["items"]["type"] == "object":
+                    walk(k["items"]["keys"], p + "[].", g + "[].")
+                elif k["type"] == "map":
+                    maps.append(p)
+
+        walk(self.keys, "", "")
+        out = comment("configFields maps a configuration key's path, as the core's errors name it (an "
+                      "array's items as []), to its field below Config, so that a config error can "
+                      "name the Go field (see goFieldPath).")
+        out.append("var configFields = map[string]string{")
+        out += [f"\t{go_str(p)}: {go_str(g)}," for p, g in fields]
+        out += ["}", ""]
+        out += comment("configMaps holds the paths of the keys that are maps: an error names an entry "
+                       "by the path, a dot and the entry's own key.")
+        out.append("var configMaps = map[string]bool{")
+        out += [f"\t{go_str(p)}: true," for p in maps]
+        out += ["}", ""]
+        return out
 
 
 # ---------------------------------------------------------------------------------------
