@@ -218,12 +218,13 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 // Tool is one item of the "tools" configuration key. Host tools: declared here, answered by
 // the caller.
 type Tool struct {
-	// Name ("name"): The tool's name, as the model calls it. Required.
+	// Name ("name"): The tool's name, as the model calls it: 1 to 64 ASCII letters, digits, _
+	// or -. Required.
 	Name string
 	// Description ("description"): What the tool does, for the model.
 	Description string
-	// Parameters ("parameters"): JSON Schema of the tool's arguments object. Default:
-	// {"properties":{},"type":"object"}.
+	// Parameters ("parameters"): JSON Schema of the tool's arguments object; its "type" must
+	// be "object". Default: {"properties":{},"type":"object"}.
 	Parameters json.RawMessage
 	// Func, when set, implements the tool in Go: the stream runs it in its own goroutine
 	// with a context derived from the stream's; its result becomes the tool result, and

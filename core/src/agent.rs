@@ -234,11 +234,19 @@ impl Agent {
         NEXT_AGENT_ID.load(Ordering::SeqCst)
     }
 
-    /// Adds a Rust tool. Its name must not clash with another tool or a host tool.
+    /// Adds a Rust tool. Its name must not clash with another tool or a host tool, and
+    /// its declaration must be one the providers accept ([`ToolSpec::check`]): a
+    /// `config` error naming the tool otherwise.
     pub fn add_tool(&self, tool: impl Tool) -> Result<()> {
         let spec = tool.spec();
         if spec.name.is_empty() {
             return Err(Error::config("tool name: required"));
+        }
+        if let Err((field, problem)) = spec.check() {
+            return Err(Error::config(format!(
+                "tool {:?}: {field}: {problem}",
+                crate::provider::truncate(&spec.name, 100)
+            )));
         }
         if self.inner.config.tools.iter().any(|t| t.name == spec.name) {
             return Err(Error::config(format!(

@@ -101,7 +101,7 @@ const TOOL_KEYS: &[Key] = &[
         "name",
         KeyType::String,
         "null",
-        "The tool's name, as the model calls it.",
+        "The tool's name, as the model calls it: 1 to 64 ASCII letters, digits, _ or -.",
     )),
     key(
         "description",
@@ -113,7 +113,7 @@ const TOOL_KEYS: &[Key] = &[
         "parameters",
         KeyType::JsonObject,
         "{\"type\":\"object\",\"properties\":{}}",
-        "JSON Schema of the tool's arguments object.",
+        "JSON Schema of the tool's arguments object; its \"type\" must be \"object\".",
     ),
 ];
 
@@ -653,14 +653,20 @@ impl Config {
                 self.base_url
             )));
         }
-        // Types and bounds, from the schema: the same checks as the JSON form gets.
-        if let Value::Object(obj) = self.to_value() {
-            crate::vocab::check(CONFIG, &obj, "")?;
-        }
+        // The tools first: what the providers accept of a declaration, with the tool named
+        // (the schema below would also refuse parameters that are not an object, by path
+        // only).
         let mut seen = std::collections::HashSet::new();
         for (i, tool) in self.tools.iter().enumerate() {
-            if tool.name.is_empty() {
-                return Err(Error::config(format!("tools[{i}].name: required")));
+            if let Err((field, problem)) = tool.check() {
+                return Err(Error::config(if tool.name.is_empty() {
+                    format!("tools[{i}].{field}: {problem}")
+                } else {
+                    format!(
+                        "tools[{i}].{field}: tool {:?}: {problem}",
+                        crate::provider::truncate(&tool.name, 100)
+                    )
+                }));
             }
             if !seen.insert(tool.name.as_str()) {
                 return Err(Error::config(format!(
@@ -668,6 +674,10 @@ impl Config {
                     tool.name
                 )));
             }
+        }
+        // Types and bounds, from the schema: the same checks as the JSON form gets.
+        if let Value::Object(obj) = self.to_value() {
+            crate::vocab::check(CONFIG, &obj, "")?;
         }
         for (name, value) in &self.headers {
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {

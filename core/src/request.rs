@@ -44,6 +44,57 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+/// The longest tool name the providers accept (OpenAI and Anthropic alike).
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+
+impl ToolSpec {
+    /// Checks the declaration against what the providers accept, so a bad tool is a
+    /// `config` error when it is registered rather than a 400 at the first request: a
+    /// name of 1 to 64 ASCII letters, digits, `_` or `-` (`^[a-zA-Z0-9_-]{1,64}$`), and
+    /// parameters that are a JSON Schema of an object (`"type": "object"`: a call's
+    /// arguments are always an object). `Err` names the field (`name` or `parameters`)
+    /// and what is wrong with it; the caller names the tool.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        let name = &self.name;
+        if name.is_empty() {
+            return Err(("name", "required".to_owned()));
+        }
+        let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if name.len() > MAX_TOOL_NAME_LEN || !name.chars().all(allowed) {
+            return Err((
+                "name",
+                format!(
+                    "{:?} is not a valid tool name: providers accept 1 to \
+                     {MAX_TOOL_NAME_LEN} ASCII letters, digits, '_' or '-'",
+                    crate::provider::truncate(name, 100)
+                ),
+            ));
+        }
+        let what = match &self.parameters {
+            Value::Object(schema) => match schema.get("type") {
+                Some(Value::String(t)) if t == "object" => return Ok(()),
+                Some(t) => format!(
+                    "has \"type\": {}",
+                    crate::provider::truncate(&t.to_string(), 60)
+                ),
+                None => "has no \"type\"".to_owned(),
+            },
+            Value::Null => "is null".to_owned(),
+            Value::Bool(_) => "is a boolean".to_owned(),
+            Value::Number(_) => "is a number".to_owned(),
+            Value::String(_) => "is a string".to_owned(),
+            Value::Array(_) => "is an array".to_owned(),
+        };
+        Err((
+            "parameters",
+            format!(
+                "must be a JSON Schema object with \"type\": \"object\" (a call's \
+                 arguments are an object); it {what}"
+            ),
+        ))
+    }
+}
+
 /// The parameters of a tool declared without any: an object with no properties.
 pub(crate) fn empty_object_schema() -> Value {
     serde_json::json!({"type": "object", "properties": {}})

@@ -361,6 +361,35 @@ def render_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+# The providers' rule for tool names (the core checks the same at registration).
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _config_error(message: str) -> PantoError:
+    # Imported here: the generated module imports this package's native module.
+    from ._vocab import ConfigError
+
+    return ConfigError(message, kind="config")
+
+
+def _check_name(name: str) -> None:
+    """Refuses at decoration a name the providers would refuse at the first request."""
+    if not _TOOL_NAME.fullmatch(name):
+        raise _config_error(
+            f"tool {name!r}: name: {name!r} is not a valid tool name: providers accept 1 to "
+            "64 ASCII letters, digits, '_' or '-' (use @panto.tool(name=...))"
+        )
+
+
+def _check_parameters(name: str, parameters: Any) -> None:
+    """A call's arguments are an object: the schema must say so."""
+    if not isinstance(parameters, dict) or parameters.get("type") != "object":
+        raise _config_error(
+            f"tool {name!r}: parameters: must be a JSON Schema object with "
+            f'"type": "object" (a call\'s arguments are an object); got {parameters!r:.80}'
+        )
+
+
 class Tool:
     """A Python function the model can call. Made by ``@panto.tool``; calling the
     ``Tool`` calls the function."""
@@ -381,6 +410,7 @@ class Tool:
         self.name = name or getattr(fn, "__name__", None) or ""
         if not self.name or self.name == "<lambda>":
             raise TypeError("a tool needs a name: use @panto.tool(name=...)")
+        _check_name(self.name)
         doc = inspect.getdoc(fn) or ""
         self.description = description if description is not None else _doc_summary(doc)
         self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
@@ -392,6 +422,7 @@ class Tool:
             self._hints = {}
         if parameters is None:
             parameters = self._derive_parameters(doc)
+        _check_parameters(self.name, parameters)
         self.parameters = parameters
         try:
             self.__doc__ = fn.__doc__
@@ -459,7 +490,10 @@ def tool(
     The JSON Schema of its arguments comes from the signature (see ``json_schema``), its
     description from the docstring (the text before an ``Args:`` section; parameters
     described there, or with ``:param x:``, get that description). ``name``,
-    ``description`` and ``parameters`` override what is derived.
+    ``description`` and ``parameters`` override what is derived. The name (the
+    function's, or ``name``) must be 1 to 64 ASCII letters, digits, ``_`` or ``-``, and
+    ``parameters`` a schema with ``"type": "object"``, as the providers require; anything
+    else raises ``ConfigError`` here, not at the first request.
 
         @panto.tool
         def weather(city: str, unit: Literal["c", "f"] = "c") -> str:
