@@ -22,7 +22,7 @@ func TestABadToolFailsNewAgentNamingIt(t *testing.T) {
 		}
 		var perr *Error
 		if !errors.Is(err, ErrConfig) || !errors.As(err, &perr) ||
-			!strings.HasPrefix(perr.Message, "tools[1].name: tool ") ||
+			!strings.HasPrefix(perr.Message, "Config.Tools[1].Name (tools[1].name): tool ") ||
 			!strings.Contains(perr.Message, "not a valid tool name") {
 			t.Fatalf("%q: %v", name, err)
 		}
@@ -30,7 +30,8 @@ func TestABadToolFailsNewAgentNamingIt(t *testing.T) {
 	cfg := base
 	cfg.Tools = []Tool{{Name: "lookup", Parameters: json.RawMessage(`{"type":"array"}`)}}
 	if _, err := NewAgent(cfg); !errors.Is(err, ErrConfig) ||
-		!strings.HasPrefix(err.(*Error).Message, `tools[0].parameters: tool "lookup": must be a JSON Schema object with "type": "object"`) {
+		!strings.HasPrefix(err.(*Error).Message,
+			`Config.Tools[0].Parameters (tools[0].parameters): tool "lookup": must be a JSON Schema object with "type": "object"`) {
 		t.Fatalf("parameters: %v", err)
 	}
 	cfg.Tools = []Tool{{Name: "get_weather-2"}, {Name: strings.Repeat("x", 64)}}
