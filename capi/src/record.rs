@@ -314,7 +314,7 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
         } => {
             // Serialized before any string of the block is touched; terminating does
             // not change a string's contents anyway.
-            let content_json = serde_json_string(content);
+            let (content_json, arguments_json) = content_and_arguments_json(content);
             let mut out = PantoBlockComplete {
                 message: *message,
                 block: *block,
@@ -362,9 +362,11 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
                     out.content_type = PANTO_CONTENT_TOOL_CALL;
                     out.call_id = view(call_id);
                     out.name = view(name);
-                    out.arguments = arguments
-                        .as_ref()
-                        .map_or(PantoStr::ABSENT, |v| keep(v.to_string()));
+                    out.arguments = match (arguments, arguments_json) {
+                        (Some(_), Some(text)) => keep(text),
+                        (Some(v), None) => keep(v.to_string()),
+                        (None, _) => PantoStr::ABSENT,
+                    };
                     out.arguments_raw = opt_view(arguments_raw);
                 }
                 // Results never appear in block_complete (they are events of their own);
@@ -480,6 +482,39 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
         #[allow(unreachable_patterns)]
         _ => {}
     }
+}
+
+/// A block's canonical JSON and, for a tool call with parsed arguments, the arguments'
+/// JSON text. The arguments are serialized once: the block's JSON is assembled around
+/// that text, in the field order serde writes (`type`, `call_id`, `name`, `arguments`,
+/// `arguments_raw`), so `content` and `arguments` hold the same bytes without a second
+/// serialization of what can be a large value. A test compares it with serde's output.
+pub(crate) fn content_and_arguments_json(block: &Block) -> (String, Option<String>) {
+    let Block::ToolCall {
+        call_id,
+        name,
+        arguments: Some(arguments),
+        arguments_raw,
+    } = block
+    else {
+        return (serde_json_string(block), None);
+    };
+    // Strings and JSON values only: serializing cannot fail.
+    let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let args = serde_json::to_string(arguments).unwrap_or_default();
+    let mut out = String::with_capacity(args.len() + call_id.len() + name.len() + 64);
+    out.push_str(r#"{"type":"tool_call","call_id":"#);
+    out.push_str(&text(call_id));
+    out.push_str(r#","name":"#);
+    out.push_str(&text(name));
+    out.push_str(r#","arguments":"#);
+    out.push_str(&args);
+    if let Some(raw) = arguments_raw {
+        out.push_str(r#","arguments_raw":"#);
+        out.push_str(&text(raw));
+    }
+    out.push('}');
+    (out, Some(args))
 }
 
 fn serde_json_string(block: &Block) -> String {

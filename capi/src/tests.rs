@@ -844,3 +844,41 @@ fn an_error_event_carries_the_servers_wait() {
         assert_eq!(unsafe { ev.payload.error.retry_after_ms }, want);
     }
 }
+
+/// A tool call's content JSON is assembled around its arguments' text (serialized once);
+/// it must be byte for byte what serde writes for the block, and `arguments` the same
+/// text as the value serializes to.
+#[test]
+fn tool_call_content_is_serdes_json_with_arguments_serialized_once() {
+    let blocks = [
+        Block::ToolCall {
+            call_id: "call_1".into(),
+            name: "weather".into(),
+            arguments: Some(json!({"city": "Paris", "n": [1, 2.5, null], "q": "a\"b\\c\u{1}é"})),
+            arguments_raw: None,
+        },
+        Block::ToolCall {
+            call_id: "id \"quoted\"\n".into(),
+            name: "ñame".into(),
+            arguments: Some(json!({})),
+            arguments_raw: Some("{raw".into()),
+        },
+        Block::ToolCall {
+            call_id: "c".into(),
+            name: "n".into(),
+            arguments: None,
+            arguments_raw: Some("not json".into()),
+        },
+        Block::text("plain"),
+    ];
+    for block in &blocks {
+        let (content, args) = crate::record::content_and_arguments_json(block);
+        assert_eq!(content, serde_json::to_string(block).unwrap(), "{block:?}");
+        match block {
+            Block::ToolCall {
+                arguments: Some(v), ..
+            } => assert_eq!(args.as_deref(), Some(v.to_string().as_str())),
+            _ => assert!(args.is_none()),
+        }
+    }
+}
