@@ -487,6 +487,8 @@ def test_tools_stuck_past_their_timeout_do_not_starve_the_pool(server, monkeypat
         events = list(make_agent(server, tools=[quick], tool_timeout_ms=20_000).stream("go"))
         assert [(e.output, e.is_error) for e in events if isinstance(e, panto.ToolResult)] == [("quick", False)]
 
+        # The quick tool's thread counts as busy until just after its result was taken.
+        wait_until(lambda: pool.busy == 2, what="the quick tool's job to end")
         d = panto.diagnostics()
         assert d["tool_threads_stuck"] == 2 and d["tools_in_flight"] == 2 and d["tools_queued"] == 0
         stuck_logs = [r for r in caplog.records if r.name == "panto" and "still running after its deadline" in r.getMessage()]

@@ -33,6 +33,10 @@ __all__ = ["Pool"]
 _log = logging.getLogger("panto")
 
 
+def _done() -> None:
+    """What a finished job's function becomes."""
+
+
 class _Job:
     __slots__ = ("fut", "fn", "args", "kwargs", "deadline", "what", "stuck")
 
@@ -236,8 +240,11 @@ class Pool(Executor):
                     if job.stuck:
                         self._stuck -= 1
                         _log.info("panto: %s: %s ended after all", self._name, job.what or "a job")
-                    # Not in the heap any more once it ran: a finished job is never stuck.
+                    # A finished job is never stuck; the watcher drops it from its heap,
+                    # which keeps only this shell (not the function and its arguments).
                     job.deadline = None
+                    job.fn = _done
+                    job.args, job.kwargs = (), {}
                 del job, fut
 
     def _watcher(self) -> None:
