@@ -12,7 +12,7 @@
 
 use panto::{Block, Event};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -151,7 +151,9 @@ pub fn repr_of(py: Python<'_>, class: &str, dict: &Bound<'_, PyDict>) -> PyResul
 }
 
 /// An event of a kind this version of the package does not know (a core newer than the
-/// description the classes were generated from).
+/// description the classes were generated from). Its `type` is `"unknown"`, a constant
+/// like every event class's, so that `ev.type == "…"` narrows a union of events for a
+/// type checker; the core's name for it is `event_type` (and `to_dict()["type"]`).
 #[pyclass(frozen, module = "panto", name = "UnknownEvent")]
 pub struct UnknownEvent {
     event: Event,
@@ -165,13 +167,34 @@ impl UnknownEvent {
 
 #[pymethods]
 impl UnknownEvent {
-    #[getter]
+    #[classattr]
     #[pyo3(name = "type")]
-    fn type_name(&self) -> &'static str {
+    fn type_name() -> &'static str {
+        "unknown"
+    }
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> Bound<'_, PyTuple> {
+        PyTuple::empty(py)
+    }
+    /// The event's type as the core names it.
+    #[getter]
+    fn event_type(&self) -> &'static str {
         self.event.type_name()
     }
     fn to_json(&self) -> String {
         self.event.to_json()
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.cast::<UnknownEvent>() {
+            Ok(o) => self.event == o.get().event,
+            Err(_) => false,
+        }
+    }
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event.to_json())
+    }
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event.to_json())
     }
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         serialized(py, &self.event)
@@ -179,6 +202,33 @@ impl UnknownEvent {
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let dict = self.to_dict(py)?;
         repr_of(py, "UnknownEvent", dict.cast::<PyDict>()?)
+    }
+}
+
+/// The hash of an event's canonical JSON (equal events have equal JSON: JSON objects
+/// are ordered maps in the core).
+pub fn hash_str(s: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+/// What `__reduce__` returns for an event: `panto._native._event_from_json` and its
+/// canonical JSON, so an event pickles (across processes too) as what the core reads.
+pub fn reduce_event(py: Python<'_>, json: String) -> PyResult<(Bound<'_, PyAny>, (String,))> {
+    let rebuild = py.import("panto._native")?.getattr("_event_from_json")?;
+    Ok((rebuild, (json,)))
+}
+
+/// An event from its canonical JSON (what unpickling an event calls).
+#[pyfunction]
+pub fn _event_from_json(py: Python<'_>, json: &str) -> PyResult<Py<PyAny>> {
+    match serde_json::from_str::<Event>(json) {
+        Ok(ev) => to_py(py, ev),
+        Err(e) => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "not the canonical JSON of an event: {e}"
+        ))),
     }
 }
 
@@ -191,5 +241,6 @@ pub fn host_call(ev: &Event) -> bool {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     register_classes(m)?;
     m.add_class::<UnknownEvent>()?;
+    m.add_function(wrap_pyfunction!(_event_from_json, m)?)?;
     Ok(())
 }

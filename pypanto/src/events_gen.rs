@@ -11,9 +11,9 @@
 use panto::Event;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyTuple, PyType};
 
-use crate::events::{repr_of, serialized, Field, UnknownEvent};
+use crate::events::{hash_str, reduce_event, repr_of, serialized, Field, UnknownEvent};
 
 /// The kind of a content block as announced by `block_start`.
 ///
@@ -107,6 +107,20 @@ fn usage_dict<'py>(py: Python<'py>, u: &panto::Usage) -> PyResult<Bound<'py, PyD
 
 #[pymethods]
 impl Usage {
+    #[new]
+    fn new(input_tokens: u64, output_tokens: u64, cache_read_tokens: u64, cache_write_tokens: u64, reasoning_tokens: u64) -> Usage {
+        Usage { input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens }
+    }
+    /// Positional patterns in `match` (`case Usage(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"])
+    }
+    /// Pickles as its constructor's call.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, (u64, u64, u64, u64, u64)) {
+        let this = slf.get();
+        (slf.get_type(), (this.input_tokens.clone(), this.output_tokens.clone(), this.cache_read_tokens.clone(), this.cache_write_tokens.clone(), this.reasoning_tokens.clone()))
+    }
     /// The canonical JSON form as a dict.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         usage_dict(py, &self.core())
@@ -181,6 +195,11 @@ impl MessageStart {
     fn type_name() -> &'static str {
         "message_start"
     }
+    /// Positional patterns in `match` (`case MessageStart(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "model", "response_id"])
+    }
     /// The canonical JSON of this event, exactly as the core writes it.
     fn to_json(&self) -> String {
         self.event().to_json()
@@ -207,6 +226,15 @@ impl MessageStart {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 
@@ -242,6 +270,11 @@ impl BlockStart {
     fn type_name() -> &'static str {
         "block_start"
     }
+    /// Positional patterns in `match` (`case BlockStart(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "block", "kind"])
+    }
     /// What the block holds.
     #[getter]
     fn kind<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -271,6 +304,15 @@ impl BlockStart {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 
@@ -309,6 +351,11 @@ impl ContentDelta {
     fn type_name() -> &'static str {
         "content_delta"
     }
+    /// Positional patterns in `match` (`case ContentDelta(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "block", "kind", "text"])
+    }
     /// What the fragment extends.
     #[getter]
     fn kind<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -339,6 +386,15 @@ impl ContentDelta {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 
@@ -380,6 +436,11 @@ impl ToolDetails {
     fn type_name() -> &'static str {
         "tool_details"
     }
+    /// Positional patterns in `match` (`case ToolDetails(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "block", "call_id", "name"])
+    }
     /// The canonical JSON of this event, exactly as the core writes it.
     fn to_json(&self) -> String {
         self.event().to_json()
@@ -405,6 +466,15 @@ impl ToolDetails {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 
@@ -441,6 +511,11 @@ impl BlockComplete {
     fn type_name() -> &'static str {
         "block_complete"
     }
+    /// Positional patterns in `match` (`case BlockComplete(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "block", "content"])
+    }
     /// The block's canonical content.
     #[getter]
     fn content<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -470,6 +545,15 @@ impl BlockComplete {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 
@@ -502,6 +586,11 @@ impl MessageEnd {
     #[pyo3(name = "type")]
     fn type_name() -> &'static str {
         "message_end"
+    }
+    /// Positional patterns in `match` (`case MessageEnd(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "stop_reason", "usage"])
     }
     /// Why the message ended.
     #[getter]
@@ -537,6 +626,15 @@ impl MessageEnd {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 
@@ -583,6 +681,11 @@ impl ToolCallStart {
     fn type_name() -> &'static str {
         "tool_call_start"
     }
+    /// Positional patterns in `match` (`case ToolCallStart(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "call_id", "name", "arguments", "arguments_raw", "host"])
+    }
     /// The parsed arguments object, or null when they were not a JSON object.
     #[getter]
     fn arguments<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -617,6 +720,15 @@ impl ToolCallStart {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 
@@ -663,6 +775,11 @@ impl ToolResult {
     fn type_name() -> &'static str {
         "tool_result"
     }
+    /// Positional patterns in `match` (`case ToolResult(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "call_id", "name", "output", "is_error"])
+    }
     /// The canonical JSON of this event, exactly as the core writes it.
     fn to_json(&self) -> String {
         self.event().to_json()
@@ -689,6 +806,15 @@ impl ToolResult {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 
@@ -739,6 +865,11 @@ impl ProviderRetry {
     fn type_name() -> &'static str {
         "provider_retry"
     }
+    /// Positional patterns in `match` (`case ProviderRetry(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "attempt", "max_attempts", "delay_ms", "reason", "status"])
+    }
     /// The canonical JSON of this event, exactly as the core writes it.
     fn to_json(&self) -> String {
         self.event().to_json()
@@ -768,6 +899,15 @@ impl ProviderRetry {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 
@@ -809,6 +949,11 @@ impl MessageComplete {
     fn type_name() -> &'static str {
         "message_complete"
     }
+    /// Positional patterns in `match` (`case MessageComplete(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["stop_reason", "usage", "messages", "text"])
+    }
     /// Why the turn ended.
     #[getter]
     fn stop_reason<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -844,6 +989,15 @@ impl MessageComplete {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 
@@ -888,6 +1042,11 @@ impl HistoryCompacted {
     fn type_name() -> &'static str {
         "history_compacted"
     }
+    /// Positional patterns in `match` (`case HistoryCompacted(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["messages_before", "messages_after", "tokens_before", "tokens_after"])
+    }
     /// The canonical JSON of this event, exactly as the core writes it.
     fn to_json(&self) -> String {
         self.event().to_json()
@@ -913,6 +1072,15 @@ impl HistoryCompacted {
             }
             Err(_) => false,
         }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
     }
 }
 

@@ -4,6 +4,7 @@ events and their canonical JSON, busy, and the configuration."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import threading
 
@@ -237,6 +238,44 @@ def test_attributes_dict_repr_and_equality_agree_for_every_event_of_a_tool_turn(
     assert end.usage == end_again.usage and hash(end.usage) == hash(end_again.usage)
     assert end.usage != end_again and end != events[-1]
     assert repr(end.usage) == "Usage(" + ", ".join(f"{k}={v!r}" for k, v in end.usage.to_dict().items()) + ")"
+
+
+def test_events_pickle_hash_and_match_positionally(server):
+    """Events are immutable: they hash (equal events alike) and pickle as their canonical
+    JSON; __match_args__ lists the fields in order, so `case ToolResult(m, id, name, out,
+    err)` binds them; records (Usage) construct, pickle and match too."""
+    server.scenario(exchange(tool_sse([("c1", "lookup", {"q": "x"})])), text_exchange(["done"]))
+    spec = {"name": "lookup", "description": "Looks up", "parameters": {"type": "object"}}
+    with make_agent(server, tools=[spec]).stream("go") as s:
+        events = []
+        for ev in s:
+            events.append(ev)
+            if isinstance(ev, panto.ToolCallStart) and ev.host:
+                s.submit_tool_result(ev.call_id, "found")
+    assert len({type(ev) for ev in events}) >= 8
+    for ev in events:
+        copy = pickle.loads(pickle.dumps(ev))
+        assert type(copy) is type(ev) and copy == ev and copy.to_json() == ev.to_json()
+        assert hash(copy) == hash(ev)
+        assert type(ev).__match_args__ == tuple(f[0] for f in panto._vocab.EVENT_FIELDS[ev.type])
+    assert len(set(events) | set(pickle.loads(pickle.dumps(events)))) == len(events)
+    result = next(ev for ev in events if isinstance(ev, panto.ToolResult))
+    match result:
+        case panto.ToolResult(message, call_id, name, output, is_error):
+            assert (message, call_id, name, output, is_error) == (0, "c1", "lookup", "found", False)
+        case _:
+            raise AssertionError("no match")
+    usage = next(ev for ev in events if isinstance(ev, panto.MessageEnd)).usage
+    match usage:
+        case panto.Usage(input_tokens, output_tokens):
+            assert (input_tokens, output_tokens) == (usage.input_tokens, usage.output_tokens)
+    assert pickle.loads(pickle.dumps(usage)) == usage
+    assert panto.Usage(1, 2, 3, 4, 5) == panto.Usage(
+        input_tokens=1, output_tokens=2, cache_read_tokens=3, cache_write_tokens=4, reasoning_tokens=5
+    )
+    # UnknownEvent's type is a constant, like every event class's (a type checker then
+    # narrows `ev.type == "..."` on the union of events).
+    assert panto.UnknownEvent.type == "unknown" and panto.UnknownEvent.__match_args__ == ()
 
 
 def test_to_dict_matches_the_cli_trace_of_the_same_turn(server, tmp_path):

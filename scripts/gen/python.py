@@ -215,8 +215,8 @@ def render_rust(v: Vocab) -> str:
         "use panto::Event;\n"
         "use pyo3::intern;\n"
         "use pyo3::prelude::*;\n"
-        "use pyo3::types::PyDict;\n\n"
-        "use crate::events::{repr_of, serialized, Field, UnknownEvent};\n"
+        "use pyo3::types::{PyDict, PyTuple, PyType};\n\n"
+        "use crate::events::{hash_str, reduce_event, repr_of, serialized, Field, UnknownEvent};\n"
     )
     for e in v.used_enums():
         out.append(render_rust_enum(e))
@@ -252,6 +252,11 @@ def render_rust_enum(e: Dict[str, Any]) -> str:
     )
 
 
+def record_hashable(r: Dict[str, Any]) -> bool:
+    """A record of integers and booleans only gets a ``__hash__`` (from its fields)."""
+    return bool(r["fields"]) and all(f["type"] in UNSIGNED or f["type"] == "bool" for f in r["fields"])
+
+
 def render_rust_record(r: Dict[str, Any]) -> str:
     name = r["variant"]
     core = "panto::" + name
@@ -265,8 +270,13 @@ def render_rust_record(r: Dict[str, Any]) -> str:
         f"    d.set_item(intern!(py, {rust_str(f['name'])}), u.{f['name']}.dict_value(py)?)?;\n" for f in fields
     )
     eq = " && ".join(f"self.{f['name']} == o.{f['name']}" for f in fields) or "true"
+    names = [f["name"] for f in fields]
+    new_params = ", ".join(f"{f['name']}: {SCALAR_RUST[f['type']]}" for f in fields)
+    new_fields = ", ".join(names)
+    reduce_types = ", ".join(SCALAR_RUST[f["type"]] for f in fields) + ("," if len(fields) == 1 else "")
+    reduce_values = ", ".join(f"self.{n}.clone()" for n in names) + ("," if len(fields) == 1 else "")
     hash_fn = ""
-    if fields and all(f["type"] in UNSIGNED or f["type"] == "bool" for f in fields):
+    if record_hashable(r):
         first, rest = fields[0]["name"], fields[1:]
         fold = "".join(f"            .wrapping_mul(31)\n            .wrapping_add(u64::from(self.{f['name']}))\n" for f in rest)
         hash_fn = (
@@ -296,6 +306,20 @@ fn {r['name']}_dict<'py>(py: Python<'py>, u: &{core}) -> PyResult<Bound<'py, PyD
 
 #[pymethods]
 impl {name} {{
+    #[new]
+    fn new({new_params}) -> {name} {{
+        {name} {{ {new_fields} }}
+    }}
+    /// Positional patterns in `match` (`case {name}(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {{
+        PyTuple::new(py, [{", ".join(rust_str(n) for n in names)}])
+    }}
+    /// Pickles as its constructor's call.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, ({reduce_types})) {{
+        let this = slf.get();
+        (slf.get_type(), ({reduce_values.replace("self.", "this.")}))
+    }}
     /// The canonical JSON form as a dict.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {{
         {r['name']}_dict(py, &self.core())
@@ -360,6 +384,7 @@ def render_rust_event(v: Vocab, ev: Dict[str, Any]) -> str:
         else:
             dict_items.append(f"        d.set_item({key}, self.{f['name']}.dict_value(py)?)?;\n")
     eq = " && ".join(f"self.{f['name']} == o.{f['name']}" for f in fields) or "true"
+    match_args = ", ".join(rust_str(f["name"]) for f in fields)
     to_event = "".join(f"            {f['name']}: self.{f['name']}.clone(),\n" for f in fields)
     terminal = " Terminal: the last event of a turn." if ev.get("terminal") else ""
     return f"""
@@ -375,6 +400,11 @@ impl {name} {{
     #[pyo3(name = "type")]
     fn type_name() -> &'static str {{
         {rust_str(type_name)}
+    }}
+    /// Positional patterns in `match` (`case {name}(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {{
+        PyTuple::new(py, [{match_args}])
     }}
 {"".join(getters)}    /// The canonical JSON of this event, exactly as the core writes it.
     fn to_json(&self) -> String {{
@@ -397,6 +427,15 @@ impl {name} {{
             }}
             Err(_) => false,
         }}
+    }}
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {{
+        hash_str(&self.event().to_json())
+    }}
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {{
+        reduce_event(py, self.event().to_json())
     }}
 }}
 
@@ -452,34 +491,48 @@ def render_pyi_part(v: Vocab) -> str:
     for r in v.used_records():
         out.append(f"\n@final\nclass {r['variant']}:\n")
         out.append(docstring(r.get("doc", ""), "    "))
+        out.append(match_args_stub([f["name"] for f in r["fields"]]))
+        params = ", ".join(f"{f['name']}: {SCALAR_PY[f['type']]}" for f in r["fields"])
+        out.append(f"    def __init__(self, {params}) -> None: ...\n")
         for f in r["fields"]:
             out.append(property_stub(f["name"], SCALAR_PY[f["type"]], f.get("doc", "")))
         out.append("    def to_dict(self) -> Dict[str, Any]: ...\n")
+        if record_hashable(r):
+            out.append("    def __hash__(self) -> int: ...\n")
     out.append(
         "\nclass _Event:\n"
         "    type: ClassVar[str]\n"
         "    def to_json(self) -> str: ...\n"
         "    def to_dict(self) -> Dict[str, Any]: ...\n"
+        "    def __hash__(self) -> int: ...\n"
     )
     for ev in v.events:
         out.append(f"\n@final\nclass {ev['variant']}(_Event):\n")
         out.append(docstring(ev.get("doc", ""), "    "))
         out.append(f"    type: ClassVar[Literal[{py_str(ev['name'])}]]\n")
+        out.append(match_args_stub([f["name"] for f in ev["fields"]]))
         for f in ev["fields"]:
             out.append(property_stub(f["name"], py_type(v, f), f.get("doc", "")))
     out.append(
-        "\n@final\nclass UnknownEvent:\n"
-        '    """An event of a type this version of the package does not know (a newer core)."""\n'
+        "\n@final\nclass UnknownEvent(_Event):\n"
+        '    """An event of a type this version of the package does not know (a newer core).\n'
+        "    Its ``type`` is ``\"unknown\"`` (so ``ev.type`` narrows a union of events); the\n"
+        '    canonical type is ``event_type`` (and ``to_dict()[\"type\"]``)."""\n'
+        '    type: ClassVar[Literal["unknown"]]\n'
+        "    __match_args__ = ()\n"
         "    @property\n"
-        "    def type(self) -> str: ...\n"
-        "    def to_json(self) -> str: ...\n"
-        "    def to_dict(self) -> Dict[str, Any]: ...\n"
+        "    def event_type(self) -> str: ...\n"
     )
     out.append("\n_AnyEvent = Union[\n")
     out.extend(f"    {ev['variant']},\n" for ev in v.events)
     out.append("    UnknownEvent,\n]\n")
     out.append(PYI_END)
     return "".join(out)
+
+
+def match_args_stub(names: List[str]) -> str:
+    items = ", ".join(py_str(n) for n in names) + ("," if len(names) == 1 else "")
+    return f"    __match_args__ = ({items})\n"
 
 
 def property_stub(name: str, annotation: str, doc: str) -> str:
@@ -602,7 +655,7 @@ def render_vocab_py(v: Vocab) -> str:
     errors = [(k, error_class_name(k["name"])) for k in v.error_kinds]
     config_src, config_names = render_config(v)
     exported = sorted(set(records + events + ["UnknownEvent"])) + [n for _, n in errors] + config_names
-    exported += ["ERROR_CLASSES", "EVENT_CLASSES", "CONFIG_KEYS"]
+    exported += ["Event", "ERROR_CLASSES", "EVENT_CLASSES", "CONFIG_KEYS"]
     imports = ",\n".join(f"    {n}" for n in sorted(set(records + events + ["UnknownEvent"])))
     out = [PY_HEADER]
     out.append(
@@ -628,6 +681,11 @@ def render_vocab_py(v: Vocab) -> str:
         "ERROR_CLASSES: Dict[str, Type[PantoError]] = {\n"
         + "".join(f"    {py_str(k['name'])}: {cls},\n" for k, cls in errors)
         + "}\n"
+    )
+    out.append(
+        "\n#: Any event a stream yields: the union of the event classes, for annotations\n"
+        "#: (``ev.type == \"content_delta\"`` and ``match`` narrow it).\n"
+        "Event = Union[\n" + "".join(f"    {ev['variant']},\n" for ev in v.events) + "    UnknownEvent,\n]\n"
     )
     out.append(
         "\n#: The class of each event type, in the core's order (``Event::TYPES``).\n"

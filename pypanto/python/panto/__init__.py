@@ -33,7 +33,7 @@ import json
 import sys
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union, cast
 
 from . import _native, _vocab
 from ._async import WAIT_POOL, AsyncStream, other_async_library, require_asyncio, running_loop
@@ -146,7 +146,7 @@ class Agent:
             if value is not None:
                 config[key] = value
         specs: List[Dict[str, Any]] = []
-        python_tools: Dict[str, Tool] = {}
+        python_tools: Dict[str, Tool[..., Any]] = {}
         for i, item in enumerate(tools):
             try:
                 t = as_tool(item)
@@ -171,7 +171,7 @@ class Agent:
                 parts.append(f"{json.dumps(key, ensure_ascii=False)}:{json.dumps(value, ensure_ascii=False, allow_nan=False)}")
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"{key}: not representable as JSON ({e})", kind="config") from None
-        self._native: Any = _native.Agent("{" + ",".join(parts) + "}")
+        self._native = _native.Agent("{" + ",".join(parts) + "}")
         self._tools = python_tools
         # The latest stream's control handle (it keeps no stream alive): what close()
         # cancels. One stream at a time, so the latest is the only one that may run.
@@ -325,7 +325,7 @@ class Agent:
 
     # -- description -----------------------------------------------------------------
     @property
-    def tools(self) -> Dict[str, Tool]:
+    def tools(self) -> Dict[str, Tool[..., Any]]:
         """The Python tools this agent runs by itself, by name."""
         return dict(self._tools)
 
@@ -356,7 +356,8 @@ class Agent:
         control, self._control = self._control, None
         if control is not None:
             control.cancel()
-        self._native = _Closed()
+        # Every use then raises ConfigError (typed as the agent it replaces).
+        self._native = cast(_native.Agent, _Closed())
         self._tools = {}
 
     def __enter__(self) -> "Agent":

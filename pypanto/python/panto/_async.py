@@ -27,6 +27,9 @@ from ._pool import Pool
 if TYPE_CHECKING:
     import asyncio
 
+    from ._native import Stream
+    from ._vocab import Event, MessageComplete
+
 __all__ = ["AsyncStream", "WAIT_POOL"]
 
 #: The threads async streams wait in: one per waiting stream, created on demand.
@@ -44,14 +47,14 @@ class AsyncStream:
 
     __slots__ = ("_stream", "_runner", "__weakref__")
 
-    def __init__(self, stream: Any, runner: Any) -> None:
+    def __init__(self, stream: Stream, runner: Any) -> None:
         self._stream = stream
         self._runner = runner
 
-    def __aiter__(self) -> "AsyncStream":
+    def __aiter__(self) -> AsyncStream:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> Event:
         stream = self._stream
         ev = stream._try_next()
         if ev is not None:
@@ -92,7 +95,7 @@ class AsyncStream:
             stream.close()
             raise
 
-    async def __aenter__(self) -> "AsyncStream":
+    async def __aenter__(self) -> AsyncStream:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -122,7 +125,7 @@ class AsyncStream:
         """Answers a host-tool call announced by ``ToolCallStart(host=True)``."""
         self._stream.submit_tool_result(call_id, output, is_error)
 
-    async def final(self) -> Any:
+    async def final(self) -> MessageComplete:
         """Consumes the rest of the stream; returns the ``MessageComplete``."""
         async for _ in self:
             pass
@@ -130,7 +133,7 @@ class AsyncStream:
 
     async def text(self) -> str:
         """Consumes the rest of the stream; returns the final assistant text."""
-        return str((await self.final()).text)
+        return (await self.final()).text
 
     @property
     def waits(self) -> int:
@@ -147,13 +150,14 @@ class AsyncStream:
 def running_loop() -> Optional[asyncio.AbstractEventLoop]:
     """The running asyncio loop of this thread, if any. There is none if asyncio was
     never imported, and it is not imported to find out."""
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None:
+    asyncio_module = sys.modules.get("asyncio")
+    if asyncio_module is None:
         return None
     try:
-        return asyncio.get_running_loop()
+        loop: asyncio.AbstractEventLoop = asyncio_module.get_running_loop()
     except RuntimeError:
         return None
+    return loop
 
 
 def other_async_library() -> Optional[str]:

@@ -25,7 +25,21 @@ import threading
 import time
 import types
 import typing
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Generic,
+    List,
+    Mapping,
+    Optional,
+    ParamSpec,
+    Tuple,
+    TypeVar,
+    Union,
+    overload,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -390,15 +404,20 @@ def _check_parameters(name: str, parameters: Any) -> None:
         )
 
 
-class Tool:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Tool(Generic[P, R]):
     """A Python function the model can call. Made by ``@panto.tool``; calling the
-    ``Tool`` calls the function."""
+    ``Tool`` calls the function, with its signature (``Tool[P, R]`` keeps it for type
+    checkers)."""
 
     __slots__ = ("fn", "name", "description", "parameters", "is_async", "_hints", "__dict__")
 
     def __init__(
         self,
-        fn: Callable[..., Any],
+        fn: Callable[P, R],
         *,
         name: Optional[str] = None,
         description: Optional[str] = None,
@@ -406,14 +425,14 @@ class Tool:
     ) -> None:
         if not callable(fn):
             raise TypeError(f"a tool must be a function, not {fn!r}")
-        self.fn = fn
-        self.name = name or getattr(fn, "__name__", None) or ""
+        self.fn: Callable[P, R] = fn
+        self.name: str = name or getattr(fn, "__name__", None) or ""
         if not self.name or self.name == "<lambda>":
             raise TypeError("a tool needs a name: use @panto.tool(name=...)")
         _check_name(self.name)
         doc = inspect.getdoc(fn) or ""
-        self.description = description if description is not None else _doc_summary(doc)
-        self.is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        self.description: str = description if description is not None else _doc_summary(doc)
+        self.is_async: bool = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)
         )
         try:
@@ -470,7 +489,7 @@ class Tool:
             raise TypeError("the arguments are not a JSON object")
         return {k: _coerce(v, self._hints.get(k, Any)) for k, v in arguments.items()}
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -478,13 +497,29 @@ class Tool:
         return f"<panto {kind}tool {self.name!r}>"
 
 
+@overload
+def tool(fn: Callable[P, R], /) -> Tool[P, R]: ...
+
+
+@overload
 def tool(
-    fn: Optional[Callable[..., Any]] = None,
+    fn: None = None,
+    /,
     *,
     name: Optional[str] = None,
     description: Optional[str] = None,
     parameters: Optional[Dict[str, Any]] = None,
-) -> Any:
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+
+
+def tool(
+    fn: Optional[Callable[P, R]] = None,
+    /,
+    *,
+    name: Optional[str] = None,
+    description: Optional[str] = None,
+    parameters: Optional[Dict[str, Any]] = None,
+) -> Union[Tool[P, R], Callable[[Callable[P, R]], Tool[P, R]]]:
     """Turns a typed function (sync or async) into a ``Tool``.
 
     The JSON Schema of its arguments comes from the signature (see ``json_schema``), its
@@ -504,7 +539,7 @@ def tool(
             '''
     """
 
-    def wrap(f: Callable[..., Any]) -> Tool:
+    def wrap(f: Callable[P, R]) -> Tool[P, R]:
         return Tool(f, name=name, description=description, parameters=parameters)
 
     if fn is not None:
@@ -512,7 +547,7 @@ def tool(
     return wrap
 
 
-def as_tool(item: Any) -> Union[Tool, Dict[str, Any]]:
+def as_tool(item: Any) -> Union["Tool[..., Any]", Dict[str, Any]]:
     """A ``Tool``, a plain function (made a ``Tool``), or a dict declaring a host tool
     answered by hand (``{"name", "description", "parameters"}``)."""
     if isinstance(item, Tool):
@@ -562,7 +597,7 @@ class Runner:
 
     def __init__(
         self,
-        tools: Mapping[str, Tool],
+        tools: Mapping[str, "Tool[..., Any]"],
         loop: Optional[asyncio.AbstractEventLoop],
         timeout: Optional[float] = None,
     ) -> None:
@@ -637,7 +672,7 @@ class Runner:
             except Exception:  # noqa: BLE001 - reported above; the tool timeout ends the call
                 pass
 
-    def _run_sync(self, t: Tool, call_id: str, arguments: Any) -> None:
+    def _run_sync(self, t: "Tool[..., Any]", call_id: str, arguments: Any) -> None:
         try:
             result = t.fn(**t.arguments(arguments))
             if inspect.isawaitable(result):
@@ -651,7 +686,7 @@ class Runner:
             output, is_error = render_exception(exc), True
         self._submit(call_id, output, is_error)
 
-    async def _run_async(self, t: Tool, call_id: str, arguments: Any) -> None:
+    async def _run_async(self, t: "Tool[..., Any]", call_id: str, arguments: Any) -> None:
         import asyncio
 
         call: Optional["asyncio.Future[Any]"] = None

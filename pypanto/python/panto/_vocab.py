@@ -60,6 +60,7 @@ __all__ = [
     "ReasoningOptions",
     "CompactionOptions",
     "AgentOptions",
+    "Event",
     "ERROR_CLASSES",
     "EVENT_CLASSES",
     "CONFIG_KEYS",
@@ -187,6 +188,23 @@ ERROR_CLASSES: Dict[str, Type[PantoError]] = {
     "incomplete": IncompleteStreamError,
     "internal": InternalError,
 }
+
+#: Any event a stream yields: the union of the event classes, for annotations
+#: (``ev.type == "content_delta"`` and ``match`` narrow it).
+Event = Union[
+    MessageStart,
+    BlockStart,
+    ContentDelta,
+    ToolDetails,
+    BlockComplete,
+    MessageEnd,
+    ToolCallStart,
+    ToolResult,
+    ProviderRetry,
+    MessageComplete,
+    HistoryCompacted,
+    UnknownEvent,
+]
 
 #: The class of each event type, in the core's order (``Event::TYPES``).
 EVENT_CLASSES: Dict[str, type] = {

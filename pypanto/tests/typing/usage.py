@@ -1,0 +1,110 @@
+"""A typed program written against panto, as a user would: ``mypy --strict`` must
+accept it, and every ``assert_type`` must hold (test_typing.py runs mypy on it; it is
+never imported or run)."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Coroutine, Optional, Set
+
+from typing_extensions import assert_type
+
+import panto
+from panto import (
+    Agent,
+    APIConnectionError,
+    APITimeoutError,
+    AsyncStream,
+    ContentDelta,
+    Event,
+    MessageComplete,
+    MessageEnd,
+    PantoError,
+    RateLimitError,
+    Stream,
+    ToolResult,
+    Usage,
+)
+
+
+@panto.tool
+def add(a: int, b: int = 0) -> int:
+    """Adds."""
+    return a + b
+
+
+@panto.tool(name="mul", description="Multiplies.")
+async def mul(a: float, b: float) -> float:
+    return a * b
+
+
+def tools_keep_their_signature() -> None:
+    assert_type(add(1, b=2), int)
+    product = assert_type(mul(1.0, 2.0), Coroutine[Any, Any, float])
+    product.close()
+    assert_type(add.name, str)
+    Agent(model="m", tools=[add, mul, {"name": "by_hand", "parameters": {}}])
+
+
+def sync_turn(agent: Agent) -> str:
+    with agent.stream("hi", reasoning="high") as s:
+        assert_type(s, Stream)
+        for ev in s:
+            assert_type(ev, Event)
+            if ev.type == "content_delta":
+                assert_type(ev, ContentDelta)
+                print(ev.text)
+            match ev:
+                case ToolResult(call_id=call_id, output=output):
+                    assert_type(output, str)
+                    print(call_id)
+                case MessageEnd(_, stop_reason, usage):
+                    assert_type(usage, Usage)
+                    print(stop_reason)
+                case _:
+                    pass
+        done = s.final()
+    assert_type(done, MessageComplete)
+    return done.text
+
+
+async def async_turn(agent: Agent) -> int:
+    async with agent.astream("hi") as s:
+        assert_type(s, AsyncStream)
+        first = await anext(s)
+        assert_type(first, Event)
+        async for ev in s:
+            if ev.type == "tool_result":
+                assert_type(ev, ToolResult)
+        done = await s.final()
+        assert_type(done, MessageComplete)
+    assert_type(await agent.arun("again"), MessageComplete)
+    return done.usage.output_tokens
+
+
+def errors(agent: Agent) -> Optional[float]:
+    try:
+        agent.run("hi")
+    except RateLimitError as e:
+        assert_type(e.status, int)
+        return e.retry_after
+    except APITimeoutError as e:
+        assert isinstance(e, TimeoutError)
+    except APIConnectionError:
+        pass
+    except PantoError as e:
+        assert_type(e.kind, str)
+    return None
+
+
+def lifecycle() -> None:
+    with Agent(model="m", max_steps=3, retry={"max_retries": 1}, reasoning="low") as agent:
+        agent.restore_history(agent.save_history())
+        assert_type(agent.history, list[dict[str, Any]])
+    agent.close()
+
+
+def events_hash_and_pickle(ev: Event, usage: Usage) -> Set[Event]:
+    again: Event = pickle.loads(pickle.dumps(ev))
+    assert_type(Usage(1, 2, 0, 0, 0), Usage)
+    return {ev, again}
