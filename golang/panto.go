@@ -20,11 +20,12 @@
 // and Close may be called from any goroutine at any time and wake a blocked Next.
 //
 // The package is a thin layer over the C ABI (libpanto, capi/include/panto.h) through
-// cgo. The Rust core runs every turn on its own few worker threads. A goroutine that
-// waits inside the library holds an OS thread while it does, and a Go program may have
-// at most 10,000 threads, so at most MaxBlockedWaits goroutines wait there at once;
-// other Next calls wait in Go for their turn (a wait slot is handed on at least every
-// 50 ms while others wait for one), holding no thread.
+// cgo. The Rust core runs every turn on its own few worker threads. A Next with nothing
+// to take parks its goroutine in Go's netpoller on the stream's readiness descriptor,
+// as a goroutine reading a socket does: waiting streams hold no OS thread, so tens of
+// thousands of them stay far from Go's limit of 10,000 threads. Where no descriptor can
+// be had, a Next waits inside the library instead, on a thread, at most MaxBlockedWaits
+// of them at once (the others wait in Go for their turn).
 //
 // # Linking
 //

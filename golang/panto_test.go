@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -52,7 +53,11 @@ func TestMain(m *testing.M) {
 		}
 	}
 	if code == 0 {
-		goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {}))
+		// (goleak.VerifyTestMain would run every test a second time.)
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
@@ -243,8 +248,8 @@ func TestBreakOutOfIterEarlyLeaksNothing(t *testing.T) {
 }
 
 // blockedNext takes the first event, then starts Next on another goroutine and
-// returns once that goroutine waits in the library with the server holding the rest of
-// the response (so nothing can arrive).
+// returns once that goroutine waits, parked in the netpoller, with the server holding
+// the rest of the response (so nothing can arrive).
 func blockedNext(t *testing.T, srv *testServer, s *Stream) <-chan error {
 	t.Helper()
 	if _, err := s.Next(); err != nil {
@@ -261,7 +266,11 @@ func blockedNext(t *testing.T, srv *testServer, s *Stream) <-chan error {
 		}
 	}()
 	eventually(t, "the server to hold the response", func() bool { return srv.stats(t)["held"] == 1 })
-	eventually(t, "Next to block in the library", s.consumerWaiting)
+	eventually(t, "Next to wait", s.consumerWaiting)
+	eventually(t, "Next to park in the netpoller, not in the library", func() bool {
+		n, inC, inPoller, _ := waitingInNext()
+		return n == 1 && inC == 0 && inPoller == 1
+	})
 	return res
 }
 
@@ -975,9 +984,10 @@ func osThreads(tb testing.TB) int {
 }
 
 // waitingInNext reports how many goroutines are inside a stream's pull, and whether
-// every one of them is parked: in a cgo call ("syscall", holding an OS thread) or
-// waiting in Go.
-func waitingInNext() (n int, parked bool) {
+// every one of them is parked: in a cgo call ("syscall", holding an OS thread), in the
+// netpoller ("IO wait") or waiting in Go; inC counts the first kind, inPoller the
+// second.
+func waitingInNext() (n, inC, inPoller int, parked bool) {
 	buf := make([]byte, 64<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	parked = true
@@ -987,22 +997,31 @@ func waitingInNext() (n int, parked bool) {
 		}
 		n++
 		head, _, _ := strings.Cut(g, "\n")
-		if !strings.Contains(head, "[syscall") && !strings.Contains(head, "[select") && !strings.Contains(head, "[chan send") {
+		switch {
+		case strings.Contains(head, "[syscall"):
+			inC++
+		case strings.Contains(head, "[IO wait"):
+			inPoller++
+		case strings.Contains(head, "[select"), strings.Contains(head, "[chan send"):
+		default:
 			parked = false
 		}
 	}
-	return n, parked
+	return n, inC, inPoller, parked
 }
 
 // Many streams waiting at once must not each hold an OS thread: past 10,000 the Go
-// runtime kills the process. Here 400 streams wait (the server holds every response)
-// with the library's waits bounded to 32 at a time: the thread count stays near that
-// bound, not near 400.
+// runtime kills the process. Streams without a readiness descriptor wait inside the
+// library, bounded: here 400 streams wait (the server holds every response) with those
+// waits bounded to 32 at a time, and the thread count stays near that bound, not near
+// 400.
 func TestManyWaitingStreamsBoundTheThreads(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	const streams, bound = 400, 32
 	restore := setMaxBlockedWaits(bound)
 	defer restore()
+	noReadiness.Store(true)
+	defer noReadiness.Store(false)
 	ex := exchange(obj{"status": 200, "sse": textSSE("first", " second"), "fault": obj{"kind": "hold", "after_bytes": 400}})
 	ex["times"] = streams
 	srv := startServer(t, scenario(ex))
@@ -1032,7 +1051,7 @@ func TestManyWaitingStreamsBoundTheThreads(t *testing.T) {
 	}
 	eventually(t, "every response to be held", func() bool { return srv.stats(t)["held"] == streams })
 	eventually(t, "every Next to wait", func() bool {
-		n, parked := waitingInNext()
+		n, _, _, parked := waitingInNext()
 		return n == streams && parked
 	})
 	if n, limit := osThreads(t), base+bound+runtime.GOMAXPROCS(0)+32; n > limit {
@@ -1260,5 +1279,74 @@ func TestConfigErrorsNameTheGoField(t *testing.T) {
 	_, err := agent.StreamWith(context.Background(), "x", TurnOptions{Reasoning: &Reasoning{Effort: "max"}})
 	if want := "panto: config: TurnOptions.Reasoning.Effort (options.reasoning.effort): "; !strings.HasPrefix(fmt.Sprint(err), want) {
 		t.Errorf("got %v, want it to start with %q", err, want)
+	}
+}
+
+// Streams wait in Go's netpoller on their readiness descriptors, not in the library:
+// with 2,000 streams waiting at once (the server holds every response) every one of
+// their goroutines is parked in the netpoller and none in a cgo call, and the threads
+// number what Go and panto need whatever the count of streams: GOMAXPROCS, panto's
+// workers, the short library calls' bound (wait.go) and a few for the Go runtime. Then
+// they all finish. It runs in a process of its own: Go keeps every thread it made, so
+// this process's count would include other tests' threads.
+func TestWaitingStreamsHoldNoThread(t *testing.T) {
+	if os.Getenv("PANTO_GO_OWN_PROCESS") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestWaitingStreamsHoldNoThread$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "PANTO_GO_OWN_PROCESS=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, "threads") {
+				t.Log(strings.TrimSpace(line))
+			}
+		}
+		return
+	}
+	defer goleak.VerifyNone(t)
+	const streams = 2000
+	ex := exchange(obj{"status": 200, "sse": textSSE("first", " second"), "fault": obj{"kind": "hold", "after_bytes": 400}})
+	ex["times"] = streams
+	srv := startServer(t, scenario(ex))
+	var wg sync.WaitGroup
+	errs := make(chan error, streams)
+	for i := range streams {
+		agent := newTestAgent(t, testConfig(srv))
+		s, err := agent.Stream(context.Background(), fmt.Sprint("n", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var text string
+			for ev := range s.Iter() {
+				if mc, ok := ev.(*MessageComplete); ok {
+					text = mc.Text
+				}
+			}
+			if s.Err() != nil || text != "first second" {
+				errs <- fmt.Errorf("stream %d: %q %v", i, text, s.Err())
+			}
+		}()
+	}
+	eventually(t, "every response to be held", func() bool { return srv.stats(t)["held"] == streams })
+	eventually(t, "every Next to wait", func() bool {
+		n, _, inPoller, parked := waitingInNext()
+		return n == streams && inPoller == streams && parked
+	})
+	workers, others := pantoThreads()
+	n, limit := osThreads(t), runtime.GOMAXPROCS(0)+workers+others+cap(calls)+8
+	t.Logf("%d threads with %d streams waiting (GOMAXPROCS %d, %d panto workers, %d other panto threads)",
+		n, streams, runtime.GOMAXPROCS(0), workers, others)
+	if n > limit {
+		t.Errorf("more than %d threads", limit)
+	}
+	srv.control(t, "/_panto/gate/open")
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

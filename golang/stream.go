@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -57,7 +58,13 @@ type streamHandle struct {
 	end  error // Done or the failure Next returned, once the stream was freed
 
 	cancelOnce sync.Once
-	cancelled  chan struct{} // closed by cancel: wakes a Next waiting in Go (wait.go)
+	cancelled  chan struct{} // closed by cancel: wakes a Next waiting for a slot (wait.go)
+
+	// The readiness descriptor's dup in the netpoller (wait.go): set by the consumer
+	// under the read lock, closed under the write lock before the stream is freed.
+	rfile   *os.File
+	rfailed bool         // none to be had: wait in the library
+	waiting atomic.Int32 // Nexts waiting (tests)
 }
 
 func (h *streamHandle) cancel() {
@@ -86,7 +93,9 @@ func (h *streamHandle) finish(end error) error {
 		h.end = end
 	}
 	if h.p != nil {
-		C.panto_stream_free(h.p)
+		h.closeReadiness()
+		p := h.p
+		blocking(func() { C.panto_stream_free(p) })
 		C.free(unsafe.Pointer(h.ev))
 		h.p, h.ev = nil, nil
 		liveStreams.Add(-1)
@@ -247,7 +256,7 @@ func (s *stream) pull() (Event, error) {
 		return nil, closedError("the stream")
 	}
 	for {
-		st := C.panto_next_event_timeout(h.p, h.ev, 0) // what is ready, never waiting
+		st := h.poll() // what is ready, never waiting
 		if st == C.PANTO_PENDING {
 			if st = h.wait(); st == C.PANTO_PENDING {
 				continue
@@ -484,13 +493,9 @@ func (s *Stream) Chan() <-chan Event {
 	return ch
 }
 
-// consumerWaiting reports whether a Next is blocked in the library (for tests).
-func (s *Stream) consumerWaiting() bool {
-	h := s.state().h
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.p != nil && bool(C.panto_stream_consumer_waiting(h.p))
-}
+// consumerWaiting reports whether a Next waits for the library's next answer (for
+// tests): parked on the readiness descriptor, for a slot, or inside the library.
+func (s *Stream) consumerWaiting() bool { return s.state().h.waiting.Load() > 0 }
 
 // live reports whether the C stream is still allocated.
 func (h *streamHandle) live() bool {
