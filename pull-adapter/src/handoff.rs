@@ -1,18 +1,31 @@
 //! The hand-off: how a turn's events get from its worker to its consumer. The turn's
 //! receiver (`Forward`) appends each event to the stream's outbox without ever blocking;
-//! the outbox goes to the stream's bounded queue in bursts (`Outbox::flush`: at the end
-//! of every poll of the turn, which `Pump` wraps, when `WAKE_BATCH` events wait while the
-//! consumer waits, at `MAX_BATCH` in any case, and at the terminal event); a consumer
-//! that ran dry parks on its `Waiter` and is unparked by whoever fills or ends the
-//! queue. A full outbox parks the turn (not the worker) until the consumer pops.
+//! the outbox goes to the stream's bounded queue in bursts (`Outbox::flush`), bounded in
+//! time rather than by the turn's polls:
+//!
+//! - when the worker is about to go idle (`flush_pending`, the runtime's
+//!   `on_thread_park` hook): a stream whose poll ended with events in its outbox is on
+//!   the worker's list of pending outboxes, and the list is emptied before the thread
+//!   sleeps;
+//! - when the oldest waiting event is `FLUSH_AFTER` old, checked every `CLOCK_EVERY`
+//!   events of a turn being polled and at the end of every poll on the worker (for
+//!   every stream on its list), so a worker kept busy by other streams still hands this
+//!   one's events over;
+//! - at `MAX_BATCH` events, at the terminal event, and at the end of the first poll
+//!   that produced any (the time to the first event is not traded for batching).
+//!
+//! A consumer that ran dry parks on its `Waiter` (or leaves its task's waker there) and
+//! is woken by whoever fills or ends the queue. A full outbox parks the turn (not the
+//! worker) until the consumer pops.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{
     Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx, TryRecvError, TrySendError,
@@ -30,12 +43,59 @@ pub(crate) type Item = Result<Event, Error>;
 /// the point at which a turn whose queue is full stops reading the network.
 pub(crate) const MAX_BATCH: usize = 64;
 
-/// Events that wait in the outbox of a turn being polled before they go to a consumer
-/// that is waiting for them (the rest of the poll's burst follows at the poll's end).
-/// A wake-up costs the worker a syscall and the consumer a context switch: per event that
-/// would cost more than decoding the chunk, per 16 events it is noise, and 16 chunks take
-/// the worker some tens of microseconds.
-pub(crate) const WAKE_BATCH: usize = 16;
+/// Longest an event waits in its stream's outbox while the worker stays busy (an idle
+/// worker hands everything over before it sleeps). A wake-up costs the worker a system
+/// call and the consumer a context switch: once per event that costs more than
+/// decoding the chunk, once per poll of the turn (hyper feeds the body about ten chunks
+/// at a time) it was still a third of the pull stream's CPU. Once per 100 µs is noise,
+/// and 100 µs is far below anything a reader of the stream can tell.
+pub(crate) const FLUSH_AFTER: Duration = Duration::from_micros(100);
+
+/// How many events a turn being polled pushes between two looks at the clock (a poll
+/// may decode up to 128 chunks; a clock read per event would cost more than it saves).
+const CLOCK_EVERY: usize = 8;
+
+/// A stream whose outbox holds events while its turn waits: on its worker's list until
+/// the worker goes idle or the oldest of them is `FLUSH_AFTER` old.
+struct Listed {
+    since: Instant,
+    shared: Arc<Shared>,
+}
+
+thread_local! {
+    /// The streams of this worker with events in their outbox, oldest first.
+    static PENDING: RefCell<VecDeque<Listed>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// The worker is about to go idle: hands over every outbox on its list.
+pub(crate) fn flush_pending() {
+    let listed = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    for l in listed {
+        l.shared.flush_listed();
+    }
+}
+
+/// Hands over the outboxes on this worker's list whose oldest event is `FLUSH_AFTER`
+/// old at `now`.
+fn flush_expired(now: Instant) {
+    loop {
+        let next = PENDING.with(|p| {
+            let mut p = p.borrow_mut();
+            match p.front() {
+                Some(l) if now.saturating_duration_since(l.since) >= FLUSH_AFTER => p.pop_front(),
+                _ => None,
+            }
+        });
+        match next {
+            Some(l) => l.shared.flush_listed(),
+            None => return,
+        }
+    }
+}
+
+fn any_pending() -> bool {
+    PENDING.with(|p| !p.borrow().is_empty())
+}
 
 /// How a consumer that ran dry waits: a thread parks itself at once, an async consumer
 /// leaves its task's waker, and whoever puts events into the queue or ends it wakes
@@ -67,9 +127,15 @@ impl Waiter {
     pub(crate) fn wake(&self) {
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.waiting.load(Ordering::SeqCst) {
+            // The wake-up itself (a futex system call) happens after the lock is let go:
+            // the consumer takes the same lock on its way to parking.
             let mut slot = self.wake_slot();
             match &*slot {
-                Some(Wake::Thread(thread)) => thread.unpark(),
+                Some(Wake::Thread(thread)) => {
+                    let thread = thread.clone();
+                    drop(slot);
+                    thread.unpark();
+                }
                 Some(Wake::Task(_)) => {
                     if let Some(Wake::Task(waker)) = slot.take() {
                         drop(slot);
@@ -141,6 +207,10 @@ pub(crate) struct Outbox {
     pub(crate) items: VecDeque<Item>,
     /// The consumer is gone or the stream was cancelled: events are dropped.
     pub(crate) closed: bool,
+    /// When the oldest event in `items` was pushed (`None` while it is empty).
+    pub(crate) since: Option<Instant>,
+    /// On its worker's list of pending outboxes (`PENDING`).
+    pub(crate) listed: bool,
     /// The turn is over; the queue ends once the outbox is empty.
     pub(crate) finished: bool,
     /// The turn's task, parked until the outbox has room again.
@@ -182,6 +252,13 @@ impl Outbox {
     }
 
     fn move_to_queue(&mut self) {
+        self.move_items();
+        if self.items.is_empty() {
+            self.since = None;
+        }
+    }
+
+    fn move_items(&mut self) {
         while let Some(item) = self.items.pop_front() {
             let Some(tx) = &self.tx else {
                 self.items.clear();
@@ -212,6 +289,9 @@ impl Outbox {
     }
 
     pub(crate) fn push(&mut self, item: Item) {
+        if self.items.is_empty() {
+            self.since = Some(Instant::now());
+        }
         self.items.push_back(item);
         self.len.store(self.items.len(), Ordering::SeqCst);
     }
@@ -220,8 +300,7 @@ impl Outbox {
 /// State shared by a stream's consumer, its control handles and its turn.
 pub(crate) struct Shared {
     pub(crate) outbox: Mutex<Outbox>,
-    /// The consumer is about to block (or blocked) in `next` (`waiter.waiting`): events
-    /// go to it `WAKE_BATCH` at a time, and it is woken.
+    /// The consumer waits (`waiter.waiting`), and how to wake it.
     pub(crate) waiter: Arc<Waiter>,
     /// The outbox's length (see `Outbox::len`).
     pub(crate) outbox_len: Arc<AtomicUsize>,
@@ -253,6 +332,8 @@ impl Shared {
                 tx: Some(tx),
                 items: VecDeque::with_capacity(MAX_BATCH),
                 closed: false,
+                since: None,
+                listed: false,
                 finished: false,
                 producer: None,
                 len: outbox_len.clone(),
@@ -321,6 +402,15 @@ impl Shared {
         self.outbox.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The worker took this stream off its list: hand over what waits.
+    fn flush_listed(&self) {
+        let mut outbox = self.outbox();
+        outbox.listed = false;
+        if !outbox.items.is_empty() {
+            outbox.flush();
+        }
+    }
+
     /// The consumer's flush: moves waiting events into the queue and, if that made room,
     /// wakes a turn parked on a full outbox.
     pub(crate) fn flush_for_consumer(&self) {
@@ -347,15 +437,26 @@ impl Receiver for Forward {
         if outbox.closed {
             return Flow::Stop;
         }
-        // The rest goes at the end of this poll of the turn (`Pump`), or to a consumer
-        // that runs dry first and takes it (`Stream::next_deadline`).
+        // Otherwise it waits for a flush (see the module docs), or for a consumer that
+        // runs dry and takes it first (`Stream::try_next`, `Stream::receive`).
         outbox.push(Ok(event));
-        let waited_for =
-            outbox.items.len() >= WAKE_BATCH && self.shared.waiter.waiting.load(Ordering::SeqCst);
-        if urgent || waited_for || outbox.items.len() >= MAX_BATCH {
+        let n = outbox.items.len();
+        let now = (n % CLOCK_EVERY == 0).then(Instant::now);
+        let old = now.is_some_and(|now| {
+            outbox
+                .since
+                .is_some_and(|t| now.saturating_duration_since(t) >= FLUSH_AFTER)
+        });
+        if urgent || old || n >= MAX_BATCH {
             outbox.flush();
         }
-        if outbox.closed {
+        let closed = outbox.closed;
+        drop(outbox);
+        // A long poll of this turn must not hold back other streams of this worker.
+        if let Some(now) = now {
+            flush_expired(now);
+        }
+        if closed {
             Flow::Stop
         } else {
             Flow::Continue
@@ -394,12 +495,15 @@ impl Forward {
     }
 }
 
-/// Wraps a turn's task: hands the outbox over each time the turn waits, ends the queue
-/// when the turn ends, and tells `Stream::drop` (through `task_done`) that it is gone.
+/// Wraps a turn's task: puts its outbox on the worker's list when the turn waits with
+/// events in it (handing over the first burst at once), ends the queue when the turn
+/// ends, and tells `Stream::drop` (through `task_done`) that it is gone.
 pub(crate) struct Pump {
     pub(crate) turn: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) _task_done: QueueTx<()>,
+    /// Some event was handed over already (the first burst goes at once).
+    pub(crate) started: bool,
 }
 
 impl Future for Pump {
@@ -412,21 +516,25 @@ impl Future for Pump {
         };
         this.shared.producer_running.store(true, Ordering::SeqCst);
         let done = turn.as_mut().poll(cx).is_ready();
-        let mut outbox = self.shared.outbox();
+        let mut outbox = this.shared.outbox();
         if done {
             outbox.finished = true;
-        }
-        if !outbox.items.is_empty() || done {
             outbox.flush();
+        } else if !outbox.items.is_empty() {
+            if !this.started {
+                this.started = true;
+                outbox.flush();
+            } else if !outbox.listed {
+                outbox.listed = true;
+                let since = outbox.since.unwrap_or_else(Instant::now);
+                let shared = this.shared.clone();
+                PENDING.with(|p| p.borrow_mut().push_back(Listed { since, shared }));
+            }
         }
         drop(outbox);
-        self.shared.producer_running.store(false, Ordering::SeqCst);
-        // A consumer that started waiting while this poll ran, and saw it running, left
-        // what the flush above could not place (a full queue) to this poll's end.
-        if self.shared.waiter.waiting.load(Ordering::SeqCst)
-            && self.shared.outbox_len.load(Ordering::SeqCst) > 0
-        {
-            self.shared.outbox().flush();
+        this.shared.producer_running.store(false, Ordering::SeqCst);
+        if any_pending() {
+            flush_expired(Instant::now());
         }
         if done {
             self.turn = None;
@@ -448,5 +556,122 @@ impl Drop for Pump {
             outbox.end();
         }
         ACTIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam_channel::bounded;
+    use panto::DeltaKind;
+
+    /// Far more than anything here takes; only catches a hang.
+    const HANG: std::time::Duration = std::time::Duration::from_secs(60);
+
+    fn delta(i: u32) -> Event {
+        Event::ContentDelta {
+            message: 0,
+            block: 0,
+            kind: DeltaKind::Text,
+            text: i.to_string(),
+        }
+    }
+
+    /// A worker as the pool makes one: a thread driving a current-thread runtime with
+    /// the park hook, until `stop` is sent.
+    fn worker() -> (tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .on_thread_park(flush_pending)
+            .build()
+            .unwrap();
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || rt.block_on(stopped));
+        (handle, stop)
+    }
+
+    /// A stream's turn that hands over one event, waits for `go`, then hands over
+    /// `1..=n` in that later poll and waits forever (like a turn waiting for a host
+    /// tool's answer). Returns the consumer's end of its queue.
+    fn turn(
+        worker: &tokio::runtime::Handle,
+        n: u32,
+    ) -> (QueueRx<Item>, tokio::sync::oneshot::Sender<()>) {
+        let (tx, rx) = bounded(256);
+        let shared = Arc::new(Shared::new(tx));
+        let (task_done, _) = bounded(0);
+        let mut forward = Forward {
+            shared: shared.clone(),
+        };
+        let (go, went) = tokio::sync::oneshot::channel::<()>();
+        let turn = async move {
+            forward.on_event(delta(0));
+            let _ = went.await;
+            for i in 1..=n {
+                forward.on_event(delta(i));
+            }
+            std::future::pending::<()>().await;
+        };
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        drop(worker.spawn(Pump {
+            turn: Some(Box::pin(turn)),
+            shared,
+            _task_done: task_done,
+            started: false,
+        }));
+        (rx, go)
+    }
+
+    fn received(rx: &QueueRx<Item>, i: u32) {
+        match rx.recv_timeout(HANG) {
+            Ok(Ok(ev)) => assert_eq!(ev, delta(i)),
+            other => panic!("expected event {i}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_first_burst_goes_at_once_and_an_idle_worker_hands_over_the_rest() {
+        let (worker, stop) = worker();
+        let (rx, go) = turn(&worker, 3);
+        // The first burst ends its poll and goes at once.
+        received(&rx, 0);
+        // The rest (fewer than the clock is looked at for, produced in no time) is left
+        // in the outbox at the end of its poll; nothing else runs on the worker, which
+        // hands it over as it goes idle.
+        go.send(()).unwrap();
+        for i in 1..=3 {
+            received(&rx, i);
+        }
+        let _ = stop.send(());
+    }
+
+    #[test]
+    fn a_worker_kept_busy_by_another_turn_hands_over_within_the_bound() {
+        let (worker, stop) = worker();
+        let (rx, go) = turn(&worker, 3);
+        received(&rx, 0);
+        // Another turn that is always ready: the worker never goes idle, so only the
+        // age of the waiting events (checked at the end of every poll of a turn on this
+        // worker) gets them out.
+        let (tx, _busy_rx) = bounded(1);
+        let (task_done, _) = bounded(0);
+        let busy = Arc::new(Shared::new(tx));
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        drop(worker.spawn(Pump {
+            turn: Some(Box::pin(async {
+                loop {
+                    tokio::task::yield_now().await;
+                }
+            })),
+            shared: busy,
+            _task_done: task_done,
+            started: false,
+        }));
+        go.send(()).unwrap();
+        for i in 1..=3 {
+            received(&rx, i);
+        }
+        let _ = stop.send(());
     }
 }

@@ -21,17 +21,18 @@
 //! never runs on the caller's thread, and 1,000 streams need no 1,000 threads.
 //!
 //! **Hand-off.** The turn's receiver (`Forward`) never blocks: it appends each event to
-//! the stream's outbox, which goes to the queue in bursts — at the end of every poll of
-//! the turn (the `Pump` wrapper, whenever the turn future returns `Pending`), when 16
-//! events wait while the consumer waits for them, when 64 wait in any case, and at the
-//! terminal event. A poll is short whatever the scheduler does: the core spends tokio's
-//! cooperative budget on every chunk, so even a server that never pauses (a flood of
-//! pings) ends a poll within 128 chunks. A consumer that runs dry parks at once (a
-//! zero-timeout `next_timeout` alone spins briefly for a turn being polled right now):
-//! spinning for each burst, and taking events from the outbox one or two at a time while
-//! the worker produced them, kept a second core busy for as long as the turn streamed.
-//! So no event waits in the worker longer than 16 events' decoding while the consumer
-//! waits, and a consumer that keeps up is woken once per burst, not once per event.
+//! the stream's outbox, which goes to the queue in bursts bounded in time, not by the
+//! turn's polls: when the worker is about to go idle (a tokio `on_thread_park` hook on
+//! the worker's runtime), when the oldest waiting event is `FLUSH_AFTER` (100 µs) old
+//! while the worker stays busy, at 64 events, at the terminal event, and at the end of
+//! the first poll that produced any (the first event is not kept waiting). Whoever
+//! hands events over wakes a waiting consumer — a parked thread, an async task's waker,
+//! the readiness descriptor. A consumer that runs dry waits at once, taking first what
+//! the outbox holds between two polls of the turn. So no event waits in the worker
+//! longer than about `FLUSH_AFTER` while the consumer waits, and a consumer that keeps
+//! up is woken about once per 64 events or 100 µs, not once per poll (hyper feeds the
+//! body about ten chunks per poll) or per event: each wake-up is a system call for the
+//! worker and a context switch for the consumer.
 //!
 //! **Backpressure.** When the queue is full the outbox fills; at 64 waiting events the
 //! receiver's `poll_ready` returns `Pending` and the core stops reading the socket until

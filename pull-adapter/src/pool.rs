@@ -171,6 +171,9 @@ fn start_worker(i: usize) -> Result<tokio::runtime::Handle, String> {
         .thread_keep_alive(Duration::from_secs(5))
         // They inherit the worker's mask; this holds even if another thread spawns one.
         .on_thread_start(block_sigpipe)
+        // The worker is about to go idle: nothing it holds for a consumer may wait for
+        // its next wake-up (see `handoff`).
+        .on_thread_park(crate::handoff::flush_pending)
         .build()
         .map_err(|e| e.to_string())?;
     let handle = rt.handle().clone();

@@ -21,13 +21,6 @@ use panto::{
 use crate::handoff::{Forward, Item, Pump, Shared};
 use crate::pool::{fork_generation, forked_error, on_worker, worker_for, ACTIVE};
 
-/// Longest a zero-timeout `next_timeout` spins for the burst of a turn that is running
-/// right now (a caller that must not block, such as an event loop, asking again later
-/// costs it more than this).
-const MAX_SPIN: Duration = Duration::from_micros(20);
-/// Spin hints between two looks at the queue.
-const SPIN_BATCH: u32 = 16;
-
 /// What [`Stream::next_timeout`] saw.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
@@ -275,6 +268,7 @@ impl Stream {
             turn: Some(Box::pin(turn)),
             shared,
             _task_done: done_tx,
+            started: false,
         };
         // The worker runtimes live as long as the process: the task always runs.
         drop(worker.spawn(pump));
@@ -529,8 +523,8 @@ impl Stream {
     /// Waits up to `timeout` until the stream has something to report (an event, the
     /// end, a failure, a cancel), then reads the rest of the burst ahead like
     /// [`Stream::drain_ready`]. True when [`Stream::try_next`] would now answer something
-    /// other than `Next::Pending`. A zero timeout spins briefly for a turn being polled
-    /// right now, like `next_timeout`. Delivers nothing itself.
+    /// other than `Next::Pending`. A zero timeout takes what is ready, like `try_next`.
+    /// Delivers nothing itself.
     pub fn wait_ready(&mut self, timeout: Duration, max: usize) -> bool {
         self.check_process();
         if self.has_ready() {
@@ -599,44 +593,17 @@ impl Stream {
             Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) => {}
         }
-        // From here the consumer waits: the worker hands the events over at the end of
-        // the poll it is in, or once `WAKE_BATCH` of them wait, whichever comes first.
-        // Spinning for them instead (and taking them from the outbox one or two at a
-        // time) kept a core busy for as long as the worker produced.
+        // From here the consumer waits: the worker hands the events over in bursts,
+        // bounded in time (see `handoff`). Taking them from the outbox while the worker
+        // produces them (one or two at a time, each under its lock) would keep the
+        // consumer chasing the producer event by event; between the turn's polls,
+        // though, what waits in the outbox is taken now rather than at the worker's
+        // next flush. A caller that will not wait takes whatever is there.
         shared.waiter.waiting.store(true, Ordering::SeqCst);
-        if deadline.is_some_and(|d| d <= Instant::now()) {
-            // A caller that must not block (an event loop) asks again later at a higher
-            // price than a brief spin for the burst of a turn being polled right now.
-            let spin_end = Instant::now() + MAX_SPIN;
-            let mut spins = 0u32;
-            while shared.producer_running.load(Ordering::SeqCst) {
-                for _ in 0..SPIN_BATCH {
-                    std::hint::spin_loop();
-                }
-                match events.try_recv() {
-                    Ok(item) => {
-                        shared.waiter.waiting.store(false, Ordering::SeqCst);
-                        return Ok(item);
-                    }
-                    Err(TryRecvError::Disconnected) => {
-                        shared.waiter.waiting.store(false, Ordering::SeqCst);
-                        return Err(RecvTimeoutError::Disconnected);
-                    }
-                    Err(TryRecvError::Empty) => {}
-                }
-                spins += 1;
-                if spins % 8 == 0 && Instant::now() >= spin_end {
-                    break;
-                }
-            }
-            if shared.outbox_len.load(Ordering::SeqCst) > 0 {
-                shared.flush_for_consumer();
-            }
-        } else if shared.outbox_len.load(Ordering::SeqCst) > 0
-            && !shared.producer_running.load(Ordering::SeqCst)
+        let no_wait = deadline.is_some_and(|d| d <= Instant::now());
+        if shared.outbox_len.load(Ordering::SeqCst) > 0
+            && (no_wait || !shared.producer_running.load(Ordering::SeqCst))
         {
-            // Events left in the outbox between polls (the queue was full when the poll
-            // ended): the worker will not flush again before its next poll.
             shared.flush_for_consumer();
         }
         shared.clear_ready_if_empty();

@@ -495,6 +495,68 @@ fn a_host_call_is_announced_while_another_stream_floods_the_same_worker() {
     drain(&mut flood);
 }
 
+/// The scheduling state of thread `tid` of this process (`R`, `S`, `D`…).
+fn thread_state(tid: libc::pid_t) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+#[test]
+fn events_reach_a_waiting_consumer_when_the_worker_goes_idle() {
+    let _g = serial();
+    // "Let me ask." at once; at the gate, a host tool call, after which the turn waits
+    // for its answer and the worker has nothing left to do.
+    let mut sse = script::openai_tool_calls_events(&[("h1", "ask", "{}")]);
+    sse[0] = json!({"data": {"id": "chatcmpl-tools", "object": "chat.completion.chunk",
+        "created": 1, "model": "scripted-model", "choices": [{"index": 0,
+        "delta": {"role": "assistant", "content": "Let me ask."}, "finish_reason": null}]}});
+    let first = sse_len(&sse[..1]);
+    let server = TestServer::start(script::scenario(vec![
+        exchange(json!({"sse": sse, "fault": {"kind": "hold", "after_bytes": first}})),
+        exchange(script::openai_text(&["thanks"])),
+    ]))
+    .unwrap();
+    let spec = ToolSpec {
+        name: "ask".into(),
+        description: String::new(),
+        parameters: json!({"type":"object"}),
+    };
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_host_tool(spec)).unwrap();
+    let mut s = agent.stream("x").unwrap();
+    while !matches!(next_event(&mut s), Event::ContentDelta { .. }) {}
+    eventually("the server to hold the rest", || server.held() == 1);
+    // A consumer blocked in `next` before the rest is even sent...
+    let control = s.control();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tid_tx.send(unsafe { libc::gettid() }).unwrap();
+        let call_id = loop {
+            if let Event::ToolCallStart {
+                call_id,
+                host: true,
+                ..
+            } = next_event(&mut s)
+            {
+                break call_id;
+            }
+        };
+        (call_id, s)
+    });
+    let tid = tid_rx.recv().unwrap();
+    eventually("the consumer to block in next()", || {
+        control.consumer_waiting() && thread_state(tid) == Some('S')
+    });
+    server.open_gate();
+    // ...gets the call, produced by a later poll of the turn after which the worker goes
+    // idle (the turn waits for the answer): the worker hands it over before it sleeps,
+    // or when it is FLUSH_AFTER old, never only at the tool's timeout. (The unit tests
+    // in src/handoff.rs take each of those two paths alone.)
+    let (call_id, mut s) = waiter.join().unwrap();
+    s.submit_tool_result(&call_id, "Ada", false).unwrap();
+    assert_eq!(final_text(&drain(&mut s)), "thanks");
+}
+
 // ---- 9. the end of a body is not waited for -------------------------------------------
 
 #[test]
