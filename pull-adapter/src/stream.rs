@@ -332,8 +332,11 @@ impl Stream {
             Err(e) => Some(Err(e)),
         };
         if let Some(r) = ready(self.try_next()) {
-            // Woken (or never waiting): nobody waits any more.
-            if self.control.shared.waiter.waiting.load(Ordering::Relaxed) {
+            // Woken (or never waiting): nobody waits any more. (Not in a forked child
+            // for a stream of the parent: the lock may be held by a thread gone here.)
+            if self.control.shared.waiter.waiting.load(Ordering::Relaxed)
+                && !self.control.from_parent_process()
+            {
                 self.control.shared.waiter.done_waiting();
             }
             return Poll::Ready(r);
@@ -750,7 +753,7 @@ impl Future for NextEvent<'_> {
 
 impl Drop for NextEvent<'_> {
     fn drop(&mut self) {
-        if self.registered {
+        if self.registered && !self.stream.control.from_parent_process() {
             // Nobody waits any more: no stale waker is left with the stream.
             self.stream.control.shared.waiter.done_waiting();
         }
