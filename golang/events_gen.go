@@ -44,6 +44,10 @@ type Usage struct {
 	CacheWriteTokens uint64 `json:"cache_write_tokens"`
 	// Output tokens spent on reasoning, where reported.
 	ReasoningTokens uint64 `json:"reasoning_tokens"`
+	// Whether the provider reported usage: false when it sent none (the counts are then 0 and
+	// unknown, not a real zero). For a turn: true only if every response of the turn reported
+	// it.
+	Reported bool `json:"reported"`
 }
 
 // MessageStart is the message_start event. A provider response begins.
@@ -480,6 +484,7 @@ func cUsage(p *C.PantoUsage) Usage {
 		CacheReadTokens:  uint64(p.cache_read_tokens),
 		CacheWriteTokens: uint64(p.cache_write_tokens),
 		ReasoningTokens:  uint64(p.reasoning_tokens),
+		Reported:         bool(p.reported),
 	}
 }
 

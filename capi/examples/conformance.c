@@ -72,10 +72,10 @@ static void put_key_raw(const char *key, PantoStr s) {
 
 static void put_usage(PantoUsage u) {
   printf(",\"usage\":{\"input_tokens\":%llu,\"output_tokens\":%llu,\"cache_read_tokens\":%llu,"
-         "\"cache_write_tokens\":%llu,\"reasoning_tokens\":%llu}",
+         "\"cache_write_tokens\":%llu,\"reasoning_tokens\":%llu,\"reported\":%s}",
          (unsigned long long)u.input_tokens, (unsigned long long)u.output_tokens,
          (unsigned long long)u.cache_read_tokens, (unsigned long long)u.cache_write_tokens,
-         (unsigned long long)u.reasoning_tokens);
+         (unsigned long long)u.reasoning_tokens, u.reported ? "true" : "false");
 }
 
 static const char *block_kind(uint32_t kind) {

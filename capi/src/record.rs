@@ -44,6 +44,8 @@ fn usage(u: &Usage) -> PantoUsage {
         cache_read_tokens: u.cache_read_tokens,
         cache_write_tokens: u.cache_write_tokens,
         reasoning_tokens: u.reasoning_tokens,
+        reported: u.reported,
+        _reserved0: [0; 7],
     }
 }
 

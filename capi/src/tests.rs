@@ -148,7 +148,7 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
     layout! {
         PantoStr { ptr, len }
         PantoString { ptr, len }
-        PantoUsage { input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens }
+        PantoUsage { input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, reported, _reserved0 }
         PantoMessageStart { message, _reserved0, model, response_id }
         PantoBlockStart { message, block, kind, _reserved0 }
         PantoContentDelta { message, block, kind, _reserved0, text }
@@ -272,6 +272,7 @@ fn sample_events() -> Vec<Event> {
         cache_read_tokens: 3,
         cache_write_tokens: 4,
         reasoning_tokens: u64::MAX,
+        reported: true,
     };
     let mut v = vec![
         Event::MessageStart {
@@ -465,6 +466,8 @@ fn payloads_carry_every_field() {
                         stop_reason.as_string()
                     );
                     assert_eq!(p.message_end.usage.reasoning_tokens, usage.reasoning_tokens);
+                    assert_eq!(p.message_end.usage.reported, usage.reported);
+                    assert_eq!(p.message_end.usage._reserved0, [0; 7]);
                     assert_eq!(
                         p.message_end.usage.cache_write_tokens,
                         usage.cache_write_tokens
@@ -504,9 +507,14 @@ fn payloads_carry_every_field() {
                     assert_eq!(text(r.reason).as_ref(), Some(reason));
                 }
                 Event::MessageComplete {
-                    messages, text: t, ..
+                    messages,
+                    text: t,
+                    usage,
+                    ..
                 } => {
                     assert_eq!(p.message_complete.messages, *messages);
+                    assert_eq!(p.message_complete.usage.reported, usage.reported);
+                    assert_eq!(p.message_complete.usage.input_tokens, usage.input_tokens);
                     assert_eq!(text(p.message_complete.text).as_ref(), Some(t));
                     assert_eq!(text(p.message_complete.stop_reason).unwrap(), "end_turn");
                 }

@@ -115,6 +115,9 @@ pub struct PantoUsage {
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
     pub reasoning_tokens: u64,
+    /// Since ABI 1.1: whether the provider reported usage (false: the counts are unknown).
+    pub reported: bool,
+    pub _reserved0: [u8; 7],
 }
 
 #[repr(C)]

@@ -482,13 +482,26 @@ impl Human {
             self.warning(&format!("panto: {why}"))?;
         }
         if self.err_color && !self.options.quiet {
-            let usage = format!(
-                "tokens: in {}, out {}",
-                usage.input_tokens, usage.output_tokens
-            );
+            let usage = usage_line(usage);
             self.trace(&format!("{DIM}{usage}{RESET}\n"));
         }
         Ok(())
+    }
+}
+
+/// The turn's token counts for the trace; usage the server did not report is said to be
+/// unknown rather than shown as 0.
+fn usage_line(usage: &Usage) -> String {
+    let counts = format!(
+        "tokens: in {}, out {}",
+        usage.input_tokens, usage.output_tokens
+    );
+    if usage.reported {
+        counts
+    } else if usage.input_tokens == 0 && usage.output_tokens == 0 {
+        "tokens: not reported by the server".into()
+    } else {
+        format!("{counts} (some responses not reported by the server)")
     }
 }
 
@@ -649,6 +662,22 @@ mod tests {
     fn shorten_respects_char_boundaries() {
         assert_eq!(shorten("héllo", 2), "hé…");
         assert_eq!(shorten("hé", 2), "hé");
+    }
+
+    #[test]
+    fn usage_line_tells_unknown_from_zero() {
+        let mut u = Usage {
+            reported: true,
+            ..Usage::default()
+        };
+        assert_eq!(usage_line(&u), "tokens: in 0, out 0");
+        u.reported = false;
+        assert_eq!(usage_line(&u), "tokens: not reported by the server");
+        u.input_tokens = 7;
+        assert_eq!(
+            usage_line(&u),
+            "tokens: in 7, out 0 (some responses not reported by the server)"
+        );
     }
 
     #[test]

@@ -520,9 +520,10 @@ impl Agent {
 
     /// Whether the last request's input passed the automatic-compaction threshold. With
     /// no request since the history was set (a restored conversation, or one just
-    /// compacted) or from a server that reports no usage, the estimate of the history's
-    /// tokens stands in for it: a conversation saved past the threshold compacts before
-    /// its first request, not after a request its context window may refuse.
+    /// compacted) or from a server that did not report usage, the estimate of the
+    /// history's tokens stands in for it: a conversation saved past the threshold
+    /// compacts before its first request, not after a request its context window may
+    /// refuse; one with a server that never counts still compacts.
     fn wants_compaction(&self) -> bool {
         let Some(c) = &self.inner.config.compaction else {
             return false;
@@ -535,14 +536,26 @@ impl Agent {
             .as_ref()
             .map(|u| u.input_tokens);
         let tokens = match last {
+            // A reported count of 0 input tokens for a request that had a history is no
+            // count either (a server that fills the fields without counting).
             Some(input_tokens) if input_tokens > 0 => input_tokens,
-            // No request yet, or a server that reports no usage.
             _ => compaction::estimate_tokens(&self.history_lock()),
         };
         tokens > c.threshold_tokens && tokens > self.inner.compaction_floor.load(Ordering::SeqCst)
     }
 
+    /// Keeps the provider's count of the request just answered, for compaction; a
+    /// response without usage forgets the last count (it was of another history), so the
+    /// estimate takes over.
     fn record_usage(&self, usage: &Usage) {
+        if !usage.reported {
+            *self
+                .inner
+                .last_usage
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+            return;
+        }
         let input = match self.inner.config.provider {
             // Anthropic counts cached input apart from `input_tokens`.
             ProviderKind::Anthropic => usage
@@ -614,7 +627,7 @@ impl Agent {
         self.check_input(input)?;
         self.history_lock().push(Message::user(input));
         let specs = self.tool_specs();
-        let mut usage = Usage::default();
+        let mut usage = Usage::TOTAL;
         let mut message: u32 = 0;
         loop {
             if control.cancel.is_cancelled() {

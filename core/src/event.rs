@@ -641,7 +641,8 @@ mod tests {
                 },
                 json!({"type":"message_complete","stop_reason":"other:eos2","usage":{
                     "input_tokens":0,"output_tokens":0,"cache_read_tokens":0,
-                    "cache_write_tokens":0,"reasoning_tokens":0},"messages":2,"text":"t"}),
+                    "cache_write_tokens":0,"reasoning_tokens":0,"reported":false},
+                       "messages":2,"text":"t"}),
             ),
             (
                 Event::HistoryCompacted {

@@ -147,6 +147,12 @@ impl Message {
 
 /// Token usage. For a message: what the provider reported for that response; for a
 /// turn (`message_complete`): the sum over its messages.
+///
+/// `reported` tells a real zero from an unknown count: it is true when the provider sent
+/// a usage report with at least one count for the response. Without one (llama.cpp and
+/// others send none in streams, even when asked with `stream_options.include_usage`)
+/// every count is 0 and `reported` is false. A turn's total is reported only if every
+/// response of the turn was; otherwise its counts cover the responses that were.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
@@ -154,6 +160,9 @@ pub struct Usage {
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
     pub reasoning_tokens: u64,
+    /// Absent in JSON written before it existed: such a count was never known to be real.
+    #[serde(default)]
+    pub reported: bool,
 }
 
 impl crate::vocab::Describe for Usage {
@@ -184,6 +193,14 @@ pub const RECORDS: &[crate::vocab::RecordSpec] = &[crate::vocab::RecordSpec {
             "reasoning_tokens",
             "Output tokens spent on reasoning, where reported.",
         ),
+        crate::vocab::FieldSpec {
+            name: "reported",
+            ty: "bool",
+            optional: false,
+            doc: "Whether the provider reported usage: false when it sent none (the counts \
+                  are then 0 and unknown, not a real zero). For a turn: true only if every \
+                  response of the turn reported it.",
+        },
     ],
 }];
 
@@ -197,9 +214,22 @@ const fn usage_field(name: &'static str, doc: &'static str) -> crate::vocab::Fie
 }
 
 impl Usage {
+    /// The start of a total that [`Usage::add`] sums into: no counts, and reported (the
+    /// identity of the sum, since a total is reported only if every part was).
+    pub const TOTAL: Usage = Usage {
+        input_tokens: 0,
+        output_tokens: 0,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
+        reasoning_tokens: 0,
+        reported: true,
+    };
+
     /// Adds `other` field by field, saturating at `u64::MAX`: the counts come from the
-    /// server, and an absurd one must not wrap a turn's total or panic.
+    /// server, and an absurd one must not wrap a turn's total or panic. The sum is
+    /// reported only if both parts were (start a total from [`Usage::TOTAL`]).
     pub fn add(&mut self, other: &Usage) {
+        self.reported &= other.reported;
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
         self.cache_read_tokens = self

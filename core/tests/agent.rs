@@ -10,7 +10,7 @@ use std::time::Duration;
 use panto::message::validate_history;
 use panto::{
     Agent, Block, Collect, Config, ErrorKind, Event, Flow, FnTool, ProviderKind, Receiver,
-    RetryConfig, Role, StopReason, Timeouts, ToolOutput, ToolSpec, TurnControl,
+    RetryConfig, Role, StopReason, Timeouts, ToolOutput, ToolSpec, TurnControl, Usage,
 };
 use panto_testkit::{quick_retries, API_KEY};
 use panto_testserver::script::{self, exchange};
@@ -194,6 +194,92 @@ async fn two_step_tool_turn_openai() {
 #[tokio::test]
 async fn two_step_tool_turn_anthropic() {
     two_step_turn(ProviderKind::Anthropic).await;
+}
+
+/// The `usage` of every `message_end` of a turn, and of its `message_complete`.
+fn usages(events: &[Event]) -> (Vec<Usage>, Usage) {
+    let ends = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::MessageEnd { usage, .. } => Some(*usage),
+            _ => None,
+        })
+        .collect();
+    match events.last() {
+        Some(Event::MessageComplete { usage, .. }) => (ends, *usage),
+        other => panic!("last event {other:?}"),
+    }
+}
+
+/// A server that reports no usage (llama.cpp) for some responses of a turn: those are
+/// unknown, not zero, and the turn's total is reported only if every response was.
+async fn unreported_usage(kind: ProviderKind) {
+    let (tools, text) = match kind {
+        ProviderKind::OpenAi => (
+            script::openai_tool_calls_events(&[("call_1", "weather", r#"{"city":"Paris"}"#)]),
+            script::openai_text_events(&["sunny"]),
+        ),
+        ProviderKind::Anthropic => (
+            script::anthropic_tool_calls_events(&[("call_1", "weather", r#"{"city":"Paris"}"#)]),
+            script::anthropic_text_events(&["sunny"]),
+        ),
+    };
+    let no_usage = |sse: &Vec<Value>| json!({"sse": script::without_usage(sse.clone())});
+    let with_usage = |sse: &Vec<Value>| json!({"sse": sse});
+    let server = TestServer::start(script::scenario(vec![
+        // Turn 1: nothing reported.
+        exchange(no_usage(&tools)),
+        exchange(no_usage(&text)),
+        // Turn 2: the tool step unreported, the answer reported.
+        exchange(no_usage(&tools)),
+        exchange(with_usage(&text)),
+        // Turn 3: everything reported.
+        exchange(with_usage(&tools)),
+        exchange(with_usage(&text)),
+    ]))
+    .unwrap();
+    let agent = Agent::new(config(kind, &server)).unwrap();
+    agent.add_tool(weather_tool()).unwrap();
+
+    let (events, r) = run(&agent, "weather?", &TurnControl::default()).await;
+    let summary = r.unwrap();
+    let (ends, total) = usages(&events);
+    assert_eq!(ends, vec![Usage::default(); 2], "unknown, all counts 0");
+    assert!(!total.reported);
+    assert_eq!(total, Usage::default());
+    assert_eq!(summary.usage, total);
+
+    let (events, r) = run(&agent, "again?", &TurnControl::default()).await;
+    r.unwrap();
+    let (ends, total) = usages(&events);
+    assert!(!ends[0].reported && ends[1].reported, "{ends:?}");
+    assert!(ends[1].input_tokens > 0);
+    assert!(!total.reported, "one response of the turn was not reported");
+    assert_eq!(
+        (total.input_tokens, total.output_tokens),
+        (ends[1].input_tokens, ends[1].output_tokens),
+        "the counts cover the reported response"
+    );
+
+    let (events, r) = run(&agent, "and now?", &TurnControl::default()).await;
+    r.unwrap();
+    let (ends, total) = usages(&events);
+    assert!(ends.iter().all(|u| u.reported), "{ends:?}");
+    assert!(total.reported);
+    assert_eq!(
+        total.input_tokens,
+        ends[0].input_tokens + ends[1].input_tokens
+    );
+}
+
+#[tokio::test]
+async fn unreported_usage_is_unknown_openai() {
+    unreported_usage(ProviderKind::OpenAi).await;
+}
+
+#[tokio::test]
+async fn unreported_usage_is_unknown_anthropic() {
+    unreported_usage(ProviderKind::Anthropic).await;
 }
 
 /// Submits host-tool results from another thread as soon as a call is announced.

@@ -787,6 +787,60 @@ async fn a_restored_history_past_the_threshold_compacts_before_its_first_request
     assert_eq!(events[0].type_name(), "message_start", "{events:?}");
 }
 
+#[tokio::test]
+async fn without_reported_usage_the_estimate_decides_and_sizes_the_compaction() {
+    // A server that never reports usage (llama.cpp): the history's estimate stands in
+    // for the provider's count, both for the trigger and for `tokens_before`.
+    let no_usage =
+        |pieces: &[&str]| json!({"sse": script::without_usage(script::openai_text_events(pieces))});
+    let long = "a long answer that fills the context. ".repeat(20);
+    let server = TestServer::start(script::scenario(vec![
+        exchange(no_usage(&[long.as_str()])),
+        json!({"match": {"body_contains": ["<conversation>"]},
+               "response": no_usage(&["Earlier: a long answer."])}),
+        exchange(no_usage(&["second answer"])),
+    ]))
+    .unwrap();
+    let probe = [
+        Message::user("first"),
+        Message {
+            role: Role::Assistant,
+            content: vec![panto::Block::text(long.as_str())],
+        },
+        Message::user("second"),
+    ];
+    let estimate = panto::compaction::estimate_tokens(&probe);
+    let agent =
+        Agent::new(config(ProviderKind::OpenAi, &server).with_compaction(auto(estimate - 1, 1)))
+            .unwrap();
+    let (events, r) = run(&agent, "first").await;
+    r.unwrap();
+    assert!(
+        !events.iter().any(|e| e.type_name() == "history_compacted"),
+        "nothing to compact before the first answer"
+    );
+    let before_second = {
+        let mut h = agent.history();
+        h.push(Message::user("second"));
+        h
+    };
+    assert_eq!(panto::compaction::estimate_tokens(&before_second), estimate);
+    let (events, r) = run(&agent, "second").await;
+    r.unwrap();
+    match &events[0] {
+        Event::HistoryCompacted { tokens_before, .. } => {
+            // The whole history's estimate, not 0 for the unreported count plus the
+            // estimate of the new user message.
+            assert_eq!(*tokens_before, estimate);
+        }
+        other => panic!("expected history_compacted first, got {other:?}"),
+    }
+    assert!(agent.history()[0]
+        .text()
+        .ends_with("Earlier: a long answer."));
+    assert_eq!(server.requests().len(), 3);
+}
+
 /// A step calling `weather` whose request the provider counts as `input_tokens`.
 fn tool_step(call_id: &str, input_tokens: u64) -> Value {
     let mut sse = script::openai_tool_calls_events(&[(call_id, "weather", r#"{"city":"Paris"}"#)]);

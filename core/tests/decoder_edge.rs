@@ -423,6 +423,62 @@ fn openai_usage_chunk_shapes() {
     assert_eq!(ok(&o).usage.output_tokens, 3);
 }
 
+/// The `usage` of the message and of its `message_end` event.
+fn usages(o: &Outcome) -> (panto::Usage, panto::Usage) {
+    let end = o
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::MessageEnd { usage, .. } => Some(*usage),
+            _ => None,
+        })
+        .expect("a message_end");
+    (ok(o).usage, end)
+}
+
+#[test]
+fn openai_usage_not_sent_is_unknown_and_a_zero_report_is_a_real_zero() {
+    // llama.cpp: no usage chunk at all, even when asked with stream_options; or usage
+    // null on every chunk.
+    for body in [
+        sse(&[delta(json!({"content": "a"})), finish("stop")]) + DONE,
+        sse(&[
+            json!({"choices": [{"index": 0, "delta": {"content": "a"}}], "usage": null}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": null}),
+        ]) + DONE,
+        // An empty report counts nothing.
+        sse(&[
+            delta(json!({"content": "a"})),
+            finish("stop"),
+            json!({"choices": [], "usage": {}}),
+        ]) + DONE,
+    ] {
+        let o = run(OA, &body);
+        let (m, end) = usages(&o);
+        assert_eq!(m, panto::Usage::default(), "{body}");
+        assert!(!m.reported && !end.reported, "{body}");
+        assert_eq!(end, m);
+    }
+    // A server that counted zero: reported, and 0.
+    let body = sse(&[
+        delta(json!({"content": "a"})),
+        finish("stop"),
+        json!({"choices": [], "usage": {"prompt_tokens": 0, "completion_tokens": 0}}),
+    ]) + DONE;
+    let o = run(OA, &body);
+    let (m, end) = usages(&o);
+    assert!(m.reported && end.reported);
+    assert_eq!((m.input_tokens, m.output_tokens), (0, 0));
+    assert_eq!(end, m);
+    // The usual report is reported too.
+    let body = sse(&[
+        delta(json!({"content": "a"})),
+        finish("stop"),
+        json!({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}),
+    ]) + DONE;
+    assert!(ok(&run(OA, &body)).usage.reported);
+}
+
 #[test]
 fn openai_missing_delta_and_missing_finish_reason_key() {
     let body = sse(&[
@@ -1108,6 +1164,37 @@ fn anthropic_usage_is_cumulative() {
         ),
         (25, 7, 4)
     );
+}
+
+#[test]
+fn anthropic_usage_not_sent_is_unknown_and_a_zero_report_is_a_real_zero() {
+    let start_without_usage = json!({"type": "message_start", "message": {"id": "msg_1",
+        "type": "message", "role": "assistant", "model": "claude-x", "content": []}});
+    let body = named(&[
+        start_without_usage.clone(),
+        text_start(0),
+        text_delta(0, "a"),
+        block_stop(0),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+        msg_stop(),
+    ]);
+    let o = run(AN, &body);
+    let (m, end) = usages(&o);
+    assert_eq!(m, panto::Usage::default());
+    assert!(!m.reported && !end.reported);
+    // Zeros the server sent are a count.
+    let body = named(&[
+        start_without_usage,
+        text_start(0),
+        text_delta(0, "a"),
+        block_stop(0),
+        msg_delta("end_turn", 0),
+        msg_stop(),
+    ]);
+    let o = run(AN, &body);
+    let (m, end) = usages(&o);
+    assert!(m.reported && end.reported);
+    assert_eq!((m.input_tokens, m.output_tokens), (0, 0));
 }
 
 #[test]

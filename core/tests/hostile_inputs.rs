@@ -263,6 +263,7 @@ fn usage_add_saturates_instead_of_overflowing() {
         cache_read_tokens: 1,
         cache_write_tokens: u64::MAX,
         reasoning_tokens: 0,
+        reported: true,
     };
     total.add(&Usage {
         input_tokens: 5,
@@ -270,6 +271,7 @@ fn usage_add_saturates_instead_of_overflowing() {
         cache_read_tokens: 2,
         cache_write_tokens: 1,
         reasoning_tokens: 3,
+        reported: true,
     });
     assert_eq!(
         total,
@@ -279,8 +281,21 @@ fn usage_add_saturates_instead_of_overflowing() {
             cache_read_tokens: 3,
             cache_write_tokens: u64::MAX,
             reasoning_tokens: 3,
+            reported: true,
         }
     );
+    // One part the provider did not report makes the sum unknown; its counts are kept.
+    total.add(&Usage::default());
+    assert!(!total.reported);
+    assert_eq!(total.input_tokens, u64::MAX);
+    let mut from_start = Usage::TOTAL;
+    from_start.add(&Usage {
+        output_tokens: 4,
+        reported: true,
+        ..Usage::default()
+    });
+    assert!(from_start.reported);
+    assert_eq!(from_start.output_tokens, 4);
 }
 
 #[test]
@@ -297,6 +312,7 @@ fn openai_usage_values_that_are_not_counts_are_ignored() {
         m.usage,
         Usage {
             output_tokens: 7,
+            reported: true,
             ..Usage::default()
         }
     );
@@ -307,6 +323,12 @@ fn openai_usage_values_that_are_not_counts_are_ignored() {
     let not_an_object = r#"{"choices":[],"usage":"unavailable"}"#;
     let body = sse(&[text_chunk("hi"), finish("stop")]) + &sse_raw(&[not_an_object]) + DONE;
     assert_eq!(ok(&run(OA, &body)).usage, Usage::default());
+    // A report with no valid input or output count reports nothing: unknown, not zero.
+    let no_counts = r#"{"choices":[],"usage":{"prompt_tokens":-1,"completion_tokens":"7","prompt_tokens_details":{"cached_tokens":3}}}"#;
+    let body = sse(&[text_chunk("hi"), finish("stop")]) + &sse_raw(&[no_counts]) + DONE;
+    let u = ok(&run(OA, &body)).usage;
+    assert!(!u.reported, "{u:?}");
+    assert_eq!(u.cache_read_tokens, 3);
 }
 
 #[test]
@@ -330,6 +352,7 @@ fn anthropic_usage_values_that_are_not_counts_are_ignored() {
         Usage {
             input_tokens: 40,
             output_tokens: 1,
+            reported: true,
             ..Usage::default()
         }
     );

@@ -340,13 +340,25 @@ typedef struct PantoString {
 /* event's canonical JSON (panto_event_to_json).                                        */
 /* ---------------------------------------------------------------------------------- */
 
-/* Token counts. For message_end: that response; for message_complete: the turn. */
+/* Token counts. For message_end: that response; for message_complete: the turn.
+ *
+ * `reported` (since ABI 1.1) tells a real zero from an unknown count: true when the
+ * provider sent a usage report with an input or output count for the response; false
+ * when it sent none (llama.cpp and others send none in streams, even when asked with
+ * stream_options.include_usage) — every count is then 0, meaning "unknown", not zero.
+ * For message_complete it is true only if every response of the turn was reported; if
+ * one was not, the counts cover the responses that were. A library older than 1.1
+ * leaves it 0 (false) whatever the server sent: check panto_abi_version() if that
+ * matters. PantoUsage is the last member of both payloads that hold it, so fields
+ * appended here are appended to those payloads (within the union's fixed size). */
 typedef struct PantoUsage {
   uint64_t input_tokens;
   uint64_t output_tokens;
   uint64_t cache_read_tokens;
   uint64_t cache_write_tokens;
   uint64_t reasoning_tokens;
+  bool reported; /* since ABI 1.1: false = the provider sent no usage (unknown) */
+  uint8_t _reserved0[7];
 } PantoUsage;
 
 /* PANTO_EV_MESSAGE_START: a provider response begins. */

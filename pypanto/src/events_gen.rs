@@ -5,8 +5,9 @@
 //! `events.rs`. Nothing here serializes: `to_dict()`, `repr()` and `==` read the
 //! fields; only `to_json()` asks the core for its canonical JSON.
 
-// Copies and conversions are spelled the same way for every field type.
-#![allow(clippy::clone_on_copy, clippy::useless_conversion)]
+// Copies and conversions are spelled the same way for every field type; a record's
+// `__reduce__` spells its constructor's arguments as a tuple of its field types.
+#![allow(clippy::clone_on_copy, clippy::useless_conversion, clippy::type_complexity)]
 
 use panto::Event;
 use pyo3::intern;
@@ -80,6 +81,11 @@ pub struct Usage {
     /// Output tokens spent on reasoning, where reported.
     #[pyo3(get)]
     reasoning_tokens: u64,
+    /// Whether the provider reported usage: false when it sent none (the counts are then
+    /// 0 and unknown, not a real zero). For a turn: true only if every response of the
+    /// turn reported it.
+    #[pyo3(get)]
+    reported: bool,
 }
 
 impl From<&panto::Usage> for Usage {
@@ -90,6 +96,7 @@ impl From<&panto::Usage> for Usage {
             cache_read_tokens: u.cache_read_tokens.clone(),
             cache_write_tokens: u.cache_write_tokens.clone(),
             reasoning_tokens: u.reasoning_tokens.clone(),
+            reported: u.reported.clone(),
         }
     }
 }
@@ -102,24 +109,25 @@ fn usage_dict<'py>(py: Python<'py>, u: &panto::Usage) -> PyResult<Bound<'py, PyD
     d.set_item(intern!(py, "cache_read_tokens"), u.cache_read_tokens.dict_value(py)?)?;
     d.set_item(intern!(py, "cache_write_tokens"), u.cache_write_tokens.dict_value(py)?)?;
     d.set_item(intern!(py, "reasoning_tokens"), u.reasoning_tokens.dict_value(py)?)?;
+    d.set_item(intern!(py, "reported"), u.reported.dict_value(py)?)?;
     Ok(d)
 }
 
 #[pymethods]
 impl Usage {
     #[new]
-    fn new(input_tokens: u64, output_tokens: u64, cache_read_tokens: u64, cache_write_tokens: u64, reasoning_tokens: u64) -> Usage {
-        Usage { input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens }
+    fn new(input_tokens: u64, output_tokens: u64, cache_read_tokens: u64, cache_write_tokens: u64, reasoning_tokens: u64, reported: bool) -> Usage {
+        Usage { input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, reported }
     }
     /// Positional patterns in `match` (`case Usage(a, b)`), in field order.
     #[classattr]
     fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
-        PyTuple::new(py, ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"])
+        PyTuple::new(py, ["input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "reported"])
     }
     /// Pickles as its constructor's call.
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, (u64, u64, u64, u64, u64)) {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, (u64, u64, u64, u64, u64, bool)) {
         let this = slf.get();
-        (slf.get_type(), (this.input_tokens.clone(), this.output_tokens.clone(), this.cache_read_tokens.clone(), this.cache_write_tokens.clone(), this.reasoning_tokens.clone()))
+        (slf.get_type(), (this.input_tokens.clone(), this.output_tokens.clone(), this.cache_read_tokens.clone(), this.cache_write_tokens.clone(), this.reasoning_tokens.clone(), this.reported.clone()))
     }
     /// The canonical JSON form as a dict.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -132,7 +140,7 @@ impl Usage {
         match other.cast::<Usage>() {
             Ok(o) => {
                 let o = o.get();
-                self.input_tokens == o.input_tokens && self.output_tokens == o.output_tokens && self.cache_read_tokens == o.cache_read_tokens && self.cache_write_tokens == o.cache_write_tokens && self.reasoning_tokens == o.reasoning_tokens
+                self.input_tokens == o.input_tokens && self.output_tokens == o.output_tokens && self.cache_read_tokens == o.cache_read_tokens && self.cache_write_tokens == o.cache_write_tokens && self.reasoning_tokens == o.reasoning_tokens && self.reported == o.reported
             }
             Err(_) => false,
         }
@@ -148,6 +156,8 @@ impl Usage {
             .wrapping_add(u64::from(self.cache_write_tokens))
             .wrapping_mul(31)
             .wrapping_add(u64::from(self.reasoning_tokens))
+            .wrapping_mul(31)
+            .wrapping_add(u64::from(self.reported))
     }
 }
 
@@ -159,6 +169,7 @@ impl Usage {
             cache_read_tokens: self.cache_read_tokens.clone(),
             cache_write_tokens: self.cache_write_tokens.clone(),
             reasoning_tokens: self.reasoning_tokens.clone(),
+            reported: self.reported.clone(),
         }
     }
 }

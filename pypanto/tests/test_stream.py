@@ -86,6 +86,7 @@ def test_run_returns_the_final_result(server):
         "cache_read_tokens": 0,
         "cache_write_tokens": 0,
         "reasoning_tokens": 0,
+        "reported": True,
     }
 
 
@@ -270,9 +271,11 @@ def test_events_pickle_hash_and_match_positionally(server):
         case panto.Usage(input_tokens, output_tokens):
             assert (input_tokens, output_tokens) == (usage.input_tokens, usage.output_tokens)
     assert pickle.loads(pickle.dumps(usage)) == usage
-    assert panto.Usage(1, 2, 3, 4, 5) == panto.Usage(
-        input_tokens=1, output_tokens=2, cache_read_tokens=3, cache_write_tokens=4, reasoning_tokens=5
+    assert panto.Usage(1, 2, 3, 4, 5, True) == panto.Usage(
+        input_tokens=1, output_tokens=2, cache_read_tokens=3, cache_write_tokens=4, reasoning_tokens=5, reported=True
     )
+    # Unknown (not reported) is not a reported zero.
+    assert panto.Usage(0, 0, 0, 0, 0, False) != panto.Usage(0, 0, 0, 0, 0, True)
     # UnknownEvent's type is a constant, like every event class's (a type checker then
     # narrows `ev.type == "..."` on the union of events).
     assert panto.UnknownEvent.type == "unknown" and panto.UnknownEvent.__match_args__ == ()

@@ -211,6 +211,57 @@ out:
   if (srv2_up) server_stop(&srv2);
 }
 
+/* Usage a server did not report is unknown, not zero (usage-unreported.json): turn 1 has
+ * no usage at all (llama.cpp), turn 2 a real zero. PantoUsage.reported tells them apart,
+ * in message_end and in message_complete. */
+static void test_unreported_usage(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  if (server_start(&srv, shared_scenario("usage-unreported.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-c", ",\"retry\":{\"max_retries\":0}");
+  CHECK(agent != NULL);
+  for (int turn = 0; turn < 2; turn++) {
+    bool want = turn == 1;
+    stream = start(agent, turn == 0 ? "hello" : "again");
+    CHECK(stream != NULL);
+    PantoEvent ev = PANTO_EVENT_INIT;
+    PantoStatus st;
+    int ends = 0, completes = 0;
+    while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+      const PantoUsage *u = NULL;
+      if (ev.kind == PANTO_EV_MESSAGE_END) {
+        u = &ev.payload.message_end.usage;
+        ends++;
+      } else if (ev.kind == PANTO_EV_MESSAGE_COMPLETE) {
+        u = &ev.payload.message_complete.usage;
+        completes++;
+      }
+      if (u == NULL) continue;
+      CHECKF(u->reported == want, "turn %d kind %u: reported %d", turn + 1, ev.kind,
+             (int)u->reported);
+      CHECKF(u->input_tokens == 0 && u->output_tokens == 0, "turn %d: %llu/%llu", turn + 1,
+             (unsigned long long)u->input_tokens, (unsigned long long)u->output_tokens);
+      /* The canonical JSON says the same. */
+      PantoStr json;
+      CHECK(panto_event_to_json(&ev, &json) == PANTO_OK);
+      CHECKF(str_contains(json, want ? "\"reported\":true" : "\"reported\":false"), "%.*s",
+             (int)json.len, json.ptr);
+    }
+    CHECKF(st == PANTO_DONE, "status %d", st);
+    CHECK(ends == 1 && completes == 1);
+    panto_stream_free(stream);
+    stream = NULL;
+  }
+out:
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&srv);
+}
+
 /* ------------------------------------------------------------------------------------ */
 
 static void test_abi_version(void) {
@@ -1758,6 +1809,7 @@ static const struct {
     {"two_agents_two_threads", test_two_agents_two_threads},
     {"reasoning_caching_transcript", test_reasoning_caching_transcript},
     {"compaction", test_compaction},
+    {"unreported_usage", test_unreported_usage},
     {"cancel_compaction", test_cancel_compaction},
     {"event_1_0_sized_caller", test_event_1_0_sized_caller},
     {"stale_event_copy", test_stale_event_copy},

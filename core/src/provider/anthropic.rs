@@ -245,14 +245,17 @@ impl Decoder {
     }
 
     /// Cumulative counts: a later value replaces the earlier one, never adds to it. A
-    /// field that is not a valid count is ignored.
+    /// field that is not a valid count is ignored. The usage counts as reported once a
+    /// report held a valid input or output count (an empty `{}` tells nothing).
     fn set_usage(&mut self, u: &WireUsage) {
         let usage = &mut self.asm.usage;
         if let Some(v) = u.input_tokens.0 {
             usage.input_tokens = v;
+            usage.reported = true;
         }
         if let Some(v) = u.output_tokens.0 {
             usage.output_tokens = v;
+            usage.reported = true;
         }
         if let Some(v) = u.cache_read_input_tokens.0 {
             usage.cache_read_tokens = v;

@@ -293,14 +293,18 @@ impl Decoder {
     }
 
     /// A later usage report replaces the earlier one, field by field; a field that is
-    /// not a valid count is ignored.
+    /// not a valid count is ignored. The usage counts as reported once a report held a
+    /// valid input or output count (an empty `{}`, or one of only bad figures, tells
+    /// nothing).
     fn set_usage(&mut self, u: &WireUsage) {
         let usage = &mut self.asm.usage;
         if let Some(p) = u.prompt_tokens.0 {
             usage.input_tokens = p;
+            usage.reported = true;
         }
         if let Some(c) = u.completion_tokens.0 {
             usage.output_tokens = c;
+            usage.reported = true;
         }
         if let Some(c) = u
             .prompt_tokens_details

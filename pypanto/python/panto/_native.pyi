@@ -20,8 +20,8 @@ class Usage:
     """Token counts: of one response in message_end, of the whole turn in
     message_complete.
     """
-    __match_args__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
-    def __init__(self, input_tokens: int, output_tokens: int, cache_read_tokens: int, cache_write_tokens: int, reasoning_tokens: int) -> None: ...
+    __match_args__ = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "reported")
+    def __init__(self, input_tokens: int, output_tokens: int, cache_read_tokens: int, cache_write_tokens: int, reasoning_tokens: int, reported: bool) -> None: ...
     @property
     def input_tokens(self) -> int:
         """Input (prompt) tokens, cache reads included."""
@@ -41,6 +41,13 @@ class Usage:
     @property
     def reasoning_tokens(self) -> int:
         """Output tokens spent on reasoning, where reported."""
+        ...
+    @property
+    def reported(self) -> bool:
+        """Whether the provider reported usage: false when it sent none (the counts are
+        then 0 and unknown, not a real zero). For a turn: true only if every response
+        of the turn reported it.
+        """
         ...
     def to_dict(self) -> Dict[str, Any]: ...
     def __hash__(self) -> int: ...

@@ -303,6 +303,7 @@ RECORD_FIELDS: Dict[str, Tuple[str, ...]] = {
         "cache_read_tokens",
         "cache_write_tokens",
         "reasoning_tokens",
+        "reported",
     ),
 }
 

@@ -106,5 +106,5 @@ def lifecycle() -> None:
 
 def events_hash_and_pickle(ev: Event, usage: Usage) -> Set[Event]:
     again: Event = pickle.loads(pickle.dumps(ev))
-    assert_type(Usage(1, 2, 0, 0, 0), Usage)
+    assert_type(Usage(1, 2, 0, 0, 0, True), Usage)
     return {ev, again}

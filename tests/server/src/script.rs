@@ -173,6 +173,24 @@ pub fn anthropic_tool_calls(calls: &[(&str, &str, &str)]) -> Value {
     json!({ "sse": anthropic_tool_calls_events(calls) })
 }
 
+/// `sse` (the items of a response built here) as a server that reports no usage sends
+/// it, llama.cpp's way: OpenAI's usage chunk is dropped and every `usage` object
+/// removed (Anthropic's `message_start` and `message_delta` included).
+pub fn without_usage(sse: Vec<Value>) -> Vec<Value> {
+    sse.into_iter()
+        .filter(|item| !(item["data"]["usage"].is_object() && item["data"]["choices"] == json!([])))
+        .map(|mut item| {
+            if let Some(data) = item.get_mut("data").and_then(Value::as_object_mut) {
+                data.remove("usage");
+                if let Some(m) = data.get_mut("message").and_then(Value::as_object_mut) {
+                    m.remove("usage");
+                }
+            }
+            item
+        })
+        .collect()
+}
+
 /// An HTTP error answer with a provider-style JSON body and extra headers.
 pub fn http_error(status: u16, error_type: &str, headers: Value) -> Value {
     json!({"status": status, "headers": headers,
