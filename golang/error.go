@@ -35,9 +35,10 @@ type Error struct {
 
 func sentinel(k ErrorKind) *Error { return &Error{Kind: k, Message: string(k), sentinel: true} }
 
-// Done is returned by Stream.Next after MessageComplete, on that call's successor and
-// every later one. It is not a failure.
-var Done = errors.New("panto: no more events")
+// ErrDone is returned by Stream.Next after MessageComplete, on that call's successor and
+// every later one. It is not a failure: the turn ended as it should (compare it with ==
+// or errors.Is, as io.EOF).
+var ErrDone = errors.New("panto: no more events")
 
 // ErrClosed matches (with errors.Is) the errors that Close causes: those of calls on a
 // closed Agent, or on a Stream after Close or after its end (its library side is gone

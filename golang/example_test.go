@@ -77,7 +77,7 @@ func ExampleStream_Next() {
 	defer s.Close()
 	for {
 		ev, err := s.Next()
-		if err == panto.Done {
+		if err == panto.ErrDone {
 			break
 		}
 		if errors.Is(err, panto.ErrRateLimited) {

@@ -132,11 +132,11 @@ func TestToolTurnWithGoTool(t *testing.T) {
 			t.Errorf("event %d:\n go: %s\n  C: %s", i, mustJSON(t, e), canon[i])
 		}
 	}
-	if _, err := s.Next(); err != Done {
-		t.Errorf("Next after the end: %v, want Done", err)
+	if _, err := s.Next(); err != ErrDone {
+		t.Errorf("Next after the end: %v, want ErrDone", err)
 	}
-	if _, err := s.Next(); err != Done {
-		t.Errorf("Next after the end, again: %v, want Done", err)
+	if _, err := s.Next(); err != ErrDone {
+		t.Errorf("Next after the end, again: %v, want ErrDone", err)
 	}
 
 	// History: save, clear, restore.
@@ -704,8 +704,8 @@ func TestKindsAndTypesMatchTheLibrary(t *testing.T) {
 }
 
 // The library, not this package, says when a stream has ended: Next hands out
-// MessageComplete, then Done from the library, which frees the C stream; the freed
-// stream keeps answering Done, also after Close.
+// MessageComplete, then ErrDone from the library, which frees the C stream; the freed
+// stream keeps answering ErrDone, also after Close.
 func TestTheLibrarysDoneEndsAndFreesTheStream(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	srv := startServer(t, scenario(exchange(sseResponse(textSSE("a", "b")))))
@@ -718,7 +718,7 @@ func TestTheLibrarysDoneEndsAndFreesTheStream(t *testing.T) {
 	var last Event
 	for {
 		ev, err := s.Next()
-		if err == Done {
+		if err == ErrDone {
 			break
 		}
 		if err != nil {
@@ -730,16 +730,16 @@ func TestTheLibrarysDoneEndsAndFreesTheStream(t *testing.T) {
 		t.Fatalf("last event %T", last)
 	}
 	if n := liveStreams.Load(); n != before {
-		t.Fatalf("%d C streams left after Done (%d before)", n, before)
+		t.Fatalf("%d C streams left after ErrDone (%d before)", n, before)
 	}
 	for range 2 {
-		if _, err := s.Next(); err != Done {
-			t.Fatalf("after Done: %v", err)
+		if _, err := s.Next(); err != ErrDone {
+			t.Fatalf("after ErrDone: %v", err)
 		}
 	}
 	s.Cancel()
 	_ = s.Close()
-	if _, err := s.Next(); err != Done {
+	if _, err := s.Next(); err != ErrDone {
 		t.Fatalf("after Close: %v", err)
 	}
 }
@@ -826,7 +826,7 @@ func TestChanAbandonedWithoutCloseIsFreed(t *testing.T) {
 
 // A stream read up to MessageComplete holds nothing, closed or not: the C stream is
 // freed when MessageComplete is delivered (it was freed only by the call after it, by
-// Close, or by the GC), and the stream answers Done from then on.
+// Close, or by the GC), and the stream answers ErrDone from then on.
 func TestMessageCompleteEndsTheTurnsResources(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ex := exchange(sseResponse(textSSE("a", "b")))
@@ -850,7 +850,7 @@ func TestMessageCompleteEndsTheTurnsResources(t *testing.T) {
 	if n := liveStreams.Load(); n != before {
 		t.Fatalf("%d C streams left after MessageComplete (%d before)", n, before)
 	}
-	if _, err := s.Next(); err != Done {
+	if _, err := s.Next(); err != ErrDone {
 		t.Fatalf("after MessageComplete: %v", err)
 	}
 	// The agent is free for the next turn (nothing was closed and no GC ran).
@@ -1348,5 +1348,31 @@ func TestWaitingStreamsHoldNoThread(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// The end of a stream is ErrDone, named as Go names error values (staticcheck ST1012;
+// it was Done): not a failure, so no *Error and no kind matches it.
+func TestErrDoneIsTheEndNotAFailure(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := startServer(t, scenario(exchange(sseResponse(textSSE("a")))))
+	agent := newTestAgent(t, testConfig(srv))
+	s, err := agent.Stream(context.Background(), "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for {
+		_, err := s.Next()
+		if errors.Is(err, ErrDone) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var perr *Error
+	if errors.As(ErrDone, &perr) || errors.Is(ErrDone, ErrCancelled) || errors.Is(ErrDone, ErrClosed) {
+		t.Fatal("ErrDone is a failure")
 	}
 }

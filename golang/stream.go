@@ -55,7 +55,7 @@ type streamHandle struct {
 	ev   *C.PantoEvent // in C memory: the library writes C pointers into it
 	stop func() bool   // unregisters the ctx watcher
 	done context.CancelFunc
-	end  error // Done or the failure Next returned, once the stream was freed
+	end  error // ErrDone or the failure Next returned, once the stream was freed
 
 	cancelOnce sync.Once
 	cancelled  chan struct{} // closed by cancel: wakes a Next waiting for a slot (wait.go)
@@ -79,7 +79,7 @@ func (h *streamHandle) cancel() {
 // release cancels and frees the C stream; idempotent.
 func (h *streamHandle) release() { h.finish(nil) }
 
-// finish frees the C stream after Next returned end (Done or a failure), which the
+// finish frees the C stream after Next returned end (ErrDone or a failure), which the
 // handle then answers in its place; with end nil, it is release. It returns what the
 // handle answers from now on: the first end recorded, so a failure repeats as the same
 // value.
@@ -175,7 +175,7 @@ func newStream(ctx context.Context, p *C.PantoStream, tools map[string]Tool) *St
 	return s
 }
 
-// Next returns the next event of the turn. After MessageComplete it returns (nil, Done),
+// Next returns the next event of the turn. After MessageComplete it returns (nil, ErrDone),
 // then again on every later call. A failure is an *Error (match it with errors.Is and
 // the Err* sentinels); after one, every later call returns it again. Next blocks until
 // an event arrives, the turn fails, or the stream is cancelled (Cancel, Close, or the
@@ -213,8 +213,8 @@ func (s *stream) next() (Event, error) {
 		// The last event (the contract's rule 1): the library has already ended the
 		// turn on its side (its task, socket and the agent's slot). Free the C stream
 		// now too, so a stream read this far holds nothing whether or not it is read
-		// on to Done or closed; from here the handle answers Done.
-		s.h.finish(Done)
+		// on to ErrDone or closed; from here the handle answers ErrDone.
+		s.h.finish(ErrDone)
 	}
 	switch e := ev.(type) {
 	case *ToolCallStart:
@@ -243,7 +243,7 @@ func (s *stream) next() (Event, error) {
 	return ev, nil
 }
 
-// pull takes the library's next answer: an event, Done, or a failure. A freed stream
+// pull takes the library's next answer: an event, ErrDone, or a failure. A freed stream
 // answers what it answered last, or, closed before it ended, a cancelled *Error.
 func (s *stream) pull() (Event, error) {
 	h := s.h
@@ -275,7 +275,7 @@ func (s *stream) pull() (Event, error) {
 			}
 			// A kind added by a newer library: skip it.
 		case C.PANTO_DONE:
-			return nil, Done
+			return nil, ErrDone
 		default:
 			return nil, s.failure(h.ev)
 		}
@@ -393,7 +393,7 @@ func (s *Stream) Err() error {
 }
 
 func (s *stream) setErr(err error) {
-	if err == Done {
+	if err == ErrDone {
 		return
 	}
 	s.errMu.Lock()
@@ -406,14 +406,14 @@ func (s *stream) setErr(err error) {
 func (s *stream) claim() bool { return !s.used.Swap(true) }
 
 // consume is the one loop under Iter, All and Chan, on a claimed stream: it hands every
-// event to emit, in order, until the library reports the end (next returns Done, right
+// event to emit, in order, until the library reports the end (next returns ErrDone, right
 // after MessageComplete) or a failure, or emit returns false; then it closes the stream
 // and returns the failure (nil after the end or an early stop), also kept in Err.
 func (s *stream) consume(emit func(Event) bool) error {
 	defer s.close()
 	for {
 		ev, err := s.next()
-		if err == Done {
+		if err == ErrDone {
 			return nil
 		}
 		if err != nil {

@@ -134,7 +134,7 @@ func BenchmarkPantoNext(b *testing.B) {
 		n := 0
 		for {
 			ev, err := s.Next()
-			if err == panto.Done {
+			if err == panto.ErrDone {
 				return n
 			}
 			if err != nil {

@@ -98,7 +98,7 @@ func pantoNext(agent *panto.Agent, s *seen) {
 	defer stream.Close()
 	for {
 		ev, err := stream.Next()
-		if err == panto.Done {
+		if err == panto.ErrDone {
 			return
 		}
 		if err != nil {

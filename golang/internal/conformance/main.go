@@ -141,7 +141,7 @@ func main() {
 	defer s.Close()
 	for index := 0; ; index++ {
 		ev, err := s.Next()
-		if errors.Is(err, panto.Done) {
+		if errors.Is(err, panto.ErrDone) {
 			return
 		}
 		if err != nil {
