@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
 
 // sharedScenario loads one of the scenarios every language replays
@@ -147,7 +145,7 @@ const compactableHistory = `{"version":1,"messages":[` +
 	`{"role":"assistant","content":[{"type":"text","text":"b"}]}]}`
 
 func TestCompactionCancelledByContext(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, holdScenario())
 	agent := newTestAgent(t, testConfig(srv))
 	if err := agent.LoadHistory([]byte(compactableHistory)); err != nil {

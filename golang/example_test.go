@@ -5,18 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
 	panto "github.com/panto/panto/golang"
 )
 
+// The examples read OPENAI_BASE_URL and OPENAI_API_KEY, as OpenAI's SDKs do: unset,
+// BaseURL is empty (OpenAI's API), and the key comes from OPENAI_API_KEY by default. Their
+// output is that of the stand-in provider `go test` runs them against.
+
 func Example() {
-	// A local stand-in for the provider; leave BaseURL empty for OpenAI itself.
-	exampleBaseURL := panto.StartExampleServer("weather")
 	agent, err := panto.NewAgent(panto.Config{
 		Provider: "openai",
 		Model:    "gpt-4o",
-		BaseURL:  exampleBaseURL,
-		APIKey:   "sk-example",
+		BaseURL:  os.Getenv("OPENAI_BASE_URL"), // "": OpenAI's API; the key: OPENAI_API_KEY
 		Tools: []panto.Tool{{
 			Name:        "weather",
 			Description: "The current weather in a city",
@@ -62,8 +64,7 @@ func Example() {
 }
 
 func ExampleStream_Next() {
-	exampleBaseURL := panto.StartExampleServer("hello")
-	agent, err := panto.NewAgent(panto.Config{Model: "gpt-4o", BaseURL: exampleBaseURL, APIKey: "sk-example"})
+	agent, err := panto.NewAgent(panto.Config{Model: "gpt-4o", BaseURL: os.Getenv("OPENAI_BASE_URL")})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -37,8 +37,13 @@ func pantoThreads() (workers, others int) {
 }
 
 func TestMain(m *testing.M) {
+	stopProvider, err := startExampleProvider()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the examples' stand-in provider:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
-	stopExampleServers()
+	stopProvider()
 	if code == 0 {
 		if n := liveStreams.Load(); n != 0 {
 			fmt.Fprintf(os.Stderr, "%d C stream handles were never freed\n", n)
@@ -72,7 +77,7 @@ func weatherScenario() obj {
 var weatherParams = json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)
 
 func TestToolTurnWithGoTool(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, weatherScenario())
 	cfg := testConfig(srv)
 	var gotArgs json.RawMessage
@@ -207,7 +212,7 @@ func holdScenario() obj {
 }
 
 func TestBreakOutOfIterEarlyLeaksNothing(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(
 		exchange(sseResponse(textSSE("a", "b", "c", "d"))),
 		exchange(sseResponse(textSSE("again"))),
@@ -275,7 +280,7 @@ func blockedNext(t *testing.T, srv *testServer, s *Stream) <-chan error {
 }
 
 func TestDeadlineOfStreamContext(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, holdScenario())
 	agent := newTestAgent(t, testConfig(srv))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -301,7 +306,7 @@ func TestDeadlineOfStreamContext(t *testing.T) {
 }
 
 func TestContextDeadlineWhileBlockedInNext(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, holdScenario())
 	agent := newTestAgent(t, testConfig(srv))
 	deadline := time.Now().Add(time.Second)
@@ -326,7 +331,7 @@ func TestContextDeadlineWhileBlockedInNext(t *testing.T) {
 }
 
 func TestCloseRacesBlockedNext(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, holdScenario())
 	agent := newTestAgent(t, testConfig(srv))
 	s, err := agent.Stream(context.Background(), "hi")
@@ -355,7 +360,7 @@ func TestCloseRacesBlockedNext(t *testing.T) {
 }
 
 func TestCloseRacesNextRepeatedly(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	for i := range 20 {
 		srv := startServer(t, scenario(exchange(sseResponse(textSSE(strings.Split(strings.Repeat("y", 50), "")...)))))
 		agent := newTestAgent(t, testConfig(srv))
@@ -381,7 +386,7 @@ func TestCloseRacesNextRepeatedly(t *testing.T) {
 }
 
 func TestHundredParallelStreams(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	ex := exchange(sseResponse(textSSE("one", " two", " three")))
 	ex["times"] = 100
 	srv := startServer(t, scenario(ex))
@@ -425,7 +430,7 @@ func errorResponse(status int, typ string) obj {
 }
 
 func TestEveryErrorKind(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	cases := []struct {
 		kind     ErrorKind
 		sentinel error
@@ -549,7 +554,7 @@ func TestEveryErrorKind(t *testing.T) {
 }
 
 func TestGoToolPanicsOrIgnoresContext(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(
 		exchange(sseResponse(toolCallSSE(
 			[3]string{"call_p", "panicky", `{}`},
@@ -603,7 +608,7 @@ func TestGoToolPanicsOrIgnoresContext(t *testing.T) {
 }
 
 func TestChanDeliversEverythingAndCloses(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(exchange(sseResponse(textSSE("a", "b")))))
 	agent := newTestAgent(t, testConfig(srv))
 	s, err := agent.Stream(context.Background(), "hi")
@@ -623,7 +628,7 @@ func TestChanDeliversEverythingAndCloses(t *testing.T) {
 }
 
 func TestChanAbandonedThenClosedOrCancelled(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	for _, how := range []string{"close", "ctx"} {
 		srv := startServer(t, scenario(exchange(sseResponse(textSSE("a", "b")))))
 		agent := newTestAgent(t, testConfig(srv))
@@ -707,7 +712,7 @@ func TestKindsAndTypesMatchTheLibrary(t *testing.T) {
 // MessageComplete, then ErrDone from the library, which frees the C stream; the freed
 // stream keeps answering ErrDone, also after Close.
 func TestTheLibrarysDoneEndsAndFreesTheStream(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(exchange(sseResponse(textSSE("a", "b")))))
 	agent := newTestAgent(t, testConfig(srv))
 	before := liveStreams.Load()
@@ -749,7 +754,7 @@ func TestTheLibrarysDoneEndsAndFreesTheStream(t *testing.T) {
 // timeout (the result was refused and dropped, so each call waited for tool_timeout_ms
 // and the model was told the tool timed out).
 func TestToolTextWithInvalidUTF8IsAnswered(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(
 		exchange(sseResponse(toolCallSSE(
 			[3]string{"call_o", "output", `{}`},
@@ -805,7 +810,7 @@ func TestToolTextWithInvalidUTF8IsAnswered(t *testing.T) {
 // waiting to send must not keep the Stream reachable (it did, so neither it nor the C
 // stream, its socket or the agent's turn were ever freed).
 func TestChanAbandonedWithoutCloseIsFreed(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(exchange(sseResponse(textSSE("a", "b", "c")))))
 	agent := newTestAgent(t, testConfig(srv))
 	before := liveStreams.Load()
@@ -828,7 +833,7 @@ func TestChanAbandonedWithoutCloseIsFreed(t *testing.T) {
 // freed when MessageComplete is delivered (it was freed only by the call after it, by
 // Close, or by the GC), and the stream answers ErrDone from then on.
 func TestMessageCompleteEndsTheTurnsResources(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	ex := exchange(sseResponse(textSSE("a", "b")))
 	ex["times"] = 2
 	srv := startServer(t, scenario(ex))
@@ -866,7 +871,7 @@ func TestMessageCompleteEndsTheTurnsResources(t *testing.T) {
 // busy until a garbage collection happens to run: the next call on the agent finds it
 // unreachable and closes it. A stream still referenced keeps the agent busy.
 func TestDroppedStreamDoesNotHoldTheAgent(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(
 		exchange(obj{"status": 200, "sse": textSSE("first", " second"), "fault": obj{"kind": "hold", "after_bytes": 400}}),
 		exchange(obj{"status": 200, "sse": textSSE("first", " second"), "fault": obj{"kind": "hold", "after_bytes": 400}}),
@@ -920,7 +925,7 @@ func TestDroppedStreamDoesNotHoldTheAgent(t *testing.T) {
 // A Go tool's ctx ends when its call times out, not when the turn ends: the library
 // stops waiting for the call and tells the model, and the function should stop too.
 func TestToolContextEndsAtTheToolTimeout(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(
 		exchange(sseResponse(toolCallSSE([3]string{"call_s", "slow", `{}`}))),
 		exchange(sseResponse(textSSE("done")), "call_s"),
@@ -1016,7 +1021,7 @@ func waitingInNext() (n, inC, inPoller int, parked bool) {
 // waits bounded to 32 at a time, and the thread count stays near that bound, not near
 // 400.
 func TestManyWaitingStreamsBoundTheThreads(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	const streams, bound = 400, 32
 	restore := setMaxBlockedWaits(bound)
 	defer restore()
@@ -1069,7 +1074,7 @@ func TestManyWaitingStreamsBoundTheThreads(t *testing.T) {
 // only those: errors.As finds the details, ErrCancelled matches them too, and a
 // cancellation that Close did not cause does not match ErrClosed.
 func TestErrClosedIsAPantoError(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	var perr *Error
 	if !errors.As(ErrClosed, &perr) || perr.Kind != KindCancelled || !errors.Is(ErrClosed, ErrCancelled) {
 		t.Fatalf("ErrClosed: %#v", ErrClosed)
@@ -1106,7 +1111,7 @@ func TestErrClosedIsAPantoError(t *testing.T) {
 // A loop ended by a Close from another goroutine is not a complete turn: Err says the
 // stream was closed (it was nil, as after a clean end).
 func TestErrAfterCloseFromAnotherGoroutine(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	for _, how := range []string{"Iter", "All", "Chan"} {
 		t.Run(how, func(t *testing.T) {
 			srv := startServer(t, holdScenario())
@@ -1146,7 +1151,7 @@ func TestErrAfterCloseFromAnotherGoroutine(t *testing.T) {
 // *Agent is safe (they panicked), Close and Cancel doing nothing and the others
 // failing with an *Error of kind config.
 func TestNilAndZeroStreamsAndAgents(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	isConfig := func(what string, err error) {
 		t.Helper()
 		var perr *Error
@@ -1223,7 +1228,7 @@ func TestKindAndTypeListsAreCopies(t *testing.T) {
 // Retry{MaxRetries: Int(0)} means no retry, as openai-go's WithMaxRetries(0) does (a
 // zero MaxRetries meant "the default", two retries); nil keeps the default.
 func TestZeroMaxRetriesMeansNoRetry(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	limited := exchange(obj{"status": 429, "headers": obj{"retry-after": "0"}, "json": obj{"error": obj{"type": "rate_limit_exceeded", "message": "slow down"}}})
 	srv := startServer(t, scenario(limited, exchange(sseResponse(textSSE("ok")))))
 	cfg := testConfig(srv)
@@ -1304,7 +1309,7 @@ func TestWaitingStreamsHoldNoThread(t *testing.T) {
 		}
 		return
 	}
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	const streams = 2000
 	ex := exchange(obj{"status": 200, "sse": textSSE("first", " second"), "fault": obj{"kind": "hold", "after_bytes": 400}})
 	ex["times"] = streams
@@ -1354,7 +1359,7 @@ func TestWaitingStreamsHoldNoThread(t *testing.T) {
 // The end of a stream is ErrDone, named as Go names error values (staticcheck ST1012;
 // it was Done): not a failure, so no *Error and no kind matches it.
 func TestErrDoneIsTheEndNotAFailure(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(exchange(sseResponse(textSSE("a")))))
 	agent := newTestAgent(t, testConfig(srv))
 	s, err := agent.Stream(context.Background(), "hi")

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
 
 func rateLimited(header, value string) obj {
@@ -18,7 +16,7 @@ func rateLimited(header, value string) obj {
 // with the wait on the error; were it ignored (the backoff used instead), the retry
 // would get the second exchange and the stream would succeed.
 func TestRetryAfterPastTheCapFailsAtOnceWithTheWait(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(rateLimited("retry-after", "120"), exchange(sseResponse(textSSE("too early")))))
 	cfg := testConfig(srv)
 	cfg.Retry = Retry{MaxRetries: Int(2), InitialDelay: time.Millisecond, MaxDelay: time.Millisecond}
@@ -43,7 +41,7 @@ func TestRetryAfterPastTheCapFailsAtOnceWithTheWait(t *testing.T) {
 // Retry.MaxRetryAfter raises the cap: a 90 s wait becomes the retry's delay, though the
 // backoff is 1 ms.
 func TestRetryAfterUpToTheCapIsTheDelay(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer verifyNoLeaks(t)
 	srv := startServer(t, scenario(rateLimited("retry-after", "90"), exchange(sseResponse(textSSE("late")))))
 	cfg := testConfig(srv)
 	cfg.Retry = Retry{MaxRetries: Int(2), InitialDelay: time.Millisecond, MaxDelay: time.Millisecond,
