@@ -374,6 +374,19 @@ impl Stream {
         complete.bind(py).getattr("text").map(Bound::unbind)
     }
 
+    /// Where the stream stands, for the async path's `aclose`: `"running"`, `"done"`
+    /// (`message_complete` handed out), `"cancelled"` or `"failed"` (another error
+    /// handed out or about to be). Never waits.
+    #[getter]
+    fn _state(&self, py: Python<'_>) -> &'static str {
+        match self.lock(py).stream.state() {
+            StreamState::Running => "running",
+            StreamState::Done => "done",
+            StreamState::Failed(e) if e.kind == panto::ErrorKind::Cancelled => "cancelled",
+            StreamState::Failed(_) => "failed",
+        }
+    }
+
     /// True while the turn's result for this stream has been cancelled.
     #[getter]
     fn cancelled(&self) -> bool {
@@ -417,6 +430,27 @@ impl Stream {
             Ok(Next::Done) => Err(PyStopAsyncIteration::new_err(())),
             Err(e) => Err(self.fail(py, e)),
             Ok(Next::Pending) => Ok(None),
+        }
+    }
+
+    /// The async path's readiness descriptor (`panto_pull::Stream::readiness_fd`): readable
+    /// exactly while `_try_next` would return something; an event loop watches it
+    /// (`add_reader`) instead of a thread waiting in `_wait`. Owned by the stream, which
+    /// closes it when it is dropped: remove it from the loop first. `None` where there
+    /// is none (not a Unix system); `OSError` if none can be made.
+    fn _readiness_fd(&self) -> PyResult<Option<i64>> {
+        #[cfg(unix)]
+        {
+            match self.control.readiness_fd() {
+                Ok(fd) => Ok(Some(i64::from(fd))),
+                Err(e) => Err(pyo3::exceptions::PyOSError::new_err(format!(
+                    "panto: no readiness descriptor for this stream: {e}"
+                ))),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(None)
         }
     }
 

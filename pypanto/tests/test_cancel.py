@@ -157,7 +157,8 @@ async def test_cancelling_the_awaiting_task_cancels_the_turn_and_frees_its_threa
 
     task = asyncio.create_task(consume())
     await asyncio.sleep(0)
-    # The task waits in a panto thread, and that thread is blocked in the stream.
+    # The task waits for the stream (on the loop, or in a panto thread on a loop
+    # without add_reader), counted in waits_in_flight.
     while not (server.held() == 1 and "content_delta" in seen and s.consumer_waiting()):
         await asyncio.sleep(0.005)
     assert panto.diagnostics()["waits_in_flight"] == base["waits_in_flight"] + 1

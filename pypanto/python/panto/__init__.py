@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union, cast
 
 from . import _native, _vocab
-from ._async import WAIT_POOL, AsyncStream, other_async_library, require_asyncio, running_loop
+from ._async import WAIT_POOL, AsyncStream, loop_waits, other_async_library, require_asyncio, running_loop
 from ._errors import PantoError
 from ._native import Stream
 from ._tools import TOOL_POOL, Runner, Tool, as_tool, json_schema, tool
@@ -384,6 +384,9 @@ class _Closed:
 
 def diagnostics() -> Dict[str, int]:
     """Counters for leak checks: turns still running, and panto's own threads.
+    ``waits_in_flight`` counts async streams waiting for their next event, on an event
+    loop's reader (``waits_on_loop``: no thread) or in a ``wait_threads`` thread (loops
+    without ``add_reader``), and the async API's blocking calls in those threads.
     ``tool_threads_stuck`` counts sync tools still running past their agent's
     ``tool_timeout_ms`` (the turn answered the model with a timeout; a Python function
     cannot be interrupted): they do not count against the pool's limit, and each one is
@@ -391,7 +394,8 @@ def diagnostics() -> Dict[str, int]:
     return {
         "active_streams": _native.active_streams(),
         "wait_threads": WAIT_POOL.threads,
-        "waits_in_flight": WAIT_POOL.busy,
+        "waits_in_flight": WAIT_POOL.busy + loop_waits(),
+        "waits_on_loop": loop_waits(),
         "tool_threads": TOOL_POOL.threads,
         "tools_in_flight": TOOL_POOL.busy,
         "tool_threads_stuck": TOOL_POOL.stuck,

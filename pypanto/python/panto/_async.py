@@ -2,12 +2,20 @@
 
 ``__anext__`` first takes, on the event loop's thread, whatever the native stream has
 ready (``_try_next``: the native buffer, or a burst drained without waiting). Only when
-nothing is ready does it wait, in a thread of panto's own wait pool (``_wait``, without
-the GIL), and the loop awaits that. So a burst of events costs one thread hop, not one
-per event, and waiting streams never take the threads of the default executor.
+nothing is ready does it wait — **on the event loop itself**: the stream's readiness
+descriptor (``_readiness_fd``, readable exactly while ``_try_next`` would return
+something) is given to ``loop.add_reader``, and the task sleeps until the loop sees it
+readable. No thread waits for a stream, so 1,000 waiting streams cost 1,000 descriptors,
+not 1,000 threads; a burst of events still costs one wake-up, not one per event.
+
+``WAIT_POOL`` is what is left of the threads: it serves only loops that cannot watch a
+descriptor (``add_reader`` raises ``NotImplementedError``: Windows' Proactor loop) and
+systems without one (not Unix), where a wait takes one of its threads (``_wait``,
+without the GIL) as before; and the blocking native calls the async API makes
+(``AsyncStream.aclose``'s close, ``Agent.acompact``).
 
 Cancelling the task that awaits, ``aclose()``, or leaving ``async with`` cancels the
-turn; the cancel wakes the waiting thread at once, so no thread stays behind.
+turn; the cancel makes the descriptor readable (or wakes the waiting thread) at once.
 
 This is a class, not an async generator: it can be closed from another task while one
 awaits it, and it does not depend on the garbage collector to clean up.
@@ -20,7 +28,8 @@ imported here). asyncio itself is imported when first needed, not by ``import pa
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Optional
+import threading
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from ._pool import Pool
 
@@ -32,8 +41,28 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncStream", "WAIT_POOL"]
 
-#: The threads async streams wait in: one per waiting stream, created on demand.
+#: Threads for waits on loops that cannot watch a descriptor, and for the async API's
+#: blocking native calls: one per such wait, created on demand.
 WAIT_POOL = Pool("panto-wait", max_threads=4096)
+
+# Streams waiting on an event loop right now, for diagnostics().
+_loop_waits = 0
+_loop_waits_lock = threading.Lock()
+
+
+def loop_waits() -> int:
+    """How many async streams wait on an event loop's reader right now."""
+    return _loop_waits
+
+
+def _count_loop_wait(delta: int) -> None:
+    global _loop_waits
+    with _loop_waits_lock:
+        _loop_waits += delta
+
+
+#: ``AsyncStream._fd`` before the descriptor was asked for, and when there is none.
+_UNKNOWN, _NONE = -2, -1
 
 
 def _wake(fut: "asyncio.Future[None]") -> None:
@@ -45,11 +74,16 @@ class AsyncStream:
     """One turn as an async iterator and an async context manager
     (``agent.astream(prompt)``). ``MessageComplete`` is the last event."""
 
-    __slots__ = ("_stream", "_runner", "__weakref__")
+    __slots__ = ("_stream", "_runner", "_fd", "_waiters", "_waits", "__weakref__")
 
     def __init__(self, stream: Stream, runner: Any) -> None:
         self._stream = stream
         self._runner = runner
+        self._fd = _UNKNOWN
+        # Tasks waiting for this stream on the loop (normally one); the reader is
+        # registered while there are any.
+        self._waiters: List[asyncio.Future[None]] = []
+        self._waits = 0
 
     def __aiter__(self) -> AsyncStream:
         return self
@@ -61,12 +95,65 @@ class AsyncStream:
             return ev
         while True:
             await self._wait()
+            # Readable may outlast the last ready event until a call finds nothing:
+            # then this is None and the loop waits again.
             ev = stream._try_next()
             if ev is not None:
                 return ev
 
+    def _readiness_fd(self) -> int:
+        fd = self._fd
+        if fd == _UNKNOWN:
+            try:
+                native = self._stream._readiness_fd()
+            except OSError:  # out of descriptors: wait in a thread instead
+                native = None
+            fd = self._fd = _NONE if native is None else native
+        return fd
+
     async def _wait(self) -> None:
+        """Waits until the native stream has something to report (an event, the end, a
+        failure, a cancel); cancels the turn if the waiting task is cancelled."""
         loop = require_asyncio("iterating an AsyncStream")
+        fd = self._readiness_fd()
+        if fd == _NONE:
+            return await self._wait_in_thread(loop)
+        fut = loop.create_future()
+        waiters = self._waiters
+        if not waiters:
+            try:
+                loop.add_reader(fd, self._ready, loop, fd)
+            except NotImplementedError:
+                # A loop that watches no descriptors (Windows' Proactor): threads it is.
+                self._fd = _NONE
+                return await self._wait_in_thread(loop)
+        waiters.append(fut)
+        self._waits += 1
+        _count_loop_wait(1)
+        try:
+            try:
+                await fut
+            finally:
+                _count_loop_wait(-1)
+                waiters.remove(fut)
+                if not waiters:
+                    # Before anything can drop the stream, which closes the descriptor.
+                    loop.remove_reader(fd)
+        except BaseException:
+            # Cancelled (task cancel, Ctrl-C under asyncio.run): end the turn; close()
+            # waits (briefly) for the turn to end, so the agent is free and its history
+            # whole when this returns.
+            self._stream.close()
+            raise
+
+    def _ready(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        # Level-triggered: unregistered at once, or the loop would call this on every
+        # iteration until the woken task runs.
+        loop.remove_reader(fd)
+        for fut in self._waiters:
+            _wake(fut)
+
+    async def _wait_in_thread(self, loop: asyncio.AbstractEventLoop) -> None:
         fut = loop.create_future()
         stream = self._stream
         holder = [stream]
@@ -89,9 +176,7 @@ class AsyncStream:
         try:
             await fut
         except BaseException:
-            # Cancelled (task cancel, Ctrl-C under asyncio.run): end the turn. The cancel
-            # wakes the waiting thread at once; close() then waits (briefly) for the turn
-            # to end, so the agent is free and its history whole when this returns.
+            # As in _wait: the cancel wakes the waiting thread at once.
             stream.close()
             raise
 
@@ -104,9 +189,14 @@ class AsyncStream:
     async def aclose(self) -> None:
         """Cancels the turn if it is still running and waits (in a thread, not on the
         loop) for it to end. Idempotent."""
+        stream = self._stream
+        if stream._state in ("done", "failed"):
+            # The turn reported its end (or its failure): there is nothing to wait for,
+            # and no thread is taken (`async with` around a stream read to its end).
+            stream.close()
+            return
         import asyncio
 
-        stream = self._stream
         stream.cancel()
         loop = require_asyncio("AsyncStream.aclose()")
         await asyncio.shield(loop.run_in_executor(WAIT_POOL, stream.close))
@@ -137,11 +227,14 @@ class AsyncStream:
 
     @property
     def waits(self) -> int:
-        """How many times this stream waited in a thread (one hop per burst, at most)."""
-        return int(self._stream.waits)
+        """How many times this stream waited (on the loop, in a thread, or spun for a
+        burst being produced): one per burst, at most."""
+        return int(self._stream.waits) + self._waits
 
     def consumer_waiting(self) -> bool:
-        return bool(self._stream.consumer_waiting())
+        """Whether a task waits for this stream's next event (on the loop or in a
+        thread)."""
+        return bool(self._waiters) or bool(self._stream.consumer_waiting())
 
     def __repr__(self) -> str:
         return f"<panto.AsyncStream cancelled={self.cancelled}>"

@@ -1,0 +1,206 @@
+"""Async streams wait on the event loop (the stream's readiness descriptor given to
+``loop.add_reader``), not in a thread each: 1,000 waiting streams leave the process's
+thread count where it was. Loops that cannot watch a descriptor still work, through
+panto's wait pool; a sync stream can still be stepped from a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+
+import pytest
+
+import panto
+from conftest import exchange, make_agent, text_exchange, text_sse, wait_until
+
+
+def os_threads() -> int:
+    """The process's threads as the OS counts them (panto's native workers included)."""
+    with open(f"/proc/{os.getpid()}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    raise AssertionError("no Threads: line")
+
+
+def thread_names():
+    names = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                name = f.read().strip()
+        except FileNotFoundError:  # the thread ended
+            continue
+        names[name] = names.get(name, 0) + 1
+    return names
+
+
+def _held(server, times):
+    """Responses that send their first text chunk, then hold until the gate opens."""
+    sse = text_sse(["first", "second"])
+    cut = sum(len(("data: " + json.dumps(i["data"], separators=(",", ":")) + "\n\n").encode()) for i in sse[:2])
+    server.scenario(exchange(sse, times=times, fault={"kind": "hold", "after_bytes": cut}))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_1000_waiting_async_streams_take_no_thread_each(server):
+    n = 1000
+    # A descriptor per stream for its connection and one for its readiness.
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4 * n:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8 * n), hard))
+    # Warm up: panto's worker pool and the loop's own machinery exist before counting.
+    server.scenario(text_exchange(["warm"]))
+    assert await make_agent(server).arun("warm-up") is not None
+    threads0, py_threads0 = os_threads(), threading.active_count()
+    wait_threads0 = panto.diagnostics()["wait_threads"]
+
+    _held(server, n)
+    waiting = 0
+    peak = [threads0]
+    all_waiting = asyncio.Event()
+
+    async def one(i):
+        nonlocal waiting
+        async with make_agent(server).astream(f"q{i}") as s:
+            texts = []
+            async for ev in s:
+                if isinstance(ev, panto.ContentDelta):
+                    texts.append(ev.text)
+                    if ev.text == "first":
+                        waiting += 1
+                        if waiting == n:
+                            all_waiting.set()
+            return "".join(texts)
+
+    tasks = [asyncio.create_task(one(i)) for i in range(n)]
+    await asyncio.wait_for(all_waiting.wait(), 120)
+    # Every stream has had its first chunk and now waits for the held rest of it.
+    deadline = asyncio.get_running_loop().time() + 120
+    while not (server.held() == n and panto.diagnostics()["waits_on_loop"] == n):
+        assert asyncio.get_running_loop().time() < deadline, (server.held(), panto.diagnostics())
+        await asyncio.sleep(0.01)
+        peak[0] = max(peak[0], os_threads())
+    d = panto.diagnostics()
+    assert d["waits_in_flight"] == n and d["wait_threads"] == wait_threads0
+    peak[0] = max(peak[0], os_threads())
+    assert threading.active_count() == py_threads0
+    server.open_gate()
+    results = await asyncio.wait_for(asyncio.gather(*tasks), 120)
+    peak[0] = max(peak[0], os_threads())
+    assert results == ["firstsecond"] * n
+    print(f"\n{n} waiting async streams: OS threads {threads0} -> peak {peak[0]}: {thread_names()}")
+    # No thread per stream: at most a few (a resolver's) beyond what one turn had
+    # already started (the main thread and panto's workers).
+    assert peak[0] - threads0 <= 4, (threads0, peak[0], thread_names())
+    wait_until(lambda: panto.diagnostics()["waits_in_flight"] == 0, what="no wait left")
+    wait_until(lambda: panto.diagnostics()["active_streams"] == 0, what="every turn to end")
+
+
+class _NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop that cannot watch descriptors, like Windows' Proactor loop."""
+
+    def add_reader(self, fd, callback, *args):
+        raise NotImplementedError
+
+
+def test_a_loop_without_add_reader_waits_in_panto_threads(server):
+    _held(server, 2)
+
+    async def main():
+        base = panto.diagnostics()
+        s = make_agent(server).astream("q")
+        seen = []
+
+        async def consume():
+            async for ev in s:
+                seen.append(ev.type)
+            return seen
+
+        task = asyncio.create_task(consume())
+        while not (server.held() == 1 and "content_delta" in seen and s.consumer_waiting()):
+            await asyncio.sleep(0.005)
+        d = panto.diagnostics()
+        assert d["waits_on_loop"] == 0 and d["waits_in_flight"] == base["waits_in_flight"] + 1
+        # Cancelling the awaiting task cancels the turn, as on any loop.
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert s.cancelled
+        # A second stream runs to its end through the pool.
+        t = make_agent(server).astream("q2")
+        texts = []
+
+        async def read():
+            async for ev in t:
+                if isinstance(ev, panto.ContentDelta):
+                    texts.append(ev.text)
+
+        reader = asyncio.create_task(read())
+        while not (server.held() == 1 and texts == ["first"] and t.consumer_waiting()):
+            await asyncio.sleep(0.005)
+        server.open_gate()
+        await asyncio.wait_for(reader, 30)
+        assert texts == ["first", "second"]
+
+    loop = _NoReaderLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    wait_until(lambda: panto.diagnostics()["waits_in_flight"] == 0, what="the pool's waits to end")
+
+
+async def test_a_sync_stream_still_steps_in_a_thread(server):
+    """The sync iterator is unchanged: `await asyncio.to_thread(next, stream)` waits in
+    the default executor's thread, as it always could."""
+    _held(server, 1)
+    s = make_agent(server).stream("q")
+    kinds = []
+    while True:
+        ev = await asyncio.to_thread(next, s)
+        kinds.append(ev.type)
+        if isinstance(ev, panto.ContentDelta):
+            break
+    waiting = asyncio.create_task(asyncio.to_thread(next, s))
+    while not (server.held() == 1 and s.consumer_waiting()):
+        await asyncio.sleep(0.005)
+    assert not waiting.done()
+    server.open_gate()
+    ev = await asyncio.wait_for(waiting, 30)
+    assert isinstance(ev, panto.ContentDelta) and ev.text == "second"
+    # With a default: a StopIteration cannot cross into an asyncio future (asyncio
+    # refuses it, and the await would never end) — true of any iterator.
+    rest = []
+    while (ev := await asyncio.to_thread(next, s, None)) is not None:
+        rest.append(ev.type)
+    assert rest[-1] == "message_complete"
+
+
+async def test_the_reader_is_gone_when_the_wait_ends(server):
+    """Cancelling a waiting task, and a stream's end, leave no reader on the loop (a
+    descriptor the stream closes would otherwise stay registered)."""
+    _held(server, 1)
+    loop = asyncio.get_running_loop()
+    s = make_agent(server).astream("q")
+    got = []
+
+    async def consume():
+        async for ev in s:
+            got.append(ev.type)
+
+    task = asyncio.create_task(consume())
+    while not (server.held() == 1 and "content_delta" in got and s.consumer_waiting()):
+        await asyncio.sleep(0.005)
+    fd = s._fd
+    assert fd >= 0 and panto.diagnostics()["waits_on_loop"] == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert loop.remove_reader(fd) is False  # nothing left registered on it
+    assert panto.diagnostics()["waits_on_loop"] == 0
