@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	panto "github.com/panto/panto/golang"
+	"github.com/panto/panto/panto"
 )
 
 // The examples read OPENAI_BASE_URL and OPENAI_API_KEY, as OpenAI's SDKs do: unset,

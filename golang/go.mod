@@ -1,4 +1,4 @@
-module github.com/panto/panto/golang
+module github.com/panto/panto/panto
 
 go 1.24
 

@@ -194,3 +194,20 @@ func sameJSON(a, b string) bool {
 	}
 	return reflect.DeepEqual(x, y)
 }
+
+// The import path ends in the package's name (it ended in /golang, so every import
+// needed a name and goimports guessed wrong).
+func TestImportPathEndsInThePackageName(t *testing.T) {
+	mod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(mod), "\n")
+	path, ok := strings.CutPrefix(first, "module ")
+	if !ok {
+		t.Fatalf("go.mod starts %q", first)
+	}
+	if base := path[strings.LastIndexByte(path, '/')+1:]; base != "panto" {
+		t.Fatalf("module path %s ends in %q, the package is panto", path, base)
+	}
+}

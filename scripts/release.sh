@@ -27,7 +27,8 @@ repo=$PWD
 # directories. Each platform directory holds libpanto.a, libs (the system libraries
 # Rust's standard library needs there, one line) and target (the Rust target triple).
 go_link_files() {
-    local dir=$1 p goos goarch libs target sum have=() imports=()
+    local dir=$1 p goos goarch libs target sum have=() imports=() module
+    module=$(sed -n 's/^module //p' "$dir/go.mod")
     rm -f "$dir"/link_prebuilt_*.go "$dir/prebuilt.go"
     for p in "$dir"/prebuilt/*/; do
         p=$(basename "$p")
@@ -37,7 +38,7 @@ go_link_files() {
         target=$(cat "$dir/prebuilt/$p/target")
         sum=$(sha256sum "$dir/prebuilt/$p/libpanto.a" | cut -d' ' -f1)
         have+=("($goos && $goarch)")
-        imports+=("	_ \"github.com/panto/panto/golang/prebuilt/$p\"")
+        imports+=("	_ \"$module/prebuilt/$p\"")
         # The library's checksum is in the file: Go's build cache keys on the Go files and
         # the flags, never on a library a flag names, so a new library must change a file.
         cat >"$dir/link_prebuilt_$p.go" <<EOF
@@ -92,7 +93,7 @@ EOF
         echo 'package panto'
         echo
         echo 'import ('
-        echo '	_ "github.com/panto/panto/golang/include"'
+        echo "	_ \"$module/include\""
         printf '%s\n' "${imports[@]}"
         echo ')'
     } >"$dir/prebuilt.go"
@@ -329,6 +330,7 @@ done
 echo "stream.c, shared and static, from the unpacked tarball: $(wc -l <"$work/c/cli.jsonl") events, as panto run --json prints them"
 
 step "test Go: a fresh module outside the repository, replace => dist/go, no CGO_LDFLAGS"
+go_module=$(sed -n 's/^module //p' golang/go.mod)
 go_mod="$work/go/consumer"
 mkdir -p "$go_mod"
 cp golang/internal/demo/main.go "$go_mod/main.go"
@@ -338,9 +340,9 @@ module example.com/consumer
 
 go 1.24
 
-require github.com/panto/panto/golang v0.0.0
+require $go_module v0.0.0
 
-replace github.com/panto/panto/golang => $go_dir
+replace $go_module => $go_dir
 EOF
 # The module's own checksums (goleak, its test-only requirement) are all it needs.
 cp "$go_dir/go.sum" "$go_mod/go.sum"
@@ -350,9 +352,9 @@ clean PANTO_TESTSERVER="$testserver" PANTO_SCENARIO="$scenario" sh -ec '
     go build -o demo .
     go test -count=1 .
     go mod vendor
-    [ -f vendor/github.com/panto/panto/golang/prebuilt/$2/libpanto.a ]
+    [ -f "vendor/$3/prebuilt/$2/libpanto.a" ]
     go build -mod=vendor -o demo-vendored .
-' sh "$go_mod" "${goos}_$goarch"
+' sh "$go_mod" "${goos}_$goarch" "$go_module"
 deps=$(ldd "$go_mod/demo")
 if grep -q libpanto <<<"$deps"; then
     echo "release: the Go demo loads libpanto.so" >&2
@@ -365,7 +367,7 @@ fi
 cp -r "$go_dir" "$work/go/elsewhere"
 mv "$work/go/elsewhere/prebuilt/${goos}_$goarch" "$work/go/elsewhere/prebuilt/plan9_386"
 "$repo/scripts/release.sh" --go-link-files "$work/go/elsewhere"
-(cd "$go_mod" && go mod edit -replace "github.com/panto/panto/golang=$work/go/elsewhere")
+(cd "$go_mod" && go mod edit -replace "$go_module=$work/go/elsewhere")
 # shellcheck disable=SC2016
 if out=$(clean sh -c 'cd "$1" && go build -mod=mod -o /dev/null . 2>&1' sh "$go_mod"); then
     echo "release: the module without a library for ${goos}/$goarch built" >&2
@@ -373,7 +375,7 @@ if out=$(clean sh -c 'cd "$1" && go build -mod=mod -o /dev/null . 2>&1' sh "$go_
 fi
 grep -q "undefined: panto_has_no_prebuilt_libpanto_for_this_GOOS_GOARCH" <<<"$out" ||
     { echo "release: unexpected failure without a library for this platform:" >&2; echo "$out" >&2; exit 1; }
-(cd "$go_mod" && go mod edit -replace "github.com/panto/panto/golang=$go_dir")
+(cd "$go_mod" && go mod edit -replace "$go_module=$go_dir")
 run_turn "$work/go/demo.out" "$go_mod/demo" @URL@
 cat "$work/go/demo.out"
 grep -q "^→ weather(" "$work/go/demo.out" && grep -qF "$answer" "$work/go/demo.out" ||

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	panto "github.com/panto/panto/golang"
+	"github.com/panto/panto/panto"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"

@@ -1,10 +1,10 @@
-module github.com/panto/panto/golang/bench
+module github.com/panto/panto/panto/bench
 
 go 1.26.0
 
 require (
 	github.com/openai/openai-go/v3 v3.99.0
-	github.com/panto/panto/golang v0.0.0
+	github.com/panto/panto/panto v0.0.0
 )
 
 require (
@@ -15,4 +15,4 @@ require (
 	github.com/tidwall/sjson v1.2.5 // indirect
 )
 
-replace github.com/panto/panto/golang => ../
+replace github.com/panto/panto/panto => ../

@@ -1,5 +1,5 @@
 // The test of the released Go module (dist/go), run by scripts/release.sh from a module
-// made afresh outside the repository, which requires github.com/panto/panto/golang with
+// made afresh outside the repository, which requires github.com/panto/panto/panto with
 // a replace to dist/go and builds with no CGO_LDFLAGS: the library comes from the
 // module's own prebuilt/ directory. It streams the demo turn from panto-testserver
 // ($PANTO_TESTSERVER, playing $PANTO_SCENARIO): the model calls `weather`, a Go
@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	panto "github.com/panto/panto/golang"
+	"github.com/panto/panto/panto"
 )
 
 func TestDemoTurn(t *testing.T) {

@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	panto "github.com/panto/panto/golang"
+	"github.com/panto/panto/panto"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"

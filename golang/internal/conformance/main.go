@@ -20,7 +20,7 @@ import (
 	"strconv"
 	"time"
 
-	panto "github.com/panto/panto/golang"
+	"github.com/panto/panto/panto"
 )
 
 type answer struct {

@@ -6,7 +6,7 @@ import (
 	"reflect"
 	"strings"
 
-	panto "github.com/panto/panto/golang"
+	"github.com/panto/panto/panto"
 )
 
 // eventTrace is the trace line of ev, built from the struct fields a Go user reads, not

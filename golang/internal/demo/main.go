@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"os"
 
-	panto "github.com/panto/panto/golang"
+	"github.com/panto/panto/panto"
 )
 
 func main() {
