@@ -128,6 +128,10 @@ pub struct Error {
     /// than `retry.max_retry_after_ms` and the turn therefore failed at once. Not part of
     /// the canonical JSON.
     pub retry_after_ms: Option<u64>,
+    /// The provider's id of the failed request, from an HTTP error response's
+    /// `x-request-id` (OpenAI and most compatible servers) or `request-id` (Anthropic)
+    /// header: what the provider's support asks for. Not part of the canonical JSON.
+    pub request_id: Option<String>,
 }
 
 impl Error {
@@ -139,6 +143,7 @@ impl Error {
             retryable: false,
             provider_code: None,
             retry_after_ms: None,
+            request_id: None,
         }
     }
 
@@ -174,6 +179,10 @@ impl Error {
         self.retry_after_ms = ms;
         self
     }
+    pub fn with_request_id(mut self, id: Option<String>) -> Error {
+        self.request_id = id;
+        self
+    }
 
     /// The canonical JSON form: `{"type":"error","kind":…,"message":…,"status":…,
     /// "retryable":…,"provider_code":…}`.
@@ -189,6 +198,9 @@ impl Error {
         secrets.redact_in_place(&mut self.message);
         if let Some(code) = &mut self.provider_code {
             secrets.redact_in_place(code);
+        }
+        if let Some(id) = &mut self.request_id {
+            secrets.redact_in_place(id);
         }
         self
     }

@@ -485,10 +485,11 @@ impl Transport {
         }
         if !response.status().is_success() {
             let hints = RetryHints::from_headers(response.headers());
+            let request_id = request_id(response.headers());
             let body = read_bounded(response, MAX_ERROR_BODY, cancel, request_deadline).await;
             // Redact before anything cuts the body short: a cut can split a key in two.
             let body = self.secrets.redact(&body);
-            return Err((http_error(status, &body), hints));
+            return Err((http_error(status, &body).with_request_id(request_id), hints));
         }
         let header = |name| {
             response
@@ -802,6 +803,18 @@ fn closed_before_answering(e: &reqwest::Error) -> bool {
         cur = s.source();
     }
     false
+}
+
+/// The provider's id of a request, from its response's headers: `x-request-id` (OpenAI
+/// and most compatible servers) or `request-id` (Anthropic); at most 256 bytes of it.
+fn request_id(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+    const REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+    let value = headers
+        .get(&X_REQUEST_ID)
+        .or_else(|| headers.get(&REQUEST_ID))?;
+    let id = value.to_str().ok()?.trim();
+    (!id.is_empty()).then(|| crate::provider::truncate(id, 256).to_owned())
 }
 
 fn request_timeout(ms: u64) -> Error {

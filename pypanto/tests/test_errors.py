@@ -50,6 +50,79 @@ def test_http_status_errors(server, status, cls, kind, retryable):
             next(s)
 
 
+STATUS_CLASSES = [
+    # status, class, kind, the classes it must also be
+    (400, panto.BadRequestError, "bad_request", ()),
+    (413, panto.BadRequestError, "bad_request", ()),
+    (422, panto.UnprocessableEntityError, "bad_request", (panto.BadRequestError,)),
+    (401, panto.AuthenticationError, "authentication", ()),
+    (402, panto.PermissionDeniedError, "permission", ()),
+    (404, panto.NotFoundError, "not_found", ()),
+    (408, panto.RequestTimeoutError, "timeout", (panto.APITimeoutError, panto.APIConnectionError, TimeoutError)),
+    (409, panto.ConflictError, "provider", (panto.ProviderStatusError, panto.ProviderError)),
+    (425, panto.ProviderStatusError, "provider", (panto.ProviderError,)),
+    (451, panto.ProviderStatusError, "provider", (panto.ProviderError,)),
+    (429, panto.RateLimitError, "rate_limited", ()),
+    (500, panto.InternalServerError, "server", (panto.ServerError,)),
+    (503, panto.InternalServerError, "server", (panto.ServerError,)),
+]
+
+
+@pytest.mark.parametrize("status,cls,kind,also", STATUS_CLASSES)
+def test_every_http_status_error_is_an_api_status_error_of_its_class(server, status, cls, kind, also):
+    """openai-python's tree: APIStatusError (with .status_code) is the base of every
+    HTTP-status error, itself an APIError; the status picks the class, the kind stays
+    the core's. The provider's request id and retry-after come along."""
+    server.scenario(
+        error_exchange(status, _err(f"failure {status}"), headers={"x-request-id": f"req_{status}", "retry-after": "7"})
+    )
+    with pytest.raises(panto.PantoError) as info:
+        make_agent(server).run("x")
+    e = info.value
+    assert type(e) is cls, type(e)
+    assert isinstance(e, panto.APIStatusError) and isinstance(e, panto.APIError)
+    assert all(isinstance(e, c) for c in also)
+    assert isinstance(e, panto.ERROR_CLASSES[kind]) and e.kind == kind
+    assert e.status_code == e.status == status
+    assert e.request_id == f"req_{status}" and e.retry_after == 7.0
+    assert f"failure {status}" in e.message
+    copy = pickle.loads(pickle.dumps(e))
+    assert type(copy) is cls and (copy.status_code, copy.request_id, copy.retry_after) == (status, f"req_{status}", 7.0)
+
+
+def test_anthropic_request_id_header(server):
+    server.scenario({
+        "match": {"method": "POST", "path": "/v1/messages"},
+        "response": {
+            "status": 529,
+            "json": {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            "headers": {"request-id": "req_011abc"},
+        },
+    })
+    agent = panto.Agent(provider="anthropic", model="claude-test", base_url=server.url, api_key="k", retry={"max_retries": 0})
+    with pytest.raises(panto.InternalServerError) as info:
+        agent.run("x")
+    assert info.value.request_id == "req_011abc" and info.value.status_code == 529
+    assert info.value.retry_after is None
+
+
+def test_errors_without_a_status_are_not_status_errors(server):
+    """An error inside a 200 stream, a connection failure and a timeout are APIErrors
+    but not APIStatusErrors; APITimeoutError is an APIConnectionError (openai-python's
+    tree); config and cancellation are neither."""
+    server.scenario(exchange([{"data": {"error": {"message": "something odd", "type": "weird_error"}}}]))
+    with pytest.raises(panto.ProviderError) as info:
+        make_agent(server).run("x")
+    assert type(info.value) is panto.ProviderError and not isinstance(info.value, panto.APIStatusError)
+    assert isinstance(info.value, panto.APIError) and info.value.request_id is None
+    server.scenario(exchange(text_sse(["a"]), fault={"kind": "stall", "after_bytes": 0}))
+    with pytest.raises(panto.APIConnectionError) as timeout:
+        make_agent(server, timeouts={"idle_ms": 150}).run("x")
+    assert type(timeout.value) is panto.APITimeoutError and not isinstance(timeout.value, panto.APIStatusError)
+    assert issubclass(panto.APITimeoutError, panto.APIConnectionError)
+    assert not issubclass(panto.ConfigError, panto.APIError) and not issubclass(panto.StreamCancelledError, panto.APIError)
+
+
 def test_config_error_from_a_redirect_to_another_origin(server):
     server.scenario({
         "match": {"method": "POST"},

@@ -15,8 +15,9 @@ From the core's description (``panto::vocab::describe()``, see DESIGN.md) it wri
   stubs of the event and record classes. The rest of that file is hand-written.
 
 What is Python's own choice, not the core's, is written here once: the exception names
-that are not ``<Kind>Error``, the standard exceptions some of them also derive from, the
-configuration keys ``Agent`` takes as named parameters, and the shorthands it accepts.
+that are not ``<Kind>Error``, the bases of the exception classes (openai-python's
+``APIError`` / ``APIStatusError`` tree, standard exceptions), the classes of particular
+HTTP statuses (``STATUS_CLASSES``), the configuration keys ``Agent`` takes as named parameters, and the shorthands it accepts.
 A new event, field, error kind or configuration key needs no edit here.
 """
 
@@ -51,12 +52,69 @@ ERROR_CLASS_NAMES = {
     "incomplete": "IncompleteStreamError",
 }
 
-#: Standard exceptions an error kind's class also derives from, so that callers who
-#: already catch them catch panto's too.
-ERROR_EXTRA_BASES = {
-    "config": ("ValueError",),
-    "timeout": ("TimeoutError",),
+#: The bases of an error kind's class: the hierarchy openai-python's users know
+#: (``APIError`` for what the provider or the network caused, ``APIStatusError`` for
+#: HTTP error statuses, ``APITimeoutError`` an ``APIConnectionError``), and standard
+#: exceptions a caller may already catch. A kind not listed derives from ``PantoError``
+#: alone. ``APIError`` and ``APIStatusError`` are hand-written (``_errors.py``);
+#: ``kind:<name>`` is another kind's class, which comes first in the core's order.
+ERROR_BASES = {
+    "config": ("PantoError", "ValueError"),
+    "authentication": ("APIStatusError",),
+    "permission": ("APIStatusError",),
+    "not_found": ("APIStatusError",),
+    "bad_request": ("APIStatusError",),
+    "rate_limited": ("APIStatusError",),
+    "server": ("APIStatusError",),
+    "connection": ("APIError",),
+    "timeout": ("kind:connection", "TimeoutError"),
+    "protocol": ("APIError",),
+    "provider": ("APIError",),
+    "incomplete": ("APIError",),
 }
+
+#: Classes of errors with an HTTP status, narrower than their kind's (each one is also
+#: an ``APIStatusError``): ``(name, kind, status or None for any, bases, doc)``, in the
+#: order they are defined. ``_from_native`` takes the class of ``(kind, status)``, else
+#: of ``(kind, None)`` when there is a status, else the kind's.
+STATUS_CLASSES = [
+    (
+        "UnprocessableEntityError",
+        "bad_request",
+        422,
+        ("kind:bad_request",),
+        "The provider could not process the request's content (HTTP 422).",
+    ),
+    (
+        "InternalServerError",
+        "server",
+        None,
+        ("kind:server",),
+        "The provider answered with an HTTP 5xx status.",
+    ),
+    (
+        "RequestTimeoutError",
+        "timeout",
+        None,
+        ("kind:timeout", "APIStatusError"),
+        "The provider answered HTTP 408: it gave up waiting for the request.",
+    ),
+    (
+        "ProviderStatusError",
+        "provider",
+        None,
+        ("kind:provider", "APIStatusError"),
+        "The provider answered with an HTTP error status panto has no kind for (such as "
+        "425 or 451); its kind is provider.",
+    ),
+    (
+        "ConflictError",
+        "provider",
+        409,
+        ("ProviderStatusError",),
+        "The request conflicts with the provider's state (HTTP 409).",
+    ),
+]
 
 #: Configuration keys ``Agent.__init__`` names as parameters (positional too); every
 #: other key is a keyword argument typed by ``AgentOptions``.
@@ -650,13 +708,76 @@ def render_config(v: Vocab) -> Tuple[str, List[str]]:
     return "".join(out), names
 
 
+def error_bases(bases: Tuple[str, ...], kinds: Dict[str, str]) -> List[str]:
+    """Base names of an exception class, ``kind:<name>`` resolved to that kind's class."""
+    out = []
+    for b in bases:
+        if b.startswith("kind:"):
+            if b[5:] not in kinds:
+                raise ValueError(f"python.py: a base names the kind {b[5:]!r}, which the core does not have")
+            out.append(kinds[b[5:]])
+        else:
+            out.append(b)
+    return out
+
+
+def render_error_classes(v: Vocab) -> Tuple[str, List[str]]:
+    """The exception class of every error kind, the status classes, ``ERROR_CLASSES``
+    and ``STATUS_CLASSES``; and the classes' names."""
+    kinds = {k["name"]: error_class_name(k["name"]) for k in v.error_kinds}
+    standard = {"ValueError", "TimeoutError"}
+    out: List[str] = []
+    defined = {"PantoError", "APIError", "APIStatusError"} | standard
+    for kind in v.error_kinds:
+        cls = kinds[kind["name"]]
+        bases = error_bases(ERROR_BASES.get(kind["name"], ("PantoError",)), kinds)
+        missing = [b for b in bases if b not in defined]
+        if missing:
+            raise ValueError(f"python.py: {cls} derives from {missing}, not defined before it")
+        doc = (kind.get("doc") or "").strip()
+        also = [b for b in bases if b in standard]
+        if also:
+            doc += "\n\nAlso " + " and ".join(f"a ``{b}``" for b in also) + "."
+        out.append(f"\n\nclass {cls}({', '.join(bases)}):\n{docstring(doc, '    ')}\n    kind = {py_str(kind['name'])}\n")
+        defined.add(cls)
+    status_names: List[str] = []
+    for name, kind, _status, bases, doc in STATUS_CLASSES:
+        if kind not in kinds:
+            continue  # a kind the core no longer has
+        resolved = error_bases(bases, kinds)
+        missing = [b for b in resolved if b not in defined]
+        if missing:
+            raise ValueError(f"python.py: {name} derives from {missing}, not defined before it")
+        out.append(f"\n\nclass {name}({', '.join(resolved)}):\n{docstring(doc, '    ')}")
+        defined.add(name)
+        status_names.append(name)
+    out.append(
+        "\n\n#: The class of each error kind, in the core's order (``ErrorKind::ALL``).\n"
+        "ERROR_CLASSES: Dict[str, Type[PantoError]] = {\n"
+        + "".join(f"    {py_str(k)}: {cls},\n" for k, cls in kinds.items())
+        + "}\n"
+    )
+    out.append(
+        "\n#: The narrower class of an error with an HTTP status, by ``(kind, status)``;\n"
+        "#: ``(kind, None)``: any status of that kind (``_errors._from_native`` reads it).\n"
+        "STATUS_CLASSES: Dict[Tuple[str, Optional[int]], Type[PantoError]] = {\n"
+        + "".join(
+            f"    ({py_str(kind)}, {status!r}): {name},\n"
+            for name, kind, status, _bases, _doc in STATUS_CLASSES
+            if kind in kinds
+        )
+        + "}\n"
+    )
+    return "".join(out), list(kinds.values()) + status_names
+
+
 def render_vocab_py(v: Vocab) -> str:
     events = [ev["variant"] for ev in v.events]
     records = [r["variant"] for r in v.used_records()]
-    errors = [(k, error_class_name(k["name"])) for k in v.error_kinds]
+    errors_src, error_names = render_error_classes(v)
     config_src, config_names = render_config(v)
-    exported = sorted(set(records + events + ["UnknownEvent"])) + [n for _, n in errors] + config_names
-    exported += ["Event", "ERROR_CLASSES", "EVENT_CLASSES", "CONFIG_KEYS"]
+    exported = sorted(set(records + events + ["UnknownEvent"])) + error_names + config_names
+    exported += ["Event", "ERROR_CLASSES", "STATUS_CLASSES", "EVENT_CLASSES", "CONFIG_KEYS"]
     imports = ",\n".join(f"    {n}" for n in sorted(set(records + events + ["UnknownEvent"])))
     out = [PY_HEADER]
     out.append(
@@ -666,23 +787,11 @@ def render_vocab_py(v: Vocab) -> str:
         '"""\n\n'
         "from __future__ import annotations\n\n"
         "from typing import Any, Dict, List, Literal, Optional, Tuple, Type, TypedDict, Union\n\n"
-        "from ._errors import PantoError\n"
+        "from ._errors import APIError, APIStatusError, PantoError\n"
         f"from ._native import (\n{imports},\n)\n\n"
         "__all__ = [\n" + "".join(f"    {py_str(n)},\n" for n in exported) + "]\n"
     )
-    for kind, cls in errors:
-        bases = ", ".join(("PantoError",) + ERROR_EXTRA_BASES.get(kind["name"], ()))
-        doc = (kind.get("doc") or "").strip()
-        extra = ERROR_EXTRA_BASES.get(kind["name"], ())
-        if extra:
-            doc += "\n\nAlso " + " and ".join(f"a ``{b}``" for b in extra) + "."
-        out.append(f"\n\nclass {cls}({bases}):\n{docstring(doc, '    ')}\n    kind = {py_str(kind['name'])}\n")
-    out.append(
-        "\n\n#: The class of each error kind, in the core's order (``ErrorKind::ALL``).\n"
-        "ERROR_CLASSES: Dict[str, Type[PantoError]] = {\n"
-        + "".join(f"    {py_str(k['name'])}: {cls},\n" for k, cls in errors)
-        + "}\n"
-    )
+    out.append(errors_src)
     out.append(
         "\n#: Any event a stream yields: the union of the event classes, for annotations\n"
         "#: (``ev.type == \"content_delta\"`` and ``match`` narrow it).\n"
@@ -723,7 +832,7 @@ def render_vocab_py(v: Vocab) -> str:
     out.append(config_src)
     out.append(
         "\n\n# Shown (and pickled) as panto.X: the package re-exports every class.\n"
-        "for _cls in ERROR_CLASSES.values():\n"
+        "for _cls in (*ERROR_CLASSES.values(), *STATUS_CLASSES.values()):\n"
         '    _cls.__module__ = "panto"\n'
         "del _cls\n"
     )

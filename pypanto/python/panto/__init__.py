@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union, ca
 
 from . import _native, _vocab
 from ._async import WAIT_POOL, AsyncStream, loop_waits, other_async_library, require_asyncio, running_loop
-from ._errors import PantoError
+from ._errors import APIError, APIStatusError, PantoError
 from ._native import Stream
 from ._tools import TOOL_POOL, Runner, Tool, as_tool, json_schema, tool
 
@@ -64,6 +64,8 @@ __all__ = [
     "diagnostics",
     "CompactResult",
     "PantoError",
+    "APIError",
+    "APIStatusError",
 ]
 __all__ += _vocab.__all__
 

@@ -1,17 +1,24 @@
-"""The exception hierarchy's root, ``PantoError``, and how the native module raises it.
+"""The exception hierarchy's roots — ``PantoError``, ``APIError``, ``APIStatusError`` —
+and how the native module raises an error.
 
 The core has one error type with a kind; every kind has its own ``PantoError``
-subclass, generated from the core's vocabulary into ``_vocab`` (``ERROR_CLASSES``). The
-classes live in Python (not in the native module) so they carry attributes, pickle, and
-can also derive from the standard exceptions a caller may already catch (the timeout
-kind's class is a ``TimeoutError``, the config kind's a ``ValueError``).
+subclass, generated from the core's vocabulary into ``_vocab`` (``ERROR_CLASSES``), and
+some HTTP statuses a narrower class (``STATUS_CLASSES``). The tree is openai-python's:
+``APIError`` is the base of what the provider or the network caused; under it,
+``APIStatusError`` (``.status_code``) is the base of every HTTP error status's class, and
+the connection kind's class is the base of the timeout kind's. The classes of the kinds
+and their bases are the generator's (``scripts/gen/python.py``); README's errors
+section has the whole tree and the status table.
+
+The classes live in Python (not in the native module) so they carry attributes, pickle,
+and can also derive from the standard exceptions a caller may already catch.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional, Tuple, Type
 
-__all__ = ["PantoError"]
+__all__ = ["PantoError", "APIError", "APIStatusError"]
 
 
 def _rebuild(
@@ -22,6 +29,7 @@ def _rebuild(
     retryable: bool,
     provider_code: Optional[str],
     retry_after: Optional[float] = None,
+    request_id: Optional[str] = None,
 ) -> "PantoError":
     return cls(
         message,
@@ -30,6 +38,7 @@ def _rebuild(
         retryable=retryable,
         provider_code=provider_code,
         retry_after=retry_after,
+        request_id=request_id,
     )
 
 
@@ -37,7 +46,7 @@ class PantoError(Exception):
     """A failure reported by panto.
 
     Attributes:
-        kind: the core's error kind (``"rate_limited"``, ``"timeout"``, …).
+        kind: the core's error kind (``"config"``, …).
         message: the human-readable message (never contains the API key).
         status: the HTTP status, 0 when there was none.
         retryable: whether repeating the same request could succeed.
@@ -46,6 +55,8 @@ class PantoError(Exception):
             retry (``retry-after-ms`` or ``retry-after``); ``None`` if it named none. A
             wait longer than ``retry={"max_retry_after_ms": …}`` (default 60 s) is not
             waited for: the stream fails at once with it here.
+        request_id: the provider's id of the failed request (its ``x-request-id`` or
+            ``request-id`` response header), when an HTTP error response carried one.
     """
 
     kind: str = "internal"
@@ -59,6 +70,7 @@ class PantoError(Exception):
         retryable: bool = False,
         provider_code: Optional[str] = None,
         retry_after: Optional[float] = None,
+        request_id: Optional[str] = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -68,6 +80,7 @@ class PantoError(Exception):
         self.retryable = retryable
         self.provider_code = provider_code
         self.retry_after = retry_after
+        self.request_id = request_id
 
     def __str__(self) -> str:
         text = f"{self.kind}: {self.message}"
@@ -96,8 +109,26 @@ class PantoError(Exception):
                 self.retryable,
                 self.provider_code,
                 self.retry_after,
+                self.request_id,
             ),
         )
+
+
+class APIError(PantoError):
+    """A failure the provider or the network caused (as openai-python's ``APIError``):
+    an HTTP error status (``APIStatusError``), a connection that failed or timed out
+    (``APIConnectionError``), a malformed or unfinished response, an error inside one."""
+
+
+class APIStatusError(APIError):
+    """The provider answered with an HTTP error status (``status_code``; ``status`` is the
+    same). Its class says which (README's errors section has the table). An error of
+    such a kind that came inside a stream, not as a status, has ``status_code`` 0."""
+
+    @property
+    def status_code(self) -> int:
+        """The HTTP status (``status``), as openai-python names it."""
+        return self.status
 
 
 def _from_native(
@@ -107,13 +138,19 @@ def _from_native(
     retryable: bool,
     provider_code: Optional[str],
     retry_after_ms: Optional[int] = None,
+    request_id: Optional[str] = None,
 ) -> PantoError:
-    """Builds the exception for a core error (called by the native module)."""
+    """Builds the exception for a core error (called by the native module): the class of
+    its HTTP status if it has a narrower one, else its kind's."""
     # Imported here: the generated module defines its classes on top of this one.
-    from ._vocab import ERROR_CLASSES
+    from ._vocab import ERROR_CLASSES, STATUS_CLASSES
 
-    # A kind this package does not know yet (a newer core) is still a PantoError.
-    cls = ERROR_CLASSES.get(kind, PantoError)
+    cls: Optional[Type[PantoError]] = None
+    if status:
+        cls = STATUS_CLASSES.get((kind, status)) or STATUS_CLASSES.get((kind, None))
+    if cls is None:
+        # A kind this package does not know yet (a newer core) is still a PantoError.
+        cls = ERROR_CLASSES.get(kind, PantoError)
     return cls(
         message,
         kind=kind,
@@ -121,9 +158,12 @@ def _from_native(
         retryable=retryable,
         provider_code=provider_code,
         retry_after=None if retry_after_ms is None else retry_after_ms / 1000,
+        request_id=request_id,
     )
 
 
-# Shown (and pickled) as panto.PantoError: the package re-exports it (and `_vocab` does
-# the same for the classes of the kinds).
-PantoError.__module__ = "panto"
+# Shown (and pickled) as panto.X: the package re-exports them (and `_vocab` does the
+# same for the classes of the kinds).
+for _cls in (PantoError, APIError, APIStatusError):
+    _cls.__module__ = "panto"
+del _cls

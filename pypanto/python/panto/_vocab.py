@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Literal, Optional, Tuple, Type, TypedDict, Union
 
-from ._errors import PantoError
+from ._errors import APIError, APIStatusError, PantoError
 from ._native import (
     BlockComplete,
     BlockStart,
@@ -55,6 +55,11 @@ __all__ = [
     "ToolError",
     "IncompleteStreamError",
     "InternalError",
+    "UnprocessableEntityError",
+    "InternalServerError",
+    "RequestTimeoutError",
+    "ProviderStatusError",
+    "ConflictError",
     "RetryOptions",
     "TimeoutsOptions",
     "ReasoningOptions",
@@ -62,6 +67,7 @@ __all__ = [
     "AgentOptions",
     "Event",
     "ERROR_CLASSES",
+    "STATUS_CLASSES",
     "EVENT_CLASSES",
     "CONFIG_KEYS",
 ]
@@ -76,49 +82,49 @@ class ConfigError(PantoError, ValueError):
     kind = "config"
 
 
-class AuthenticationError(PantoError):
+class AuthenticationError(APIStatusError):
     """The provider refused the credentials (HTTP 401)."""
 
     kind = "authentication"
 
 
-class PermissionDeniedError(PantoError):
+class PermissionDeniedError(APIStatusError):
     """The credentials may not do this (HTTP 402/403)."""
 
     kind = "permission"
 
 
-class NotFoundError(PantoError):
+class NotFoundError(APIStatusError):
     """The endpoint or model does not exist (HTTP 404)."""
 
     kind = "not_found"
 
 
-class BadRequestError(PantoError):
+class BadRequestError(APIStatusError):
     """The provider refused the request (HTTP 400/413/422)."""
 
     kind = "bad_request"
 
 
-class RateLimitError(PantoError):
+class RateLimitError(APIStatusError):
     """Too many requests (HTTP 429)."""
 
     kind = "rate_limited"
 
 
-class ServerError(PantoError):
+class ServerError(APIStatusError):
     """The provider failed or is overloaded (HTTP 5xx)."""
 
     kind = "server"
 
 
-class APIConnectionError(PantoError):
+class APIConnectionError(APIError):
     """The connection could not be made or broke."""
 
     kind = "connection"
 
 
-class APITimeoutError(PantoError, TimeoutError):
+class APITimeoutError(APIConnectionError, TimeoutError):
     """A time limit passed (connect, idle, request, tool).
 
     Also a ``TimeoutError``.
@@ -127,13 +133,13 @@ class APITimeoutError(PantoError, TimeoutError):
     kind = "timeout"
 
 
-class ProtocolError(PantoError):
+class ProtocolError(APIError):
     """Malformed stream data: bad JSON, an oversized event, an impossible sequence."""
 
     kind = "protocol"
 
 
-class ProviderError(PantoError):
+class ProviderError(APIError):
     """An error payload inside a 200 stream."""
 
     kind = "provider"
@@ -157,7 +163,7 @@ class ToolError(PantoError):
     kind = "tool"
 
 
-class IncompleteStreamError(PantoError):
+class IncompleteStreamError(APIError):
     """The response or the worker ended before the provider said it finished."""
 
     kind = "incomplete"
@@ -167,6 +173,28 @@ class InternalError(PantoError):
     """A bug in panto (a panic, reported, never an abort)."""
 
     kind = "internal"
+
+
+class UnprocessableEntityError(BadRequestError):
+    """The provider could not process the request's content (HTTP 422)."""
+
+
+class InternalServerError(ServerError):
+    """The provider answered with an HTTP 5xx status."""
+
+
+class RequestTimeoutError(APITimeoutError, APIStatusError):
+    """The provider answered HTTP 408: it gave up waiting for the request."""
+
+
+class ProviderStatusError(ProviderError, APIStatusError):
+    """The provider answered with an HTTP error status panto has no kind for (such as
+    425 or 451); its kind is provider.
+    """
+
+
+class ConflictError(ProviderStatusError):
+    """The request conflicts with the provider's state (HTTP 409)."""
 
 
 #: The class of each error kind, in the core's order (``ErrorKind::ALL``).
@@ -187,6 +215,16 @@ ERROR_CLASSES: Dict[str, Type[PantoError]] = {
     "tool": ToolError,
     "incomplete": IncompleteStreamError,
     "internal": InternalError,
+}
+
+#: The narrower class of an error with an HTTP status, by ``(kind, status)``;
+#: ``(kind, None)``: any status of that kind (``_errors._from_native`` reads it).
+STATUS_CLASSES: Dict[Tuple[str, Optional[int]], Type[PantoError]] = {
+    ("bad_request", 422): UnprocessableEntityError,
+    ("server", None): InternalServerError,
+    ("timeout", None): RequestTimeoutError,
+    ("provider", None): ProviderStatusError,
+    ("provider", 409): ConflictError,
 }
 
 #: Any event a stream yields: the union of the event classes, for annotations
@@ -497,6 +535,6 @@ class AgentOptions(TypedDict, total=False):
 
 
 # Shown (and pickled) as panto.X: the package re-exports every class.
-for _cls in ERROR_CLASSES.values():
+for _cls in (*ERROR_CLASSES.values(), *STATUS_CLASSES.values()):
     _cls.__module__ = "panto"
 del _cls

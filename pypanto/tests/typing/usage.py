@@ -85,6 +85,11 @@ async def async_turn(agent: Agent) -> int:
 def errors(agent: Agent) -> Optional[float]:
     try:
         agent.run("hi")
+    except panto.UnprocessableEntityError as e:
+        assert_type(e.status_code, int)
+        assert_type(e.request_id, Optional[str])
+    except panto.APIStatusError as e:
+        assert_type(e.status_code, int)
     except RateLimitError as e:
         assert_type(e.status, int)
         return e.retry_after
