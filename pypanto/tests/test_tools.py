@@ -93,33 +93,12 @@ def test_schema_of_containers_unions_literals_and_records():
         "parameters": {
             "type": "object",
             "properties": {
-                "points": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "x": {"type": "number"},
-                            "y": {"type": "number"},
-                            "label": {"type": "string", "default": "origin"},
-                        },
-                        "required": ["x", "y"],
-                    },
-                },
+                "points": {"type": "array", "items": {"$ref": "#/$defs/Point"}},
                 "colour": {"type": "string", "enum": ["red", "green"]},
                 "mode": {"type": "string", "enum": ["line", "scatter"], "default": "line"},
                 "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}], "default": None},
                 "size": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
-                "where": {
-                    "anyOf": [
-                        {
-                            "type": "object",
-                            "properties": {"street": {"type": "string"}, "zip": {"type": "integer"}},
-                            "required": ["street", "zip"],
-                        },
-                        {"type": "null"},
-                    ],
-                    "default": None,
-                },
+                "where": {"anyOf": [{"$ref": "#/$defs/Address"}, {"type": "null"}], "default": None},
                 "weights": {"type": "object", "additionalProperties": {"type": "number"}, "default": {}},
                 "pair": {
                     "type": "array",
@@ -133,6 +112,24 @@ def test_schema_of_containers_unions_literals_and_records():
                 "ids": {"type": "array", "items": {"type": "integer"}, "default": []},
             },
             "required": ["points", "colour"],
+            # Named types once, under $defs (a dataclass's generated docstring is no
+            # description).
+            "$defs": {
+                "Point": {
+                    "type": "object",
+                    "properties": {
+                        "x": {"type": "number"},
+                        "y": {"type": "number"},
+                        "label": {"type": "string", "default": "origin"},
+                    },
+                    "required": ["x", "y"],
+                },
+                "Address": {
+                    "type": "object",
+                    "properties": {"street": {"type": "string"}, "zip": {"type": "integer"}},
+                    "required": ["street", "zip"],
+                },
+            },
         },
     }
 
@@ -149,10 +146,13 @@ def test_schema_sphinx_docstring_and_unsupported_types():
     assert f.description == "Does f."
     assert f.parameters["properties"]["a"] == {"type": "string", "description": "the a."}
 
+    class Opaque:
+        """Neither panto nor pydantic can describe it."""
+
     with pytest.raises(TypeError, match="parameter 'x'"):
 
         @panto.tool
-        def g(x: complex) -> None: ...
+        def g(x: Opaque) -> None: ...
 
     with pytest.raises(TypeError, match="needs a name"):
         panto.tool(lambda: None)
@@ -273,7 +273,9 @@ def test_tool_exception_becomes_an_error_result_the_model_reads(server):
     results = {e.call_id: e for e in events if isinstance(e, panto.ToolResult)}
     assert results["c1"].is_error and results["c1"].output == "ValueError: cannot handle 7"
     assert results["c2"].is_error and results["c2"].output == "RuntimeError: async failure"
-    assert results["c3"].is_error and results["c3"].output.startswith("TypeError:")
+    assert results["c3"].is_error and results["c3"].output == (
+        "ArgumentError: invalid arguments: nope: not a parameter of this tool (its parameters: x); x: missing (required)"
+    )
     assert events[-1].type == "message_complete"
     sent = _results_sent(server)
     assert "cannot handle 7" in sent["c1"] and "async failure" in sent["c2"]

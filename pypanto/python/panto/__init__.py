@@ -39,7 +39,7 @@ from . import _native, _vocab
 from ._async import WAIT_POOL, AsyncStream, loop_waits, other_async_library, require_asyncio, running_loop
 from ._errors import APIError, APIStatusError, PantoError
 from ._native import Stream
-from ._tools import TOOL_POOL, Runner, Tool, as_tool, json_schema, tool
+from ._tools import TOOL_POOL, ArgumentError, Runner, Tool, as_tool, json_schema, tool
 
 # The event and record classes, the exception class of every error kind, ERROR_CLASSES,
 # EVENT_CLASSES and the typed keyword arguments of Agent: generated from the core's
@@ -61,6 +61,7 @@ __all__ = [
     "Tool",
     "tool",
     "json_schema",
+    "ArgumentError",
     "diagnostics",
     "CompactResult",
     "PantoError",

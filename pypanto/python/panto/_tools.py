@@ -12,10 +12,7 @@ that the model reads; the stream goes on.
 
 from __future__ import annotations
 
-import collections.abc
 import contextvars
-import dataclasses
-import enum
 import inspect
 import json
 import logging
@@ -23,7 +20,6 @@ import re
 import sys
 import threading
 import time
-import types
 import typing
 from typing import (
     TYPE_CHECKING,
@@ -49,8 +45,9 @@ if TYPE_CHECKING:
 
 from ._errors import PantoError
 from ._pool import Pool
+from ._schema import ArgumentError, Parameters, Schemas, _to_json, doc_params, doc_summary, json_schema
 
-__all__ = ["Tool", "tool", "json_schema"]
+__all__ = ["Tool", "tool", "json_schema", "ArgumentError"]
 
 #: Sync tools run here (threads are created on demand and go away when idle). A tool
 #: still running past its agent's ``tool_timeout_ms`` no longer counts against the 256
@@ -62,296 +59,11 @@ _NoneType = type(None)
 _log = logging.getLogger("panto")
 
 
-# --------------------------------------------------------------------------------------
-# JSON Schema from type annotations
-# --------------------------------------------------------------------------------------
-
-
-def _literal_type(values: Tuple[Any, ...]) -> Optional[str]:
-    kinds = set()
-    for v in values:
-        if isinstance(v, bool):
-            kinds.add("boolean")
-        elif isinstance(v, int):
-            kinds.add("integer")
-        elif isinstance(v, float):
-            kinds.add("number")
-        elif isinstance(v, str):
-            kinds.add("string")
-        elif v is None:
-            kinds.add("null")
-        else:
-            raise TypeError(f"Literal value {v!r} is not a JSON scalar")
-    return kinds.pop() if len(kinds) == 1 else None
-
-
-def _enum_schema(values: List[Any]) -> Dict[str, Any]:
-    schema: Dict[str, Any] = {}
-    t = _literal_type(tuple(values))
-    if t is not None:
-        schema["type"] = t
-    schema["enum"] = list(values)
-    return schema
-
-
-def _object_schema(
-    hints: Mapping[str, Any],
-    required: List[str],
-    defaults: Mapping[str, Any],
-    descriptions: Mapping[str, str],
-) -> Dict[str, Any]:
-    props: Dict[str, Any] = {}
-    for name, annotation in hints.items():
-        prop = json_schema(annotation)
-        if name in descriptions and "description" not in prop:
-            prop["description"] = descriptions[name]
-        if name in defaults:
-            default = _jsonable(defaults[name])
-            if default is not _NOT_JSON:
-                prop["default"] = default
-        props[name] = prop
-    return {"type": "object", "properties": props, "required": required}
-
-
-_NOT_JSON = object()
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        value = value.value
-    try:
-        # Through JSON and back: tuples become lists, as the model will see them.
-        return json.loads(json.dumps(value, default=_default_strict))
-    except (TypeError, ValueError):
-        return _NOT_JSON
-
-
-def _default_strict(value: Any) -> Any:
-    if isinstance(value, enum.Enum):
-        return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, (set, frozenset)):
-        return list(value)
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def _is_typeddict(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__required_keys__")
-
-
-def json_schema(annotation: Any) -> Dict[str, Any]:
-    """The JSON Schema of a type annotation.
-
-    Supported: ``str``, ``int``, ``float``, ``bool``, ``None``, ``Any`` / no annotation
-    (``{}``), ``list[T]`` (and ``List``, ``Sequence``, ``set``, ``tuple[T, ...]``),
-    fixed ``tuple[A, B]``, ``dict[str, T]``, ``Optional[T]`` / ``T | None`` and other
-    unions (``anyOf``), ``Literal[...]`` and ``Enum`` classes (``enum``),
-    ``Annotated[T, "description"]``, dataclasses and ``TypedDict`` (objects). Anything
-    else raises ``TypeError`` naming the type.
-    """
-    if annotation is inspect.Parameter.empty or annotation is Any:
-        return {}
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Annotated:
-        schema: Dict[str, Any] = json_schema(args[0])
-        for meta in args[1:]:
-            if isinstance(meta, str):
-                schema["description"] = meta
-                break
-        return schema
-    if annotation is None or annotation is _NoneType:
-        return {"type": "null"}
-    if annotation is str:
-        return {"type": "string"}
-    if annotation is bool:
-        return {"type": "boolean"}
-    if annotation is int:
-        return {"type": "integer"}
-    if annotation is float:
-        return {"type": "number"}
-    if origin is Union or (hasattr(types, "UnionType") and origin is types.UnionType):
-        members = [a for a in args if a is not _NoneType]
-        nullable = len(members) < len(args)
-        if len(members) == 1 and not nullable:
-            return json_schema(members[0])
-        choices = [json_schema(m) for m in members]
-        if nullable:
-            choices.append({"type": "null"})
-        return {"anyOf": choices}
-    if origin is typing.Literal:
-        return _enum_schema(list(args))
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return _enum_schema([m.value for m in annotation])
-    if annotation in (list, set, frozenset, tuple) or origin in (
-        list,
-        set,
-        frozenset,
-        collections.abc.Sequence,
-    ):
-        schema = {"type": "array"}
-        if args:
-            schema["items"] = json_schema(args[0])
-        if origin in (set, frozenset) or annotation in (set, frozenset):
-            schema["uniqueItems"] = True
-        return schema
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return {"type": "array", "items": json_schema(args[0])}
-        return {
-            "type": "array",
-            "prefixItems": [json_schema(a) for a in args],
-            "minItems": len(args),
-            "maxItems": len(args),
-        }
-    if annotation is dict or origin in (dict, collections.abc.Mapping):
-        schema = {"type": "object"}
-        if len(args) == 2:
-            if args[0] is not str:
-                raise TypeError(f"JSON object keys are strings, not {args[0]!r}")
-            value = json_schema(args[1])
-            if value:
-                schema["additionalProperties"] = value
-        return schema
-    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
-        hints = typing.get_type_hints(annotation, include_extras=True)
-        fields = [f for f in dataclasses.fields(annotation) if f.init]
-        required = []
-        defaults: Dict[str, Any] = {}
-        for f in fields:
-            if f.default is not dataclasses.MISSING:
-                defaults[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                pass
-            else:
-                required.append(f.name)
-        schema = _object_schema(
-            {f.name: hints.get(f.name, Any) for f in fields},
-            required,
-            defaults,
-            _doc_params(annotation.__doc__ or ""),
-        )
-        return schema
-    if _is_typeddict(annotation):
-        hints = typing.get_type_hints(annotation, include_extras=True)
-        required_keys = annotation.__required_keys__
-        return _object_schema(
-            hints,
-            [k for k in hints if k in required_keys],
-            {},
-            _doc_params(annotation.__doc__ or ""),
-        )
-    raise TypeError(f"cannot derive a JSON Schema for {annotation!r}")
-
-
-# --------------------------------------------------------------------------------------
-# Docstrings: the summary, and per-parameter descriptions (Google or Sphinx style)
-# --------------------------------------------------------------------------------------
-
-_SECTION = re.compile(
-    r"^\s*(Args|Arguments|Parameters|Params|Returns|Return|Raises|Yields|Examples?|Notes?|Attributes)\s*:\s*$"
-)
-_PARAM_SECTIONS = {"args", "arguments", "parameters", "params", "attributes"}
-_GOOGLE_PARAM = re.compile(r"^\s*(\*{0,2}\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
-_SPHINX_PARAM = re.compile(r"^\s*:param\s+(?:[^:]*\s)?(\w+)\s*:\s*(.*)$")
-
-
-def _doc_summary(doc: str) -> str:
-    lines = []
-    for line in inspect.cleandoc(doc).splitlines():
-        if _SECTION.match(line) or line.strip().startswith(":param"):
-            break
-        lines.append(line)
-    return "\n".join(lines).strip()
-
-
-def _doc_params(doc: str) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    if not doc:
-        return out
-    lines = inspect.cleandoc(doc).splitlines()
-    section: Optional[str] = None
-    current: Optional[str] = None
-    indent = 0
-    for line in lines:
-        m = _SECTION.match(line)
-        if m:
-            section = m.group(1).lower()
-            current = None
-            continue
-        sp = _SPHINX_PARAM.match(line)
-        if sp:
-            current = sp.group(1)
-            out[current] = sp.group(2).strip()
-            indent = len(line) - len(line.lstrip())
-            continue
-        if section in _PARAM_SECTIONS:
-            if not line.strip():
-                current = None
-                continue
-            gp = _GOOGLE_PARAM.match(line)
-            this_indent = len(line) - len(line.lstrip())
-            if gp and (current is None or this_indent <= indent):
-                current = gp.group(1).lstrip("*")
-                out[current] = gp.group(3).strip()
-                indent = this_indent
-            elif current is not None:
-                out[current] = (out[current] + " " + line.strip()).strip()
-        elif current is not None and line.strip() and (len(line) - len(line.lstrip())) > indent:
-            out[current] = (out[current] + " " + line.strip()).strip()
-        else:
-            current = None
-    return out
-
-
-# --------------------------------------------------------------------------------------
-# Tool
-# --------------------------------------------------------------------------------------
-
-
-def _coerce(value: Any, annotation: Any) -> Any:
-    """Turns JSON arguments into the annotated types where they differ (dataclasses,
-    enums, tuples, sets); everything else passes unchanged."""
-    if value is None:
-        return None
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Annotated:
-        return _coerce(value, args[0])
-    if origin is Union or (hasattr(types, "UnionType") and origin is types.UnionType):
-        members = [a for a in args if a is not _NoneType]
-        return _coerce(value, members[0]) if len(members) == 1 else value
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return annotation(value)
-    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type) and isinstance(value, dict):
-        hints = typing.get_type_hints(annotation, include_extras=True)
-        return annotation(**{k: _coerce(v, hints.get(k, Any)) for k, v in value.items()})
-    if isinstance(value, list):
-        if origin in (list, collections.abc.Sequence) and args:
-            return [_coerce(v, args[0]) for v in value]
-        if origin in (set, frozenset) or annotation in (set, frozenset):
-            items = [_coerce(v, args[0]) for v in value] if args else value
-            return (frozenset if frozenset in (origin, annotation) else set)(items)
-        if origin is tuple or annotation is tuple:
-            if len(args) == 2 and args[1] is Ellipsis:
-                return tuple(_coerce(v, args[0]) for v in value)
-            if args and len(args) == len(value):
-                return tuple(_coerce(v, a) for v, a in zip(value, args))
-            return tuple(value)
-    if isinstance(value, dict) and origin in (dict, collections.abc.Mapping) and len(args) == 2:
-        return {k: _coerce(v, args[1]) for k, v in value.items()}
-    return value
-
-
 def _default(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return str(value)
+    try:
+        return _to_json(value)
+    except TypeError:
+        return str(value)
 
 
 def render_output(result: Any) -> str:
@@ -413,7 +125,7 @@ class Tool(Generic[P, R]):
     ``Tool`` calls the function, with its signature (``Tool[P, R]`` keeps it for type
     checkers)."""
 
-    __slots__ = ("fn", "name", "description", "parameters", "is_async", "_hints", "__dict__")
+    __slots__ = ("fn", "name", "description", "parameters", "is_async", "_params", "__dict__")
 
     def __init__(
         self,
@@ -431,14 +143,21 @@ class Tool(Generic[P, R]):
             raise TypeError("a tool needs a name: use @panto.tool(name=...)")
         _check_name(self.name)
         doc = inspect.getdoc(fn) or ""
-        self.description: str = description if description is not None else _doc_summary(doc)
+        self.description: str = description if description is not None else doc_summary(doc)
         self.is_async: bool = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)
         )
         try:
-            self._hints = typing.get_type_hints(fn, include_extras=True)
+            hints = typing.get_type_hints(fn, include_extras=True)
         except Exception:  # noqa: BLE001 - unresolvable annotations: treat as untyped
-            self._hints = {}
+            hints = {}
+        for p in inspect.signature(fn).parameters.values():
+            if p.kind is p.POSITIONAL_ONLY:
+                raise TypeError(
+                    f"tool {self.name!r}: positional-only parameter {p.name!r} cannot be "
+                    "passed by name"
+                )
+        self._params = Parameters(fn, hints)
         if parameters is None:
             parameters = self._derive_parameters(doc)
         _check_parameters(self.name, parameters)
@@ -450,28 +169,16 @@ class Tool(Generic[P, R]):
             pass
 
     def _derive_parameters(self, doc: str) -> Dict[str, Any]:
-        sig = inspect.signature(self.fn)
-        hints: Dict[str, Any] = {}
-        required: List[str] = []
-        defaults: Dict[str, Any] = {}
-        for p in sig.parameters.values():
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                continue
-            if p.kind is p.POSITIONAL_ONLY:
-                raise TypeError(
-                    f"tool {self.name!r}: positional-only parameter {p.name!r} cannot be "
-                    "passed by name"
-                )
+        """The JSON Schema of the parameters: named types once, under ``$defs``."""
+        params = self._params
+        schemas = Schemas()
+        for name, annotation in params.annotations.items():
             try:
-                hints[p.name] = self._hints.get(p.name, p.annotation)
-                json_schema(hints[p.name])
+                schemas.of(annotation)
             except TypeError as e:
-                raise TypeError(f"tool {self.name!r}, parameter {p.name!r}: {e}") from None
-            if p.default is p.empty:
-                required.append(p.name)
-            else:
-                defaults[p.name] = p.default
-        return _object_schema(hints, required, defaults, _doc_params(doc))
+                raise TypeError(f"tool {self.name!r}, parameter {name!r}: {e}") from None
+        schema = schemas.object(params.annotations, params.required, params.defaults, doc_params(doc))
+        return schemas.with_defs(schema)
 
     def spec(self) -> Dict[str, Any]:
         """The declaration the core sends to the model."""
@@ -482,12 +189,11 @@ class Tool(Generic[P, R]):
         }
 
     def arguments(self, arguments: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-        """The model's JSON arguments as keyword arguments of the function."""
-        if arguments is None:
-            return {}
-        if not isinstance(arguments, dict):
-            raise TypeError("the arguments are not a JSON object")
-        return {k: _coerce(v, self._hints.get(k, Any)) for k, v in arguments.items()}
+        """The model's JSON arguments as keyword arguments of the function, validated
+        and converted to the annotated types (with pydantic if it is installed; see
+        ``panto._schema``). Raises ``ArgumentError`` naming each argument that does not
+        fit; the model reads that as the call's error result."""
+        return self._params.arguments(arguments)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
