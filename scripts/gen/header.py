@@ -16,28 +16,46 @@ import os
 import re
 
 HEADER = "capi/include/panto.h"
-CONSTANT = re.compile(r"^#define (PANTO_[A-Z0-9_]+) (\d+)\b", re.M)
-STRUCT = re.compile(r"typedef struct (Panto\w+) \{(.*?)\} \1;", re.S)
-FIELD = re.compile(r"\b(\w+)(?:\[\d+\])?;")
-COMMENT = re.compile(r"/\*.*?\*/", re.S)
+class Header:
+    """The one reader of panto.h for the generators: structs (member -> C type and the
+    first line of its comment, in order), #define'd integer constants, and the arms of
+    PantoEventPayload. golang.py reads the C members through it; check() below compares
+    it with the description."""
 
+    def __init__(self, text):
+        self.text = text
+        self.defines = {}
+        for m in re.finditer(r"^#define\s+(PANTO_\w+)\s+(\d+)\b", text, re.M):
+            self.defines[m.group(1)] = int(m.group(2))
+        self.structs = {}
+        for m in re.finditer(r"typedef struct (\w+) \{(.*?)\} (\w+);", text, re.S):
+            members = {}
+            for line in m.group(2).split("\n"):
+                d = re.match(r"\s*(?:const\s+)?([\w ]*?\w)\s*(\*?)\s*(\w+)\s*(\[\d+\])?\s*;\s*(?:/\*(.*?)(?:\*/|$))?",
+                             line)
+                if d:
+                    ctype = d.group(1) + (" *" if d.group(2) else "") + (d.group(4) or "")
+                    members[d.group(3)] = (ctype, (d.group(5) or "").strip())
+            self.structs[m.group(3)] = members
+        union = re.search(r"typedef union PantoEventPayload \{(.*?)\} PantoEventPayload;", text, re.S)
+        self.arms = re.findall(r"\b(\w+)(?:\[\d+\])?;", re.sub(r"/\*.*?\*/", "", union.group(1), flags=re.S)) if union else []
 
-def parse(text):
-    constants = {m.group(1): int(m.group(2)) for m in CONSTANT.finditer(text)}
-    structs = {}
-    body_text = COMMENT.sub("", text)
-    for m in STRUCT.finditer(body_text):
-        fields = [f for f in FIELD.findall(m.group(2)) if not f.startswith("_reserved")]
-        structs[m.group(1)] = fields
-    union = re.search(r"typedef union PantoEventPayload \{(.*?)\} PantoEventPayload;", body_text, re.S)
-    arms = FIELD.findall(union.group(1)) if union else []
-    return constants, structs, arms
+    def enum_codes(self, prefix):
+        return {v: k[len(prefix):].lower() for k, v in self.defines.items() if k.startswith(prefix)}
+
+    def fields(self, struct):
+        """A struct's member names in order, reserved padding left out (None if absent)."""
+        if struct not in self.structs:
+            return None
+        return [name for name in self.structs[struct] if not name.startswith("_")]
 
 
 def check(vocab, root):
     path = os.path.join(root, HEADER)
     with open(path, encoding="utf-8") as f:
-        constants, structs, arms = parse(f.read())
+        h = Header(f.read())
+    constants, arms = h.defines, h.arms
+    structs = {name: h.fields(name) for name in h.structs}
     problems = []
 
     def say(msg):
