@@ -15,15 +15,15 @@ import (
 // (retry.max_retries): …"). Durations are sent in whole milliseconds.
 type Config struct {
 	// Provider ("provider"): Which wire format the provider speaks. One of "openai",
-	// "anthropic". Default: "openai".
+	// "anthropic", "gemini". Default: "openai".
 	Provider string
 	// Model ("model"): The model to ask. Required.
 	Model string
-	// BaseURL ("base_url"): As in the provider's SDK: OpenAI's includes /v1, Anthropic's does
-	// not (default: the provider's API).
+	// BaseURL ("base_url"): As in the provider's SDK: OpenAI's includes /v1, Anthropic's and
+	// Gemini's do not (default: the provider's API).
 	BaseURL string
-	// APIKey ("api_key"): The API key (default: OPENAI_API_KEY or ANTHROPIC_API_KEY); "" sends
-	// none.
+	// APIKey ("api_key"): The API key (default: OPENAI_API_KEY, ANTHROPIC_API_KEY or
+	// GEMINI_API_KEY); "" sends none.
 	APIKey string
 	// System ("system"): The system prompt.
 	System string
@@ -389,7 +389,7 @@ type Reasoning struct {
 	// provider allows it. One of "none", "low", "medium", "high". Default: "medium".
 	Effort string
 	// BudgetTokens ("budget_tokens"): Thinking budget in tokens where the provider takes one
-	// (Anthropic); default follows the effort.
+	// (Anthropic, Gemini); default follows the effort.
 	BudgetTokens int
 }
 

@@ -71,6 +71,9 @@ pub enum Provider {
     /// Anthropic Messages.
     #[serde(rename = "anthropic")]
     Anthropic,
+    /// Google Gemini, its own API (streamGenerateContent).
+    #[serde(rename = "gemini")]
+    Gemini,
 }
 
 /// Options shared by `run` and `chat`. Settings a profile can give are `Option`s here:
@@ -90,15 +93,16 @@ pub struct AgentArgs {
     #[arg(long, value_enum)]
     pub provider: Option<Provider>,
 
-    /// Model name [default: $PANTO_MODEL, else gpt-4o-mini (openai) or
-    /// claude-sonnet-4-5 (anthropic)].
+    /// Model name [default: $PANTO_MODEL, else gpt-4o-mini (openai),
+    /// claude-sonnet-4-5 (anthropic) or gemini-2.5-flash (gemini)].
     #[arg(short = 'm', long)]
     pub model: Option<String>,
 
     /// Base URL as in the provider's SDK: OpenAI's includes /v1
-    /// (http://localhost:11434/v1 for Ollama), Anthropic's does not [default:
-    /// $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL, else the provider's API]. A URL given
-    /// here gets no key from $OPENAI_API_KEY / $ANTHROPIC_API_KEY: pass --api-key-env.
+    /// (http://localhost:11434/v1 for Ollama), Anthropic's and Gemini's do not [default:
+    /// $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL / $GEMINI_BASE_URL, else the provider's
+    /// API]. A URL given here gets no key from $OPENAI_API_KEY / $ANTHROPIC_API_KEY /
+    /// $GEMINI_API_KEY: pass --api-key-env.
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
 
@@ -125,7 +129,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "LEVEL", value_parser = ["none", "low", "medium", "high"])]
     pub reasoning: Option<String>,
 
-    /// Thinking budget in tokens, where the provider takes one (Anthropic); implies
+    /// Thinking budget in tokens, where the provider takes one (Anthropic, Gemini); implies
     /// --reasoning medium when --reasoning is not given.
     #[arg(long, value_name = "TOKENS")]
     pub reasoning_budget: Option<u32>,

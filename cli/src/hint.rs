@@ -79,6 +79,7 @@ pub fn hint(error: &Error, target: &Target) -> Option<String> {
 fn provider_name(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "Anthropic Messages",
+        ProviderKind::Gemini => "Google Gemini",
         _ => "OpenAI-compatible",
     }
 }
@@ -87,6 +88,9 @@ fn base_url_rule(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => {
             "an Anthropic base URL has no /v1: panto appends /v1/messages, e.g. https://api.anthropic.com"
+        }
+        ProviderKind::Gemini => {
+            "a Gemini base URL has no version: panto appends /v1beta/models/MODEL:streamGenerateContent, e.g. https://generativelanguage.googleapis.com"
         }
         _ => {
             "an OpenAI-compatible base URL ends with the version: panto appends /chat/completions, e.g. http://localhost:11434/v1"
@@ -133,6 +137,7 @@ fn key_hint(target: &Target) -> String {
             target.base_url,
             match target.provider {
                 ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
+                ProviderKind::Gemini => "GEMINI_BASE_URL",
                 _ => "OPENAI_BASE_URL",
             }
         ),

@@ -282,6 +282,7 @@ fn non_empty_env(var: &str) -> Option<String> {
 fn base_url_env(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
+        ProviderKind::Gemini => "GEMINI_BASE_URL",
         _ => "OPENAI_BASE_URL",
     }
 }
@@ -434,12 +435,14 @@ pub fn provider_kind(provider: Provider) -> ProviderKind {
     match provider {
         Provider::OpenAi => ProviderKind::OpenAi,
         Provider::Anthropic => ProviderKind::Anthropic,
+        Provider::Gemini => ProviderKind::Gemini,
     }
 }
 
 fn default_model(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "claude-sonnet-4-5",
+        ProviderKind::Gemini => "gemini-2.5-flash",
         _ => "gpt-4o-mini",
     }
 }

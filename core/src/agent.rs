@@ -481,7 +481,7 @@ impl Agent {
         let decoded = self
             .inner
             .transport
-            .stream_message(config, body, 0, cancel, sink)
+            .stream_message(config, model, body, 0, cancel, sink)
             .await
             .map_err(|mut e| {
                 e.message = format!("compacting the history: {}", e.message);
@@ -562,7 +562,8 @@ impl Agent {
                 .input_tokens
                 .saturating_add(usage.cache_read_tokens)
                 .saturating_add(usage.cache_write_tokens),
-            ProviderKind::OpenAi => usage.input_tokens,
+            // Gemini's promptTokenCount includes its cached part, as OpenAI's does.
+            ProviderKind::OpenAi | ProviderKind::Gemini => usage.input_tokens,
         };
         let history_len = self.history_lock().len();
         *self
@@ -656,7 +657,7 @@ impl Agent {
             let decoded = self
                 .inner
                 .transport
-                .stream_message(config, body, message, &control.cancel, sink)
+                .stream_message(config, &model, body, message, &control.cancel, sink)
                 .await?;
             usage.add(&decoded.usage);
             let step_usage = decoded.usage;

@@ -26,7 +26,7 @@ pub const REASONING_KEYS: &[Key] = &[
         "budget_tokens",
         KeyType::U32,
         "null",
-        "Thinking budget in tokens where the provider takes one (Anthropic); default follows the effort.",
+        "Thinking budget in tokens where the provider takes one (Anthropic, Gemini); default follows the effort.",
     ),
 ];
 
@@ -157,7 +157,7 @@ const COMPACTION_KEYS: &[Key] = &[
 pub const CONFIG: &[Key] = &[
     key(
         "provider",
-        KeyType::Enum(&["openai", "anthropic"]),
+        KeyType::Enum(&["openai", "anthropic", "gemini"]),
         "\"openai\"",
         "Which wire format the provider speaks.",
     ),
@@ -166,13 +166,13 @@ pub const CONFIG: &[Key] = &[
         "base_url",
         KeyType::String,
         "null",
-        "As in the provider's SDK: OpenAI's includes /v1, Anthropic's does not (default: the provider's API).",
+        "As in the provider's SDK: OpenAI's includes /v1, Anthropic's and Gemini's do not (default: the provider's API).",
     ),
     key(
         "api_key",
         KeyType::String,
         "null",
-        "The API key (default: OPENAI_API_KEY or ANTHROPIC_API_KEY); \"\" sends none.",
+        "The API key (default: OPENAI_API_KEY, ANTHROPIC_API_KEY or GEMINI_API_KEY); \"\" sends none.",
     ),
     key("system", KeyType::String, "null", "The system prompt."),
     min(
@@ -271,7 +271,7 @@ pub const MAX_QUEUE_CAPACITY: usize = 65_536;
 /// Custom headers that carry the provider credentials panto sets itself. Setting one in
 /// `headers` while `api_key` is also set is a `config` error: two credentials, one of
 /// them silently ignored, is never what was meant.
-pub const AUTH_HEADERS: [&str; 2] = ["authorization", "x-api-key"];
+pub const AUTH_HEADERS: [&str; 3] = ["authorization", "x-api-key", "x-goog-api-key"];
 
 /// Retry policy for requests that fail before their first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -492,25 +492,30 @@ pub const DEFAULT_MAX_HISTORY_BYTES: usize = 32 << 20;
 
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+pub const DEFAULT_GEMINI_BASE_URL: &str = crate::provider::gemini::DEFAULT_BASE_URL;
 
 impl ProviderKind {
     pub fn default_base_url(self) -> &'static str {
         match self {
             ProviderKind::OpenAi => DEFAULT_OPENAI_BASE_URL,
             ProviderKind::Anthropic => DEFAULT_ANTHROPIC_BASE_URL,
+            ProviderKind::Gemini => DEFAULT_GEMINI_BASE_URL,
         }
     }
     pub fn api_key_env(self) -> &'static str {
         match self {
             ProviderKind::OpenAi => "OPENAI_API_KEY",
             ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+            ProviderKind::Gemini => "GEMINI_API_KEY",
         }
     }
-    /// The endpoint path appended to `base_url`.
+    /// The endpoint path appended to `base_url`. Gemini's names the model (see
+    /// [`Config::endpoint_for`]); this is its pattern, for messages.
     pub fn endpoint_path(self) -> &'static str {
         match self {
             ProviderKind::OpenAi => "/chat/completions",
             ProviderKind::Anthropic => "/v1/messages",
+            ProviderKind::Gemini => "/v1beta/models/{model}:streamGenerateContent?alt=sse",
         }
     }
 }
@@ -633,8 +638,18 @@ impl Config {
         self
     }
 
-    /// The full endpoint URL (`base_url` without trailing slash + the provider's path).
+    /// The full endpoint URL (`base_url` without trailing slash + the provider's path)
+    /// for the configured model.
     pub fn endpoint(&self) -> String {
+        self.endpoint_for(&self.model)
+    }
+
+    /// The endpoint URL of a request to `model` (Gemini's URL names the model; the
+    /// other providers' do not).
+    pub fn endpoint_for(&self, model: &str) -> String {
+        if self.provider == ProviderKind::Gemini {
+            return crate::provider::gemini::endpoint(&self.base_url, model);
+        }
         format!(
             "{}{}",
             self.base_url.trim_end_matches('/'),
@@ -940,7 +955,7 @@ mod tests {
                 r#"{"model":"m","tools":[{"name":"a","parameters":3}]}"#,
                 "tools[0].parameters",
             ),
-            (r#"{"model":"m","provider":"gemini"}"#, "provider"),
+            (r#"{"model":"m","provider":"gemma"}"#, "provider"),
             (r#"{"model":""}"#, "model"),
             (r#"{"model":"m","headers":{"x":1}}"#, "headers.x"),
             (

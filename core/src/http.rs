@@ -34,6 +34,7 @@ use reqwest::header::{
 // an optimized build (capi/tests/c/valgrind.supp).
 const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+const X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, debug_span, Instrument};
@@ -42,7 +43,7 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, Flow, Receiver};
 use crate::provider::{
-    anthropic, http_error, DecodeLimits, DecodedMessage, Decoder, Progress, ProviderKind,
+    anthropic, gemini, http_error, DecodeLimits, DecodedMessage, Decoder, Progress, ProviderKind,
 };
 use crate::retry::{self, RetryHints};
 use crate::secret::{is_secret_header, Secrets};
@@ -256,6 +257,12 @@ impl Transport {
                     HeaderValue::from_static(anthropic::API_VERSION),
                 );
             }
+            // In a header, never in the URL (`?key=`), so no logged URL carries it.
+            ProviderKind::Gemini => {
+                if !config.api_key.is_empty() {
+                    headers.insert(X_GOOG_API_KEY, secret_value(&config.api_key, "api_key")?);
+                }
+            }
         }
         let mut secrets = vec![config.api_key.clone()];
         for (name, value) in &config.headers {
@@ -334,11 +341,13 @@ impl Transport {
         Ok(client)
     }
 
-    /// Streams one assistant message: sends `body`, retries failures that happen before
-    /// any event was emitted, decodes the response into events through `sink`.
+    /// Streams one assistant message: sends `body` (a request to `model`), retries
+    /// failures that happen before any event was emitted, decodes the response into
+    /// events through `sink`.
     pub(crate) async fn stream_message(
         &self,
         config: &Config,
+        model: &str,
         body: Bytes,
         message: u32,
         cancel: &CancellationToken,
@@ -348,13 +357,27 @@ impl Transport {
         let first_attempt = Instant::now();
         let retry_budget = Duration::from_millis(config.retry.max_elapsed_ms);
         let client = self.client()?;
+        // Gemini's URL names the model, which a turn or a compaction may choose.
+        let endpoint = if config.provider == ProviderKind::Gemini {
+            config.endpoint_for(model)
+        } else {
+            self.endpoint.clone()
+        };
         client.let_drain_finish().await;
         let mut retry_no = 0;
         loop {
             let span = debug_span!("provider_request", message, attempt = retry_no + 1);
             let mut decoder = Decoder::with_limits(config.provider, message, limits(config));
             let outcome = self
-                .attempt(&client, config, body.clone(), message, &mut decoder, sink)
+                .attempt(
+                    &client,
+                    &endpoint,
+                    config,
+                    body.clone(),
+                    message,
+                    &mut decoder,
+                    sink,
+                )
                 .instrument(span)
                 .await;
             let (err, hints) = match outcome {
@@ -421,9 +444,11 @@ impl Transport {
 
     /// One HTTP attempt. `Ok(Some(_))` when the server answered with a complete message
     /// in one JSON body, `Ok(None)` when the decoder holds the streamed message.
+    #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
         client: &SharedClient,
+        endpoint: &str,
         config: &Config,
         body: Bytes,
         message: u32,
@@ -451,7 +476,7 @@ impl Transport {
         let response = loop {
             let request = client
                 .client
-                .post(&self.endpoint)
+                .post(endpoint)
                 .headers(self.headers.clone())
                 .body(body.clone())
                 .send();
@@ -484,12 +509,21 @@ impl Transport {
             return Err(no_hints(redirect_error(&response)));
         }
         if !response.status().is_success() {
-            let hints = RetryHints::from_headers(response.headers());
+            let mut hints = RetryHints::from_headers(response.headers());
             let request_id = request_id(response.headers());
             let body = read_bounded(response, MAX_ERROR_BODY, cancel, request_deadline).await;
             // Redact before anything cuts the body short: a cut can split a key in two.
             let body = self.secrets.redact(&body);
-            return Err((http_error(status, &body).with_request_id(request_id), hints));
+            let err = if config.provider == ProviderKind::Gemini {
+                // Google names its wait in the body (RetryInfo.retryDelay), not a header.
+                if hints.after.is_none() {
+                    hints.after = gemini::retry_delay(&body);
+                }
+                gemini::http_error(status, &body)
+            } else {
+                http_error(status, &body)
+            };
+            return Err((err.with_request_id(request_id), hints));
         }
         let header = |name| {
             response

@@ -16,6 +16,8 @@ use serde_json::Value;
 pub enum ProviderKind {
     OpenAi,
     Anthropic,
+    /// Google Gemini's own API (`streamGenerateContent`).
+    Gemini,
 }
 
 impl ProviderKind {
@@ -23,6 +25,7 @@ impl ProviderKind {
         match name {
             "openai" => Some(ProviderKind::OpenAi),
             "anthropic" => Some(ProviderKind::Anthropic),
+            "gemini" => Some(ProviderKind::Gemini),
             _ => None,
         }
     }
@@ -30,6 +33,7 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gemini",
         }
     }
 }

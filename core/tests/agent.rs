@@ -104,6 +104,7 @@ async fn two_step_turn(kind: ProviderKind) {
             script::anthropic_tool_calls(&[("call_1", "weather", r#"{"city":"Paris"}"#)]),
             script::anthropic_text(&["It is ", "sunny."]),
         ),
+        ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
     };
     let server =
         TestServer::start(script::scenario(vec![exchange(first), exchange(second)])).unwrap();
@@ -174,6 +175,7 @@ async fn two_step_turn(kind: ProviderKind) {
             assert_eq!(reqs[0].headers["x-api-key"], API_KEY);
             assert_eq!(reqs[0].headers["anthropic-version"], "2023-06-01");
         }
+        ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
     }
     // History: user, assistant(call), tool(result), assistant(text) — valid.
     let h = agent.history();
@@ -223,6 +225,7 @@ async fn unreported_usage(kind: ProviderKind) {
             script::anthropic_tool_calls_events(&[("call_1", "weather", r#"{"city":"Paris"}"#)]),
             script::anthropic_text_events(&["sunny"]),
         ),
+        ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
     };
     let no_usage = |sse: &Vec<Value>| json!({"sse": script::without_usage(sse.clone())});
     let with_usage = |sse: &Vec<Value>| json!({"sse": sse});

@@ -826,6 +826,9 @@ mod never_panics {
                 json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 3}}),
                 json!({"type": "message_stop"}),
             ],
+            ProviderKind::Gemini => {
+                unreachable!("Gemini has tests of its own (core/tests/gemini.rs)")
+            }
         }
     }
 
@@ -880,6 +883,7 @@ mod never_panics {
                 let body = match kind {
                     ProviderKind::OpenAi => sse_raw(&refs) + DONE,
                     ProviderKind::Anthropic => named_raw(&refs),
+                    ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
                 };
                 let o = decode(kind, body.as_bytes());
                 // Whatever came through still obeys the event contract.

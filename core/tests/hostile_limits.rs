@@ -514,6 +514,9 @@ fn complete_json_bodies_decode_to_the_events_of_the_stream() {
         let body = match kind {
             ProviderKind::OpenAi => openai_complete(&stream),
             ProviderKind::Anthropic => anthropic_complete(&stream),
+            ProviderKind::Gemini => {
+                unreachable!("Gemini has tests of its own (core/tests/gemini.rs)")
+            }
         }
         .to_string();
         let (events, got) = complete(kind, &body);

@@ -66,6 +66,9 @@ fn response(kind: ProviderKind, calls: &[(String, String)], fault: &Fault) -> Va
         (ProviderKind::OpenAi, false) => script::openai_tool_calls_events(&refs),
         (ProviderKind::Anthropic, true) => script::anthropic_text_events(&["all ", "done"]),
         (ProviderKind::Anthropic, false) => script::anthropic_tool_calls_events(&refs),
+        (ProviderKind::Gemini, _) => {
+            unreachable!("Gemini has tests of its own (core/tests/gemini.rs)")
+        }
     };
     match fault {
         Fault::None => json!({"sse": sse}),
@@ -243,6 +246,7 @@ fn check_provider_rules(kind: ProviderKind, body: &Value) -> Result<(), TestCase
                 }
             }
         }
+        ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
     }
     Ok(())
 }

@@ -133,6 +133,7 @@ fn two_step(kind: ProviderKind, calls: usize) -> Vec<Value> {
             exchange(script::anthropic_tool_calls(&refs)),
             exchange(script::anthropic_text(&["all ", "done"])),
         ],
+        ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
     }
 }
 
@@ -373,6 +374,9 @@ async fn a_reply_cut_off_by_max_tokens_ends_the_turn_without_running_tools() {
                     }
                 }
                 json!({ "sse": sse })
+            }
+            ProviderKind::Gemini => {
+                unreachable!("Gemini has tests of its own (core/tests/gemini.rs)")
             }
         };
         let server = TestServer::start(script::scenario(vec![

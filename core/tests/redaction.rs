@@ -26,7 +26,7 @@ fn quick(kind: ProviderKind, base: String) -> Config {
 fn base_of(kind: ProviderKind, server: &TestServer) -> String {
     match kind {
         ProviderKind::OpenAi => format!("{}/v1", server.url()),
-        ProviderKind::Anthropic => server.url(),
+        ProviderKind::Anthropic | ProviderKind::Gemini => server.url(),
     }
 }
 

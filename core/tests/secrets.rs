@@ -53,7 +53,7 @@ fn the_key_is_never_logged_or_reported() {
         server.reset();
         let base = match kind {
             ProviderKind::OpenAi => format!("{}/v1", server.url()),
-            ProviderKind::Anthropic => server.url(),
+            ProviderKind::Anthropic | ProviderKind::Gemini => server.url(),
         };
         let config = Config::new(kind, "m")
             .with_base_url(base)

@@ -42,6 +42,9 @@ async fn a_reset_after_the_provider_finished_is_a_complete_answer() {
             let sse = match kind {
                 ProviderKind::OpenAi => script::openai_text_events(&["all ", "here"]),
                 ProviderKind::Anthropic => script::anthropic_text_events(&["all ", "here"]),
+                ProviderKind::Gemini => {
+                    unreachable!("Gemini has tests of its own (core/tests/gemini.rs)")
+                }
             };
             // Everything up to the stop reason (OpenAI: finish_reason + usage; Anthropic:
             // message_delta), then the fault instead of [DONE] / message_stop.

@@ -95,6 +95,9 @@ pub(crate) struct Assembly {
     /// modelled blocks opened before it, which places it in the final message. They get
     /// no events, so the event block numbers stay those of the modelled blocks.
     opaque: Vec<(usize, Value)>,
+    /// The provider named in the opaque blocks of this message (`anthropic` unless the
+    /// decoder says otherwise).
+    pub(crate) opaque_provider: &'static str,
 }
 
 impl Assembly {
@@ -102,6 +105,7 @@ impl Assembly {
         Assembly {
             message,
             limits,
+            opaque_provider: ProviderKind::Anthropic.as_str(),
             ..Assembly::default()
         }
     }
@@ -446,7 +450,7 @@ impl Assembly {
         for (i, b) in self.blocks.into_iter().enumerate() {
             while let Some((_, block)) = opaque.next_if(|(at, _)| *at <= i) {
                 content.push(Block::Opaque {
-                    provider: ProviderKind::Anthropic.as_str().to_owned(),
+                    provider: self.opaque_provider.to_owned(),
                     block,
                 });
             }
@@ -458,8 +462,9 @@ impl Assembly {
             }
             content.push(block);
         }
+        let provider = self.opaque_provider;
         content.extend(opaque.map(|(_, block)| Block::Opaque {
-            provider: ProviderKind::Anthropic.as_str().to_owned(),
+            provider: provider.to_owned(),
             block,
         }));
         Some(DecodedMessage {

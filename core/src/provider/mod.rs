@@ -1,11 +1,12 @@
 //! Owns the provider wire formats: turning SSE events of one response into panto
 //! [`Event`]s (decoding) and the conversation into a request body (encoding), for
-//! OpenAI Chat Completions (and compatible servers) and Anthropic Messages. Pure: no
+//! OpenAI Chat Completions (and compatible servers), Anthropic Messages and Google
+//! Gemini (`streamGenerateContent`). Pure: no
 //! I/O, no timers — `http` feeds it bytes, `agent` drives it.
 //!
 //! One module per job:
-//! - [`openai`], [`anthropic`] — each format's decoder and request body.
-//! - `assembly` — shared by both decoders: numbers blocks, emits the block lifecycle
+//! - [`openai`], [`anthropic`], [`gemini`] — each format's decoder and request body.
+//! - `assembly` — shared by the decoders: numbers blocks, emits the block lifecycle
 //!   events, enforces [`DecodeLimits`] and assembles the final assistant [`Message`].
 //! - `tolerant` — the repairs of sloppy JSON that keep an answer.
 //! - `wire_error` — an HTTP status and error body, or an error inside a stream, as a
@@ -20,6 +21,7 @@
 
 pub mod anthropic;
 mod assembly;
+pub mod gemini;
 mod json_scan;
 pub mod openai;
 mod tolerant;
@@ -81,6 +83,7 @@ pub fn request_body_with(
     match kind {
         ProviderKind::OpenAi => openai::request_body(params, options),
         ProviderKind::Anthropic => anthropic::request_body(params, options),
+        ProviderKind::Gemini => gemini::request_body(params, options),
     }
 }
 
@@ -99,6 +102,7 @@ pub enum Progress {
 pub enum Decoder {
     OpenAi(openai::Decoder),
     Anthropic(anthropic::Decoder),
+    Gemini(gemini::Decoder),
 }
 
 impl Decoder {
@@ -112,6 +116,7 @@ impl Decoder {
         match kind {
             ProviderKind::OpenAi => Decoder::OpenAi(openai::Decoder::with_assembly(asm)),
             ProviderKind::Anthropic => Decoder::Anthropic(anthropic::Decoder::with_assembly(asm)),
+            ProviderKind::Gemini => Decoder::Gemini(gemini::Decoder::with_assembly(asm, message)),
         }
     }
 
@@ -120,6 +125,7 @@ impl Decoder {
         match self {
             Decoder::OpenAi(d) => d.on_sse(ev, emit),
             Decoder::Anthropic(d) => d.on_sse(ev, emit),
+            Decoder::Gemini(d) => d.on_sse(ev, emit),
         }
     }
 
@@ -129,6 +135,7 @@ impl Decoder {
         match self {
             Decoder::OpenAi(d) => d.on_eof(emit),
             Decoder::Anthropic(d) => d.on_eof(emit),
+            Decoder::Gemini(d) => d.on_eof(emit),
         }
     }
 
@@ -146,6 +153,7 @@ impl Decoder {
         match self {
             Decoder::OpenAi(d) => &d.asm,
             Decoder::Anthropic(d) => &d.asm,
+            Decoder::Gemini(d) => &d.asm,
         }
     }
 
@@ -154,6 +162,7 @@ impl Decoder {
         match self {
             Decoder::OpenAi(d) => d.asm.into_decoded(),
             Decoder::Anthropic(d) => d.asm.into_decoded(),
+            Decoder::Gemini(d) => d.asm.into_decoded(),
         }
     }
 }
@@ -161,7 +170,8 @@ impl Decoder {
 /// Decodes a response that arrived as one JSON body although a stream was asked for
 /// (LiteLLM's `/v1/messages`, servers that ignore `stream: true`): a complete chat
 /// completion (`"object": "chat.completion"`) for [`ProviderKind::OpenAi`], a complete
-/// message (`"type": "message"`) for [`ProviderKind::Anthropic`].
+/// message (`"type": "message"`) for [`ProviderKind::Anthropic`], one
+/// `GenerateContentResponse` or an array of them for [`ProviderKind::Gemini`].
 ///
 /// Emits exactly the events a stream of the same message would have produced, with one
 /// `content_delta` per block carrying its whole text or arguments, and returns the
@@ -182,6 +192,7 @@ pub fn decode_complete_body(
     let events = match kind {
         ProviderKind::OpenAi => openai::complete_body_events(value),
         ProviderKind::Anthropic => anthropic::complete_body_events(value),
+        ProviderKind::Gemini => gemini::complete_body_events(value),
     };
     let Some(events) = events else {
         return Ok(None);

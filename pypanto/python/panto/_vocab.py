@@ -433,8 +433,8 @@ class ReasoningOptions(TypedDict, total=False):
     """
 
     budget_tokens: Optional[int]
-    """Thinking budget in tokens where the provider takes one (Anthropic); default
-    follows the effort.
+    """Thinking budget in tokens where the provider takes one (Anthropic, Gemini);
+    default follows the effort.
     """
 
 

@@ -39,7 +39,7 @@ mod scripted {
     pub fn config(kind: ProviderKind, server: &TestServer) -> Config {
         let base = match kind {
             ProviderKind::OpenAi => format!("{}/v1", server.url()),
-            ProviderKind::Anthropic => server.url(),
+            ProviderKind::Anthropic | ProviderKind::Gemini => server.url(),
         };
         Config::new(kind, "scripted-model")
             .with_base_url(base)
