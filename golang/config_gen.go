@@ -79,6 +79,9 @@ type Config struct {
 	// know (auto: from base_url). One of "auto", "openai", "deepseek", "ollama", "vllm",
 	// "generic". Default: "auto".
 	Compat string
+	// MCPServers ("mcp_servers"): MCP servers whose tools the model may call, by name: started
+	// at the agent's first turn, stopped when it is dropped.
+	MCPServers map[string]MCPServer
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -154,6 +157,9 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	if c.Compat != "" {
 		o.put("compat", c.Compat)
 	}
+	if len(c.MCPServers) != 0 {
+		o.put("mcp_servers", c.MCPServers)
+	}
 	return o.end()
 }
 
@@ -210,6 +216,8 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &c.Compaction)
 		case "compat":
 			return json.Unmarshal(v, &c.Compat)
+		case "mcp_servers":
+			return json.Unmarshal(v, &c.MCPServers)
 		}
 		return errUnknownKey
 	})
@@ -468,6 +476,101 @@ func (c *Compaction) UnmarshalJSON(data []byte) error {
 	})
 }
 
+// MCPServer is one item of the "mcp_servers" configuration key. MCP servers whose tools the
+// model may call, by name: started at the agent's first turn, stopped when it is dropped.
+type MCPServer struct {
+	// Command ("command"): stdio: the command that starts the server (exactly one of command
+	// and url).
+	Command string
+	// Args ("args"): stdio: the command's arguments.
+	Args []string
+	// Env ("env"): stdio: environment variables added to panto's for the server.
+	Env map[string]string
+	// Cwd ("cwd"): stdio: the server's working directory (default: panto's).
+	Cwd string
+	// URL ("url"): Streamable HTTP: the server's endpoint (exactly one of command and url).
+	URL string
+	// Headers ("headers"): Streamable HTTP: headers sent with every request; their values are
+	// secrets.
+	Headers map[string]string
+	// Timeout ("timeout_ms", sent in whole milliseconds): Longest one request may wait for an
+	// answer; each progress notification starts it again. At least 1. Default: 60000 ms.
+	Timeout time.Duration
+	// ToolPrefix ("tool_prefix"): What the server's tool names are prefixed with (default: the
+	// server's name and __).
+	ToolPrefix string
+	// EnabledTools ("enabled_tools"): Only these tools, by the server's names (default: all).
+	EnabledTools []string
+	// DisabledTools ("disabled_tools"): Never these tools, by the server's names.
+	DisabledTools []string
+}
+
+// MarshalJSON writes the JSON form the library reads, leaving out what is not set.
+func (m MCPServer) MarshalJSON() ([]byte, error) {
+	var o jsonObject
+	if m.Command != "" {
+		o.put("command", m.Command)
+	}
+	if len(m.Args) != 0 {
+		o.put("args", m.Args)
+	}
+	if len(m.Env) != 0 {
+		o.put("env", m.Env)
+	}
+	if m.Cwd != "" {
+		o.put("cwd", m.Cwd)
+	}
+	if m.URL != "" {
+		o.put("url", m.URL)
+	}
+	if len(m.Headers) != 0 {
+		o.put("headers", m.Headers)
+	}
+	if m.Timeout != 0 {
+		o.put("timeout_ms", m.Timeout.Milliseconds())
+	}
+	if m.ToolPrefix != "" {
+		o.put("tool_prefix", m.ToolPrefix)
+	}
+	if len(m.EnabledTools) != 0 {
+		o.put("enabled_tools", m.EnabledTools)
+	}
+	if len(m.DisabledTools) != 0 {
+		o.put("disabled_tools", m.DisabledTools)
+	}
+	return o.end()
+}
+
+// UnmarshalJSON reads the JSON form (the inverse of MarshalJSON): null leaves a field as it
+// is, and an unknown key or a wrong type is an error naming the key.
+func (m *MCPServer) UnmarshalJSON(data []byte) error {
+	return readObject(data, func(key string, v json.RawMessage) error {
+		switch key {
+		case "command":
+			return json.Unmarshal(v, &m.Command)
+		case "args":
+			return json.Unmarshal(v, &m.Args)
+		case "env":
+			return json.Unmarshal(v, &m.Env)
+		case "cwd":
+			return json.Unmarshal(v, &m.Cwd)
+		case "url":
+			return json.Unmarshal(v, &m.URL)
+		case "headers":
+			return json.Unmarshal(v, &m.Headers)
+		case "timeout_ms":
+			return readMillis(v, &m.Timeout)
+		case "tool_prefix":
+			return json.Unmarshal(v, &m.ToolPrefix)
+		case "enabled_tools":
+			return json.Unmarshal(v, &m.EnabledTools)
+		case "disabled_tools":
+			return json.Unmarshal(v, &m.DisabledTools)
+		}
+		return errUnknownKey
+	})
+}
+
 // configFields maps a configuration key's path, as the core's errors name it (an array's
 // items as []), to its field below Config, so that a config error can name the Go field
 // (see goFieldPath).
@@ -513,10 +616,12 @@ var configFields = map[string]string{
 	"compaction.model":            "Compaction.Model",
 	"compaction.prompt":           "Compaction.Prompt",
 	"compat":                      "Compat",
+	"mcp_servers":                 "MCPServers",
 }
 
 // configMaps holds the paths of the keys that are maps: an error names an entry by the
 // path, a dot and the entry's own key.
 var configMaps = map[string]bool{
-	"headers": true,
+	"headers":     true,
+	"mcp_servers": true,
 }

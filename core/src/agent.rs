@@ -24,6 +24,7 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, Flow, Receiver};
 use crate::http::{Transport, TurnSink};
+use crate::mcp::McpServers;
 use crate::message::{self, Block, Message, Role, StopReason, Usage};
 use crate::provider::{self, RequestOptions, RequestParams};
 use crate::request::{Dialect, ProviderKind, Reasoning, ToolSpec};
@@ -160,6 +161,8 @@ struct Inner {
     compaction_floor: AtomicU64,
     busy: AtomicBool,
     id: u64,
+    /// The agent's MCP servers (its own, or a set shared with other agents).
+    mcp: Option<McpServers>,
 }
 
 /// An agent: one conversation with one provider configuration. Cheap to clone (clones
@@ -195,6 +198,35 @@ impl Drop for TurnSlot {
 impl Agent {
     pub fn new(config: Config) -> Result<Agent> {
         config.validate()?;
+        let mcp = if config.mcp_servers.is_empty() {
+            None
+        } else {
+            Some(McpServers::with_limits(
+                config.mcp_servers.clone(),
+                crate::mcp::Limits {
+                    max_message_bytes: config.max_event_bytes,
+                },
+            )?)
+        };
+        Agent::build(config, mcp)
+    }
+
+    /// An agent that uses `servers`, a set of MCP servers it shares with other agents:
+    /// they start at the first turn of any of them and stop when the last one (and
+    /// `servers`) is dropped. `config.mcp_servers` must be empty (a `config` error
+    /// otherwise); it then shows the set's servers.
+    pub fn with_mcp_servers(mut config: Config, servers: McpServers) -> Result<Agent> {
+        if !config.mcp_servers.is_empty() {
+            return Err(Error::config(
+                "mcp_servers: given in the configuration and as a shared set; give one",
+            ));
+        }
+        config.mcp_servers = servers.configs().clone();
+        config.validate()?;
+        Agent::build(config, Some(servers))
+    }
+
+    fn build(config: Config, mcp: Option<McpServers>) -> Result<Agent> {
         let transport = Transport::new(&config)?;
         Ok(Agent {
             inner: Arc::new(Inner {
@@ -207,6 +239,7 @@ impl Agent {
                 compaction_floor: AtomicU64::new(0),
                 busy: AtomicBool::new(false),
                 id: NEXT_AGENT_ID.fetch_add(1, Ordering::SeqCst),
+                mcp,
             }),
         })
     }
@@ -626,14 +659,21 @@ impl Agent {
             dialect: self.inner.dialect,
         };
         self.check_input(input)?;
+        // MCP servers start (or fail, naming the server) before anything is sent.
+        let mut mcp = self.mcp_tools(&control.cancel).await?;
         self.history_lock().push(Message::user(input));
-        let specs = self.tool_specs();
         let mut usage = Usage::TOTAL;
         let mut message: u32 = 0;
         loop {
             if control.cancel.is_cancelled() {
                 return Err(Error::cancelled());
             }
+            if message > 0 {
+                // Between steps: a server that said its tools changed is listed again.
+                mcp = self.mcp_tools(&control.cancel).await?;
+            }
+            let mut specs = self.tool_specs();
+            specs.extend(mcp.iter().map(|t| t.spec()));
             if self.wants_compaction() {
                 self.auto_compact(&model, sink, control).await?;
             }
@@ -674,7 +714,7 @@ impl Agent {
                 self.record_usage(&step_usage);
                 return self.complete(stop, usage, message, text, sink);
             }
-            let calls = self.plan_calls(&decoded.message, &decoded.cut_off_calls);
+            let calls = self.plan_calls(&decoded.message, &decoded.cut_off_calls, &mcp);
             if calls.is_empty() {
                 self.commit(decoded.message, Vec::new());
                 self.record_usage(&step_usage);
@@ -710,6 +750,36 @@ impl Agent {
                 return self.complete(StopReason::MaxSteps, usage, message, text, sink);
             }
         }
+    }
+
+    /// The tools of the agent's MCP servers for the next step (started if they were
+    /// not, listed again if they changed). A name another tool of the agent has is a
+    /// `config` error.
+    async fn mcp_tools(&self, cancel: &CancellationToken) -> Result<Vec<Arc<dyn Tool>>> {
+        let Some(set) = &self.inner.mcp else {
+            return Ok(Vec::new());
+        };
+        let tools = set.tools(cancel).await?;
+        let rust = self
+            .inner
+            .tools
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        for t in &tools {
+            let name = t.spec().name;
+            if rust.contains_key(&name) || self.inner.config.tools.iter().any(|h| h.name == name) {
+                return Err(Error::config(format!(
+                    "mcp_servers: an MCP server's tool is called {name:?}, like another tool \
+                     of the agent; set the server's tool_prefix or filter its tools"
+                )));
+            }
+        }
+        Ok(tools)
+    }
+
+    /// The agent's MCP servers, if it has any.
+    pub fn mcp_servers(&self) -> Option<&McpServers> {
+        self.inner.mcp.as_ref()
     }
 
     /// Automatic compaction before a request: the summary request is not a message of
@@ -793,7 +863,12 @@ impl Agent {
 
     /// Decides how each tool call of a finished message is answered. Decided from the
     /// calls actually received, not from the stop reason.
-    fn plan_calls(&self, msg: &Message, cut_off: &[String]) -> Vec<(CallRequest, Runner)> {
+    fn plan_calls(
+        &self,
+        msg: &Message,
+        cut_off: &[String],
+        mcp: &[Arc<dyn Tool>],
+    ) -> Vec<(CallRequest, Runner)> {
         let tools = self
             .inner
             .tools
@@ -827,6 +902,8 @@ impl Agent {
                                 .to_owned(),
                         )
                     } else if let Some(t) = tools.get(name) {
+                        Runner::Rust(t.clone())
+                    } else if let Some(t) = mcp.iter().find(|t| &t.spec().name == name) {
                         Runner::Rust(t.clone())
                     } else if self.inner.config.tools.iter().any(|t| &t.name == name) {
                         Runner::Host

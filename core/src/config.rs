@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+pub use crate::mcp::{McpServer, McpTransport};
 pub use crate::request::{Compat, Effort, ProviderKind, Reasoning, ToolSpec};
 
 use crate::vocab::keys::{key, max, min, required};
@@ -150,6 +151,69 @@ const COMPACTION_KEYS: &[Key] = &[
     ),
 ];
 
+/// The keys of one MCP server (`mcp_servers.<name>`): `command` (with `args`, `env`,
+/// `cwd`) or `url` (with `headers`), in the shape MCP clients' files already use.
+pub const MCP_SERVER_KEYS: &[Key] = &[
+    key(
+        "command",
+        KeyType::String,
+        "null",
+        "stdio: the command that starts the server (exactly one of command and url).",
+    ),
+    key("args", KeyType::StringArray, "[]", "stdio: the command's arguments."),
+    key(
+        "env",
+        KeyType::StringMap,
+        "{}",
+        "stdio: environment variables added to panto's for the server.",
+    ),
+    key(
+        "cwd",
+        KeyType::String,
+        "null",
+        "stdio: the server's working directory (default: panto's).",
+    ),
+    key(
+        "url",
+        KeyType::String,
+        "null",
+        "Streamable HTTP: the server's endpoint (exactly one of command and url).",
+    ),
+    key(
+        "headers",
+        KeyType::StringMap,
+        "{}",
+        "Streamable HTTP: headers sent with every request; their values are secrets.",
+    ),
+    min(
+        key(
+            "timeout_ms",
+            KeyType::U64,
+            "60000",
+            "Longest one request may wait for an answer, in milliseconds; each progress notification starts it again.",
+        ),
+        1,
+    ),
+    key(
+        "tool_prefix",
+        KeyType::String,
+        "null",
+        "What the server's tool names are prefixed with (default: the server's name and __).",
+    ),
+    key(
+        "enabled_tools",
+        KeyType::StringArray,
+        "null",
+        "Only these tools, by the server's names (default: all).",
+    ),
+    key(
+        "disabled_tools",
+        KeyType::StringArray,
+        "[]",
+        "Never these tools, by the server's names.",
+    ),
+];
+
 /// The configuration schema: every key of the JSON form, with its type, default, bounds
 /// and one line of documentation — the one list every binding is generated from
 /// (see [`crate::vocab`]). [`Config::from_json`] checks input against it before reading
@@ -261,6 +325,12 @@ pub const CONFIG: &[Key] = &[
         KeyType::Enum(&["auto", "openai", "deepseek", "ollama", "vllm", "generic"]),
         "\"auto\"",
         "Which OpenAI-compatible server this is, for fields only some servers know (auto: from base_url).",
+    ),
+    key(
+        "mcp_servers",
+        KeyType::ObjectMap(MCP_SERVER_KEYS),
+        "{}",
+        "MCP servers whose tools the model may call, by name: started at the agent's first turn, stopped when it is dropped.",
     ),
 ];
 
@@ -441,6 +511,8 @@ pub struct Config {
     pub compaction: Option<CompactionConfig>,
     /// See [`Compat`] (default `Auto`).
     pub compat: Compat,
+    /// MCP servers whose tools the model may call, by name (see [`crate::mcp`]).
+    pub mcp_servers: BTreeMap<String, McpServer>,
 }
 
 impl fmt::Debug for Config {
@@ -477,6 +549,7 @@ impl fmt::Debug for Config {
             .field("prompt_caching", &self.prompt_caching)
             .field("compaction", &self.compaction)
             .field("compat", &self.compat)
+            .field("mcp_servers", &self.mcp_servers)
             .finish()
     }
 }
@@ -549,6 +622,7 @@ impl Config {
             prompt_caching: true,
             compaction: None,
             compat: Compat::Auto,
+            mcp_servers: BTreeMap::new(),
         }
     }
 
@@ -633,6 +707,11 @@ impl Config {
         self.compat = compat;
         self
     }
+    /// Adds an MCP server under `name` (its tools are called `<name>__<tool>`).
+    pub fn with_mcp_server(mut self, name: impl Into<String>, server: McpServer) -> Config {
+        self.mcp_servers.insert(name.into(), server);
+        self
+    }
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Config {
         self.headers.insert(name.into(), value.into());
         self
@@ -689,6 +768,9 @@ impl Config {
                     tool.name
                 )));
             }
+        }
+        for (name, server) in &self.mcp_servers {
+            server.check(name)?;
         }
         // Types and bounds, from the schema: the same checks as the JSON form gets.
         if let Value::Object(obj) = self.to_value() {
@@ -844,6 +926,12 @@ impl Config {
                     .insert(name.clone(), v.as_str().unwrap_or_default().to_owned());
             }
         }
+        if let Some(m) = get("mcp_servers").and_then(Value::as_object) {
+            for (name, v) in m {
+                c.mcp_servers
+                    .insert(name.clone(), mcp_server_from_value(name, v)?);
+            }
+        }
         c.validate()?;
         Ok(c)
     }
@@ -900,8 +988,126 @@ impl Config {
             "prompt_caching": self.prompt_caching,
             "compaction": opt(compaction),
             "compat": self.compat.as_str(),
+            "mcp_servers": self.mcp_servers.iter()
+                .map(|(name, server)| (name.clone(), mcp_server_to_value(server)))
+                .collect::<Map<String, Value>>(),
         })
     }
+}
+
+/// One `mcp_servers` entry, already checked against [`MCP_SERVER_KEYS`].
+fn mcp_server_from_value(name: &str, v: &Value) -> Result<McpServer> {
+    let get = |k: &str| v.get(k).filter(|v| !v.is_null());
+    let string = |k: &str| get(k).and_then(Value::as_str).map(str::to_owned);
+    let strings = |k: &str| -> Option<Vec<String>> {
+        get(k).and_then(Value::as_array).map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+    };
+    let map = |k: &str| -> BTreeMap<String, String> {
+        get(k)
+            .and_then(Value::as_object)
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let path = format!("mcp_servers.{name}");
+    let transport = match (string("command"), string("url")) {
+        (Some(command), None) => {
+            if get("headers").is_some() {
+                return Err(Error::config(format!(
+                    "{path}.headers: only for a server with a url"
+                )));
+            }
+            McpTransport::Stdio {
+                command,
+                args: strings("args").unwrap_or_default(),
+                env: map("env"),
+                cwd: string("cwd"),
+            }
+        }
+        (None, Some(url)) => {
+            for k in ["args", "env", "cwd"] {
+                if get(k).is_some() {
+                    return Err(Error::config(format!(
+                        "{path}.{k}: only for a server with a command"
+                    )));
+                }
+            }
+            McpTransport::Http {
+                url,
+                headers: map("headers"),
+            }
+        }
+        (Some(_), Some(_)) => {
+            return Err(Error::config(format!(
+                "{path}: give either command or url, not both"
+            )))
+        }
+        (None, None) => {
+            return Err(Error::config(format!(
+                "{path}: needs a command (stdio) or a url (Streamable HTTP)"
+            )))
+        }
+    };
+    Ok(McpServer {
+        transport,
+        timeout_ms: get("timeout_ms")
+            .and_then(Value::as_u64)
+            .unwrap_or(crate::mcp::DEFAULT_TIMEOUT_MS),
+        tool_prefix: string("tool_prefix"),
+        enabled_tools: strings("enabled_tools"),
+        disabled_tools: strings("disabled_tools").unwrap_or_default(),
+    })
+}
+
+/// The JSON form of one MCP server, header values and credential-like environment
+/// values redacted (as `Config::to_value` does the API key).
+fn mcp_server_to_value(s: &McpServer) -> Value {
+    let mut o = Map::new();
+    match &s.transport {
+        McpTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            o.insert("command".into(), command.clone().into());
+            o.insert("args".into(), args.clone().into());
+            let env: Map<String, Value> = env
+                .iter()
+                .map(|(k, v)| {
+                    let shown = if crate::secret::is_secret_header(k) {
+                        "[REDACTED]"
+                    } else {
+                        v.as_str()
+                    };
+                    (k.clone(), shown.into())
+                })
+                .collect();
+            o.insert("env".into(), env.into());
+            o.insert("cwd".into(), cwd.clone().into());
+        }
+        McpTransport::Http { url, headers } => {
+            o.insert("url".into(), url.clone().into());
+            let headers: Map<String, Value> = headers
+                .keys()
+                .map(|k| (k.clone(), "[REDACTED]".into()))
+                .collect();
+            o.insert("headers".into(), headers.into());
+        }
+    }
+    o.insert("timeout_ms".into(), s.timeout_ms.into());
+    o.insert("tool_prefix".into(), s.tool_prefix.clone().into());
+    o.insert("enabled_tools".into(), s.enabled_tools.clone().into());
+    o.insert("disabled_tools".into(), s.disabled_tools.clone().into());
+    Value::Object(o)
 }
 
 fn saturate_u32(v: u64) -> u32 {
@@ -1001,6 +1207,34 @@ mod tests {
                 "compaction.keep_last",
             ),
             (r#"{"model":"m","compat":"lmstudio"}"#, "compat"),
+            (
+                r#"{"model":"m","mcp_servers":{"x":{}}}"#,
+                "mcp_servers.x: needs a command",
+            ),
+            (
+                r#"{"model":"m","mcp_servers":{"x":{"command":"a","url":"http://h"}}}"#,
+                "mcp_servers.x: give either",
+            ),
+            (
+                r#"{"model":"m","mcp_servers":{"x":{"command":"a","timeout_ms":0}}}"#,
+                "mcp_servers.x.timeout_ms",
+            ),
+            (
+                r#"{"model":"m","mcp_servers":{"x":{"command":"a","colour":1}}}"#,
+                "mcp_servers.x.colour",
+            ),
+            (
+                r#"{"model":"m","mcp_servers":{"x":{"url":"ftp://h"}}}"#,
+                "mcp_servers.x.url",
+            ),
+            (
+                r#"{"model":"m","mcp_servers":{"x":{"url":"http://h","args":["a"]}}}"#,
+                "mcp_servers.x.args",
+            ),
+            (
+                r#"{"model":"m","mcp_servers":{"x":{"command":"a","args":[1]}}}"#,
+                "mcp_servers.x.args[0]",
+            ),
         ];
         for (json, key) in cases {
             let e = Config::from_json(json).unwrap_err();
@@ -1032,6 +1266,39 @@ mod tests {
         let d = Config::from_json(r#"{"model":"m"}"#).unwrap();
         assert!(d.prompt_caching && d.reasoning.is_none() && d.compaction.is_none());
         assert_eq!(d.compat, Compat::Auto);
+    }
+
+    #[test]
+    fn mcp_servers_parse_and_show_no_secret() {
+        let c = Config::from_json(
+            r#"{"model":"m","mcp_servers":{
+                "time":{"command":"uvx","args":["mcp-server-time"],"env":{"GH_TOKEN":"tok-123456","LANG":"C"},"cwd":"/tmp"},
+                "docs":{"url":"https://h/mcp","headers":{"Authorization":"Bearer sec-123456"},
+                        "timeout_ms":5,"tool_prefix":"d_","enabled_tools":["a"],"disabled_tools":["b"]}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.mcp_servers["time"],
+            McpServer::stdio("uvx", ["mcp-server-time"])
+                .with_env("GH_TOKEN", "tok-123456")
+                .with_env("LANG", "C")
+                .with_cwd("/tmp")
+        );
+        assert_eq!(
+            c.mcp_servers["docs"],
+            McpServer::http("https://h/mcp")
+                .with_header("Authorization", "Bearer sec-123456")
+                .with_timeout_ms(5)
+                .with_tool_prefix("d_")
+                .with_enabled_tools(["a"])
+                .with_disabled_tools(["b"])
+        );
+        let shown = format!("{:?} {}", c, c.to_value());
+        assert!(
+            !shown.contains("tok-123456") && !shown.contains("sec-123456"),
+            "{shown}"
+        );
+        assert!(shown.contains("\"LANG\":\"C\""));
     }
 
     #[test]

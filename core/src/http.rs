@@ -265,6 +265,8 @@ impl Transport {
             }
         }
         let mut secrets = vec![config.api_key.clone()];
+        // MCP servers' header values and credential-like environment values.
+        secrets.extend(config.mcp_servers.values().flat_map(|s| s.secret_values()));
         for (name, value) in &config.headers {
             let header = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| Error::config(format!("headers.{name}: not a valid header name")))?;

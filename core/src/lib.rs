@@ -28,6 +28,7 @@
 //! - [`tool`] — the `Tool` trait, host tools and concurrent dispatch.
 //! - [`transcript`] — the flat, provider-neutral view of the conversation for a UI.
 //! - [`compaction`] — summarizing older history: the cut, the prompt, the rebuilt history.
+//! - [`mcp`] — MCP servers (stdio, Streamable HTTP) whose tools the model calls like any other.
 //! - [`agent`] — the agent: conversation ownership, the turn loop, compaction.
 
 pub mod agent;
@@ -36,6 +37,7 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod http;
+pub mod mcp;
 pub mod message;
 pub mod provider;
 pub mod request;
@@ -51,6 +53,7 @@ pub use compaction::{CompactOptions, Compaction};
 pub use config::{CompactionConfig, Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
+pub use mcp::{McpServer, McpServers, McpToolInfo, McpTransport};
 pub use message::{Block, Message, Role, StopReason, Usage};
 pub use request::{Compat, Dialect, Effort, ProviderKind, Reasoning, ToolSpec};
 pub use secret::Secrets;

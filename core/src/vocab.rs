@@ -126,6 +126,11 @@ pub enum KeyType {
     Array(&'static [Key]),
     /// An object of strings under any names (`headers`).
     StringMap,
+    /// An array of strings.
+    StringArray,
+    /// An object under any names whose values are objects with these keys
+    /// (`mcp_servers`).
+    ObjectMap(&'static [Key]),
 }
 
 /// One configuration key. `default` is the key's default as JSON text (`"null"`: unset
@@ -266,6 +271,15 @@ fn keys_json(keys: &[Key]) -> Value {
                     o.insert("values".into(), "string".into());
                     o.insert("type".into(), "map".into())
                 }
+                KeyType::StringArray => {
+                    o.insert("items".into(), json!({"type": "string"}));
+                    o.insert("type".into(), "array".into())
+                }
+                KeyType::ObjectMap(keys) => {
+                    o.insert("values".into(), "object".into());
+                    o.insert("keys".into(), keys_json(keys));
+                    o.insert("type".into(), "map".into())
+                }
             };
             // The defaults are literals of this file's tables: a bad one fails the tests.
             o.insert(
@@ -387,6 +401,23 @@ fn check_value(key: &Key, v: &Value, path: &str) -> Result<()> {
                     .ok_or_else(|| wrong_type(&format!("{path}.{name}"), "a string"))?;
             }
         }
+        KeyType::StringArray => {
+            let items = v.as_array().ok_or_else(|| wrong_type(path, "an array"))?;
+            for (i, item) in items.iter().enumerate() {
+                item.as_str()
+                    .ok_or_else(|| wrong_type(&format!("{path}[{i}]"), "a string"))?;
+            }
+        }
+        KeyType::ObjectMap(keys) => {
+            let o = v.as_object().ok_or_else(|| wrong_type(path, "an object"))?;
+            for (name, item) in o {
+                let item_path = format!("{path}.{name}");
+                let io = item
+                    .as_object()
+                    .ok_or_else(|| wrong_type(&item_path, "an object"))?;
+                check(keys, io, &format!("{item_path}."))?;
+            }
+        }
     }
     Ok(())
 }
@@ -451,7 +482,7 @@ mod tests {
                     k.default
                 );
                 assert!(!k.doc.is_empty(), "{} has no doc", k.name);
-                if let KeyType::Object(sub) | KeyType::Array(sub) = k.ty {
+                if let KeyType::Object(sub) | KeyType::Array(sub) | KeyType::ObjectMap(sub) = k.ty {
                     defaults_parse(sub);
                 }
             }

@@ -74,11 +74,11 @@ def type_cell(key):
     if t == "enum":
         return " \\| ".join(f"`{v}`" for v in key["values"])
     if t == "map":
-        return "object of strings"
+        return "object of objects" if key["values"] == "object" else "object of strings"
     if t == "json_object":
         return "JSON Schema object"
     if t == "array":
-        return "array of objects"
+        return "array of strings" if key["items"]["type"] == "string" else "array of objects"
     return t
 
 
@@ -92,7 +92,11 @@ def config_rows(keys, prefix=""):
             rows += config_rows(k["keys"], path + ".")
         elif k["type"] == "array":
             rows.append((path, type_cell(k), human(path, k["default"]), k["doc"], k))
-            rows += config_rows(k["items"]["keys"], path + "[].")
+            if k["items"]["type"] == "object":
+                rows += config_rows(k["items"]["keys"], path + "[].")
+        elif k["type"] == "map" and k["values"] == "object":
+            rows.append((path, type_cell(k), human(path, k["default"]), k["doc"], k))
+            rows += config_rows(k["keys"], path + ".<name>.")
         else:
             default = "required" if k.get("required") else human(path, k["default"])
             rows.append((path, type_cell(k), default, k["doc"], k))

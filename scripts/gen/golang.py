@@ -77,7 +77,7 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 C_HEADER = "capi/include/panto.h"
 GO_HEADER = "golang/include/panto.h"
 
-INITIALISMS = {"id", "url", "api", "ms", "json", "http", "https", "uri", "uuid", "ip", "tls", "ttl"}
+INITIALISMS = {"id", "url", "api", "ms", "json", "http", "https", "uri", "uuid", "ip", "tls", "ttl", "mcp"}
 
 # The parts of a block's canonical content that BlockComplete also offers as fields of
 # their own (C: PantoBlockComplete's members of the same names). (name, Go type, doc).
@@ -557,6 +557,8 @@ class ConfigGen:
         if t in ("json", "json_object"):
             return "json.RawMessage"
         if t == "map":
+            if k["values"] == "object":
+                return "map[string]" + self.struct_type(k, k["keys"], singular=True, value=False)
             return "map[string]" + self.go_type({"name": "", "type": k["values"]}).lstrip("*")
         if t == "array":
             items = k["items"]

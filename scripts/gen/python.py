@@ -618,6 +618,10 @@ def config_py_type(key: Dict[str, Any], typed_dicts: List[Tuple[str, Dict[str, A
         items = dict(key["items"], name=key["name"] + "_item")
         return f"List[{config_py_type(items, typed_dicts, prefix)}]"
     if t == "map":
+        if key["values"] == "object":
+            singular = key["name"][:-1] if key["name"].endswith("s") else key["name"] + "_item"
+            item = dict(key, type="object", name=singular)
+            return f"Dict[str, {config_py_type(item, typed_dicts, prefix)}]"
         return f"Dict[str, {config_py_type({'type': key['values'], 'name': ''}, typed_dicts, prefix)}]"
     if t == "enum":
         return "Literal[" + ", ".join(py_str(x) for x in key["values"]) + "]"

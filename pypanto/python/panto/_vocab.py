@@ -64,6 +64,7 @@ __all__ = [
     "TimeoutsOptions",
     "ReasoningOptions",
     "CompactionOptions",
+    "McpServerOptions",
     "AgentOptions",
     "Event",
     "ERROR_CLASSES",
@@ -371,6 +372,7 @@ CONFIG_KEYS: Tuple[str, ...] = (
     "prompt_caching",
     "compaction",
     "compat",
+    "mcp_servers",
 )
 
 
@@ -459,6 +461,48 @@ class CompactionOptions(TypedDict, total=False):
     """Replaces the summarization instructions."""
 
 
+class McpServerOptions(TypedDict, total=False):
+    """MCP servers whose tools the model may call, by name: started at the agent's first
+    turn, stopped when it is dropped.
+
+    The ``mcp_server`` configuration key.
+    """
+
+    command: Optional[str]
+    """stdio: the command that starts the server (exactly one of command and url)."""
+
+    args: Optional[List[str]]
+    """stdio: the command's arguments."""
+
+    env: Optional[Dict[str, str]]
+    """stdio: environment variables added to panto's for the server."""
+
+    cwd: Optional[str]
+    """stdio: the server's working directory (default: panto's)."""
+
+    url: Optional[str]
+    """Streamable HTTP: the server's endpoint (exactly one of command and url)."""
+
+    headers: Optional[Dict[str, str]]
+    """Streamable HTTP: headers sent with every request; their values are secrets."""
+
+    timeout_ms: Optional[int]
+    """Longest one request may wait for an answer, in milliseconds; each progress
+    notification starts it again. (default 60000; at least 1)
+    """
+
+    tool_prefix: Optional[str]
+    """What the server's tool names are prefixed with (default: the server's name and
+    __).
+    """
+
+    enabled_tools: Optional[List[str]]
+    """Only these tools, by the server's names (default: all)."""
+
+    disabled_tools: Optional[List[str]]
+    """Never these tools, by the server's names."""
+
+
 class AgentOptions(TypedDict, total=False):
     """The keyword arguments of ``Agent(...)``: every configuration key of the core
     except those ``Agent`` names as parameters (``provider``, ``model``,
@@ -531,6 +575,11 @@ class AgentOptions(TypedDict, total=False):
     compat: Optional[Literal["auto", "openai", "deepseek", "ollama", "vllm", "generic"]]
     """Which OpenAI-compatible server this is, for fields only some servers know (auto:
     from base_url). (default "auto")
+    """
+
+    mcp_servers: Optional[Dict[str, McpServerOptions]]
+    """MCP servers whose tools the model may call, by name: started at the agent's first
+    turn, stopped when it is dropped.
     """
 
 

@@ -10,10 +10,12 @@
 //! - [`measure`] (feature `bench`) — the benchmarks' CPU and wall-time measurement.
 //! - [`threads`] — counting panto's own threads, for leak checks and the benchmarks.
 //! - [`conformance`] — the command line of the Rust conformance runners.
+//! - [`mcp`] — the MCP servers of the tests (a pinned venv) and process-group counts.
 
 pub mod conformance;
 pub mod decode;
 pub mod fuzz;
+pub mod mcp;
 #[cfg(feature = "bench")]
 pub mod measure;
 pub mod threads;

@@ -1,0 +1,395 @@
+//! Owns the Streamable HTTP transport: every message is a POST to the server's URL
+//! with `Accept: application/json, text/event-stream`; a request's answer comes as one
+//! JSON body or as an SSE stream that may carry the server's own requests and
+//! notifications first. The session id the server gives at `initialize`
+//! (`Mcp-Session-Id`) goes with every later message, as does the negotiated
+//! `MCP-Protocol-Version`; a 404 for a session means it expired (the caller
+//! initializes again); dropping the session DELETEs it. Header values are secrets:
+//! marked sensitive, and never put into a message.
+//!
+//! Not done: the optional GET stream for messages the server sends outside any
+//! request, and resuming a broken SSE stream with `Last-Event-ID`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use serde_json::Value;
+
+use super::rpc::{Peer, RpcError, Wire};
+use super::Limits;
+use crate::error::{Error, ErrorKind, Result};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+/// The most of an error body shown.
+const ERROR_BODY_SHOWN: usize = 500;
+
+struct State {
+    name: String,
+    url: String,
+    headers: HeaderMap,
+    client: reqwest::Client,
+    session: Mutex<Option<String>>,
+    version: Mutex<Option<String>>,
+    exchanges: Mutex<HashMap<u64, tokio::task::AbortHandle>>,
+    max: usize,
+}
+
+impl State {
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// An HTTP server's session; dropping it ends the session (DELETE).
+pub(crate) struct Session {
+    state: Arc<State>,
+}
+
+impl Session {
+    pub fn set_protocol_version(&self, version: &str) {
+        *State::lock(&self.state.version) = Some(version.to_owned());
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let Some(session) = State::lock(&self.state.session).take() else {
+            return;
+        };
+        let state = self.state.clone();
+        let delete = async move {
+            let mut req = state
+                .client
+                .delete(&state.url)
+                .headers(state.headers.clone())
+                .header(SESSION_HEADER, session);
+            if let Some(v) = State::lock(&state.version).clone() {
+                req = req.header(VERSION_HEADER, v);
+            }
+            // Best effort: a server may refuse (405) or be gone.
+            let _ = tokio::time::timeout(Duration::from_secs(2), req.send()).await;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(delete);
+            }
+            Err(_) => {
+                let _ = std::thread::Builder::new()
+                    .name("panto-mcp-stop".into())
+                    .spawn(move || {
+                        if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                        {
+                            rt.block_on(delete);
+                        }
+                    });
+            }
+        }
+    }
+}
+
+struct HttpWire {
+    state: Arc<State>,
+    peer: Weak<Peer>,
+}
+
+impl Wire for HttpWire {
+    fn send(&self, message: Value, request: Option<u64>) {
+        let Some(peer) = self.peer.upgrade() else {
+            return;
+        };
+        let state = self.state.clone();
+        let task = tokio::spawn(exchange(state.clone(), peer, message, request));
+        if let Some(id) = request {
+            let mut ex = State::lock(&state.exchanges);
+            ex.retain(|_, h| !h.is_finished());
+            ex.insert(id, task.abort_handle());
+        }
+    }
+
+    fn abandon(&self, id: u64) {
+        if let Some(h) = State::lock(&self.state.exchanges).remove(&id) {
+            h.abort();
+        }
+    }
+}
+
+/// Connects nothing yet: the first message (`initialize`) opens the session.
+pub(crate) fn connect(
+    peer: &Arc<Peer>,
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    limits: Limits,
+) -> Result<(Session, Arc<dyn Wire>)> {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        let n = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            Error::config(format!(
+                "mcp_servers.{}.headers.{name}: not a valid header name",
+                peer.name
+            ))
+        })?;
+        let mut v = HeaderValue::from_str(value).map_err(|_| {
+            Error::config(format!(
+                "mcp_servers.{}.headers.{name}: not a valid header value",
+                peer.name
+            ))
+        })?;
+        v.set_sensitive(true);
+        map.insert(n, v);
+    }
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| Error::internal(format!("cannot build an HTTP client: {e}")))?;
+    let state = Arc::new(State {
+        name: peer.name.clone(),
+        url: url.to_owned(),
+        headers: map,
+        client,
+        session: Mutex::new(None),
+        version: Mutex::new(None),
+        exchanges: Mutex::new(HashMap::new()),
+        max: limits.max_message_bytes,
+    });
+    let wire = HttpWire {
+        state: state.clone(),
+        peer: Arc::downgrade(peer),
+    };
+    Ok((Session { state }, Arc::new(wire)))
+}
+
+fn kind_of(status: u16) -> ErrorKind {
+    match status {
+        401 => ErrorKind::Authentication,
+        402 | 403 => ErrorKind::Permission,
+        404 => ErrorKind::NotFound,
+        429 => ErrorKind::RateLimited,
+        500..=599 => ErrorKind::Server,
+        _ => ErrorKind::BadRequest,
+    }
+}
+
+/// One POST and what comes back. Answers to the server's own requests are posted in
+/// turn; a failure fails the request it carried.
+async fn exchange(state: Arc<State>, peer: Arc<Peer>, message: Value, request: Option<u64>) {
+    let fail = |err: RpcError| {
+        if let Some(id) = request {
+            peer.fail(id, err);
+        }
+    };
+    let initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
+    let body = message.to_string();
+    let mut req = state
+        .client
+        .post(&state.url)
+        .headers(state.headers.clone())
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "application/json, text/event-stream")
+        .body(body);
+    let session = if initialize {
+        None
+    } else {
+        State::lock(&state.session).clone()
+    };
+    if let Some(s) = &session {
+        req = req.header(SESSION_HEADER, s);
+    }
+    if !initialize {
+        if let Some(v) = State::lock(&state.version).clone() {
+            req = req.header(VERSION_HEADER, v);
+        }
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            let e = Error::new(
+                ErrorKind::Connection,
+                format!("MCP server {:?}: {}", state.name, without_url(&e)),
+            );
+            return fail(RpcError::Failed(e));
+        }
+    };
+    let status = resp.status().as_u16();
+    if status == 404 && session.is_some() {
+        // The session expired: the next initialize starts a new one.
+        let mut current = State::lock(&state.session);
+        if *current == session {
+            *current = None;
+        }
+        return fail(RpcError::SessionExpired);
+    }
+    if !(200..300).contains(&status) {
+        let text = read_capped(resp, ERROR_BODY_SHOWN).await;
+        let e = Error::new(
+            kind_of(status),
+            format!(
+                "MCP server {:?} answered HTTP {status}{}",
+                state.name,
+                if text.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", text.trim())
+                }
+            ),
+        )
+        .with_status(status);
+        return fail(RpcError::Failed(e));
+    }
+    if initialize {
+        if let Some(s) = resp
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+        {
+            *State::lock(&state.session) = Some(s.to_owned());
+        }
+    }
+    if status == 202 || request.is_none() {
+        return;
+    }
+    let content_type = resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let wire: Arc<dyn Wire> = Arc::new(HttpWire {
+        state: state.clone(),
+        peer: Arc::downgrade(&peer),
+    });
+    let deliver = |message: Value| {
+        for reply in peer.route(message) {
+            wire.send(reply, None);
+        }
+    };
+    if content_type.starts_with("text/event-stream") {
+        let mut parser = crate::sse::SseParser::new(state.max);
+        let mut body = resp.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => {
+                    let e = Error::new(
+                        ErrorKind::Connection,
+                        format!("MCP server {:?}: {}", state.name, without_url(&e)),
+                    );
+                    return fail(RpcError::Failed(e));
+                }
+            };
+            let mut messages = Vec::new();
+            let fed = parser.feed(&chunk, |ev| {
+                if !ev.data.trim().is_empty() {
+                    if let Ok(v) = serde_json::from_str::<Value>(ev.data) {
+                        messages.push(v);
+                    }
+                }
+                Ok(())
+            });
+            for m in messages {
+                deliver(m);
+            }
+            if let Err(e) = fed {
+                return fail(RpcError::Failed(Error::protocol(format!(
+                    "MCP server {:?}: {}",
+                    state.name, e.message
+                ))));
+            }
+        }
+    } else {
+        let text = match read_limited(resp, state.max).await {
+            Ok(t) => t,
+            Err(e) => return fail(RpcError::Failed(e.prefixed(&state.name))),
+        };
+        match serde_json::from_slice::<Value>(&text) {
+            Ok(v) => deliver(v),
+            Err(e) => {
+                return fail(RpcError::Failed(Error::protocol(format!(
+                    "MCP server {:?} answered with invalid JSON: {e}",
+                    state.name
+                ))))
+            }
+        }
+    }
+    // Still waiting after the answer's exchange ended: it never came.
+    fail(RpcError::Failed(Error::new(
+        ErrorKind::Incomplete,
+        format!(
+            "MCP server {:?} ended its answer without a result",
+            state.name
+        ),
+    )));
+}
+
+/// A reqwest error's words without the URL (which may hold a token of the user's).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut s = e.without_url_ref();
+    if let Some(source) = std::error::Error::source(e) {
+        s = format!("{s}: {source}");
+    }
+    s
+}
+
+trait WithoutUrl {
+    fn without_url_ref(&self) -> String;
+}
+
+impl WithoutUrl for reqwest::Error {
+    fn without_url_ref(&self) -> String {
+        if self.is_timeout() {
+            "timed out".to_owned()
+        } else if self.is_connect() {
+            "could not connect".to_owned()
+        } else if self.is_body() || self.is_decode() {
+            "the answer broke off".to_owned()
+        } else {
+            "the request failed".to_owned()
+        }
+    }
+}
+
+trait Prefixed {
+    fn prefixed(self, name: &str) -> Error;
+}
+
+impl Prefixed for Error {
+    fn prefixed(mut self, name: &str) -> Error {
+        self.message = format!("MCP server {name:?}: {}", self.message);
+        self
+    }
+}
+
+async fn read_limited(resp: reqwest::Response, max: usize) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk
+            .map_err(|_| Error::new(ErrorKind::Connection, "the answer broke off".to_owned()))?;
+        if out.len() + chunk.len() > max {
+            return Err(Error::protocol(format!(
+                "an answer larger than {max} bytes"
+            )));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+async fn read_capped(resp: reqwest::Response, max: usize) -> String {
+    let mut out = Vec::new();
+    let mut body = resp.bytes_stream();
+    while let Some(Ok(chunk)) = body.next().await {
+        let room = max.saturating_sub(out.len());
+        out.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if out.len() >= max {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -1,0 +1,379 @@
+//! Owns the Model Context Protocol client: MCP servers whose tools the model can call
+//! like any other tool. What a server is (`McpServer`: a command over stdio, or a
+//! Streamable HTTP endpoint), the set of an agent's servers and their lifecycle
+//! ([`McpServers`]: started lazily at the first turn, shared by the agent's turns, shut
+//! down when the last agent using them is dropped), the JSON-RPC layer (`rpc`), the
+//! two transports (`stdio`, `http`), and the tools they become (`tools`: naming,
+//! filters, result mapping, timeouts). The agent sees only [`crate::Tool`]s; no type of
+//! this module's dependencies is public.
+//!
+//! The JSON-RPC layer is panto's own rather than the official SDK's (`rmcp`): see
+//! DESIGN.md, "MCP servers as tools", for why, for the lifecycle and for the limits.
+
+mod http;
+mod rpc;
+mod server;
+#[cfg(unix)]
+mod stdio;
+mod tools;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::sync::Mutex as AsyncMutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::secret::is_secret_header;
+use crate::tool::Tool;
+
+pub use tools::McpToolInfo;
+
+/// The protocol revision panto speaks.
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
+/// The revisions panto accepts when a server answers `initialize` with an older one.
+pub const ACCEPTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// Default of an MCP server's `timeout_ms`: the longest one request may go without an
+/// answer or a progress notification.
+pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+
+/// How panto reaches an MCP server.
+#[derive(Clone, PartialEq, Eq)]
+pub enum McpTransport {
+    /// A command panto starts, speaking newline-delimited JSON-RPC on its stdin and
+    /// stdout. `env` is added to panto's own environment; `cwd` defaults to panto's.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<String>,
+    },
+    /// A Streamable HTTP endpoint; every header value is a secret.
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// One MCP server of the configuration (`mcp_servers.<name>`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct McpServer {
+    pub transport: McpTransport,
+    /// Longest one request may go without an answer or progress (default 60 s).
+    pub timeout_ms: u64,
+    /// What the server's tool names are prefixed with (default `<name>__`).
+    pub tool_prefix: Option<String>,
+    /// Only these tools (by the server's own names), when given.
+    pub enabled_tools: Option<Vec<String>>,
+    /// Never these tools (by the server's own names).
+    pub disabled_tools: Vec<String>,
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("McpServer");
+        match &self.transport {
+            McpTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => d
+                .field("command", command)
+                .field("args", args)
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .field("cwd", cwd),
+            McpTransport::Http { url, headers } => d
+                .field("url", url)
+                .field("headers", &headers.keys().collect::<Vec<_>>()),
+        };
+        d.field("timeout_ms", &self.timeout_ms)
+            .field("tool_prefix", &self.tool_prefix)
+            .field("enabled_tools", &self.enabled_tools)
+            .field("disabled_tools", &self.disabled_tools)
+            .finish()
+    }
+}
+
+impl McpServer {
+    fn with_transport(transport: McpTransport) -> McpServer {
+        McpServer {
+            transport,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            tool_prefix: None,
+            enabled_tools: None,
+            disabled_tools: Vec::new(),
+        }
+    }
+
+    /// A server panto starts: `command` with `args`.
+    pub fn stdio<I, S>(command: impl Into<String>, args: I) -> McpServer
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        McpServer::with_transport(McpTransport::Stdio {
+            command: command.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            env: BTreeMap::new(),
+            cwd: None,
+        })
+    }
+
+    /// A Streamable HTTP server at `url`.
+    pub fn http(url: impl Into<String>) -> McpServer {
+        McpServer::with_transport(McpTransport::Http {
+            url: url.into(),
+            headers: BTreeMap::new(),
+        })
+    }
+
+    /// Adds an environment variable (stdio servers; ignored for HTTP).
+    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> McpServer {
+        if let McpTransport::Stdio { env, .. } = &mut self.transport {
+            env.insert(name.into(), value.into());
+        }
+        self
+    }
+
+    /// Sets the working directory (stdio servers; ignored for HTTP).
+    pub fn with_cwd(mut self, dir: impl Into<String>) -> McpServer {
+        if let McpTransport::Stdio { cwd, .. } = &mut self.transport {
+            *cwd = Some(dir.into());
+        }
+        self
+    }
+
+    /// Adds a header (HTTP servers; ignored for stdio). Its value is a secret.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> McpServer {
+        if let McpTransport::Http { headers, .. } = &mut self.transport {
+            headers.insert(name.into(), value.into());
+        }
+        self
+    }
+
+    pub fn with_timeout_ms(mut self, ms: u64) -> McpServer {
+        self.timeout_ms = ms;
+        self
+    }
+
+    pub fn with_tool_prefix(mut self, prefix: impl Into<String>) -> McpServer {
+        self.tool_prefix = Some(prefix.into());
+        self
+    }
+
+    pub fn with_enabled_tools<I, S>(mut self, tools: I) -> McpServer
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.enabled_tools = Some(tools.into_iter().map(Into::into).collect());
+        self
+    }
+
+    pub fn with_disabled_tools<I, S>(mut self, tools: I) -> McpServer
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.disabled_tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The values panto must never show: every header value of an HTTP server (and
+    /// the token of a `Bearer` one), and environment values whose names look like
+    /// credentials.
+    pub(crate) fn secret_values(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        match &self.transport {
+            McpTransport::Http { headers, .. } => {
+                for value in headers.values() {
+                    out.push(value.clone());
+                    if let Some(token) = value.strip_prefix("Bearer ") {
+                        out.push(token.to_owned());
+                    }
+                }
+            }
+            McpTransport::Stdio { env, .. } => {
+                for (name, value) in env {
+                    if is_secret_header(name) {
+                        out.push(value.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Checks what the schema cannot: a name usable in tool names, a command or URL.
+    pub(crate) fn check(&self, name: &str) -> Result<()> {
+        let path = format!("mcp_servers.{name}");
+        if name.is_empty() || name.len() > 64 {
+            return Err(Error::config(format!(
+                "{path}: a server's name must be 1 to 64 characters"
+            )));
+        }
+        if self.timeout_ms == 0 {
+            return Err(Error::config(format!(
+                "{path}.timeout_ms: must be at least 1"
+            )));
+        }
+        match &self.transport {
+            McpTransport::Stdio { command, .. } if command.trim().is_empty() => {
+                Err(Error::config(format!("{path}.command: must not be empty")))
+            }
+            McpTransport::Http { url, headers } => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(Error::config(format!(
+                        "{path}.url: must start with http:// or https://"
+                    )));
+                }
+                for (h, v) in headers {
+                    if reqwest::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                        return Err(Error::config(format!(
+                            "{path}.headers.{h}: not a valid header name"
+                        )));
+                    }
+                    if reqwest::header::HeaderValue::from_str(v).is_err() {
+                        return Err(Error::config(format!(
+                            "{path}.headers.{h}: not a valid header value"
+                        )));
+                    }
+                }
+                Ok(())
+            }
+            McpTransport::Stdio { .. } => Ok(()),
+        }
+    }
+}
+
+/// Limits a set of servers applies to what its servers send.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Cap on one JSON-RPC message (a stdio line, an HTTP body or SSE event).
+    pub max_message_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_message_bytes: crate::sse::DEFAULT_MAX_EVENT_SIZE,
+        }
+    }
+}
+
+/// A set of MCP servers and their tools. Cheap to clone: clones share the servers.
+/// Servers start at the first [`McpServers::tools`] (an agent's first turn) and are
+/// shut down when the last clone is dropped: stdin closed, then SIGTERM and SIGKILL
+/// to the server's process group (stdio), or the session deleted (HTTP).
+#[derive(Clone)]
+pub struct McpServers {
+    inner: Arc<SetInner>,
+}
+
+struct SetInner {
+    configs: BTreeMap<String, McpServer>,
+    limits: Limits,
+    state: AsyncMutex<Vec<server::Slot>>,
+}
+
+impl fmt::Debug for McpServers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpServers")
+            .field("servers", &self.inner.configs.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpServers {
+    /// A set of servers (none started). A `config` error names a server whose
+    /// declaration cannot work.
+    pub fn new(configs: BTreeMap<String, McpServer>) -> Result<McpServers> {
+        McpServers::with_limits(configs, Limits::default())
+    }
+
+    pub(crate) fn with_limits(
+        configs: BTreeMap<String, McpServer>,
+        limits: Limits,
+    ) -> Result<McpServers> {
+        for (name, server) in &configs {
+            server.check(name)?;
+        }
+        let slots = configs
+            .iter()
+            .map(|(name, config)| server::Slot::new(name, config.clone()))
+            .collect();
+        Ok(McpServers {
+            inner: Arc::new(SetInner {
+                configs,
+                limits,
+                state: AsyncMutex::new(slots),
+            }),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.configs.is_empty()
+    }
+
+    /// The servers' declarations, by name.
+    pub fn configs(&self) -> &BTreeMap<String, McpServer> {
+        &self.inner.configs
+    }
+
+    /// Every tool of every server, started first if they were not (concurrently), and
+    /// listed again where a server said its list changed. A server that cannot start
+    /// is an error naming it (with its command and the end of its stderr); it is tried
+    /// again at the next call. Tool names that collide are a `config` error.
+    pub async fn tools(&self, cancel: &CancellationToken) -> Result<Vec<Arc<dyn Tool>>> {
+        let mut slots = self.inner.state.lock().await;
+        let limits = self.inner.limits;
+        let work = slots.iter_mut().map(|slot| slot.refresh(limits));
+        let results = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(Error::cancelled()),
+            r = futures_util::future::join_all(work) => r,
+        };
+        for r in results {
+            r?;
+        }
+        let mut all: Vec<Arc<dyn Tool>> = Vec::new();
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        for slot in slots.iter() {
+            for t in slot.tools() {
+                let name = t.spec().name;
+                if let Some(other) = seen.insert(name.clone(), slot.name().to_owned()) {
+                    return Err(Error::config(format!(
+                        "mcp_servers.{}: the tool name {name:?} is also a tool of the MCP server \
+                         {other:?}; set tool_prefix or filter the tools",
+                        slot.name()
+                    )));
+                }
+                all.push(t);
+            }
+        }
+        Ok(all)
+    }
+
+    /// What `panto mcp list` shows: each server's tools, or why it could not start.
+    pub async fn list(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Vec<(String, std::result::Result<Vec<McpToolInfo>, Error>)> {
+        let mut slots = self.inner.state.lock().await;
+        let limits = self.inner.limits;
+        let work = slots.iter_mut().map(|slot| slot.refresh(limits));
+        let results = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => slots.iter().map(|_| Err(Error::cancelled())).collect(),
+            r = futures_util::future::join_all(work) => r,
+        };
+        slots
+            .iter()
+            .zip(results)
+            .map(|(slot, r)| (slot.name().to_owned(), r.map(|()| slot.infos())))
+            .collect()
+    }
+}

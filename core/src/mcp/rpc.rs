@@ -1,0 +1,377 @@
+//! Owns the JSON-RPC 2.0 layer both transports share: request ids, the table of
+//! requests waiting for an answer, routing what a server sends (answers, progress,
+//! `list_changed`, its own requests such as `ping`), the per-request timeout that
+//! progress re-arms, and `notifications/cancelled` for a request given up on. A
+//! transport only moves messages: it implements [`Wire`] and feeds what arrives to
+//! [`Peer::route`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::{oneshot, Notify};
+use tracing::debug;
+
+use crate::error::{Error, ErrorKind};
+
+/// Most requests of one server waiting at once: a bound on the table, far above what
+/// `tool_concurrency` lets an agent start.
+const MAX_PENDING: usize = 4096;
+
+/// Why a request got no result.
+#[derive(Debug)]
+pub(crate) enum RpcError {
+    /// The server answered with a JSON-RPC error.
+    Remote { code: i64, message: String },
+    /// No answer or progress within the timeout.
+    Timeout(Duration),
+    /// The HTTP session is gone (404): initialize again.
+    SessionExpired,
+    /// The connection failed or ended; the error says how.
+    Failed(Error),
+}
+
+/// Moves messages to a server. Answers come back through [`Peer::route`].
+pub(crate) trait Wire: Send + Sync {
+    /// Sends one message. `request` is its id when it is a request (a transport that
+    /// answers each request on its own exchange, HTTP, fails that id on error).
+    fn send(&self, message: Value, request: Option<u64>);
+    /// The request `id` was given up on: stop whatever carries it (HTTP aborts its
+    /// exchange). The `notifications/cancelled` is sent separately.
+    fn abandon(&self, _id: u64) {}
+}
+
+struct Pending {
+    tx: oneshot::Sender<Result<Value, RpcError>>,
+    progress: Arc<Notify>,
+}
+
+/// One connection's requests and notifications.
+pub(crate) struct Peer {
+    /// The server's name, for messages.
+    pub name: String,
+    next_id: AtomicU64,
+    pending: Mutex<HashMap<u64, Pending>>,
+    /// Set by `notifications/tools/list_changed`; taken between steps.
+    pub list_changed: AtomicBool,
+    /// Why the connection ended, once it did.
+    closed: Mutex<Option<Error>>,
+}
+
+impl Peer {
+    pub fn new(name: &str) -> Peer {
+        Peer {
+            name: name.to_owned(),
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(HashMap::new()),
+            list_changed: AtomicBool::new(false),
+            closed: Mutex::new(None),
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Why the connection ended, if it did.
+    pub fn closed(&self) -> Option<Error> {
+        self.closed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Ends the connection: every waiting request fails with `why`, and so does every
+    /// later one.
+    pub fn close(&self, why: Error) {
+        {
+            let mut closed = self.closed.lock().unwrap_or_else(PoisonError::into_inner);
+            if closed.is_none() {
+                *closed = Some(why.clone());
+            }
+        }
+        let drained: Vec<Pending> = self.table().drain().map(|(_, p)| p).collect();
+        for p in drained {
+            let _ = p.tx.send(Err(RpcError::Failed(why.clone())));
+        }
+    }
+
+    /// Fails one request (its exchange broke).
+    pub fn fail(&self, id: u64, err: RpcError) {
+        if let Some(p) = self.table().remove(&id) {
+            let _ = p.tx.send(Err(err));
+        }
+    }
+
+    /// Routes one message from the server. Returns the answers to send back (to the
+    /// server's own requests).
+    pub fn route(&self, message: Value) -> Vec<Value> {
+        match message {
+            Value::Array(items) => items.into_iter().flat_map(|m| self.route(m)).collect(),
+            Value::Object(mut o) => {
+                let method = o.get("method").and_then(Value::as_str).map(str::to_owned);
+                match (method, o.remove("id")) {
+                    (Some(method), Some(id)) => vec![self.answer_request(&method, id)],
+                    (Some(method), None) => {
+                        self.notification(&method, o.get("params"));
+                        Vec::new()
+                    }
+                    (None, Some(id)) => {
+                        let Some(id) = id.as_u64() else {
+                            debug!(server = %self.name, "an answer to an id panto never used");
+                            return Vec::new();
+                        };
+                        let Some(p) = self.table().remove(&id) else {
+                            // Late: the request timed out or was cancelled.
+                            return Vec::new();
+                        };
+                        let outcome = if let Some(err) = o.get("error") {
+                            Err(RpcError::Remote {
+                                code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
+                                message: crate::provider::truncate(
+                                    err.get("message").and_then(Value::as_str).unwrap_or(""),
+                                    2000,
+                                )
+                                .to_owned(),
+                            })
+                        } else {
+                            Ok(o.remove("result").unwrap_or(Value::Null))
+                        };
+                        let _ = p.tx.send(outcome);
+                        Vec::new()
+                    }
+                    (None, None) => Vec::new(),
+                }
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The server asked something. panto declares no client capabilities, so only
+    /// `ping` has an answer; the rest are "method not found".
+    fn answer_request(&self, method: &str, id: Value) -> Value {
+        if method == "ping" {
+            json!({"jsonrpc": "2.0", "id": id, "result": {}})
+        } else {
+            json!({"jsonrpc": "2.0", "id": id,
+                   "error": {"code": -32601, "message": "panto does not offer this method"}})
+        }
+    }
+
+    fn notification(&self, method: &str, params: Option<&Value>) {
+        match method {
+            "notifications/progress" => {
+                let token = params.and_then(|p| p.get("progressToken"));
+                let id = match token {
+                    Some(Value::Number(n)) => n.as_u64(),
+                    Some(Value::String(s)) => s.parse().ok(),
+                    _ => None,
+                };
+                if let Some(p) = id.and_then(|id| self.table().get(&id).map(|p| p.progress.clone()))
+                {
+                    p.notify_one();
+                }
+            }
+            "notifications/tools/list_changed" => {
+                self.list_changed.store(true, Ordering::SeqCst);
+            }
+            "notifications/message" => {
+                let text = params.map(Value::to_string).unwrap_or_default();
+                debug!(server = %self.name, log = crate::provider::truncate(&text, 500), "MCP server log");
+            }
+            _ => {}
+        }
+    }
+
+    /// Sends a request and waits for its answer. The wait fails after `timeout` without
+    /// an answer or a progress notification (each one re-arms it); a request given up
+    /// on — timed out, or its future dropped because the turn was cancelled — is
+    /// withdrawn with `notifications/cancelled` (except `initialize`, which the
+    /// protocol does not let a client cancel).
+    pub async fn request(
+        self: &Arc<Peer>,
+        wire: &Arc<dyn Wire>,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, RpcError> {
+        if let Some(why) = self.closed() {
+            return Err(RpcError::Failed(why));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut rx) = oneshot::channel();
+        let progress = Arc::new(Notify::new());
+        {
+            let mut table = self.table();
+            if table.len() >= MAX_PENDING {
+                return Err(RpcError::Failed(Error::new(
+                    ErrorKind::Tool,
+                    format!(
+                        "MCP server {:?}: more than {MAX_PENDING} requests waiting",
+                        self.name
+                    ),
+                )));
+            }
+            table.insert(
+                id,
+                Pending {
+                    tx,
+                    progress: progress.clone(),
+                },
+            );
+        }
+        let mut params = params;
+        if method == "tools/call" {
+            if let Value::Object(o) = &mut params {
+                o.insert("_meta".into(), json!({"progressToken": id}));
+            }
+        }
+        let mut guard = Withdraw {
+            peer: self,
+            wire,
+            id,
+            done: method == "initialize",
+        };
+        wire.send(
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+            Some(id),
+        );
+        let mut deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut rx => {
+                    guard.done = true;
+                    return match r {
+                        Ok(r) => r,
+                        Err(_) => Err(RpcError::Failed(self.closed().unwrap_or_else(|| {
+                            Error::new(ErrorKind::Connection, format!(
+                                "MCP server {:?}: the connection ended", self.name))
+                        }))),
+                    };
+                }
+                _ = progress.notified() => deadline = tokio::time::Instant::now() + timeout,
+                _ = tokio::time::sleep_until(deadline) => return Err(RpcError::Timeout(timeout)),
+            }
+        }
+    }
+
+    /// Sends a notification.
+    pub fn notify(wire: &Arc<dyn Wire>, method: &str, params: Option<Value>) {
+        let mut m = json!({"jsonrpc": "2.0", "method": method});
+        if let Some(p) = params {
+            m["params"] = p;
+        }
+        wire.send(m, None);
+    }
+}
+
+/// A request's way out when its future ends without an answer.
+struct Withdraw<'a> {
+    peer: &'a Arc<Peer>,
+    wire: &'a Arc<dyn Wire>,
+    id: u64,
+    done: bool,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            self.peer.table().remove(&self.id);
+            return;
+        }
+        self.peer.table().remove(&self.id);
+        if self.peer.closed().is_some() {
+            return;
+        }
+        self.wire.abandon(self.id);
+        Peer::notify(
+            self.wire,
+            "notifications/cancelled",
+            Some(json!({"requestId": self.id, "reason": "panto gave up on the request"})),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Sent(Mutex<Vec<Value>>);
+    impl Wire for Sent {
+        fn send(&self, message: Value, _: Option<u64>) {
+            self.0.lock().unwrap().push(message);
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_progress_and_cancel() {
+        let peer = Arc::new(Peer::new("s"));
+        let sent = Arc::new(Sent(Mutex::new(Vec::new())));
+        let wire: Arc<dyn Wire> = sent.clone();
+        // An answer resolves its request.
+        let p2 = peer.clone();
+        let call = tokio::spawn({
+            let wire = wire.clone();
+            async move {
+                p2.request(
+                    &wire,
+                    "tools/call",
+                    json!({"name": "t"}),
+                    Duration::from_secs(60),
+                )
+                .await
+            }
+        });
+        while sent.0.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let req = sent.0.lock().unwrap()[0].clone();
+        assert_eq!(req["params"]["_meta"]["progressToken"], req["id"]);
+        let id = req["id"].clone();
+        assert!(peer
+            .route(json!({"jsonrpc": "2.0", "id": id, "result": {"ok": 1}}))
+            .is_empty());
+        assert_eq!(call.await.unwrap().unwrap(), json!({"ok": 1}));
+        // A ping from the server is answered; an unknown request is refused.
+        let replies = peer.route(json!([{"jsonrpc": "2.0", "id": "a", "method": "ping"},
+                                        {"jsonrpc": "2.0", "id": 7, "method": "sampling/createMessage"}]));
+        assert_eq!(
+            replies[0],
+            json!({"jsonrpc": "2.0", "id": "a", "result": {}})
+        );
+        assert_eq!(replies[1]["error"]["code"], -32601);
+        // list_changed is noted.
+        peer.route(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        assert!(peer.list_changed.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn progress_rearms_the_timeout_and_a_timeout_withdraws() {
+        let peer = Arc::new(Peer::new("s"));
+        let sent = Arc::new(Sent(Mutex::new(Vec::new())));
+        let wire: Arc<dyn Wire> = sent.clone();
+        let p2 = peer.clone();
+        let w2 = wire.clone();
+        let call = tokio::spawn(async move {
+            p2.request(&w2, "tools/call", json!({}), Duration::from_millis(2000))
+                .await
+        });
+        // Progress every second for three seconds: without re-arming, the call would
+        // have failed at two.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            assert!(!call.is_finished(), "the call timed out despite progress");
+            peer.route(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                              "params": {"progressToken": 1, "progress": 1}}));
+        }
+        let r = call.await.unwrap();
+        assert!(matches!(r, Err(RpcError::Timeout(_))));
+        let sent = sent.0.lock().unwrap();
+        assert_eq!(sent[1]["method"], "notifications/cancelled");
+        assert_eq!(sent[1]["params"]["requestId"], 1);
+        assert!(peer.table().is_empty());
+    }
+}

@@ -1,0 +1,378 @@
+//! Owns the stdio transport: the server's process (spawned in a process group of its
+//! own, with its arguments, environment and working directory), newline-delimited
+//! JSON-RPC on its stdin and stdout, the bounded log of its stderr, noticing that it
+//! exited, and stopping it: stdin closed, a wait, SIGTERM to the group, a wait, SIGKILL
+//! to the group, and the process reaped — on a short-lived thread of its own, so that
+//! dropping an agent never blocks and works with no runtime left.
+
+use std::collections::VecDeque;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::rpc::{Peer, Wire};
+use crate::error::{Error, ErrorKind, Result};
+
+/// How much of the server's stderr is kept (the end of it).
+const STDERR_KEEP: usize = 16 * 1024;
+/// How much of it an error shows.
+const STDERR_SHOWN: usize = 2 * 1024;
+/// How long a server has to exit after its stdin is closed, and again after SIGTERM.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+/// The end of a server's stderr.
+#[derive(Default)]
+pub(crate) struct StderrLog(Mutex<VecDeque<u8>>);
+
+impl StderrLog {
+    fn push(&self, bytes: &[u8]) {
+        let mut log = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        log.extend(bytes);
+        let excess = log.len().saturating_sub(STDERR_KEEP);
+        log.drain(..excess);
+    }
+
+    /// The last lines, at most `STDERR_SHOWN` bytes, or "" if it wrote nothing.
+    pub fn tail(&self) -> String {
+        let log = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let skip = log.len().saturating_sub(STDERR_SHOWN);
+        let bytes: Vec<u8> = log.iter().skip(skip).copied().collect();
+        let text = String::from_utf8_lossy(&bytes);
+        let text = text.trim_end();
+        // Start at a line if the cut fell inside one.
+        match (skip > 0, text.find('\n')) {
+            (true, Some(i)) => text[i + 1..].to_owned(),
+            _ => text.to_owned(),
+        }
+    }
+}
+
+/// Words for an error: the stderr's end, or that it said nothing.
+pub(crate) fn stderr_note(log: &StderrLog) -> String {
+    let tail = log.tail();
+    if tail.is_empty() {
+        "it wrote nothing to stderr".to_owned()
+    } else {
+        format!("its stderr ends with:\n{tail}")
+    }
+}
+
+struct StdioWire {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+}
+
+impl Wire for StdioWire {
+    fn send(&self, message: Value, _request: Option<u64>) {
+        let mut line = message.to_string().into_bytes();
+        line.push(b'\n');
+        // A closed channel means the writer is gone: the reader reports why.
+        let _ = self.tx.send(line);
+    }
+}
+
+/// A running server process. Dropping it stops the server (see the module's doc).
+pub(crate) struct Process {
+    pid: i32,
+    child: Option<std::process::Child>,
+    closing: CancellationToken,
+    tasks: Vec<tokio::task::AbortHandle>,
+    pub stderr: Arc<StderrLog>,
+    /// `command args…`, for messages.
+    pub command_line: String,
+}
+
+/// Starts `command` and connects it to `peer`.
+pub(crate) fn spawn(
+    peer: &Arc<Peer>,
+    command: &str,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    cwd: Option<&str>,
+    max_message_bytes: usize,
+) -> Result<(Process, Arc<dyn Wire>)> {
+    let command_line = std::iter::once(command)
+        .chain(args.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut cmd = std::process::Command::new(command);
+    cmd.args(args)
+        .envs(env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group: the whole group can be signalled, and a Ctrl-C at panto's
+        // terminal does not reach it before panto decides.
+        .process_group(0);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        Error::config(format!(
+            "mcp_servers.{}: cannot start `{command_line}`: {e}",
+            peer.name
+        ))
+    })?;
+    let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+    let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+        return Err(Error::internal("a spawned MCP server has no pipes"));
+    };
+    let wrap =
+        |e: std::io::Error| Error::internal(format!("cannot watch an MCP server's pipe: {e}"));
+    let stdin = tokio::process::ChildStdin::from_std(stdin).map_err(wrap)?;
+    let stdout = tokio::process::ChildStdout::from_std(stdout).map_err(wrap)?;
+    let stderr = tokio::process::ChildStderr::from_std(stderr).map_err(wrap)?;
+    let log = Arc::new(StderrLog::default());
+    let closing = CancellationToken::new();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut process = Process {
+        pid,
+        child: Some(child),
+        closing: closing.clone(),
+        tasks: Vec::new(),
+        stderr: log.clone(),
+        command_line,
+    };
+    let writer = tokio::spawn(write_loop(stdin, rx, closing));
+    let stderr_task = tokio::spawn(stderr_loop(stderr, log.clone()));
+    let reader = tokio::spawn(read_loop(
+        stdout,
+        peer.clone(),
+        tx.clone(),
+        log,
+        pid,
+        max_message_bytes,
+    ));
+    process.tasks = vec![
+        writer.abort_handle(),
+        stderr_task.abort_handle(),
+        reader.abort_handle(),
+    ];
+    Ok((process, Arc::new(StdioWire { tx })))
+}
+
+async fn write_loop(
+    mut stdin: tokio::process::ChildStdin,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    closing: CancellationToken,
+) {
+    loop {
+        let line = tokio::select! {
+            biased;
+            _ = closing.cancelled() => break,
+            line = rx.recv() => match line {
+                Some(line) => line,
+                None => break,
+            },
+        };
+        if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
+            // The server is gone; the reader sees its stdout end and says so.
+            break;
+        }
+    }
+    // Dropping stdin closes it: the server's signal to exit.
+}
+
+async fn stderr_loop(mut stderr: tokio::process::ChildStderr, log: Arc<StderrLog>) {
+    let mut buf = vec![0u8; 4096];
+    while let Ok(n) = stderr.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        log.push(&buf[..n]);
+    }
+}
+
+async fn read_loop(
+    stdout: tokio::process::ChildStdout,
+    peer: Arc<Peer>,
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    log: Arc<StderrLog>,
+    pid: i32,
+    max: usize,
+) {
+    let mut reader = BufReader::new(stdout);
+    let mut line: Vec<u8> = Vec::new();
+    let why = loop {
+        // One line, at most `max` bytes: a longer one ends the connection rather
+        // than memory.
+        let available = match reader.fill_buf().await {
+            Ok([]) => break None,
+            Ok(b) => b,
+            Err(e) => break Some(format!("reading its output failed: {e}")),
+        };
+        let (take, complete) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        if line.len() + take > max.saturating_add(1) {
+            break Some(format!("it sent a message larger than {max} bytes"));
+        }
+        line.extend_from_slice(&available[..take]);
+        reader.consume(take);
+        if !complete {
+            continue;
+        }
+        let text = line.trim_ascii();
+        if !text.is_empty() {
+            match serde_json::from_slice::<Value>(text) {
+                Ok(message) => {
+                    for reply in peer.route(message) {
+                        let mut out = reply.to_string().into_bytes();
+                        out.push(b'\n');
+                        let _ = tx.send(out);
+                    }
+                }
+                Err(e) => {
+                    // Servers that print to stdout break the protocol; the line is
+                    // skipped, not fatal.
+                    debug!(server = %peer.name, error = %e, "a line of an MCP server's stdout is not JSON");
+                }
+            }
+        }
+        line.clear();
+    };
+    drop(tx);
+    let status = match why {
+        Some(_) => None,
+        None => exit_status_soon(pid).await,
+    };
+    let what = match (why, status) {
+        (Some(why), _) => why,
+        (None, Some(status)) => format!("it exited ({status})"),
+        (None, None) => "it closed its output".to_owned(),
+    };
+    peer.close(Error::new(
+        ErrorKind::Connection,
+        format!(
+            "MCP server {:?} stopped: {what}; {}",
+            peer.name,
+            stderr_note(&log)
+        ),
+    ));
+}
+
+/// The exit status of `pid` if it exits within a moment of closing its output, without
+/// reaping it (the process's owner does that).
+async fn exit_status_soon(pid: i32) -> Option<String> {
+    let until = Instant::now() + Duration::from_millis(500);
+    loop {
+        if let Some(s) = peek_exit(pid) {
+            return Some(s);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether `pid` has exited, as words, leaving it unreaped.
+fn peek_exit(pid: i32) -> Option<String> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        // SAFETY: waitid writes only into `info`, a zeroed siginfo_t we own.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: after a successful waitid, si_pid and si_status are set (zero if
+        // the process has not exited).
+        if r != 0 || unsafe { info.si_pid() } == 0 {
+            return None;
+        }
+        let status = unsafe { info.si_status() };
+        Some(match info.si_code {
+            libc::CLD_EXITED => format!("exit status {status}"),
+            _ => format!("killed by signal {status}"),
+        })
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
+impl Process {
+    /// Whether the server process has exited (still unreaped).
+    pub fn exited(&self) -> Option<String> {
+        peek_exit(self.pid)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.closing.cancel();
+        let Some(child) = self.child.take() else {
+            return;
+        };
+        let tasks = std::mem::take(&mut self.tasks);
+        let pid = self.pid;
+        let stop = move || stop(child, pid, tasks);
+        if std::thread::Builder::new()
+            .name("panto-mcp-stop".into())
+            .spawn(stop)
+            .is_err()
+        {
+            // No thread to be had: kill at once rather than leave the server running.
+            kill_group(pid, libc::SIGKILL);
+        }
+    }
+}
+
+fn kill_group(pid: i32, signal: i32) {
+    // SAFETY: kill has no memory effects; a negative pid names the process group the
+    // server leads (it was spawned with process_group(0), so its group id is its pid,
+    // and the group cannot be reused while the unreaped leader exists).
+    unsafe {
+        libc::kill(-pid, signal);
+    }
+}
+
+/// Waits until `pid` exits (unreaped) or `grace` passes.
+fn wait_exit(pid: i32, grace: Duration) -> bool {
+    let until = Instant::now() + grace;
+    loop {
+        if peek_exit(pid).is_some() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The shutdown sequence (on its own thread): stdin was closed by cancelling `closing`
+/// (the writer drops it); the server gets `EXIT_GRACE` to exit, then SIGTERM to its
+/// group, `EXIT_GRACE` again, then SIGKILL. The group is signalled even when the
+/// leader exited on its own, so that nothing it started outlives it; the leader is
+/// reaped last, so its group id stays reserved until then.
+fn stop(mut child: std::process::Child, pid: i32, tasks: Vec<tokio::task::AbortHandle>) {
+    if !wait_exit(pid, EXIT_GRACE) {
+        kill_group(pid, libc::SIGTERM);
+        if !wait_exit(pid, EXIT_GRACE) {
+            kill_group(pid, libc::SIGKILL);
+        }
+    }
+    // What the leader left behind in its group.
+    kill_group(pid, libc::SIGTERM);
+    kill_group(pid, libc::SIGKILL);
+    let _ = child.wait();
+    for t in tasks {
+        t.abort();
+    }
+}

@@ -1,0 +1,305 @@
+//! Owns what an MCP server's tools become for the model: their names
+//! (`<server>__<tool>`, or the server's `tool_prefix`, made to fit what both providers
+//! accept), the `enabled_tools` / `disabled_tools` filters, the schema, and the
+//! mapping of a `tools/call` result (or its failure) to the text the model reads.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::rpc::RpcError;
+use super::server::Server;
+use super::McpServer;
+use crate::error::{Error, Result};
+use crate::request::ToolSpec;
+use crate::tool::{Tool, ToolFuture, ToolOutput};
+
+/// One tool of a server, as `panto mcp list` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpToolInfo {
+    /// The name the model calls it by.
+    pub name: String,
+    /// The server's own name for it.
+    pub remote_name: String,
+    pub description: String,
+}
+
+/// The name the model sees: `prefix + tool`, every character outside
+/// `[A-Za-z0-9_-]` replaced by `_`, cut to 64 characters.
+pub(crate) fn model_name(prefix: &str, tool: &str) -> String {
+    let mut name: String = prefix
+        .chars()
+        .chain(tool.chars())
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        name.push('_');
+    }
+    name
+}
+
+/// A tool of an MCP server.
+pub(crate) struct McpTool {
+    server: Arc<Server>,
+    spec: ToolSpec,
+    remote: String,
+}
+
+impl McpTool {
+    pub fn info(&self) -> McpToolInfo {
+        McpToolInfo {
+            name: self.spec.name.clone(),
+            remote_name: self.remote.clone(),
+            description: self.spec.description.clone(),
+        }
+    }
+}
+
+/// The tools of a `tools/list` answer, filtered and named. Two that end with the same
+/// name are a `config` error.
+pub(crate) fn adapt(
+    server: &Arc<Server>,
+    config: &McpServer,
+    listed: Vec<Value>,
+) -> Result<Vec<Arc<McpTool>>> {
+    let prefix = config
+        .tool_prefix
+        .clone()
+        .unwrap_or_else(|| format!("{}__", server.name));
+    let mut out: Vec<Arc<McpTool>> = Vec::new();
+    for t in listed {
+        let Some(remote) = t.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        if let Some(enabled) = &config.enabled_tools {
+            if !enabled.iter().any(|e| e == remote) {
+                continue;
+            }
+        }
+        if config.disabled_tools.iter().any(|d| d == remote) {
+            continue;
+        }
+        let name = model_name(&prefix, remote);
+        if let Some(other) = out.iter().find(|o| o.spec.name == name) {
+            return Err(Error::config(format!(
+                "mcp_servers.{}: the tools {:?} and {:?} would both be called {name:?}; \
+                 filter one out (disabled_tools)",
+                server.name, other.remote, remote
+            )));
+        }
+        let description = t
+            .get("description")
+            .and_then(Value::as_str)
+            .or_else(|| t.get("title").and_then(Value::as_str))
+            .unwrap_or("");
+        out.push(Arc::new(McpTool {
+            server: server.clone(),
+            spec: ToolSpec {
+                name,
+                description: crate::provider::truncate(description, 16 * 1024).to_owned(),
+                parameters: schema(t.get("inputSchema")),
+            },
+            remote: remote.to_owned(),
+        }));
+    }
+    out.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    Ok(out)
+}
+
+/// The tool's `inputSchema`, as an object schema the providers accept.
+fn schema(input: Option<&Value>) -> Value {
+    let mut o = match input {
+        Some(Value::Object(o)) => o.clone(),
+        _ => Map::new(),
+    };
+    if o.get("type").and_then(Value::as_str) != Some("object") {
+        o.insert("type".into(), "object".into());
+    }
+    if !o.contains_key("properties") {
+        o.insert("properties".into(), Value::Object(Map::new()));
+    }
+    Value::Object(o)
+}
+
+impl Tool for McpTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn call(&self, arguments: Value, _cancel: CancellationToken) -> ToolFuture {
+        // Cancelling drops this future: the request is withdrawn with
+        // notifications/cancelled (see rpc::Peer::request).
+        let server = self.server.clone();
+        let remote = self.remote.clone();
+        Box::pin(async move {
+            match server.call(&remote, arguments).await {
+                Ok(result) => map_result(&result),
+                Err(e) => ToolOutput::error(call_error(&server.name, &remote, e)),
+            }
+        })
+    }
+}
+
+/// The words the model reads when a call got no result.
+fn call_error(server: &str, tool: &str, e: RpcError) -> String {
+    match e {
+        RpcError::Remote { code, message } => {
+            format!("MCP server {server:?} refused the call of {tool:?} (JSON-RPC error {code}): {message}")
+        }
+        RpcError::Timeout(t) => format!(
+            "MCP server {server:?} did not answer the call of {tool:?} within {} ms",
+            t.as_millis()
+        ),
+        RpcError::SessionExpired => {
+            format!("MCP server {server:?}: the session ended during the call of {tool:?}")
+        }
+        RpcError::Failed(e) => format!("the call of {tool:?} failed: {}", e.message),
+    }
+}
+
+/// A `tools/call` result as the text the model reads: text parts joined by newlines,
+/// other parts named, `structuredContent` as JSON text (unless a text part already
+/// is that JSON), `isError` an error result.
+pub(crate) fn map_result(result: &Value) -> ToolOutput {
+    let mut parts: Vec<String> = Vec::new();
+    let content = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    for item in content {
+        let s = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or("");
+        let kind = s("type");
+        match kind {
+            "text" => parts.push(s("text").to_owned()),
+            // Tool results are text in panto's messages today: a placeholder says what
+            // the server sent.
+            "image" | "audio" => parts.push(format!(
+                "[{kind}: {}, {} bytes base64, not shown to the model]",
+                non_empty(s("mimeType"), "unknown type"),
+                s("data").len()
+            )),
+            "resource_link" => parts.push(format!(
+                "[resource link: {}{}{}]",
+                s("uri"),
+                opt(" name ", s("name")),
+                opt(" type ", s("mimeType"))
+            )),
+            "resource" => {
+                let r = item.get("resource").cloned().unwrap_or(Value::Null);
+                let rs = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+                match r.get("text").and_then(Value::as_str) {
+                    Some(text) => parts.push(format!(
+                        "[resource: {}{}]\n{text}",
+                        rs("uri"),
+                        opt(" type ", rs("mimeType"))
+                    )),
+                    None => parts.push(format!(
+                        "[resource: {}{}, {} bytes base64, not shown to the model]",
+                        rs("uri"),
+                        opt(" type ", rs("mimeType")),
+                        rs("blob").len()
+                    )),
+                }
+            }
+            other => parts.push(format!("[{} content]", non_empty(other, "untyped"))),
+        }
+    }
+    if let Some(structured) = result.get("structuredContent").filter(|v| !v.is_null()) {
+        let already = content.iter().any(|item| {
+            item.get("type").and_then(Value::as_str) == Some("text")
+                && item
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .and_then(|t| serde_json::from_str::<Value>(t).ok())
+                    .as_ref()
+                    == Some(structured)
+        });
+        if !already {
+            parts.push(structured.to_string());
+        }
+    }
+    let output = parts.join("\n");
+    if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        ToolOutput::error(output)
+    } else {
+        ToolOutput::ok(output)
+    }
+}
+
+fn non_empty<'a>(s: &'a str, otherwise: &'a str) -> &'a str {
+    if s.is_empty() {
+        otherwise
+    } else {
+        s
+    }
+}
+
+fn opt(label: &str, s: &str) -> String {
+    if s.is_empty() {
+        String::new()
+    } else {
+        format!("{label}{s}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_fit_the_providers() {
+        assert_eq!(
+            model_name("time__", "get_current_time"),
+            "time__get_current_time"
+        );
+        assert_eq!(model_name("a b__", "x.y/z"), "a_b__x_y_z");
+        let long = model_name("s__", &"x".repeat(100));
+        assert_eq!(long.len(), 64);
+        assert_eq!(model_name("", ""), "_");
+        assert_eq!(model_name("", "é"), "_");
+    }
+
+    #[test]
+    fn results_map_to_text() {
+        let r = json!({"content": [
+            {"type": "text", "text": "one"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "resource_link", "uri": "file:///a", "name": "a"},
+            {"type": "resource", "resource": {"uri": "file:///b", "text": "B"}},
+            {"type": "resource", "resource": {"uri": "file:///c", "blob": "AA", "mimeType": "x/y"}},
+            {"type": "text", "text": "{\"k\":1}"}
+        ], "structuredContent": {"k": 1}});
+        let out = map_result(&r);
+        assert!(!out.is_error);
+        assert_eq!(
+            out.output,
+            "one\n[image: image/png, 4 bytes base64, not shown to the model]\n\
+             [resource link: file:///a name a]\n[resource: file:///b]\nB\n\
+             [resource: file:///c type x/y, 2 bytes base64, not shown to the model]\n{\"k\":1}"
+        );
+        let structured = map_result(&json!({"content": [], "structuredContent": {"t": 20}}));
+        assert_eq!(structured.output, "{\"t\":20}");
+        let err =
+            map_result(&json!({"content": [{"type": "text", "text": "no"}], "isError": true}));
+        assert_eq!(err, ToolOutput::error("no"));
+    }
+
+    #[test]
+    fn schemas_become_object_schemas() {
+        assert_eq!(schema(None), json!({"type": "object", "properties": {}}));
+        assert_eq!(
+            schema(Some(&json!({"properties": {"a": {"type": "string"}}}))),
+            json!({"type": "object", "properties": {"a": {"type": "string"}}})
+        );
+    }
+}

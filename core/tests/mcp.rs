@@ -1,0 +1,548 @@
+//! MCP servers as tools, against real servers: the fixture server written with the `mcp`
+//! package (tests/mcp/fixture_server.py) and `mcp-server-time`, both from a pinned venv
+//! (tests/mcp/venv.sh). The model is `panto-testserver`, scripted to call the servers'
+//! tools; the tests assert what the tools returned, what panto sent the model, the
+//! timeouts, cancellation, crashes, start failures and that no server process outlives
+//! its agent.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use panto::{
+    Agent, Collect, Config, ErrorKind, Event, Flow, McpServer, McpServers, ProviderKind, Receiver,
+    TurnControl,
+};
+use panto_testkit::mcp::{fixture, group_members, pids_with, python, time_server};
+use panto_testserver::script::{self, exchange};
+use panto_testserver::TestServer;
+use serde_json::Value;
+
+const HANG_GUARD: Duration = Duration::from_secs(90);
+
+/// A path no other test uses, to tell this test's server processes and marker files apart.
+fn unique(tag: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir()
+        .join(format!(
+            "panto-mcp-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Waits for `cond` while the test's runtime keeps running (the servers' pipes are
+/// driven by its tasks), under a hang guard.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn fixture_server(extra: &[&str]) -> McpServer {
+    let mut args = vec![fixture()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    McpServer::stdio(python(), args)
+}
+
+fn config(server: &TestServer) -> Config {
+    panto_testkit::config(ProviderKind::OpenAi, server)
+}
+
+async fn run(agent: &Agent, control: &TurnControl) -> (Vec<Event>, panto::Result<String>) {
+    let mut events = Collect::default();
+    let r = tokio::time::timeout(
+        HANG_GUARD,
+        agent.run("go", &mut events, control, Default::default()),
+    )
+    .await
+    .expect("the turn hung");
+    (events.0, r.map(|s| s.text))
+}
+
+/// `(name, output, is_error)` of every tool result, in the order of the calls' starts.
+fn results(events: &[Event]) -> Vec<(String, String, bool)> {
+    let order: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolCallStart { call_id, .. } => Some(call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut out: Vec<(usize, (String, String, bool))> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolResult {
+                call_id,
+                name,
+                output,
+                is_error,
+                ..
+            } => Some((
+                order
+                    .iter()
+                    .position(|c| c == call_id)
+                    .unwrap_or(usize::MAX),
+                (name.clone(), output.clone(), *is_error),
+            )),
+            _ => None,
+        })
+        .collect();
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter().map(|(_, r)| r).collect()
+}
+
+/// The tool names offered in the model request `i`.
+fn offered(server: &TestServer, i: usize) -> Vec<String> {
+    let reqs = server.requests();
+    reqs[i].body["tools"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| t["function"]["name"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn every_page_is_listed_and_names_fit_the_providers() {
+    let mut servers = BTreeMap::new();
+    servers.insert("fx".to_owned(), fixture_server(&[]));
+    servers.insert(
+        "only".to_owned(),
+        fixture_server(&[])
+            .with_tool_prefix("")
+            .with_enabled_tools(["echo", "fail", "image"])
+            .with_disabled_tools(["fail"]),
+    );
+    let set = McpServers::new(servers).unwrap();
+    let listed = set.list(&Default::default()).await;
+    let names = |i: usize| -> Vec<String> {
+        listed[i]
+            .1
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|t| t.name.clone())
+            .collect()
+    };
+    assert_eq!(listed[0].0, "fx");
+    // Three pages, every tool, `.` sanitized.
+    assert_eq!(
+        names(0),
+        [
+            "fx__change",
+            "fx__crash",
+            "fx__dotted_name",
+            "fx__echo",
+            "fx__env",
+            "fx__fail",
+            "fx__hang",
+            "fx__image",
+            "fx__resource",
+            "fx__slow",
+            "fx__structured"
+        ]
+    );
+    assert_eq!(names(1), ["echo", "image"]);
+    let dotted = &listed[0].1.as_ref().unwrap()[2];
+    assert_eq!(dotted.remote_name, "dotted.name");
+}
+
+#[tokio::test]
+async fn a_turn_calls_mcp_tools_and_their_results_reach_the_model() {
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[
+            ("c1", "fx__echo", r#"{"text":"hi"}"#),
+            ("c2", "fx__image", "{}"),
+            ("c3", "fx__structured", r#"{"city":"Oslo"}"#),
+            ("c4", "fx__fail", "{}"),
+            ("c5", "fx__resource", "{}"),
+            ("c6", "fx__env", r#"{"name":"PANTO_FIXTURE_VAR"}"#),
+            ("c7", "fx__dotted_name", "{}"),
+            (
+                "c8",
+                "fx__echo",
+                &format!(r#"{{"text":"{}"}}"#, "x".repeat(1000)),
+            ),
+        ])),
+        exchange(script::openai_text(&["done"])),
+    ]))
+    .unwrap();
+    let cwd = std::env::temp_dir().canonicalize().unwrap();
+    let agent = Agent::new(
+        config(&server)
+            .with_max_tool_output_bytes(300)
+            .with_mcp_server(
+                "fx",
+                fixture_server(&[])
+                    .with_env("PANTO_FIXTURE_VAR", "value-1")
+                    .with_cwd(cwd.to_string_lossy()),
+            ),
+    )
+    .unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "done");
+    let got = results(&events);
+    assert_eq!(got[0], ("fx__echo".into(), "echo: hi".into(), false));
+    assert_eq!(
+        got[1].1,
+        "a pixel:\n[image: image/png, 96 bytes base64, not shown to the model]"
+    );
+    assert_eq!(got[2].1, r#"{"city":"Oslo","temperature":21}"#);
+    assert_eq!(
+        got[3],
+        (
+            "fx__fail".into(),
+            "the fixture failed on purpose".into(),
+            true
+        )
+    );
+    assert_eq!(
+        got[4].1,
+        "[resource link: file:///tmp/report.txt name report]\n\
+         [resource: file:///tmp/notes.txt type text/plain]\nthe notes"
+    );
+    assert_eq!(
+        got[5].1,
+        format!("PANTO_FIXTURE_VAR=value-1 cwd={}", cwd.display())
+    );
+    assert_eq!(got[6].1, "dotted");
+    assert!(
+        got[7].1.starts_with("echo: xxx") && got[7].1.contains("[panto: output truncated"),
+        "{}",
+        got[7].1
+    );
+    // The model was offered the server's tools with their schemas, and read the results.
+    let reqs = server.requests();
+    let tools = reqs[0].body["tools"].as_array().unwrap();
+    let echo = tools
+        .iter()
+        .find(|t| t["function"]["name"] == "fx__echo")
+        .unwrap();
+    assert_eq!(echo["function"]["description"], "Echoes the text.");
+    assert_eq!(
+        echo["function"]["parameters"]["properties"]["text"]["type"],
+        "string"
+    );
+    let body = reqs[1].body.to_string();
+    assert!(body.contains("echo: hi") && body.contains("the fixture failed on purpose"));
+}
+
+#[tokio::test]
+async fn progress_keeps_a_call_alive_and_a_hung_server_costs_one_call() {
+    let marker = unique("hang");
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[
+            ("slow", "fx__slow", r#"{"steps":4,"interval_ms":700}"#),
+            ("hang", "fx__hang", "{}"),
+        ])),
+        exchange(script::openai_text(&["went on"])),
+    ]))
+    .unwrap();
+    let agent = Agent::new(config(&server).with_mcp_server(
+        "fx",
+        fixture_server(&["--cancel-marker", &marker]).with_timeout_ms(1500),
+    ))
+    .unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    // 4 × 700 ms is longer than the 1500 ms timeout: progress re-armed it.
+    assert_eq!(r.unwrap(), "went on");
+    let got = results(&events);
+    assert_eq!(
+        got[0],
+        ("fx__slow".into(), "done after 4 steps".into(), false)
+    );
+    assert!(got[1].2);
+    assert_eq!(
+        got[1].1,
+        "MCP server \"fx\" did not answer the call of \"hang\" within 1500 ms"
+    );
+    // The hung call was withdrawn with notifications/cancelled.
+    eventually("the server saw notifications/cancelled", || {
+        std::path::Path::new(&marker).exists()
+    })
+    .await;
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(format!("{marker}.started"));
+}
+
+/// Cancels the turn once the file `started` exists (the server has the call).
+struct CancelWhenStarted {
+    started: String,
+    control: TurnControl,
+    events: Vec<Event>,
+}
+
+impl Receiver for CancelWhenStarted {
+    fn on_event(&mut self, event: Event) -> Flow {
+        if let Event::ToolCallStart { .. } = &event {
+            let started = self.started.clone();
+            let control = self.control.clone();
+            std::thread::spawn(move || {
+                panto_testkit::eventually("the server got the call", || {
+                    std::path::Path::new(&started).exists()
+                });
+                control.cancel.cancel();
+            });
+        }
+        self.events.push(event);
+        Flow::Continue
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_turn_withdraws_its_calls() {
+    let marker = unique("cancel");
+    let server = TestServer::start(script::scenario(vec![exchange(script::openai_tool_calls(
+        &[("hang", "fx__hang", "{}")],
+    ))]))
+    .unwrap();
+    let agent = Agent::new(
+        config(&server).with_mcp_server("fx", fixture_server(&["--cancel-marker", &marker])),
+    )
+    .unwrap();
+    let control = TurnControl::default();
+    let mut rx = CancelWhenStarted {
+        started: format!("{marker}.started"),
+        control: control.clone(),
+        events: Vec::new(),
+    };
+    let r = tokio::time::timeout(
+        HANG_GUARD,
+        agent.run("go", &mut rx, &control, Default::default()),
+    )
+    .await
+    .expect("the turn hung");
+    assert_eq!(r.unwrap_err().kind, ErrorKind::Cancelled);
+    eventually("the server saw notifications/cancelled", || {
+        std::path::Path::new(&marker).exists()
+    })
+    .await;
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(format!("{marker}.started"));
+}
+
+#[tokio::test]
+async fn a_crash_is_reported_and_the_server_starts_again_for_the_next_step() {
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[("c", "fx__crash", "{}")])),
+        exchange(script::openai_tool_calls(&[(
+            "e",
+            "fx__echo",
+            r#"{"text":"again"}"#,
+        )])),
+        exchange(script::openai_text(&["ok"])),
+    ]))
+    .unwrap();
+    let agent = Agent::new(config(&server).with_mcp_server("fx", fixture_server(&[]))).unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "ok");
+    let got = results(&events);
+    assert!(got[0].2);
+    assert!(
+        got[0]
+            .1
+            .contains("MCP server \"fx\" stopped: it exited (exit status 3)")
+            && got[0].1.contains("fixture: crashing on request"),
+        "{}",
+        got[0].1
+    );
+    assert_eq!(got[1], ("fx__echo".into(), "echo: again".into(), false));
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_start_is_an_error_before_the_first_request() {
+    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
+        "never",
+    ]))]))
+    .unwrap();
+    let agent =
+        Agent::new(config(&server).with_mcp_server("bad", fixture_server(&["--fail-start"])))
+            .unwrap();
+    let (_, r) = run(&agent, &TurnControl::default()).await;
+    let e = r.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Connection);
+    assert!(e.message.contains("MCP server \"bad\""), "{}", e.message);
+    assert!(e.message.contains("exit status 2"), "{}", e.message);
+    assert!(
+        e.message
+            .contains("fixture: refusing to start (--fail-start)"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains("fixture_server.py --fail-start"),
+        "{}",
+        e.message
+    );
+    assert!(server.requests().is_empty(), "nothing may reach the model");
+    // A command that does not exist is a config error naming it.
+    let agent = Agent::new(config(&server).with_mcp_server(
+        "missing",
+        McpServer::stdio("/nonexistent/panto-mcp-server", ["x"]),
+    ))
+    .unwrap();
+    let e = run(&agent, &TurnControl::default()).await.1.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Config);
+    assert!(
+        e.message
+            .starts_with("mcp_servers.missing: cannot start `/nonexistent/panto-mcp-server x`"),
+        "{}",
+        e.message
+    );
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn list_changed_lists_the_tools_again_between_steps() {
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[("c", "fx__change", "{}")])),
+        exchange(script::openai_tool_calls(&[("a", "fx__added", "{}")])),
+        exchange(script::openai_text(&["ok"])),
+    ]))
+    .unwrap();
+    let agent = Agent::new(config(&server).with_mcp_server("fx", fixture_server(&[]))).unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "ok");
+    assert!(!offered(&server, 0).contains(&"fx__added".to_owned()));
+    assert!(offered(&server, 1).contains(&"fx__added".to_owned()));
+    assert_eq!(
+        results(&events)[1],
+        ("fx__added".into(), "added tool called".into(), false)
+    );
+}
+
+#[tokio::test]
+async fn no_server_process_outlives_its_agent() {
+    let marker = unique("reap");
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_text(&["one"])),
+        exchange(script::openai_text(&["two"])),
+    ]))
+    .unwrap();
+    let agent = Agent::new(config(&server).with_mcp_server(
+        "fx",
+        fixture_server(&["--spawn-child", "--cancel-marker", &marker]),
+    ))
+    .unwrap();
+    assert!(pids_with(&marker).is_empty(), "servers start lazily");
+    assert_eq!(run(&agent, &TurnControl::default()).await.1.unwrap(), "one");
+    let pids = pids_with(&marker);
+    assert_eq!(pids.len(), 1, "one server, shared by the agent's turns");
+    let pgid = pids[0];
+    // The server and the `sleep` it started, in the server's own process group.
+    eventually("the server's child started", || group_members(pgid) == 2).await;
+    assert_eq!(run(&agent, &TurnControl::default()).await.1.unwrap(), "two");
+    assert_eq!(
+        pids_with(&marker),
+        pids,
+        "the second turn reused the server"
+    );
+    drop(agent);
+    eventually("every process of the server's group is gone", || {
+        group_members(pgid) == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn collisions_are_config_errors() {
+    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
+        "never",
+    ]))]))
+    .unwrap();
+    let agent = Agent::new(
+        config(&server)
+            .with_mcp_server("a", fixture_server(&[]).with_tool_prefix("x_"))
+            .with_mcp_server("b", fixture_server(&[]).with_tool_prefix("x_")),
+    )
+    .unwrap();
+    let e = run(&agent, &TurnControl::default()).await.1.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Config);
+    assert!(
+        e.message.starts_with(
+            "mcp_servers.b: the tool name \"x_change\" is also a tool of the MCP server \"a\""
+        ),
+        "{}",
+        e.message
+    );
+    let agent = Agent::new(
+        config(&server)
+            .with_host_tool(panto::ToolSpec {
+                name: "fx__echo".into(),
+                description: String::new(),
+                parameters: serde_json::json!({"type": "object"}),
+            })
+            .with_mcp_server("fx", fixture_server(&[])),
+    )
+    .unwrap();
+    let e = run(&agent, &TurnControl::default()).await.1.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Config);
+    assert!(e.message.contains("\"fx__echo\""), "{}", e.message);
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn credentials_in_a_server_environment_are_redacted() {
+    let secret = "ghp_panto_secret_token_0123456789";
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[(
+            "c",
+            "fx__env",
+            r#"{"name":"GITHUB_TOKEN"}"#,
+        )])),
+        exchange(script::openai_text(&["ok"])),
+    ]))
+    .unwrap();
+    let agent = Agent::new(
+        config(&server).with_mcp_server("fx", fixture_server(&[]).with_env("GITHUB_TOKEN", secret)),
+    )
+    .unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "ok");
+    let out = &results(&events)[0].1;
+    assert!(out.starts_with("GITHUB_TOKEN=[REDACTED]"), "{out}");
+    for e in &events {
+        assert!(!e.to_json().contains(secret));
+    }
+    assert!(!format!("{:?}", agent.config()).contains(secret));
+    assert!(!agent.config().to_value().to_string().contains(secret));
+}
+
+#[tokio::test]
+async fn mcp_server_time_over_stdio() {
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[(
+            "c",
+            "time__get_current_time",
+            r#"{"timezone":"UTC"}"#,
+        )])),
+        exchange(script::openai_text(&["it is now"])),
+    ]))
+    .unwrap();
+    let agent = Agent::new(config(&server).with_mcp_server(
+        "time",
+        McpServer::stdio(time_server(), ["--local-timezone", "UTC"]),
+    ))
+    .unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "it is now");
+    let offered = offered(&server, 0);
+    assert!(offered.contains(&"time__get_current_time".to_owned()));
+    assert!(offered.contains(&"time__convert_time".to_owned()));
+    let (name, out, is_error) = &results(&events)[0];
+    assert_eq!(name, "time__get_current_time");
+    assert!(!is_error, "{out}");
+    let v: Value = serde_json::from_str(out).unwrap_or_else(|_| panic!("not JSON: {out}"));
+    assert_eq!(v["timezone"], "UTC");
+    assert!(v["datetime"].as_str().unwrap_or("").contains('T'), "{out}");
+}

@@ -1,0 +1,211 @@
+"""An MCP server for panto's tests, written with the `mcp` package (tests/mcp/venv.sh).
+
+It speaks stdio by default, Streamable HTTP with --http (on 127.0.0.1, port 0: the
+port it got is printed as "PORT <n>" on stdout). Its tools list over three pages and
+each shows one behaviour a client must handle:
+
+  page 1: echo {text}           text "echo: <text>"
+          env {name}            the variable's value and the working directory
+          image                 a text part and a 1x1 PNG image part
+  page 2: structured {city}     structuredContent only (no content)
+          fail                  isError: true
+          slow {steps, interval_ms}   a progress notification per step, then text
+  page 3: hang                  never answers; on notifications/cancelled it writes
+                                "fixture: cancelled hang" to stderr (and the file
+                                --cancel-marker names, if given; it writes that
+                                name + ".started" when the call arrives)
+          crash                 writes to stderr, then exits with status 3
+          change                sends notifications/tools/list_changed; "added"
+                                is listed from then on
+          resource              a resource_link and an embedded text resource
+          dotted.name           a name with a dot (sanitized by clients)
+
+Flags: --fail-start (write to stderr and exit 2 before reading anything),
+--spawn-child (start a `sleep` in the server's process group, for reaping tests),
+--require-header NAME=VALUE (HTTP: anything else is a 401), --json-response (HTTP:
+JSON bodies instead of SSE streams).
+"""
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import NotificationOptions, Server
+
+PNG_1X1 = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+def obj(**props):
+    return {"type": "object", "properties": props}
+
+
+PAGES = [
+    [
+        types.Tool(name="echo", description="Echoes the text.", input_schema=obj(text={"type": "string"})),
+        types.Tool(name="env", description="Reads an environment variable and the cwd.",
+                   input_schema=obj(name={"type": "string"})),
+        types.Tool(name="image", description="Returns an image.", input_schema=obj()),
+    ],
+    [
+        types.Tool(name="structured", description="Returns structured content.",
+                   input_schema=obj(city={"type": "string"})),
+        types.Tool(name="fail", description="Fails.", input_schema=obj()),
+        types.Tool(name="slow", description="Reports progress, then answers.",
+                   input_schema=obj(steps={"type": "integer"}, interval_ms={"type": "integer"})),
+    ],
+    [
+        types.Tool(name="hang", description="Never answers.", input_schema=obj()),
+        types.Tool(name="crash", description="Exits at once.", input_schema=obj()),
+        types.Tool(name="change", description="Changes the tool list.", input_schema=obj()),
+        types.Tool(name="resource", description="Returns resources.", input_schema=obj()),
+        types.Tool(name="dotted.name", description="Has a dot in its name.", input_schema=obj()),
+    ],
+]
+ADDED = types.Tool(name="added", description="Listed after change.", input_schema=obj())
+state = {"changed": False}
+args = None
+
+
+def text(t):
+    return types.TextContent(type="text", text=t)
+
+
+async def list_tools(ctx, params):
+    cursor = getattr(params, "cursor", None) if params else None
+    page = int(cursor) if cursor else 0
+    tools = list(PAGES[page])
+    if page == 2 and state["changed"]:
+        tools.append(ADDED)
+    next_cursor = str(page + 1) if page + 1 < len(PAGES) else None
+    return types.ListToolsResult(tools=tools, next_cursor=next_cursor)
+
+
+async def call_tool(ctx, params):
+    a = params.arguments or {}
+    name = params.name
+    if name == "echo":
+        return types.CallToolResult(content=[text("echo: " + str(a.get("text", "")))])
+    if name == "env":
+        var = str(a.get("name", ""))
+        return types.CallToolResult(content=[text(f"{var}={os.environ.get(var)} cwd={os.getcwd()}")])
+    if name == "image":
+        return types.CallToolResult(content=[
+            text("a pixel:"),
+            types.ImageContent(type="image", data=PNG_1X1, mime_type="image/png"),
+        ])
+    if name == "structured":
+        return types.CallToolResult(content=[], structured_content={"city": a.get("city"), "temperature": 21})
+    if name == "fail":
+        return types.CallToolResult(content=[text("the fixture failed on purpose")], is_error=True)
+    if name == "slow":
+        steps = int(a.get("steps", 3))
+        interval = int(a.get("interval_ms", 100)) / 1000
+        for i in range(steps):
+            await anyio.sleep(interval)
+            await ctx.session.report_progress(i + 1, steps, f"step {i + 1}")
+        return types.CallToolResult(content=[text(f"done after {steps} steps")])
+    if name == "hang":
+        if args.cancel_marker:
+            with open(args.cancel_marker + ".started", "w") as f:
+                f.write("started\n")
+        try:
+            await anyio.sleep_forever()
+        finally:
+            sys.stderr.write("fixture: cancelled hang\n")
+            sys.stderr.flush()
+            if args.cancel_marker:
+                with open(args.cancel_marker, "w") as f:
+                    f.write("cancelled\n")
+    if name == "crash":
+        sys.stderr.write("fixture: crashing on request\n")
+        sys.stderr.flush()
+        os._exit(3)
+    if name == "change":
+        state["changed"] = True
+        await ctx.session.send_tool_list_changed()
+        return types.CallToolResult(content=[text("changed")])
+    if name == "added":
+        return types.CallToolResult(content=[text("added tool called")])
+    if name == "resource":
+        return types.CallToolResult(content=[
+            types.ResourceLink(type="resource_link", uri="file:///tmp/report.txt", name="report"),
+            types.EmbeddedResource(type="resource", resource=types.TextResourceContents(
+                uri="file:///tmp/notes.txt", text="the notes", mime_type="text/plain")),
+        ])
+    if name == "dotted.name":
+        return types.CallToolResult(content=[text("dotted")])
+    return types.CallToolResult(content=[text(f"unknown tool {name}")], is_error=True)
+
+
+def build():
+    return Server("panto-fixture", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def serve_stdio(server):
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options(NotificationOptions(tools_changed=True)))
+
+
+def serve_http(server):
+    import uvicorn
+    from starlette.responses import PlainTextResponse
+
+    app = server.streamable_http_app(json_response=args.json_response)
+    if args.require_header:
+        hname, hvalue = args.require_header.split("=", 1)
+        inner = app
+
+        async def guarded(scope, receive, send):
+            if scope["type"] == "http":
+                headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+                if headers.get(hname.lower()) != hvalue:
+                    await PlainTextResponse("missing credentials", status_code=401)(scope, receive, send)
+                    return
+            await inner(scope, receive, send)
+
+        app = guarded
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def main():
+    global args
+    p = argparse.ArgumentParser()
+    p.add_argument("--http", action="store_true")
+    p.add_argument("--json-response", action="store_true")
+    p.add_argument("--fail-start", action="store_true")
+    p.add_argument("--spawn-child", action="store_true")
+    p.add_argument("--require-header")
+    p.add_argument("--cancel-marker")
+    args = p.parse_args()
+    if args.fail_start:
+        sys.stderr.write("fixture: refusing to start (--fail-start)\n")
+        sys.exit(2)
+    child = None
+    if args.spawn_child:
+        child = subprocess.Popen(["sleep", "600"], stdin=subprocess.DEVNULL)
+        sys.stderr.write(f"fixture: child {child.pid}\n")
+        sys.stderr.flush()
+    server = build()
+    if args.http:
+        serve_http(server)
+    else:
+        anyio.run(serve_stdio, server)
+
+
+if __name__ == "__main__":
+    main()

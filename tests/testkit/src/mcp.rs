@@ -1,0 +1,93 @@
+//! The MCP servers panto's tests talk to: the venv `tests/mcp/venv.sh` makes (pinned
+//! `mcp` and `mcp-server-time` from PyPI, installed on first use), the fixture server
+//! `tests/mcp/fixture_server.py`, and counting the processes of a server's process
+//! group (Linux `/proc`), to prove none outlives its agent.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The repository's root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The venv with the MCP servers, made (once per process, and once per pin set on the
+/// machine) by `tests/mcp/venv.sh`.
+pub fn venv() -> PathBuf {
+    static VENV: OnceLock<PathBuf> = OnceLock::new();
+    VENV.get_or_init(|| {
+        let out = std::process::Command::new("bash")
+            .arg(root().join("tests/mcp/venv.sh"))
+            .output()
+            .expect("run tests/mcp/venv.sh");
+        assert!(
+            out.status.success(),
+            "tests/mcp/venv.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
+}
+
+/// The venv's Python.
+pub fn python() -> String {
+    venv().join("bin/python").to_string_lossy().into_owned()
+}
+
+/// The fixture server's path.
+pub fn fixture() -> String {
+    root()
+        .join("tests/mcp/fixture_server.py")
+        .canonicalize()
+        .expect("tests/mcp/fixture_server.py")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `mcp-server-time`'s entry point in the venv.
+pub fn time_server() -> String {
+    venv()
+        .join("bin/mcp-server-time")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The pids of the processes whose command line contains `marker`.
+pub fn pids_with(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// How many live (not zombie) processes are in process group `pgid`.
+pub fn group_members(pgid: i32) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().parse::<i32>().is_err() {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp …": comm may hold anything, so read after its ')'.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[2].parse::<i32>() == Ok(pgid) && fields[0] != "Z" {
+            n += 1;
+        }
+    }
+    n
+}
