@@ -147,6 +147,7 @@ async fn every_page_is_listed_and_names_fit_the_providers() {
             "fx__fail",
             "fx__hang",
             "fx__image",
+            "fx__pingback",
             "fx__resource",
             "fx__slow",
             "fx__structured"
@@ -168,6 +169,7 @@ async fn a_turn_calls_mcp_tools_and_their_results_reach_the_model() {
             ("c5", "fx__resource", "{}"),
             ("c6", "fx__env", r#"{"name":"PANTO_FIXTURE_VAR"}"#),
             ("c7", "fx__dotted_name", "{}"),
+            ("c9", "fx__pingback", "{}"),
             (
                 "c8",
                 "fx__echo",
@@ -216,10 +218,11 @@ async fn a_turn_calls_mcp_tools_and_their_results_reach_the_model() {
         format!("PANTO_FIXTURE_VAR=value-1 cwd={}", cwd.display())
     );
     assert_eq!(got[6].1, "dotted");
+    assert_eq!(got[7].1, "the client answered a ping");
     assert!(
-        got[7].1.starts_with("echo: xxx") && got[7].1.contains("[panto: output truncated"),
+        got[8].1.starts_with("echo: xxx") && got[8].1.contains("[panto: output truncated"),
         "{}",
-        got[7].1
+        got[8].1
     );
     // The model was offered the server's tools with their schemas, and read the results.
     let reqs = server.requests();
@@ -545,4 +548,252 @@ async fn mcp_server_time_over_stdio() {
     let v: Value = serde_json::from_str(out).unwrap_or_else(|_| panic!("not JSON: {out}"));
     assert_eq!(v["timezone"], "UTC");
     assert!(v["datetime"].as_str().unwrap_or("").contains('T'), "{out}");
+}
+
+/// The fixture server in Streamable HTTP mode, on a port of its own choosing.
+struct HttpFixture {
+    child: std::process::Child,
+    base: String,
+}
+
+impl HttpFixture {
+    fn start(extra: &[&str]) -> HttpFixture {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(python())
+            .arg(fixture())
+            .arg("--http")
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the fixture server");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .strip_prefix("PORT ")
+            .unwrap_or_else(|| panic!("the fixture said {line:?}"))
+            .trim()
+            .to_owned();
+        HttpFixture {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    /// The requests the server got at /mcp.
+    async fn log(&self) -> Vec<Value> {
+        let text = reqwest::get(format!("{}/_log", self.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        serde_json::from_str::<Vec<Value>>(&text).unwrap()
+    }
+}
+
+impl Drop for HttpFixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn streamable_http_keeps_the_session_and_routes_progress() {
+    let fx = HttpFixture::start(&[]);
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[
+            ("e", "web__echo", r#"{"text":"over http"}"#),
+            ("s", "web__slow", r#"{"steps":3,"interval_ms":700}"#),
+            ("i", "web__image", "{}"),
+            ("f", "web__fail", "{}"),
+            ("p", "web__pingback", "{}"),
+        ])),
+        exchange(script::openai_text(&["done"])),
+    ]))
+    .unwrap();
+    let agent = Agent::new(
+        config(&server).with_mcp_server("web", McpServer::http(fx.url()).with_timeout_ms(1500)),
+    )
+    .unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "done");
+    let got = results(&events);
+    assert_eq!(
+        got[0],
+        ("web__echo".into(), "echo: over http".into(), false)
+    );
+    // 3 × 700 ms past a 1500 ms timeout: the progress events on the call's SSE stream
+    // re-armed it.
+    assert_eq!(
+        got[1],
+        ("web__slow".into(), "done after 3 steps".into(), false)
+    );
+    assert!(got[2].1.starts_with("a pixel:\n[image: image/png"));
+    assert_eq!(
+        got[3],
+        (
+            "web__fail".into(),
+            "the fixture failed on purpose".into(),
+            true
+        )
+    );
+    // The server pinged panto while the call ran; panto answered.
+    assert_eq!(got[4].1, "the client answered a ping");
+    let log = fx.log().await;
+    assert!(log.len() >= 4, "{log:?}");
+    let session = log[1]["session"].as_str().expect("a session id").to_owned();
+    // The stream for messages outside requests (the server's ping came there).
+    assert!(
+        log.iter().any(|r| r["method"] == "GET"
+            && r["accept"] == "text/event-stream"
+            && r["session"] == session.as_str()),
+        "{log:?}"
+    );
+    let posts: Vec<&Value> = log.iter().filter(|r| r["method"] == "POST").collect();
+    for (i, req) in posts.into_iter().enumerate() {
+        assert_eq!(req["accept"], "application/json, text/event-stream");
+        if i == 0 {
+            // initialize: no session yet, no version negotiated yet.
+            assert!(
+                req["session"].is_null() && req["version"].is_null(),
+                "{req}"
+            );
+        } else {
+            assert_eq!(req["session"], session.as_str(), "{req}");
+            assert_eq!(req["version"], "2025-11-25", "{req}");
+        }
+    }
+    drop(agent);
+    eventually("the session was deleted", || {
+        // A blocking read is fine here: the DELETE runs on this runtime, so poll it
+        // from another thread.
+        let base = fx.base.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let text = reqwest::get(format!("{base}/_log"))
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
+                serde_json::from_str::<Vec<Value>>(&text).unwrap()
+            })
+        })
+        .join()
+        .unwrap()
+        .iter()
+        .any(|r| r["method"] == "DELETE" && r["session"] == session.as_str())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_expired_http_session_is_initialized_again() {
+    let fx = HttpFixture::start(&[]);
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[(
+            "a",
+            "web__echo",
+            r#"{"text":"one"}"#,
+        )])),
+        exchange(script::openai_text(&["first"])),
+        exchange(script::openai_tool_calls(&[(
+            "b",
+            "web__echo",
+            r#"{"text":"two"}"#,
+        )])),
+        exchange(script::openai_text(&["second"])),
+    ]))
+    .unwrap();
+    let agent =
+        Agent::new(config(&server).with_mcp_server("web", McpServer::http(fx.url()))).unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "first");
+    assert_eq!(results(&events)[0].1, "echo: one");
+    let first = fx.log().await[1]["session"].clone();
+    assert!(!first.is_null());
+    reqwest::Client::new()
+        .post(format!("{}/_expire", fx.base))
+        .send()
+        .await
+        .unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "second");
+    assert_eq!(
+        results(&events)[0],
+        ("web__echo".into(), "echo: two".into(), false)
+    );
+    let log = fx.log().await;
+    let initializes = log
+        .iter()
+        .filter(|r| r["method"] == "POST" && r["session"].is_null())
+        .count();
+    assert_eq!(initializes, 2, "a new session after the 404: {log:?}");
+    let last = &log[log.len() - 1];
+    assert!(
+        !last["session"].is_null() && last["session"] != first,
+        "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn http_headers_are_secrets_and_json_answers_work() {
+    let token = "tok-http-secret-0123456789";
+    let fx = HttpFixture::start(&[
+        "--json-response",
+        "--require-header",
+        &format!("Authorization=Bearer {token}"),
+    ]);
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[(
+            "e",
+            "web__echo",
+            &format!(r#"{{"text":"{token}"}}"#),
+        )])),
+        exchange(script::openai_text(&["done"])),
+    ]))
+    .unwrap();
+    // A wrong credential: the server's 401 is an authentication error naming the server,
+    // without the credential.
+    let wrong = "tok-wrong-credential-987654";
+    let agent = Agent::new(config(&server).with_mcp_server(
+        "web",
+        McpServer::http(fx.url()).with_header("Authorization", format!("Bearer {wrong}")),
+    ))
+    .unwrap();
+    let e = run(&agent, &TurnControl::default()).await.1.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Authentication, "{e:?}");
+    assert!(
+        e.message.contains("MCP server \"web\" answered HTTP 401"),
+        "{}",
+        e.message
+    );
+    assert!(!format!("{e:?}").contains(wrong));
+    assert!(server.requests().is_empty());
+    // The right one; the tool echoes it back, and no event shows it.
+    let agent = Agent::new(config(&server).with_mcp_server(
+        "web",
+        McpServer::http(fx.url()).with_header("Authorization", format!("Bearer {token}")),
+    ))
+    .unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "done");
+    assert_eq!(results(&events)[0].1, "echo: [REDACTED]");
+    for e in &events {
+        assert!(!e.to_json().contains(token), "{}", e.to_json());
+    }
+    assert!(!format!("{:?}", agent.config()).contains(token));
 }

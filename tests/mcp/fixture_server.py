@@ -19,11 +19,15 @@ each shows one behaviour a client must handle:
                                 is listed from then on
           resource              a resource_link and an embedded text resource
           dotted.name           a name with a dot (sanitized by clients)
+          pingback              sends the client a ping request, answers once it is
+                                answered
 
 Flags: --fail-start (write to stderr and exit 2 before reading anything),
 --spawn-child (start a `sleep` in the server's process group, for reaping tests),
 --require-header NAME=VALUE (HTTP: anything else is a 401), --json-response (HTTP:
-JSON bodies instead of SSE streams).
+JSON bodies instead of SSE streams). In HTTP mode, GET /_log answers the list of
+requests to /mcp (method, Accept, Mcp-Session-Id, MCP-Protocol-Version), and POST
+/_expire ends every session (the next request with its id gets a 404).
 """
 
 import argparse
@@ -66,6 +70,7 @@ PAGES = [
         types.Tool(name="change", description="Changes the tool list.", input_schema=obj()),
         types.Tool(name="resource", description="Returns resources.", input_schema=obj()),
         types.Tool(name="dotted.name", description="Has a dot in its name.", input_schema=obj()),
+        types.Tool(name="pingback", description="Pings the client before answering.", input_schema=obj()),
     ],
 ]
 ADDED = types.Tool(name="added", description="Listed after change.", input_schema=obj())
@@ -139,6 +144,9 @@ async def call_tool(ctx, params):
             types.EmbeddedResource(type="resource", resource=types.TextResourceContents(
                 uri="file:///tmp/notes.txt", text="the notes", mime_type="text/plain")),
         ])
+    if name == "pingback":
+        await ctx.session.send_ping()
+        return types.CallToolResult(content=[text("the client answered a ping")])
     if name == "dotted.name":
         return types.CallToolResult(content=[text("dotted")])
     return types.CallToolResult(content=[text(f"unknown tool {name}")], is_error=True)
@@ -157,28 +165,44 @@ async def serve_stdio(server):
 
 def serve_http(server):
     import uvicorn
-    from starlette.responses import PlainTextResponse
+    from starlette.responses import JSONResponse, PlainTextResponse
 
     app = server.streamable_http_app(json_response=args.json_response)
-    if args.require_header:
-        hname, hvalue = args.require_header.split("=", 1)
-        inner = app
+    manager = server.session_manager
+    log = []
+    required = args.require_header.split("=", 1) if args.require_header else None
 
-        async def guarded(scope, receive, send):
-            if scope["type"] == "http":
-                headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-                if headers.get(hname.lower()) != hvalue:
-                    await PlainTextResponse("missing credentials", status_code=401)(scope, receive, send)
-                    return
-            await inner(scope, receive, send)
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        path = scope["path"]
+        if path == "/_log":
+            await JSONResponse(log)(scope, receive, send)
+            return
+        if path == "/_expire":
+            for sid, transport in list(manager._server_instances.items()):
+                await manager._discard_session(sid, transport)
+            await JSONResponse({"ok": True})(scope, receive, send)
+            return
+        log.append({
+            "method": scope["method"],
+            "accept": headers.get("accept"),
+            "session": headers.get("mcp-session-id"),
+            "version": headers.get("mcp-protocol-version"),
+        })
+        if required and headers.get(required[0].lower()) != required[1]:
+            await PlainTextResponse("missing credentials", status_code=401)(scope, receive, send)
+            return
+        await app(scope, receive, send)
 
-        app = guarded
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     print(f"PORT {sock.getsockname()[1]}", flush=True)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(wrapped, log_level="warning", lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -7,8 +7,10 @@
 //! initializes again); dropping the session DELETEs it. Header values are secrets:
 //! marked sensitive, and never put into a message.
 //!
-//! Not done: the optional GET stream for messages the server sends outside any
-//! request, and resuming a broken SSE stream with `Last-Event-ID`.
+//! After each `initialize`, a GET opens the stream on which the server sends what
+//! belongs to no request (its pings, `list_changed`); a server may refuse it (405).
+//! Not done: opening it again when it ends, and resuming a broken SSE stream with
+//! `Last-Event-ID`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -35,6 +37,8 @@ struct State {
     session: Mutex<Option<String>>,
     version: Mutex<Option<String>>,
     exchanges: Mutex<HashMap<u64, tokio::task::AbortHandle>>,
+    /// The GET stream's task.
+    listener: Mutex<Option<tokio::task::AbortHandle>>,
     max: usize,
 }
 
@@ -53,10 +57,96 @@ impl Session {
     pub fn set_protocol_version(&self, version: &str) {
         *State::lock(&self.state.version) = Some(version.to_owned());
     }
+
+    /// Opens the stream of messages outside requests (GET), replacing an older one.
+    pub fn listen(&self, peer: &Arc<Peer>) {
+        let task = tokio::spawn(listen(self.state.clone(), Arc::downgrade(peer)));
+        if let Some(old) = State::lock(&self.state.listener).replace(task.abort_handle()) {
+            old.abort();
+        }
+    }
+}
+
+async fn listen(state: Arc<State>, peer: Weak<Peer>) {
+    let Some(session) = State::lock(&state.session).clone() else {
+        return;
+    };
+    let mut req = state
+        .client
+        .get(&state.url)
+        .headers(state.headers.clone())
+        .header(ACCEPT, "text/event-stream")
+        .header(SESSION_HEADER, session);
+    if let Some(v) = State::lock(&state.version).clone() {
+        req = req.header(VERSION_HEADER, v);
+    }
+    let Ok(resp) = req.send().await else {
+        return;
+    };
+    let is_sse = resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"));
+    if !resp.status().is_success() || !is_sse {
+        // 405: the server offers no such stream.
+        return;
+    }
+    let Some(p) = peer.upgrade() else {
+        return;
+    };
+    let wire: Arc<dyn Wire> = Arc::new(HttpWire {
+        state: state.clone(),
+        peer: peer.clone(),
+    });
+    drop(p);
+    let _ = read_sse(&state, &peer, &wire, resp).await;
+}
+
+/// Routes every message of an SSE answer as it arrives; the server's requests are
+/// answered with POSTs of their own.
+async fn read_sse(
+    state: &State,
+    peer: &Weak<Peer>,
+    wire: &Arc<dyn Wire>,
+    resp: reqwest::Response,
+) -> Result<()> {
+    let mut parser = crate::sse::SseParser::new(state.max);
+    let mut body = resp.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| {
+            Error::new(
+                ErrorKind::Connection,
+                format!("MCP server {:?}: {}", state.name, without_url(&e)),
+            )
+        })?;
+        let mut messages = Vec::new();
+        let fed = parser.feed(&chunk, |ev| {
+            if !ev.data.trim().is_empty() {
+                if let Ok(v) = serde_json::from_str::<Value>(ev.data) {
+                    messages.push(v);
+                }
+            }
+            Ok(())
+        });
+        let Some(peer) = peer.upgrade() else {
+            return Ok(());
+        };
+        for m in messages {
+            for reply in peer.route(m) {
+                wire.send(reply, None);
+            }
+        }
+        fed.map_err(|e| Error::protocol(format!("MCP server {:?}: {}", state.name, e.message)))?;
+    }
+    Ok(())
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
+        if let Some(l) = State::lock(&self.state.listener).take() {
+            l.abort();
+        }
         let Some(session) = State::lock(&self.state.session).take() else {
             return;
         };
@@ -156,6 +246,7 @@ pub(crate) fn connect(
         session: Mutex::new(None),
         version: Mutex::new(None),
         exchanges: Mutex::new(HashMap::new()),
+        listener: Mutex::new(None),
         max: limits.max_message_bytes,
     });
     let wire = HttpWire {
@@ -270,37 +361,8 @@ async fn exchange(state: Arc<State>, peer: Arc<Peer>, message: Value, request: O
         }
     };
     if content_type.starts_with("text/event-stream") {
-        let mut parser = crate::sse::SseParser::new(state.max);
-        let mut body = resp.bytes_stream();
-        while let Some(chunk) = body.next().await {
-            let chunk = match chunk {
-                Ok(c) => c,
-                Err(e) => {
-                    let e = Error::new(
-                        ErrorKind::Connection,
-                        format!("MCP server {:?}: {}", state.name, without_url(&e)),
-                    );
-                    return fail(RpcError::Failed(e));
-                }
-            };
-            let mut messages = Vec::new();
-            let fed = parser.feed(&chunk, |ev| {
-                if !ev.data.trim().is_empty() {
-                    if let Ok(v) = serde_json::from_str::<Value>(ev.data) {
-                        messages.push(v);
-                    }
-                }
-                Ok(())
-            });
-            for m in messages {
-                deliver(m);
-            }
-            if let Err(e) = fed {
-                return fail(RpcError::Failed(Error::protocol(format!(
-                    "MCP server {:?}: {}",
-                    state.name, e.message
-                ))));
-            }
+        if let Err(e) = read_sse(&state, &Arc::downgrade(&peer), &wire, resp).await {
+            return fail(RpcError::Failed(e));
         }
     } else {
         let text = match read_limited(resp, state.max).await {

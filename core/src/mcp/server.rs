@@ -119,6 +119,9 @@ impl Server {
             s.set_protocol_version(version);
         }
         Peer::notify(&self.wire, "notifications/initialized", None);
+        if let Keep::Http(s) = &self.keep {
+            s.listen(&self.peer);
+        }
         Ok(())
     }
 
