@@ -37,6 +37,27 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Start the MCP servers of the profile and the --mcp flags, and print each one's
+    /// tools (as the model sees their names), or why it could not start.
+    List(McpListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpListArgs {
+    /// A profile of the config file [default: $PANTO_PROFILE, else the file's
+    /// default_profile].
+    #[arg(short = 'p', long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// The config file [default: $PANTO_CONFIG, else $XDG_CONFIG_HOME/panto/config.toml].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// An MCP server, as for `run`. Repeatable.
+    #[arg(long = "mcp", value_name = "NAME=COMMAND|URL", value_parser = parse_mcp)]
+    pub mcp: Vec<(String, panto::McpServer)>,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one turn: send the prompt (and piped stdin), stream the answer, run tools,
     /// exit. The default command: `panto "hello"` is `panto run "hello"`.
@@ -45,6 +66,9 @@ pub enum Command {
     /// An interactive conversation: line editing, history, /help for commands.
     #[command(after_help = EXIT_CODES_HELP)]
     Chat(AgentArgs),
+    /// MCP servers: `panto mcp list [-p PROFILE]`.
+    #[command(subcommand)]
+    Mcp(McpCommand),
     /// Print a shell completion script: `panto completions bash > ~/.local/share/bash-completion/completions/panto`.
     Completions {
         #[arg(value_enum)]
@@ -177,6 +201,13 @@ pub struct AgentArgs {
     #[arg(long = "tool", value_name = "NAME=COMMAND", value_parser = parse_tool)]
     pub tools: Vec<ToolArg>,
 
+    /// An MCP server whose tools the model may call, as NAME__TOOL: a command started
+    /// with its arguments (split like a shell's words, without a shell), or an http(s)
+    /// URL of a Streamable HTTP server. Repeatable; replaces a profile's server of the
+    /// same name.
+    #[arg(long = "mcp", value_name = "NAME=COMMAND|URL", value_parser = parse_mcp)]
+    pub mcp: Vec<(String, panto::McpServer)>,
+
     /// JSON array of [{"name","description","parameters"}] describing --tool names
     /// (without an entry a tool gets an empty description and {"type":"object"}). An
     /// entry may carry its "command" too, which makes --tool unnecessary.
@@ -238,6 +269,84 @@ pub struct AgentArgs {
     /// Print the final answer once it is complete instead of streaming it.
     #[arg(long, conflicts_with = "json")]
     pub no_stream: bool,
+}
+
+/// One `--mcp NAME=COMMAND|URL`.
+fn parse_mcp(s: &str) -> Result<(String, panto::McpServer), String> {
+    let (name, rest) = s
+        .split_once('=')
+        .ok_or("expected NAME=COMMAND or NAME=URL")?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err("the MCP server's NAME is empty (expected NAME=COMMAND|URL)".to_owned());
+    }
+    let rest = rest.trim();
+    if rest.starts_with("http://") || rest.starts_with("https://") {
+        return Ok((name.to_owned(), panto::McpServer::http(rest)));
+    }
+    let mut words = split_words(rest)?.into_iter();
+    let command = words
+        .next()
+        .ok_or_else(|| format!("the command of MCP server {name:?} is empty"))?;
+    Ok((name.to_owned(), panto::McpServer::stdio(command, words)))
+}
+
+/// Words as a shell splits them — whitespace, '…', "…" and backslash escapes — with
+/// nothing else a shell does (no variables, globs or redirections).
+fn split_words(s: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => return Err("an unterminated ' in the command".to_owned()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c) => word.push(c),
+                            None => return Err("a \\ at the end of the command".to_owned()),
+                        },
+                        Some(c) => word.push(c),
+                        None => return Err("an unterminated \" in the command".to_owned()),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(c) => word.push(c),
+                    None => return Err("a \\ at the end of the command".to_owned()),
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
 }
 
 /// One `--tool NAME=COMMAND`.
@@ -323,6 +432,22 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn mcp_flags_are_commands_or_urls() {
+        let (name, s) = parse_mcp("time=uvx 'mcp server' \"a b\" c\\ d --tz=UTC").unwrap();
+        assert_eq!(name, "time");
+        assert_eq!(
+            s,
+            panto::McpServer::stdio("uvx", ["mcp server", "a b", "c d", "--tz=UTC"])
+        );
+        let (_, s) = parse_mcp("docs=https://host/mcp").unwrap();
+        assert_eq!(s, panto::McpServer::http("https://host/mcp"));
+        assert!(parse_mcp("time").is_err());
+        assert!(parse_mcp("=uvx").is_err());
+        assert!(parse_mcp("t=  ").is_err());
+        assert!(parse_mcp("t=a 'b").is_err());
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod confirm;
 mod exit;
 mod hint;
 mod interrupt;
+mod mcp;
 mod paths;
 mod profile;
 mod render;
@@ -47,17 +48,20 @@ fn main() -> ExitCode {
     let json = match &cli.command {
         Command::Run(args) => args.agent.json,
         Command::Chat(args) => args.json,
-        Command::Completions { .. } => false,
+        Command::Completions { .. } | Command::Mcp(_) => false,
     };
     let interrupt = Interrupt::install(json);
     let code = match cli.command {
         Command::Run(args) => run(args, &interrupt),
         Command::Chat(args) => chat::chat(args, &interrupt),
+        Command::Mcp(args::McpCommand::List(args)) => mcp::list(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut args::command(), "panto", &mut io::stdout());
             OK
         }
     };
+    // MCP servers of the dropped agents are stopped on threads the exit would end.
+    panto::mcp::wait_stopped(std::time::Duration::from_secs(5));
     ExitCode::from(code)
 }
 
@@ -102,7 +106,8 @@ impl Reporter {
     pub fn set_up(&mut self, setup: &Setup) {
         self.target = Some(setup.target.clone());
         self.secrets.push(setup.key.clone());
-        self.options.tools = !setup.agent.config().tools.is_empty();
+        self.options.tools =
+            !setup.agent.config().tools.is_empty() || !setup.agent.config().mcp_servers.is_empty();
         self.out = render::for_mode(self.json, self.options);
     }
 

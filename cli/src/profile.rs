@@ -55,6 +55,10 @@ pub struct Profile {
     /// Tools declared inline, each with its command.
     #[serde(default)]
     pub tools: Vec<ProfileTool>,
+    /// MCP servers (`[profiles.NAME.mcp_servers.SERVER]`), with the keys of the core's
+    /// `mcp_servers` entries (command, args, env, cwd or url, headers; timeout_ms, …).
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -227,6 +227,9 @@ impl Setup {
         // leaves room for their truncation note so the model still reads it.
         let max_tool_output = usize::try_from(args.max_tool_output_bytes).unwrap_or(usize::MAX);
         config = config.with_max_tool_output_bytes(max_tool_output.saturating_add(1024));
+        for (name, server) in crate::mcp::servers(prof, &args.mcp)? {
+            config = config.with_mcp_server(name, server);
+        }
         let (specs, commands) = host_tools(args, chosen.as_ref())?;
         for spec in specs {
             config = config.with_host_tool(spec);

@@ -995,6 +995,22 @@ impl Config {
     }
 }
 
+impl McpServer {
+    /// One server from the JSON form of an `mcp_servers` entry (as a profile of the CLI
+    /// holds it): checked against [`MCP_SERVER_KEYS`], errors naming
+    /// `mcp_servers.<name>.<key>`.
+    pub fn from_value(name: &str, v: &Value) -> Result<McpServer> {
+        let path = format!("mcp_servers.{name}");
+        let o = v
+            .as_object()
+            .ok_or_else(|| wrong_type(&path, "an object"))?;
+        crate::vocab::check(MCP_SERVER_KEYS, o, &format!("{path}."))?;
+        let server = mcp_server_from_value(name, v)?;
+        server.check(name)?;
+        Ok(server)
+    }
+}
+
 /// One `mcp_servers` entry, already checked against [`MCP_SERVER_KEYS`].
 fn mcp_server_from_value(name: &str, v: &Value) -> Result<McpServer> {
     let get = |k: &str| v.get(k).filter(|v| !v.is_null());

@@ -30,6 +30,22 @@ use crate::tool::Tool;
 
 pub use tools::McpToolInfo;
 
+/// Waits until every MCP server being stopped (its agents dropped) has exited and been
+/// reaped, at most `bound`; returns whether they all were. Call it before a program
+/// exits: stopping a server takes up to a few seconds on a thread of its own, which
+/// the process's exit would cut short.
+pub fn wait_stopped(bound: std::time::Duration) -> bool {
+    #[cfg(unix)]
+    {
+        stdio::wait_stopped(bound)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = bound;
+        true
+    }
+}
+
 /// The protocol revision panto speaks.
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
 /// The revisions panto accepts when a server answers `initialize` with an older one.

@@ -313,6 +313,22 @@ impl Process {
     }
 }
 
+/// How many servers are being stopped right now (their stop threads), for
+/// [`wait_stopped`].
+static STOPPING: (Mutex<usize>, std::sync::Condvar) = (Mutex::new(0), std::sync::Condvar::new());
+
+/// Waits until every server being stopped has been reaped, at most `bound`; returns
+/// whether they all were. A program about to exit calls it after dropping its agents,
+/// so that no server outlives it (a process's exit ends the stop threads).
+pub fn wait_stopped(bound: Duration) -> bool {
+    let (lock, cv) = &STOPPING;
+    let n = lock.lock().unwrap_or_else(PoisonError::into_inner);
+    let (n, _) = cv
+        .wait_timeout_while(n, bound, |n| *n > 0)
+        .unwrap_or_else(PoisonError::into_inner);
+    *n == 0
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         self.closing.cancel();
@@ -321,7 +337,13 @@ impl Drop for Process {
         };
         let tasks = std::mem::take(&mut self.tasks);
         let pid = self.pid;
-        let stop = move || stop(child, pid, tasks);
+        *STOPPING.0.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        let stop = move || {
+            stop(child, pid, tasks);
+            let (lock, cv) = &STOPPING;
+            *lock.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
+            cv.notify_all();
+        };
         if std::thread::Builder::new()
             .name("panto-mcp-stop".into())
             .spawn(stop)
@@ -329,6 +351,7 @@ impl Drop for Process {
         {
             // No thread to be had: kill at once rather than leave the server running.
             kill_group(pid, libc::SIGKILL);
+            *STOPPING.0.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
         }
     }
 }

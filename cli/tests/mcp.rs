@@ -1,0 +1,128 @@
+//! The CLI's MCP servers: `--mcp NAME=COMMAND` and `--mcp NAME=URL` in a run, a
+//! profile's `[mcp_servers]` table, and `panto mcp list` — against the fixture server
+//! (tests/mcp/fixture_server.py) and mcp-server-time from the tests' pinned venv.
+
+mod support;
+
+use panto_testkit::mcp::{fixture, python, time_server};
+use panto_testserver::script;
+use serde_json::{json, Value};
+use support::*;
+
+fn events(out: &std::process::Output) -> Vec<Value> {
+    stdout_of(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+        .collect()
+}
+
+#[test]
+fn a_run_calls_the_tools_of_an_mcp_server_given_by_flag() {
+    let server = server(json!({"exchanges": [
+        script::exchange(script::openai_tool_calls(&[("c", "fx__echo", r#"{"text":"from the cli"}"#)])),
+        script::exchange(script::openai_text(&["done"])),
+    ]}));
+    let home = temp_dir("mcp-run");
+    let base = format!("{}/v1", server.url());
+    let mcp = format!("fx={} {}", python(), fixture());
+    let out = run(&mut panto_in(
+        &home,
+        &[
+            "run",
+            "--json",
+            "--base-url",
+            &base,
+            "--api-key",
+            "k",
+            "--mcp",
+            &mcp,
+            "go",
+        ],
+    ));
+    assert!(out.status.success(), "{}", describe(&out));
+    let evs = events(&out);
+    let result = evs
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("a tool result");
+    assert_eq!(result["name"], "fx__echo");
+    assert_eq!(result["output"], "echo: from the cli");
+    assert_eq!(result["is_error"], false);
+    // Offered to the model with its schema; not a host tool.
+    let start = evs.iter().find(|e| e["type"] == "tool_call_start").unwrap();
+    assert_eq!(start["host"], false);
+    let tools = &server.requests()[0].body["tools"];
+    assert!(tools.to_string().contains("fx__echo"), "{tools}");
+}
+
+#[test]
+fn mcp_list_prints_each_servers_tools_or_its_error() {
+    let home = temp_dir("mcp-list");
+    let config = home.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[profiles.t.mcp_servers.time]\ncommand = {:?}\nargs = [\"--local-timezone\", \"UTC\"]\n",
+            time_server()
+        ),
+    )
+    .unwrap();
+    let fx = format!("fx={} {}", python(), fixture());
+    let bad = format!("bad={} {} --fail-start", python(), fixture());
+    let cfg = config.to_string_lossy().into_owned();
+    let out = run(&mut panto_in(
+        &home,
+        &[
+            "mcp", "list", "--config", &cfg, "-p", "t", "--mcp", &fx, "--mcp", &bad,
+        ],
+    ));
+    let text = stdout_of(&out);
+    // A server that could not start: its error, and the exit code of its kind.
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    assert!(
+        text.contains(
+            "bad: error (connection): MCP server \"bad\" stopped: it exited (exit status 2)"
+        ) && text.contains("refusing to start"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fx: 12 tools\n  fx__change  Changes the tool list.\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  fx__dotted_name  Has a dot in its name.\n"),
+        "{text}"
+    );
+    assert!(text.contains("time: 2 tools\n"), "{text}");
+    assert!(text.contains("  time__convert_time"), "{text}");
+    assert!(text.contains("  time__get_current_time"), "{text}");
+    // Only the profile's server: everything starts, exit 0.
+    let out = run(&mut panto_in(
+        &home,
+        &["mcp", "list", "--config", &cfg, "-p", "t"],
+    ));
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(stdout_of(&out).starts_with("time: 2 tools\n"));
+}
+
+#[test]
+fn a_profile_mcp_server_with_an_unknown_key_is_a_config_error() {
+    let home = temp_dir("mcp-bad-profile");
+    let config = home.join("config.toml");
+    std::fs::write(
+        &config,
+        "[profiles.t.mcp_servers.x]\ncommand = \"true\"\ncolour = 1\n",
+    )
+    .unwrap();
+    let cfg = config.to_string_lossy().into_owned();
+    let out = run(&mut panto_in(
+        &home,
+        &["mcp", "list", "--config", &cfg, "-p", "t"],
+    ));
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr_of(&out).contains("mcp_servers.x.colour: unknown key"),
+        "{}",
+        describe(&out)
+    );
+}
