@@ -56,8 +56,10 @@ pub enum Block {
     /// A block of a kind panto does not model, kept exactly as the provider sent it so
     /// it can go back verbatim: Anthropic's server-tool blocks (`server_tool_use`,
     /// `web_search_tool_result`…), MCP blocks (`mcp_tool_use`, `mcp_tool_result`) and
-    /// `compaction` blocks. `provider` names the wire format it came from (`anthropic`);
-    /// it is sent back only to that provider, and never announced by block events.
+    /// `compaction` blocks; Gemini's parts of kinds panto does not model, and its thought
+    /// signatures (`{"thoughtSignature": …}`, right after the block of their part).
+    /// `provider` names the wire format it came from (`anthropic`, `gemini`); it is sent
+    /// back only to that provider, and never announced by block events.
     Opaque {
         provider: String,
         block: Value,

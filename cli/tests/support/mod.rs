@@ -38,6 +38,8 @@ pub fn panto_in(home: &Path, args: &[&str]) -> Command {
         "ANTHROPIC_API_KEY",
         "OPENAI_BASE_URL",
         "ANTHROPIC_BASE_URL",
+        "GEMINI_API_KEY",
+        "GEMINI_BASE_URL",
         "PANTO_PROFILE",
         "PANTO_MODEL",
         "PANTO_CONFIG",
