@@ -2,17 +2,6 @@
 
 package panto
 
-/*
-#include <poll.h>
-
-// 1 if fd is readable now, without waiting (and without reading it).
-static int panto_go_readable(int fd) {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	return poll(&p, 1, 0) > 0;
-}
-*/
-import "C"
-
 import (
 	"os"
 	"syscall"
@@ -33,13 +22,4 @@ func pollable(fd int64) *os.File {
 		return nil
 	}
 	return os.NewFile(uintptr(nfd), "panto-stream-readiness")
-}
-
-// readable reports whether the descriptor is readable now, without reading it (the
-// library's state of it must not change).
-func readable(fd uintptr) bool {
-	calls <- struct{}{}
-	r := C.panto_go_readable(C.int(fd)) != 0
-	<-calls
-	return r
 }

@@ -153,23 +153,14 @@ func (h *streamHandle) waitReadable(f *os.File) (C.PantoStatus, bool) {
 	st := C.PantoStatus(C.PANTO_PENDING)
 	// The function runs at once, then each time the descriptor turns readable, until it
 	// returns true. Go's netpoller is edge-triggered: it wakes a waiter only when the
-	// descriptor turns readable. A next call that finds nothing makes it unreadable —
-	// unless something arrived meanwhile: then it stays readable, no edge will come,
-	// and parking would wait for good. So the goroutine parks only on a descriptor seen
-	// unreadable after the call that found nothing (the caller's, the first time round).
-	polled := true
-	err = rc.Read(func(fd uintptr) bool {
-		for {
-			if !polled {
-				if st = h.poll(); st != C.PANTO_PENDING {
-					return true
-				}
-			}
-			polled = false
-			if !readable(fd) {
-				return false
-			}
-		}
+	// descriptor turns readable, and Read forgets an edge that came before it started
+	// (it resets the descriptor's readiness first). So the function takes what is ready
+	// on its first run too, after that reset: the library never answers PANTO_PENDING
+	// with the descriptor left readable (what arrived while it looked is taken
+	// instead), so after a PENDING here the next hand-off makes an edge Read sees.
+	err = rc.Read(func(uintptr) bool {
+		st = h.poll()
+		return st != C.PANTO_PENDING
 	})
 	if err != nil && st == C.PANTO_PENDING {
 		h.rfailed = true

@@ -31,6 +31,9 @@ cargo test --workspace --locked
 
 step "benchmarks compile"
 cargo bench --workspace --no-run --locked
+# scripts/bench.sh builds the peers' clients with --locked: their lock file must follow
+# the workspace's crates (a new dependency of panto-pull broke it once, unnoticed).
+cargo metadata --locked --format-version 1 --manifest-path tests/peers-bench/Cargo.toml >/dev/null
 
 step "push example and 'panto run --json' print the same turn"
 scripts/check-push-pull-equivalence.sh

@@ -791,7 +791,10 @@ PANTO_API bool panto_stream_turn_paused(const PantoStream *stream);
  *     unreadable again; until then it may stay readable even though the last ready event
  *     was taken. Stopping early is allowed (the descriptor then stays readable, so the
  *     next wait returns at once). With edge-triggered epoll (EPOLLET) the rule is a
- *     must: a wake-up comes only when the descriptor turns readable again.
+ *     must: a wake-up comes only when the descriptor turns readable again. It is
+ *     enough: PANTO_PENDING is never returned with the descriptor left readable (what
+ *     arrived while the call looked is returned instead), so after a PANTO_PENDING the
+ *     next hand-off turns it readable — an edge.
  *   - After PANTO_DONE or PANTO_ERROR it stays readable for good (every later call
  *     answers at once, the same way): stop waiting on it then.
  *   - The caller never reads, writes or closes it; the next calls do what it needs.

@@ -132,7 +132,18 @@ pub struct Error {
     /// `x-request-id` (OpenAI and most compatible servers) or `request-id` (Anthropic)
     /// header: what the provider's support asks for. Not part of the canonical JSON.
     pub request_id: Option<String>,
+    /// The headers of the HTTP error response this error comes from, as
+    /// `(lower-case name, value)` pairs in the order received (a repeated header appears
+    /// once per value); empty for an error that was not an HTTP error status. Bounded
+    /// ([`MAX_ERROR_HEADERS`], [`MAX_ERROR_HEADER_VALUE`] bytes a value) and redacted
+    /// like the message. Not part of the canonical JSON.
+    pub headers: Vec<(String, String)>,
 }
+
+/// At most this many headers of a failed response are kept on its [`Error`].
+pub const MAX_ERROR_HEADERS: usize = 64;
+/// At most this many bytes of each kept header value.
+pub const MAX_ERROR_HEADER_VALUE: usize = 1024;
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
@@ -144,6 +155,7 @@ impl Error {
             provider_code: None,
             retry_after_ms: None,
             request_id: None,
+            headers: Vec::new(),
         }
     }
 
@@ -183,6 +195,18 @@ impl Error {
         self.request_id = id;
         self
     }
+    pub fn with_headers(mut self, headers: Vec<(String, String)>) -> Error {
+        self.headers = headers;
+        self
+    }
+    /// The value of a header of the failed response (`name` in any case), the first if
+    /// it was repeated.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
 
     /// The canonical JSON form: `{"type":"error","kind":…,"message":…,"status":…,
     /// "retryable":…,"provider_code":…}`.
@@ -201,6 +225,9 @@ impl Error {
         }
         if let Some(id) = &mut self.request_id {
             secrets.redact_in_place(id);
+        }
+        for (_, value) in &mut self.headers {
+            secrets.redact_in_place(value);
         }
         self
     }

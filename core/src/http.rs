@@ -370,6 +370,9 @@ impl Transport {
         loop {
             let span = debug_span!("provider_request", message, attempt = retry_no + 1);
             let mut decoder = Decoder::with_limits(config.provider, message, limits(config));
+            // The id of the response this attempt got, also for an error that comes
+            // inside a successful (200) stream: what the provider's support asks for.
+            let mut response_id = None;
             let outcome = self
                 .attempt(
                     &client,
@@ -379,6 +382,7 @@ impl Transport {
                     message,
                     &mut decoder,
                     sink,
+                    &mut response_id,
                 )
                 .instrument(span)
                 .await;
@@ -389,11 +393,16 @@ impl Transport {
                         .into_message()
                         .ok_or_else(|| Error::internal("the decoder finished without a message"))
                 }
-                Err((err, hints)) => (
-                    err.redact(&self.secrets)
-                        .with_retry_after_ms(hints.after_ms()),
-                    hints,
-                ),
+                Err((mut err, hints)) => {
+                    if err.request_id.is_none() && err.kind != ErrorKind::Cancelled {
+                        err.request_id = response_id;
+                    }
+                    (
+                        err.redact(&self.secrets)
+                            .with_retry_after_ms(hints.after_ms()),
+                        hints,
+                    )
+                }
             };
             if cancel.is_cancelled() {
                 return Err(Error::cancelled());
@@ -446,6 +455,7 @@ impl Transport {
 
     /// One HTTP attempt. `Ok(Some(_))` when the server answered with a complete message
     /// in one JSON body, `Ok(None)` when the decoder holds the streamed message.
+    /// `response_id` gets the response's request id as soon as its headers arrive.
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
@@ -456,6 +466,7 @@ impl Transport {
         message: u32,
         decoder: &mut Decoder,
         sink: &mut TurnSink<'_>,
+        response_id: &mut Option<String>,
     ) -> std::result::Result<Option<DecodedMessage>, (Error, RetryHints)> {
         let cancel_token = sink.cancel.clone();
         let cancel = &cancel_token;
@@ -507,12 +518,13 @@ impl Transport {
         };
         let status = response.status().as_u16();
         debug!(status, "response headers");
+        *response_id = request_id(response.headers());
         if response.status().is_redirection() {
             return Err(no_hints(redirect_error(&response)));
         }
         if !response.status().is_success() {
             let mut hints = RetryHints::from_headers(response.headers());
-            let request_id = request_id(response.headers());
+            let headers = error_headers(response.headers());
             let body = read_bounded(response, MAX_ERROR_BODY, cancel, request_deadline).await;
             // Redact before anything cuts the body short: a cut can split a key in two.
             let body = self.secrets.redact(&body);
@@ -525,7 +537,10 @@ impl Transport {
             } else {
                 http_error(status, &body)
             };
-            return Err((err.with_request_id(request_id), hints));
+            let err = err
+                .with_request_id(response_id.clone())
+                .with_headers(headers);
+            return Err((err, hints));
         }
         let header = |name| {
             response
@@ -851,6 +866,23 @@ fn request_id(headers: &reqwest::header::HeaderMap) -> Option<String> {
         .or_else(|| headers.get(&REQUEST_ID))?;
     let id = value.to_str().ok()?.trim();
     (!id.is_empty()).then(|| crate::provider::truncate(id, 256).to_owned())
+}
+
+/// The headers of an HTTP error response, for the error (`Error::headers`): names in
+/// lower case, in the order received, values that are not text left out, at most
+/// [`crate::error::MAX_ERROR_HEADERS`] of them and [`crate::error::MAX_ERROR_HEADER_VALUE`]
+/// bytes of each value. A proxy can echo anything back: they are redacted with the rest.
+fn error_headers(headers: &reqwest::header::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let value = value.to_str().ok()?;
+            let value =
+                crate::provider::truncate(value.trim(), crate::error::MAX_ERROR_HEADER_VALUE);
+            Some((name.as_str().to_owned(), value.to_owned()))
+        })
+        .take(crate::error::MAX_ERROR_HEADERS)
+        .collect()
 }
 
 fn request_timeout(ms: u64) -> Error {

@@ -224,3 +224,54 @@ fn the_cap_is_a_configuration_key() {
         err.message
     );
 }
+
+/// Beside the wait, an error keeps what a provider's support asks for: the response's
+/// request id (also when the stream failed after a 200) and an HTTP error response's
+/// headers, redacted like the message.
+#[tokio::test]
+async fn an_error_carries_the_responses_request_id_and_headers() {
+    let server = TestServer::start(script::scenario(vec![exchange(script::http_error(
+        503,
+        "overloaded_error",
+        json!({ "x-request-id": "req_503", "x-echo": "Bearer sk-test-retry-after" }),
+    ))]))
+    .unwrap();
+    let agent = Agent::new(config(
+        &server,
+        RetryConfig {
+            max_retries: 0,
+            ..RetryConfig::default()
+        },
+    ))
+    .unwrap();
+    let err = run(&agent).await.1.expect_err("the turn must fail");
+    assert_eq!(err.request_id.as_deref(), Some("req_503"));
+    assert_eq!(err.header("X-Request-Id"), Some("req_503"));
+    let echo = err.header("x-echo").expect("the echoed header is kept");
+    assert!(
+        echo.starts_with("Bearer ") && !echo.contains("sk-test-retry-after"),
+        "{echo}"
+    );
+    assert!(err.header("content-type").is_some());
+
+    let server = TestServer::start(script::scenario(vec![exchange(json!({
+        "headers": { "x-request-id": "req_200" },
+        "sse": [{ "data": { "error": { "message": "overloaded", "type": "server_error" } } }],
+    }))]))
+    .unwrap();
+    let agent = Agent::new(config(
+        &server,
+        RetryConfig {
+            max_retries: 0,
+            ..RetryConfig::default()
+        },
+    ))
+    .unwrap();
+    let err = run(&agent).await.1.expect_err("the turn must fail");
+    assert_eq!(err.request_id.as_deref(), Some("req_200"), "{err}");
+    assert!(
+        err.headers.is_empty(),
+        "not an HTTP error status: {:?}",
+        err.headers
+    );
+}

@@ -377,9 +377,12 @@ impl Shared {
     /// The consumer found nothing to report (its caller is about to say `Pending` or to
     /// wait): makes the readiness descriptor unreadable — unless, checked under the lock
     /// that every hand-off takes to set it, something did arrive, so no wake-up is lost.
-    pub(crate) fn clear_ready_if_empty(&self) {
+    /// False in that case: the descriptor stays readable, and a caller about to say
+    /// `Pending` must take what arrived first (`Stream::settle`), or a poller waiting
+    /// for the next edge (epoll's `EPOLLET`, Go's netpoller) would wait for good.
+    pub(crate) fn clear_ready_if_empty(&self) -> bool {
         if !self.ready_asked.load(Ordering::SeqCst) {
-            return;
+            return true;
         }
         let mut outbox = self.outbox();
         if !outbox.has_news()
@@ -387,7 +390,9 @@ impl Shared {
             && !self.ahead_held.load(Ordering::SeqCst)
         {
             outbox.ready.clear();
+            return true;
         }
+        false
     }
 
     /// The stream is gone: its descriptor is made readable (a poller blocked on it

@@ -125,6 +125,19 @@ impl StreamControl {
     }
 }
 
+/// What [`Stream::settle`] found.
+enum Settled {
+    /// Nothing: the readiness descriptor is unreadable now.
+    Empty,
+    /// What arrived while the consumer looked.
+    Took(Received),
+    /// A cancel arrived while the consumer looked.
+    Cancelled,
+}
+
+/// Rounds of [`Stream::settle`] before it gives up (each normally ends it).
+const SETTLE_ROUNDS: usize = 4;
+
 enum State {
     Active,
     Completed,
@@ -418,22 +431,52 @@ impl Stream {
             Ok(item) => Ok(item),
             Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
             Err(TryRecvError::Empty) => {
-                if shared.outbox_len.load(Ordering::SeqCst) == 0 {
-                    shared.clear_ready_if_empty();
-                    return Ok(Next::Pending);
-                }
-                shared.flush_for_consumer();
-                match events.try_recv() {
-                    Ok(item) => Ok(item),
-                    Err(TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
-                    Err(TryRecvError::Empty) => {
-                        shared.clear_ready_if_empty();
-                        return Ok(Next::Pending);
-                    }
+                let flushed = shared.outbox_len.load(Ordering::SeqCst) != 0 && {
+                    shared.flush_for_consumer();
+                    true
+                };
+                match flushed.then(|| events.try_recv()) {
+                    Some(Ok(item)) => Ok(item),
+                    Some(Err(TryRecvError::Disconnected)) => Err(RecvTimeoutError::Disconnected),
+                    None | Some(Err(TryRecvError::Empty)) => match self.settle() {
+                        Settled::Took(received) => received,
+                        Settled::Empty => return Ok(Next::Pending),
+                        Settled::Cancelled => return Err(self.fail(Error::cancelled())),
+                    },
                 }
             }
         };
         self.deliver(received)
+    }
+
+    /// Nothing was found to report: makes the readiness descriptor unreadable before the
+    /// caller says so — or, when something arrived meanwhile (the descriptor then stays
+    /// readable, its edge already spent), takes it. Saying `Pending` with the
+    /// descriptor left readable would strand an edge-triggered poller.
+    fn settle(&self) -> Settled {
+        let shared = &self.control.shared;
+        // Each round that does not clear found news under the outbox lock, which the
+        // flush then hands over; a bound keeps a state that cannot make progress (none
+        // is known) from spinning.
+        for _ in 0..SETTLE_ROUNDS {
+            if shared.clear_ready_if_empty() {
+                return Settled::Empty;
+            }
+            if self.control.is_cancelled() {
+                return Settled::Cancelled;
+            }
+            shared.flush_for_consumer();
+            if let Some(events) = &self.events {
+                match events.try_recv() {
+                    Ok(item) => return Settled::Took(Ok(item)),
+                    Err(TryRecvError::Disconnected) => {
+                        return Settled::Took(Err(RecvTimeoutError::Disconnected))
+                    }
+                    Err(TryRecvError::Empty) => {}
+                }
+            }
+        }
+        Settled::Empty
     }
 
     /// The next item read ahead, if any (and whether any is left, for the readiness
@@ -512,10 +555,15 @@ impl Stream {
             took |= received.is_ok();
             self.ahead.push_back(received);
         }
+        if self.ahead.is_empty() && ran_dry {
+            if let Settled::Took(received) = self.settle() {
+                took |= received.is_ok();
+                self.ahead.push_back(received);
+                // The rest of what arrived with it is taken by the next call.
+            }
+        }
         if !self.ahead.is_empty() {
-            shared.ahead_held.store(true, Ordering::SeqCst);
-        } else if ran_dry {
-            shared.clear_ready_if_empty();
+            self.control.shared.ahead_held.store(true, Ordering::SeqCst);
         }
         if took {
             self.wake_producer_at_low_water();
@@ -609,6 +657,17 @@ impl Stream {
         {
             shared.flush_for_consumer();
         }
+        if no_wait {
+            // A caller that will not wait is told "nothing" only with the descriptor
+            // unreadable (see `settle`).
+            let settled = self.settle();
+            shared.waiter.waiting.store(false, Ordering::SeqCst);
+            return match settled {
+                Settled::Took(received) => received,
+                // A cancel is seen by the caller's next check (`deliver`, `wait_ready`).
+                Settled::Empty | Settled::Cancelled => Err(RecvTimeoutError::Timeout),
+            };
+        }
         shared.clear_ready_if_empty();
         let received = shared.waiter.wait(events, deadline);
         shared.waiter.waiting.store(false, Ordering::SeqCst);
@@ -650,6 +709,9 @@ impl Stream {
                 Ok(Next::Event(ev))
             }
             Ok(Err(e)) => Err(self.fail(e)),
+            Err(RecvTimeoutError::Timeout) if self.control.is_cancelled() => {
+                Err(self.fail(Error::cancelled()))
+            }
             Err(RecvTimeoutError::Timeout) => Ok(Next::Pending),
             Err(RecvTimeoutError::Disconnected) => Err(self.fail(Error::incomplete(
                 "the stream's turn ended before message_complete",

@@ -557,3 +557,87 @@ fn the_futures_stream_yields_what_next_does() {
         ErrorKind::Authentication
     );
 }
+
+/// Edge-triggered waiting (epoll's `EPOLLET`, like Go's netpoller): a poller is told
+/// only when the descriptor becomes readable, so a `Pending` from `try_next` must leave
+/// it unreadable — were something handed over while `try_next` looked, and `Pending`
+/// said with the descriptor still readable from before, no new edge would come and the
+/// stream would be stranded. Many streams of many small hand-offs make that race
+/// likely; a stranded stream shows as an `epoll_wait` that times out.
+#[test]
+fn edge_triggered_epoll_never_strands_a_stream() {
+    let _g = serial();
+    const STREAMS: usize = 24;
+    let pieces: Vec<String> = (0..1500).map(|i| format!("{} ", i % 10)).collect();
+    let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let mut ex = exchange(script::openai_text(&pieces));
+    ex["times"] = json!(STREAMS);
+    let server = TestServer::start(script::scenario(vec![ex])).unwrap();
+    let agents: Vec<Agent> = (0..STREAMS).map(|_| agent_for(&server)).collect();
+    // SAFETY: epoll_create1 has no memory arguments.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0);
+    let mut streams: Vec<Option<Stream>> = Vec::new();
+    for (i, agent) in agents.iter().enumerate() {
+        let s = agent.stream("go").unwrap();
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+            u64: i as u64,
+        };
+        // SAFETY: registers the stream's descriptor with an event on the stack.
+        let rc =
+            unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, s.readiness_fd().unwrap(), &mut ev) };
+        assert_eq!(rc, 0);
+        streams.push(Some(s));
+    }
+    // An edge may have come before registration: every stream is drained once first.
+    let mut ready: Vec<usize> = (0..STREAMS).collect();
+    let mut done = 0;
+    let mut texts = vec![0usize; STREAMS];
+    while done < STREAMS {
+        for i in ready.drain(..) {
+            let Some(s) = streams[i].as_mut() else {
+                continue;
+            };
+            let (events, end) = drain_ready(s);
+            texts[i] += events
+                .iter()
+                .filter(|e| matches!(e, Event::ContentDelta { .. }))
+                .count();
+            match end.unwrap() {
+                Next::Pending => {}
+                Next::Done => {
+                    let fd = s.readiness_fd().unwrap();
+                    // SAFETY: removes a registered descriptor; the event is ignored.
+                    unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+                    streams[i] = None;
+                    done += 1;
+                }
+                Next::Event(_) => unreachable!(),
+            }
+        }
+        if done == STREAMS {
+            break;
+        }
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; STREAMS];
+        // SAFETY: epoll_wait writes at most STREAMS events into `evs`.
+        let n = unsafe {
+            libc::epoll_wait(
+                ep,
+                evs.as_mut_ptr(),
+                STREAMS as i32,
+                DEADLINE.as_millis() as i32,
+            )
+        };
+        assert!(n >= 0, "epoll_wait: {}", std::io::Error::last_os_error());
+        assert!(
+            n > 0,
+            "{} of {STREAMS} streams stranded: no edge within {DEADLINE:?} (chunks seen {texts:?})",
+            STREAMS - done
+        );
+        ready.extend(evs[..n as usize].iter().map(|e| e.u64 as usize));
+    }
+    // SAFETY: closes the epoll descriptor this test made.
+    unsafe { libc::close(ep) };
+    assert!(texts.iter().all(|&n| n == 1500), "{texts:?}");
+}

@@ -9,8 +9,8 @@ use pyo3::sync::PyOnceLock;
 static FROM_NATIVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// The Python exception for a core error: the `PantoError` subclass of its kind, with
-/// `kind`, `message`, `status`, `retryable`, `provider_code`, `retry_after` and
-/// `request_id` set (the class of its HTTP status where there is a narrower one).
+/// `kind`, `message`, `status`, `retryable`, `provider_code`, `retry_after`,
+/// `request_id` and `headers` set (the class of its HTTP status where there is a narrower one).
 /// The core has already removed every secret from the message and the provider code.
 pub fn to_pyerr(py: Python<'_>, e: panto::Error) -> PyErr {
     let build = || -> PyResult<PyErr> {
@@ -27,6 +27,7 @@ pub fn to_pyerr(py: Python<'_>, e: panto::Error) -> PyErr {
             e.provider_code.as_deref(),
             e.retry_after_ms,
             e.request_id.as_deref(),
+            &e.headers,
         ))?;
         Ok(PyErr::from_value(exc))
     };

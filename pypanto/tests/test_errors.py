@@ -85,9 +85,37 @@ def test_every_http_status_error_is_an_api_status_error_of_its_class(server, sta
     assert isinstance(e, panto.ERROR_CLASSES[kind]) and e.kind == kind
     assert e.status_code == e.status == status
     assert e.request_id == f"req_{status}" and e.retry_after == 7.0
+    assert e.headers["x-request-id"] == f"req_{status}" and e.headers["retry-after"] == "7"
+    assert e.headers["content-type"].startswith("application/json")
     assert f"failure {status}" in e.message
     copy = pickle.loads(pickle.dumps(e))
     assert type(copy) is cls and (copy.status_code, copy.request_id, copy.retry_after) == (status, f"req_{status}", 7.0)
+    assert copy.headers == e.headers
+
+
+def test_error_headers_are_the_responses_redacted_and_bounded(server):
+    """APIStatusError.headers (openai-python's e.response.headers): the failed response's
+    headers with lower-case names; a key a proxy echoes back in a header is redacted;
+    at most 64 headers of at most 1 KiB each."""
+    key = "sk-test-0123456789"
+    many = {f"x-extra-{i:03}": "v" * 2000 for i in range(80)}
+    server.scenario(error_exchange(500, _err("boom"), headers={"X-Echo-Key": f"Bearer {key}", **many}))
+    with pytest.raises(panto.InternalServerError) as info:
+        make_agent(server, api_key=key).run("x")
+    h = info.value.headers
+    assert key not in repr(h) and "x-echo-key" in h and "Bearer" in h["x-echo-key"]
+    assert len(h) == 64
+    assert all(len(v.encode()) <= 1024 for v in h.values())
+    assert h.get("x-extra-000", "").startswith("vvv")
+
+
+def test_a_stream_that_fails_after_200_carries_the_responses_request_id(server):
+    """An error inside a 200 stream is no HTTP status error (no headers), but the id of the
+    response it came in is what the provider's support asks for."""
+    server.scenario(exchange([{"data": {"error": {"message": "overloaded", "type": "server_error"}}}], headers={"x-request-id": "req_in_stream"}))
+    with pytest.raises(panto.APIError) as info:
+        make_agent(server).run("x")
+    assert info.value.request_id == "req_in_stream" and info.value.headers == {}
 
 
 def test_anthropic_request_id_header(server):
@@ -115,6 +143,7 @@ def test_errors_without_a_status_are_not_status_errors(server):
         make_agent(server).run("x")
     assert type(info.value) is panto.ProviderError and not isinstance(info.value, panto.APIStatusError)
     assert isinstance(info.value, panto.APIError) and info.value.request_id is None
+    assert info.value.headers == {}
     server.scenario(exchange(text_sse(["a"]), fault={"kind": "stall", "after_bytes": 0}))
     with pytest.raises(panto.APIConnectionError) as timeout:
         make_agent(server, timeouts={"idle_ms": 150}).run("x")

@@ -16,7 +16,7 @@ and can also derive from the standard exceptions a caller may already catch.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Type
+from typing import Any, Dict, Iterable, Optional, Tuple, Type
 
 __all__ = ["PantoError", "APIError", "APIStatusError"]
 
@@ -30,6 +30,7 @@ def _rebuild(
     provider_code: Optional[str],
     retry_after: Optional[float] = None,
     request_id: Optional[str] = None,
+    headers: Optional[Dict[str, str]] = None,
 ) -> "PantoError":
     return cls(
         message,
@@ -39,6 +40,7 @@ def _rebuild(
         provider_code=provider_code,
         retry_after=retry_after,
         request_id=request_id,
+        headers=headers,
     )
 
 
@@ -55,8 +57,12 @@ class PantoError(Exception):
             retry (``retry-after-ms`` or ``retry-after``); ``None`` if it named none. A
             wait longer than ``retry={"max_retry_after_ms": …}`` (default 60 s) is not
             waited for: the stream fails at once with it here.
-        request_id: the provider's id of the failed request (its ``x-request-id`` or
-            ``request-id`` response header), when an HTTP error response carried one.
+        request_id: the provider's id of the request (its ``x-request-id`` or
+            ``request-id`` response header), when the response carried one — an HTTP
+            error response, or a stream that failed after a 200.
+        headers: the failed HTTP response's headers, names in lower case (a repeated
+            header's values joined with ``", "``); empty when the error was not an HTTP
+            error status. At most 64 headers of 1 KiB each, redacted like the message.
     """
 
     kind: str = "internal"
@@ -71,6 +77,7 @@ class PantoError(Exception):
         provider_code: Optional[str] = None,
         retry_after: Optional[float] = None,
         request_id: Optional[str] = None,
+        headers: Optional[Dict[str, str]] = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -81,6 +88,7 @@ class PantoError(Exception):
         self.provider_code = provider_code
         self.retry_after = retry_after
         self.request_id = request_id
+        self.headers: Dict[str, str] = dict(headers) if headers else {}
 
     def __str__(self) -> str:
         text = f"{self.kind}: {self.message}"
@@ -110,6 +118,7 @@ class PantoError(Exception):
                 self.provider_code,
                 self.retry_after,
                 self.request_id,
+                self.headers,
             ),
         )
 
@@ -139,6 +148,7 @@ def _from_native(
     provider_code: Optional[str],
     retry_after_ms: Optional[int] = None,
     request_id: Optional[str] = None,
+    headers: Iterable[Tuple[str, str]] = (),
 ) -> PantoError:
     """Builds the exception for a core error (called by the native module): the class of
     its HTTP status if it has a narrower one, else its kind's."""
@@ -151,6 +161,9 @@ def _from_native(
     if cls is None:
         # A kind this package does not know yet (a newer core) is still a PantoError.
         cls = ERROR_CLASSES.get(kind, PantoError)
+    joined: Dict[str, str] = {}
+    for name, value in headers:
+        joined[name] = f"{joined[name]}, {value}" if name in joined else value
     return cls(
         message,
         kind=kind,
@@ -159,6 +172,7 @@ def _from_native(
         provider_code=provider_code,
         retry_after=None if retry_after_ms is None else retry_after_ms / 1000,
         request_id=request_id,
+        headers=joined,
     )
 
 

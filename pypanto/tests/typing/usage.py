@@ -5,7 +5,7 @@ never imported or run)."""
 from __future__ import annotations
 
 import pickle
-from typing import Any, Coroutine, Optional, Set
+from typing import Any, Coroutine, Dict, Optional, Set
 
 from typing_extensions import assert_type
 
@@ -88,6 +88,7 @@ def errors(agent: Agent) -> Optional[float]:
     except panto.UnprocessableEntityError as e:
         assert_type(e.status_code, int)
         assert_type(e.request_id, Optional[str])
+        assert_type(e.headers, Dict[str, str])
     except panto.APIStatusError as e:
         assert_type(e.status_code, int)
     except RateLimitError as e:
