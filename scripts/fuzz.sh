@@ -20,7 +20,7 @@ seconds="${1:-60}"
 case "$seconds" in
   '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [seconds per target]" >&2; exit 2 ;;
 esac
-read -r -a targets <<<"${FUZZ_TARGETS:-sse decoder_openai decoder_anthropic config history openai_chunk_scan}"
+read -r -a targets <<<"${FUZZ_TARGETS:-sse decoder_openai decoder_anthropic decoder_gemini config history openai_chunk_scan}"
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: the nightly Rust toolchain is required (cargo-fuzz needs -Zsanitizer);" >&2
@@ -67,6 +67,11 @@ for meta in tests/fixtures/real/*/*.meta.json; do
       ;;
     *'"sdk":"anthropic"'*) seed decoder_anthropic "$body" ;;
   esac
+done
+# Gemini's streams, written from the documented format (no real captures).
+for body in tests/fixtures/gemini/*.sse; do
+  seed sse "$body" 000
+  seed decoder_gemini "$body"
 done
 for t in config history; do
   for f in fuzz/seeds/"$t"/*; do seed "$t" "$f"; done

@@ -32,6 +32,7 @@ fn check_for(target: &str) -> fn(&[u8]) {
         "sse" => harness::sse,
         "decoder_openai" => |d| harness::decoder(ProviderKind::OpenAi, d),
         "decoder_anthropic" => |d| harness::decoder(ProviderKind::Anthropic, d),
+        "decoder_gemini" => |d| harness::decoder(ProviderKind::Gemini, d),
         "config" => harness::config,
         "history" => harness::history,
         "openai_chunk_scan" => harness::openai_chunk_scan,
@@ -188,6 +189,20 @@ fn harness_accepts_the_seeds() {
         }
     }
     assert!(n > 0, "no captures found in {}", captures.display());
+    let gemini = repo.join("tests/fixtures/gemini");
+    let mut g = 0;
+    for file in std::fs::read_dir(&gemini).expect("gemini fixtures") {
+        let path = file.expect("directory entry").path();
+        if path.extension().is_some_and(|e| e == "sse") {
+            let body = std::fs::read(&path).expect("fixture body");
+            let mut framed = vec![0];
+            framed.extend_from_slice(&body);
+            harness::sse(&framed);
+            harness::decoder(ProviderKind::Gemini, &body);
+            g += 1;
+        }
+    }
+    assert!(g > 0, "no Gemini fixtures found in {}", gemini.display());
     for target in ["config", "history"] {
         let dir = repo.join("fuzz/seeds").join(target);
         for file in std::fs::read_dir(&dir).expect("seed directory") {

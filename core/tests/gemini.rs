@@ -297,6 +297,28 @@ fn unknown_parts_are_kept_verbatim_and_limits_hold() {
 }
 
 #[test]
+fn a_message_past_max_message_bytes_is_a_protocol_error() {
+    // Many small frames (each under the SSE cap) must not grow a message without bound.
+    let frame = format!(
+        "data: {}\n\n",
+        json!({"candidates":[{"content":{"parts":[{"text":"x".repeat(100)}]}}]})
+    );
+    let body = frame.repeat(50);
+    let limits = panto::provider::DecodeLimits {
+        max_message_bytes: 2048,
+        ..Default::default()
+    };
+    let mut decoder = panto::provider::Decoder::with_limits(GE, 0, limits);
+    let mut parser = panto::sse::SseParser::default();
+    let r = parser.feed(body.as_bytes(), |ev| {
+        decoder.on_sse(&ev, &mut |_| Ok(())).map(|_| ())
+    });
+    let e = r.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Protocol);
+    assert!(e.message.contains("max_message_bytes"), "{e}");
+}
+
+#[test]
 fn a_body_that_arrives_whole_decodes_like_the_stream() {
     // generateContent's single response and streamGenerateContent's JSON array.
     let frames: Vec<Value> = fixture("text.sse")

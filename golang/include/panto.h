@@ -588,8 +588,8 @@ PANTO_API PantoStr panto_event_kind_name(uint32_t kind);
 /* ---------------------------------------------------------------------------------- */
 
 /* Creates an agent from its JSON configuration (`len` bytes of UTF-8 at config_json):
- *   {"provider": "openai" | "anthropic", "model": "…", "base_url": "…", "api_key": "…",
- *    "system": "…", "max_tokens": n, "temperature": x,
+ *   {"provider": "openai" | "anthropic" | "gemini", "model": "…", "base_url": "…",
+ *    "api_key": "…", "system": "…", "max_tokens": n, "temperature": x,
  *    "tools": [{"name": "…", "description": "…", "parameters": {JSON Schema}}],
  *    "max_steps": n, "tool_concurrency": n, "tool_timeout_ms": n,
  *    "retry": {"max_retries": n, "initial_delay_ms": n, "max_delay_ms": n,
@@ -603,7 +603,8 @@ PANTO_API PantoStr panto_event_kind_name(uint32_t kind);
  *    "compaction": {"threshold_tokens": n, "keep_last": n, "model": "…", "prompt": "…"},
  *    "compat": "auto" | "openai" | "deepseek" | "ollama" | "vllm" | "generic"}
  * Every key is optional. "base_url" is the one of the provider's official SDK (OpenAI's
- * includes /v1). "api_key" defaults to $OPENAI_API_KEY / $ANTHROPIC_API_KEY. The tools
+ * includes /v1). "api_key" defaults to $OPENAI_API_KEY / $ANTHROPIC_API_KEY /
+ * $GEMINI_API_KEY. The tools
  * listed here are host tools: the caller implements them (see tool_call_start).
  * Unknown keys and wrong types fail with PANTO_ERR_CONFIG naming the key.
  * Limits: "max_input_bytes" (default 4 MiB) caps one turn's input, "max_history_bytes"

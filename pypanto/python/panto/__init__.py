@@ -114,10 +114,10 @@ def _compact_result(result_json: str) -> "CompactResult":
 class Agent:
     """One conversation with one provider configuration.
 
-    ``provider`` is ``"openai"`` (Chat Completions and every compatible server) or
-    ``"anthropic"``. ``base_url`` is what the provider's official SDK calls it (OpenAI's
-    includes ``/v1``, Anthropic's does not); ``api_key`` defaults to ``OPENAI_API_KEY`` /
-    ``ANTHROPIC_API_KEY``. ``tools`` are ``@panto.tool`` functions (run automatically),
+    ``provider`` is ``"openai"`` (Chat Completions and every compatible server),
+    ``"anthropic"`` or ``"gemini"``. ``base_url`` is what the provider's official SDK calls
+    it (OpenAI's includes ``/v1``, Anthropic's and Gemini's do not); ``api_key`` defaults to
+    ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` / ``GEMINI_API_KEY``. ``tools`` are ``@panto.tool`` functions (run automatically),
     plain functions (made tools), or dicts ``{"name", "description", "parameters"}``
     declaring host tools you answer by hand with ``Stream.submit_tool_result``.
 

@@ -219,6 +219,11 @@ pub fn decoder(kind: ProviderKind, data: &[u8]) {
     // The same bytes as the body of a failed (non-200) response.
     let status = 100 + (data.len() % 500) as u16;
     let _ = http_error(status, &String::from_utf8_lossy(data)).to_string();
+    if kind == ProviderKind::Gemini {
+        let body = String::from_utf8_lossy(data);
+        let _ = panto::provider::gemini::http_error(status, &body).to_string();
+        let _ = panto::provider::gemini::retry_delay(&body);
+    }
 
     let full = decode_run(kind, data, None);
     let outcome = decode::Outcome {
@@ -350,6 +355,7 @@ pub fn history(data: &[u8]) {
     round_trip(&history);
     encode_requests(ProviderKind::OpenAi, &history);
     encode_requests(ProviderKind::Anthropic, &history);
+    encode_requests(ProviderKind::Gemini, &history);
 }
 
 /// The OpenAI chunk scanner against serde: each `data:` line of an SSE body (and the
