@@ -34,6 +34,26 @@ var exampleScenarios = []struct {
 }{
 	{"What is the weather in Paris?", weatherScenario},
 	{"Say hello", func() obj { return scenario(exchange(sseResponse(textSSE("Hello", ", world.")))) }},
+	{"Count to three", func() obj { return scenario(exchange(sseResponse(textSSE("One,", " two,", " three.")))) }},
+	{"What is 19 + 23?", func() obj {
+		return scenario(
+			exchange(sseResponse(toolCallSSE([3]string{"call_1", "add", `{"a":19,"b":23}`}))),
+			exchange(sseResponse(textSSE("19 + 23 = 42.")), "call_1"),
+		)
+	}},
+	{"Divide 1 by 0", func() obj {
+		return scenario(
+			exchange(sseResponse(toolCallSSE([3]string{"call_1", "divide", `{"a":1,"b":0}`}))),
+			exchange(sseResponse(textSSE("1 cannot be divided by 0.")), "call_1"),
+		)
+	}},
+	{"Are you there?", func() obj {
+		return scenario(exchange(obj{
+			"status":  429,
+			"headers": obj{"retry-after": "120"},
+			"json":    obj{"error": obj{"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}},
+		}))
+	}},
 }
 
 // startExampleProvider starts the stand-in, sets the environment the examples read, and

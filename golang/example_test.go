@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/panto/panto/panto"
 )
@@ -109,4 +110,174 @@ func ExampleEvent_json() {
 	b, _ := json.Marshal(&panto.ContentDelta{Message: 0, Block: 1, Kind: "text", Text: "Hi"})
 	fmt.Println(string(b))
 	// Output: {"type":"content_delta","message":0,"block":1,"kind":"text","text":"Hi"}
+}
+
+func ExampleAgent_Stream() {
+	agent, err := panto.NewAgent(panto.Config{Model: "gpt-4o", BaseURL: os.Getenv("OPENAI_BASE_URL")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer agent.Close()
+	// The context bounds the whole turn: cancelling it (or its deadline) ends the stream
+	// with an error matching ErrCancelled.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := agent.Stream(ctx, "Count to three")
+	if err != nil {
+		fmt.Println(err) // ErrBusy while another stream of this agent is running
+		return
+	}
+	defer s.Close()
+	for ev := range s.Iter() {
+		if m, ok := ev.(*panto.MessageComplete); ok {
+			fmt.Println(m.Text)
+		}
+	}
+	if err := s.Err(); err != nil {
+		fmt.Println(err)
+	}
+	// Output: One, two, three.
+}
+
+func ExampleStream_Iter() {
+	agent, err := panto.NewAgent(panto.Config{Model: "gpt-4o", BaseURL: os.Getenv("OPENAI_BASE_URL")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer agent.Close()
+	s, err := agent.Stream(context.Background(), "Count to three")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	// Iter ends after MessageComplete or at the first failure; Err tells which.
+	for ev := range s.Iter() {
+		if d, ok := ev.(*panto.ContentDelta); ok && d.Kind == "text" {
+			fmt.Printf("[%s]", d.Text)
+		}
+	}
+	fmt.Println()
+	if err := s.Err(); err != nil {
+		fmt.Println("failed:", err)
+	}
+	// Output: [One,][ two,][ three.]
+}
+
+func ExampleTool() {
+	add := panto.Tool{
+		Name:        "add",
+		Description: "Adds two numbers",
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}`),
+		// Runs on its own goroutine, concurrently with the turn's other calls; ctx ends
+		// at the tool timeout or when the turn is cancelled.
+		Func: func(ctx context.Context, args json.RawMessage) (string, error) {
+			var in struct{ A, B float64 }
+			if err := json.Unmarshal(args, &in); err != nil {
+				return "", err // the model reads the error and may call again
+			}
+			return fmt.Sprint(in.A + in.B), nil
+		},
+	}
+	agent, err := panto.NewAgent(panto.Config{
+		Model:   "gpt-4o",
+		BaseURL: os.Getenv("OPENAI_BASE_URL"),
+		Tools:   []panto.Tool{add},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer agent.Close()
+	s, err := agent.Stream(context.Background(), "What is 19 + 23?")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	for ev := range s.Iter() {
+		switch e := ev.(type) {
+		case *panto.ToolResult:
+			fmt.Printf("%s -> %s (error: %v)\n", e.Name, e.Output, e.IsError)
+		case *panto.MessageComplete:
+			fmt.Println(e.Text)
+		}
+	}
+	if err := s.Err(); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// add -> 42 (error: false)
+	// 19 + 23 = 42.
+}
+
+func ExampleTool_error() {
+	divide := panto.Tool{
+		Name:        "divide",
+		Description: "Divides a by b",
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]}`),
+		Func: func(ctx context.Context, args json.RawMessage) (string, error) {
+			var in struct{ A, B float64 }
+			if err := json.Unmarshal(args, &in); err != nil {
+				return "", err
+			}
+			if in.B == 0 {
+				// An error is the call's result, marked as an error: the model reads it;
+				// the turn goes on.
+				return "", errors.New("division by zero")
+			}
+			return fmt.Sprint(in.A / in.B), nil
+		},
+	}
+	agent, err := panto.NewAgent(panto.Config{Model: "gpt-4o", BaseURL: os.Getenv("OPENAI_BASE_URL"), Tools: []panto.Tool{divide}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer agent.Close()
+	s, err := agent.Stream(context.Background(), "Divide 1 by 0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	for ev := range s.Iter() {
+		switch e := ev.(type) {
+		case *panto.ToolResult:
+			fmt.Printf("%s -> %s (error: %v)\n", e.Name, e.Output, e.IsError)
+		case *panto.MessageComplete:
+			fmt.Println(e.Text)
+		}
+	}
+	// Output:
+	// divide -> division by zero (error: true)
+	// 1 cannot be divided by 0.
+}
+
+func ExampleError_retryAfter() {
+	agent, err := panto.NewAgent(panto.Config{Model: "gpt-4o", BaseURL: os.Getenv("OPENAI_BASE_URL")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer agent.Close()
+	s, err := agent.Stream(context.Background(), "Are you there?")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	for range s.Iter() {
+	}
+	err = s.Err()
+	// Every failure is a *panto.Error; errors.Is matches its kind's ErrX.
+	var perr *panto.Error
+	if errors.Is(err, panto.ErrRateLimited) && errors.As(err, &perr) {
+		// The server asked for a wait past Retry.MaxRetryAfter (60 s by default), so the
+		// turn failed at once instead of waiting: the caller decides.
+		fmt.Println(perr.Kind, perr.Status, perr.RetryAfter, perr.Retryable)
+	}
+	// Output: rate_limited 429 2m0s true
 }
