@@ -35,12 +35,71 @@ impl Agent {
     }
 }
 
+/// A set of MCP servers shared by several agents (`panto.MCPServers`): started at the
+/// first turn of any of them, stopped by `close()` or when the set and its agents are
+/// gone.
+#[pyclass(frozen, module = "panto._native", name = "McpServers")]
+pub struct McpServers {
+    set: panto::McpServers,
+}
+
+#[pymethods]
+impl McpServers {
+    /// The servers of `servers_json`, an object of `mcp_servers` entries by name.
+    #[new]
+    fn new(py: Python<'_>, servers_json: Text<'_>) -> PyResult<McpServers> {
+        let value: serde_json::Value = serde_json::from_str(&servers_json).map_err(|e| {
+            to_pyerr(
+                py,
+                panto::Error::config(format!("mcp_servers: not valid JSON: {e}")),
+            )
+        })?;
+        let Some(obj) = value.as_object() else {
+            return Err(to_pyerr(
+                py,
+                panto::Error::config("mcp_servers: must be an object of servers by name"),
+            ));
+        };
+        let mut servers = std::collections::BTreeMap::new();
+        for (name, v) in obj {
+            servers.insert(
+                name.clone(),
+                panto::McpServer::from_value(name, v).py_err(py)?,
+            );
+        }
+        let set = panto::McpServers::new(servers).py_err(py)?;
+        Ok(McpServers { set })
+    }
+
+    /// Stops the servers now; agents using them fail their next turn.
+    fn close(&self) {
+        self.set.close();
+    }
+
+    /// The servers' names.
+    fn names(&self) -> Vec<String> {
+        self.set.configs().keys().cloned().collect()
+    }
+}
+
 #[pymethods]
 impl Agent {
-    /// An agent from the core's JSON configuration (`panto::Config::from_json`).
+    /// An agent from the core's JSON configuration (`panto::Config::from_json`), using
+    /// the shared MCP servers `mcp` if given.
     #[new]
-    fn new(py: Python<'_>, config_json: Text<'_>) -> PyResult<Agent> {
-        let agent = panto::Agent::from_json(&config_json).py_err(py)?;
+    #[pyo3(signature = (config_json, mcp = None))]
+    fn new(
+        py: Python<'_>,
+        config_json: Text<'_>,
+        mcp: Option<PyRef<'_, McpServers>>,
+    ) -> PyResult<Agent> {
+        let agent = match mcp {
+            None => panto::Agent::from_json(&config_json).py_err(py)?,
+            Some(m) => {
+                let config = panto::Config::from_json(&config_json).py_err(py)?;
+                panto::Agent::with_mcp_servers(config, m.set.clone()).py_err(py)?
+            }
+        };
         Ok(Agent { agent })
     }
 

@@ -64,6 +64,7 @@ fn _shutdown() {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::Agent>()?;
+    m.add_class::<agent::McpServers>()?;
     m.add_class::<agent::CancelToken>()?;
     m.add_class::<stream::Stream>()?;
     m.add_class::<stream::Control>()?;

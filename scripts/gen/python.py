@@ -118,7 +118,11 @@ STATUS_CLASSES = [
 
 #: Configuration keys ``Agent.__init__`` names as parameters (positional too); every
 #: other key is a keyword argument typed by ``AgentOptions``.
-AGENT_PARAMETERS = ("provider", "model", "base_url", "api_key", "system", "tools")
+AGENT_PARAMETERS = ("provider", "model", "base_url", "api_key", "system", "tools", "mcp_servers")
+
+#: Parameters of ``Agent`` whose items are typed by a generated TypedDict
+#: (``mcp_servers``: ``McpServerOptions``).
+TYPED_PARAMETERS = ("mcp_servers",)
 
 #: Object keys ``Agent`` also accepts as the value of one of their keys alone
 #: (``reasoning="high"`` for ``reasoning={"effort": "high"}``).
@@ -683,6 +687,10 @@ def render_config(v: Vocab) -> Tuple[str, List[str]]:
             inner = next(k for k in key["keys"] if k["name"] == SHORTHANDS[key["name"]])
             annotation = f"Union[{config_py_type(inner, [], '')}, {annotation}]"
         annotations[key["name"]] = f"Optional[{annotation}]"
+    # Parameters of Agent whose values are typed by TypedDicts of their own.
+    for key in v.config:
+        if key["name"] in TYPED_PARAMETERS:
+            config_py_type(key, nested, "")
     out: List[str] = []
     names: List[str] = []
     done: set = set()

@@ -292,6 +292,7 @@ pub struct McpServers {
 struct SetInner {
     configs: BTreeMap<String, McpServer>,
     limits: Limits,
+    closed: std::sync::atomic::AtomicBool,
     state: AsyncMutex<Vec<server::Slot>>,
 }
 
@@ -325,9 +326,34 @@ impl McpServers {
             inner: Arc::new(SetInner {
                 configs,
                 limits,
+                closed: std::sync::atomic::AtomicBool::new(false),
                 state: AsyncMutex::new(slots),
             }),
         })
+    }
+
+    /// Stops the servers now (rather than when the last clone is dropped); a later turn
+    /// of an agent using them fails with a `config` error.
+    pub fn close(&self) {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        // A turn starting the servers holds the lock: it sees the flag when it is done.
+        if let Ok(mut slots) = self.inner.state.try_lock() {
+            for slot in slots.iter_mut() {
+                slot.stop();
+            }
+        }
+    }
+
+    fn check_open(&self, slots: &mut [server::Slot]) -> Result<()> {
+        if !self.inner.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        for slot in slots.iter_mut() {
+            slot.stop();
+        }
+        Err(Error::config("mcp_servers: the MCP servers were closed"))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -345,6 +371,7 @@ impl McpServers {
     /// again at the next call. Tool names that collide are a `config` error.
     pub async fn tools(&self, cancel: &CancellationToken) -> Result<Vec<Arc<dyn Tool>>> {
         let mut slots = self.inner.state.lock().await;
+        self.check_open(&mut slots)?;
         let limits = self.inner.limits;
         let work = slots.iter_mut().map(|slot| slot.refresh(limits));
         let results = tokio::select! {
@@ -355,6 +382,7 @@ impl McpServers {
         for r in results {
             r?;
         }
+        self.check_open(&mut slots)?;
         let mut all: Vec<Arc<dyn Tool>> = Vec::new();
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
         for slot in slots.iter() {
@@ -379,6 +407,12 @@ impl McpServers {
         cancel: &CancellationToken,
     ) -> Vec<(String, std::result::Result<Vec<McpToolInfo>, Error>)> {
         let mut slots = self.inner.state.lock().await;
+        if let Err(e) = self.check_open(&mut slots) {
+            return slots
+                .iter()
+                .map(|s| (s.name().to_owned(), Err(e.clone())))
+                .collect();
+        }
         let limits = self.inner.limits;
         let work = slots.iter_mut().map(|slot| slot.refresh(limits));
         let results = tokio::select! {

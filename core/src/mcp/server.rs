@@ -302,6 +302,12 @@ impl Slot {
         Ok(())
     }
 
+    /// Lets go of the server (stopped once no call of it is running).
+    pub fn stop(&mut self) {
+        self.server = None;
+        self.tools.clear();
+    }
+
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
         self.tools
             .iter()

@@ -45,7 +45,7 @@ from ._tools import TOOL_POOL, ArgumentError, Runner, Tool, as_tool, json_schema
 # EVENT_CLASSES and the typed keyword arguments of Agent: generated from the core's
 # vocabulary (scripts/gen.sh), listed once, in `_vocab`.
 from ._vocab import *  # noqa: F403
-from ._vocab import AgentOptions, ConfigError, MessageComplete
+from ._vocab import AgentOptions, ConfigError, McpServerOptions, MessageComplete
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -64,6 +64,7 @@ __all__ = [
     "ArgumentError",
     "diagnostics",
     "CompactResult",
+    "MCPServers",
     "PantoError",
     "APIError",
     "APIStatusError",
@@ -86,6 +87,50 @@ def _reasoning(value: ReasoningArg) -> Optional[Dict[str, Any]]:
 def _reasoning_json(value: ReasoningArg) -> Optional[str]:
     r = _reasoning(value)
     return None if r is None else json.dumps(r, ensure_ascii=False)
+
+
+class MCPServers:
+    """MCP servers shared by several agents: ``Agent(mcp_servers=servers)`` for each.
+    ``servers`` maps a name to an ``mcp_servers`` entry (``{"command", "args", "env",
+    "cwd"}`` or ``{"url", "headers"}``, plus ``timeout_ms``, ``tool_prefix``,
+    ``enabled_tools``, ``disabled_tools``). The servers start once, at the first turn of
+    any of the agents, and stop when the ``with`` block ends (``close()``), after which
+    those agents' turns raise ``ConfigError``. (A dict passed as ``mcp_servers`` gives an
+    agent servers of its own, stopped when it is.)
+
+    .. code-block:: python
+
+        with panto.MCPServers({"time": {"command": "mcp-server-time"}}) as servers:
+            a = panto.Agent(model="gpt-4o-mini", mcp_servers=servers)
+            b = panto.Agent(model="gpt-4o-mini", mcp_servers=servers)
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(self, servers: Dict[str, McpServerOptions]) -> None:
+        try:
+            text = json.dumps(servers, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"mcp_servers: not representable as JSON ({e})", kind="config") from None
+        self._native = _native.McpServers(text)
+
+    @property
+    def names(self) -> List[str]:
+        """The servers' names."""
+        return self._native.names()
+
+    def close(self) -> None:
+        """Stops the servers now."""
+        self._native.close()
+
+    def __enter__(self) -> "MCPServers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MCPServers({self.names!r})"
 
 
 @dataclass(frozen=True)
@@ -142,9 +187,15 @@ class Agent:
         api_key: Optional[str] = None,
         system: Optional[str] = None,
         tools: Iterable[Any] = (),
+        mcp_servers: Union[Dict[str, McpServerOptions], "MCPServers", None] = None,
         **options: Unpack[AgentOptions],
     ) -> None:
         config: Dict[str, Any] = {"provider": provider, "model": model}
+        shared: Optional[MCPServers] = None
+        if isinstance(mcp_servers, MCPServers):
+            shared = mcp_servers
+        elif mcp_servers is not None:
+            config["mcp_servers"] = mcp_servers
         for key, value in (("base_url", base_url), ("api_key", api_key), ("system", system)):
             if value is not None:
                 config[key] = value
@@ -174,7 +225,7 @@ class Agent:
                 parts.append(f"{json.dumps(key, ensure_ascii=False)}:{json.dumps(value, ensure_ascii=False, allow_nan=False)}")
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"{key}: not representable as JSON ({e})", kind="config") from None
-        self._native = _native.Agent("{" + ",".join(parts) + "}")
+        self._native = _native.Agent("{" + ",".join(parts) + "}", shared._native if shared else None)
         self._tools = python_tools
         # The latest stream's control handle (it keeps no stream alive): what close()
         # cancels. One stream at a time, so the latest is the only one that may run.

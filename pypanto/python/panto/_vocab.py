@@ -506,9 +506,9 @@ class McpServerOptions(TypedDict, total=False):
 class AgentOptions(TypedDict, total=False):
     """The keyword arguments of ``Agent(...)``: every configuration key of the core
     except those ``Agent`` names as parameters (``provider``, ``model``,
-    ``base_url``, ``api_key``, ``system``, ``tools``). ``None`` leaves a key unset
-    (its default). The core validates every value; a bad one raises ``ConfigError``
-    naming the key.
+    ``base_url``, ``api_key``, ``system``, ``tools``, ``mcp_servers``). ``None``
+    leaves a key unset (its default). The core validates every value; a bad one
+    raises ``ConfigError`` naming the key.
     """
 
     max_tokens: Optional[int]
@@ -575,11 +575,6 @@ class AgentOptions(TypedDict, total=False):
     compat: Optional[Literal["auto", "openai", "deepseek", "ollama", "vllm", "generic"]]
     """Which OpenAI-compatible server this is, for fields only some servers know (auto:
     from base_url). (default "auto")
-    """
-
-    mcp_servers: Optional[Dict[str, McpServerOptions]]
-    """MCP servers whose tools the model may call, by name: started at the agent's first
-    turn, stopped when it is dropped.
     """
 
 

@@ -1,0 +1,159 @@
+"""MCP servers as tools from Python: ``Agent(mcp_servers={...})`` (servers of the agent's
+own) and ``panto.MCPServers`` (started once for several agents, stopped by its ``with``
+block), against the fixture server (tests/mcp/fixture_server.py) and mcp-server-time,
+installed at pinned versions by tests/mcp/venv.sh."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+import panto
+from conftest import REPO, exchange, make_agent, text_exchange, tool_sse, wait_until
+
+FIXTURE = str(REPO / "tests" / "mcp" / "fixture_server.py")
+
+
+@pytest.fixture(scope="session")
+def mcp_venv() -> Path:
+    out = subprocess.run(["bash", str(REPO / "tests" / "mcp" / "venv.sh")], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def fixture_server(venv: Path, *extra: str) -> dict:
+    return {"command": str(venv / "bin" / "python"), "args": [FIXTURE, *extra]}
+
+
+def results(events):
+    """(name, output, is_error) of each tool result, in the order of the calls."""
+    order = [e.call_id for e in events if isinstance(e, panto.ToolCallStart)]
+    done = {e.call_id: (e.name, e.output, e.is_error) for e in events if isinstance(e, panto.ToolResult)}
+    return [done[c] for c in order]
+
+
+def group_members(pgid: int) -> int:
+    """Live processes of process group `pgid` (Linux /proc)."""
+    n = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            n += 1
+    return n
+
+
+def pids_with(marker: str):
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd:
+            out.append(int(pid))
+    return out
+
+
+def test_agent_calls_tools_of_its_own_mcp_servers(server, mcp_venv):
+    server.scenario(
+        exchange(tool_sse([
+            ("c1", "fx__echo", {"text": "from python"}),
+            ("c2", "fx__structured", {"city": "Lima"}),
+            ("c3", "time__get_current_time", {"timezone": "UTC"}),
+            ("c4", "fx__fail", {}),
+        ])),
+        text_exchange(["done"]),
+    )
+    agent = make_agent(
+        server,
+        mcp_servers={
+            "fx": fixture_server(mcp_venv),
+            "time": {"command": str(mcp_venv / "bin" / "mcp-server-time"), "args": ["--local-timezone", "UTC"]},
+        },
+    )
+    events = list(agent.stream("go"))
+    assert events[-1].text == "done"
+    got = results(events)
+    assert got[0] == ("fx__echo", "echo: from python", False)
+    assert got[1] == ("fx__structured", '{"city":"Lima","temperature":21}', False)
+    assert got[2][0] == "time__get_current_time" and not got[2][2]
+    assert json.loads(got[2][1])["timezone"] == "UTC"
+    assert got[3] == ("fx__fail", "the fixture failed on purpose", True)
+    # Not host tools: the binding had nothing to answer.
+    assert not any(e.host for e in events if isinstance(e, panto.ToolCallStart))
+    offered = [t["function"]["name"] for t in server.requests()[0]["body"]["tools"]]
+    assert "fx__echo" in offered and "time__convert_time" in offered
+
+
+def test_a_server_that_cannot_start_raises_before_anything_is_sent(server, mcp_venv):
+    server.scenario(text_exchange(["never"]))
+    agent = make_agent(server, mcp_servers={"bad": fixture_server(mcp_venv, "--fail-start")})
+    with pytest.raises(panto.APIConnectionError) as info:
+        list(agent.stream("go"))
+    message = str(info.value)
+    assert 'MCP server "bad"' in message and "refusing to start" in message
+    assert server.requests() == []
+
+
+def test_bad_mcp_config_names_the_key(server):
+    with pytest.raises(panto.ConfigError) as info:
+        make_agent(server, mcp_servers={"x": {"command": "a", "colour": 1}})
+    assert "mcp_servers.x.colour: unknown key" in str(info.value)
+    with pytest.raises(panto.ConfigError):
+        panto.MCPServers({"x": {}})
+
+
+def test_mcp_servers_start_once_for_several_agents_and_stop_with_the_block(server, mcp_venv):
+    marker = f"panto-py-{uuid.uuid4().hex}"
+    server.scenario(
+        exchange(tool_sse([("a", "fx__echo", {"text": "one"})])),
+        text_exchange(["first"]),
+        exchange(tool_sse([("b", "fx__echo", {"text": "two"})])),
+        text_exchange(["second"]),
+        text_exchange(["never"]),
+    )
+    with panto.MCPServers({"fx": fixture_server(mcp_venv, "--spawn-child", "--cancel-marker", marker)}) as servers:
+        assert servers.names == ["fx"]
+        a = make_agent(server, mcp_servers=servers)
+        b = make_agent(server, mcp_servers=servers)
+        assert pids_with(marker) == [], "servers start lazily"
+        assert list(a.stream("go"))[-1].text == "first"
+        pids = pids_with(marker)
+        assert len(pids) == 1
+        assert list(b.stream("go"))[-1].text == "second"
+        assert pids_with(marker) == pids, "the second agent used the same server"
+        pgid = pids[0]
+        wait_until(lambda: group_members(pgid) == 2, timeout=60, what="the server and its child")
+    # The block ended: the server's whole process group is gone, and the agents' next
+    # turn says why.
+    wait_until(lambda: group_members(pgid) == 0, timeout=60, what="the server's processes to end")
+    with pytest.raises(panto.ConfigError) as info:
+        list(a.stream("again"))
+    assert "closed" in str(info.value)
+
+
+def test_a_dropped_agent_takes_its_servers_with_it(server, mcp_venv):
+    marker = f"panto-py-{uuid.uuid4().hex}"
+    server.scenario(text_exchange(["hello"]))
+    agent = make_agent(server, mcp_servers={"fx": fixture_server(mcp_venv, "--cancel-marker", marker)})
+    assert list(agent.stream("go"))[-1].text == "hello"
+    (pgid,) = pids_with(marker)
+    assert group_members(pgid) == 1
+    agent.close()
+    del agent
+    import gc
+
+    gc.collect()
+    wait_until(lambda: group_members(pgid) == 0, timeout=60, what="the server's processes to end")
