@@ -15,7 +15,7 @@ import (
 // (retry.max_retries): …"). Durations are sent in whole milliseconds.
 type Config struct {
 	// Provider ("provider"): Which wire format the provider speaks. One of "openai",
-	// "anthropic", "gemini". Default: "openai".
+	// "anthropic", "gemini", "openai-responses". Default: "openai".
 	Provider string
 	// Model ("model"): The model to ask. Required.
 	Model string
@@ -82,6 +82,10 @@ type Config struct {
 	// MCPServers ("mcp_servers"): MCP servers whose tools the model may call, by name: started
 	// at the agent's first turn, stopped when it is dropped.
 	MCPServers map[string]MCPServer
+	// Store ("store"): openai-responses: keep responses on the server (store: true) and send
+	// only what follows the last one (previous_response_id); default: stateless, the whole
+	// history each time. Default: false.
+	Store *bool
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -160,6 +164,9 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	if len(c.MCPServers) != 0 {
 		o.put("mcp_servers", c.MCPServers)
 	}
+	if c.Store != nil {
+		o.put("store", *c.Store)
+	}
 	return o.end()
 }
 
@@ -218,6 +225,8 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &c.Compat)
 		case "mcp_servers":
 			return json.Unmarshal(v, &c.MCPServers)
+		case "store":
+			return json.Unmarshal(v, &c.Store)
 		}
 		return errUnknownKey
 	})
@@ -617,6 +626,7 @@ var configFields = map[string]string{
 	"compaction.prompt":           "Compaction.Prompt",
 	"compat":                      "Compat",
 	"mcp_servers":                 "MCPServers",
+	"store":                       "Store",
 }
 
 // configMaps holds the paths of the keys that are maps: an error names an entry by the

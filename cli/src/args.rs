@@ -98,6 +98,10 @@ pub enum Provider {
     /// Google Gemini, its own API (streamGenerateContent).
     #[serde(rename = "gemini")]
     Gemini,
+    /// OpenAI Responses (`/v1/responses`): OpenAI's reasoning models, vLLM, Ollama.
+    #[value(name = "openai-responses")]
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
 }
 
 /// Options shared by `run` and `chat`. Settings a profile can give are `Option`s here:

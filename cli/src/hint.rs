@@ -80,6 +80,7 @@ fn provider_name(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "Anthropic Messages",
         ProviderKind::Gemini => "Google Gemini",
+        ProviderKind::OpenAiResponses => "OpenAI Responses",
         _ => "OpenAI-compatible",
     }
 }
@@ -91,6 +92,9 @@ fn base_url_rule(provider: ProviderKind) -> &'static str {
         }
         ProviderKind::Gemini => {
             "a Gemini base URL has no version: panto appends /v1beta/models/MODEL:streamGenerateContent, e.g. https://generativelanguage.googleapis.com"
+        }
+        ProviderKind::OpenAiResponses => {
+            "an OpenAI Responses base URL ends with the version: panto appends /responses, e.g. https://api.openai.com/v1"
         }
         _ => {
             "an OpenAI-compatible base URL ends with the version: panto appends /chat/completions, e.g. http://localhost:11434/v1"
@@ -113,7 +117,9 @@ fn not_found_hint(error: &Error, target: &Target) -> String {
         ProviderKind::Anthropic if base.ends_with("/v1") => {
             format!(" — try --base-url {}", base.trim_end_matches("/v1"))
         }
-        ProviderKind::OpenAi if !ends_with_version(base) => format!(" — try --base-url {base}/v1"),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses if !ends_with_version(base) => {
+            format!(" — try --base-url {base}/v1")
+        }
         _ => String::new(),
     };
     format!(

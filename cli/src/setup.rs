@@ -439,6 +439,7 @@ pub fn provider_kind(provider: Provider) -> ProviderKind {
         Provider::OpenAi => ProviderKind::OpenAi,
         Provider::Anthropic => ProviderKind::Anthropic,
         Provider::Gemini => ProviderKind::Gemini,
+        Provider::OpenAiResponses => ProviderKind::OpenAiResponses,
     }
 }
 

@@ -155,6 +155,10 @@ struct Inner {
     tools: RwLock<HashMap<String, Arc<dyn Tool>>>,
     history: Mutex<Vec<Message>>,
     last_usage: Mutex<Option<LastUsage>>,
+    /// OpenAI Responses with `store`: the last response the server kept, and how many
+    /// messages of the history it covers (see `provider::PreviousResponse`). Forgotten
+    /// whenever the history is replaced or compacted, so the next request sends it whole.
+    stored: Mutex<Option<(String, usize)>>,
     /// After an automatic compaction that could not bring the history under the
     /// threshold (the kept messages alone pass it), the size it must grow past before
     /// the next one: otherwise every step of a tool loop would summarize again. 0: none.
@@ -236,6 +240,7 @@ impl Agent {
                 tools: RwLock::new(HashMap::new()),
                 history: Mutex::new(Vec::new()),
                 last_usage: Mutex::new(None),
+                stored: Mutex::new(None),
                 compaction_floor: AtomicU64::new(0),
                 busy: AtomicBool::new(false),
                 id: NEXT_AGENT_ID.fetch_add(1, Ordering::SeqCst),
@@ -352,7 +357,17 @@ impl Agent {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
         self.inner.compaction_floor.store(0, Ordering::SeqCst);
+        self.set_stored(None);
         Ok(())
+    }
+
+    /// Records (or forgets) the last response the server kept (`store`).
+    fn set_stored(&self, stored: Option<(String, usize)>) {
+        *self
+            .inner
+            .stored
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = stored;
     }
 
     /// Restores a conversation saved with [`Agent::history_json`].
@@ -543,6 +558,7 @@ impl Agent {
             tokens_after: compaction::scaled_estimate(&before, tokens_before, &after),
         };
         *self.history_lock() = after;
+        self.set_stored(None);
         *self
             .inner
             .last_usage
@@ -595,8 +611,11 @@ impl Agent {
                 .input_tokens
                 .saturating_add(usage.cache_read_tokens)
                 .saturating_add(usage.cache_write_tokens),
-            // Gemini's promptTokenCount includes its cached part, as OpenAI's does.
-            ProviderKind::OpenAi | ProviderKind::Gemini => usage.input_tokens,
+            // Gemini's promptTokenCount includes its cached part, as OpenAI's (both APIs)
+            // input_tokens do.
+            ProviderKind::OpenAi | ProviderKind::Gemini | ProviderKind::OpenAiResponses => {
+                usage.input_tokens
+            }
         };
         let history_len = self.history_lock().len();
         *self
@@ -657,6 +676,8 @@ impl Agent {
             reasoning: options.reasoning.or(config.reasoning),
             prompt_caching: config.prompt_caching,
             dialect: self.inner.dialect,
+            store: config.store && config.provider == ProviderKind::OpenAiResponses,
+            previous_response: None,
         };
         self.check_input(input)?;
         // MCP servers start (or fail, naming the server) before anything is sent.
@@ -687,6 +708,24 @@ impl Agent {
                     tools: &specs,
                     messages: &history,
                 };
+                let stored = if request_options.store {
+                    self.inner
+                        .stored
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone()
+                } else {
+                    None
+                };
+                let request_options = RequestOptions {
+                    previous_response: stored.as_ref().map(|(id, messages)| {
+                        provider::PreviousResponse {
+                            id,
+                            messages: *messages,
+                        }
+                    }),
+                    ..request_options
+                };
                 let value = provider::request_body_with(config.provider, &params, &request_options);
                 Bytes::from(
                     serde_json::to_vec(&value).map_err(|e| {
@@ -699,6 +738,12 @@ impl Agent {
                 .transport
                 .stream_message(config, &model, body, message, &control.cancel, sink)
                 .await?;
+            if request_options.store {
+                // The answer enters the history next, at its current end: the server now
+                // holds everything up to and including it.
+                let covered = self.history_lock().len() + 1;
+                self.set_stored(decoded.response_id.clone().map(|id| (id, covered)));
+            }
             usage.add(&decoded.usage);
             let step_usage = decoded.usage;
             let stop = decoded.stop_reason.clone();

@@ -221,7 +221,7 @@ pub const MCP_SERVER_KEYS: &[Key] = &[
 pub const CONFIG: &[Key] = &[
     key(
         "provider",
-        KeyType::Enum(&["openai", "anthropic", "gemini"]),
+        KeyType::Enum(&["openai", "anthropic", "gemini", "openai-responses"]),
         "\"openai\"",
         "Which wire format the provider speaks.",
     ),
@@ -331,6 +331,12 @@ pub const CONFIG: &[Key] = &[
         KeyType::ObjectMap(MCP_SERVER_KEYS),
         "{}",
         "MCP servers whose tools the model may call, by name: started at the agent's first turn, stopped when it is dropped.",
+    ),
+    key(
+        "store",
+        KeyType::Bool,
+        "false",
+        "openai-responses: keep responses on the server (store: true) and send only what follows the last one (previous_response_id); default: stateless, the whole history each time.",
     ),
 ];
 
@@ -513,6 +519,11 @@ pub struct Config {
     pub compat: Compat,
     /// MCP servers whose tools the model may call, by name (see [`crate::mcp`]).
     pub mcp_servers: BTreeMap<String, McpServer>,
+    /// `openai-responses` only: let the server keep each response (`store: true`) and
+    /// send only the messages after the last one with its `previous_response_id`,
+    /// instead of the stateless default (`store: false`, the whole history with the
+    /// encrypted reasoning each time).
+    pub store: bool,
 }
 
 impl fmt::Debug for Config {
@@ -550,6 +561,7 @@ impl fmt::Debug for Config {
             .field("compaction", &self.compaction)
             .field("compat", &self.compat)
             .field("mcp_servers", &self.mcp_servers)
+            .field("store", &self.store)
             .finish()
     }
 }
@@ -570,14 +582,14 @@ pub const DEFAULT_GEMINI_BASE_URL: &str = crate::provider::gemini::DEFAULT_BASE_
 impl ProviderKind {
     pub fn default_base_url(self) -> &'static str {
         match self {
-            ProviderKind::OpenAi => DEFAULT_OPENAI_BASE_URL,
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => DEFAULT_OPENAI_BASE_URL,
             ProviderKind::Anthropic => DEFAULT_ANTHROPIC_BASE_URL,
             ProviderKind::Gemini => DEFAULT_GEMINI_BASE_URL,
         }
     }
     pub fn api_key_env(self) -> &'static str {
         match self {
-            ProviderKind::OpenAi => "OPENAI_API_KEY",
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "OPENAI_API_KEY",
             ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
             ProviderKind::Gemini => "GEMINI_API_KEY",
         }
@@ -589,6 +601,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => "/chat/completions",
             ProviderKind::Anthropic => "/v1/messages",
             ProviderKind::Gemini => "/v1beta/models/{model}:streamGenerateContent?alt=sse",
+            ProviderKind::OpenAiResponses => "/responses",
         }
     }
 }
@@ -623,6 +636,7 @@ impl Config {
             compaction: None,
             compat: Compat::Auto,
             mcp_servers: BTreeMap::new(),
+            store: false,
         }
     }
 
@@ -710,6 +724,10 @@ impl Config {
     /// Adds an MCP server under `name` (its tools are called `<name>__<tool>`).
     pub fn with_mcp_server(mut self, name: impl Into<String>, server: McpServer) -> Config {
         self.mcp_servers.insert(name.into(), server);
+        self
+    }
+    pub fn with_store(mut self, on: bool) -> Config {
+        self.store = on;
         self
     }
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Config {
@@ -906,6 +924,9 @@ impl Config {
         if let Some(s) = string("compat") {
             c.compat = Compat::parse(&s).unwrap_or(Compat::Auto);
         }
+        if let Some(b) = get("store").and_then(Value::as_bool) {
+            c.store = b;
+        }
         if let Some(k) = get("compaction").and_then(Value::as_object) {
             let field = |name: &str| k.get(name).filter(|v| !v.is_null());
             c.compaction = Some(CompactionConfig {
@@ -991,6 +1012,7 @@ impl Config {
             "mcp_servers": self.mcp_servers.iter()
                 .map(|(name, server)| (name.clone(), mcp_server_to_value(server)))
                 .collect::<Map<String, Value>>(),
+            "store": self.store,
         })
     }
 }

@@ -240,7 +240,7 @@ impl Transport {
             Ok::<_, Error>(v)
         };
         match config.provider {
-            ProviderKind::OpenAi => {
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
                 if !config.api_key.is_empty() {
                     headers.insert(
                         AUTHORIZATION,

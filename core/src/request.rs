@@ -18,6 +18,9 @@ pub enum ProviderKind {
     Anthropic,
     /// Google Gemini's own API (`streamGenerateContent`).
     Gemini,
+    /// OpenAI's Responses API (`POST /v1/responses`), also served by vLLM, Ollama and
+    /// LiteLLM.
+    OpenAiResponses,
 }
 
 impl ProviderKind {
@@ -26,6 +29,7 @@ impl ProviderKind {
             "openai" => Some(ProviderKind::OpenAi),
             "anthropic" => Some(ProviderKind::Anthropic),
             "gemini" => Some(ProviderKind::Gemini),
+            "openai-responses" => Some(ProviderKind::OpenAiResponses),
             _ => None,
         }
     }
@@ -34,6 +38,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => "openai",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Gemini => "gemini",
+            ProviderKind::OpenAiResponses => "openai-responses",
         }
     }
 }

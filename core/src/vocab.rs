@@ -718,7 +718,7 @@ mod tests {
             (r#"{"headers":{"a":1}}"#, "headers.a: must be a string"),
             (
                 r#"{"provider":"x"}"#,
-                "provider: must be \"openai\", \"anthropic\" or \"gemini\"",
+                "provider: must be \"openai\", \"anthropic\", \"gemini\" or \"openai-responses\"",
             ),
             (r#"{"max_tokens":0}"#, "max_tokens: must be at least 1"),
             (r#"{"max_tokens":5000000000}"#, "max_tokens: too large"),

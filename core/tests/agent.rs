@@ -105,6 +105,7 @@ async fn two_step_turn(kind: ProviderKind) {
             script::anthropic_text(&["It is ", "sunny."]),
         ),
         ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
+        other => unreachable!("{other:?} has its own suite"),
     };
     let server =
         TestServer::start(script::scenario(vec![exchange(first), exchange(second)])).unwrap();
@@ -176,6 +177,7 @@ async fn two_step_turn(kind: ProviderKind) {
             assert_eq!(reqs[0].headers["anthropic-version"], "2023-06-01");
         }
         ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
+        other => unreachable!("{other:?} has its own suite"),
     }
     // History: user, assistant(call), tool(result), assistant(text) — valid.
     let h = agent.history();
@@ -226,6 +228,7 @@ async fn unreported_usage(kind: ProviderKind) {
             script::anthropic_text_events(&["sunny"]),
         ),
         ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
+        other => unreachable!("{other:?} has its own suite"),
     };
     let no_usage = |sse: &Vec<Value>| json!({"sse": script::without_usage(sse.clone())});
     let with_usage = |sse: &Vec<Value>| json!({"sse": sse});

@@ -354,6 +354,7 @@ fn reasoning_maps_to_each_servers_fields() {
             compat,
             max_completion_tokens: false,
         },
+        ..RequestOptions::default()
     };
     // Anthropic: the shape of the real captures' `thinking`.
     let capture: Value = serde_json::from_str(
@@ -508,6 +509,7 @@ async fn reasoning_content_goes_back_within_a_tool_loop() {
             reasoning: None,
             prompt_caching: false,
             dialect: Dialect::resolve(Compat::Auto, "https://api.openai.com/v1"),
+            ..RequestOptions::default()
         },
     );
     assert!(!body.to_string().contains("reasoning_content"));

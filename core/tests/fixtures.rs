@@ -161,7 +161,9 @@ fn expected_stop(c: &Capture, e: &Value, decoded: &DecodedMessage) -> StopReason
                 None => StopReason::EndTurn,
             }
         }
-        ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
+        ProviderKind::Gemini | ProviderKind::OpenAiResponses => {
+            unreachable!("{:?} has tests of its own", c.kind)
+        }
     }
 }
 
@@ -206,7 +208,9 @@ fn check_success(c: &Capture, e: &Value, o: &Outcome) {
         ProviderKind::OpenAi => e["extra_message_fields"]["reasoning_content"]
             .as_str()
             .or(e["extra_message_fields"]["reasoning"].as_str()),
-        ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
+        ProviderKind::Gemini | ProviderKind::OpenAiResponses => {
+            unreachable!("{:?} has tests of its own", c.kind)
+        }
     };
     let reasoning = reasoning_of(decoded);
     match want_reasoning {
@@ -331,7 +335,9 @@ fn check_success(c: &Capture, e: &Value, o: &Outcome) {
     let (input, output) = match c.kind {
         ProviderKind::Anthropic => (&u["input_tokens"], &u["output_tokens"]),
         ProviderKind::OpenAi => (&u["prompt_tokens"], &u["completion_tokens"]),
-        ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
+        ProviderKind::Gemini | ProviderKind::OpenAiResponses => {
+            unreachable!("{:?} has tests of its own", c.kind)
+        }
     };
     assert_eq!(
         decoded.usage.input_tokens,

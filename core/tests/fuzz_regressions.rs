@@ -33,6 +33,7 @@ fn check_for(target: &str) -> fn(&[u8]) {
         "decoder_openai" => |d| harness::decoder(ProviderKind::OpenAi, d),
         "decoder_anthropic" => |d| harness::decoder(ProviderKind::Anthropic, d),
         "decoder_gemini" => |d| harness::decoder(ProviderKind::Gemini, d),
+        "decoder_responses" => |d| harness::decoder(ProviderKind::OpenAiResponses, d),
         "config" => harness::config,
         "history" => harness::history,
         "openai_chunk_scan" => harness::openai_chunk_scan,
@@ -203,6 +204,21 @@ fn harness_accepts_the_seeds() {
         }
     }
     assert!(g > 0, "no Gemini fixtures found in {}", gemini.display());
+    // The OpenAI Responses streams, seeded as scripts/fuzz.sh seeds them.
+    let responses = repo.join("tests/fixtures/responses");
+    let mut m = 0;
+    for file in std::fs::read_dir(&responses).expect("responses fixtures") {
+        let path = file.expect("directory entry").path();
+        if path.extension().is_some_and(|e| e == "sse") {
+            let body = std::fs::read(&path).expect("fixture body");
+            let mut framed = vec![0];
+            framed.extend_from_slice(&body);
+            harness::sse(&framed);
+            check_for("decoder_responses")(&body);
+            m += 1;
+        }
+    }
+    assert!(m > 0, "no streams found in {}", responses.display());
     for target in ["config", "history"] {
         let dir = repo.join("fuzz/seeds").join(target);
         for file in std::fs::read_dir(&dir).expect("seed directory") {

@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 const OA: ProviderKind = ProviderKind::OpenAi;
 const AN: ProviderKind = ProviderKind::Anthropic;
+const RS: ProviderKind = ProviderKind::OpenAiResponses;
 const DONE: &str = "data: [DONE]\n\n";
 
 // ---------------------------------------------------------------- helpers
@@ -829,6 +830,18 @@ mod never_panics {
             ProviderKind::Gemini => {
                 unreachable!("Gemini has tests of its own (core/tests/gemini.rs)")
             }
+            RS => vec![
+                json!({"type": "response.created", "response": {"id": "r", "model": "m"}}),
+                json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "reasoning", "id": "rs", "summary": []}}),
+                json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs", "output_index": 0, "summary_index": 0, "delta": "hm"}),
+                json!({"type": "response.output_item.done", "output_index": 0, "item": {"type": "reasoning", "id": "rs", "summary": [{"type": "summary_text", "text": "hm"}], "encrypted_content": "e"}}),
+                json!({"type": "response.output_item.added", "output_index": 1, "item": {"type": "message", "id": "m1", "role": "assistant", "content": []}}),
+                json!({"type": "response.output_text.delta", "item_id": "m1", "output_index": 1, "content_index": 0, "delta": "hi"}),
+                json!({"type": "response.output_item.added", "output_index": 2, "item": {"type": "function_call", "id": "fc", "call_id": "a", "name": "f", "arguments": ""}}),
+                json!({"type": "response.function_call_arguments.delta", "item_id": "fc", "output_index": 2, "delta": "{\"x\":1}"}),
+                json!({"type": "response.output_item.done", "output_index": 2, "item": {"type": "function_call", "id": "fc", "call_id": "a", "name": "f", "arguments": "{\"x\":1}"}}),
+                json!({"type": "response.completed", "response": {"usage": {"input_tokens": 1, "output_tokens": 2, "input_tokens_details": {"cached_tokens": 1}}}}),
+            ],
         }
     }
 
@@ -866,7 +879,7 @@ mod never_panics {
             ),
             drop_from in proptest::option::of(any::<usize>()),
         ) {
-            for kind in [OA, AN] {
+            for kind in [OA, AN, RS] {
                 let mut events = skeleton(kind);
                 for (which, path, with) in &mutations {
                     let n = events.len();
@@ -884,6 +897,7 @@ mod never_panics {
                     ProviderKind::OpenAi => sse_raw(&refs) + DONE,
                     ProviderKind::Anthropic => named_raw(&refs),
                     ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
+                    _ => sse_raw(&refs),
                 };
                 let o = decode(kind, body.as_bytes());
                 // Whatever came through still obeys the event contract.
@@ -903,7 +917,7 @@ mod never_panics {
             let datas: Vec<String> = events.iter().map(hostile_text).collect();
             let refs: Vec<&str> = datas.iter().map(String::as_str).collect();
             let body = sse_raw(&refs) + DONE;
-            for kind in [OA, AN] {
+            for kind in [OA, AN, RS] {
                 let _ = decode(kind, body.as_bytes());
                 for data in &datas {
                     let _ = decode_complete_body(kind, 0, data, DecodeLimits::default(), &mut |_| Ok(()));

@@ -517,6 +517,7 @@ fn complete_json_bodies_decode_to_the_events_of_the_stream() {
             ProviderKind::Gemini => {
                 unreachable!("Gemini has tests of its own (core/tests/gemini.rs)")
             }
+            other => unreachable!("{other:?}: see core/tests/responses.rs"),
         }
         .to_string();
         let (events, got) = complete(kind, &body);

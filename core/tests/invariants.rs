@@ -69,6 +69,7 @@ fn response(kind: ProviderKind, calls: &[(String, String)], fault: &Fault) -> Va
         (ProviderKind::Gemini, _) => {
             unreachable!("Gemini has tests of its own (core/tests/gemini.rs)")
         }
+        (other, _) => unreachable!("{other:?} has its own suite"),
     };
     match fault {
         Fault::None => json!({"sse": sse}),
@@ -247,6 +248,7 @@ fn check_provider_rules(kind: ProviderKind, body: &Value) -> Result<(), TestCase
             }
         }
         ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
+        other => unreachable!("{other:?} has its own suite"),
     }
     Ok(())
 }

@@ -134,6 +134,7 @@ fn two_step(kind: ProviderKind, calls: usize) -> Vec<Value> {
             exchange(script::anthropic_text(&["all ", "done"])),
         ],
         ProviderKind::Gemini => unreachable!("Gemini has tests of its own (core/tests/gemini.rs)"),
+        other => unreachable!("{other:?} has its own suite"),
     }
 }
 
@@ -378,6 +379,7 @@ async fn a_reply_cut_off_by_max_tokens_ends_the_turn_without_running_tools() {
             ProviderKind::Gemini => {
                 unreachable!("Gemini has tests of its own (core/tests/gemini.rs)")
             }
+            other => unreachable!("{other:?} has its own suite"),
         };
         let server = TestServer::start(script::scenario(vec![
             exchange(first),

@@ -25,7 +25,7 @@ fn quick(kind: ProviderKind, base: String) -> Config {
 
 fn base_of(kind: ProviderKind, server: &TestServer) -> String {
     match kind {
-        ProviderKind::OpenAi => format!("{}/v1", server.url()),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => format!("{}/v1", server.url()),
         ProviderKind::Anthropic | ProviderKind::Gemini => server.url(),
     }
 }

@@ -52,7 +52,7 @@ fn the_key_is_never_logged_or_reported() {
     for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
         server.reset();
         let base = match kind {
-            ProviderKind::OpenAi => format!("{}/v1", server.url()),
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => format!("{}/v1", server.url()),
             ProviderKind::Anthropic | ProviderKind::Gemini => server.url(),
         };
         let config = Config::new(kind, "m")

@@ -45,6 +45,7 @@ async fn a_reset_after_the_provider_finished_is_a_complete_answer() {
                 ProviderKind::Gemini => {
                     unreachable!("Gemini has tests of its own (core/tests/gemini.rs)")
                 }
+                other => unreachable!("{other:?} has its own suite"),
             };
             // Everything up to the stop reason (OpenAI: finish_reason + usage; Anthropic:
             // message_delta), then the fault instead of [DONE] / message_stop.

@@ -114,6 +114,11 @@ impl Assembly {
         self.limits
     }
 
+    /// Accounts for `n` more bytes a decoder holds for this message (ids of its own).
+    pub(super) fn hold(&mut self, n: usize) -> Result<()> {
+        Assembly::charge(&mut self.bytes, self.limits.max_message_bytes, n)
+    }
+
     pub(super) fn emitted_content(&self) -> bool {
         self.started
     }

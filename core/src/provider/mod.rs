@@ -1,11 +1,12 @@
 //! Owns the provider wire formats: turning SSE events of one response into panto
 //! [`Event`]s (decoding) and the conversation into a request body (encoding), for
-//! OpenAI Chat Completions (and compatible servers), Anthropic Messages and Google
-//! Gemini (`streamGenerateContent`). Pure: no
-//! I/O, no timers — `http` feeds it bytes, `agent` drives it.
+//! OpenAI Chat Completions (and compatible servers), Anthropic Messages, Google Gemini
+//! (`streamGenerateContent`) and OpenAI Responses. Pure: no I/O, no timers — `http`
+//! feeds it bytes, `agent` drives it.
 //!
 //! One module per job:
-//! - [`openai`], [`anthropic`], [`gemini`] — each format's decoder and request body.
+//! - [`openai`], [`anthropic`], [`gemini`], [`responses`] — each format's decoder and
+//!   request body.
 //! - `assembly` — shared by the decoders: numbers blocks, emits the block lifecycle
 //!   events, enforces [`DecodeLimits`] and assembles the final assistant [`Message`].
 //! - `tolerant` — the repairs of sloppy JSON that keep an answer.
@@ -24,6 +25,7 @@ mod assembly;
 pub mod gemini;
 mod json_scan;
 pub mod openai;
+pub mod responses;
 mod tolerant;
 mod wire_error;
 
@@ -64,7 +66,7 @@ pub fn request_body(kind: ProviderKind, params: &RequestParams<'_>) -> Value {
 /// What the agent adds to a request beyond the conversation: the conversation controls,
 /// and the server's dialect it decided once. The default: none of them, a generic server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RequestOptions {
+pub struct RequestOptions<'a> {
     /// Reasoning control for this request (`None`: send nothing, the provider decides).
     pub reasoning: Option<Reasoning>,
     /// Anthropic: cache breakpoints on the system prompt, the tool list and the latest
@@ -72,18 +74,34 @@ pub struct RequestOptions {
     pub prompt_caching: bool,
     /// OpenAI-compatible: which server's own fields to use.
     pub dialect: Dialect,
+    /// OpenAI Responses: let the server keep the response (`store: true`) instead of
+    /// sending the whole history each time (the `store` configuration key).
+    pub store: bool,
+    /// OpenAI Responses with `store`: the conversation's last stored response, so that
+    /// only the messages after it are sent.
+    pub previous_response: Option<PreviousResponse<'a>>,
+}
+
+/// A response the server kept (`store: true`), and how many messages of the history it
+/// covers: the request then carries `previous_response_id` and only the messages from
+/// that index on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreviousResponse<'a> {
+    pub id: &'a str,
+    pub messages: usize,
 }
 
 /// Builds the JSON request body for `kind` with the conversation controls of `options`.
 pub fn request_body_with(
     kind: ProviderKind,
     params: &RequestParams<'_>,
-    options: &RequestOptions,
+    options: &RequestOptions<'_>,
 ) -> Value {
     match kind {
         ProviderKind::OpenAi => openai::request_body(params, options),
         ProviderKind::Anthropic => anthropic::request_body(params, options),
         ProviderKind::Gemini => gemini::request_body(params, options),
+        ProviderKind::OpenAiResponses => responses::request_body(params, options),
     }
 }
 
@@ -103,6 +121,7 @@ pub enum Decoder {
     OpenAi(openai::Decoder),
     Anthropic(anthropic::Decoder),
     Gemini(gemini::Decoder),
+    OpenAiResponses(responses::Decoder),
 }
 
 impl Decoder {
@@ -117,6 +136,9 @@ impl Decoder {
             ProviderKind::OpenAi => Decoder::OpenAi(openai::Decoder::with_assembly(asm)),
             ProviderKind::Anthropic => Decoder::Anthropic(anthropic::Decoder::with_assembly(asm)),
             ProviderKind::Gemini => Decoder::Gemini(gemini::Decoder::with_assembly(asm, message)),
+            ProviderKind::OpenAiResponses => {
+                Decoder::OpenAiResponses(responses::Decoder::with_assembly(asm))
+            }
         }
     }
 
@@ -126,6 +148,7 @@ impl Decoder {
             Decoder::OpenAi(d) => d.on_sse(ev, emit),
             Decoder::Anthropic(d) => d.on_sse(ev, emit),
             Decoder::Gemini(d) => d.on_sse(ev, emit),
+            Decoder::OpenAiResponses(d) => d.on_sse(ev, emit),
         }
     }
 
@@ -136,6 +159,7 @@ impl Decoder {
             Decoder::OpenAi(d) => d.on_eof(emit),
             Decoder::Anthropic(d) => d.on_eof(emit),
             Decoder::Gemini(d) => d.on_eof(emit),
+            Decoder::OpenAiResponses(d) => d.on_eof(emit),
         }
     }
 
@@ -154,6 +178,7 @@ impl Decoder {
             Decoder::OpenAi(d) => &d.asm,
             Decoder::Anthropic(d) => &d.asm,
             Decoder::Gemini(d) => &d.asm,
+            Decoder::OpenAiResponses(d) => &d.asm,
         }
     }
 
@@ -163,6 +188,7 @@ impl Decoder {
             Decoder::OpenAi(d) => d.asm.into_decoded(),
             Decoder::Anthropic(d) => d.asm.into_decoded(),
             Decoder::Gemini(d) => d.asm.into_decoded(),
+            Decoder::OpenAiResponses(d) => d.asm.into_decoded(),
         }
     }
 }
@@ -172,6 +198,8 @@ impl Decoder {
 /// completion (`"object": "chat.completion"`) for [`ProviderKind::OpenAi`], a complete
 /// message (`"type": "message"`) for [`ProviderKind::Anthropic`], one
 /// `GenerateContentResponse` or an array of them for [`ProviderKind::Gemini`].
+/// message (`"type": "message"`) for [`ProviderKind::Anthropic`], a response object
+/// (`"object": "response"`) for [`ProviderKind::OpenAiResponses`].
 ///
 /// Emits exactly the events a stream of the same message would have produced, with one
 /// `content_delta` per block carrying its whole text or arguments, and returns the
@@ -193,6 +221,7 @@ pub fn decode_complete_body(
         ProviderKind::OpenAi => openai::complete_body_events(value),
         ProviderKind::Anthropic => anthropic::complete_body_events(value),
         ProviderKind::Gemini => gemini::complete_body_events(value),
+        ProviderKind::OpenAiResponses => responses::complete_body_events(value),
     };
     let Some(events) = events else {
         return Ok(None);

@@ -373,6 +373,7 @@ CONFIG_KEYS: Tuple[str, ...] = (
     "compaction",
     "compat",
     "mcp_servers",
+    "store",
 )
 
 
@@ -575,6 +576,12 @@ class AgentOptions(TypedDict, total=False):
     compat: Optional[Literal["auto", "openai", "deepseek", "ollama", "vllm", "generic"]]
     """Which OpenAI-compatible server this is, for fields only some servers know (auto:
     from base_url). (default "auto")
+    """
+
+    store: Optional[bool]
+    """openai-responses: keep responses on the server (store: true) and send only what
+    follows the last one (previous_response_id); default: stateless, the whole
+    history each time. (default False)
     """
 
 

@@ -341,6 +341,8 @@ pub fn config(data: &[u8]) {
         reasoning: c.reasoning,
         prompt_caching: c.prompt_caching,
         dialect: Dialect::resolve(c.compat, &c.base_url),
+        store: c.store,
+        previous_response: None,
     };
     let _ = request_body_with(c.provider, &params, &options).to_string();
 }
@@ -356,6 +358,7 @@ pub fn history(data: &[u8]) {
     encode_requests(ProviderKind::OpenAi, &history);
     encode_requests(ProviderKind::Anthropic, &history);
     encode_requests(ProviderKind::Gemini, &history);
+    encode_requests(ProviderKind::OpenAiResponses, &history);
 }
 
 /// The OpenAI chunk scanner against serde: each `data:` line of an SSE body (and the

@@ -40,7 +40,7 @@ mod scripted {
     /// of retries adds them with [`quick_retries`].
     pub fn config(kind: ProviderKind, server: &TestServer) -> Config {
         let base = match kind {
-            ProviderKind::OpenAi => format!("{}/v1", server.url()),
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => format!("{}/v1", server.url()),
             ProviderKind::Anthropic | ProviderKind::Gemini => server.url(),
         };
         Config::new(kind, "scripted-model")
