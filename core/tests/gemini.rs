@@ -571,6 +571,17 @@ fn http_errors_map_to_kinds_and_retry_delay_is_read_from_the_body() {
         assert_eq!((e.kind, e.provider_code.as_deref()), (kind, Some(code)));
         assert_eq!(e.retryable, status >= 500, "{status}");
     }
+    // A bad key is a 400 with an ErrorInfo reason: authentication, as a 401 elsewhere.
+    let body =
+        json!({"error":{"code":400,"message":"API key not valid. Please pass a valid API key.",
+        "status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo",
+        "reason":"API_KEY_INVALID","domain":"googleapis.com"}]}})
+        .to_string();
+    let e = gemini::http_error(400, &body);
+    assert_eq!(
+        (e.kind, e.provider_code.as_deref(), e.retryable),
+        (ErrorKind::Authentication, Some("API_KEY_INVALID"), false)
+    );
     for bad in [
         "",
         "{}",

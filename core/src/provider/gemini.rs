@@ -461,17 +461,32 @@ fn stream_error(error: &Value, data: &str) -> Error {
 /// An HTTP error answer from the Gemini API → typed error. The kind follows the status
 /// (400 `INVALID_ARGUMENT` → `bad_request`, 403 `PERMISSION_DENIED` → `permission`,
 /// 429 `RESOURCE_EXHAUSTED` → `rate_limited`, 500 / 503 → `server`); the provider code
-/// is Google's status name. The wait Google asks for sits in the body
-/// ([`retry_delay`]), not in a header.
+/// is Google's status name. One exception: Google refuses a bad API key with a 400
+/// whose `ErrorInfo` reason is `API_KEY_INVALID`, which is `authentication` (what a 401
+/// is elsewhere), with that reason as the code. The wait Google asks for sits in the
+/// body ([`retry_delay`]), not in a header.
 pub fn http_error(status: u16, body: &str) -> Error {
     let error = super::parse_value_lossy(body)
         .and_then(|mut v| v.get_mut("error").map(Value::take))
         .filter(|e| !e.is_null());
-    let (message, code) = match &error {
+    let (message, mut code) = match &error {
         Some(e) => describe(e),
         None => (None, None),
     };
-    let kind = ErrorKind::from_status(status);
+    let mut kind = ErrorKind::from_status(status);
+    let bad_key = error
+        .as_ref()
+        .and_then(|e| e.get("details"))
+        .and_then(Value::as_array)
+        .is_some_and(|details| {
+            details
+                .iter()
+                .any(|d| d.get("reason").and_then(Value::as_str) == Some("API_KEY_INVALID"))
+        });
+    if bad_key {
+        kind = ErrorKind::Authentication;
+        code = Some("API_KEY_INVALID".to_owned());
+    }
     let retryable = matches!(status, 408 | 409 | 429 | 500..=599);
     let detail = message.unwrap_or_else(|| {
         if body.trim().is_empty() {
