@@ -297,6 +297,43 @@ fn unknown_parts_are_kept_verbatim_and_limits_hold() {
 }
 
 #[test]
+fn a_signed_empty_part_with_no_run_to_end_stays_its_own_part() {
+    // After a call, a part holding only a signature belongs to no run: it must not end
+    // up on the call (which came without one) when sent back.
+    let body = format!(
+        "data: {}\n\n",
+        json!({"candidates":[{"content":{"parts":[
+            {"functionCall":{"name":"weather","args":{"city":"Paris"}}},
+            {"thoughtSignature":"bare-sig"}
+        ]},"finishReason":"STOP"}]})
+    );
+    let m = ok(&run(&body)).message.clone();
+    assert_eq!(
+        m.content[1],
+        Block::Opaque {
+            provider: "gemini".into(),
+            block: json!({"text":"","thoughtSignature":"bare-sig"})
+        }
+    );
+    let history = vec![Message::user("q"), m];
+    let params = RequestParams {
+        model: MODEL,
+        system: None,
+        max_tokens: None,
+        temperature: None,
+        tools: &[],
+        messages: &history,
+    };
+    assert_eq!(
+        request_body(GE, &params)["contents"][1]["parts"],
+        json!([
+            {"functionCall":{"name":"weather","args":{"city":"Paris"}}},
+            {"text":"","thoughtSignature":"bare-sig"}
+        ])
+    );
+}
+
+#[test]
 fn a_message_past_max_message_bytes_is_a_protocol_error() {
     // Many small frames (each under the SSE cap) must not grow a message without bound.
     let frame = format!(

@@ -323,8 +323,14 @@ impl Decoder {
             self.close_run(emit)?;
             return self.signature(signature);
         }
-        // A signed empty part that ends nothing: kept as the part it is.
+        // A signed empty part that ends nothing: kept as the part it is. A bare
+        // `{thoughtSignature}` gets its empty text, so that it is not read back as a
+        // marker and put on another part.
         self.close_run(emit)?;
+        let mut part = part;
+        if !part.contains_key("text") {
+            part.insert("text".into(), "".into());
+        }
         let part = Value::Object(part);
         let size = part.to_string().len();
         self.asm.opaque(part, size)?;
