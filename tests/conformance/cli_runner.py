@@ -84,6 +84,15 @@ def main() -> int:
             cmd += ["--compact-at", str(value["threshold_tokens"])]
             if "keep_last" in value:
                 cmd += ["--compact-keep", str(value["keep_last"])]
+        elif key == "mcp_servers":
+            for name, server in value.items():
+                if set(server) == {"url"}:
+                    cmd += ["--mcp", f"{name}={server['url']}"]
+                elif set(server) <= {"command", "args"}:
+                    cmd += ["--mcp", f"{name}={shlex.join([server['command'], *server.get('args', [])])}"]
+                else:
+                    print(f"no CLI flag for mcp_servers.{name}.{sorted(set(server) - {'url', 'command', 'args'})}", file=sys.stderr)
+                    return SKIP
         elif key == "tools":
             fd, tools_file = tempfile.mkstemp(suffix=".json")
             with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -45,9 +45,58 @@ def load_scenario(name: str) -> Tuple[dict, dict]:
     return server, client
 
 
+class McpFixture:
+    """The MCP fixture server (tests/mcp/fixture_server.py) over Streamable HTTP, started
+    once, the first time a scenario names "{mcp_url}", from the venv tests/mcp/venv.sh
+    makes (pinned `mcp` from PyPI)."""
+
+    _lock = threading.Lock()
+    _proc: Optional[subprocess.Popen] = None
+    _url = ""
+
+    @classmethod
+    def url(cls) -> str:
+        with cls._lock:
+            if cls._proc is None:
+                repo = HERE.parent.parent
+                venv = subprocess.run(
+                    ["bash", str(repo / "tests" / "mcp" / "venv.sh")],
+                    check=True, capture_output=True, text=True,
+                ).stdout.strip()
+                cls._proc = subprocess.Popen(
+                    [os.path.join(venv, "bin", "python"), str(repo / "tests" / "mcp" / "fixture_server.py"), "--http"],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                )
+                assert cls._proc.stdout is not None
+                line = cls._proc.stdout.readline()
+                if not line.startswith("PORT "):
+                    raise RuntimeError(f"the MCP fixture server did not start: {line!r}")
+                cls._url = f"http://127.0.0.1:{line.split()[1]}/mcp"
+            return cls._url
+
+    @classmethod
+    def close(cls) -> None:
+        with cls._lock:
+            if cls._proc is not None:
+                cls._proc.kill()
+                cls._proc.wait()
+                cls._proc = None
+
+
+def with_mcp_url(value: Any) -> Any:
+    """`value` with every "{mcp_url}" replaced by the fixture server's URL."""
+    if isinstance(value, str):
+        return value.replace("{mcp_url}", McpFixture.url()) if "{mcp_url}" in value else value
+    if isinstance(value, dict):
+        return {k: with_mcp_url(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [with_mcp_url(v) for v in value]
+    return value
+
+
 def runner_args(client: dict, url: str) -> List[str]:
     """The command line every runner takes (README.md, "Runner arguments")."""
-    config = dict(client["config"])
+    config = with_mcp_url(dict(client["config"]))
     provider = config.get("provider", "openai")
     config["base_url"] = url + "/v1" if provider == "openai" else url
     config.setdefault("api_key", "conformance-key")
@@ -298,6 +347,14 @@ def main() -> int:
         if not (SCENARIOS / s / "client.json").is_file():
             ap.error(f"no scenario {s!r} in {SCENARIOS}")
 
+    try:
+        return run(opts, ap, runners, scenarios)
+    finally:
+        McpFixture.close()
+
+
+def run(opts: argparse.Namespace, ap: argparse.ArgumentParser, runners: Dict[str, List[str]],
+        scenarios: List[str]) -> int:
     if opts.update:
         if opts.update not in runners:
             ap.error(f"--update {opts.update}: no such --runner")

@@ -28,6 +28,9 @@ cxx="${CXX:-c++}"
 say() { printf -- '--- %s\n' "$*"; }
 
 cargo build --locked -q -p panto-capi -p panto-testserver
+# The MCP fixture server and its pinned `mcp` package (test mcp_server_tools).
+PANTO_MCP_VENV="$(tests/mcp/venv.sh)"
+export PANTO_MCP_VENV
 if [ -z "${PANTO_NO_VALGRIND:-}" ]; then
   cargo build --locked -q --release -p panto-capi
 fi

@@ -6,6 +6,8 @@
  * Each test starts its own server (port 0). The last line of output is
  * "N passed, N failed". */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1795,12 +1797,113 @@ out:
 
 /* ------------------------------------------------------------------------------------ */
 
+
+/* MCP servers through the config JSON: the fixture server (tests/mcp/fixture_server.py,
+ * from the venv run.sh makes with tests/mcp/venv.sh, $PANTO_MCP_VENV) answers fx__echo;
+ * freeing the agent stops it and its stop thread. */
+static bool no_process_with(void *marker) {
+  DIR *d = opendir("/proc");
+  if (d == NULL) return true;
+  bool none = true;
+  struct dirent *e;
+  while (none && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char path[300], cmd[4096];
+    snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue;
+    size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+      if (cmd[i] == 0) cmd[i] = ' ';
+    cmd[n] = 0;
+    if (strstr(cmd, (const char *)marker) != NULL) none = false;
+  }
+  closedir(d);
+  return none;
+}
+
+static bool no_stop_thread(void *unused) {
+  (void)unused;
+  DIR *d = opendir("/proc/self/task");
+  if (d == NULL) return true;
+  bool none = true;
+  struct dirent *e;
+  while (none && (e = readdir(d)) != NULL) {
+    char path[300], comm[64] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue;
+    if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "panto-mcp-stop", 14) == 0)
+      none = false;
+    fclose(f);
+  }
+  closedir(d);
+  return none;
+}
+
+static void test_mcp_server_tools(void) {
+  const char *venv = getenv("PANTO_MCP_VENV");
+  TestServer srv;
+  bool server_up = false;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  char fixture[PATH_MAX], scenario[PATH_MAX + 64], marker[64], extra[1024];
+  CHECKF(venv != NULL, "%s", "PANTO_MCP_VENV is not set (capi/tests/c/run.sh sets it)");
+  CHECK(realpath("tests/mcp/fixture_server.py", fixture) != NULL);
+  snprintf(scenario, sizeof scenario, "%s/mcp-echo.json", scenario_dir);
+  CHECK(server_start(&srv, scenario) == 0);
+  server_up = true;
+  snprintf(marker, sizeof marker, "panto-c-mcp-%d", (int)getpid());
+  int n = snprintf(extra, sizeof extra,
+                   ",\"mcp_servers\":{\"fx\":{\"command\":\"%s/bin/python\",\"args\":[\"%s\","
+                   "\"--cancel-marker\",\"%s\"]}}",
+                   venv, fixture, marker);
+  CHECK(n > 0 && (size_t)n < sizeof extra);
+  agent = new_agent(&srv, "sk-c", extra);
+  CHECK(agent != NULL);
+  stream = start(agent, "echo something");
+  CHECK(stream != NULL);
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  bool started = false, result = false;
+  while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+    if (ev.kind == PANTO_EV_TOOL_CALL_START) {
+      CHECK(!ev.payload.tool_call_start.host);
+      CHECK(str_eq(ev.payload.tool_call_start.name, "fx__echo"));
+      started = true;
+    } else if (ev.kind == PANTO_EV_TOOL_RESULT) {
+      CHECKF(str_eq(ev.payload.tool_result.output, "echo: from c"), "%.*s",
+             (int)ev.payload.tool_result.output.len, ev.payload.tool_result.output.ptr);
+      CHECK(!ev.payload.tool_result.is_error);
+      result = true;
+    } else if (ev.kind == PANTO_EV_MESSAGE_COMPLETE) {
+      CHECK(str_eq(ev.payload.message_complete.text, "done"));
+    }
+  }
+  CHECKF(st == PANTO_DONE, "status %d", (int)st);
+  CHECK(started && result);
+  CHECK(!no_process_with(marker));
+  panto_stream_free(stream);
+  stream = NULL;
+  panto_agent_free(agent);
+  agent = NULL;
+  /* Freeing the agent stops its server, and the thread that stops it ends. */
+  CHECKF(wait_until(no_process_with, marker, 60000), "%s", "the MCP server outlived its agent");
+  CHECK(wait_until(no_stop_thread, NULL, 60000));
+out:
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  if (server_up) server_stop(&srv);
+}
+
 static const struct {
   const char *name;
   void (*run)(void);
 } TESTS[] = {
     {"abi_version", test_abi_version},
     {"host_tool_turn", test_host_tool_turn},
+    {"mcp_server_tools", test_mcp_server_tools},
     {"error_is_sticky_with_payload", test_error_is_sticky_with_payload},
     {"cancel_from_another_thread", test_cancel_from_another_thread},
     {"free_mid_turn", test_free_mid_turn},
