@@ -13,6 +13,12 @@ round — so that load changes on a shared machine hit every client alike, and r
 taken between medians of the same run.
 
     python3 bench/run.py --quick|--full --clients clients.json --testserver PATH --out FILE
+    python3 bench/run.py --only-scale ...   only the 10,000-stream workload, merged into FILE
+
+The scale workload (``--scale-streams``, default 10,000 streams of 20 chunks paced 200 ms
+apart) needs a descriptor per connection on both sides, and panto's Go streams one more
+pair each (the readiness descriptor and the netpoller's copy): this driver raises
+``RLIMIT_NOFILE`` before it starts the server and the clients, which inherit it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import shlex
 import statistics
 import subprocess
@@ -110,9 +117,69 @@ CONCURRENCY = [
     ("rust/floor", "Rust", "floor: reqwest + line split, one runtime", "rust", "floor"),
     ("rust/panto-push", "Rust", "panto push, every turn on one current-thread runtime", "rust", "panto-push"),
     ("rust/panto-pull", "Rust", "panto pull, one thread per stream in `next()`", "rust", "panto-pull"),
+    ("rust/panto-pull-async", "Rust", "panto pull, `next_async().await`, one current-thread runtime", "rust",
+     "panto-pull-async"),
     ("go/panto-iter", "Go", "panto Go, one goroutine per stream, `Iter`", "go", "panto-iter"),
     ("py/panto-async", "Python", "panto Python, one asyncio task per stream", "python", "panto-async"),
 ]
+
+
+# The scale workload: many slow streams from one process (a slow model, or a tool-heavy
+# agent). Peers in the same run are the yardstick for the CPU targets.
+SCALE = [
+    ("rust/floor", "Rust", "floor: reqwest + line split, one runtime (no client work)", "rust", "floor"),
+    ("rust/panto-push", "Rust", "panto push, every turn on one current-thread runtime", "rust", "panto-push"),
+    ("rust/panto-pull-async", "Rust", "panto pull, `next_async().await`, one current-thread runtime", "rust",
+     "panto-pull-async"),
+    ("go/openai-go", "Go", "openai-go v3, one goroutine per stream, shared client", "go", "openai-go"),
+    ("go/panto-iter", "Go", "panto Go, one goroutine per stream, `Iter`", "go", "panto-iter"),
+    ("py/openai-python-async", "Python", "openai-python `AsyncOpenAI`, one task per stream, shared client",
+     "python", "openai-python-async"),
+    ("py/panto-async", "Python", "panto Python, one asyncio task per stream, `async for`", "python", "panto-async"),
+]
+SCALE_PEER = {"rust/panto-pull-async": "rust/panto-push", "go/panto-iter": "go/openai-go",
+              "py/panto-async": "py/openai-python-async"}
+SCALE_PANTO = {"rust/panto-push", "rust/panto-pull-async", "go/panto-iter", "py/panto-async"}
+
+
+def adapter_workers_rule() -> int:
+    """The pull adapter's worker count by its rule (one per available core, 2 to 64), for
+    the Go and Python clients, which cannot ask; the Rust pull client reports the real one."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 2
+    return min(max(n, 2), 64)
+
+
+def fd_budget_note(streams: int, nofile: int) -> Optional[str]:
+    """What does not fit in ``nofile`` descriptors at ``streams`` open streams: the
+    server holds two per connection (the socket and a clone it keeps to reset or close
+    it from outside the connection's task), panto Go three per open stream (the socket,
+    the readiness eventfd and the netpoller's copy of it), panto Python two (the socket
+    and the eventfd), the other clients one."""
+    short = [f"{who} needs ≈ {per * streams + 256:,}" for who, per in
+             (("panto-testserver", 2), ("panto Go", 3), ("panto Python", 2)) if per * streams + 256 > nofile]
+    if not short:
+        return None
+    return (f"the descriptor limit is {nofile:,} and cannot be raised here (no CAP_SYS_RESOURCE): at "
+            f"{streams:,} streams " + ", ".join(short))
+
+
+def raise_nofile(streams: int) -> int:
+    """Raises this process's descriptor limit (the server and clients inherit it) to what
+    ``streams`` connections need on the busiest client (panto Go: socket, readiness
+    descriptor and the netpoller's copy of it per stream), or as high as allowed."""
+    want = 4 * streams + 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))  # root only
+            return want
+        except (ValueError, OSError):
+            pass
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -145,6 +212,8 @@ class Outcome:
     maxrss_kib: int  # the peak the client reports (VmHWM); wait4's ru_maxrss includes ours
     peak_threads: int
     seconds: float
+    peak_fds_watched: int = 0  # of the process run_client was asked to watch
+    runq_wait_s: float = 0.0  # time its threads spent runnable but not running (last sample)
 
 
 def status_field(pid: int, key: str) -> Optional[int]:
@@ -158,10 +227,36 @@ def status_field(pid: int, key: str) -> Optional[int]:
     return None
 
 
-def run_client(argv: List[str], timeout: float, sample_threads: bool = False) -> Outcome:
+def runq_wait(pid: int) -> float:
+    """Seconds the process's live threads have spent waiting on a run queue (runnable,
+    not running: the machine's load), from ``/proc/PID/task/*/schedstat``."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    total += int(f.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    except OSError:
+        pass
+    return total / 1e9
+
+
+def fd_count(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def run_client(argv: List[str], timeout: float, sample_threads: bool = False,
+               watch_fds_of: Optional[int] = None) -> Outcome:
     """Runs one client process to the end; its JSON lines, ``wait4``'s peak RSS and the
-    peak thread count seen in ``/proc`` (sampled every 20 ms when asked)."""
+    peak thread count seen in ``/proc`` (sampled every 20 ms when asked), and the peak
+    descriptor count of another process (the server; every 250 ms) when asked."""
     start = time.monotonic()
+    peak_fds, next_fds, runq = 0, start, 0.0
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         peak_threads = 0
@@ -171,6 +266,10 @@ def run_client(argv: List[str], timeout: float, sample_threads: bool = False) ->
                 break
             if sample_threads:
                 peak_threads = max(peak_threads, status_field(proc.pid, "Threads") or 0)
+            if watch_fds_of and time.monotonic() >= next_fds:
+                peak_fds = max(peak_fds, fd_count(watch_fds_of))
+                runq = max(runq, runq_wait(proc.pid))
+                next_fds = time.monotonic() + 0.25
             if time.monotonic() - start > timeout:
                 proc.kill()
                 pid, status, usage = os.wait4(proc.pid, 0)
@@ -186,7 +285,7 @@ def run_client(argv: List[str], timeout: float, sample_threads: bool = False) ->
     # Linux keeps ru_maxrss over fork + exec, so a child's is at least this driver's RSS:
     # the clients report their own high-water mark instead.
     peak = max((line.get("peak_rss_kib", 0) for line in lines), default=0)
-    return Outcome(lines, peak, peak_threads, time.monotonic() - start)
+    return Outcome(lines, peak, peak_threads, time.monotonic() - start, peak_fds, runq)
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,21 +352,43 @@ class ConcCell:
     maxrss_mib: List[float] = field(default_factory=list)
     threads: List[int] = field(default_factory=list)
     wall_s: List[float] = field(default_factory=list)
+    extra: Dict[str, int] = field(default_factory=dict)  # gomaxprocs, adapter_workers
+    listen_drops: List[int] = field(default_factory=list)  # SYNs the kernel dropped meanwhile
+    peak_open: List[int] = field(default_factory=list)  # the server's peak open connections
+    runq_s: List[float] = field(default_factory=list)  # the client's run-queue wait
     error: Optional[str] = None
 
 
+def listen_drops() -> Optional[int]:
+    """The kernel's count of SYNs dropped because a listen queue was full (every socket)."""
+    try:
+        with open("/proc/net/netstat") as f:
+            rows = [line.split() for line in f if line.startswith("TcpExt:")]
+        return int(dict(zip(rows[0][1:], rows[1][1:]))["ListenDrops"])
+    except (OSError, IndexError, KeyError, ValueError):
+        return None
+
+
 def measure_concurrency(streams: List[int], chunks: int, pace_ms: int, clients: Dict[str, List[str]],
-                        base_url: str, rounds: int, log) -> Dict[Tuple[str, int], ConcCell]:
-    cells = {(c[0], s): ConcCell() for c in CONCURRENCY for s in streams}
+                        base_url: str, rounds: int, log, table=None,
+                        only: Optional[set] = None, ramp_ms: int = 0,
+                        server_pid: Optional[int] = None) -> Dict[Tuple[str, int], ConcCell]:
+    table = CONCURRENCY if table is None else table
+    table = [c for c in table if not only or c[0] in only]
+    cells = {(c[0], s): ConcCell() for c in table for s in streams}
     for rnd in range(rounds):
         for s in streams:
-            for key, _lang, _label, client, variant in CONCURRENCY:
+            for key, _lang, _label, client, variant in table:
                 cell = cells[(key, s)]
                 if cell.error or client not in clients:
                     continue
                 argv = clients[client] + ["concurrency", variant, base_url, str(s), str(pace_ms)]
+                if ramp_ms:
+                    argv.append(str(ramp_ms))
+                drops0 = listen_drops()
+                fds0 = fd_count(server_pid) if server_pid else 0
                 try:
-                    out = run_client(argv, timeout=600, sample_threads=True)
+                    out = run_client(argv, timeout=600, sample_threads=True, watch_fds_of=server_pid)
                     line = out.lines[-1]
                     if line["items"] != s * chunks:
                         raise RuntimeError(f"{line['items']} items, expected {s * chunks}")
@@ -282,9 +403,22 @@ def measure_concurrency(streams: List[int], chunks: int, pace_ms: int, clients: 
                 cell.maxrss_mib.append(out.maxrss_kib / 1024)
                 cell.threads.append(out.peak_threads)
                 cell.wall_s.append(line["wall_us"] / 1e6)
+                for extra in ("gomaxprocs", "adapter_workers"):
+                    if extra in line:
+                        cell.extra[extra] = line[extra]
+                drops1 = listen_drops()
+                if drops0 is not None and drops1 is not None:
+                    cell.listen_drops.append(drops1 - drops0)
+                if server_pid:
+                    # The server holds two descriptors per connection (see fd_budget_note).
+                    cell.peak_open.append(max(0, out.peak_fds_watched - fds0) // 2)
+                    cell.runq_s.append(out.runq_wait_s)
                 log(f"  round {rnd + 1}/{rounds} concurrency {key:18} x{s:<5} cpu {line['cpu_us'] / 1e6:6.2f} s, "
                     f"p99 added {line['added_p99_us'] / 1e3:7.2f} ms, rss {out.maxrss_kib / 1024:6.1f} MiB, "
-                    f"threads {out.peak_threads}")
+                    f"threads {out.peak_threads}, wall {out.seconds:.1f} s, "
+                    f"SYN drops {cell.listen_drops[-1] if cell.listen_drops else '?'}, "
+                    f"peak open {cell.peak_open[-1] if cell.peak_open else '?'}, "
+                    f"run-queue wait {cell.runq_s[-1] if cell.runq_s else 0:.1f} s")
     return cells
 
 
@@ -402,6 +536,172 @@ def targets(cells, workloads: List[Workload], conc, streams: List[int]) -> List[
     return out
 
 
+def scale_targets(scale: Dict[Tuple[str, int], ConcCell], n: int) -> List[Target]:
+    """Issue 21's targets at ``n`` streams, each against a figure of the same run."""
+    med = statistics.median
+    where = f"{n:,} streams"
+
+    def cell(key: str) -> Optional[ConcCell]:
+        c = scale.get((key, n))
+        return c if c and c.cpu_s and not c.error else None
+
+    def value(key: str, metric: str) -> Optional[float]:
+        c = cell(key)
+        return med(getattr(c, metric)) if c else None
+
+    def cpu_ratio(a: str, b: str) -> Optional[float]:
+        x, y = value(a, "cpu_per_event_us"), value(b, "cpu_per_event_us")
+        return x / y if x is not None and y else None
+
+    rust = cell("rust/panto-pull-async")
+    workers = (rust.extra.get("adapter_workers") if rust else None) or adapter_workers_rule()
+    out: List[Target] = []
+    go = cell("go/panto-iter")
+    if go:
+        gmp = go.extra.get("gomaxprocs", os.cpu_count() or 1)
+        limit = gmp + workers + 8
+        out.append(check(f"Go peak OS threads ≤ GOMAXPROCS + adapter workers + 8 = {gmp} + {workers} + 8",
+                         value("go/panto-iter", "threads"), limit, "threads", where))
+    else:
+        out.append(check("Go peak OS threads ≤ GOMAXPROCS + adapter workers + 8", None, 0, "threads", where))
+    out.append(check(f"Python peak threads ≤ adapter workers + 4 = {workers} + 4",
+                     value("py/panto-async", "threads"), workers + 4, "threads", where))
+    for key in ("rust/panto-push", "rust/panto-pull-async", "go/panto-iter"):
+        p99 = value(key, "p99_us")
+        out.append(check(f"p99 added gap ≤ 25 ms ({key})", None if p99 is None else p99 / 1e3, 25.0, "ms", where))
+    p99 = value("py/panto-async", "p99_us")
+    out.append(check("p99 added gap ≤ 50 ms (py/panto-async)", None if p99 is None else p99 / 1e3, 50.0, "ms",
+                     where))
+    for key in sorted(SCALE_PANTO):
+        out.append(check(f"peak RSS < 1.5 GiB ({key})", value(key, "maxrss_mib"), 1536.0, "MiB", where))
+    for key in ("go/panto-iter", "rust/panto-pull-async"):
+        out.append(check(f"CPU per event ≤ 2× Rust push ({key})", cpu_ratio(key, "rust/panto-push"), 2.0, "×",
+                         where))
+    out.append(check("Go CPU per event ≤ 0.25× openai-go", cpu_ratio("go/panto-iter", "go/openai-go"), 0.25, "×",
+                     where))
+    out.append(check("Python CPU per event ≤ 0.1× openai-python `AsyncOpenAI`",
+                     cpu_ratio("py/panto-async", "py/openai-python-async"), 0.1, "×", where))
+    return out
+
+
+def target_lines(tlist: List[Target]) -> List[str]:
+    L = ["| target | measured on | measured | verdict |", "| --- | --- | ---: | --- |"]
+    for t in tlist:
+        value = "–" if t.value is None else (f"{t.value:.3f} ms" if t.unit == "ms" else
+                                              f"{t.value:.1f} MiB" if t.unit == "MiB" else
+                                              f"{t.value:.0f}" if t.unit == "threads" else f"{t.value:.2f}×")
+        L.append(f"| {t.text} | {t.where} | {value} | {verdict(t)} |")
+    return L
+
+
+SCALE_BEGIN, SCALE_END = "<!-- scale:begin -->", "<!-- scale:end -->"
+TARGETS_BEGIN, TARGETS_END = "<!-- scale-targets:begin -->", "<!-- scale-targets:end -->"
+
+
+def render_scale(scale: Dict[Tuple[str, int], ConcCell], n: int, chunks: int, pace_ms: int, rounds: int,
+                 nofile: int, provenance: str, ramp_ms: int) -> Tuple[List[str], List[str]]:
+    """The 10,000-stream section and its targets, each between markers so that a run of
+    this workload alone (``--only-scale``) can replace them in an existing report."""
+    med = statistics.median
+    L = [SCALE_BEGIN, f"## {n:,} concurrent streams ({chunks} chunks each, {pace_ms} ms apart)", ""]
+    L.append(provenance)
+    L.append("")
+    L.append(f"{n:,} streams at once from one process, against one `panto-testserver` that paces every "
+             f"stream's chunks {pace_ms} ms apart (a slow model, or a tool-heavy agent): the streams spend "
+             "almost all their time waiting, which is what this workload measures. Every panto row makes one "
+             "agent per stream (so one connection each); the Rust and Go panto rows wait without a thread per "
+             "stream (a waker; Go's netpoller on the stream's readiness descriptor) and Python's on the event "
+             "loop (`loop.add_reader`). The peers share one client, as their users would: openai-go's "
+             "transport opens a connection per concurrent stream (no per-host limit by default); "
+             "openai-python's `AsyncOpenAI` gets `http_client=DefaultAsyncHttpxClient(limits=httpx.Limits("
+             f"max_connections={n}, max_keepalive_connections={n}))`, because its default pool (1,000 "
+             "connections) would queue the rest and count the queueing as gaps. "
+             "**Added latency** is the gap between consecutive content events minus the pacing (p50 / p99 "
+             f"over all {n * (chunks - 1):,} gaps); the floor row is what the server and the OS add with no "
+             f"client work. Every client starts its streams evenly over {ramp_ms / 1e3:g} s (stream i at "
+             f"i × {ramp_ms} ms / {n:,}), so all {n:,} are open together for the last "
+             f"{max(0.0, (chunks - 1) * pace_ms - ramp_ms) / 1e3:g} s of the first stream's life: "
+             "`panto-testserver` listens with a backlog of 128 (Rust's `std` default), and a burst of "
+             f"{n:,} connects overflows it; the kernel then retries the dropped SYNs 1, 3, 7, 15 and 31 s "
+             "later, which spread the starts over half a minute and the connection storms over every "
+             "stream's gaps in a first, unramped version of this workload. **SYN drops** is the kernel's "
+             "`ListenDrops` count over the run (any socket on the machine), to show whether that still "
+             "happened; **peak conns** is the most connections the server held at once (its descriptors, "
+             "sampled every 250 ms); a finished stream's connection stays open, idle in its client's pool, "
+             "until the client exits, so it is an upper bound of the streams open together. **Wall** is the "
+             "client process's life, agent setup included; **run-queue s** is how long its threads were "
+             "runnable but waiting for a core (`/proc/PID/task/*/schedstat`, threads alive at the last "
+             "250 ms sample): on a loaded machine the gaps are mostly this wait, and the floor row shows "
+             "how much of them no client can avoid. **CPU** is the whole process's user + system time, agent and client setup "
+             "included; **CPU µs/event** divides it by the content events; **vs peer** divides that by the "
+             "peer's in this run (Rust pull async against Rust push). **Threads** is the peak OS thread "
+             "count (`/proc`, sampled every 20 ms), **RSS** the peak resident set (`VmHWM`). "
+             f"Descriptor limit (`RLIMIT_NOFILE`) of the server and every client: {nofile:,}. "
+             f"Median of {rounds} run(s) per row, rows interleaved.")
+    L.append("")
+    L.append("| language | client | streams | CPU ms | CPU µs/event | vs peer | added p50 ms | added p99 ms "
+             "| peak RSS MiB | threads | wall s | run-queue s | peak conns | SYN drops |")
+    L.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    labels = {k: label for k, _l, label, *_ in SCALE}
+    for key, lang, label, _client, _variant in SCALE:
+        c = scale.get((key, n))
+        if c is None:
+            continue
+        name = f"**{label}**" if key in SCALE_PANTO else label
+        if c.error:
+            L.append(f"| {lang} | {name} | {n:,} | failed: {c.error[:80]} | | | | | | | | | | |")
+            continue
+        if not c.cpu_s:
+            continue
+        peer = ""
+        pk = SCALE_PEER.get(key)
+        pc = scale.get((pk, n)) if pk else None
+        if pc and pc.cpu_per_event_us:
+            r = med(c.cpu_per_event_us) / med(pc.cpu_per_event_us)
+            peer = f"{r:.2f}× {labels[pk].split(',')[0].split(' `')[0]}"
+        L.append(f"| {lang} | {name} | {n:,} | {med(c.cpu_s) * 1e3:.0f} | {med(c.cpu_per_event_us):.1f} | {peer} | "
+                 f"{med(c.p50_us) / 1e3:.2f} | {med(c.p99_us) / 1e3:.2f} | {med(c.maxrss_mib):.1f} | "
+                 f"{int(med(c.threads))} | {med(c.wall_s):.1f} | "
+                 f"{fmt(med(c.runq_s) if c.runq_s else None, 1)} | "
+                 f"{int(med(c.peak_open)) if c.peak_open else '–'} | "
+                 f"{int(med(c.listen_drops)) if c.listen_drops else '–'} |")
+    L.append("")
+    L.append(SCALE_END)
+    tlist = scale_targets(scale, n)
+    T = [TARGETS_BEGIN, f"### Targets at {n:,} streams (issue 21)", ""]
+    T.extend(target_lines(tlist))
+    T.append("")
+    missed = [t for t in tlist if t.met is False]
+    T.append(f"{len(missed)} of {len(tlist)} checks at {n:,} streams missed in this run.")
+    T.append("")
+    T.append(TARGETS_END)
+    return L, T
+
+
+def merge_scale(path: str, section: List[str], targets_block: List[str], misses: Optional[str]) -> str:
+    """The report at ``path`` with its scale section and scale targets replaced by these
+    (inserted before "## Targets" and at the end of the targets when it has none yet), and
+    its misses section replaced by the current misses file."""
+    with open(path) as f:
+        lines = f.read().rstrip("\n").split("\n")
+
+    def replace(lines: List[str], begin: str, end: str, new: List[str], before: str) -> List[str]:
+        if begin in lines and end in lines:
+            a, b = lines.index(begin), lines.index(end)
+            return lines[:a] + new + lines[b + 1:]
+        at = next((i for i, x in enumerate(lines) if x.startswith(before)), len(lines))
+        return lines[:at] + new + [""] + lines[at:]
+
+    miss_text = open(misses).read().rstrip() if misses and os.path.exists(misses) else None
+    miss_head = miss_text.split("\n", 1)[0] if miss_text else "## Misses"
+    lines = replace(lines, SCALE_BEGIN, SCALE_END, section, "## Targets")
+    lines = replace(lines, TARGETS_BEGIN, TARGETS_END, targets_block, miss_head)
+    if miss_text:
+        at = next((i for i, x in enumerate(lines) if x == miss_head), len(lines))
+        lines = lines[:at] + miss_text.split("\n")
+    return "\n".join(lines) + "\n"
+
+
 def verdict(t: Target) -> str:
     if t.met is None:
         return "not measured"
@@ -410,7 +710,8 @@ def verdict(t: Target) -> str:
 
 def render(args, facts: List[str], workloads: List[Workload], cells, conc, streams: List[int],
            rate: Optional[float], started: str, load: Tuple[str, str], seconds: float,
-           conc_chunks: int, pace_ms: int, rounds: int, conc_rounds: int) -> str:
+           conc_chunks: int, pace_ms: int, rounds: int, conc_rounds: int,
+           scale_block: Optional[Tuple[List[str], List[str]]] = None) -> str:
     tlist = targets(cells, workloads, conc, streams)
     L: List[str] = []
     L.append("# panto benchmark results")
@@ -502,18 +803,19 @@ def render(args, facts: List[str], workloads: List[Workload], cells, conc, strea
                          f"{med(c.p50_us) / 1e3:.2f} | {med(c.p99_us) / 1e3:.2f} | {med(c.maxrss_mib):.1f} | "
                          f"{int(med(c.threads))} |")
         L.append("")
+    if scale_block:
+        L.extend(scale_block[0])
+        L.append("")
     L.append("## Targets")
     L.append("")
-    L.append("| target | measured on | measured | verdict |")
-    L.append("| --- | --- | ---: | --- |")
-    for t in tlist:
-        value = "–" if t.value is None else (f"{t.value:.3f} ms" if t.unit == "ms" else
-                                              f"{t.value:.1f} MiB" if t.unit == "MiB" else f"{t.value:.2f}×")
-        L.append(f"| {t.text} | {t.where} | {value} | {verdict(t)} |")
+    L.extend(target_lines(tlist))
     L.append("")
     missed = [t for t in tlist if t.met is False]
     L.append(f"{len(missed)} of {len(tlist)} target checks missed in this run.")
     L.append("")
+    if scale_block:
+        L.extend(scale_block[1])
+        L.append("")
     if args.misses and os.path.exists(args.misses):
         with open(args.misses) as f:
             L.append(f.read().rstrip())
@@ -548,19 +850,32 @@ def category(symbol: str) -> str:
 
 
 def profile(spec: str, clients: Dict[str, List[str]], testserver: str, workloads: List[Workload],
-            top: int = 25) -> None:
+            top: int = 25, scale: Tuple[int, int, int, int] = (10_000, 20, 200, 2000)) -> None:
     """``--profile ROW:WORKLOAD``: one client process under ``perf record`` (cpu-clock
-    samples with call graphs), then the symbols it spent its time in, self time first."""
+    samples with call graphs), then the symbols it spent its time in, self time first.
+    ``ROW:scale`` profiles a row of the scale workload (``scale`` = streams, chunks,
+    pace in ms, ramp in ms)."""
     key, _, wkey = spec.partition(":")
-    row = next((r for r in ROWS if r.key == key), None)
-    w = next((x for x in workloads if x.key == wkey), None)
+    if wkey == "scale":
+        srow = next((r for r in SCALE if r[0] == key), None)
+        row = Row(srow[0], srow[1], srow[2], srow[3], srow[4]) if srow else None
+        streams, chunks, pace_ms, _ramp = scale
+        w: Optional[Workload] = Workload("scale", "scale", streams * chunks, 1, text_response(chunks, pace_ms))
+    else:
+        row = next((r for r in ROWS if r.key == key), None)
+        w = next((x for x in workloads if x.key == wkey), None)
     if row is None or w is None or row.client not in clients:
-        raise SystemExit(f"--profile ROW:WORKLOAD, e.g. rust/panto-pull:text-100k (got {spec!r})")
+        raise SystemExit(f"--profile ROW:WORKLOAD, e.g. rust/panto-pull:text-100k or go/panto-iter:scale "
+                         f"(got {spec!r})")
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(testserver, w.response, tmp, w.key)
         data = os.path.join(tmp, "perf.data")
         try:
-            argv = clients[row.client] + ["turns", row.variant, server.base_url, str(w.turns)]
+            if wkey == "scale":
+                argv = clients[row.client] + ["concurrency", row.variant, server.base_url, str(scale[0]),
+                                              str(scale[2]), str(scale[3])]
+            else:
+                argv = clients[row.client] + ["turns", row.variant, server.base_url, str(w.turns)]
             subprocess.run(["perf", "record", "-q", "-F", "2000", "-g", "-o", data, "--"] + argv,
                            check=True, stdout=subprocess.DEVNULL)
         finally:
@@ -582,7 +897,8 @@ def profile(spec: str, clients: Dict[str, List[str]], testserver: str, workloads
         for pct, sym in symbols:
             merged[sym] = merged.get(sym, 0.0) + pct
         symbols = sorted(((p, s) for s, p in merged.items()), reverse=True)
-        print(f"== {spec}: self time by symbol (perf, cpu-clock samples, every thread, {w.turns} turns)")
+        what = f"{scale[0]:,} streams" if wkey == "scale" else f"{w.turns} turns"
+        print(f"== {spec}: self time by symbol (perf, cpu-clock samples, every thread, {what})")
         for pct, sym in symbols[:top]:
             print(f"{pct:6.2f}%  {sym[:150]}")
         totals: Dict[str, float] = {}
@@ -635,6 +951,15 @@ def main() -> None:
     ap.add_argument("--streams", default="1,64,1000")
     ap.add_argument("--pace-ms", type=int, default=20)
     ap.add_argument("--paced-chunks", type=int, default=50)
+    ap.add_argument("--scale-streams", type=int, default=10_000,
+                    help="streams of the scale workload (0: leave it out)")
+    ap.add_argument("--scale-chunks", type=int, default=20)
+    ap.add_argument("--scale-pace-ms", type=int, default=200)
+    ap.add_argument("--scale-ramp-ms", type=int, default=2000,
+                    help="the scale clients start their streams evenly over this long")
+    ap.add_argument("--scale-rounds", type=int, help="runs per scale row (default 3, --quick 1)")
+    ap.add_argument("--only-scale", action="store_true",
+                    help="run only the scale workload and merge its section and targets into --out")
     ap.add_argument("--profile", help="ROW:WORKLOAD: profile one client with perf instead of measuring")
     ap.add_argument("--ttfe-sweep", action="store_true",
                     help="warm time to first event (µs) of the Rust clients by response length, instead of measuring")
@@ -661,7 +986,9 @@ def main() -> None:
                  tool_response(10_000)),
     ]
     if args.profile:
-        profile(args.profile, clients, args.testserver, workloads)
+        raise_nofile(args.scale_streams)
+        profile(args.profile, clients, args.testserver, workloads,
+                scale=(args.scale_streams, args.scale_chunks, args.scale_pace_ms, args.scale_ramp_ms))
         return
     if args.ttfe_sweep:
         print(ttfe_sweep(clients["rust"], args.testserver, [3, 30, 100, 300, 1000]))
@@ -672,6 +999,45 @@ def main() -> None:
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load0 = " / ".join(open("/proc/loadavg").read().split()[:3])
     t0 = time.monotonic()
+    nofile = raise_nofile(max(args.scale_streams, max(streams, default=0)))
+    scale_rounds = args.scale_rounds or (1 if quick else 3)
+    n = args.scale_streams
+    short = fd_budget_note(n, nofile) if n else None
+    if short:
+        log(f"warning: {short}; rows that run out fail (--scale-streams lowers the count)")
+
+    def run_scale(tmp: str) -> Dict[Tuple[str, int], ConcCell]:
+        if not n:
+            return {}
+        server = Server(args.testserver, text_response(args.scale_chunks, args.scale_pace_ms), tmp, "scale")
+        try:
+            return measure_concurrency([n], args.scale_chunks, args.scale_pace_ms, clients, server.base_url,
+                                       scale_rounds, log, table=SCALE, only=only, ramp_ms=args.scale_ramp_ms,
+                                       server_pid=server.proc.pid)
+        finally:
+            server.close()
+
+    if args.only_scale:
+        with tempfile.TemporaryDirectory() as tmp:
+            scale = run_scale(tmp)
+        load1 = " / ".join(open("/proc/loadavg").read().split()[:3])
+        provenance = (f"Measured by `scripts/bench.sh --only-scale` on {started} "
+                      f"({(time.monotonic() - t0) / 60:.1f} min; load average {load0} at its start, {load1} at "
+                      f"its end{'; ' + args.note if args.note else ''}), merged into this file: the other tables "
+                      "are from the run named at the top." + (f" **Warning:** {short}." if short else ""))
+        section, tblock = render_scale(scale, n, args.scale_chunks, args.scale_pace_ms, scale_rounds, nofile,
+                                       provenance, args.scale_ramp_ms)
+        if os.path.exists(args.out):
+            report = merge_scale(args.out, section, tblock, args.misses)
+        else:
+            report = "\n".join(section + [""] + tblock) + "\n"
+        with open(args.out, "w") as f:
+            f.write(report)
+        if args.json_out:
+            with open(args.json_out, "w") as f:
+                json.dump({"scale": {f"{k[0]} x{k[1]}": vars(v) for k, v in scale.items()}}, f, indent=1)
+        print(report)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         servers = {w.key: Server(args.testserver, w.response, tmp, w.key) for w in workloads}
         paced = Server(args.testserver, text_response(args.paced_chunks, args.pace_ms), tmp, "paced")
@@ -687,15 +1053,21 @@ def main() -> None:
         finally:
             for s in list(servers.values()) + [paced]:
                 s.close()
+        scale = run_scale(tmp)
     load1 = " / ".join(open("/proc/loadavg").read().split()[:3])
+    scale_block = render_scale(scale, n, args.scale_chunks, args.scale_pace_ms, scale_rounds, nofile,
+                               "Measured in the same run as the tables above." +
+                               (f" **Warning:** {short}." if short else ""), args.scale_ramp_ms) if n else None
     report = render(args, machine_facts(versions), workloads, cells, conc, streams, rate, started,
-                    (load0, load1), time.monotonic() - t0, args.paced_chunks, args.pace_ms, rounds, conc_rounds)
+                    (load0, load1), time.monotonic() - t0, args.paced_chunks, args.pace_ms, rounds, conc_rounds,
+                    scale_block)
     with open(args.out, "w") as f:
         f.write(report + "\n")
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"turns": {f"{k[0]} {k[1]}": vars(v) for k, v in cells.items()},
-                       "concurrency": {f"{k[0]} x{k[1]}": vars(v) for k, v in conc.items()}}, f, indent=1)
+                       "concurrency": {f"{k[0]} x{k[1]}": vars(v) for k, v in conc.items()},
+                       "scale": {f"{k[0]} x{k[1]}": vars(v) for k, v in scale.items()}}, f, indent=1)
     print(report)
 
 

@@ -2,11 +2,18 @@
 # Every panto binding against the client its users would otherwise pick, in one run, into
 # one table: bench/RESULTS.md.
 #
-#   scripts/bench.sh            the full run (about 20 minutes on 2 cores, once built)
-#   scripts/bench.sh --quick    fewer rounds and turns (under 10 minutes once built)
+#   scripts/bench.sh            the full run (about 30 minutes on 2 cores, once built; the
+#                               10,000-stream workload is about 8 of them)
+#   scripts/bench.sh --quick    fewer rounds and turns (under 15 minutes once built)
+#   scripts/bench.sh --only-scale   only the 10,000 concurrent streams (20 chunks each, 200 ms
+#                               apart), one run per row with --quick (about 3 minutes once
+#                               built), merged into an existing bench/RESULTS.md: its section
+#                               and targets are replaced and say when they were measured
+#   scripts/bench.sh --only-scale --scale-streams 2000 --scale-rounds 1   a smaller scale run
 #   scripts/bench.sh --quick --only rust/panto-pull,rust/panto-push   some rows only
 #   scripts/bench.sh --note "quiet machine"        a line about the load, for the report
 #   scripts/bench.sh --profile rust/panto-pull:text-100k   where one client's CPU goes (perf)
+#   scripts/bench.sh --profile go/panto-iter:scale         the same for a row of the scale workload
 #   scripts/bench.sh --ttfe-sweep    Rust time to first event by response length (µs)
 #
 # Builds the release artefacts (panto-testserver, libpanto.a, the Rust, C and Go bench
@@ -18,6 +25,11 @@
 # (panto Next and Iter, openai-go), pypanto/bench/client.py (panto sync and async,
 # openai-python, httpx + json.loads). No network besides the package registries for the
 # first build; no API key.
+#
+# The scale workload opens a connection per stream in one client process, and panto's Go
+# streams hold two more descriptors each (readiness descriptor, netpoller copy): the
+# descriptor limit is raised here (hard limit too when allowed, i.e. as root) and again by
+# bench/run.py, so that panto-testserver and every client inherit it.
 #
 # BENCH_OUT=FILE writes the table elsewhere (default bench/RESULTS.md; bench/misses.md is
 # appended as its misses section). PANTO_BENCH_GO=0 / PANTO_BENCH_PYTHON=0 skip a
@@ -32,6 +44,9 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/panto-bench.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
 step() { echo "==> $*" >&2; }
+
+ulimit -Hn 65536 2>/dev/null || true
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 step "release build: panto-testserver, libpanto"
 cargo build --release --locked -q -p panto-testserver -p panto-capi
@@ -99,6 +114,10 @@ step "measuring (bench/run.py $*)"
 python3 bench/run.py --clients "$work/clients.json" --versions "$work/versions.json" \
     --testserver "$target/release/panto-testserver" --out "$out" --misses bench/misses.md \
     --json-out "$work/samples.json" "$@" >/dev/null
-cp "$work/samples.json" "${out%.md}.samples.json"
+if [[ " $* " == *" --only-scale "* ]]; then
+    cp "$work/samples.json" "${out%.md}.scale-samples.json"
+else
+    cp "$work/samples.json" "${out%.md}.samples.json"
+fi
 echo >&2
 echo "wrote $out (and ${out%.md}.samples.json) in $((SECONDS - start)) s" >&2

@@ -4,7 +4,7 @@ Python clients its users would otherwise pick, consuming the same responses from
 ``tests/peers-bench``:
 
     python client.py turns VARIANT BASE_URL TURNS
-    python client.py concurrency panto-async BASE_URL STREAMS PACE_MS
+    python client.py concurrency VARIANT BASE_URL STREAMS PACE_MS [RAMP_MS]
 
 Variants: ``panto-sync`` (``for ev in agent.stream(...)``), ``panto-async`` (``async for``
 over ``agent.astream(...)``), ``openai-python`` (``client.chat.completions.create(
@@ -14,9 +14,13 @@ process, panto's worker included), time to first event, the chunks carrying text
 tool-argument fragments, peak RSS. Turn 0 is cold: the client or agent is created inside
 it (imports are done before). Every variant touches each fragment.
 
-The concurrency mode runs STREAMS turns at once on one event loop, one task and one agent
-(so one connection) each, and reports the gaps between consecutive content events minus
-the server's pacing.
+The concurrency mode runs STREAMS turns at once on one event loop, one task each, and
+reports the gaps between consecutive content events minus the server's pacing:
+``panto-async`` (one agent, so one connection, per task; ``async for`` over
+``agent.astream``) or ``openai-python-async`` (one ``AsyncOpenAI`` shared by every task, as
+its users would, over an ``httpx.AsyncClient`` whose limits allow STREAMS connections:
+openai-python's default pool stops at 1,000 and would queue the rest). With RAMP_MS, task
+``i`` starts ``i × RAMP_MS / STREAMS`` after the first (as in ``tests/peers-bench``).
 """
 
 from __future__ import annotations
@@ -167,37 +171,77 @@ def run_turns(variant: str, base_url: str, turns: int) -> None:
                           "peak_rss_kib": peak_rss_kib()}), flush=True)
 
 
-def run_concurrency(variant: str, base_url: str, streams: int, pace_ms: int) -> None:
-    if variant != "panto-async":
-        raise SystemExit(f"unknown concurrency variant {variant!r}")
-    import panto
-
-    content_delta = panto.ContentDelta
+def run_concurrency(variant: str, base_url: str, streams: int, pace_ms: int, ramp_ms: int = 0) -> None:
     pace = pace_ms / 1e3
     gaps: List[int] = []
     items = 0
+    t_start = 0.0
 
-    async def one(agent: Any, start: asyncio.Event) -> None:
+    async def ramp_wait(i: int) -> None:
+        if ramp_ms:
+            await asyncio.sleep(max(0.0, t_start + ramp_ms / 1e3 * i / streams - time.monotonic()))
+
+    def arrived(last: Optional[float]) -> float:
         nonlocal items
-        await start.wait()
-        last: Optional[float] = None
-        async with agent.astream("bench") as stream:
-            async for ev in stream:
-                if type(ev) is content_delta:
-                    ev.text
-                    items += 1
-                    now = time.perf_counter()
-                    if last is not None:
-                        gaps.append(max(0, int((now - last - pace) * 1e6)))
-                    last = now
+        items += 1
+        now = time.perf_counter()
+        if last is not None:
+            gaps.append(max(0, int((now - last - pace) * 1e6)))
+        return now
 
-    async def main() -> None:
-        start = asyncio.Event()
-        agents = [panto_agent(base_url) for _ in range(streams)]
-        tasks = [asyncio.create_task(one(a, start)) for a in agents]
-        await asyncio.sleep(0)
-        start.set()
-        await asyncio.gather(*tasks)
+    if variant == "panto-async":
+        import panto
+
+        content_delta = panto.ContentDelta
+
+        async def one_panto(i: int, agent: Any, start: asyncio.Event) -> None:
+            await start.wait()
+            await ramp_wait(i)
+            last: Optional[float] = None
+            async with agent.astream("bench") as stream:
+                async for ev in stream:
+                    if type(ev) is content_delta:
+                        ev.text
+                        last = arrived(last)
+
+        async def main() -> None:
+            start = asyncio.Event()
+            agents = [panto_agent(base_url) for _ in range(streams)]
+            tasks = [asyncio.create_task(one_panto(i, a, start)) for i, a in enumerate(agents)]
+            await asyncio.sleep(0)
+            nonlocal t_start
+            t_start = time.monotonic()
+            start.set()
+            await asyncio.gather(*tasks)
+    elif variant == "openai-python-async":
+        import httpx
+        import openai
+
+        async def one_openai(i: int, client: Any, start: asyncio.Event) -> None:
+            await start.wait()
+            await ramp_wait(i)
+            last: Optional[float] = None
+            stream = await client.chat.completions.create(model="gpt-4o", messages=BODY["messages"], stream=True)
+            async with stream:
+                async for chunk in stream:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        chunk.choices[0].delta.content
+                        last = arrived(last)
+
+        async def main() -> None:
+            start = asyncio.Event()
+            limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
+            http = openai.DefaultAsyncHttpxClient(limits=limits)
+            async with openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0,
+                                          http_client=http) as client:
+                tasks = [asyncio.create_task(one_openai(i, client, start)) for i in range(streams)]
+                await asyncio.sleep(0)
+                nonlocal t_start
+                t_start = time.monotonic()
+                start.set()
+                await asyncio.gather(*tasks)
+    else:
+        raise SystemExit(f"unknown concurrency variant {variant!r}")
 
     cpu0, t0 = time.process_time(), time.perf_counter()
     asyncio.run(main())
@@ -215,11 +259,11 @@ def main() -> None:
     a = sys.argv
     if len(a) == 5 and a[1] == "turns":
         run_turns(a[2], a[3], int(a[4]))
-    elif len(a) == 6 and a[1] == "concurrency":
-        run_concurrency(a[2], a[3], int(a[4]), int(a[5]))
+    elif len(a) in (6, 7) and a[1] == "concurrency":
+        run_concurrency(a[2], a[3], int(a[4]), int(a[5]), int(a[6]) if len(a) == 7 else 0)
     else:
         raise SystemExit("usage: client.py turns VARIANT BASE_URL TURNS\n"
-                         "       client.py concurrency panto-async BASE_URL STREAMS PACE_MS")
+                         "       client.py concurrency panto-async|openai-python-async BASE_URL STREAMS PACE_MS [RAMP_MS]")
 
 
 if __name__ == "__main__":

@@ -53,7 +53,6 @@ def main() -> int:
         "max_tokens": "--max-tokens",
         "max_steps": "--max-steps",
         "tool_timeout_ms": "--tool-timeout-ms",
-        "compat": "--compat",
     }
     tools_file = None
     for key, value in config.items():
@@ -72,9 +71,6 @@ def main() -> int:
                 print(f"no CLI flag for timeouts.{sorted(rest)}", file=sys.stderr)
                 return SKIP
             cmd += ["--idle-timeout-ms", str(value["idle_ms"])]
-        elif key == "store":
-            if value:
-                cmd.append("--store")
         elif key == "reasoning":
             if "effort" in value:
                 cmd += ["--reasoning", value["effort"]]

@@ -3,15 +3,18 @@
 // other clients, with the command line and output of tests/peers-bench:
 //
 //	client turns VARIANT BASE_URL TURNS
-//	client concurrency panto-iter BASE_URL STREAMS PACE_MS
+//	client concurrency VARIANT BASE_URL STREAMS PACE_MS [RAMP_MS]
 //
 // Variants: panto-next (Stream.Next), panto-iter (Stream.Iter), openai-go
 // (Chat.Completions.NewStreaming, Next/Current). One JSON line per turn: wall, CPU
 // (getrusage: every thread, Go's runtime and panto's worker), time to first event, the
 // chunks carrying text or tool-argument fragments, peak RSS. Turn 0 is cold: the client
 // or agent is created inside it. The concurrency mode runs STREAMS turns at once, one
-// goroutine and one agent (so one connection) each, and reports the gaps between
-// consecutive content events minus the server's pacing.
+// goroutine each, and reports the gaps between consecutive content events minus the
+// server's pacing: panto-iter (one agent each, so one connection each, Stream.Iter) or
+// openai-go (one client shared by every goroutine, as its users would; its transport
+// opens a connection per concurrent stream). With RAMP_MS, stream i starts
+// i×RAMP_MS/STREAMS after the first (as in tests/peers-bench). Its line carries GOMAXPROCS.
 //
 // A benchmark program: any failure makes the figures meaningless, so it exits 1.
 package main
@@ -191,8 +194,72 @@ func runTurns(variant, base string, turns int) {
 	}
 }
 
-func runConcurrency(variant, base string, streams int, pace time.Duration) {
-	if variant != "panto-iter" {
+// pantoIterPaced consumes one panto stream with Iter, recording the gaps between content
+// events minus pace.
+func pantoIterPaced(agent *panto.Agent, pace time.Duration) (int, []int64) {
+	var local []int64
+	var last time.Time
+	n := 0
+	s, err := agent.Stream(context.Background(), "bench")
+	if err != nil {
+		die("stream: %v", err)
+	}
+	defer s.Close()
+	for ev := range s.Iter() {
+		if d, ok := ev.(*panto.ContentDelta); ok {
+			_ = d.Text
+			n++
+			now := time.Now()
+			if !last.IsZero() {
+				local = append(local, max(0, now.Sub(last)-pace).Microseconds())
+			}
+			last = now
+		}
+	}
+	if err := s.Err(); err != nil {
+		die("iter: %v", err)
+	}
+	return n, local
+}
+
+// openaiGoPaced consumes one openai-go stream, recording the same gaps.
+func openaiGoPaced(client *openai.Client, pace time.Duration) (int, []int64) {
+	var local []int64
+	var last time.Time
+	n := 0
+	stream := client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
+		Model:    "gpt-4o",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("bench")},
+	})
+	defer stream.Close()
+	for stream.Next() {
+		c := stream.Current()
+		if len(c.Choices) == 0 || c.Choices[0].Delta.Content == "" {
+			continue
+		}
+		_ = c.Choices[0].Delta.Content
+		n++
+		now := time.Now()
+		if !last.IsZero() {
+			local = append(local, max(0, now.Sub(last)-pace).Microseconds())
+		}
+		last = now
+	}
+	if err := stream.Err(); err != nil {
+		die("openai-go: %v", err)
+	}
+	return n, local
+}
+
+func runConcurrency(variant, base string, streams int, pace, ramp time.Duration) {
+	var client *openai.Client
+	switch variant {
+	case "panto-iter":
+	case "openai-go":
+		c := openai.NewClient(option.WithBaseURL(base+"/"), option.WithAPIKey("sk-bench"),
+			option.WithMaxRetries(0))
+		client = &c
+	default:
 		die("unknown concurrency variant %q", variant)
 	}
 	cpu0, t0 := cpuTime(), time.Now()
@@ -201,35 +268,30 @@ func runConcurrency(variant, base string, streams int, pace time.Duration) {
 	items := 0
 	var ready, wg sync.WaitGroup
 	start := make(chan struct{})
-	for range streams {
+	var t0ramp time.Time
+	wait := func(i int) {
+		<-start
+		if ramp > 0 {
+			time.Sleep(time.Until(t0ramp.Add(time.Duration(float64(ramp) * float64(i) / float64(streams)))))
+		}
+	}
+	for i := range streams {
 		wg.Add(1)
 		ready.Add(1)
 		go func() {
 			defer wg.Done()
-			agent := newAgent(base)
-			defer agent.Close()
-			ready.Done()
-			<-start
+			var n int
 			var local []int64
-			var last time.Time
-			n := 0
-			s, err := agent.Stream(context.Background(), "bench")
-			if err != nil {
-				die("stream: %v", err)
-			}
-			for ev := range s.Iter() {
-				if d, ok := ev.(*panto.ContentDelta); ok {
-					_ = d.Text
-					n++
-					now := time.Now()
-					if !last.IsZero() {
-						local = append(local, max(0, now.Sub(last)-pace).Microseconds())
-					}
-					last = now
-				}
-			}
-			if err := s.Err(); err != nil {
-				die("iter: %v", err)
+			if client != nil {
+				ready.Done()
+				wait(i)
+				n, local = openaiGoPaced(client, pace)
+			} else {
+				agent := newAgent(base)
+				defer agent.Close()
+				ready.Done()
+				wait(i)
+				n, local = pantoIterPaced(agent, pace)
 			}
 			mu.Lock()
 			gaps = append(gaps, local...)
@@ -238,6 +300,7 @@ func runConcurrency(variant, base string, streams int, pace time.Duration) {
 		}()
 	}
 	ready.Wait()
+	t0ramp = time.Now()
 	close(start)
 	wg.Wait()
 	wall, used := time.Since(t0), cpuTime()-cpu0
@@ -248,8 +311,8 @@ func runConcurrency(variant, base string, streams int, pace time.Duration) {
 		}
 		return gaps[min(len(gaps)*p/100, len(gaps)-1)]
 	}
-	fmt.Printf(`{"streams":%d,"items":%d,"wall_us":%.1f,"cpu_us":%.1f,"added_p50_us":%d,"added_p99_us":%d,"peak_rss_kib":%d,"goroutines_max":%d}`+"\n",
-		streams, items, us(wall), us(used), pct(50), pct(99), peakRSSKiB(), runtime.NumGoroutine())
+	fmt.Printf(`{"streams":%d,"items":%d,"wall_us":%.1f,"cpu_us":%.1f,"added_p50_us":%d,"added_p99_us":%d,"peak_rss_kib":%d,"gomaxprocs":%d}`+"\n",
+		streams, items, us(wall), us(used), pct(50), pct(99), peakRSSKiB(), runtime.GOMAXPROCS(0))
 }
 
 func main() {
@@ -261,15 +324,19 @@ func main() {
 			die("TURNS: %v", err)
 		}
 		runTurns(a[2], a[3], n)
-	case len(a) == 6 && a[1] == "concurrency":
+	case (len(a) == 6 || len(a) == 7) && a[1] == "concurrency":
 		s, err1 := strconv.Atoi(a[4])
 		p, err2 := strconv.Atoi(a[5])
-		if err1 != nil || err2 != nil {
-			die("STREAMS and PACE_MS are numbers")
+		r, err3 := 0, error(nil)
+		if len(a) == 7 {
+			r, err3 = strconv.Atoi(a[6])
 		}
-		runConcurrency(a[2], a[3], s, time.Duration(p)*time.Millisecond)
+		if err1 != nil || err2 != nil || err3 != nil {
+			die("STREAMS, PACE_MS and RAMP_MS are numbers")
+		}
+		runConcurrency(a[2], a[3], s, time.Duration(p)*time.Millisecond, time.Duration(r)*time.Millisecond)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: client turns VARIANT BASE_URL TURNS\n       client concurrency panto-iter BASE_URL STREAMS PACE_MS")
+		fmt.Fprintln(os.Stderr, "usage: client turns VARIANT BASE_URL TURNS\n       client concurrency panto-iter|openai-go BASE_URL STREAMS PACE_MS [RAMP_MS]")
 		os.Exit(2)
 	}
 }

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! panto-peers-bench turns       VARIANT BASE_URL TURNS
-//! panto-peers-bench concurrency VARIANT BASE_URL STREAMS PACE_MS
+//! panto-peers-bench concurrency VARIANT BASE_URL STREAMS PACE_MS [RAMP_MS]
 //! ```
 //!
 //! `turns` variants (each turn is one request whose response is consumed to the end):
@@ -31,10 +31,16 @@
 //! that paces its chunks PACE_MS apart, and prints one JSON line: CPU, wall time, the
 //! events and the added gaps between consecutive content events (arrival gap minus the
 //! pacing; p50 / p99). Variants: `panto-pull` (one thread blocked in `Stream::next` per
-//! stream, as a Go goroutine or a Python thread would), `panto-push` (every `agent.run` on
-//! one current-thread runtime) and `floor` (the same raw line splitter, showing what the
-//! server and the OS add without any client work). Threads and RSS are sampled from
-//! outside by the driver (`bench/run.py`).
+//! stream, the way to wait before `next_async` existed), `panto-pull-async` (every
+//! stream's `next_async().await` on one current-thread runtime: no thread per stream),
+//! `panto-push` (every `agent.run` on one current-thread runtime) and `floor` (the same
+//! raw line splitter, showing what the server and the OS add without any client work).
+//! With RAMP_MS, stream `i` starts `i × RAMP_MS / STREAMS` after the first, so that the
+//! connections arrive at a rate the server's listen queue takes (a burst of 10,000 SYNs
+//! overflows it, and the kernel's SYN retries would spread the starts over half a
+//! minute). The line also carries `adapter_workers` (the pull adapter's worker threads, 0 when
+//! the variant never starts them). Threads and RSS are sampled from outside by the
+//! driver (`bench/run.py`).
 //!
 //! A benchmark program, not library code: any failure (no server, a client error, a wrong
 //! chunk count) makes the figures meaningless, so it stops the run with `expect`, naming
@@ -92,11 +98,19 @@ fn main() {
             base,
             streams.parse().expect("STREAMS is a number"),
             Duration::from_millis(pace.parse().expect("PACE_MS is a number")),
+            Duration::ZERO,
+        ),
+        [_, "concurrency", variant, base, streams, pace, ramp] => run_concurrency(
+            variant,
+            base,
+            streams.parse().expect("STREAMS is a number"),
+            Duration::from_millis(pace.parse().expect("PACE_MS is a number")),
+            Duration::from_millis(ramp.parse().expect("RAMP_MS is a number")),
         ),
         _ => {
             eprintln!(
                 "usage: panto-peers-bench turns VARIANT BASE_URL TURNS\n       \
-                 panto-peers-bench concurrency VARIANT BASE_URL STREAMS PACE_MS"
+                 panto-peers-bench concurrency VARIANT BASE_URL STREAMS PACE_MS [RAMP_MS]"
             );
             std::process::exit(2);
         }
@@ -477,39 +491,60 @@ fn percentile(sorted: &[u32], p: usize) -> u32 {
     sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
 }
 
-fn run_concurrency(variant: &str, base: &str, streams: usize, pace: Duration) {
+/// Stream `i`'s start offset within the ramp.
+fn offset(i: usize, streams: usize, ramp: Duration) -> Duration {
+    ramp.mul_f64(i as f64 / streams.max(1) as f64)
+}
+
+/// Waits until stream `i`'s start (on the runtime's clock).
+async fn ramp_wait(start: tokio::time::Instant, i: usize, streams: usize, ramp: Duration) {
+    if !ramp.is_zero() {
+        tokio::time::sleep_until(start + offset(i, streams, ramp)).await;
+    }
+}
+
+fn run_concurrency(variant: &str, base: &str, streams: usize, pace: Duration, ramp: Duration) {
     let cpu0 = cpu();
     let t0 = Instant::now();
     let (items, mut gaps) = match variant {
-        "panto-pull" => concurrent_pull(base, streams, pace),
-        "panto-push" => concurrent_push(base, streams, pace),
-        "floor" => concurrent_floor(base, streams, pace),
+        "panto-pull" => concurrent_pull(base, streams, pace, ramp),
+        "panto-pull-async" => concurrent_pull_async(base, streams, pace, ramp),
+        "panto-push" => concurrent_push(base, streams, pace, ramp),
+        "floor" => concurrent_floor(base, streams, pace, ramp),
         other => panic!("unknown concurrency variant {other:?}"),
     };
     let wall = t0.elapsed();
     let used = cpu() - cpu0;
+    // Asking starts the pool: only the pull variants have started it already.
+    let workers = if variant.starts_with("panto-pull") {
+        panto_pull::worker_threads()
+    } else {
+        0
+    };
     gaps.sort_unstable();
     println!(
-        r#"{{"streams":{streams},"items":{items},"wall_us":{:.1},"cpu_us":{:.1},"added_p50_us":{},"added_p99_us":{},"peak_rss_kib":{}}}"#,
+        r#"{{"streams":{streams},"items":{items},"wall_us":{:.1},"cpu_us":{:.1},"added_p50_us":{},"added_p99_us":{},"peak_rss_kib":{},"adapter_workers":{}}}"#,
         us(wall),
         us(used),
         percentile(&gaps, 50),
         percentile(&gaps, 99),
-        peak_rss_kib()
+        peak_rss_kib(),
+        workers
     );
 }
 
-fn concurrent_pull(base: &str, streams: usize, pace: Duration) -> (u64, Vec<u32>) {
+fn concurrent_pull(base: &str, streams: usize, pace: Duration, ramp: Duration) -> (u64, Vec<u32>) {
     let start = Arc::new(Barrier::new(streams));
     let all = Arc::new(Mutex::new((0u64, Vec::new())));
     let threads: Vec<_> = (0..streams)
-        .map(|_| {
+        .map(|i| {
             let (start, all, base) = (start.clone(), all.clone(), base.to_string());
             std::thread::Builder::new()
                 .stack_size(256 * 1024)
                 .spawn(move || {
                     let agent = panto_agent(&base);
                     start.wait();
+                    std::thread::sleep(offset(i, streams, ramp));
                     let mut stream = agent.stream("bench").expect("stream");
                     let (mut items, mut gaps, mut last) = (0u64, Vec::new(), None);
                     while let Some(event) = stream.next().expect("event") {
@@ -537,10 +572,47 @@ fn concurrent_pull(base: &str, streams: usize, pace: Duration) -> (u64, Vec<u32>
     (all.0, std::mem::take(&mut all.1))
 }
 
-fn concurrent_push(base: &str, streams: usize, pace: Duration) -> (u64, Vec<u32>) {
+/// Every stream's consumer is a task on one current-thread runtime, waiting in
+/// `Stream::next_async` (a registered waker, no parked thread); the turns themselves run
+/// on the pull adapter's workers.
+fn concurrent_pull_async(
+    base: &str,
+    streams: usize,
+    pace: Duration,
+    ramp: Duration,
+) -> (u64, Vec<u32>) {
     let agents: Vec<Agent> = (0..streams).map(|_| panto_agent(base)).collect();
     current_thread().block_on(async {
-        let turns = agents.iter().map(|agent| async move {
+        let start = tokio::time::Instant::now();
+        let turns = agents.iter().enumerate().map(|(i, agent)| async move {
+            ramp_wait(start, i, streams, ramp).await;
+            let mut stream = agent.stream("bench").expect("stream");
+            let (mut items, mut gaps, mut last) = (0u64, Vec::new(), None);
+            while let Some(event) = stream.next_async().await.expect("event") {
+                if let Event::ContentDelta { text, .. } = &event {
+                    black_box(text);
+                    items += 1;
+                    let now = Instant::now();
+                    if let Some(prev) = last {
+                        gaps.push(added_us(now - prev, pace));
+                    }
+                    last = Some(now);
+                }
+            }
+            (items, gaps)
+        });
+        let results = futures_util::future::join_all(turns).await;
+        let items = results.iter().map(|r| r.0).sum();
+        (items, results.into_iter().flat_map(|r| r.1).collect())
+    })
+}
+
+fn concurrent_push(base: &str, streams: usize, pace: Duration, ramp: Duration) -> (u64, Vec<u32>) {
+    let agents: Vec<Agent> = (0..streams).map(|_| panto_agent(base)).collect();
+    current_thread().block_on(async {
+        let start = tokio::time::Instant::now();
+        let turns = agents.iter().enumerate().map(|(i, agent)| async move {
+            ramp_wait(start, i, streams, ramp).await;
             let mut seen = Seen::new();
             let mut receiver = Counting {
                 seen: &mut seen,
@@ -564,11 +636,13 @@ fn concurrent_push(base: &str, streams: usize, pace: Duration) -> (u64, Vec<u32>
     })
 }
 
-fn concurrent_floor(base: &str, streams: usize, pace: Duration) -> (u64, Vec<u32>) {
+fn concurrent_floor(base: &str, streams: usize, pace: Duration, ramp: Duration) -> (u64, Vec<u32>) {
     // One client per stream, so that each has its own connection, as the agents do.
     let clients: Vec<reqwest::Client> = (0..streams).map(|_| reqwest_client()).collect();
     current_thread().block_on(async {
-        let turns = clients.iter().map(|http| async move {
+        let start = tokio::time::Instant::now();
+        let turns = clients.iter().enumerate().map(|(i, http)| async move {
+            ramp_wait(start, i, streams, ramp).await;
             let mut seen = Seen::new();
             let mut gaps = Vec::new();
             floor(http, base, &mut seen, Some((&mut gaps, pace))).await;
