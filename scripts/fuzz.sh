@@ -20,7 +20,7 @@ seconds="${1:-60}"
 case "$seconds" in
   '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [seconds per target]" >&2; exit 2 ;;
 esac
-read -r -a targets <<<"${FUZZ_TARGETS:-sse decoder_openai decoder_anthropic decoder_gemini config history openai_chunk_scan}"
+read -r -a targets <<<"${FUZZ_TARGETS:-sse decoder_openai decoder_anthropic decoder_gemini decoder_responses config history openai_chunk_scan}"
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: the nightly Rust toolchain is required (cargo-fuzz needs -Zsanitizer);" >&2
@@ -72,6 +72,11 @@ done
 for body in tests/fixtures/gemini/*.sse; do
   seed sse "$body" 000
   seed decoder_gemini "$body"
+done
+# The OpenAI Responses streams are written from the documented format (no captures).
+for body in tests/fixtures/responses/*.sse; do
+  seed sse "$body" 000
+  seed decoder_responses "$body"
 done
 for t in config history; do
   for f in fuzz/seeds/"$t"/*; do seed "$t" "$f"; done
