@@ -162,6 +162,18 @@ pub struct AgentArgs {
     #[arg(long, value_name = "TOKENS")]
     pub reasoning_budget: Option<u32>,
 
+    /// Which OpenAI-compatible server this is, for the fields only some servers know
+    /// [default: auto, from the base URL]. With --provider openai-responses, vllm and
+    /// ollama leave out the request for encrypted reasoning, which they do not have.
+    #[arg(long, value_name = "SERVER",
+          value_parser = ["auto", "openai", "deepseek", "ollama", "vllm", "generic"])]
+    pub compat: Option<String>,
+
+    /// --provider openai-responses: let the server keep each response and send only
+    /// what follows it (previous_response_id), instead of the whole conversation.
+    #[arg(long)]
+    pub store: bool,
+
     /// Compact the conversation automatically once a request's input passes TOKENS:
     /// older messages are summarized by the model, the last few (--compact-keep) are
     /// kept verbatim, and a note says so. 0 turns it off [default: 100000 in `chat`, off in `run`].

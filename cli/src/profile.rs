@@ -46,6 +46,10 @@ pub struct Profile {
     pub reasoning: Option<String>,
     /// As `--reasoning-budget`.
     pub reasoning_budget: Option<u32>,
+    /// As `--compat`: `auto`, `openai`, `deepseek`, `ollama`, `vllm` or `generic`.
+    pub compat: Option<String>,
+    /// As `--store` (openai-responses).
+    pub store: Option<bool>,
     /// As `--compact-at`.
     pub compact_at: Option<u64>,
     /// As `--compact-keep`.

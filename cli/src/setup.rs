@@ -171,6 +171,21 @@ impl Setup {
                 budget_tokens: budget,
             });
         }
+        if let Some(word) = args
+            .compat
+            .clone()
+            .or_else(|| prof.and_then(|p| p.compat.clone()))
+        {
+            let compat = panto::Compat::parse(&word).ok_or_else(|| {
+                Error::config(format!(
+                    "compat: must be auto, openai, deepseek, ollama, vllm or generic (got {word:?})"
+                ))
+            })?;
+            config = config.with_compat(compat);
+        }
+        if args.store || prof.and_then(|p| p.store).unwrap_or(false) {
+            config = config.with_store(true);
+        }
         let compact_default = args.interactive_chat.then_some(CHAT_COMPACT_AT);
         match args
             .compact_at

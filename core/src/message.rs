@@ -57,9 +57,12 @@ pub enum Block {
     /// it can go back verbatim: Anthropic's server-tool blocks (`server_tool_use`,
     /// `web_search_tool_result`…), MCP blocks (`mcp_tool_use`, `mcp_tool_result`) and
     /// `compaction` blocks; Gemini's parts of kinds panto does not model, and its thought
-    /// signatures (`{"thoughtSignature": …}`, right after the block of their part).
-    /// `provider` names the wire format it came from (`anthropic`, `gemini`); it is sent
-    /// back only to that provider, and never announced by block events.
+    /// signatures (`{"thoughtSignature": …}`, right after the block of their part);
+    /// OpenAI Responses reasoning items (with their `encrypted_content`, right after the
+    /// reasoning block of their summary) and built-in tool items (`web_search_call`…).
+    /// `provider` names the wire format it came from (`anthropic`, `gemini`,
+    /// `openai-responses`); it is sent back only to that provider, and never announced by
+    /// block events.
     Opaque {
         provider: String,
         block: Value,

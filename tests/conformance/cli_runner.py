@@ -53,6 +53,7 @@ def main() -> int:
         "max_tokens": "--max-tokens",
         "max_steps": "--max-steps",
         "tool_timeout_ms": "--tool-timeout-ms",
+        "compat": "--compat",
     }
     tools_file = None
     for key, value in config.items():
@@ -71,6 +72,9 @@ def main() -> int:
                 print(f"no CLI flag for timeouts.{sorted(rest)}", file=sys.stderr)
                 return SKIP
             cmd += ["--idle-timeout-ms", str(value["idle_ms"])]
+        elif key == "store":
+            if value:
+                cmd.append("--store")
         elif key == "reasoning":
             if "effort" in value:
                 cmd += ["--reasoning", value["effort"]]

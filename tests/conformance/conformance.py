@@ -98,7 +98,8 @@ def runner_args(client: dict, url: str) -> List[str]:
     """The command line every runner takes (README.md, "Runner arguments")."""
     config = with_mcp_url(dict(client["config"]))
     provider = config.get("provider", "openai")
-    config["base_url"] = url + "/v1" if provider == "openai" else url
+    # As each provider's SDK spells it: OpenAI's (both APIs) with the version.
+    config["base_url"] = url + "/v1" if provider in ("openai", "openai-responses") else url
     config.setdefault("api_key", "conformance-key")
     tools = client.get("tools", [])
     if tools:
