@@ -86,7 +86,7 @@ fn mcp_list_prints_each_servers_tools_or_its_error() {
         "{text}"
     );
     assert!(
-        text.contains("fx: 12 tools\n  fx__change  Changes the tool list.\n"),
+        text.contains("fx: 13 tools\n  fx__big  Answers size bytes of text.\n  fx__change"),
         "{text}"
     );
     assert!(

@@ -139,6 +139,7 @@ async fn every_page_is_listed_and_names_fit_the_providers() {
     assert_eq!(
         names(0),
         [
+            "fx__big",
             "fx__change",
             "fx__crash",
             "fx__dotted_name",
@@ -154,7 +155,7 @@ async fn every_page_is_listed_and_names_fit_the_providers() {
         ]
     );
     assert_eq!(names(1), ["echo", "image"]);
-    let dotted = &listed[0].1.as_ref().unwrap()[2];
+    let dotted = &listed[0].1.as_ref().unwrap()[3];
     assert_eq!(dotted.remote_name, "dotted.name");
 }
 
@@ -473,7 +474,7 @@ async fn collisions_are_config_errors() {
     assert_eq!(e.kind, ErrorKind::Config);
     assert!(
         e.message.starts_with(
-            "mcp_servers.b: the tool name \"x_change\" is also a tool of the MCP server \"a\""
+            "mcp_servers.b: the tool name \"x_big\" is also a tool of the MCP server \"a\""
         ),
         "{}",
         e.message
@@ -796,4 +797,28 @@ async fn http_headers_are_secrets_and_json_answers_work() {
         assert!(!e.to_json().contains(token), "{}", e.to_json());
     }
     assert!(!format!("{:?}", agent.config()).contains(token));
+}
+
+#[tokio::test]
+async fn a_message_past_the_cap_ends_the_connection_not_memory() {
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[(
+            "c",
+            "fx__big",
+            r#"{"size":5000}"#,
+        )])),
+        exchange(script::openai_text(&["ok"])),
+    ]))
+    .unwrap();
+    let mut cfg = config(&server).with_mcp_server("fx", fixture_server(&[]));
+    cfg.max_event_bytes = 2048;
+    let agent = Agent::new(cfg).unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "ok");
+    let (_, out, is_error) = &results(&events)[0];
+    assert!(*is_error);
+    assert!(
+        out.contains("MCP server \"fx\" stopped: it sent a message larger than 2048 bytes"),
+        "{out}"
+    );
 }

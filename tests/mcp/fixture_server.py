@@ -10,6 +10,7 @@ each shows one behaviour a client must handle:
   page 2: structured {city}     structuredContent only (no content)
           fail                  isError: true
           slow {steps, interval_ms}   a progress notification per step, then text
+          big {size}            size bytes of text
   page 3: hang                  never answers; on notifications/cancelled it writes
                                 "fixture: cancelled hang" to stderr (and the file
                                 --cancel-marker names, if given; it writes that
@@ -63,6 +64,7 @@ PAGES = [
         types.Tool(name="fail", description="Fails.", input_schema=obj()),
         types.Tool(name="slow", description="Reports progress, then answers.",
                    input_schema=obj(steps={"type": "integer"}, interval_ms={"type": "integer"})),
+        types.Tool(name="big", description="Answers size bytes of text.", input_schema=obj(size={"type": "integer"})),
     ],
     [
         types.Tool(name="hang", description="Never answers.", input_schema=obj()),
@@ -107,6 +109,8 @@ async def call_tool(ctx, params):
         ])
     if name == "structured":
         return types.CallToolResult(content=[], structured_content={"city": a.get("city"), "temperature": 21})
+    if name == "big":
+        return types.CallToolResult(content=[text("z" * int(a.get("size", 0)))])
     if name == "fail":
         return types.CallToolResult(content=[text("the fixture failed on purpose")], is_error=True)
     if name == "slow":

@@ -26,6 +26,8 @@ use crate::error::{Error, ErrorKind, Result};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
+/// Most answers to a server's own requests posted at once.
+const MAX_REPLIES: usize = 64;
 /// The most of an error body shown.
 const ERROR_BODY_SHOWN: usize = 500;
 
@@ -39,6 +41,8 @@ struct State {
     exchanges: Mutex<HashMap<u64, tokio::task::AbortHandle>>,
     /// The GET stream's task.
     listener: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Answers to the server's own requests being posted.
+    replies: std::sync::atomic::AtomicUsize,
     max: usize,
 }
 
@@ -194,6 +198,20 @@ impl Wire for HttpWire {
             return;
         };
         let state = self.state.clone();
+        if request.is_none() && message.get("id").is_some() {
+            // An answer to the server's own request: at most MAX_REPLIES posted at
+            // once, so a server flooding requests cannot grow the tasks without bound.
+            use std::sync::atomic::Ordering;
+            if state.replies.fetch_add(1, Ordering::SeqCst) >= MAX_REPLIES {
+                state.replies.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
+            tokio::spawn(async move {
+                exchange(state.clone(), peer, message, None).await;
+                state.replies.fetch_sub(1, Ordering::SeqCst);
+            });
+            return;
+        }
         let task = tokio::spawn(exchange(state.clone(), peer, message, request));
         if let Some(id) = request {
             let mut ex = State::lock(&state.exchanges);
@@ -247,6 +265,7 @@ pub(crate) fn connect(
         version: Mutex::new(None),
         exchanges: Mutex::new(HashMap::new()),
         listener: Mutex::new(None),
+        replies: std::sync::atomic::AtomicUsize::new(0),
         max: limits.max_message_bytes,
     });
     let wire = HttpWire {

@@ -348,6 +348,32 @@ mod tests {
         assert!(peer.list_changed.load(Ordering::SeqCst));
     }
 
+    #[test]
+    fn whatever_a_server_sends_is_routed_without_panic() {
+        let peer = Peer::new("s");
+        let hostile = [
+            json!(null),
+            json!(3),
+            json!("text"),
+            json!([[[1]], {"id": -1}, {"id": "x", "result": 1}]),
+            json!({"id": u64::MAX, "error": "not an object"}),
+            json!({"id": 1.5, "result": {}}),
+            json!({"method": 7, "id": 1}),
+            json!({"method": "notifications/progress", "params": {"progressToken": {"a": 1}}}),
+            json!({"method": "notifications/progress", "params": "x"}),
+            json!({"method": "notifications/message", "params": {"data": "y".repeat(10_000)}}),
+            json!({"jsonrpc": "2.0", "id": {"nested": true}, "method": "roots/list"}),
+        ];
+        for m in hostile {
+            for reply in peer.route(m) {
+                // Only the server's requests get answers, always well-formed.
+                assert_eq!(reply["jsonrpc"], "2.0");
+                assert!(reply.get("result").is_some() || reply.get("error").is_some());
+            }
+        }
+        assert!(peer.table().is_empty());
+    }
+
     #[tokio::test]
     async fn progress_rearms_the_timeout_and_a_timeout_withdraws() {
         let peer = Arc::new(Peer::new("s"));

@@ -24,6 +24,9 @@ use crate::error::{Error, ErrorKind, Result};
 const STDERR_KEEP: usize = 16 * 1024;
 /// How much of it an error shows.
 const STDERR_SHOWN: usize = 2 * 1024;
+/// Most messages waiting to be written to a server: one that does not read its stdin
+/// fails new requests instead of growing the queue.
+const MAX_QUEUED: usize = 1024;
 /// How long a server has to exit after its stdin is closed, and again after SIGTERM.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
@@ -65,15 +68,33 @@ pub(crate) fn stderr_note(log: &StderrLog) -> String {
 }
 
 struct StdioWire {
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    tx: mpsc::Sender<Vec<u8>>,
+    peer: std::sync::Weak<Peer>,
 }
 
 impl Wire for StdioWire {
-    fn send(&self, message: Value, _request: Option<u64>) {
+    fn send(&self, message: Value, request: Option<u64>) {
         let mut line = message.to_string().into_bytes();
         line.push(b'\n');
-        // A closed channel means the writer is gone: the reader reports why.
-        let _ = self.tx.send(line);
+        match self.tx.try_send(line) {
+            Ok(()) => {}
+            // The writer is gone: the reader reports why.
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                if let (Some(id), Some(peer)) = (request, self.peer.upgrade()) {
+                    peer.fail(
+                        id,
+                        super::rpc::RpcError::Failed(Error::new(
+                            ErrorKind::Connection,
+                            format!(
+                                "MCP server {:?} is not reading its input ({MAX_QUEUED} messages wait)",
+                                peer.name
+                            ),
+                        )),
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -131,7 +152,7 @@ pub(crate) fn spawn(
     let stderr = tokio::process::ChildStderr::from_std(stderr).map_err(wrap)?;
     let log = Arc::new(StderrLog::default());
     let closing = CancellationToken::new();
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::channel(MAX_QUEUED);
     let mut process = Process {
         pid,
         child: Some(child),
@@ -155,12 +176,18 @@ pub(crate) fn spawn(
         stderr_task.abort_handle(),
         reader.abort_handle(),
     ];
-    Ok((process, Arc::new(StdioWire { tx })))
+    Ok((
+        process,
+        Arc::new(StdioWire {
+            tx,
+            peer: Arc::downgrade(peer),
+        }),
+    ))
 }
 
 async fn write_loop(
     mut stdin: tokio::process::ChildStdin,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut rx: mpsc::Receiver<Vec<u8>>,
     closing: CancellationToken,
 ) {
     loop {
@@ -193,7 +220,7 @@ async fn stderr_loop(mut stderr: tokio::process::ChildStderr, log: Arc<StderrLog
 async fn read_loop(
     stdout: tokio::process::ChildStdout,
     peer: Arc<Peer>,
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    tx: mpsc::Sender<Vec<u8>>,
     log: Arc<StderrLog>,
     pid: i32,
     max: usize,
@@ -227,7 +254,8 @@ async fn read_loop(
                     for reply in peer.route(message) {
                         let mut out = reply.to_string().into_bytes();
                         out.push(b'\n');
-                        let _ = tx.send(out);
+                        // A server that asks without reading the answers loses them.
+                        let _ = tx.try_send(out);
                     }
                 }
                 Err(e) => {
