@@ -373,7 +373,10 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
                 }
                 // Results never appear in block_complete (they are events of their own);
                 // the type stays 0, "unknown", and `content` still has the JSON.
-                Block::ToolResult { .. } | Block::Opaque { .. } => {}
+                Block::ToolResult { .. }
+                | Block::Opaque { .. }
+                | Block::Image(_)
+                | Block::Document(_) => {}
             }
             payload.block_complete = out;
         }

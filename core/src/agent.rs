@@ -25,6 +25,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, Flow, Receiver};
 use crate::http::{Transport, TurnSink};
 use crate::mcp::McpServers;
+use crate::media::Input;
 use crate::message::{self, Block, Message, Role, StopReason, Usage};
 use crate::provider::{self, RequestOptions, RequestParams};
 use crate::request::{Dialect, ProviderKind, Reasoning, ToolSpec};
@@ -384,25 +385,37 @@ impl Agent {
     }
 
     /// Checks a turn's input against the limits of the configuration before anything is
-    /// sent or kept: more than `max_input_bytes`, or a conversation that would pass
-    /// `max_history_bytes` with it, is a `config` error, and the history is unchanged.
-    /// Every turn checks it first; the pull adapter also calls it before it starts one,
-    /// so the error comes from the call that would have started it.
-    pub fn check_input(&self, input: &str) -> Result<()> {
+    /// sent or kept: text past `max_input_bytes`, an attachment past `max_message_bytes`
+    /// or of a type panto does not send, an attachment the provider cannot take (a PDF by
+    /// URL for OpenAI chat), or a conversation that would pass `max_history_bytes` with
+    /// it, is a `config` error, and the history is unchanged. Every turn checks it first;
+    /// the pull adapter also calls it before it starts one, so the error comes from the
+    /// call that would have started it.
+    pub fn check_input(&self, input: &Input) -> Result<()> {
         let config = &self.inner.config;
-        if input.len() > config.max_input_bytes {
+        let text = input.text_len();
+        if text > config.max_input_bytes {
             return Err(Error::config(format!(
-                "input: {} bytes, more than max_input_bytes ({})",
-                input.len(),
+                "input: {text} bytes, more than max_input_bytes ({})",
                 config.max_input_bytes
             )));
         }
+        input.check(config.max_message_bytes)?;
+        provider::check_input(config.provider, input)?;
+        // The input as the history will hold it (attachments base64-encoded).
+        let size = if input.has_attachments() {
+            message::history_json_len(&[Message {
+                role: Role::User,
+                content: input.parts().to_vec(),
+            }])
+        } else {
+            text
+        };
         let history = message::history_json_len(&self.history_lock());
-        if history.saturating_add(input.len()) > config.max_history_bytes {
+        if history.saturating_add(size) > config.max_history_bytes {
             return Err(Error::config(format!(
-                "input: the conversation ({history} bytes of saved JSON) with this input ({} \
+                "input: the conversation ({history} bytes of saved JSON) with this input ({size} \
                  bytes) would pass max_history_bytes ({}); compact or clear it first",
-                input.len(),
                 config.max_history_bytes
             )));
         }
@@ -655,20 +668,59 @@ impl Agent {
     /// (its tools are aborted) and leaves the history valid.
     pub async fn run(
         &self,
-        input: &str,
+        input: impl Into<Input>,
         receiver: &mut dyn Receiver,
         control: &TurnControl,
         options: TurnOptions,
     ) -> Result<TurnSummary> {
+        let input = input.into();
         self.reserve()?.run(input, receiver, control, options).await
     }
 
+    /// Appends the input and runs the steps. A request the provider refused as
+    /// malformed (`bad_request`: a text-only model sent an image, an attachment it does
+    /// not take) before anything answered the input takes the input back out: it would
+    /// be refused again, and every later turn with it.
     async fn turn(
         &self,
-        input: &str,
+        input: Input,
         sink: &mut TurnSink<'_>,
         control: &TurnControl,
         options: TurnOptions,
+    ) -> Result<TurnSummary> {
+        self.check_input(&input)?;
+        // MCP servers start (or fail, naming the server) before anything is sent.
+        let mcp = self.mcp_tools(&control.cancel).await?;
+        let parts = input.into_parts();
+        let user = Message {
+            role: Role::User,
+            content: if parts.is_empty() {
+                vec![Block::text("")]
+            } else {
+                parts
+            },
+        };
+        self.history_lock().push(user.clone());
+        let mut refused = false;
+        let result = self.steps(sink, control, options, mcp, &mut refused).await;
+        if refused {
+            let mut history = self.history_lock();
+            if history.last() == Some(&user) {
+                history.pop();
+            }
+        }
+        result
+    }
+
+    /// The turn's requests and tools; `refused` is set when the provider refused the
+    /// first request as malformed.
+    async fn steps(
+        &self,
+        sink: &mut TurnSink<'_>,
+        control: &TurnControl,
+        options: TurnOptions,
+        mut mcp: Vec<Arc<dyn Tool>>,
+        refused: &mut bool,
     ) -> Result<TurnSummary> {
         let config = &self.inner.config;
         let model = options.model.unwrap_or_else(|| config.model.clone());
@@ -679,10 +731,6 @@ impl Agent {
             store: config.store && config.provider == ProviderKind::OpenAiResponses,
             previous_response: None,
         };
-        self.check_input(input)?;
-        // MCP servers start (or fail, naming the server) before anything is sent.
-        let mut mcp = self.mcp_tools(&control.cancel).await?;
-        self.history_lock().push(Message::user(input));
         let mut usage = Usage::TOTAL;
         let mut message: u32 = 0;
         loop {
@@ -737,7 +785,8 @@ impl Agent {
                 .inner
                 .transport
                 .stream_message(config, &model, body, message, &control.cancel, sink)
-                .await?;
+                .await
+                .inspect_err(|e| *refused = message == 0 && e.kind == ErrorKind::BadRequest)?;
             if request_options.store {
                 // The answer enters the history next, at its current end: the server now
                 // holds everything up to and including it.
@@ -780,6 +829,7 @@ impl Agent {
                 concurrency: config.tool_concurrency,
                 timeout: Duration::from_millis(config.tool_timeout_ms),
                 max_output_bytes: config.max_tool_output_bytes,
+                max_image_bytes: config.max_message_bytes,
                 host: &control.host,
                 cancel: &control.cancel,
             };
@@ -982,11 +1032,12 @@ impl TurnSlot {
     /// returned future completes or is dropped.
     pub async fn run(
         self,
-        input: &str,
+        input: impl Into<Input>,
         receiver: &mut dyn Receiver,
         control: &TurnControl,
         options: TurnOptions,
     ) -> Result<TurnSummary> {
+        let input = input.into();
         let agent = self.agent.clone();
         let span = info_span!("turn", provider = agent.inner.config.provider.as_str());
         let secrets = agent.inner.transport.secrets();
@@ -1047,6 +1098,7 @@ impl Drop for StepGuard<'_> {
                     name: name.clone(),
                     output: out.output,
                     is_error: out.is_error,
+                    parts: out.parts,
                 }
             })
             .collect();
@@ -1066,6 +1118,7 @@ fn unrun_results(msg: &Message) -> Vec<Block> {
                          before this call was known to be complete"
                     .to_owned(),
                 is_error: true,
+                parts: Vec::new(),
             }),
             _ => None,
         })

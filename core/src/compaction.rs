@@ -126,6 +126,11 @@ pub fn render(messages: &[Message]) -> String {
                 format!("Result of tool {name} (error): ")
             }
             EntryKind::ToolResult => format!("Result of tool {name}: "),
+            // Attachments never go to the summarizer: a note of what was there does.
+            EntryKind::Attachment => format!(
+                "{who} attached {} (not shown here): ",
+                e.attachment.as_deref().unwrap_or("a file")
+            ),
         };
         out.push_str(&head);
         out.push_str(cut(&e.text));
@@ -186,6 +191,7 @@ mod tests {
                     name: "t".into(),
                     output: "ok".into(),
                     is_error: false,
+                    parts: Vec::new(),
                 }],
             },
         ]

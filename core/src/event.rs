@@ -43,11 +43,22 @@ pub(crate) fn redact_block(block: &mut Block, secrets: &Secrets) {
             call_id,
             name,
             output,
+            parts,
             ..
         } => {
             secrets.redact_in_place(call_id);
             secrets.redact_in_place(name);
             secrets.redact_in_place(output);
+            parts.iter_mut().for_each(|p| redact_block(p, secrets));
+        }
+        // The bytes are not text; a URL or a file name may hold a key.
+        Block::Image(media) | Block::Document(media) => {
+            if let crate::media::MediaSource::Url(url) = &mut media.source {
+                secrets.redact_in_place(url);
+            }
+            if let Some(name) = &mut media.name {
+                secrets.redact_in_place(name);
+            }
         }
         Block::Opaque { block, .. } => redact_value(block, secrets),
     }

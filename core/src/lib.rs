@@ -16,6 +16,7 @@
 //!
 //! Modules:
 //! - [`error`] — the one error type and its kinds.
+//! - [`media`] — attachments (images, documents), their media types, and a turn's [`Input`].
 //! - [`message`] — messages, blocks, usage, stop reasons, saved-history JSON and its validator.
 //! - [`event`] — the event vocabulary with its canonical JSON, and the push [`Receiver`].
 //! - [`sse`] — the incremental WHATWG SSE parser.
@@ -38,6 +39,7 @@ pub mod error;
 pub mod event;
 pub mod http;
 pub mod mcp;
+pub mod media;
 pub mod message;
 pub mod provider;
 pub mod request;
@@ -54,6 +56,7 @@ pub use config::{CompactionConfig, Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use mcp::{McpServer, McpServers, McpToolInfo, McpTransport};
+pub use media::{Input, Media, MediaSource};
 pub use message::{Block, Message, Role, StopReason, Usage};
 pub use request::{Compat, Dialect, Effort, ProviderKind, Reasoning, ToolSpec};
 pub use secret::Secrets;

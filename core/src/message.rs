@@ -6,6 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+pub use crate::media::{Media, MediaSource};
 
 /// Version of the saved-history JSON schema; bumped on any incompatible change.
 pub const HISTORY_VERSION: u32 = 1;
@@ -47,12 +48,21 @@ pub enum Block {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arguments_raw: Option<String>,
     },
+    /// A tool's result. `output` is the text the model reads; a tool that returned
+    /// parts (text and images) keeps them, in order, in `parts` (absent when it returned
+    /// plain text), and `output` is then the text of its text parts.
     ToolResult {
         call_id: String,
         name: String,
         output: String,
         is_error: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        parts: Vec<Block>,
     },
+    /// An image in the user's input or in a tool result's parts (see [`Media`]).
+    Image(Media),
+    /// A document (PDF) in the user's input (see [`Media`]).
+    Document(Media),
     /// A block of a kind panto does not model, kept exactly as the provider sent it so
     /// it can go back verbatim: Anthropic's server-tool blocks (`server_tool_use`,
     /// `web_search_tool_result`…), MCP blocks (`mcp_tool_use`, `mcp_tool_result`) and
@@ -92,12 +102,22 @@ pub const CONTENT_TYPE: crate::vocab::EnumSpec = crate::vocab::EnumSpec {
         content_type(
             "tool_result",
             "ToolResult",
-            "A tool's result, in history: {call_id, name, output, is_error}.",
+            "A tool's result, in history: {call_id, name, output, is_error, parts?}.",
         ),
         content_type(
             "opaque",
             "Opaque",
             "A provider block kept verbatim, in history only: {provider, block}.",
+        ),
+        content_type(
+            "image",
+            "Image",
+            "An image: {media_type, data} (base64) or {url, media_type?}; name? either way.",
+        ),
+        content_type(
+            "document",
+            "Document",
+            "A document (PDF): {media_type, data} (base64) or {url, media_type?}; name? either way.",
         ),
     ],
 };
@@ -553,6 +573,16 @@ pub fn validate_history(messages: &[Message]) -> Result<()> {
                     let mut results = Vec::with_capacity(next.content.len());
                     for b in &next.content {
                         match b {
+                            Block::ToolResult { parts, .. }
+                                if parts.iter().any(|p| {
+                                    !matches!(p, Block::Text { .. } | Block::Image(_))
+                                }) =>
+                            {
+                                return bad(
+                                    i + 1,
+                                    "a tool result's parts are text and images only".into(),
+                                )
+                            }
                             Block::ToolResult { call_id, .. } => results.push(call_id.as_str()),
                             _ => return bad(i + 1, "tool messages hold only results".into()),
                         }
@@ -590,6 +620,7 @@ mod tests {
             name: "t".into(),
             output: "ok".into(),
             is_error: false,
+            parts: Vec::new(),
         }
     }
 
@@ -668,7 +699,7 @@ mod tests {
                 r#"{"version":1,"messages":[{"role":"user","content":[{"type":"txt","text":"hi"}]}]}"#
             ),
             "history: messages[0].content[0].type is \"txt\": the block types are text, \
-             reasoning, redacted_reasoning, tool_call, tool_result, opaque"
+             reasoning, redacted_reasoning, tool_call, tool_result, opaque, image, document"
         );
         assert_eq!(
             bad(

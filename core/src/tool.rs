@@ -16,14 +16,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::Event;
+use crate::message::Block;
 use crate::provider::Emit;
 use crate::request::ToolSpec;
 
-/// What a tool call produced: text for the model, and whether it is an error.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a tool call produced: text for the model, and whether it is an error. A tool
+/// that returns images too gives `parts` (text and images, in order; see
+/// [`ToolOutput::with_parts`]); `output` is then the text of its text parts.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutput {
     pub output: String,
     pub is_error: bool,
+    pub parts: Vec<Block>,
 }
 
 impl ToolOutput {
@@ -31,14 +35,55 @@ impl ToolOutput {
         ToolOutput {
             output: output.into(),
             is_error: false,
+            parts: Vec::new(),
         }
     }
     pub fn error(output: impl Into<String>) -> ToolOutput {
         ToolOutput {
             output: output.into(),
             is_error: true,
+            parts: Vec::new(),
         }
     }
+
+    /// A result of text and image parts (`Block::Text`, `Block::Image`); `output` is
+    /// their text, joined with newlines. Other blocks are not a tool's result: each
+    /// becomes a text part saying so.
+    pub fn with_parts(parts: Vec<Block>, is_error: bool) -> ToolOutput {
+        let parts: Vec<Block> = parts
+            .into_iter()
+            .map(|p| match p {
+                Block::Text { .. } | Block::Image(_) => p,
+                _ => Block::text(
+                    "[panto: a tool result holds text and images only; a part was dropped]",
+                ),
+            })
+            .collect();
+        let output = parts_text(&parts);
+        // Plain text stays plain text: only a result with an image needs its parts.
+        let parts = if parts.iter().any(|p| matches!(p, Block::Image(_))) {
+            parts
+        } else {
+            Vec::new()
+        };
+        ToolOutput {
+            output,
+            is_error,
+            parts,
+        }
+    }
+}
+
+/// The text parts of a tool result, joined with newlines.
+pub fn parts_text(parts: &[Block]) -> String {
+    let texts: Vec<&str> = parts
+        .iter()
+        .filter_map(|p| match p {
+            Block::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    texts.join("\n")
 }
 
 /// The future a tool call returns.
@@ -117,6 +162,23 @@ impl HostToolResults {
     /// (unknown, already answered, or given up on after its timeout) is a `tool` error
     /// for this call only; the stream goes on.
     pub fn submit(&self, call_id: &str, output: impl Into<String>, is_error: bool) -> Result<()> {
+        self.submit_output(
+            call_id,
+            ToolOutput {
+                output: output.into(),
+                is_error,
+                parts: Vec::new(),
+            },
+        )
+    }
+
+    /// Answers the host-tool call `call_id` with text and image parts (see
+    /// [`ToolOutput::with_parts`]); otherwise as [`HostToolResults::submit`].
+    pub fn submit_parts(&self, call_id: &str, parts: Vec<Block>, is_error: bool) -> Result<()> {
+        self.submit_output(call_id, ToolOutput::with_parts(parts, is_error))
+    }
+
+    fn submit_output(&self, call_id: &str, output: ToolOutput) -> Result<()> {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(tx) = slots.waiting.remove(call_id) else {
             let why = if slots.answered.contains(call_id) {
@@ -132,10 +194,7 @@ impl HostToolResults {
         slots.answered.insert(call_id.to_owned());
         // The loop may have given up (timeout, cancel) between our lookup and now; the
         // result is then simply not needed.
-        let _ = tx.send(ToolOutput {
-            output: output.into(),
-            is_error,
-        });
+        let _ = tx.send(output);
         Ok(())
     }
 
@@ -180,6 +239,8 @@ pub(crate) struct Dispatch<'a> {
     pub concurrency: usize,
     pub timeout: Duration,
     pub max_output_bytes: usize,
+    /// Cap on one image of a tool result (`max_message_bytes`).
+    pub max_image_bytes: usize,
     pub host: &'a HostToolResults,
     pub cancel: &'a CancellationToken,
 }
@@ -213,7 +274,10 @@ impl Drop for BatchGuard<'_> {
 
 /// Cuts a tool's output at `max` bytes (on a character boundary) and says so at the end,
 /// in words the model reads.
-pub(crate) fn cap_output(mut out: ToolOutput, max: usize) -> ToolOutput {
+pub(crate) fn cap_output(mut out: ToolOutput, max: usize, max_image: usize) -> ToolOutput {
+    if !out.parts.is_empty() {
+        out = cap_parts(out, max, max_image);
+    }
     if out.output.len() <= max {
         return out;
     }
@@ -226,6 +290,38 @@ pub(crate) fn cap_output(mut out: ToolOutput, max: usize) -> ToolOutput {
     out.output.push_str(&format!(
         "\n[panto: output truncated: the tool produced {total} bytes; only the first {end} are shown]"
     ));
+    out
+}
+
+/// Caps a result's parts: their text together at `max` bytes (the rest is cut, with a
+/// note), each image at `max_image` bytes (a larger one is replaced by a note).
+fn cap_parts(mut out: ToolOutput, max: usize, max_image: usize) -> ToolOutput {
+    let mut budget = max;
+    for part in &mut out.parts {
+        match part {
+            Block::Text { text } if text.len() > budget => {
+                let total = text.len();
+                let mut end = budget;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                text.push_str(&format!(
+                    "\n[panto: output truncated: this part had {total} bytes; only the first {end} are shown]"
+                ));
+                budget = 0;
+            }
+            Block::Text { text } => budget -= text.len(),
+            Block::Image(m) if m.size() > max_image => {
+                *part = Block::text(format!(
+                    "[panto: an image of {} bytes was left out: more than max_message_bytes ({max_image})]",
+                    m.size()
+                ));
+            }
+            _ => {}
+        }
+    }
+    out.output = parts_text(&out.parts);
     out
 }
 
@@ -299,7 +395,7 @@ pub(crate) async fn dispatch(
             )),
             Err(_) => ToolOutput::error("the tool was aborted"),
         };
-        let out = cap_output(out, d.max_output_bytes);
+        let out = cap_output(out, d.max_output_bytes, d.max_image_bytes);
         let (req, _) = &calls[idx];
         d.host.forget(&req.call_id);
         if let Some(slot) = outputs

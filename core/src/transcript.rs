@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::media::{Media, MediaSource};
 use crate::message::{Block, Message, Role};
 
 /// What a transcript entry shows.
@@ -15,11 +16,17 @@ pub enum EntryKind {
     Reasoning,
     ToolCall,
     ToolResult,
+    /// An image or document of the user's input or of a tool's result: described, never
+    /// its content.
+    Attachment,
 }
 
-/// One entry: `{role, kind, text, name?, call_id?, is_error?}`. For a tool call, `text`
-/// is its arguments as compact JSON (or the raw text the model sent when they did not
-/// parse); for a tool result, the output.
+/// One entry: `{role, kind, text, name?, call_id?, is_error?, attachment?, media_type?,
+/// size?}`. For a tool call, `text` is its arguments as compact JSON (or the raw text the
+/// model sent when they did not parse); for a tool result, the output. An attachment
+/// (`kind` `attachment`) says what it is — `attachment` (`image` or `document`),
+/// `media_type` where known, `size` in bytes (absent for a URL), `name` (its file name),
+/// and in `text` one line (`image/png, 1234 bytes`, or the URL) — never its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TranscriptEntry {
     pub role: Role,
@@ -31,6 +38,12 @@ pub struct TranscriptEntry {
     pub call_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attachment: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
 }
 
 impl TranscriptEntry {
@@ -42,6 +55,22 @@ impl TranscriptEntry {
             name: None,
             call_id: None,
             is_error: None,
+            attachment: None,
+            media_type: None,
+            size: None,
+        }
+    }
+
+    fn attachment(role: Role, kind: &str, media: &Media) -> TranscriptEntry {
+        TranscriptEntry {
+            name: media.name.clone(),
+            attachment: Some(kind.to_owned()),
+            media_type: media.media_type().map(str::to_owned),
+            size: match &media.source {
+                MediaSource::Bytes { data, .. } => Some(data.len() as u64),
+                MediaSource::Url(_) => None,
+            },
+            ..TranscriptEntry::plain(role, EntryKind::Attachment, media.describe())
         }
     }
 }
@@ -56,6 +85,13 @@ pub fn transcript(messages: &[Message]) -> Vec<TranscriptEntry> {
         for b in &m.content {
             if let Some(entry) = entry(m.role, b) {
                 out.push(entry);
+            }
+            // A tool result's images follow its entry.
+            if let Block::ToolResult { parts, .. } = b {
+                out.extend(parts.iter().filter_map(|p| match p {
+                    Block::Text { .. } => None,
+                    p => entry(m.role, p),
+                }));
             }
         }
     }
@@ -80,30 +116,32 @@ fn entry(role: Role, b: &Block) -> Option<TranscriptEntry> {
             arguments,
             arguments_raw,
         } => TranscriptEntry {
-            role,
-            kind: EntryKind::ToolCall,
-            text: match (arguments, arguments_raw) {
-                (Some(v), _) => v.to_string(),
-                (None, Some(raw)) => raw.clone(),
-                (None, None) => String::new(),
-            },
             name: Some(name.clone()),
             call_id: Some(call_id.clone()),
-            is_error: None,
+            ..TranscriptEntry::plain(
+                role,
+                EntryKind::ToolCall,
+                match (arguments, arguments_raw) {
+                    (Some(v), _) => v.to_string(),
+                    (None, Some(raw)) => raw.clone(),
+                    (None, None) => String::new(),
+                },
+            )
         },
         Block::ToolResult {
             call_id,
             name,
             output,
             is_error,
+            ..
         } => TranscriptEntry {
-            role,
-            kind: EntryKind::ToolResult,
-            text: output.clone(),
             name: Some(name.clone()),
             call_id: Some(call_id.clone()),
             is_error: Some(*is_error),
+            ..TranscriptEntry::plain(role, EntryKind::ToolResult, output.clone())
         },
+        Block::Image(media) => TranscriptEntry::attachment(role, "image", media),
+        Block::Document(media) => TranscriptEntry::attachment(role, "document", media),
         Block::Opaque { block, .. } => return opaque_entry(role, block),
     })
 }
@@ -114,12 +152,13 @@ fn opaque_entry(role: Role, block: &Value) -> Option<TranscriptEntry> {
     let string = |key: &str| block.get(key).and_then(Value::as_str).map(str::to_owned);
     if kind.ends_with("_tool_use") {
         return Some(TranscriptEntry {
-            role,
-            kind: EntryKind::ToolCall,
-            text: block.get("input").map(Value::to_string).unwrap_or_default(),
             name: string("name"),
             call_id: string("id"),
-            is_error: None,
+            ..TranscriptEntry::plain(
+                role,
+                EntryKind::ToolCall,
+                block.get("input").map(Value::to_string).unwrap_or_default(),
+            )
         });
     }
     if kind.ends_with("_tool_result") {
@@ -133,12 +172,14 @@ fn opaque_entry(role: Role, block: &Value) -> Option<TranscriptEntry> {
                 .and_then(Value::as_str)
                 .is_some_and(|t| t.ends_with("_error"));
         return Some(TranscriptEntry {
-            role,
-            kind: EntryKind::ToolResult,
-            text: content.map(readable).unwrap_or_default(),
             name: Some(kind.trim_end_matches("_tool_result").to_owned()),
             call_id: string("tool_use_id"),
             is_error: Some(is_error),
+            ..TranscriptEntry::plain(
+                role,
+                EntryKind::ToolResult,
+                content.map(readable).unwrap_or_default(),
+            )
         });
     }
     None
@@ -198,6 +239,7 @@ mod tests {
                     name: "w".into(),
                     output: "sunny".into(),
                     is_error: false,
+                    parts: Vec::new(),
                 }],
             },
             Message {

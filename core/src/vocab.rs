@@ -626,11 +626,14 @@ mod tests {
                 name: "n".into(),
                 output: "o".into(),
                 is_error: false,
+                parts: Vec::new(),
             },
             Block::Opaque {
                 provider: "p".into(),
                 block: Value::Null,
             },
+            Block::Image(crate::media::Media::url("u")),
+            Block::Document(crate::media::Media::url("u")),
         ];
         let types: Vec<String> = blocks
             .iter()

@@ -1155,7 +1155,7 @@ async fn input_and_history_limits_are_config_errors_before_anything_is_sent() {
     assert!(events.is_empty());
     assert!(server.requests().is_empty(), "nothing was sent");
     assert_eq!(agent.history_json(), r#"{"version":1,"messages":[]}"#);
-    assert!(agent.check_input("ten bytes!").is_ok());
+    assert!(agent.check_input(&"ten bytes!".into()).is_ok());
 
     let long = format!(
         r#"{{"version":1,"messages":[{{"role":"user","content":[{{"type":"text","text":"{}"}}]}}]}}"#,
@@ -1174,7 +1174,7 @@ async fn input_and_history_limits_are_config_errors_before_anything_is_sent() {
     let near = long.replace(&"x".repeat(4096), &"x".repeat(1960));
     agent.load_history_json(&near).unwrap();
     let e = agent
-        .check_input("0123456789")
+        .check_input(&"0123456789".into())
         .expect_err("past max_history_bytes");
     assert!(e.message.contains("max_history_bytes"), "{}", e.message);
     let (_, r) = run(&agent, "0123456789", &TurnControl::default()).await;

@@ -127,6 +127,8 @@ fn kinds(m: &DecodedMessage) -> Vec<&'static str> {
             Block::ToolCall { .. } => "tool_call",
             Block::ToolResult { .. } => "tool_result",
             Block::Opaque { .. } => "opaque",
+            Block::Image(_) => "image",
+            Block::Document(_) => "document",
         })
         .collect()
 }
@@ -1431,12 +1433,14 @@ fn history() -> Vec<Message> {
                     name: "weather".into(),
                     output: "sunny".into(),
                     is_error: false,
+                    parts: Vec::new(),
                 },
                 Block::ToolResult {
                     call_id: "call_2".into(),
                     name: "weather".into(),
                     output: "invalid arguments".into(),
                     is_error: true,
+                    parts: Vec::new(),
                 },
             ],
         },

@@ -408,12 +408,14 @@ fn the_request_body_puts_signatures_back_on_their_parts() {
                     name: "weather".into(),
                     output: "sunny".into(),
                     is_error: false,
+                    parts: Vec::new(),
                 },
                 Block::ToolResult {
                     call_id: "fc-2".into(),
                     name: "weather".into(),
                     output: "no such city".into(),
                     is_error: true,
+                    parts: Vec::new(),
                 },
             ],
         },
@@ -524,6 +526,7 @@ fn other_providers_never_see_gemini_signatures_and_broken_calls_go_as_text() {
                 name: "weather".into(),
                 output: "the tool arguments are not valid JSON".into(),
                 is_error: true,
+                parts: Vec::new(),
             }],
         },
     ];

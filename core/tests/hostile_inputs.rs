@@ -635,6 +635,7 @@ fn anthropic_request_never_has_empty_content_or_unsigned_thinking() {
                 name: "f".into(),
                 output: "cancelled".into(),
                 is_error: true,
+                parts: Vec::new(),
             }],
         },
         Message::user("b"),

@@ -368,6 +368,7 @@ fn answered_history() -> Vec<Message> {
                 name: "weather".into(),
                 output: "18°C".into(),
                 is_error: false,
+                parts: Vec::new(),
             }],
         },
     ]

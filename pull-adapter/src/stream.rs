@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver as QueueRx, RecvTimeoutError, TryRecvError};
 use futures_util::FutureExt;
 use panto::{
-    Agent, CancellationToken, CompactOptions, Compaction, Error, Event, TurnControl, TurnOptions,
+    Agent, CancellationToken, CompactOptions, Compaction, Error, Event, Input, TurnControl,
+    TurnOptions,
 };
 
 use crate::handoff::{Forward, Item, Pump, Shared};
@@ -221,26 +222,27 @@ pub fn compact_cancellable(
 }
 
 /// `agent.stream(input)`: starts a turn as a pull [`Stream`].
+/// The input is text (`&str`, `String`) or a [`panto::Input`] of text and attachments.
 pub trait AgentStreamExt {
-    fn stream(&self, input: &str) -> Result<Stream, Error>;
-    fn stream_with(&self, input: &str, options: TurnOptions) -> Result<Stream, Error>;
+    fn stream(&self, input: impl Into<Input>) -> Result<Stream, Error>;
+    fn stream_with(&self, input: impl Into<Input>, options: TurnOptions) -> Result<Stream, Error>;
 }
 
 impl AgentStreamExt for Agent {
-    fn stream(&self, input: &str) -> Result<Stream, Error> {
-        Stream::start(self, input, TurnOptions::default())
+    fn stream(&self, input: impl Into<Input>) -> Result<Stream, Error> {
+        Stream::start(self, input.into(), TurnOptions::default())
     }
-    fn stream_with(&self, input: &str, options: TurnOptions) -> Result<Stream, Error> {
-        Stream::start(self, input, options)
+    fn stream_with(&self, input: impl Into<Input>, options: TurnOptions) -> Result<Stream, Error> {
+        Stream::start(self, input.into(), options)
     }
 }
 
 impl Stream {
-    fn start(agent: &Agent, input: &str, options: TurnOptions) -> Result<Stream, Error> {
+    fn start(agent: &Agent, input: Input, options: TurnOptions) -> Result<Stream, Error> {
         let worker = worker_for(agent)?;
         // An input past the configured limits is refused by the call that starts the
         // turn (the turn would refuse it first thing anyway).
-        agent.check_input(input)?;
+        agent.check_input(&input)?;
         // Reserve on the caller's thread so `busy` is reported synchronously.
         let slot = agent.reserve()?;
         let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);
@@ -252,12 +254,11 @@ impl Stream {
             generation: fork_generation(),
         };
         let turn_control = control.control.clone();
-        let input = input.to_owned();
         let mut forward = Forward {
             shared: shared.clone(),
         };
         let turn = async move {
-            let run = AssertUnwindSafe(slot.run(&input, &mut forward, &turn_control, options))
+            let run = AssertUnwindSafe(slot.run(input, &mut forward, &turn_control, options))
                 .catch_unwind()
                 .await;
             match run {

@@ -22,6 +22,7 @@ use super::wire_error::stream_error;
 use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
+use crate::media::{Media, MediaSource};
 use crate::message::{Block, Role, StopReason};
 use crate::request::{Effort, Reasoning};
 use crate::sse::SseEvent;
@@ -623,6 +624,18 @@ fn mark_latest_message(messages: &mut [Value]) {
     }
 }
 
+/// `{type: base64, media_type, data}` or `{type: url, url}`.
+fn media_source(media: &Media) -> Value {
+    match &media.source {
+        MediaSource::Bytes { media_type, .. } => json!({
+            "type": "base64",
+            "media_type": media_type,
+            "data": media.base64().unwrap_or_default(),
+        }),
+        MediaSource::Url(url) => json!({"type": "url", "url": url}),
+    }
+}
+
 fn encode_block(b: &Block) -> Option<Value> {
     Some(match b {
         // The API rejects empty text blocks.
@@ -654,10 +667,19 @@ fn encode_block(b: &Block) -> Option<Value> {
             call_id,
             output,
             is_error,
+            parts,
             ..
         } => {
-            json!({"type": "tool_result", "tool_use_id": call_id, "content": output, "is_error": is_error})
+            // A result with images sends its parts, in order; plain text stays a string.
+            let content = if parts.is_empty() {
+                json!(output)
+            } else {
+                Value::Array(parts.iter().filter_map(encode_block).collect())
+            };
+            json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error})
         }
+        Block::Image(media) => json!({"type": "image", "source": media_source(media)}),
+        Block::Document(media) => json!({"type": "document", "source": media_source(media)}),
         // Kept verbatim, but only for the provider that sent it.
         Block::Opaque { provider, block } if provider == "anthropic" => block.clone(),
         Block::Opaque { .. } => return None,

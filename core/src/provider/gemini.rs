@@ -687,6 +687,7 @@ fn result_parts(m: &Message, textual: &HashSet<&str>) -> Vec<Value> {
                 name,
                 output,
                 is_error,
+                ..
             } => Some(if textual.contains(call_id.as_str()) {
                 json!({ "text": format!("[the answer to the call of {name:?} that could not be read: {output}]") })
             } else {
@@ -702,6 +703,23 @@ fn result_parts(m: &Message, textual: &HashSet<&str>) -> Vec<Value> {
             _ => None,
         })
         .collect()
+}
+
+/// An attachment: `inlineData` for bytes, `fileData` for a URL (with its media type
+/// when the caller gave one).
+fn media_part(media: &crate::media::Media) -> Value {
+    match &media.source {
+        crate::media::MediaSource::Bytes { media_type, .. } => json!({ "inlineData": {
+            "mimeType": media_type, "data": media.base64().unwrap_or_default() } }),
+        crate::media::MediaSource::Url(url) => {
+            let mut file = Map::new();
+            if let Some(t) = media.media_type() {
+                file.insert("mimeType".into(), t.into());
+            }
+            file.insert("fileUri".into(), url.as_str().into());
+            json!({ "fileData": file })
+        }
+    }
 }
 
 /// The `streamGenerateContent` request body (the model goes in the URL, see
@@ -725,6 +743,7 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
                     .iter()
                     .filter_map(|b| match b {
                         Block::Text { text } if !text.is_empty() => Some(json!({ "text": text })),
+                        Block::Image(media) | Block::Document(media) => Some(media_part(media)),
                         _ => None,
                     })
                     .collect(),

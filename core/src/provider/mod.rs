@@ -33,7 +33,8 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::event::Event;
-use crate::message::Message;
+use crate::media::{Input, Media, MediaSource};
+use crate::message::{Block, Message};
 use crate::request::{Dialect, Reasoning};
 use crate::sse::SseEvent;
 
@@ -103,6 +104,26 @@ pub fn request_body_with(
         ProviderKind::Gemini => gemini::request_body(params, options),
         ProviderKind::OpenAiResponses => responses::request_body(params, options),
     }
+}
+
+/// Refuses, before anything is sent, an input `kind`'s wire format cannot carry: OpenAI
+/// chat takes a PDF only as bytes (`file.file_data`), never by URL.
+pub fn check_input(kind: ProviderKind, input: &Input) -> Result<()> {
+    if kind == ProviderKind::OpenAi {
+        for (i, part) in input.parts().iter().enumerate() {
+            if let Block::Document(Media {
+                source: MediaSource::Url(_),
+                ..
+            }) = part
+            {
+                return Err(crate::error::Error::config(format!(
+                    "input[{i}]: OpenAI chat completions take a PDF as bytes, not by URL; \
+                     read the file and give its bytes"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Where the event callback sends decoded events; an error stops decoding.

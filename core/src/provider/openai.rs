@@ -25,6 +25,7 @@ use super::wire_error::stream_error;
 use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
+use crate::media::{Media, MediaSource};
 use crate::message::{Block, Message, Role, StopReason};
 use crate::request::{Compat, Effort, Reasoning};
 use crate::sse::SseEvent;
@@ -750,7 +751,7 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
     }
     for m in p.messages {
         match m.role {
-            Role::User => messages.push(json!({"role": "user", "content": m.text()})),
+            Role::User => messages.push(json!({"role": "user", "content": user_content(m)})),
             Role::Assistant => {
                 let mut msg = json!({"role": "assistant"});
                 let text = m.text();
@@ -798,9 +799,16 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
                 messages.push(msg);
             }
             Role::Tool => {
+                // Tool messages take text only: the images of the results follow them,
+                // in one user message, each after a line naming its call.
+                let mut images = Vec::new();
                 for b in &m.content {
                     if let Block::ToolResult {
-                        call_id, output, ..
+                        call_id,
+                        name,
+                        output,
+                        parts,
+                        ..
                     } = b
                     {
                         messages.push(json!({
@@ -808,7 +816,21 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
                             "tool_call_id": call_id,
                             "content": output,
                         }));
+                        let mut first = true;
+                        for p in parts {
+                            if let Block::Image(media) = p {
+                                if first {
+                                    images.push(json!({"type": "text", "text": format!(
+                                        "The image(s) returned by tool {name} (call {call_id}):")}));
+                                    first = false;
+                                }
+                                images.push(image_part(media));
+                            }
+                        }
                     }
+                }
+                if !images.is_empty() {
+                    messages.push(json!({"role": "user", "content": images}));
                 }
             }
         }
@@ -844,6 +866,47 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
         add_reasoning(&mut body, r, options.dialect.compat);
     }
     body
+}
+
+/// A user message's content: its text as a string when it is only text (what every
+/// compatible server takes), else an array of `text`, `image_url` and `file` parts.
+fn user_content(m: &Message) -> Value {
+    if !m
+        .content
+        .iter()
+        .any(|b| matches!(b, Block::Image(_) | Block::Document(_)))
+    {
+        return Value::String(m.text());
+    }
+    let parts = m
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            Block::Text { text } => Some(json!({"type": "text", "text": text})),
+            Block::Image(media) => Some(image_part(media)),
+            Block::Document(media) => Some(document_part(media)),
+            _ => None,
+        })
+        .collect();
+    Value::Array(parts)
+}
+
+/// `{type: image_url, image_url: {url}}`, the bytes as a `data:` URL.
+fn image_part(media: &Media) -> Value {
+    json!({"type": "image_url", "image_url": {"url": media.data_url()}})
+}
+
+/// `{type: file, file: {filename, file_data}}`, the PDF as a `data:` URL. A document by
+/// URL cannot be sent (the input check refuses it for new input); one in a history
+/// written for another provider goes as a line of text naming it.
+fn document_part(media: &Media) -> Value {
+    match &media.source {
+        MediaSource::Bytes { .. } => json!({"type": "file", "file": {
+            "filename": media.name.as_deref().unwrap_or("document.pdf"),
+            "file_data": media.data_url(),
+        }}),
+        MediaSource::Url(url) => json!({"type": "text", "text": format!("[document: {url}]")}),
+    }
 }
 
 /// The text of an assistant message's reasoning blocks, joined.

@@ -791,6 +791,36 @@ pub fn encrypts_reasoning(compat: Compat) -> bool {
     !matches!(compat, Compat::Vllm | Compat::Ollama)
 }
 
+/// A user message's content: its text as a string when it is only text, else an array
+/// of `input_text`, `input_image` and `input_file` parts.
+fn user_content(m: &crate::message::Message) -> Value {
+    if !m
+        .content
+        .iter()
+        .any(|b| matches!(b, Block::Image(_) | Block::Document(_)))
+    {
+        return Value::String(m.text());
+    }
+    Value::Array(m.content.iter().filter_map(input_part).collect())
+}
+
+/// `input_text`; `input_image` with the URL or a `data:` URL; `input_file` with
+/// `file_data` (a `data:` URL) or `file_url`.
+fn input_part(b: &Block) -> Option<Value> {
+    use crate::media::MediaSource;
+    Some(match b {
+        Block::Text { text } => json!({"type": "input_text", "text": text}),
+        Block::Image(media) => json!({"type": "input_image", "image_url": media.data_url()}),
+        Block::Document(media) => match &media.source {
+            MediaSource::Bytes { .. } => json!({"type": "input_file",
+                "filename": media.name.as_deref().unwrap_or("document.pdf"),
+                "file_data": media.data_url()}),
+            MediaSource::Url(url) => json!({"type": "input_file", "file_url": url}),
+        },
+        _ => return None,
+    })
+}
+
 /// The Responses request body for a streamed turn.
 ///
 /// `input` is the conversation as items: user messages, the assistant's text as
@@ -822,7 +852,7 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions<'_>) -> Valu
     for m in p.messages.iter().skip(start) {
         match m.role {
             Role::User => {
-                input.push(json!({"type": "message", "role": "user", "content": m.text()}));
+                input.push(json!({"type": "message", "role": "user", "content": user_content(m)}));
             }
             Role::Assistant => {
                 let mut text = String::new();
@@ -874,9 +904,18 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions<'_>) -> Valu
             Role::Tool => {
                 for b in &m.content {
                     if let Block::ToolResult {
-                        call_id, output, ..
+                        call_id,
+                        output,
+                        parts,
+                        ..
                     } = b
                     {
+                        // A result with images sends its parts, in order.
+                        let output = if parts.is_empty() {
+                            json!(output)
+                        } else {
+                            Value::Array(parts.iter().filter_map(input_part).collect())
+                        };
                         input.push(json!({
                             "type": "function_call_output",
                             "call_id": call_id,

@@ -134,7 +134,9 @@ fn block_kind_of(content: &Block) -> Option<BlockKind> {
         Block::Text { .. } => Some(BlockKind::Text),
         Block::Reasoning { .. } | Block::RedactedReasoning { .. } => Some(BlockKind::Reasoning),
         Block::ToolCall { .. } => Some(BlockKind::ToolCall),
-        Block::ToolResult { .. } | Block::Opaque { .. } => None,
+        Block::ToolResult { .. } | Block::Opaque { .. } | Block::Image(_) | Block::Document(_) => {
+            None
+        }
     }
 }
 
@@ -310,6 +312,9 @@ pub fn check_invariants(outcome: &Outcome, message: u32) -> Result<(), String> {
                     }
                     Block::ToolResult { .. } => return Err(at("a tool result in a response")),
                     Block::Opaque { .. } => return Err(at("a provider block announced by events")),
+                    Block::Image(_) | Block::Document(_) => {
+                        return Err(at("an attachment in a response"))
+                    }
                 }
                 b.complete = Some(content.clone());
             }

@@ -270,6 +270,7 @@ fn saved_history_of_decoded(kind: ProviderKind, assistant: &Message) {
                 name: name.clone(),
                 output: "ok".into(),
                 is_error: false,
+                parts: Vec::new(),
             }),
             _ => None,
         })
