@@ -56,6 +56,39 @@ fn a_run_calls_the_tools_of_an_mcp_server_given_by_flag() {
 }
 
 #[test]
+fn no_server_outlives_panto_even_one_that_ignores_sigterm() {
+    let server = server(json!({"exchanges": [script::exchange(script::openai_text(&["hi"]))]}));
+    let home = temp_dir("mcp-linger");
+    let base = format!("{}/v1", server.url());
+    let marker = format!("panto-cli-linger-{}", std::process::id());
+    let mcp = format!(
+        "fx={} {} --linger --cancel-marker {marker}",
+        python(),
+        fixture()
+    );
+    let out = run(&mut panto_in(
+        &home,
+        &[
+            "run",
+            "--base-url",
+            &base,
+            "--api-key",
+            "k",
+            "--mcp",
+            &mcp,
+            "go",
+        ],
+    ));
+    assert!(out.status.success(), "{}", describe(&out));
+    // panto waited for the stop sequence (stdin closed, SIGTERM ignored, SIGKILL)
+    // before it exited.
+    assert!(
+        panto_testkit::mcp::pids_with(&marker).is_empty(),
+        "a server outlived panto"
+    );
+}
+
+#[test]
 fn mcp_list_prints_each_servers_tools_or_its_error() {
     let home = temp_dir("mcp-list");
     let config = home.join("config.toml");

@@ -459,6 +459,30 @@ async fn no_server_process_outlives_its_agent() {
 }
 
 #[tokio::test]
+async fn a_server_that_ignores_eof_and_sigterm_is_killed() {
+    let marker = unique("linger");
+    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
+        "one",
+    ]))]))
+    .unwrap();
+    let agent = Agent::new(config(&server).with_mcp_server(
+        "fx",
+        fixture_server(&["--linger", "--cancel-marker", &marker]),
+    ))
+    .unwrap();
+    assert_eq!(run(&agent, &TurnControl::default()).await.1.unwrap(), "one");
+    let pids = pids_with(&marker);
+    assert_eq!(pids.len(), 1);
+    drop(agent);
+    // Stdin closed, SIGTERM ignored: SIGKILL after the two grace periods.
+    eventually("the lingering server was killed", || {
+        group_members(pids[0]) == 0
+    })
+    .await;
+    assert!(panto::mcp::wait_stopped(Duration::from_secs(30)));
+}
+
+#[tokio::test]
 async fn collisions_are_config_errors() {
     let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
         "never",

@@ -23,7 +23,8 @@ each shows one behaviour a client must handle:
           pingback              sends the client a ping request, answers once it is
                                 answered
 
-Flags: --fail-start (write to stderr and exit 2 before reading anything),
+Flags: --fail-start (write to stderr and exit 2 before reading anything), --linger
+(ignore SIGTERM, and stay after stdin ends: only SIGKILL stops it),
 --spawn-child (start a `sleep` in the server's process group, for reaping tests),
 --require-header NAME=VALUE (HTTP: anything else is a 401), --json-response (HTTP:
 JSON bodies instead of SSE streams). In HTTP mode, GET /_log answers the list of
@@ -34,9 +35,11 @@ requests to /mcp (method, Accept, Mcp-Session-Id, MCP-Protocol-Version), and POS
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import anyio
 import mcp_types as types
@@ -219,6 +222,7 @@ def main():
     p.add_argument("--spawn-child", action="store_true")
     p.add_argument("--require-header")
     p.add_argument("--cancel-marker")
+    p.add_argument("--linger", action="store_true")
     args = p.parse_args()
     if args.fail_start:
         sys.stderr.write("fixture: refusing to start (--fail-start)\n")
@@ -229,10 +233,15 @@ def main():
         sys.stderr.write(f"fixture: child {child.pid}\n")
         sys.stderr.flush()
     server = build()
+    if args.linger:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if args.http:
         serve_http(server)
     else:
         anyio.run(serve_stdio, server)
+    if args.linger:
+        while True:
+            time.sleep(3600)
 
 
 if __name__ == "__main__":
