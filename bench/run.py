@@ -613,9 +613,12 @@ def render_scale(scale: Dict[Tuple[str, int], ConcCell], n: int, chunks: int, pa
              "stream (a waker; Go's netpoller on the stream's readiness descriptor) and Python's on the event "
              "loop (`loop.add_reader`). The peers share one client, as their users would: openai-go's "
              "transport opens a connection per concurrent stream (no per-host limit by default); "
-             "openai-python's `AsyncOpenAI` gets `http_client=DefaultAsyncHttpxClient(limits=httpx.Limits("
+             "openai-python's `AsyncOpenAI` gets `http_client=DefaultAsyncHttpxClient(limits=httpx2.Limits("
              f"max_connections={n}, max_keepalive_connections={n}))`, because its default pool (1,000 "
-             "connections) would queue the rest and count the queueing as gaps. "
+             "connections) would queue the rest and count the queueing as gaps, and "
+             "`timeout=httpx2.Timeout(600, connect=60)` (openai-python 3 sends through httpx2, a fork of httpx): "
+             "with its default 5 s connect timeout the first run "
+             "failed (`APITimeoutError`) while thousands of connects waited for a loaded machine. "
              "**Added latency** is the gap between consecutive content events minus the pacing (p50 / p99 "
              f"over all {n * (chunks - 1):,} gaps); the floor row is what the server and the OS add with no "
              f"client work. Every client starts its streams evenly over {ramp_ms / 1e3:g} s (stream i at "
@@ -951,8 +954,9 @@ def main() -> None:
     ap.add_argument("--streams", default="1,64,1000")
     ap.add_argument("--pace-ms", type=int, default=20)
     ap.add_argument("--paced-chunks", type=int, default=50)
-    ap.add_argument("--scale-streams", type=int, default=10_000,
-                    help="streams of the scale workload (0: leave it out)")
+    ap.add_argument("--scale-streams", type=int,
+                    help="streams of the scale workload (0: leave it out; default 10,000, or the most "
+                         "thousands the descriptor limit holds)")
     ap.add_argument("--scale-chunks", type=int, default=20)
     ap.add_argument("--scale-pace-ms", type=int, default=200)
     ap.add_argument("--scale-ramp-ms", type=int, default=2000,
@@ -986,9 +990,9 @@ def main() -> None:
                  tool_response(10_000)),
     ]
     if args.profile:
-        raise_nofile(args.scale_streams)
+        raise_nofile(args.scale_streams or 10_000)
         profile(args.profile, clients, args.testserver, workloads,
-                scale=(args.scale_streams, args.scale_chunks, args.scale_pace_ms, args.scale_ramp_ms))
+                scale=(args.scale_streams or 10_000, args.scale_chunks, args.scale_pace_ms, args.scale_ramp_ms))
         return
     if args.ttfe_sweep:
         print(ttfe_sweep(clients["rust"], args.testserver, [3, 30, 100, 300, 1000]))
@@ -999,11 +1003,22 @@ def main() -> None:
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load0 = " / ".join(open("/proc/loadavg").read().split()[:3])
     t0 = time.monotonic()
-    nofile = raise_nofile(max(args.scale_streams, max(streams, default=0)))
+    nofile = raise_nofile(max(args.scale_streams or 10_000, max(streams, default=0)))
     scale_rounds = args.scale_rounds or (1 if quick else 3)
-    n = args.scale_streams
-    short = fd_budget_note(n, nofile) if n else None
-    if short:
+    lowered = None
+    if args.scale_streams is None:
+        # The 10,000, unless the descriptor limit cannot hold it (panto Go needs
+        # three per stream): then the most whole thousands it holds, said in the report.
+        n = 10_000
+        if fd_budget_note(n, nofile):
+            n = max(1_000, (nofile - 256) // 3 // 1_000 * 1_000)
+            lowered = (f"{n:,} streams instead of 10,000: " + (fd_budget_note(10_000, nofile) or "") +
+                       f" (`--scale-streams` sets the count)")
+            log(f"scale workload: {lowered}")
+    else:
+        n = args.scale_streams
+    short = lowered or (fd_budget_note(n, nofile) if n else None)
+    if short and not lowered:
         log(f"warning: {short}; rows that run out fail (--scale-streams lowers the count)")
 
     def run_scale(tmp: str) -> Dict[Tuple[str, int], ConcCell]:

@@ -3,12 +3,16 @@
 # one table: bench/RESULTS.md.
 #
 #   scripts/bench.sh            the full run (about 30 minutes on 2 cores, once built; the
-#                               10,000-stream workload is about 8 of them)
+#                               scale workload is about 10 of them)
 #   scripts/bench.sh --quick    fewer rounds and turns (under 15 minutes once built)
-#   scripts/bench.sh --only-scale   only the 10,000 concurrent streams (20 chunks each, 200 ms
-#                               apart), one run per row with --quick (about 3 minutes once
-#                               built), merged into an existing bench/RESULTS.md: its section
-#                               and targets are replaced and say when they were measured
+#   scripts/bench.sh --only-scale   only the scale workload: 10,000 concurrent streams (20
+#                               chunks each, 200 ms apart, started evenly over 2 s), merged
+#                               into an existing bench/RESULTS.md (its section and targets
+#                               are replaced and say when they were measured); 3 runs per
+#                               row, 1 with --quick (about 10 / 4 minutes once built on a
+#                               loaded 2-core machine). Where the descriptor limit cannot
+#                               hold 10,000 (panto Go needs 3 per stream, the test server 2
+#                               per connection), the most thousands it holds, said so
 #   scripts/bench.sh --only-scale --scale-streams 2000 --scale-rounds 1   a smaller scale run
 #   scripts/bench.sh --quick --only rust/panto-pull,rust/panto-push   some rows only
 #   scripts/bench.sh --note "quiet machine"        a line about the load, for the report

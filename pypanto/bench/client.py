@@ -18,8 +18,10 @@ The concurrency mode runs STREAMS turns at once on one event loop, one task each
 reports the gaps between consecutive content events minus the server's pacing:
 ``panto-async`` (one agent, so one connection, per task; ``async for`` over
 ``agent.astream``) or ``openai-python-async`` (one ``AsyncOpenAI`` shared by every task, as
-its users would, over an ``httpx.AsyncClient`` whose limits allow STREAMS connections:
-openai-python's default pool stops at 1,000 and would queue the rest). With RAMP_MS, task
+its users would, over its ``DefaultAsyncHttpxClient`` with limits that allow STREAMS
+connections (``httpx2.Limits``: openai-python 3 sends through httpx2, a fork of httpx):
+openai-python's default pool stops at 1,000 and would queue the rest; and a 60 s connect
+timeout instead of its 5 s). With RAMP_MS, task
 ``i`` starts ``i × RAMP_MS / STREAMS`` after the first (as in ``tests/peers-bench``).
 """
 
@@ -214,8 +216,12 @@ def run_concurrency(variant: str, base_url: str, streams: int, pace_ms: int, ram
             start.set()
             await asyncio.gather(*tasks)
     elif variant == "openai-python-async":
-        import httpx
         import openai
+
+        try:  # openai-python 3 sends through httpx2, a fork; its limits and timeouts are httpx2's
+            import httpx2 as hx
+        except ImportError:
+            import httpx as hx
 
         async def one_openai(i: int, client: Any, start: asyncio.Event) -> None:
             await start.wait()
@@ -230,10 +236,13 @@ def run_concurrency(variant: str, base_url: str, streams: int, pace_ms: int, ram
 
         async def main() -> None:
             start = asyncio.Event()
-            limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
+            limits = hx.Limits(max_connections=streams, max_keepalive_connections=streams)
             http = openai.DefaultAsyncHttpxClient(limits=limits)
+            # openai-python's connect timeout (5 s) is shorter than a connect can take when
+            # thousands start at once on a loaded machine (a dropped SYN is retried after
+            # 1 s, then 3 s): the first run failed on it. panto's default is 10 s.
             async with openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0,
-                                          http_client=http) as client:
+                                          timeout=hx.Timeout(600, connect=60), http_client=http) as client:
                 tasks = [asyncio.create_task(one_openai(i, client, start)) for i in range(streams)]
                 await asyncio.sleep(0)
                 nonlocal t_start
