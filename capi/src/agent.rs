@@ -245,14 +245,26 @@ pub unsafe extern "C" fn panto_agent_stream_with(
         Err(e) => return fail(err, e),
     };
     let options = if options_json.is_null() {
-        Ok(panto_core::TurnOptions::default())
+        Ok((panto_core::TurnOptions::default(), None))
     } else {
-        input_str(F, "options_json", options_json, options_len)
-            .and_then(panto_core::TurnOptions::from_json)
+        input_str(F, "options_json", options_json, options_len).and_then(turn_options)
     };
-    let options = match options {
+    let (options, parts) = match options {
         Ok(o) => o,
         Err(e) => return fail(err, e),
+    };
+    let input = match parts {
+        None => panto_core::Input::from(input),
+        Some(_) if !input.is_empty() => {
+            return fail(
+                err,
+                panto_core::Error::config(
+                    "panto_agent_stream_with: give the input either as text or as \
+                     options \"input\", not both (pass an empty input with \"input\")",
+                ),
+            )
+        }
+        Some(parts) => parts,
     };
     match agent.call(F, |a| a.stream_with(input, options)) {
         Ok(stream) => {
@@ -261,6 +273,24 @@ pub unsafe extern "C" fn panto_agent_stream_with(
         }
         Err(e) => fail(err, e),
     }
+}
+
+/// The options of `panto_agent_stream_with`: the turn options, and `"input"` — the
+/// input as text and attachments (`panto::Input::from_value`: a string, or an array
+/// of parts) — taken out before the rest is read as [`panto_core::TurnOptions`].
+fn turn_options(
+    json: &str,
+) -> Result<(panto_core::TurnOptions, Option<panto_core::Input>), panto_core::Error> {
+    let mut value: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| panto_core::Error::config(format!("options: not valid JSON: {e}")))?;
+    let parts = match value.as_object_mut().and_then(|o| o.remove("input")) {
+        Some(v) => Some(panto_core::Input::from_value(&v)?),
+        None => None,
+    };
+    Ok((
+        panto_core::TurnOptions::from_json(&value.to_string())?,
+        parts,
+    ))
 }
 
 /// Compacts the conversation (blocking) and reports what it did as JSON; `cancel`

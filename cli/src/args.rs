@@ -84,6 +84,11 @@ pub struct RunArgs {
     /// stdin. Piped stdin with a prompt is sent first, then the prompt.
     #[arg(value_name = "PROMPT")]
     pub prompt: Vec<String>,
+    /// Attach a file to the prompt: an image (PNG, JPEG, GIF, WebP) or a PDF, told by its
+    /// bytes. Repeat for several; they follow the prompt's text in order. Binary data
+    /// piped on stdin of one of these types is attached the same way.
+    #[arg(short = 'a', long = "attach", value_name = "FILE")]
+    pub attach: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]

@@ -31,7 +31,7 @@ mod turn;
 use std::io::{self, IsTerminal, Read};
 use std::process::ExitCode;
 
-use panto::Error;
+use panto::{Error, Input};
 
 use crate::args::{AgentArgs, Command, RunArgs};
 use crate::exit::{exit_code, OK, STDOUT_CLOSED};
@@ -162,16 +162,11 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
         Err(e) => return report.fail(e),
     };
     report.set_up(&setup);
-    let prompt = match prompt(&args.prompt) {
-        Ok(prompt) => prompt,
+    let input = match prompt(&args.prompt).and_then(|p| attach(p, &args.attach, &setup)) {
+        Ok(input) => input,
         Err(e) => return report.fail(e),
     };
-    if prompt.trim().is_empty() {
-        return report.fail(Error::config(
-            "the prompt is empty: give PROMPT or pipe it on stdin",
-        ));
-    }
-    let result = turn::run(&setup, &prompt, report.out.as_mut(), interrupt);
+    let result = turn::run(&setup, input, report.out.as_mut(), interrupt);
     let saved = setup.save();
     match (result, saved) {
         (Ok(()), Ok(())) => OK,
@@ -184,25 +179,50 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
     }
 }
 
+/// What stdin and the words of `run` give: text, and an attachment when stdin held a
+/// recognised binary file.
+struct Prompt {
+    text: String,
+    piped: Option<panto::Media>,
+}
+
 /// The prompt of `run`: the words joined; `-` (or no words) reads it from stdin; piped
 /// stdin with words comes first, then the words, as other command-line LLM tools do.
-fn prompt(words: &[String]) -> Result<String, Error> {
+/// Binary stdin (an image or a PDF, told by its bytes) is an attachment instead.
+fn prompt(words: &[String]) -> Result<Prompt, Error> {
     if words.is_empty() || words == ["-"] {
         return read_stdin(true);
     }
     let words = words.join(" ");
     if io::stdin().is_terminal() {
-        return Ok(words);
+        return Ok(Prompt {
+            text: words,
+            piped: None,
+        });
     }
-    // A stdin that cannot be read (closed by the parent) has nothing piped in.
-    let piped = read_stdin(false).unwrap_or_default();
-    if piped.trim().is_empty() {
-        return Ok(words);
+    // A stdin that cannot be read (closed by the parent) has nothing piped in; one that
+    // holds binary data of no known type is an error.
+    let mut bytes = Vec::new();
+    let piped = match io::stdin().read_to_end(&mut bytes) {
+        Ok(_) => classify_stdin(bytes)?,
+        Err(_) => Prompt {
+            text: String::new(),
+            piped: None,
+        },
+    };
+    if piped.piped.is_some() || piped.text.trim().is_empty() {
+        return Ok(Prompt {
+            text: words,
+            piped: piped.piped,
+        });
     }
-    Ok(format!("{piped}\n\n{words}"))
+    Ok(Prompt {
+        text: format!("{}\n\n{words}", piped.text),
+        piped: None,
+    })
 }
 
-fn read_stdin(is_the_prompt: bool) -> Result<String, Error> {
+fn read_stdin(is_the_prompt: bool) -> Result<Prompt, Error> {
     let mut stdin = io::stdin();
     if is_the_prompt && stdin.is_terminal() {
         eprintln!("panto: reading the prompt from stdin (end it with Ctrl-D)");
@@ -211,8 +231,72 @@ fn read_stdin(is_the_prompt: bool) -> Result<String, Error> {
     stdin
         .read_to_end(&mut bytes)
         .map_err(|e| Error::config(format!("cannot read stdin: {e}")))?;
-    let text =
-        String::from_utf8(bytes).map_err(|_| Error::config("stdin is not valid UTF-8 text"))?;
+    classify_stdin(bytes)
+}
+
+/// Stdin's bytes as the prompt's text, or as an attachment when they are an image or a
+/// PDF; other binary data is a `config` error saying so.
+fn classify_stdin(bytes: Vec<u8>) -> Result<Prompt, Error> {
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => {
+            let bytes = e.into_bytes();
+            return match panto::media::sniff(&bytes) {
+                Some(_) => Ok(Prompt {
+                    text: String::new(),
+                    piped: Some(panto::Media::bytes(bytes, None)?.with_name("stdin")),
+                }),
+                None => Err(Error::config(format!(
+                    "stdin holds {} bytes of binary data that is not a PNG, JPEG, GIF, WebP \
+                     or PDF file, nor UTF-8 text; attach a file with -a",
+                    bytes.len()
+                ))),
+            };
+        }
+    };
     // The newline `echo` or the terminal adds is not part of the prompt.
-    Ok(text.trim_end_matches(['\n', '\r']).to_owned())
+    Ok(Prompt {
+        text: text.trim_end_matches(['\n', '\r']).to_owned(),
+        piped: None,
+    })
+}
+
+/// The turn's input: the prompt's text, then stdin's attachment, then each `-a` file (an
+/// image or a PDF by its bytes; larger than the agent's `max_message_bytes` is refused
+/// before it is read).
+fn attach(prompt: Prompt, files: &[std::path::PathBuf], setup: &Setup) -> Result<Input, Error> {
+    let nothing = prompt.text.trim().is_empty() && prompt.piped.is_none() && files.is_empty();
+    if nothing {
+        return Err(Error::config(
+            "the prompt is empty: give PROMPT or pipe it on stdin",
+        ));
+    }
+    let mut input = Input::new();
+    if !prompt.text.trim().is_empty() {
+        input = input.text(prompt.text);
+    }
+    let add = |input: Input, media: panto::Media| {
+        if media.media_type() == Some("application/pdf") {
+            input.document(media)
+        } else {
+            input.image(media)
+        }
+    };
+    if let Some(media) = prompt.piped {
+        input = add(input, media);
+    }
+    let max = setup.agent.config().max_message_bytes;
+    for path in files {
+        let size = std::fs::metadata(path)
+            .map_err(|e| Error::config(format!("attachment {}: {e}", path.display())))?
+            .len();
+        if size > max as u64 {
+            return Err(Error::config(format!(
+                "attachment {}: {size} bytes, more than max_message_bytes ({max})",
+                path.display()
+            )));
+        }
+        input = add(input, panto::Media::from_path(path)?);
+    }
+    Ok(input)
 }

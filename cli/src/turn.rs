@@ -18,7 +18,7 @@ use crate::setup::Setup;
 /// [`Interrupt::idle`].
 pub fn run(
     setup: &Setup,
-    prompt: &str,
+    prompt: impl Into<panto::Input>,
     out: &mut dyn Render,
     interrupt: &Interrupt,
 ) -> Result<(), Error> {

@@ -648,10 +648,21 @@ PANTO_API PantoStatus panto_agent_stream(PantoAgent *agent, const char *input, s
                                          PantoStream **out, PantoError **err);
 
 /* Since ABI 1.1. panto_agent_stream with per-turn options: `options_json` (UTF-8,
- * `options_len` bytes) is {"model": "…", "reasoning": {"effort": "…", "budget_tokens": n}},
- * every key optional, replacing the configuration's for this turn only; NULL means no
- * options. Unknown keys and wrong types are PANTO_ERR_CONFIG naming the key. Otherwise
- * exactly panto_agent_stream. */
+ * `options_len` bytes) is {"model": "…", "reasoning": {"effort": "…", "budget_tokens": n},
+ * "input": […]}, every key optional, replacing the configuration's for this turn only;
+ * NULL means no options. Unknown keys and wrong types are PANTO_ERR_CONFIG naming the key.
+ * Otherwise exactly panto_agent_stream.
+ *
+ * "input" is the turn's input as text and attachments (then `input` must be empty, len
+ * 0): a string, or an array of parts in the order the model reads them, each a string
+ * (text) or {"type": "text", "text": "…"} or {"type": "image" | "document", and one of
+ * "url": "https://…", "data": "<base64>", "path": "file to read"; optional "media_type"
+ * (image/png, image/jpeg, image/gif, image/webp; application/pdf), sniffed from the
+ * bytes when absent, and "name"}. For example
+ *   {"input": ["What is in this picture?", {"type": "image", "path": "cat.png"}]}
+ * A part of no known type, an unreadable path (the message names it), an attachment
+ * larger than max_message_bytes, or a PDF by URL for provider openai is PANTO_ERR_CONFIG,
+ * synchronously, and nothing is sent. */
 PANTO_API PantoStatus panto_agent_stream_with(PantoAgent *agent, const char *input, size_t len,
                                               const char *options_json, size_t options_len,
                                               PantoStream **out, PantoError **err);

@@ -1897,6 +1897,61 @@ out:
   if (server_up) server_stop(&srv);
 }
 
+/* A turn's input as text and images: the JSON input form of panto_agent_stream_with
+ * (options "input"), against attachments-openai.json, whose server answers only a
+ * request carrying the three parts in order. The transcript describes the image, not
+ * its bytes; the input's mistakes are config errors before anything is sent. */
+static void test_input_parts(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  PantoError *err = NULL;
+  PantoString transcript = {NULL, 0};
+  if (server_start(&srv, shared_scenario("attachments-openai.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-c", ",\"retry\":{\"max_retries\":0}");
+  CHECK(agent != NULL);
+  /* Text and "input" together, an unreadable file: config errors, nothing sent. */
+  const char *both = "{\"input\":[\"x\"]}";
+  CHECK(panto_agent_stream_with(agent, "x", 1, both, strlen(both), &stream, &err) ==
+        PANTO_ERROR);
+  CHECK(stream == NULL && panto_error_kind(err) == PANTO_ERR_CONFIG);
+  panto_error_free(err);
+  err = NULL;
+  const char *missing = "{\"input\":[{\"type\":\"image\",\"path\":\"/no/such/cat.png\"}]}";
+  CHECK(panto_agent_stream_with(agent, "", 0, missing, strlen(missing), &stream, &err) ==
+        PANTO_ERROR);
+  CHECK(stream == NULL && panto_error_kind(err) == PANTO_ERR_CONFIG);
+  CHECKF(str_contains(panto_error_message(err), "/no/such/cat.png"), "%s",
+         panto_error_message(err).ptr);
+  panto_error_free(err);
+  err = NULL;
+  CHECK(server_stat(&srv, "connections_total") == 1);
+
+  const char *opts = "{\"input\":[\"What is in this picture?\","
+                     "{\"type\":\"image\",\"data\":\"iVBORw0KGgp0aW55\"},"
+                     "{\"type\":\"image\",\"url\":\"https://example.com/cat.png\"}]}";
+  CHECK(panto_agent_stream_with(agent, "", 0, opts, strlen(opts), &stream, &err) == PANTO_OK);
+  PantoStatus st = drain(stream, NULL, NULL);
+  CHECKF(st == PANTO_DONE, "status %d", st);
+  panto_stream_free(stream);
+  stream = NULL;
+  CHECK(panto_agent_transcript_json(agent, &transcript, &err) == PANTO_OK);
+  CHECKF(strstr(transcript.ptr, "{\"role\":\"user\",\"kind\":\"attachment\",\"text\":"
+                                "\"image/png, 12 bytes\",\"attachment\":\"image\","
+                                "\"media_type\":\"image/png\",\"size\":12}") != NULL &&
+             strstr(transcript.ptr, "iVBOR") == NULL,
+         "%s", transcript.ptr);
+out:
+  panto_string_free(&transcript);
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  panto_error_free(err);
+  server_stop(&srv);
+}
+
 static const struct {
   const char *name;
   void (*run)(void);
@@ -1913,6 +1968,7 @@ static const struct {
     {"reasoning_caching_transcript", test_reasoning_caching_transcript},
     {"compaction", test_compaction},
     {"unreported_usage", test_unreported_usage},
+    {"input_parts", test_input_parts},
     {"cancel_compaction", test_cancel_compaction},
     {"event_1_0_sized_caller", test_event_1_0_sized_caller},
     {"stale_event_copy", test_stale_event_copy},
