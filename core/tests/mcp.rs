@@ -196,9 +196,22 @@ async fn a_turn_calls_mcp_tools_and_their_results_reach_the_model() {
     assert_eq!(r.unwrap(), "done");
     let got = results(&events);
     assert_eq!(got[0], ("fx__echo".into(), "echo: hi".into(), false));
-    assert_eq!(
-        got[1].1,
-        "a pixel:\n[image: image/png, 96 bytes base64, not shown to the model]"
+    // The image is an image part of the result: the text is the result's text, the
+    // history keeps the picture, and the model gets it (OpenAI: in a user message).
+    assert_eq!(got[1].1, "a pixel:");
+    let image_result = agent
+        .history()
+        .iter()
+        .flat_map(|m| m.content.clone())
+        .find_map(|b| match b {
+            panto::Block::ToolResult { call_id, parts, .. } if call_id == "c2" => Some(parts),
+            _ => None,
+        })
+        .expect("the image call's result");
+    assert!(
+        matches!(image_result.as_slice(), [panto::Block::Text { .. }, panto::Block::Image(m)]
+            if m.media_type() == Some("image/png") && m.size() == 70),
+        "{image_result:?}"
     );
     assert_eq!(got[2].1, r#"{"city":"Oslo","temperature":21}"#);
     assert_eq!(
@@ -239,6 +252,7 @@ async fn a_turn_calls_mcp_tools_and_their_results_reach_the_model() {
     );
     let body = reqs[1].body.to_string();
     assert!(body.contains("echo: hi") && body.contains("the fixture failed on purpose"));
+    assert!(body.contains("data:image/png;base64,iVBORw0KGgo"), "{body}");
 }
 
 #[tokio::test]
@@ -662,7 +676,7 @@ async fn streamable_http_keeps_the_session_and_routes_progress() {
         got[1],
         ("web__slow".into(), "done after 3 steps".into(), false)
     );
-    assert!(got[2].1.starts_with("a pixel:\n[image: image/png"));
+    assert_eq!(got[2].1, "a pixel:");
     assert_eq!(
         got[3],
         (

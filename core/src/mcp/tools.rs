@@ -12,6 +12,8 @@ use super::rpc::RpcError;
 use super::server::Server;
 use super::McpServer;
 use crate::error::{Error, Result};
+use crate::media::Media;
+use crate::message::Block;
 use crate::request::ToolSpec;
 use crate::tool::{Tool, ToolFuture, ToolOutput};
 
@@ -165,11 +167,35 @@ fn call_error(server: &str, tool: &str, e: RpcError) -> String {
     }
 }
 
-/// A `tools/call` result as the text the model reads: text parts joined by newlines,
-/// other parts named, `structuredContent` as JSON text (unless a text part already
-/// is that JSON), `isError` an error result.
+/// The image types the providers take in a tool result.
+const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// An MCP image content as an image part, if it is one a provider takes.
+fn image_part(data: &str, mime: &str) -> Option<Block> {
+    use base64::Engine;
+    let mime = mime.to_ascii_lowercase();
+    if !IMAGE_TYPES.contains(&mime.as_str()) {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .ok()?;
+    Media::bytes(bytes, Some(&mime)).ok().map(Block::Image)
+}
+
+/// A `tools/call` result as what the model reads: text parts in order (joined by
+/// newlines in the result's text), images of the types the providers take as image
+/// parts, other content named in words, `structuredContent` as JSON text (unless a
+/// text part already is that JSON), `isError` an error result.
 pub(crate) fn map_result(result: &Value) -> ToolOutput {
+    let mut blocks: Vec<Block> = Vec::new();
     let mut parts: Vec<String> = Vec::new();
+    // Text gathered so far goes into a text part before each image.
+    let flush = |parts: &mut Vec<String>, blocks: &mut Vec<Block>| {
+        for p in parts.drain(..) {
+            blocks.push(Block::text(p));
+        }
+    };
     let content = result
         .get("content")
         .and_then(Value::as_array)
@@ -180,8 +206,11 @@ pub(crate) fn map_result(result: &Value) -> ToolOutput {
         let kind = s("type");
         match kind {
             "text" => parts.push(s("text").to_owned()),
-            // Tool results are text in panto's messages today: a placeholder says what
-            // the server sent.
+            "image" if image_part(s("data"), s("mimeType")).is_some() => {
+                flush(&mut parts, &mut blocks);
+                blocks.extend(image_part(s("data"), s("mimeType")));
+            }
+            // What no provider takes in a tool result: a note says what the server sent.
             "image" | "audio" => parts.push(format!(
                 "[{kind}: {}, {} bytes base64, not shown to the model]",
                 non_empty(s("mimeType"), "unknown type"),
@@ -227,12 +256,9 @@ pub(crate) fn map_result(result: &Value) -> ToolOutput {
             parts.push(structured.to_string());
         }
     }
-    let output = parts.join("\n");
-    if result.get("isError").and_then(Value::as_bool) == Some(true) {
-        ToolOutput::error(output)
-    } else {
-        ToolOutput::ok(output)
-    }
+    flush(&mut parts, &mut blocks);
+    let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
+    ToolOutput::with_parts(blocks, is_error)
 }
 
 fn non_empty<'a>(s: &'a str, otherwise: &'a str) -> &'a str {
@@ -281,12 +307,21 @@ mod tests {
         ], "structuredContent": {"k": 1}});
         let out = map_result(&r);
         assert!(!out.is_error);
+        // "AAAA" is three bytes of a PNG by its label: an image part.
         assert_eq!(
             out.output,
-            "one\n[image: image/png, 4 bytes base64, not shown to the model]\n\
-             [resource link: file:///a name a]\n[resource: file:///b]\nB\n\
+            "one\n[resource link: file:///a name a]\n[resource: file:///b]\nB\n\
              [resource: file:///c type x/y, 2 bytes base64, not shown to the model]\n{\"k\":1}"
         );
+        assert!(matches!(out.parts[1], Block::Image(_)), "{:?}", out.parts);
+        // An image no provider takes is named instead.
+        let svg = map_result(&json!({"content": [
+            {"type": "image", "data": "PHN2Zz4=", "mimeType": "image/svg+xml"}]}));
+        assert_eq!(
+            svg.output,
+            "[image: image/svg+xml, 8 bytes base64, not shown to the model]"
+        );
+        assert!(svg.parts.is_empty());
         let structured = map_result(&json!({"content": [], "structuredContent": {"t": 20}}));
         assert_eq!(structured.output, "{\"t\":20}");
         let err =
