@@ -82,6 +82,62 @@ impl McpServers {
     }
 }
 
+/// An attachment as `panto.Image` / `panto.Document` hand it over: kind, data, url,
+/// media type, name.
+type NativePart<'py> = (
+    String,
+    Option<Bound<'py, PyAny>>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// The parts of `Agent.stream(parts=…)` as a core `Input`.
+fn input_parts(py: Python<'_>, parts: &[Bound<'_, PyAny>]) -> PyResult<panto::Input> {
+    use pyo3::types::{PyBytes, PyString};
+    let mut input = panto::Input::new();
+    for (i, part) in parts.iter().enumerate() {
+        if part.is_instance_of::<PyString>() {
+            let text: Text<'_> = part.extract()?;
+            input = input.text(&*text);
+            continue;
+        }
+        let bad = |why: &str| to_pyerr(py, panto::Error::config(format!("input[{i}]: {why}")));
+        let (kind, data, url, media_type, name): NativePart<'_> = part
+            .extract()
+            .map_err(|_| bad("a part is a str, a panto.Image or a panto.Document"))?;
+        let mut media = match (data, url) {
+            (Some(data), None) => {
+                let bytes = data
+                    .cast::<PyBytes>()
+                    .map_err(|_| bad("the data must be bytes"))?
+                    .as_bytes()
+                    .to_vec();
+                panto::Media::bytes(bytes, media_type.as_deref()).map_err(|e| {
+                    let what = name
+                        .as_deref()
+                        .map(|n| format!("{n}: "))
+                        .unwrap_or_default();
+                    bad(&format!("{what}{}", e.message))
+                })?
+            }
+            (None, Some(url)) => {
+                let mut m = panto::Media::url(url);
+                m.url_media_type = media_type;
+                m
+            }
+            _ => return Err(bad("an attachment has exactly one of data and url")),
+        };
+        media.name = name;
+        input = match kind.as_str() {
+            "image" => input.image(media),
+            "document" => input.document(media),
+            _ => return Err(bad("the attachment kinds are image and document")),
+        };
+    }
+    Ok(input)
+}
+
 #[pymethods]
 impl Agent {
     /// An agent from the core's JSON configuration (`panto::Config::from_json`), using
@@ -108,7 +164,13 @@ impl Agent {
     /// out. Raises `BusyError` if this agent already has an active stream.
     /// `reasoning_json` is the per-turn reasoning control as the core's JSON
     /// (`{"effort": …, "budget_tokens": …}`).
-    #[pyo3(signature = (input, model = None, on_host_call = None, reasoning_json = None))]
+    ///
+    /// `parts`, when given, is the input as text and attachments instead of `input`
+    /// (which is then ignored): each a `str` (text) or a tuple `(kind, data, url,
+    /// media_type, name)` — kind `"image"` or `"document"`, `data` bytes or `url` a
+    /// string (exactly one), `media_type` and `name` optional (the type is sniffed from
+    /// the bytes when absent).
+    #[pyo3(signature = (input, model = None, on_host_call = None, reasoning_json = None, parts = None))]
     fn stream(
         &self,
         py: Python<'_>,
@@ -116,6 +178,7 @@ impl Agent {
         model: Option<Text<'_>>,
         on_host_call: Option<Py<PyAny>>,
         reasoning_json: Option<Text<'_>>,
+        parts: Option<Vec<Bound<'_, PyAny>>>,
     ) -> PyResult<Stream> {
         let agent = self.usable(py)?;
         let reasoning = match reasoning_json {
@@ -130,9 +193,13 @@ impl Agent {
                 Some(panto::Reasoning::from_value(&value, "reasoning").py_err(py)?)
             }
         };
+        let input = match parts {
+            None => panto::Input::from(&*input),
+            Some(parts) => input_parts(py, &parts)?,
+        };
         let stream = agent
             .stream_with(
-                &input,
+                input,
                 TurnOptions {
                     model: model.map(|m| m.to_owned()),
                     reasoning,

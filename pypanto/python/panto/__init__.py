@@ -40,6 +40,7 @@ from ._async import WAIT_POOL, AsyncStream, loop_waits, other_async_library, req
 from ._errors import APIError, APIStatusError, PantoError
 from ._native import Stream
 from ._tools import TOOL_POOL, ArgumentError, Runner, Tool, as_tool, json_schema, tool
+from ._media import Document, Image, Input, Part, native_parts
 
 # The event and record classes, the exception class of every error kind, ERROR_CLASSES,
 # EVENT_CLASSES and the typed keyword arguments of Agent: generated from the core's
@@ -68,6 +69,10 @@ __all__ = [
     "PantoError",
     "APIError",
     "APIStatusError",
+    "Image",
+    "Document",
+    "Part",
+    "Input",
 ]
 __all__ += _vocab.__all__
 
@@ -233,20 +238,25 @@ class Agent:
 
     # -- streams ---------------------------------------------------------------------
     def stream(
-        self, prompt: str, *, model: Optional[str] = None, reasoning: ReasoningArg = None
+        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None
     ) -> Stream:
         """Starts a turn and returns its ``Stream`` (an iterator and context manager).
         ``model`` and ``reasoning`` (an effort such as ``"high"``, or
-        ``{"effort", "budget_tokens"}``) apply to this turn only."""
+        ``{"effort", "budget_tokens"}``) apply to this turn only. ``prompt`` is text, or
+        a list of text and attachments in order (``["What is this?",
+        panto.Image.from_path("cat.png")]``)."""
+        parts = native_parts(prompt)
         runner = Runner(self._tools, None, self._native.tool_timeout_ms / 1000) if self._tools else None
-        stream = self._native.stream(prompt, model, runner, _reasoning_json(reasoning))
+        stream = self._native.stream(
+            prompt if isinstance(prompt, str) else "", model, runner, _reasoning_json(reasoning), parts
+        )
         self._control = control = stream.control()
         if runner is not None:
             runner.bind(control)
         return stream
 
     def astream(
-        self, prompt: str, *, model: Optional[str] = None, reasoning: ReasoningArg = None
+        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None
     ) -> AsyncStream:
         """Starts a turn and returns its ``AsyncStream`` (``async for`` /
         ``async with``). Async tools run on the loop that iterates it."""
@@ -256,14 +266,17 @@ class Agent:
         runner = Runner(self._tools, loop, self._native.tool_timeout_ms / 1000) if self._tools else None
         if runner is not None and loop is None:
             raise RuntimeError("astream() with Python tools needs a running event loop")
-        stream = self._native.stream(prompt, model, runner, _reasoning_json(reasoning))
+        parts = native_parts(prompt)
+        stream = self._native.stream(
+            prompt if isinstance(prompt, str) else "", model, runner, _reasoning_json(reasoning), parts
+        )
         self._control = control = stream.control()
         if runner is not None:
             runner.bind(control)
         return AsyncStream(stream, runner)
 
     def run(
-        self, prompt: str, *, model: Optional[str] = None, reasoning: ReasoningArg = None
+        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None
     ) -> MessageComplete:
         """Runs a whole turn and returns its ``MessageComplete`` (``.text``,
         ``.stop_reason``, ``.usage``, ``.messages``)."""
@@ -271,7 +284,7 @@ class Agent:
             return s.final()
 
     async def arun(
-        self, prompt: str, *, model: Optional[str] = None, reasoning: ReasoningArg = None
+        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None
     ) -> MessageComplete:
         """``run()`` for coroutines."""
         async with self.astream(prompt, model=model, reasoning=reasoning) as s:

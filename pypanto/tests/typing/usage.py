@@ -114,3 +114,11 @@ def events_hash_and_pickle(ev: Event, usage: Usage) -> Set[Event]:
     again: Event = pickle.loads(pickle.dumps(ev))
     assert_type(Usage(1, 2, 0, 0, 0, True), Usage)
     return {ev, again}
+
+
+def attachments(agent: Agent) -> str:
+    cat = panto.Image.from_path("cat.png")
+    assert_type(cat, panto.Image)
+    assert_type(panto.Document.from_bytes(b"%PDF-1.4"), panto.Document)
+    parts: list[panto.Part] = ["What is in this picture?", cat, panto.Image.from_url("https://x/c.png")]
+    return agent.run(parts).text

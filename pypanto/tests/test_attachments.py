@@ -1,0 +1,76 @@
+"""A turn's input as text and attachments: ``agent.stream(["…", panto.Image…])``
+against tests/server/scenarios/attachments-openai.json, whose server answers only a
+request carrying the three parts in order (text, the image's bytes as a data: URL, an
+image URL). Mistakes are ``ConfigError`` before anything is sent."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import panto
+
+from conftest import REPO, make_agent
+
+PNG = b"\x89PNG\r\n\x1a\ntiny"
+
+
+def load(server):
+    path = REPO / "tests" / "server" / "scenarios" / "attachments-openai.json"
+    server._post("/_panto/scenario", json.loads(path.read_text()))
+
+
+def test_text_and_images_reach_the_server_in_order(server, tmp_path):
+    load(server)
+    cat = tmp_path / "cat.png"
+    cat.write_bytes(PNG)
+    agent = make_agent(server)
+    final = agent.run(
+        ["What is in this picture?", panto.Image.from_path(cat), panto.Image.from_url("https://example.com/cat.png")]
+    )
+    assert final.text == "A cat."
+    [entry] = [e for e in json.loads(agent._native.transcript_json()) if e["kind"] == "attachment" and "size" in e]
+    assert entry == {
+        "role": "user",
+        "kind": "attachment",
+        "attachment": "image",
+        "name": "cat.png",
+        "media_type": "image/png",
+        "size": len(PNG),
+        "text": "cat.png, image/png, 12 bytes",
+    }
+    # The history keeps the bytes, base64, and reloads them.
+    saved = agent.history
+    assert saved[0]["content"][1] == {"type": "image", "media_type": "image/png", "data": "iVBORw0KGgp0aW55", "name": "cat.png"}
+
+
+def test_async_streams_take_parts_too(server):
+    import asyncio
+
+    load(server)
+    agent = make_agent(server)
+
+    async def main():
+        return await agent.arun(
+            ["What is in this picture?", panto.Image.from_bytes(PNG), panto.Image.from_url("https://example.com/cat.png")]
+        )
+
+    assert asyncio.run(main()).text == "A cat."
+
+
+def test_what_cannot_be_sent_is_a_config_error_before_anything_is_sent(server, tmp_path):
+    load(server)
+    agent = make_agent(server, max_message_bytes=1024)
+    with pytest.raises(panto.ConfigError, match="no-such.png"):
+        panto.Image.from_path(tmp_path / "no-such.png")
+    with pytest.raises(panto.ConfigError, match="cannot tell the type"):
+        agent.run(["x", panto.Image.from_bytes(b"not an image")])
+    with pytest.raises(panto.ConfigError, match=r"more than max_message_bytes \(1024\)"):
+        agent.run([panto.Image.from_bytes(PNG + bytes(2000))])
+    with pytest.raises(panto.ConfigError, match="take a PDF as bytes, not by URL"):
+        agent.run(["x", panto.Document.from_url("https://example.com/a.pdf")])
+    with pytest.raises(panto.ConfigError, match=r"input\[1\]: a part is a str"):
+        agent.run(["x", 42])  # type: ignore[list-item]
+    assert server.requests() == []
+    assert agent.history == []
