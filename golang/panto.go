@@ -301,9 +301,27 @@ func (a *Agent) Stream(ctx context.Context, input string) (*Stream, error) {
 }
 
 // TurnOptions apply to one turn only: Model and Reasoning replace the configuration's.
+// Input, when not nil, is the turn's input as text and attachments in order (the input
+// string must then be ""); see StreamParts.
 type TurnOptions struct {
 	Model     string
 	Reasoning *Reasoning
+	Input     []Part
+}
+
+// StreamParts starts a turn whose input is text and attachments, in the order the model
+// reads them:
+//
+//	stream, err := agent.StreamParts(ctx, panto.Text("What is in this picture?"), panto.ImageFile("cat.png"))
+//
+// A part of no known type, an unreadable file (the error names its path), an
+// attachment larger than max_message_bytes or a PDF by URL for provider openai is an
+// *Error of KindConfig, and nothing is sent.
+func (a *Agent) StreamParts(ctx context.Context, parts ...Part) (*Stream, error) {
+	if parts == nil {
+		parts = []Part{}
+	}
+	return a.StreamWith(ctx, "", TurnOptions{Input: parts})
 }
 
 // StreamWith is Stream with per-turn options.
@@ -319,7 +337,7 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	in, n := cString(input)
 	defer C.free(unsafe.Pointer(in))
 	var out *C.PantoStream
-	if opts == (TurnOptions{}) {
+	if opts.Model == "" && opts.Reasoning == nil && opts.Input == nil {
 		if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
 			return C.panto_agent_stream(a.h.p, in, n, &out, cerr)
 		}); e != nil {
@@ -333,6 +351,9 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	}
 	if opts.Reasoning != nil {
 		m["reasoning"] = opts.Reasoning
+	}
+	if opts.Input != nil {
+		m["input"] = opts.Input
 	}
 	js, err := json.Marshal(m)
 	if err != nil {
@@ -430,15 +451,20 @@ func (a *Agent) Compact(ctx context.Context, opts CompactOptions) (CompactResult
 }
 
 // TranscriptEntry is one entry of Agent.Transcript. Kind is "text", "reasoning",
-// "tool_call" or "tool_result"; Role "user", "assistant" or "tool". For a tool call
-// Text holds the arguments JSON, for a result the output.
+// "tool_call", "tool_result" or "attachment"; Role "user", "assistant" or "tool". For a
+// tool call Text holds the arguments JSON, for a result the output. An attachment says
+// what it is — Attachment ("image" or "document"), MediaType, Size in bytes (nil for a
+// URL), Name (its file name) and one line in Text — never its bytes.
 type TranscriptEntry struct {
-	Role    string `json:"role"`
-	Kind    string `json:"kind"`
-	Text    string `json:"text"`
-	Name    string `json:"name,omitempty"`
-	CallID  string `json:"call_id,omitempty"`
-	IsError *bool  `json:"is_error,omitempty"` // set for tool results
+	Role       string  `json:"role"`
+	Kind       string  `json:"kind"`
+	Text       string  `json:"text"`
+	Name       string  `json:"name,omitempty"`
+	CallID     string  `json:"call_id,omitempty"`
+	IsError    *bool   `json:"is_error,omitempty"` // set for tool results
+	Attachment string  `json:"attachment,omitempty"`
+	MediaType  string  `json:"media_type,omitempty"`
+	Size       *uint64 `json:"size,omitempty"`
 }
 
 // Transcript returns a flat, provider-neutral view of the conversation, in order, for
