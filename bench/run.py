@@ -393,7 +393,8 @@ def measure_concurrency(streams: List[int], chunks: int, pace_ms: int, clients: 
                     if line["items"] != s * chunks:
                         raise RuntimeError(f"{line['items']} items, expected {s * chunks}")
                 except (RuntimeError, IndexError) as e:
-                    cell.error = str(e).splitlines()[0]
+                    # The last line of the client's stderr says why (its exception).
+                    cell.error = ([x for x in str(e).splitlines() if x.strip()] or ["?"])[-1]
                     log(f"  concurrency {key} x{s}: FAILED: {e}")
                     continue
                 cell.cpu_s.append(line["cpu_us"] / 1e6)
@@ -616,9 +617,9 @@ def render_scale(scale: Dict[Tuple[str, int], ConcCell], n: int, chunks: int, pa
              "openai-python's `AsyncOpenAI` gets `http_client=DefaultAsyncHttpxClient(limits=httpx2.Limits("
              f"max_connections={n}, max_keepalive_connections={n}))`, because its default pool (1,000 "
              "connections) would queue the rest and count the queueing as gaps, and "
-             "`timeout=httpx2.Timeout(600, connect=60)` (openai-python 3 sends through httpx2, a fork of httpx): "
-             "with its default 5 s connect timeout the first run "
-             "failed (`APITimeoutError`) while thousands of connects waited for a loaded machine. "
+             "`timeout=httpx2.Timeout(600, connect=600)` (openai-python 3 sends through httpx2, a fork of httpx): "
+             "with its default 5 s connect timeout, and with 60 s, runs failed (`APITimeoutError`): its one "
+             "event loop, busy with the streams already open, reaches new connections only after minutes. "
              "**Added latency** is the gap between consecutive content events minus the pacing (p50 / p99 "
              f"over all {n * (chunks - 1):,} gaps); the floor row is what the server and the OS add with no "
              f"client work. Every client starts its streams evenly over {ramp_ms / 1e3:g} s (stream i at "

@@ -20,7 +20,7 @@ reports the gaps between consecutive content events minus the server's pacing:
 ``agent.astream``) or ``openai-python-async`` (one ``AsyncOpenAI`` shared by every task, as
 its users would, over its ``DefaultAsyncHttpxClient`` with limits that allow STREAMS
 connections (``httpx2.Limits``: openai-python 3 sends through httpx2, a fork of httpx):
-openai-python's default pool stops at 1,000 and would queue the rest; and a 60 s connect
+openai-python's default pool stops at 1,000 and would queue the rest; and a 600 s connect
 timeout instead of its 5 s). With RAMP_MS, task
 ``i`` starts ``i × RAMP_MS / STREAMS`` after the first (as in ``tests/peers-bench``).
 """
@@ -239,10 +239,11 @@ def run_concurrency(variant: str, base_url: str, streams: int, pace_ms: int, ram
             limits = hx.Limits(max_connections=streams, max_keepalive_connections=streams)
             http = openai.DefaultAsyncHttpxClient(limits=limits)
             # openai-python's connect timeout (5 s) is shorter than a connect can take when
-            # thousands start at once on a loaded machine (a dropped SYN is retried after
-            # 1 s, then 3 s): the first run failed on it. panto's default is 10 s.
+            # thousands start at once on a loaded machine: its one event loop, busy with the
+            # streams already open (≈ 0.6 ms of CPU per chunk), gets to a new connection only
+            # after minutes. Runs failed on 5 s and on 60 s; this measures the CPU instead.
             async with openai.AsyncOpenAI(base_url=base_url, api_key="sk-bench", max_retries=0,
-                                          timeout=hx.Timeout(600, connect=60), http_client=http) as client:
+                                          timeout=hx.Timeout(600, connect=600), http_client=http) as client:
                 tasks = [asyncio.create_task(one_openai(i, client, start)) for i in range(streams)]
                 await asyncio.sleep(0)
                 nonlocal t_start
