@@ -2,14 +2,15 @@
 # Every panto binding against the client its users would otherwise pick, in one run, into
 # one table: bench/RESULTS.md.
 #
-#   scripts/bench.sh            the full run (about 30 minutes on 2 cores, once built; the
-#                               scale workload is about 10 of them)
-#   scripts/bench.sh --quick    fewer rounds and turns (under 15 minutes once built)
+#   scripts/bench.sh            the full run (about 55 minutes on a loaded 2-core machine once
+#                               built: the scale workload is about 25 of them, most of it
+#                               openai-python's row, ≈ 5 minutes a run at 6,000 streams)
+#   scripts/bench.sh --quick    fewer rounds and turns (about 20 minutes once built)
 #   scripts/bench.sh --only-scale   only the scale workload: 10,000 concurrent streams (20
 #                               chunks each, 200 ms apart, started evenly over 2 s), merged
 #                               into an existing bench/RESULTS.md (its section and targets
 #                               are replaced and say when they were measured); 3 runs per
-#                               row, 1 with --quick (about 10 / 4 minutes once built on a
+#                               row, 1 with --quick (about 25 / 8 minutes once built on a
 #                               loaded 2-core machine). Where the descriptor limit cannot
 #                               hold 10,000 (panto Go needs 3 per stream, the test server 2
 #                               per connection), the most thousands it holds, said so
