@@ -124,6 +124,20 @@ impl StreamControl {
         }
         self.control.host.submit(call_id, output, is_error)
     }
+
+    /// Answers a host-tool call with text and image parts (see
+    /// `panto::HostToolResults::submit_parts`); otherwise as `submit_tool_result`.
+    pub fn submit_tool_parts(
+        &self,
+        call_id: &str,
+        parts: Vec<panto::Block>,
+        is_error: bool,
+    ) -> Result<(), Error> {
+        if self.from_parent_process() {
+            return Err(forked_error("stream"));
+        }
+        self.control.host.submit_parts(call_id, parts, is_error)
+    }
 }
 
 /// What [`Stream::settle`] found.

@@ -93,7 +93,7 @@ type NativePart<'py> = (
 );
 
 /// The parts of `Agent.stream(parts=…)` as a core `Input`.
-fn input_parts(py: Python<'_>, parts: &[Bound<'_, PyAny>]) -> PyResult<panto::Input> {
+pub(crate) fn input_parts(py: Python<'_>, parts: &[Bound<'_, PyAny>]) -> PyResult<panto::Input> {
     use pyo3::types::{PyBytes, PyString};
     let mut input = panto::Input::new();
     for (i, part) in parts.iter().enumerate() {

@@ -512,4 +512,20 @@ impl Control {
             .submit_tool_result(&call_id, &output, is_error)
             .py_err(py)
     }
+
+    /// Answers a host-tool call with text and image parts, in the form
+    /// `Agent.stream(parts=…)` takes.
+    #[pyo3(signature = (call_id, parts, is_error = false))]
+    fn submit_tool_parts(
+        &self,
+        py: Python<'_>,
+        call_id: Text<'_>,
+        parts: Vec<Bound<'_, PyAny>>,
+        is_error: bool,
+    ) -> PyResult<()> {
+        let parts = crate::agent::input_parts(py, &parts)?.into_parts();
+        self.control
+            .submit_tool_parts(&call_id, parts, is_error)
+            .py_err(py)
+    }
 }

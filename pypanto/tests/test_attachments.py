@@ -74,3 +74,28 @@ def test_what_cannot_be_sent_is_a_config_error_before_anything_is_sent(server, t
         agent.run(["x", 42])  # type: ignore[list-item]
     assert server.requests() == []
     assert agent.history == []
+
+
+def test_a_tool_returns_text_and_an_image(server):
+    from conftest import exchange, text_sse, tool_sse
+
+    server.scenario(exchange(tool_sse([("call_1", "camera", {})])), exchange(text_sse(["A cat."])))
+
+    @panto.tool
+    def camera() -> list:
+        """Takes a picture."""
+        return ["one picture", panto.Image.from_bytes(PNG)]
+
+    agent = make_agent(server, tools=[camera])
+    events = list(agent.stream("What do you see?"))
+    [result] = [e for e in events if isinstance(e, panto.ToolResult)]
+    assert result.output == "one picture" and not result.is_error
+    messages = server.requests()[1]["body"]["messages"]
+    assert messages[2] == {"role": "tool", "tool_call_id": "call_1", "content": "one picture"}
+    assert messages[3] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "The image(s) returned by tool camera (call call_1):"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgp0aW55"}},
+        ],
+    }

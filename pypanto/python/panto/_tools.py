@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 # awaitable do.
 
 from ._errors import PantoError
+from ._media import Image
 from ._pool import Pool
 from ._schema import ArgumentError, Parameters, Schemas, _to_json, doc_params, doc_summary, json_schema
 
@@ -66,9 +67,17 @@ def _default(value: Any) -> Any:
         return str(value)
 
 
-def render_output(result: Any) -> str:
+def render_output(result: Any) -> Union[str, List[Any]]:
     """A tool's return value as the text the model reads: a ``str`` as is, ``None`` as
-    an empty string, bytes decoded, anything else as JSON."""
+    an empty string, bytes decoded, anything else as JSON — except a list or tuple that
+    holds a ``panto.Image``: text and images, handed over as parts (each other item as
+    its text)."""
+    if isinstance(result, (list, tuple)) and any(isinstance(p, Image) for p in result):
+        return [p._native() if isinstance(p, Image) else _as_text(p) for p in result]
+    return _as_text(result)
+
+
+def _as_text(result: Any) -> str:
     if isinstance(result, str):
         return result
     if result is None:
@@ -359,13 +368,16 @@ class Runner:
             exc = fut.exception()
             _log.error("panto: a tool job failed: %s", render_exception(exc), exc_info=exc)
 
-    def _submit(self, call_id: str, output: str, is_error: bool) -> None:
+    def _submit(self, call_id: str, output: Union[str, List[Any]], is_error: bool) -> None:
         """Hands a result to the turn. Never raises: an exception here would be lost in
         the pool thread (or the task), and the turn would wait for this call until its
         tool timeout. (Text is never refused: the native module replaces lone
         surrogates with U+FFFD.)"""
         try:
-            self._control.submit_tool_result(call_id, output, is_error)
+            if isinstance(output, str):
+                self._control.submit_tool_result(call_id, output, is_error)
+            else:
+                self._control.submit_tool_parts(call_id, output, is_error)
         except PantoError:
             # The turn no longer waits for this call (cancelled, timed out): nothing to do.
             pass
