@@ -786,6 +786,19 @@ impl Config {
                     tool.name
                 )));
             }
+            // Gemini's rule is narrower than the others': a function name starts with a
+            // letter or '_' (it would answer 400 INVALID_ARGUMENT at the first request).
+            if self.provider == ProviderKind::Gemini
+                && !tool
+                    .name
+                    .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            {
+                return Err(Error::config(format!(
+                    "tools[{i}].name: tool {:?}: Gemini accepts only names that start \
+                     with a letter or '_'",
+                    crate::provider::truncate(&tool.name, 100)
+                )));
+            }
         }
         for (name, server) in &self.mcp_servers {
             server.check(name)?;
@@ -1358,5 +1371,33 @@ mod tests {
     fn openai_endpoint_keeps_the_version() {
         let c = Config::new(ProviderKind::OpenAi, "m").with_base_url("http://localhost:11434/v1/");
         assert_eq!(c.endpoint(), "http://localhost:11434/v1/chat/completions");
+    }
+
+    #[test]
+    fn gemini_refuses_a_tool_name_that_does_not_start_with_a_letter_or_underscore() {
+        let tool = |name: &str| ToolSpec {
+            name: name.to_owned(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        for (provider, name, ok) in [
+            (ProviderKind::Gemini, "9lives", false),
+            (ProviderKind::Gemini, "-x", false),
+            (ProviderKind::Gemini, "_private", true),
+            (ProviderKind::Gemini, "weather", true),
+            (ProviderKind::OpenAi, "9lives", true),
+        ] {
+            let mut c = Config::new(provider, "m").with_api_key("k");
+            c.tools = vec![tool(name)];
+            let r = c.validate();
+            assert_eq!(r.is_ok(), ok, "{provider:?} {name}: {r:?}");
+            if let Err(e) = r {
+                assert_eq!(e.kind, crate::ErrorKind::Config);
+                assert!(
+                    e.message.contains("tools[0].name") && e.message.contains(name),
+                    "{e}"
+                );
+            }
+        }
     }
 }
