@@ -538,7 +538,7 @@ fn error_kinds_map_to_exit_codes() {
 fn usage_errors_exit_2() {
     for args in [
         vec!["run", "--no-such-flag", "hi"],
-        vec!["run", "--provider", "gemini", "hi"],
+        vec!["run", "--provider", "gemeni", "hi"],
         vec!["run", "--tool", "no-equals-sign", "hi"],
         vec!["frobnicate"],
     ] {

@@ -357,7 +357,7 @@ def test_config_errors_name_the_key(server):
         (dict(max_steps="3"), "max_steps"),
         (dict(retry={"max_retries": -1}), "retry.max_retries"),
         (dict(timeouts={"idle": 5}), "timeouts.idle"),
-        (dict(provider="gemini"), "provider"),
+        (dict(provider="gemeni"), "provider"),
         (dict(model=""), "model"),
         (dict(queue_capacity=10**12), "queue_capacity"),
         (dict(temperature=float("nan")), "temperature"),
