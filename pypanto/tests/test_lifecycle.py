@@ -99,7 +99,7 @@ def test_trio_gets_an_asyncio_only_error(server):
         ('{"version": 1, "messages": [{"role": "user", "content": "hi"}]}', "history: messages[0].content is a string, not an array of blocks"),
         (
             '{"version": 1, "messages": [{"role": "user", "content": [{"type": "txt", "text": "hi"}]}]}',
-            'history: messages[0].content[0].type is "txt": the block types are text, reasoning, redacted_reasoning, tool_call, tool_result, opaque',
+            'history: messages[0].content[0].type is "txt": the block types are text, reasoning, redacted_reasoning, tool_call, tool_result, opaque, image, document',
         ),
         (
             '{"version": 1, "messages": [{"role": "user", "content": [{"type": "text", "txt": "hi"}]}]}',
