@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Config mirrors panto's JSON configuration (DESIGN.md, "Configuration"), one field per
-// key. Zero values ("", 0, nil, empty) leave a key out, so the library's default applies.
+// Config mirrors panto's JSON configuration (docs/configuration.md), one field per key.
+// Zero values ("", 0, nil, empty) leave a key out, so the library's default applies.
 // NewAgent builds the JSON with MarshalJSON and the core validates it: a bad value is an
 // *Error of kind config whose message names the field and the key ("Config.Retry.MaxRetries
 // (retry.max_retries): …"). Durations are sent in whole milliseconds.

@@ -124,7 +124,7 @@ step "Go: benchmark module (golang/bench, vs openai-go) vets and compiles"
 step "conformance: every scenario, seven runners, and the self-test (scripts/conformance.sh)"
 PANTO_PYTHON="$py_venv/bin/python" scripts/conformance.sh --self-test
 
-step "README examples are the files scripts/test.sh runs (scripts/check-readme-examples.py)"
+step "the examples of README.md and docs/ are the files scripts/test.sh runs (scripts/check-readme-examples.py)"
 python3 scripts/check-readme-examples.py
 
 step "the demo turn in every language (scripts/demo.sh --all)"

@@ -189,10 +189,10 @@ mod tests {
         assert!(typo.unwrap_err().message().contains("modle"));
     }
 
-    /// The README's example config file is one panto reads.
+    /// docs/cli.md's example config file is one panto reads.
     #[test]
     fn the_readme_example_parses() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/cli.md");
         let start = readme.find("```toml\n").expect("a toml block") + "```toml\n".len();
         let end = start + readme[start..].find("```").expect("its end");
         let file: ConfigFile = toml::from_str(&readme[start..end]).expect("parses");

@@ -688,10 +688,10 @@ fn read_tools_file(path: &Path, what: &str) -> Result<Vec<(ToolSpec, Option<Stri
 mod tests {
     use super::*;
 
-    /// The README's example tools file is one panto reads.
+    /// docs/cli.md's example tools file is one panto reads.
     #[test]
     fn the_readme_tools_file_parses() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/cli.md");
         let start = readme.find("```json\n[").expect("a tools block") + "```json\n".len();
         let end = start + readme[start..].find("```").expect("its end");
         let path =

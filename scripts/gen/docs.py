@@ -1,4 +1,4 @@
-"""Renders the reference parts of README.md and DESIGN.md from the vocabulary.
+"""Renders the reference parts of DESIGN.md and docs/ from the vocabulary.
 
 Each generated part sits between two marker lines in the hand-written file,
 
@@ -6,8 +6,9 @@ Each generated part sits between two marker lines in the hand-written file,
     ...
     <!-- /vocab:NAME -->
 
-and only the lines between them are replaced. Parts: DESIGN.md `events`, `errors`,
-`config`; README.md `config`, `errors`.
+and only the lines between them are replaced. Parts: DESIGN.md `events`, `errors`;
+docs/configuration.md `config`; docs/errors.md `errors` (the table with each language's
+name for every kind).
 """
 import json
 import os
@@ -132,7 +133,7 @@ def python_error_classes():
 
 
 def errors_table(vocab, current):
-    """README's errors table. The Python column comes from the Python renderer when it
+    """docs/errors.md's table. The Python column comes from the Python renderer when it
     names the classes, else it is kept from the current text."""
     classes = python_error_classes() or {}
     kept = {}
@@ -158,16 +159,17 @@ def part(text, name):
 
 def render(vocab, root):
     out = {}
-    design_path = os.path.join(root, "DESIGN.md")
-    with open(design_path, encoding="utf-8") as f:
-        design = f.read()
+
+    def read(path):
+        with open(os.path.join(root, path), encoding="utf-8") as f:
+            return f.read()
+
+    design = read("DESIGN.md")
     design = replace(design, "events", events_table(vocab), "DESIGN.md")
     design = replace(design, "errors", errors_line(vocab), "DESIGN.md")
-    design = replace(design, "config", config_table(vocab), "DESIGN.md")
     out["DESIGN.md"] = design
-    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    readme = replace(readme, "config", config_table(vocab), "README.md")
-    readme = replace(readme, "errors", errors_table(vocab, part(readme, "errors")), "README.md")
-    out["README.md"] = readme
+    configuration = read("docs/configuration.md")
+    out["docs/configuration.md"] = replace(configuration, "config", config_table(vocab), "docs/configuration.md")
+    errors = read("docs/errors.md")
+    out["docs/errors.md"] = replace(errors, "errors", errors_table(vocab, part(errors, "errors")), "docs/errors.md")
     return out

@@ -489,7 +489,7 @@ def render_errors(vocab: Dict[str, Any]) -> str:
     w = out.append
     w("// The error kinds, in the order of the C ABI's codes (PANTO_ERR_*).")
     w("const (")
-    def go(k: Dict[str, Any]) -> str:  # the Rust variant, as DESIGN/README name it (Err<Variant>)
+    def go(k: Dict[str, Any]) -> str:  # the Rust variant, as DESIGN.md and docs/errors.md name it (Err<Variant>)
         return k.get("variant") or camel(k["name"])
 
     for k in kinds:
@@ -707,7 +707,7 @@ class ConfigGen:
         return out
 
     def render(self) -> str:
-        doc = ("Config mirrors panto's JSON configuration (DESIGN.md, \"Configuration\"), one field "
+        doc = ("Config mirrors panto's JSON configuration (docs/configuration.md), one field "
                "per key. Zero values (\"\", 0, nil, empty) leave a key out, so the library's default "
                "applies. NewAgent builds the JSON with MarshalJSON and the core validates it: a bad "
                "value is an *Error of kind config whose message names the field and the key "

@@ -173,7 +173,7 @@ class Agent:
 
     Other keyword arguments are the core's other configuration keys, typed and
     documented by ``panto.AgentOptions`` (generated from the core's description, like
-    the README's list); ``reasoning`` may also be just an effort (``"high"``). A bad
+    the table of docs/configuration.md); ``reasoning`` may also be just an effort (``"high"``). A bad
     one raises ``ConfigError`` naming the key.
 
     One stream at a time: starting another while one is active raises ``BusyError``.

@@ -7,8 +7,8 @@ some HTTP statuses a narrower class (``STATUS_CLASSES``). The tree is openai-pyt
 ``APIError`` is the base of what the provider or the network caused; under it,
 ``APIStatusError`` (``.status_code``) is the base of every HTTP error status's class, and
 the connection kind's class is the base of the timeout kind's. The classes of the kinds
-and their bases are the generator's (``scripts/gen/python.py``); README's errors
-section has the whole tree and the status table.
+and their bases are the generator's (``scripts/gen/python.py``); docs/errors.md
+has the whole tree and the status table.
 
 The classes live in Python (not in the native module) so they carry attributes, pickle,
 and can also derive from the standard exceptions a caller may already catch.
@@ -131,7 +131,7 @@ class APIError(PantoError):
 
 class APIStatusError(APIError):
     """The provider answered with an HTTP error status (``status_code``; ``status`` is the
-    same). Its class says which (README's errors section has the table). An error of
+    same). Its class says which (docs/errors.md has the table). An error of
     such a kind that came inside a stream, not as a status, has ``status_code`` 0."""
 
     @property
