@@ -40,6 +40,25 @@ pub use server::RecordedRequest;
 
 use server::Shared;
 
+/// The listen backlog asked for. `std`'s `bind` asks for 128, and a burst of thousands of
+/// connects (the 10,000-stream bench) overflows that: the kernel drops the SYNs past it and
+/// the client retries them 1, 3, 7… s later. The kernel caps it at `net.core.somaxconn`
+/// (4,096 by default on Linux since 5.4).
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// A non-blocking, close-on-exec listener on `addr` with [`LISTEN_BACKLOG`].
+fn listen(addr: SocketAddrV4) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    // As `std` does on Unix: a restarted server can bind a port left in TIME_WAIT.
+    #[cfg(unix)]
+    socket.set_reuse_address(true)?;
+    socket.bind(&SocketAddr::V4(addr).into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
 /// A running server on `127.0.0.1`, served from its own thread and tokio runtime so it works
 /// the same from sync tests, async tests and benchmarks. Dropping it stops the thread and
 /// closes every socket, including stalled streams.
@@ -60,8 +79,7 @@ impl TestServer {
     pub fn start_on_port(scenario: Scenario, port: u16) -> io::Result<TestServer> {
         // Bind and build the runtime here, not in the thread, so failures reach the caller
         // and the port is known before `start` returns.
-        let listener = std::net::TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))?;
-        listener.set_nonblocking(true)?;
+        let listener = listen(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))?;
         let addr = listener.local_addr()?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()

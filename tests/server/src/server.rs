@@ -86,10 +86,12 @@ struct Conns {
 }
 
 struct Slot {
-    /// A duplicate of the connection's socket, so `close_idle` can send the FIN right away
-    /// from any thread (`shutdown` acts on the socket, not on one descriptor). `None` when
-    /// duplicating failed (out of descriptors): then the task sends the FIN when told to.
-    sock: Option<socket2::Socket>,
+    /// The connection's socket, borrowed, so `close_idle` can send the FIN right away from
+    /// any thread. Not a duplicate: one descriptor per connection, so a 10,000-connection
+    /// bench fits a 20,000-descriptor limit. Valid while the slot exists: the task's
+    /// `Registered` removes the slot (under the `conns` lock, which `close_idle` holds while
+    /// it uses this) before the socket is closed, so the number is never a reused one.
+    sock: RawSock,
     /// Set while the connection is idle (see `enter_idle`); firing it tells the task that
     /// `close_idle_connections` closed it.
     idle: Option<oneshot::Sender<()>>,
@@ -195,10 +197,10 @@ impl Shared {
             let Some(wake) = slot.idle.take_if(|w| !w.is_closed()) else {
                 continue;
             };
-            // FIN now when the response is fully written; otherwise (or without a duplicate
-            // socket) the task sends it as soon as it learns of the close.
-            if let (Some(sock), false) = (&slot.sock, slot.writing) {
-                let _ = sock.shutdown(Shutdown::Write);
+            // FIN now when the response is fully written; otherwise the task sends it as
+            // soon as it learns of the close.
+            if !slot.writing {
+                let _ = slot.sock.shutdown_write();
             }
             let _ = wake.send(());
             slot.closed = true;
@@ -210,7 +212,7 @@ impl Shared {
 
     /// A new connection: counted open, registered for `close_idle_connections`.
     fn register(&self, id: usize, stream: &TcpStream) {
-        let sock = socket2::SockRef::from(stream).try_clone().ok();
+        let sock = RawSock::of(stream);
         let mut conns = self.conns();
         conns.open += 1;
         conns.slots.insert(
@@ -346,6 +348,41 @@ impl Drop for OpenGuard {
     }
 }
 
+/// A connection task's state: the registration first, so that it is dropped (the slot,
+/// with its borrowed descriptor number, removed) before the socket is closed — struct
+/// fields drop in declaration order, however the task ends.
+struct Registered {
+    guard: OpenGuard,
+    conn: Conn,
+}
+
+/// A connection's socket as `close_idle_connections` reaches it: the raw descriptor (or
+/// Windows socket) of the `TcpStream` its task owns. See `Slot::sock` for why it is valid.
+#[derive(Clone, Copy)]
+struct RawSock(
+    #[cfg(unix)] std::os::fd::RawFd,
+    #[cfg(windows)] std::os::windows::io::RawSocket,
+);
+
+impl RawSock {
+    fn of(stream: &TcpStream) -> RawSock {
+        #[cfg(unix)]
+        return RawSock(std::os::fd::AsRawFd::as_raw_fd(stream));
+        #[cfg(windows)]
+        return RawSock(std::os::windows::io::AsRawSocket::as_raw_socket(stream));
+    }
+
+    fn shutdown_write(self) -> io::Result<()> {
+        // SAFETY: the descriptor is open while its slot exists (`Slot::sock`), and the
+        // caller holds the `conns` lock that keeps the slot there.
+        #[cfg(unix)]
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.0) };
+        #[cfg(windows)]
+        let fd = unsafe { std::os::windows::io::BorrowedSocket::borrow_raw(self.0) };
+        socket2::SockRef::from(&fd).shutdown(Shutdown::Write)
+    }
+}
+
 /// Counts a response in `held` while it waits at a `hold` or runs a `flood`, however that
 /// ends (gate opened, client gone, server stopped).
 struct HeldGuard<'a>(&'a Shared);
@@ -376,10 +413,15 @@ pub(crate) async fn serve(
                 Ok((stream, _peer)) => {
                     let id = shared.connections_total.fetch_add(1, Ordering::SeqCst);
                     shared.register(id, &stream);
-                    let guard = OpenGuard(shared.clone(), id);
+                    // Streams are many tiny writes; Nagle would batch them and hide chunk
+                    // boundaries.
+                    let _ = stream.set_nodelay(true);
+                    let mut task = Registered {
+                        guard: OpenGuard(shared.clone(), id),
+                        conn: Conn::new(stream),
+                    };
                     tokio::spawn(async move {
-                        let _guard = guard;
-                        handle_connection(stream, id, &_guard.0).await;
+                        handle_connection(&mut task.conn, id, &task.guard.0).await;
                     });
                 }
                 // EMFILE and friends: back off briefly instead of spinning; the listener
@@ -401,15 +443,13 @@ enum After {
     Stall,
 }
 
-async fn handle_connection(stream: TcpStream, id: usize, shared: &Shared) {
-    // Streams are many tiny writes; Nagle would batch them and hide chunk boundaries.
-    let _ = stream.set_nodelay(true);
-    let mut conn = Conn::new(stream);
+/// Serves one connection until it is done; the caller (its task) then closes the socket.
+async fn handle_connection(conn: &mut Conn, id: usize, shared: &Shared) {
     // Set while the connection is idle (see `Shared::enter_idle`).
     let mut idle: Option<oneshot::Receiver<()>> = None;
     loop {
         if let Some(closed) = idle.take() {
-            if !wait_while_idle(&mut conn, id, shared, closed).await {
+            if !wait_while_idle(conn, id, shared, closed).await {
                 return;
             }
         }
@@ -420,7 +460,7 @@ async fn handle_connection(stream: TcpStream, id: usize, shared: &Shared) {
                 let body = error_body("testserver_bad_request", &msg);
                 let out = simple_response(400, &body, true);
                 let _ = conn.stream.write_all(&out).await;
-                graceful_close(&mut conn).await;
+                graceful_close(conn).await;
                 return;
             }
         };
@@ -432,7 +472,7 @@ async fn handle_connection(stream: TcpStream, id: usize, shared: &Shared) {
             Ok(control(shared, &req))
         } else {
             match shared.take_exchange(id, &req) {
-                Ok(response) => send_response(&mut conn, shared, &response, &req).await,
+                Ok(response) => send_response(conn, shared, &response, &req).await,
                 Err(why) => {
                     let body = error_body("testserver_mismatch", &why);
                     let close = req.wants_close();
@@ -451,7 +491,7 @@ async fn handle_connection(stream: TcpStream, id: usize, shared: &Shared) {
         match after {
             After::KeepAlive => {}
             After::Close => {
-                graceful_close(&mut conn).await;
+                graceful_close(conn).await;
                 return;
             }
             // Dropping the stream with linger 0 sends the RST.

@@ -126,3 +126,93 @@ fn sigterm_stops_the_server() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+/// How many of a process's descriptors are sockets.
+#[cfg(target_os = "linux")]
+fn sockets_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_connection_costs_the_server_one_descriptor() {
+    // The 10,000-stream bench runs under a 20,000-descriptor limit: a second descriptor
+    // per connection (a duplicate kept to shut it down from outside its task) would not fit.
+    let scenario = tests_path("server/scenarios/demo-weather.json");
+    let (mut child, addr) = spawn(&["--scenario", scenario.to_str().unwrap()]);
+    let before = sockets_of(child.id());
+    let mut clients: Vec<Client> = (0..20).map(|_| Client::connect_addr(&addr)).collect();
+    for c in &mut clients {
+        // An answer means the server accepted and registered the connection.
+        assert_eq!(c.get("/_panto/stats").status, 200);
+    }
+    let during = sockets_of(child.id());
+    drop(clients);
+    let closed = panto_testkit::poll_until(panto_testkit::wait::HANG_GUARD, || {
+        sockets_of(child.id()) == before
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(during, before + 20, "one descriptor per open connection");
+    assert!(
+        closed,
+        "the server closes its sockets when the clients leave"
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_stopped_server_queues_a_burst_of_connects() {
+    // A server that cannot accept for a moment (a loaded machine) must not drop a burst of
+    // connects: past the listen backlog the kernel drops SYNs and the clients retry them 1,
+    // 3, 7… s later. `std`'s listeners ask for 128; the server asks for 4,096, which the
+    // kernel caps at somaxconn.
+    let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let n = 1000.min(somaxconn.saturating_sub(1));
+    if n < 256 {
+        eprintln!("skipped: net.core.somaxconn is {somaxconn}, a backlog past 128 cannot show");
+        return;
+    }
+    let scenario = tests_path("server/scenarios/demo-weather.json");
+    let (mut child, addr) = spawn(&["--scenario", scenario.to_str().unwrap()]);
+    let pid = child.id().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let sockets: Vec<socket2::Socket> = (0..n)
+        .map(|_| {
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            // EINPROGRESS: the handshake completes in the kernel, with no accept needed.
+            let _ = s.connect(&addr.into());
+            s
+        })
+        .collect();
+    let connected = || sockets.iter().filter(|s| s.peer_addr().is_ok()).count();
+    let all = panto_testkit::poll_until(panto_testkit::wait::HANG_GUARD, || connected() == n);
+    let got = connected();
+    signal("-CONT");
+    drop(sockets);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        all,
+        "{got} of {n} connects completed while the server was stopped"
+    );
+}
