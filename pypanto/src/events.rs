@@ -181,6 +181,8 @@ impl UnknownEvent {
     fn event_type(&self) -> &'static str {
         self.event.type_name()
     }
+    /// The canonical JSON of this event, exactly as the core writes it (its `"type"` is
+    /// the core's name for the event).
     fn to_json(&self) -> String {
         self.event.to_json()
     }
@@ -196,6 +198,7 @@ impl UnknownEvent {
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
         reduce_event(py, self.event.to_json())
     }
+    /// The canonical JSON form as a dict (what `json.loads(self.to_json())` gives).
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         serialized(py, &self.event)
     }

@@ -305,10 +305,13 @@ impl Stream {
         }
     }
 
+    /// Returns the stream, for `with agent.stream(...) as stream:`.
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
+    /// Ends the turn when the block ends (`close()`): a turn still running is cancelled
+    /// and waited for, and the history it leaves is valid. Exceptions propagate.
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
         self.close(py);

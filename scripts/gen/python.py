@@ -808,6 +808,16 @@ def render_vocab_py(v: Vocab) -> str:
         "\n#: Any event a stream yields: the union of the event classes, for annotations\n"
         "#: (``ev.type == \"content_delta\"`` and ``match`` narrow it).\n"
         "Event = Union[\n" + "".join(f"    {ev['variant']},\n" for ev in v.events) + "    UnknownEvent,\n]\n"
+        + 'Event.__doc__ = """'
+        + "\n".join(textwrap.wrap(
+            "Any event a stream yields: the union of the event classes ("
+            + ", ".join(f"``{ev['variant']}``" for ev in v.events)
+            + ", and ``UnknownEvent`` for a type this version does not know). Every event has"
+            " ``type`` (its snake_case name), ``to_dict()`` and ``to_json()`` (the canonical JSON"
+            ' every binding prints); ``ev.type == "content_delta"``, ``isinstance`` and ``match``'
+            " narrow it for a type checker. ``MessageComplete`` is always the last event.",
+            width=88, break_on_hyphens=False))
+        + '"""\n'
     )
     out.append(
         "\n#: The class of each event type, in the core's order (``Event::TYPES``).\n"

@@ -1,8 +1,8 @@
 """panto: an embeddable LLM agent runtime, from Python.
 
 A Rust core streams an assistant turn from an LLM provider (OpenAI Chat Completions and
-compatible servers, Anthropic Messages), runs the tools the model asks for, and repeats
-until the model is done. The whole turn is one stream of events::
+compatible servers, Anthropic Messages, Google Gemini, the OpenAI Responses API), runs the
+tools the model asks for, and repeats until the model is done. The whole turn is one stream of events::
 
     import panto
 
@@ -23,6 +23,17 @@ until the model is done. The whole turn is one stream of events::
 The native module (``panto._native``) holds the agent, the stream and the event
 classes; this package adds the configuration, ``@panto.tool``, ``AsyncStream`` and the
 exception classes.
+
+Where to read on: ``help(panto.Agent)`` (the configuration, turns, history, compaction),
+``help(panto.Stream)`` and ``help(panto.AsyncStream)`` (reading a turn, cancelling it,
+answering host tools), ``help(panto.tool)``, ``help(panto.Event)`` and each event class,
+``help(panto.PantoError)`` (the error classes), ``help(panto.AgentOptions)`` (every
+configuration key). Every public name has its own docstring.
+
+Tables, generated from the core's vocabulary: ``ERROR_CLASSES`` (the class of each error
+kind, by kind name), ``STATUS_CLASSES`` (the narrower class of an error with an HTTP
+status, by ``(kind, status)``), ``EVENT_CLASSES`` (the class of each event type, by type
+name) and ``CONFIG_KEYS`` (every top-level configuration key, in the core's order).
 """
 
 from __future__ import annotations
@@ -113,6 +124,8 @@ class MCPServers:
     __slots__ = ("_native",)
 
     def __init__(self, servers: Dict[str, McpServerOptions]) -> None:
+        """Declares the servers (nothing starts yet): ``ConfigError`` for a declaration
+        the core refuses, or one that is not representable as JSON."""
         try:
             text = json.dumps(servers, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as e:
@@ -129,9 +142,11 @@ class MCPServers:
         self._native.close()
 
     def __enter__(self) -> "MCPServers":
+        """Returns the servers, for ``with panto.MCPServers(...) as servers:``."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Stops the servers (``close()``) when the ``with`` block ends."""
         self.close()
 
     def __repr__(self) -> str:
@@ -152,6 +167,10 @@ class CompactResult:
     tokens_after: int
 
 
+CompactResult.__init__.__doc__ = """Made by ``Agent.compact`` / ``acompact`` from the core's report (every field
+as the class describes it)."""
+
+
 def _compact_options(keep_last: Optional[int], model: Optional[str], prompt: Optional[str]) -> str:
     options = {k: v for k, v in (("keep_last", keep_last), ("model", model), ("prompt", prompt)) if v is not None}
     return json.dumps(options, ensure_ascii=False)
@@ -165,7 +184,7 @@ class Agent:
     """One conversation with one provider configuration.
 
     ``provider`` is ``"openai"`` (Chat Completions and every compatible server),
-    ``"anthropic"`` or ``"gemini"``. ``base_url`` is what the provider's official SDK calls
+    ``"anthropic"``, ``"gemini"`` or ``"openai-responses"`` (the OpenAI Responses API). ``base_url`` is what the provider's official SDK calls
     it (OpenAI's includes ``/v1``, Anthropic's and Gemini's do not); ``api_key`` defaults to
     ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY`` / ``GEMINI_API_KEY``. ``tools`` are ``@panto.tool`` functions (run automatically),
     plain functions (made tools), or dicts ``{"name", "description", "parameters"}``
@@ -195,6 +214,15 @@ class Agent:
         mcp_servers: Union[Dict[str, McpServerOptions], "MCPServers", None] = None,
         **options: Unpack[AgentOptions],
     ) -> None:
+        """Makes the agent; nothing is sent until its first turn. ``model`` is required
+        (``ConfigError`` without it). ``system`` is the system prompt. ``tools``: see the
+        class. ``mcp_servers`` is a dict of MCP servers of this agent's own (started at
+        its first turn, stopped with it) or a shared ``panto.MCPServers``. Every other
+        keyword is a configuration key (``max_steps=4``, ``retry={"max_retries": 1}``,
+        ``timeouts={"idle_ms": 30_000}``, ``reasoning="high"``…: ``panto.AgentOptions``
+        lists them with their types). The core validates the whole configuration here:
+        ``ConfigError`` names the first bad key, or the tool whose declaration is not
+        one the providers accept."""
         config: Dict[str, Any] = {"provider": provider, "model": model}
         shared: Optional[MCPServers] = None
         if isinstance(mcp_servers, MCPServers):
@@ -316,6 +344,8 @@ class Agent:
         self._native.load_history_json(saved)
 
     def clear_history(self) -> None:
+        """Empties the conversation (the configuration and tools stay). ``BusyError``
+        during a turn."""
         self._native.clear_history()
 
     def compact(
@@ -398,14 +428,20 @@ class Agent:
 
     @property
     def provider(self) -> str:
+        """The wire format this agent speaks: ``"openai"``, ``"anthropic"``, ``"gemini"``
+        or ``"openai-responses"``."""
         return self._native.provider
 
     @property
     def model(self) -> str:
+        """The model every turn asks, unless the turn names its own (``stream(...,
+        model=...)``)."""
         return self._native.model
 
     @property
     def base_url(self) -> str:
+        """The base URL requests go to, as the provider's SDK writes it (the provider's
+        own API when none was given)."""
         return self._native.base_url
 
     def __repr__(self) -> str:
@@ -428,15 +464,19 @@ class Agent:
         self._tools = {}
 
     def __enter__(self) -> "Agent":
+        """Returns the agent, for ``with panto.Agent(...) as agent:``."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Closes the agent (``close()``) when the ``with`` block ends."""
         self.close()
 
     async def __aenter__(self) -> "Agent":
+        """Returns the agent, for ``async with panto.Agent(...) as agent:``."""
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        """Closes the agent (``close()``) when the ``async with`` block ends."""
         self.close()
 
 

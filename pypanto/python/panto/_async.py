@@ -77,6 +77,8 @@ class AsyncStream:
     __slots__ = ("_stream", "_runner", "_fd", "_waiters", "_waits", "__weakref__")
 
     def __init__(self, stream: Stream, runner: Any) -> None:
+        """Wraps a native stream; ``Agent.astream`` makes these (not meant to be called
+        directly)."""
         self._stream = stream
         self._runner = runner
         self._fd = _UNKNOWN
@@ -86,9 +88,14 @@ class AsyncStream:
         self._waits = 0
 
     def __aiter__(self) -> AsyncStream:
+        """Returns the stream itself: ``async for event in stream``."""
         return self
 
     async def __anext__(self) -> Event:
+        """The next event, awaited without holding a thread (on the loop's reader of
+        the stream's readiness descriptor). Raises ``StopAsyncIteration`` after
+        ``MessageComplete``, or the turn's ``PantoError`` (again on every later call);
+        cancelling the awaiting task cancels the turn."""
         stream = self._stream
         ev = stream._try_next()
         if ev is not None:
@@ -181,9 +188,12 @@ class AsyncStream:
             raise
 
     async def __aenter__(self) -> AsyncStream:
+        """Returns the stream, for ``async with agent.astream(...) as stream:``."""
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
+        """Ends the turn when the block ends (``aclose()``): a turn still running is
+        cancelled, and the history it leaves is valid."""
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -209,6 +219,7 @@ class AsyncStream:
 
     @property
     def cancelled(self) -> bool:
+        """Whether ``cancel()`` (or ``aclose()``) was called on this stream."""
         return bool(self._stream.cancelled)
 
     def submit_tool_result(self, call_id: str, output: str, is_error: bool = False) -> None:

@@ -79,6 +79,9 @@ class PantoError(Exception):
         request_id: Optional[str] = None,
         headers: Optional[Dict[str, str]] = None,
     ) -> None:
+        """Makes the error with the attributes the class lists; panto raises these
+        itself, and a caller makes one only to test its own handling (a subclass's
+        ``kind`` is its class's unless ``kind`` is given)."""
         super().__init__(message)
         self.message = message
         if kind is not None:

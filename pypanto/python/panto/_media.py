@@ -97,6 +97,11 @@ class Document(_Media):
 Part = Union[str, Image, Document]
 #: A turn's input: text, or text and attachments in order.
 Input = Union[str, Sequence[Part]]
+Part.__doc__ = """One part of a turn's input: text (``str``), a ``panto.Image`` or a
+``panto.Document``."""
+Input.__doc__ = """A turn's input (``Agent.stream``, ``astream``, ``run``, ``arun``): text, or a list
+of text and attachments in the order the model reads them (``["What is this?",
+panto.Image.from_path("cat.png")]``)."""
 
 
 def native_parts(prompt: Input) -> Optional[List[Any]]:

@@ -134,7 +134,15 @@ class Tool(Generic[P, R]):
     ``Tool`` calls the function, with its signature (``Tool[P, R]`` keeps it for type
     checkers)."""
 
-    __slots__ = ("fn", "name", "description", "parameters", "is_async", "_params", "__dict__")
+    __slots__ = {
+        "fn": "The function the tool calls.",
+        "name": "The tool's name, as the model calls it (the function's name by default).",
+        "description": "What the tool does, for the model (the docstring's summary by default).",
+        "parameters": "The JSON Schema of the arguments object (derived from the signature by default).",
+        "is_async": "Whether the function is a coroutine function (run on the stream's event loop).",
+        "_params": "How arguments are validated and converted (panto._schema).",
+        "__dict__": "",
+    }
 
     def __init__(
         self,
@@ -144,6 +152,13 @@ class Tool(Generic[P, R]):
         description: Optional[str] = None,
         parameters: Optional[Dict[str, Any]] = None,
     ) -> None:
+        """Makes ``fn`` a tool (``@panto.tool`` and ``@panto.tool(name=...)`` call this).
+        ``name``, ``description`` and ``parameters`` replace what is derived from the
+        function: its name, its docstring's summary, and the JSON Schema of its
+        signature (with its docstring's parameter descriptions). Raises ``TypeError``
+        for what cannot be a tool (not callable, a lambda without a name, a
+        positional-only parameter) and ``ConfigError`` for a name or schema the
+        providers do not accept."""
         if not callable(fn):
             raise TypeError(f"a tool must be a function, not {fn!r}")
         self.fn: Callable[P, R] = fn
@@ -205,6 +220,7 @@ class Tool(Generic[P, R]):
         return self._params.arguments(arguments)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Calls the function itself, unchanged: a tool stays usable as the function."""
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:

@@ -244,6 +244,13 @@ Event = Union[
     HistoryCompacted,
     UnknownEvent,
 ]
+Event.__doc__ = """Any event a stream yields: the union of the event classes (``MessageStart``,
+``BlockStart``, ``ContentDelta``, ``ToolDetails``, ``BlockComplete``, ``MessageEnd``,
+``ToolCallStart``, ``ToolResult``, ``ProviderRetry``, ``MessageComplete``,
+``HistoryCompacted``, and ``UnknownEvent`` for a type this version does not know). Every
+event has ``type`` (its snake_case name), ``to_dict()`` and ``to_json()`` (the canonical
+JSON every binding prints); ``ev.type == "content_delta"``, ``isinstance`` and ``match``
+narrow it for a type checker. ``MessageComplete`` is always the last event."""
 
 #: The class of each event type, in the core's order (``Event::TYPES``).
 EVENT_CLASSES: Dict[str, type] = {
