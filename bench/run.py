@@ -14,6 +14,10 @@ taken between medians of the same run.
 
     python3 bench/run.py --quick|--full --clients clients.json --testserver PATH --out FILE
     python3 bench/run.py --only-scale ...   only the 10,000-stream workload, merged into FILE
+    python3 bench/run.py --charts-only [FILE]   only redraw the charts of FILE (bench/svg.py)
+
+After writing the report it draws its charts (``bench/svg.py``: bench/charts/*.svg) and
+embeds them in it.
 
 The scale workload (``--scale-streams``, default 10,000 streams of 20 chunks paced 200 ms
 apart) needs a descriptor per connection on both sides, and panto's Go streams one more
@@ -37,6 +41,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
+
+import svg  # bench/svg.py: the report's charts, drawn after every report this writes
 
 MODEL = "gpt-4o"
 HEAD = {"id": "chatcmpl-B1x2", "object": "chat.completion.chunk", "created": 1735689600, "model": MODEL}
@@ -941,6 +947,10 @@ def ttfe_sweep(rust: List[str], testserver: str, sizes: List[int], turns: int = 
 
 
 def main() -> None:
+    if "--charts-only" in sys.argv[1:]:
+        # `run.py --charts-only [REPORT]`: redraw the charts of a written report (the
+        # committed one by default) without measuring.
+        sys.exit(svg.main(sys.argv[1:]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--clients", required=True, help="JSON: {client: argv prefix}")
@@ -1049,6 +1059,7 @@ def main() -> None:
             report = "\n".join(section + [""] + tblock) + "\n"
         with open(args.out, "w") as f:
             f.write(report)
+        svg.update(args.out)
         if args.json_out:
             with open(args.json_out, "w") as f:
                 json.dump({"scale": {f"{k[0]} x{k[1]}": vars(v) for k, v in scale.items()}}, f, indent=1)
@@ -1079,6 +1090,7 @@ def main() -> None:
                     scale_block)
     with open(args.out, "w") as f:
         f.write(report + "\n")
+    svg.update(args.out)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"turns": {f"{k[0]} {k[1]}": vars(v) for k, v in cells.items()},

@@ -36,6 +36,10 @@
 # descriptor limit is raised here (hard limit too when allowed, i.e. as root) and again by
 # bench/run.py, so that panto-testserver and every client inherit it.
 #
+#   scripts/bench.sh --charts-only   only redraw bench/charts/*.svg (bench/svg.py) from the
+#                               committed report's tables, and their section of it: no
+#                               build, no measuring, seconds
+#
 # BENCH_OUT=FILE writes the table elsewhere (default bench/RESULTS.md; bench/misses.md is
 # appended as its misses section). PANTO_BENCH_GO=0 / PANTO_BENCH_PYTHON=0 skip a
 # language. Figures are measured, never asserted: compare ratios from the same run.
@@ -44,6 +48,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 target="$CARGO_TARGET_DIR"
 out="${BENCH_OUT:-bench/RESULTS.md}"
+if [[ "${1:-}" == --charts-only ]]; then
+  exec python3 bench/run.py --charts-only "$out"
+fi
 start=$SECONDS
 work="$(mktemp -d "${TMPDIR:-/tmp}/panto-bench.XXXXXX")"
 trap 'rm -rf "$work"' EXIT

@@ -95,6 +95,8 @@ cmp capi/include/panto.h golang/include/panto.h
 # ... and the benchmark's Python driver and client parse (they run only in bench.sh).
 python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
   bench/run.py pypanto/bench/client.py
+# The committed charts are what the committed report's tables draw (bench/svg.py).
+python3 bench/svg.py --check
 go_env=(CGO_ENABLED=1 "CGO_LDFLAGS=$(scripts/cgo-ldflags.sh "$CARGO_TARGET_DIR/release")"
   "PANTO_TESTSERVER=${PANTO_TESTSERVER:-$CARGO_TARGET_DIR/debug/panto-testserver}")
 [ -x "$CARGO_TARGET_DIR/debug/panto-testserver" ] || cargo build --locked -p panto-testserver
