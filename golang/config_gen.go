@@ -86,6 +86,19 @@ type Config struct {
 	// only what follows the last one (previous_response_id); default: stateless, the whole
 	// history each time. Default: false.
 	Store *bool
+	// OutputSchema ("output_schema"): JSON Schema (an object at the root) every turn's final
+	// answer must match: the answer is JSON, validated, and message_complete carries it as
+	// output (default: plain text).
+	OutputSchema json.RawMessage
+	// OutputRetries ("output_retries"): Repair requests after an answer that does not match
+	// output_schema; then the turn fails with output_invalid. At most 10. Default: 1. nil
+	// means the default; Int(0) sends 0.
+	OutputRetries *int
+	// OutputMode ("output_mode"): How the answer is asked for: native uses the provider's
+	// structured-output field, tool forces one call of an output tool (for compatible servers
+	// that lack the field; no other tool can be used then); auto is native. One of "auto",
+	// "native", "tool". Default: "auto".
+	OutputMode string
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -167,6 +180,15 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	if c.Store != nil {
 		o.put("store", *c.Store)
 	}
+	if len(c.OutputSchema) != 0 {
+		o.put("output_schema", c.OutputSchema)
+	}
+	if c.OutputRetries != nil {
+		o.put("output_retries", *c.OutputRetries)
+	}
+	if c.OutputMode != "" {
+		o.put("output_mode", c.OutputMode)
+	}
 	return o.end()
 }
 
@@ -227,6 +249,12 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &c.MCPServers)
 		case "store":
 			return json.Unmarshal(v, &c.Store)
+		case "output_schema":
+			return json.Unmarshal(v, &c.OutputSchema)
+		case "output_retries":
+			return json.Unmarshal(v, &c.OutputRetries)
+		case "output_mode":
+			return json.Unmarshal(v, &c.OutputMode)
 		}
 		return errUnknownKey
 	})
@@ -627,6 +655,9 @@ var configFields = map[string]string{
 	"compat":                      "Compat",
 	"mcp_servers":                 "MCPServers",
 	"store":                       "Store",
+	"output_schema":               "OutputSchema",
+	"output_retries":              "OutputRetries",
+	"output_mode":                 "OutputMode",
 }
 
 // configMaps holds the paths of the keys that are maps: an error names an entry by the

@@ -38,6 +38,15 @@ const (
 	KindIncomplete ErrorKind = "incomplete"
 	// KindInternal (code 16): A bug in panto (a panic, reported, never an abort).
 	KindInternal ErrorKind = "internal"
+	// KindOutputInvalid (code 17): The final answer did not match the output schema (or was
+	// not JSON) after every repair; the raw text is on the error.
+	KindOutputInvalid ErrorKind = "output_invalid"
+	// KindOutputRefused (code 18): The model refused to give the structured answer; the
+	// message carries the refusal.
+	KindOutputRefused ErrorKind = "output_refused"
+	// KindOutputTruncated (code 19): The structured answer stopped at the output limit
+	// (max_tokens) and was not parsed.
+	KindOutputTruncated ErrorKind = "output_truncated"
 )
 
 // errorKinds lists every kind, in the order of the C ABI's codes (kindOf decodes with it).
@@ -58,6 +67,9 @@ var errorKinds = [...]ErrorKind{
 	KindTool,
 	KindIncomplete,
 	KindInternal,
+	KindOutputInvalid,
+	KindOutputRefused,
+	KindOutputTruncated,
 }
 
 // ErrorKinds returns every kind, in the order of the C ABI's codes (a new slice on every
@@ -66,20 +78,23 @@ func ErrorKinds() []ErrorKind { return append([]ErrorKind(nil), errorKinds[:]...
 
 // Sentinels, one per kind, for errors.Is. They match any *Error of their kind.
 var (
-	ErrConfig         = sentinel(KindConfig)
-	ErrAuthentication = sentinel(KindAuthentication)
-	ErrPermission     = sentinel(KindPermission)
-	ErrNotFound       = sentinel(KindNotFound)
-	ErrBadRequest     = sentinel(KindBadRequest)
-	ErrRateLimited    = sentinel(KindRateLimited)
-	ErrServer         = sentinel(KindServer)
-	ErrConnection     = sentinel(KindConnection)
-	ErrTimeout        = sentinel(KindTimeout)
-	ErrProtocol       = sentinel(KindProtocol)
-	ErrProvider       = sentinel(KindProvider)
-	ErrCancelled      = sentinel(KindCancelled)
-	ErrBusy           = sentinel(KindBusy)
-	ErrTool           = sentinel(KindTool)
-	ErrIncomplete     = sentinel(KindIncomplete)
-	ErrInternal       = sentinel(KindInternal)
+	ErrConfig          = sentinel(KindConfig)
+	ErrAuthentication  = sentinel(KindAuthentication)
+	ErrPermission      = sentinel(KindPermission)
+	ErrNotFound        = sentinel(KindNotFound)
+	ErrBadRequest      = sentinel(KindBadRequest)
+	ErrRateLimited     = sentinel(KindRateLimited)
+	ErrServer          = sentinel(KindServer)
+	ErrConnection      = sentinel(KindConnection)
+	ErrTimeout         = sentinel(KindTimeout)
+	ErrProtocol        = sentinel(KindProtocol)
+	ErrProvider        = sentinel(KindProvider)
+	ErrCancelled       = sentinel(KindCancelled)
+	ErrBusy            = sentinel(KindBusy)
+	ErrTool            = sentinel(KindTool)
+	ErrIncomplete      = sentinel(KindIncomplete)
+	ErrInternal        = sentinel(KindInternal)
+	ErrOutputInvalid   = sentinel(KindOutputInvalid)
+	ErrOutputRefused   = sentinel(KindOutputRefused)
+	ErrOutputTruncated = sentinel(KindOutputTruncated)
 )

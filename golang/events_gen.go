@@ -25,6 +25,7 @@ var eventTypes = [...]string{
 	"provider_retry",
 	"message_complete",
 	"history_compacted",
+	"output_repair",
 }
 
 // EventTypes returns every event type name, in the order of the C ABI's event codes
@@ -286,7 +287,8 @@ func (e *ProviderRetry) MarshalJSON() ([]byte, error) {
 
 // MessageComplete is the message_complete event. Terminal: the turn is over. `usage` is the
 // turn total, `messages` the number of assistant messages, `text` the final assistant
-// message's text. It is the terminal event: the last of the turn.
+// message's text, `output` its parsed and validated JSON when an output schema applied to
+// the turn. It is the terminal event: the last of the turn.
 type MessageComplete struct {
 	// Why the turn ended. One of end_turn, tool_use, max_tokens, stop_sequence, refusal,
 	// content_filter, max_steps, or other:<raw>.
@@ -297,6 +299,9 @@ type MessageComplete struct {
 	Messages uint32 `json:"messages"`
 	// The final assistant message's text.
 	Text string `json:"text"`
+	// The parsed, validated structured output, present only when an output schema applied. The
+	// zero value means absent.
+	Output json.RawMessage `json:"output,omitempty"`
 }
 
 func (*MessageComplete) isEvent() {}
@@ -338,6 +343,30 @@ type plainHistoryCompacted HistoryCompacted
 func (e *HistoryCompacted) MarshalJSON() ([]byte, error) {
 	return typed(e.Type(), (*plainHistoryCompacted)(e))
 }
+
+// OutputRepair is the output_repair event. An answer did not match the output schema: it
+// stays in the history, the validation error goes back to the model in a user message, and
+// another request follows (emitted before that request starts).
+type OutputRepair struct {
+	// 0-based index of the assistant message that failed validation.
+	Message uint32 `json:"message"`
+	// The repair about to be asked for (1 for the first).
+	Attempt uint32 `json:"attempt"`
+	// The most repairs there can be (output_retries).
+	MaxAttempts uint32 `json:"max_attempts"`
+	// The validation error sent back to the model (one line, bounded).
+	Error string `json:"error"`
+}
+
+func (*OutputRepair) isEvent() {}
+
+// Type returns "output_repair".
+func (*OutputRepair) Type() string { return "output_repair" }
+
+type plainOutputRepair OutputRepair
+
+// MarshalJSON writes the canonical JSON of the event.
+func (e *OutputRepair) MarshalJSON() ([]byte, error) { return typed(e.Type(), (*plainOutputRepair)(e)) }
 
 // convert copies an event out of C memory; nil for a kind this package does not know
 // (a newer library's: skipped).
@@ -444,6 +473,7 @@ func convert(ev *C.PantoEvent) Event {
 			Usage:      cUsage(&p.usage),
 			Messages:   uint32(p.messages),
 			Text:       goStr(p.text),
+			Output:     goRaw(p.output),
 		}
 	case 11: // history_compacted
 		p := (*C.PantoHistoryCompacted)(pl)
@@ -452,6 +482,14 @@ func convert(ev *C.PantoEvent) Event {
 			MessagesAfter:  uint64(p.messages_after),
 			TokensBefore:   uint64(p.tokens_before),
 			TokensAfter:    uint64(p.tokens_after),
+		}
+	case 12: // output_repair
+		p := (*C.PantoOutputRepair)(pl)
+		return &OutputRepair{
+			Message:     uint32(p.message),
+			Attempt:     uint32(p.attempt),
+			MaxAttempts: uint32(p.max_attempts),
+			Error:       goStr(p.error),
 		}
 	}
 	return nil

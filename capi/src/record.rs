@@ -459,6 +459,7 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
             usage: u,
             messages,
             text,
+            output,
         } => {
             terminate(text);
             payload.message_complete = PantoMessageComplete {
@@ -467,6 +468,24 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
                 stop_reason: keep(stop_reason.as_string()),
                 text: view(text),
                 usage: usage(u),
+                output: output
+                    .as_ref()
+                    .map_or(PantoStr::ABSENT, |v| keep(v.to_string())),
+            };
+        }
+        Event::OutputRepair {
+            message,
+            attempt,
+            max_attempts,
+            error,
+        } => {
+            terminate(error);
+            payload.output_repair = PantoOutputRepair {
+                message: *message,
+                attempt: *attempt,
+                max_attempts: *max_attempts,
+                _reserved0: 0,
+                error: view(error),
             };
         }
         Event::HistoryCompacted {

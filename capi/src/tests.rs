@@ -158,10 +158,11 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoToolCallStart { message, host, _reserved0, call_id, name, arguments, arguments_raw }
         PantoToolResult { message, is_error, _reserved0, call_id, name, output }
         PantoProviderRetry { message, attempt, max_attempts, status, delay_ms, reason }
-        PantoMessageComplete { messages, _reserved0, stop_reason, text, usage }
+        PantoMessageComplete { messages, _reserved0, stop_reason, text, usage, output }
+        PantoOutputRepair { message, attempt, max_attempts, _reserved0, error }
         PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code, retry_after_ms }
         PantoHistoryCompacted { messages_before, messages_after, tokens_before, tokens_after }
-        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, _reserved }
+        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, _reserved }
         PantoEvent { struct_size, kind, flags, _private_gen, _private, payload }
     }
     out
@@ -343,6 +344,13 @@ fn sample_events() -> Vec<Event> {
             usage,
             messages: 2,
             text: "done".into(),
+            output: Some(serde_json::json!({"city": "Paris"})),
+        },
+        Event::OutputRepair {
+            message: 0,
+            attempt: 1,
+            max_attempts: 2,
+            error: "missing property \"city\"".into(),
         },
     ];
     for (i, b) in sample_blocks().into_iter().enumerate() {
@@ -510,13 +518,31 @@ fn payloads_carry_every_field() {
                     messages,
                     text: t,
                     usage,
+                    output,
                     ..
                 } => {
+                    assert_eq!(
+                        text(p.message_complete.output),
+                        output.as_ref().map(|v| v.to_string())
+                    );
                     assert_eq!(p.message_complete.messages, *messages);
                     assert_eq!(p.message_complete.usage.reported, usage.reported);
                     assert_eq!(p.message_complete.usage.input_tokens, usage.input_tokens);
                     assert_eq!(text(p.message_complete.text).as_ref(), Some(t));
                     assert_eq!(text(p.message_complete.stop_reason).unwrap(), "end_turn");
+                }
+                Event::OutputRepair {
+                    message,
+                    attempt,
+                    max_attempts,
+                    error,
+                } => {
+                    let r = p.output_repair;
+                    assert_eq!(
+                        (r.message, r.attempt, r.max_attempts),
+                        (*message, *attempt, *max_attempts)
+                    );
+                    assert_eq!(text(r.error).as_ref(), Some(error));
                 }
                 _ => unreachable!(),
             }
@@ -541,13 +567,14 @@ fn arm_size(kind: u32) -> usize {
         PANTO_EV_PROVIDER_RETRY => size_of::<PantoProviderRetry>(),
         PANTO_EV_MESSAGE_COMPLETE => size_of::<PantoMessageComplete>(),
         PANTO_EV_HISTORY_COMPACTED => size_of::<PantoHistoryCompacted>(),
+        PANTO_EV_OUTPUT_REPAIR => size_of::<PantoOutputRepair>(),
         _ => size_of::<PantoErrorInfo>(),
     }
 }
 
 #[test]
 fn every_payload_fits_the_reserved_union() {
-    for kind in 1..=11 {
+    for kind in 1..=12 {
         assert!(arm_size(kind) <= size_of::<[u64; 32]>());
     }
     assert_eq!(size_of::<PantoEventPayload>(), 256);

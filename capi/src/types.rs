@@ -36,6 +36,8 @@ pub const PANTO_EV_PROVIDER_RETRY: u32 = 9;
 pub const PANTO_EV_MESSAGE_COMPLETE: u32 = 10;
 /// Since ABI 1.1.
 pub const PANTO_EV_HISTORY_COMPACTED: u32 = 11;
+/// Added after ABI 1.1.0 (structured output).
+pub const PANTO_EV_OUTPUT_REPAIR: u32 = 12;
 /// `PantoEvent::kind` with `PANTO_ERROR`: the payload is the failure. Far above the
 /// core's event codes, so new event types never collide with it.
 pub const PANTO_EV_ERROR: u32 = 256;
@@ -57,6 +59,10 @@ pub const PANTO_ERR_BUSY: u32 = 13;
 pub const PANTO_ERR_TOOL: u32 = 14;
 pub const PANTO_ERR_INCOMPLETE: u32 = 15;
 pub const PANTO_ERR_INTERNAL: u32 = 16;
+// Added after ABI 1.1.0 (structured output).
+pub const PANTO_ERR_OUTPUT_INVALID: u32 = 17;
+pub const PANTO_ERR_OUTPUT_REFUSED: u32 = 18;
+pub const PANTO_ERR_OUTPUT_TRUNCATED: u32 = 19;
 
 // `block_start.kind`: the core's `BlockKind`, in declaration order.
 pub const PANTO_BLOCK_TEXT: u32 = 1;
@@ -234,6 +240,21 @@ pub struct PantoMessageComplete {
     pub stop_reason: PantoStr,
     pub text: PantoStr,
     pub usage: PantoUsage,
+    /// Added after ABI 1.1.0: the validated structured output as JSON text; absent
+    /// when no output schema applied.
+    pub output: PantoStr,
+}
+
+/// Added after ABI 1.1.0: an answer did not match the output schema and a repair is
+/// asked for.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PantoOutputRepair {
+    pub message: u32,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub _reserved0: u32,
+    pub error: PantoStr,
 }
 
 /// The failure of a `PANTO_ERROR` result (the fields of `PantoError`).
@@ -266,6 +287,7 @@ pub union PantoEventPayload {
     pub message_complete: PantoMessageComplete,
     pub error: PantoErrorInfo,
     pub history_compacted: PantoHistoryCompacted,
+    pub output_repair: PantoOutputRepair,
     pub _reserved: [u64; 32],
 }
 

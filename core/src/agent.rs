@@ -34,6 +34,19 @@ use crate::tool::{
 };
 use crate::transcript::{self, TranscriptEntry};
 
+/// Which output schema a turn uses (`TurnOptions::output_schema`; in JSON: absent or
+/// `null`, a schema object, or `false`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum TurnSchema {
+    /// The agent's `output_schema`, if it has one.
+    #[default]
+    Agent,
+    /// This JSON Schema for this turn only.
+    Schema(serde_json::Value),
+    /// No schema for this turn: a plain text answer.
+    Off,
+}
+
 /// Options for one turn.
 #[derive(Debug, Clone, Default)]
 pub struct TurnOptions {
@@ -41,11 +54,14 @@ pub struct TurnOptions {
     pub model: Option<String>,
     /// Reasoning control for this turn only (replaces the configuration's).
     pub reasoning: Option<Reasoning>,
+    /// The output schema of this turn (default: the agent's).
+    pub output_schema: TurnSchema,
 }
 
 impl TurnOptions {
     /// Parses the JSON form the C ABI takes: `{"model"?: string, "reasoning"?:
-    /// {effort, budget_tokens?}}`; unknown keys are `config` errors.
+    /// {effort, budget_tokens?}, "output_schema"?: object | false}`; unknown keys are
+    /// `config` errors.
     pub fn from_json(json: &str) -> Result<TurnOptions> {
         let v: serde_json::Value = serde_json::from_str(json)
             .map_err(|e| Error::config(format!("options: not valid JSON: {e}")))?;
@@ -61,9 +77,21 @@ impl TurnOptions {
                 ("reasoning", r) => {
                     options.reasoning = Some(Reasoning::from_value(r, "options.reasoning")?)
                 }
+                ("output_schema", serde_json::Value::Bool(false)) => {
+                    options.output_schema = TurnSchema::Off
+                }
+                ("output_schema", schema @ serde_json::Value::Object(_)) => {
+                    options.output_schema = TurnSchema::Schema(schema.clone())
+                }
+                ("output_schema", _) => {
+                    return Err(Error::config(
+                        "options.output_schema: must be a JSON Schema object, null (the \
+                         agent's) or false (none)",
+                    ))
+                }
                 (other, _) => {
                     return Err(Error::config(format!(
-                        "options.{other}: unknown key (known: model, reasoning)"
+                        "options.{other}: unknown key (known: model, reasoning, output_schema)"
                     )))
                 }
             }
@@ -136,6 +164,8 @@ pub struct TurnSummary {
     pub usage: Usage,
     pub messages: u32,
     pub text: String,
+    /// The validated structured output, when an output schema applied to the turn.
+    pub output: Option<serde_json::Value>,
 }
 
 /// The outside handles of one turn: its cancellation token and where host-tool results
@@ -947,12 +977,14 @@ impl Agent {
             usage,
             messages,
             text: text.clone(),
+            output: None,
         })?;
         Ok(TurnSummary {
             stop_reason,
             usage,
             messages,
             text,
+            output: None,
         })
     }
 

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 pub use crate::mcp::{McpServer, McpTransport};
-pub use crate::request::{Compat, Effort, ProviderKind, Reasoning, ToolSpec};
+pub use crate::request::{Compat, Effort, OutputMode, ProviderKind, Reasoning, ToolSpec};
 
 use crate::vocab::keys::{key, max, min, required};
 use crate::vocab::{Key, KeyType};
@@ -338,7 +338,31 @@ pub const CONFIG: &[Key] = &[
         "false",
         "openai-responses: keep responses on the server (store: true) and send only what follows the last one (previous_response_id); default: stateless, the whole history each time.",
     ),
+    key(
+        "output_schema",
+        KeyType::JsonObject,
+        "null",
+        "JSON Schema (an object at the root) every turn's final answer must match: the answer is JSON, validated, and message_complete carries it as output (default: plain text).",
+    ),
+    max(
+        key(
+            "output_retries",
+            KeyType::U32,
+            "1",
+            "Repair requests after an answer that does not match output_schema; then the turn fails with output_invalid.",
+        ),
+        MAX_OUTPUT_RETRIES as u64,
+    ),
+    key(
+        "output_mode",
+        KeyType::Enum(&["auto", "native", "tool"]),
+        "\"auto\"",
+        "How the answer is asked for: native uses the provider's structured-output field, tool forces one call of an output tool (for compatible servers that lack the field; no other tool can be used then); auto is native.",
+    ),
 ];
+
+/// The largest `output_retries` accepted.
+pub const MAX_OUTPUT_RETRIES: u32 = 10;
 
 /// The largest `queue_capacity` accepted: the queue is allocated up front, so a larger
 /// value would be a multi-gigabyte allocation rather than a setting.
@@ -524,6 +548,14 @@ pub struct Config {
     /// instead of the stateless default (`store: false`, the whole history with the
     /// encrypted reasoning each time).
     pub store: bool,
+    /// The JSON Schema every turn's final answer must match (`None`: plain text). A
+    /// turn's `TurnOptions::output_schema` replaces or turns it off.
+    pub output_schema: Option<Value>,
+    /// Repair requests after an answer that does not match the schema (default 1,
+    /// at most [`MAX_OUTPUT_RETRIES`]).
+    pub output_retries: u32,
+    /// How the structured answer is asked for (default `Auto`).
+    pub output_mode: OutputMode,
 }
 
 impl fmt::Debug for Config {
@@ -562,6 +594,9 @@ impl fmt::Debug for Config {
             .field("compat", &self.compat)
             .field("mcp_servers", &self.mcp_servers)
             .field("store", &self.store)
+            .field("output_schema", &self.output_schema)
+            .field("output_retries", &self.output_retries)
+            .field("output_mode", &self.output_mode)
             .finish()
     }
 }
@@ -637,6 +672,9 @@ impl Config {
             compat: Compat::Auto,
             mcp_servers: BTreeMap::new(),
             store: false,
+            output_schema: None,
+            output_retries: 1,
+            output_mode: OutputMode::Auto,
         }
     }
 
@@ -728,6 +766,19 @@ impl Config {
     }
     pub fn with_store(mut self, on: bool) -> Config {
         self.store = on;
+        self
+    }
+    /// Every turn's final answer must match `schema` (a JSON Schema object).
+    pub fn with_output_schema(mut self, schema: Value) -> Config {
+        self.output_schema = Some(schema);
+        self
+    }
+    pub fn with_output_retries(mut self, n: u32) -> Config {
+        self.output_retries = n;
+        self
+    }
+    pub fn with_output_mode(mut self, mode: OutputMode) -> Config {
+        self.output_mode = mode;
         self
     }
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Config {
@@ -940,6 +991,13 @@ impl Config {
         if let Some(b) = get("store").and_then(Value::as_bool) {
             c.store = b;
         }
+        c.output_schema = get("output_schema").cloned();
+        if let Some(v) = number("output_retries") {
+            c.output_retries = saturate_u32(v);
+        }
+        if let Some(s) = string("output_mode") {
+            c.output_mode = OutputMode::parse(&s).unwrap_or_default();
+        }
         if let Some(k) = get("compaction").and_then(Value::as_object) {
             let field = |name: &str| k.get(name).filter(|v| !v.is_null());
             c.compaction = Some(CompactionConfig {
@@ -1026,6 +1084,9 @@ impl Config {
                 .map(|(name, server)| (name.clone(), mcp_server_to_value(server)))
                 .collect::<Map<String, Value>>(),
             "store": self.store,
+            "output_schema": self.output_schema,
+            "output_retries": self.output_retries,
+            "output_mode": self.output_mode.as_str(),
         })
     }
 }

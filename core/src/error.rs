@@ -78,6 +78,12 @@ error_kinds! {
     15 Incomplete "incomplete",
     /// A bug in panto (a panic, reported, never an abort).
     16 Internal "internal",
+    /// The final answer did not match the output schema (or was not JSON) after every repair; the raw text is on the error.
+    17 OutputInvalid "output_invalid",
+    /// The model refused to give the structured answer; the message carries the refusal.
+    18 OutputRefused "output_refused",
+    /// The structured answer stopped at the output limit (max_tokens) and was not parsed.
+    19 OutputTruncated "output_truncated",
 }
 
 impl ErrorKind {
@@ -138,6 +144,11 @@ pub struct Error {
     /// ([`MAX_ERROR_HEADERS`], [`MAX_ERROR_HEADER_VALUE`] bytes a value) and redacted
     /// like the message. Not part of the canonical JSON.
     pub headers: Vec<(String, String)>,
+    /// The model's raw final text, for the structured-output kinds (`output_invalid`,
+    /// `output_refused`, `output_truncated`); `None` otherwise. Bounded by
+    /// `max_message_bytes` and redacted like the message. In the canonical JSON as
+    /// `"output"` when present.
+    pub output: Option<Box<String>>,
 }
 
 /// At most this many headers of a failed response are kept on its [`Error`].
@@ -156,6 +167,7 @@ impl Error {
             retry_after_ms: None,
             request_id: None,
             headers: Vec::new(),
+            output: None,
         }
     }
 
@@ -199,6 +211,14 @@ impl Error {
         self.headers = headers;
         self
     }
+    pub fn with_output(mut self, output: Option<String>) -> Error {
+        self.output = output.map(Box::new);
+        self
+    }
+    /// The model's raw final text of a structured-output failure, if any.
+    pub fn output(&self) -> Option<&str> {
+        self.output.as_deref().map(String::as_str)
+    }
     /// The value of a header of the failed response (`name` in any case), the first if
     /// it was repeated.
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -209,7 +229,8 @@ impl Error {
     }
 
     /// The canonical JSON form: `{"type":"error","kind":…,"message":…,"status":…,
-    /// "retryable":…,"provider_code":…}`.
+    /// "retryable":…,"provider_code":…}`, plus `"output":…` when the error carries the
+    /// model's raw output.
     pub fn to_json(&self) -> String {
         // Serializing a struct of strings and integers cannot fail.
         serde_json::to_string(self).unwrap_or_default()
@@ -229,19 +250,25 @@ impl Error {
         for (_, value) in &mut self.headers {
             secrets.redact_in_place(value);
         }
+        if let Some(output) = &mut self.output {
+            secrets.redact_in_place(output);
+        }
         self
     }
 }
 
 impl Serialize for Error {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(6))?;
+        let mut m = s.serialize_map(Some(6 + usize::from(self.output.is_some())))?;
         m.serialize_entry("type", "error")?;
         m.serialize_entry("kind", self.kind.as_str())?;
         m.serialize_entry("message", &self.message)?;
         m.serialize_entry("status", &self.status)?;
         m.serialize_entry("retryable", &self.retryable)?;
         m.serialize_entry("provider_code", &self.provider_code)?;
+        if let Some(output) = &self.output {
+            m.serialize_entry("output", output)?;
+        }
         m.end()
     }
 }
@@ -290,6 +317,17 @@ mod tests {
     }
 
     #[test]
+    fn canonical_json_carries_the_raw_output_when_present() {
+        let e = Error::new(ErrorKind::OutputInvalid, "did not match")
+            .with_output(Some("{\"a\":".into()));
+        let v: serde_json::Value = serde_json::from_str(&e.to_json()).unwrap();
+        assert_eq!(v["kind"], "output_invalid");
+        assert_eq!(v["output"], "{\"a\":");
+        let plain: serde_json::Value = serde_json::from_str(&Error::config("x").to_json()).unwrap();
+        assert!(plain.get("output").is_none());
+    }
+
+    #[test]
     fn redact_removes_the_secret_from_every_field() {
         let secrets = Secrets::new(["sk-abcdef123"]);
         let e = Error::new(ErrorKind::Authentication, "bad key sk-abcdef123 given")
@@ -303,7 +341,7 @@ mod tests {
     #[test]
     fn codes_are_stable_and_distinct() {
         let codes: Vec<u32> = ErrorKind::ALL.iter().map(|k| k.code()).collect();
-        assert_eq!(codes, (1..=16).collect::<Vec<_>>());
+        assert_eq!(codes, (1..=19).collect::<Vec<_>>());
         for k in ErrorKind::ALL {
             assert_eq!(ErrorKind::from_code(k.code()), Some(k));
         }

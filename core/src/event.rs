@@ -212,7 +212,8 @@ macro_rules! events {
                         crate::vocab::FieldSpec {
                             name: stringify!($field),
                             ty: <$fty as crate::vocab::Describe>::TYPE,
-                            optional: <$fty as crate::vocab::Describe>::OPTIONAL,
+                            optional: <$fty as crate::vocab::Describe>::OPTIONAL
+                                || crate::vocab::skipped_when_empty(stringify!($($fattr)*)),
                             doc: $fdoc,
                         },
                     )* ],
@@ -355,7 +356,8 @@ events! {
         status: Option<u16>,
     }
     /// Terminal: the turn is over. `usage` is the turn total, `messages` the number of
-    /// assistant messages, `text` the final assistant message's text.
+    /// assistant messages, `text` the final assistant message's text, `output` its parsed
+    /// and validated JSON when an output schema applied to the turn.
     10 MessageComplete "message_complete" {
         /// Why the turn ended.
         stop_reason: StopReason,
@@ -365,6 +367,9 @@ events! {
         messages: u32,
         /// The final assistant message's text.
         text: String,
+        /// The parsed, validated structured output, present only when an output schema applied.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<Value>,
     }
     /// The history was compacted before the next request (automatic compaction, see
     /// `compaction` in the configuration): `messages_*` count the history's messages,
@@ -379,6 +384,19 @@ events! {
         tokens_before: u64,
         /// The history's size in tokens after (estimated in the same measure).
         tokens_after: u64,
+    }
+    /// An answer did not match the output schema: it stays in the history, the
+    /// validation error goes back to the model in a user message, and another request
+    /// follows (emitted before that request starts).
+    12 OutputRepair "output_repair" {
+        /// 0-based index of the assistant message that failed validation.
+        message: u32,
+        /// The repair about to be asked for (1 for the first).
+        attempt: u32,
+        /// The most repairs there can be (output_retries).
+        max_attempts: u32,
+        /// The validation error sent back to the model (one line, bounded).
+        error: String,
     }
 }
 
@@ -489,12 +507,14 @@ pub trait Receiver: Send {
     ) -> Flow {
         Flow::Continue
     }
+    /// `output` is the validated structured output when an output schema applied.
     fn on_message_complete(
         &mut self,
         stop_reason: &StopReason,
         usage: &Usage,
         messages: u32,
         text: &str,
+        output: Option<&Value>,
     ) -> Flow {
         Flow::Continue
     }
@@ -504,6 +524,15 @@ pub trait Receiver: Send {
         messages_after: u64,
         tokens_before: u64,
         tokens_after: u64,
+    ) -> Flow {
+        Flow::Continue
+    }
+    fn on_output_repair(
+        &mut self,
+        message: u32,
+        attempt: u32,
+        max_attempts: u32,
+        error: &str,
     ) -> Flow {
         Flow::Continue
     }
@@ -578,7 +607,8 @@ fn dispatch<R: Receiver + ?Sized>(r: &mut R, event: &Event) -> Flow {
             usage,
             messages,
             text,
-        } => r.on_message_complete(stop_reason, usage, *messages, text),
+            output,
+        } => r.on_message_complete(stop_reason, usage, *messages, text, output.as_ref()),
         Event::HistoryCompacted {
             messages_before,
             messages_after,
@@ -590,6 +620,12 @@ fn dispatch<R: Receiver + ?Sized>(r: &mut R, event: &Event) -> Flow {
             *tokens_before,
             *tokens_after,
         ),
+        Event::OutputRepair {
+            message,
+            attempt,
+            max_attempts,
+            error,
+        } => r.on_output_repair(*message, *attempt, *max_attempts, error),
     }
 }
 
@@ -649,11 +685,35 @@ mod tests {
                     usage: Usage::default(),
                     messages: 2,
                     text: "t".into(),
+                    output: None,
                 },
                 json!({"type":"message_complete","stop_reason":"other:eos2","usage":{
                     "input_tokens":0,"output_tokens":0,"cache_read_tokens":0,
                     "cache_write_tokens":0,"reasoning_tokens":0,"reported":false},
                        "messages":2,"text":"t"}),
+            ),
+            (
+                Event::MessageComplete {
+                    stop_reason: StopReason::EndTurn,
+                    usage: Usage::default(),
+                    messages: 1,
+                    text: "{\"a\":1}".into(),
+                    output: Some(json!({"a": 1})),
+                },
+                json!({"type":"message_complete","stop_reason":"end_turn","usage":{
+                    "input_tokens":0,"output_tokens":0,"cache_read_tokens":0,
+                    "cache_write_tokens":0,"reasoning_tokens":0,"reported":false},
+                       "messages":1,"text":"{\"a\":1}","output":{"a":1}}),
+            ),
+            (
+                Event::OutputRepair {
+                    message: 0,
+                    attempt: 1,
+                    max_attempts: 2,
+                    error: "missing property".into(),
+                },
+                json!({"type":"output_repair","message":0,"attempt":1,"max_attempts":2,
+                       "error":"missing property"}),
             ),
             (
                 Event::HistoryCompacted {
@@ -686,7 +746,7 @@ mod tests {
         };
         assert_eq!(Event::type_name_of_code(ev.code()), Some(ev.type_name()));
         assert_eq!(Event::type_name_of_code(0), None);
-        assert_eq!(Event::type_name_of_code(12), None);
+        assert_eq!(Event::type_name_of_code(13), None);
         let compacted = Event::HistoryCompacted {
             messages_before: 0,
             messages_after: 0,

@@ -50,7 +50,7 @@ pub mod tool;
 pub mod transcript;
 pub mod vocab;
 
-pub use agent::{Agent, TurnControl, TurnOptions, TurnSlot, TurnSummary};
+pub use agent::{Agent, TurnControl, TurnOptions, TurnSchema, TurnSlot, TurnSummary};
 pub use compaction::{CompactOptions, Compaction};
 pub use config::{CompactionConfig, Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
@@ -58,7 +58,7 @@ pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use mcp::{McpServer, McpServers, McpToolInfo, McpTransport};
 pub use media::{Input, Media, MediaSource};
 pub use message::{Block, Message, Role, StopReason, Usage};
-pub use request::{Compat, Dialect, Effort, ProviderKind, Reasoning, ToolSpec};
+pub use request::{Compat, Dialect, Effort, OutputMode, ProviderKind, Reasoning, ToolSpec};
 pub use secret::Secrets;
 pub use tool::{FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
 pub use transcript::{EntryKind, TranscriptEntry};

@@ -157,6 +157,36 @@ impl Reasoning {
     }
 }
 
+/// How a structured answer is asked for (`output_mode`). `Native` uses the provider's
+/// structured-output field; `Tool` forces one call of a tool whose arguments are the
+/// answer, for compatible servers that lack the field; `Auto` is `Native`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputMode {
+    #[default]
+    Auto,
+    Native,
+    Tool,
+}
+
+impl OutputMode {
+    pub fn parse(s: &str) -> Option<OutputMode> {
+        match s {
+            "auto" => Some(OutputMode::Auto),
+            "native" => Some(OutputMode::Native),
+            "tool" => Some(OutputMode::Tool),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputMode::Auto => "auto",
+            OutputMode::Native => "native",
+            OutputMode::Tool => "tool",
+        }
+    }
+}
+
 /// Which OpenAI-compatible server the agent talks to, for the request fields only some
 /// servers know (reasoning switches, re-sent `reasoning_content`). `Auto` decides from
 /// `base_url`: OpenAI's and Azure's hosts, `api.deepseek.com`, port 11434 (Ollama);

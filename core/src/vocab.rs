@@ -52,6 +52,26 @@ impl Describe for Option<Value> {
     const TYPE: &'static str = "json";
 }
 
+/// Whether a field's attributes, as text, leave it out of the canonical JSON when it has
+/// no value (`skip_serializing_if`): an optional field of the description, whatever its
+/// type (`arguments` is an `Option<Value>` that is always present; `output` one that is
+/// not). Const, for the `EVENTS` table.
+pub const fn skipped_when_empty(attrs: &str) -> bool {
+    let (hay, needle) = (attrs.as_bytes(), b"skip_serializing_if".as_slice());
+    let mut i = 0;
+    while i + needle.len() <= hay.len() {
+        let mut j = 0;
+        while j < needle.len() && hay[i + j] == needle[j] {
+            j += 1;
+        }
+        if j == needle.len() {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
 /// One field of an event or record.
 #[derive(Debug, Clone, Copy)]
 pub struct FieldSpec {
@@ -557,12 +577,19 @@ mod tests {
                 usage: Usage::default(),
                 messages: 1,
                 text: "t".into(),
+                output: Some(serde_json::json!({"a": 1})),
             },
             Event::HistoryCompacted {
                 messages_before: 1,
                 messages_after: 1,
                 tokens_before: 1,
                 tokens_after: 1,
+            },
+            Event::OutputRepair {
+                message: 0,
+                attempt: 1,
+                max_attempts: 1,
+                error: "e".into(),
             },
         ];
         assert_eq!(samples.len(), EVENTS.len(), "a sample for every event");

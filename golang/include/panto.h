@@ -260,6 +260,7 @@ typedef int32_t PantoStatus;
 #define PANTO_EV_PROVIDER_RETRY 9
 #define PANTO_EV_MESSAGE_COMPLETE 10
 #define PANTO_EV_HISTORY_COMPACTED 11 /* since ABI 1.1 */
+#define PANTO_EV_OUTPUT_REPAIR 12     /* added after ABI 1.1.0 (structured output) */
 #define PANTO_EV_ERROR 256 /* with PANTO_ERROR: payload.error holds the failure */
 
 /* ---------------------------------------------------------------------------------- */
@@ -283,6 +284,12 @@ typedef int32_t PantoStatus;
 #define PANTO_ERR_TOOL 14          /* host-tool misuse (e.g. an unknown call id) */
 #define PANTO_ERR_INCOMPLETE 15    /* the turn ended before message_complete */
 #define PANTO_ERR_INTERNAL 16      /* a bug in panto, caught and reported */
+/* Structured output (the "output_schema" config key), added after ABI 1.1.0. The
+ * model's raw final text is the error JSON's "output" (panto_error_to_json). */
+#define PANTO_ERR_OUTPUT_INVALID 17   /* the answer did not match the schema after every
+                                         repair (output_retries), or was not JSON */
+#define PANTO_ERR_OUTPUT_REFUSED 18   /* the model refused to answer */
+#define PANTO_ERR_OUTPUT_TRUNCATED 19 /* the answer stopped at max_tokens; not parsed */
 
 /* block_start.kind */
 #define PANTO_BLOCK_TEXT 1
@@ -461,6 +468,10 @@ typedef struct PantoMessageComplete {
   PantoStr stop_reason;
   PantoStr text; /* the final assistant message's text */
   PantoUsage usage;  /* the turn's total */
+  /* Added after ABI 1.1.0: the validated structured output as JSON text, when an
+   * output schema applied to the turn; absent otherwise (and from older libraries,
+   * which zero-fill it). */
+  PantoStr output;
 } PantoMessageComplete;
 
 /* PANTO_EV_HISTORY_COMPACTED (since ABI 1.1): automatic compaction (the "compaction"
@@ -474,6 +485,17 @@ typedef struct PantoHistoryCompacted {
   uint64_t tokens_before;
   uint64_t tokens_after;
 } PantoHistoryCompacted;
+
+/* PANTO_EV_OUTPUT_REPAIR (added after ABI 1.1.0): the answer of assistant message
+ * `message` did not match the output schema; it stays in the history, `error` goes back
+ * to the model in a user message, and a repair request follows. */
+typedef struct PantoOutputRepair {
+  uint32_t message;
+  uint32_t attempt;      /* the repair about to be asked for (1 for the first) */
+  uint32_t max_attempts; /* output_retries */
+  uint32_t _reserved0;
+  PantoStr error; /* the validation error sent back (one line, bounded) */
+} PantoOutputRepair;
 
 /* PANTO_EV_ERROR (status PANTO_ERROR): the failure; the same fields as PantoError. */
 typedef struct PantoErrorInfo {
@@ -506,6 +528,7 @@ typedef union PantoEventPayload {
   PantoMessageComplete message_complete;
   PantoErrorInfo error;
   PantoHistoryCompacted history_compacted; /* since ABI 1.1 */
+  PantoOutputRepair output_repair;         /* added after ABI 1.1.0 */
   uint64_t _reserved[32];
 } PantoEventPayload;
 

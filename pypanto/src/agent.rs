@@ -203,6 +203,7 @@ impl Agent {
                 TurnOptions {
                     model: model.map(|m| m.to_owned()),
                     reasoning,
+                    ..TurnOptions::default()
                 },
             )
             .py_err(py)?;

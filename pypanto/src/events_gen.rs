@@ -937,8 +937,9 @@ impl ProviderRetry {
 }
 
 /// Terminal: the turn is over. `usage` is the turn total, `messages` the number of
-/// assistant messages, `text` the final assistant message's text. Terminal: the last
-/// event of a turn.
+/// assistant messages, `text` the final assistant message's text, `output` its parsed and
+/// validated JSON when an output schema applied to the turn. Terminal: the last event of
+/// a turn.
 /// (`message_complete`)
 #[pyclass(frozen, module = "panto", name = "MessageComplete")]
 pub struct MessageComplete {
@@ -950,6 +951,7 @@ pub struct MessageComplete {
     /// The final assistant message's text.
     #[pyo3(get)]
     text: String,
+    output: Option<serde_json::Value>,
 }
 
 #[pymethods]
@@ -963,7 +965,7 @@ impl MessageComplete {
     /// Positional patterns in `match` (`case MessageComplete(a, b)`), in field order.
     #[classattr]
     fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
-        PyTuple::new(py, ["stop_reason", "usage", "messages", "text"])
+        PyTuple::new(py, ["stop_reason", "usage", "messages", "text", "output"])
     }
     /// Why the turn ended.
     #[getter]
@@ -974,6 +976,12 @@ impl MessageComplete {
     #[getter]
     fn usage<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.usage.attr(py)
+    }
+    /// The parsed, validated structured output, present only when an output schema
+    /// applied.
+    #[getter]
+    fn output<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.output.attr(py)
     }
     /// The canonical JSON of this event, exactly as the core writes it.
     fn to_json(&self) -> String {
@@ -987,6 +995,9 @@ impl MessageComplete {
         d.set_item(intern!(py, "usage"), self.usage.dict_value(py)?)?;
         d.set_item(intern!(py, "messages"), self.messages.dict_value(py)?)?;
         d.set_item(intern!(py, "text"), self.text.dict_value(py)?)?;
+        if self.output.is_some() {
+            d.set_item(intern!(py, "output"), self.output.dict_value(py)?)?;
+        }
         Ok(d)
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -996,7 +1007,7 @@ impl MessageComplete {
         match other.cast::<MessageComplete>() {
             Ok(o) => {
                 let o = o.get();
-                self.stop_reason == o.stop_reason && self.usage == o.usage && self.messages == o.messages && self.text == o.text
+                self.stop_reason == o.stop_reason && self.usage == o.usage && self.messages == o.messages && self.text == o.text && self.output == o.output
             }
             Err(_) => false,
         }
@@ -1020,6 +1031,7 @@ impl MessageComplete {
             usage: self.usage.clone(),
             messages: self.messages.clone(),
             text: self.text.clone(),
+            output: self.output.clone(),
         }
     }
 }
@@ -1107,6 +1119,88 @@ impl HistoryCompacted {
     }
 }
 
+/// An answer did not match the output schema: it stays in the history, the validation
+/// error goes back to the model in a user message, and another request follows (emitted
+/// before that request starts).
+/// (`output_repair`)
+#[pyclass(frozen, module = "panto", name = "OutputRepair")]
+pub struct OutputRepair {
+    /// 0-based index of the assistant message that failed validation.
+    #[pyo3(get)]
+    message: u32,
+    /// The repair about to be asked for (1 for the first).
+    #[pyo3(get)]
+    attempt: u32,
+    /// The most repairs there can be (output_retries).
+    #[pyo3(get)]
+    max_attempts: u32,
+    /// The validation error sent back to the model (one line, bounded).
+    #[pyo3(get)]
+    error: String,
+}
+
+#[pymethods]
+impl OutputRepair {
+    /// The canonical `type` of this event (also a class attribute).
+    #[classattr]
+    #[pyo3(name = "type")]
+    fn type_name() -> &'static str {
+        "output_repair"
+    }
+    /// Positional patterns in `match` (`case OutputRepair(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "attempt", "max_attempts", "error"])
+    }
+    /// The canonical JSON of this event, exactly as the core writes it.
+    fn to_json(&self) -> String {
+        self.event().to_json()
+    }
+    /// The canonical JSON form as a dict (what `json.loads(self.to_json())` gives).
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "type"), intern!(py, "output_repair"))?;
+        d.set_item(intern!(py, "message"), self.message.dict_value(py)?)?;
+        d.set_item(intern!(py, "attempt"), self.attempt.dict_value(py)?)?;
+        d.set_item(intern!(py, "max_attempts"), self.max_attempts.dict_value(py)?)?;
+        d.set_item(intern!(py, "error"), self.error.dict_value(py)?)?;
+        Ok(d)
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr_of(py, "OutputRepair", &self.to_dict(py)?)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.cast::<OutputRepair>() {
+            Ok(o) => {
+                let o = o.get();
+                self.message == o.message && self.attempt == o.attempt && self.max_attempts == o.max_attempts && self.error == o.error
+            }
+            Err(_) => false,
+        }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
+    }
+}
+
+impl OutputRepair {
+    /// The core's event, for its canonical JSON.
+    fn event(&self) -> Event {
+        Event::OutputRepair {
+            message: self.message.clone(),
+            attempt: self.attempt.clone(),
+            max_attempts: self.max_attempts.clone(),
+            error: self.error.clone(),
+        }
+    }
+}
+
 /// The Python object for an event (moves its fields, no copy of its strings).
 pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
     Ok(match ev {
@@ -1137,11 +1231,14 @@ pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
         Event::ProviderRetry { message, attempt, max_attempts, delay_ms, reason, status } => {
             Py::new(py, ProviderRetry { message, attempt, max_attempts, delay_ms, reason, status })?.into_any()
         }
-        Event::MessageComplete { stop_reason, usage, messages, text } => {
-            Py::new(py, MessageComplete { stop_reason, usage, messages, text })?.into_any()
+        Event::MessageComplete { stop_reason, usage, messages, text, output } => {
+            Py::new(py, MessageComplete { stop_reason, usage, messages, text, output })?.into_any()
         }
         Event::HistoryCompacted { messages_before, messages_after, tokens_before, tokens_after } => {
             Py::new(py, HistoryCompacted { messages_before, messages_after, tokens_before, tokens_after })?.into_any()
+        }
+        Event::OutputRepair { message, attempt, max_attempts, error } => {
+            Py::new(py, OutputRepair { message, attempt, max_attempts, error })?.into_any()
         }
         // `Event` is non-exhaustive: a core newer than this description.
         other => Py::new(py, UnknownEvent::new(other))?.into_any(),
@@ -1162,5 +1259,6 @@ pub fn register_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ProviderRetry>()?;
     m.add_class::<MessageComplete>()?;
     m.add_class::<HistoryCompacted>()?;
+    m.add_class::<OutputRepair>()?;
     Ok(())
 }

@@ -444,6 +444,14 @@ def render_rust_event(v: Vocab, ev: Dict[str, Any]) -> str:
                 f"            d.set_item({key}, v.dict_value(py)?)?;\n"
                 "        }\n"
             )
+        elif f.get("optional"):
+            # An optional json field (already an Option): left out when None, as the
+            # canonical JSON leaves it out; a json field that is not optional is null.
+            dict_items.append(
+                f"        if self.{f['name']}.is_some() {{\n"
+                f"            d.set_item({key}, self.{f['name']}.dict_value(py)?)?;\n"
+                "        }\n"
+            )
         else:
             dict_items.append(f"        d.set_item({key}, self.{f['name']}.dict_value(py)?)?;\n")
     eq = " && ".join(f"self.{f['name']} == o.{f['name']}" for f in fields) or "true"

@@ -271,10 +271,11 @@ class ProviderRetry(_Event):
 @final
 class MessageComplete(_Event):
     """Terminal: the turn is over. `usage` is the turn total, `messages` the number of
-    assistant messages, `text` the final assistant message's text.
+    assistant messages, `text` the final assistant message's text, `output` its
+    parsed and validated JSON when an output schema applied to the turn.
     """
     type: ClassVar[Literal["message_complete"]]
-    __match_args__ = ("stop_reason", "usage", "messages", "text")
+    __match_args__ = ("stop_reason", "usage", "messages", "text", "output")
     @property
     def stop_reason(self) -> str:
         """Why the turn ended."""
@@ -290,6 +291,12 @@ class MessageComplete(_Event):
     @property
     def text(self) -> str:
         """The final assistant message's text."""
+        ...
+    @property
+    def output(self) -> Optional[Dict[str, Any]]:
+        """The parsed, validated structured output, present only when an output schema
+        applied.
+        """
         ...
 
 @final
@@ -320,6 +327,31 @@ class HistoryCompacted(_Event):
         ...
 
 @final
+class OutputRepair(_Event):
+    """An answer did not match the output schema: it stays in the history, the
+    validation error goes back to the model in a user message, and another request
+    follows (emitted before that request starts).
+    """
+    type: ClassVar[Literal["output_repair"]]
+    __match_args__ = ("message", "attempt", "max_attempts", "error")
+    @property
+    def message(self) -> int:
+        """0-based index of the assistant message that failed validation."""
+        ...
+    @property
+    def attempt(self) -> int:
+        """The repair about to be asked for (1 for the first)."""
+        ...
+    @property
+    def max_attempts(self) -> int:
+        """The most repairs there can be (output_retries)."""
+        ...
+    @property
+    def error(self) -> str:
+        """The validation error sent back to the model (one line, bounded)."""
+        ...
+
+@final
 class UnknownEvent(_Event):
     """An event of a type this version of the package does not know (a newer core).
     Its ``type`` is ``"unknown"`` (so ``ev.type`` narrows a union of events); the
@@ -341,6 +373,7 @@ _AnyEvent = Union[
     ProviderRetry,
     MessageComplete,
     HistoryCompacted,
+    OutputRepair,
     UnknownEvent,
 ]
 # --- end of the generated part ---

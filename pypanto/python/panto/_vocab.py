@@ -17,6 +17,7 @@ from ._native import (
     MessageComplete,
     MessageEnd,
     MessageStart,
+    OutputRepair,
     ProviderRetry,
     ToolCallStart,
     ToolDetails,
@@ -33,6 +34,7 @@ __all__ = [
     "MessageComplete",
     "MessageEnd",
     "MessageStart",
+    "OutputRepair",
     "ProviderRetry",
     "ToolCallStart",
     "ToolDetails",
@@ -55,6 +57,9 @@ __all__ = [
     "ToolError",
     "IncompleteStreamError",
     "InternalError",
+    "OutputInvalidError",
+    "OutputRefusedError",
+    "OutputTruncatedError",
     "UnprocessableEntityError",
     "InternalServerError",
     "RequestTimeoutError",
@@ -176,6 +181,28 @@ class InternalError(PantoError):
     kind = "internal"
 
 
+class OutputInvalidError(PantoError):
+    """The final answer did not match the output schema (or was not JSON) after every
+    repair; the raw text is on the error.
+    """
+
+    kind = "output_invalid"
+
+
+class OutputRefusedError(PantoError):
+    """The model refused to give the structured answer; the message carries the refusal."""
+
+    kind = "output_refused"
+
+
+class OutputTruncatedError(PantoError):
+    """The structured answer stopped at the output limit (max_tokens) and was not
+    parsed.
+    """
+
+    kind = "output_truncated"
+
+
 class UnprocessableEntityError(BadRequestError):
     """The provider could not process the request's content (HTTP 422)."""
 
@@ -216,6 +243,9 @@ ERROR_CLASSES: Dict[str, Type[PantoError]] = {
     "tool": ToolError,
     "incomplete": IncompleteStreamError,
     "internal": InternalError,
+    "output_invalid": OutputInvalidError,
+    "output_refused": OutputRefusedError,
+    "output_truncated": OutputTruncatedError,
 }
 
 #: The narrower class of an error with an HTTP status, by ``(kind, status)``;
@@ -242,15 +272,17 @@ Event = Union[
     ProviderRetry,
     MessageComplete,
     HistoryCompacted,
+    OutputRepair,
     UnknownEvent,
 ]
 Event.__doc__ = """Any event a stream yields: the union of the event classes (``MessageStart``,
 ``BlockStart``, ``ContentDelta``, ``ToolDetails``, ``BlockComplete``, ``MessageEnd``,
 ``ToolCallStart``, ``ToolResult``, ``ProviderRetry``, ``MessageComplete``,
-``HistoryCompacted``, and ``UnknownEvent`` for a type this version does not know). Every
-event has ``type`` (its snake_case name), ``to_dict()`` and ``to_json()`` (the canonical
-JSON every binding prints); ``ev.type == "content_delta"``, ``isinstance`` and ``match``
-narrow it for a type checker. ``MessageComplete`` is always the last event."""
+``HistoryCompacted``, ``OutputRepair``, and ``UnknownEvent`` for a type this version
+does not know). Every event has ``type`` (its snake_case name), ``to_dict()`` and
+``to_json()`` (the canonical JSON every binding prints); ``ev.type == "content_delta"``,
+``isinstance`` and ``match`` narrow it for a type checker. ``MessageComplete`` is always
+the last event."""
 
 #: The class of each event type, in the core's order (``Event::TYPES``).
 EVENT_CLASSES: Dict[str, type] = {
@@ -265,6 +297,7 @@ EVENT_CLASSES: Dict[str, type] = {
     "provider_retry": ProviderRetry,
     "message_complete": MessageComplete,
     "history_compacted": HistoryCompacted,
+    "output_repair": OutputRepair,
 }
 
 #: The attributes of each event type, in the order of its canonical JSON form:
@@ -332,12 +365,19 @@ EVENT_FIELDS: Dict[str, Tuple[Tuple[str, str, bool], ...]] = {
         ("usage", "usage", False),
         ("messages", "u32", False),
         ("text", "string", False),
+        ("output", "json", True),
     ),
     "history_compacted": (
         ("messages_before", "u64", False),
         ("messages_after", "u64", False),
         ("tokens_before", "u64", False),
         ("tokens_after", "u64", False),
+    ),
+    "output_repair": (
+        ("message", "u32", False),
+        ("attempt", "u32", False),
+        ("max_attempts", "u32", False),
+        ("error", "string", False),
     ),
 }
 
@@ -381,6 +421,9 @@ CONFIG_KEYS: Tuple[str, ...] = (
     "compat",
     "mcp_servers",
     "store",
+    "output_schema",
+    "output_retries",
+    "output_mode",
 )
 
 
@@ -589,6 +632,23 @@ class AgentOptions(TypedDict, total=False):
     """openai-responses: keep responses on the server (store: true) and send only what
     follows the last one (previous_response_id); default: stateless, the whole
     history each time. (default False)
+    """
+
+    output_schema: Optional[Dict[str, Any]]
+    """JSON Schema (an object at the root) every turn's final answer must match: the
+    answer is JSON, validated, and message_complete carries it as output (default:
+    plain text).
+    """
+
+    output_retries: Optional[int]
+    """Repair requests after an answer that does not match output_schema; then the turn
+    fails with output_invalid. (default 1; at most 10)
+    """
+
+    output_mode: Optional[Literal["auto", "native", "tool"]]
+    """How the answer is asked for: native uses the provider's structured-output field,
+    tool forces one call of an output tool (for compatible servers that lack the
+    field; no other tool can be used then); auto is native. (default "auto")
     """
 
 
