@@ -1798,6 +1798,20 @@ out:
 /* ------------------------------------------------------------------------------------ */
 
 
+/* docs/mcp.md's C example: MCP servers declared in the configuration JSON start at the
+ * agent's first turn, so making the agent starts nothing (no uvx is needed here). */
+static void test_mcp_config_from_the_docs(void) {
+  PantoAgent *agent = NULL;
+  PantoError *err = NULL;
+  const char *cfg = "{\"model\":\"gpt-4o-mini\",\"mcp_servers\":{"
+                    "\"time\":{\"command\":\"uvx\",\"args\":[\"mcp-server-time\"]}}}";
+  panto_agent_new(cfg, strlen(cfg), &agent, &err);
+  CHECK(agent != NULL && err == NULL);
+out:
+  if (err != NULL) panto_error_free(err);
+  panto_agent_free(agent);
+}
+
 /* MCP servers through the config JSON: the fixture server (tests/mcp/fixture_server.py,
  * from the venv run.sh makes with tests/mcp/venv.sh, $PANTO_MCP_VENV) answers fx__echo;
  * freeing the agent stops it and its stop thread. */
@@ -1959,6 +1973,7 @@ static const struct {
     {"abi_version", test_abi_version},
     {"host_tool_turn", test_host_tool_turn},
     {"mcp_server_tools", test_mcp_server_tools},
+    {"mcp_config_from_the_docs", test_mcp_config_from_the_docs},
     {"error_is_sticky_with_payload", test_error_is_sticky_with_payload},
     {"cancel_from_another_thread", test_cancel_from_another_thread},
     {"free_mid_turn", test_free_mid_turn},
