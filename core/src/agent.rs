@@ -160,9 +160,13 @@ impl Receiver for Discard {
 /// How a turn ended, when it ended well (the same data as `message_complete`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnSummary {
+    /// Why the turn ended (`end_turn`, `max_tokens`, `max_steps`, …).
     pub stop_reason: StopReason,
+    /// The turn's token usage: the sum over its responses.
     pub usage: Usage,
+    /// The number of assistant messages of the turn.
     pub messages: u32,
+    /// The final assistant message's text.
     pub text: String,
     /// The validated structured output, when an output schema applied to the turn.
     pub output: Option<serde_json::Value>,
@@ -172,7 +176,9 @@ pub struct TurnSummary {
 /// are submitted. Create one per turn and keep a clone to cancel or answer from anywhere.
 #[derive(Debug, Clone, Default)]
 pub struct TurnControl {
+    /// Cancels the turn (and its tools) when cancelled.
     pub cancel: CancellationToken,
+    /// Where host-tool results are submitted.
     pub host: HostToolResults,
 }
 
@@ -231,6 +237,8 @@ impl Drop for TurnSlot {
 }
 
 impl Agent {
+    /// An agent with this configuration, validated first (a `config` error names the key).
+    /// Nothing is sent, and no MCP server starts, before the first turn.
     pub fn new(config: Config) -> Result<Agent> {
         config.validate()?;
         let mcp = if config.mcp_servers.is_empty() {
@@ -285,6 +293,7 @@ impl Agent {
         Agent::new(Config::from_json(json)?)
     }
 
+    /// The agent's configuration.
     pub fn config(&self) -> &Config {
         &self.inner.config
     }
@@ -452,6 +461,7 @@ impl Agent {
         Ok(())
     }
 
+    /// Empties the conversation; `busy` during a turn.
     pub fn clear_history(&self) -> Result<()> {
         self.set_history(Vec::new())
     }

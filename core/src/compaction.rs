@@ -61,14 +61,21 @@ impl Default for CompactOptions {
 /// is the estimate of the new history in the same measure ([`scaled_estimate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Compaction {
+    /// Whether the history changed (false: nothing was older than the kept messages).
     pub changed: bool,
+    /// Messages before the compaction.
     pub messages_before: u64,
+    /// Messages after it.
     pub messages_after: u64,
+    /// Tokens of the history before (see the type's documentation).
     pub tokens_before: u64,
+    /// Estimated tokens of the history after.
     pub tokens_after: u64,
 }
 
 impl Compaction {
+    /// The report as JSON (`{changed, messages_before, messages_after, tokens_before,
+    /// tokens_after}`).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }

@@ -12,7 +12,7 @@
 //!   from different runtimes (a push caller's own, the pull adapter's workers), and some
 //!   of those stop being driven between turns (a current-thread runtime outside
 //!   `block_on`); a turn therefore only ever reuses connections its own runtime drives.
-//! - the transport settings the HTTP stack takes per client ([`ClientSettings`]).
+//! - the transport settings the HTTP stack takes per client (`ClientSettings`).
 //!
 //! Everything that belongs to one agent — the API key, custom headers, the endpoint —
 //! goes with each request, never into a client, so a shared connection carries no
@@ -228,6 +228,9 @@ impl std::fmt::Debug for Transport {
 }
 
 impl Transport {
+    /// The transport of this configuration: its client settings, request headers
+    /// (credentials marked sensitive) and endpoint; a `config` error for a header that is
+    /// not a valid HTTP header.
     pub fn new(config: &Config) -> Result<Transport> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -29,7 +29,12 @@ pub enum MediaSource {
     /// The provider fetches it (an `https:` URL; OpenAI also takes a `data:` URL).
     Url(String),
     /// The bytes themselves, sent base64-encoded.
-    Bytes { media_type: String, data: Bytes },
+    Bytes {
+        /// The content's media type (`image/png`, `application/pdf`, …).
+        media_type: String,
+        /// The content.
+        data: Bytes,
+    },
 }
 
 /// An image or a document: its content and, where known, its file name (OpenAI needs
@@ -37,7 +42,9 @@ pub enum MediaSource {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "MediaJson", into = "MediaJson")]
 pub struct Media {
+    /// Where the content is.
     pub source: MediaSource,
+    /// Its file name, where known.
     pub name: Option<String>,
     /// For a URL: the media type, when the caller gave one (never guessed).
     pub url_media_type: Option<String>,
@@ -260,6 +267,7 @@ pub struct Input {
 }
 
 impl Input {
+    /// An empty input (add parts with the builder methods).
     pub fn new() -> Input {
         Input::default()
     }
@@ -303,6 +311,7 @@ impl Input {
         Input { parts }
     }
 
+    /// The parts, in order.
     pub fn into_parts(self) -> Vec<Block> {
         self.parts
     }

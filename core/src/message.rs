@@ -17,8 +17,11 @@ pub const HISTORY_VERSION: u32 = 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// The person (or program) talking to the model.
     User,
+    /// The model.
     Assistant,
+    /// Tool results, answering the assistant message before it.
     Tool,
 }
 
@@ -26,25 +29,36 @@ pub enum Role {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Block {
+    /// Text.
     Text {
+        /// The text.
         text: String,
     },
+    /// The model's reasoning (thinking, or its summary).
     Reasoning {
+        /// The reasoning text.
         text: String,
+        /// The provider's signature of the reasoning, sent back with it (Anthropic).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signature: Option<String>,
     },
+    /// Reasoning the provider sent encrypted (Anthropic's redacted thinking).
     RedactedReasoning {
+        /// The encrypted data, sent back verbatim.
         data: String,
     },
     /// A tool call. `arguments` holds the parsed JSON; when the model sent arguments that
     /// do not parse, `arguments` is absent and the raw text is kept in `arguments_raw`
     /// (such a call is answered with an error result, never executed).
     ToolCall {
+        /// The call's id, which its result names.
         call_id: String,
+        /// The tool's name.
         name: String,
+        /// The arguments, parsed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arguments: Option<Value>,
+        /// The arguments as the model sent them, when they did not parse.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arguments_raw: Option<String>,
     },
@@ -52,10 +66,15 @@ pub enum Block {
     /// parts (text and images) keeps them, in order, in `parts` (absent when it returned
     /// plain text), and `output` is then the text of its text parts.
     ToolResult {
+        /// The id of the call this answers.
         call_id: String,
+        /// The tool's name.
         name: String,
+        /// The text the model reads.
         output: String,
+        /// Whether this is an error result.
         is_error: bool,
+        /// The parts (text and images) the tool returned, in order; empty for plain text.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         parts: Vec<Block>,
     },
@@ -74,7 +93,9 @@ pub enum Block {
     /// `openai-responses`); it is sent back only to that provider, and never announced by
     /// block events.
     Opaque {
+        /// The wire format the block came from (`anthropic`, `gemini`, `openai-responses`).
         provider: String,
+        /// The block, exactly as the provider sent it.
         block: Value,
     },
 }
@@ -131,6 +152,7 @@ const fn content_type(
 }
 
 impl Block {
+    /// A text block.
     pub fn text(text: impl Into<String>) -> Block {
         Block::Text { text: text.into() }
     }
@@ -139,11 +161,14 @@ impl Block {
 /// One complete message of the conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// Who wrote it.
     pub role: Role,
+    /// Its blocks, in order.
     pub content: Vec<Block>,
 }
 
 impl Message {
+    /// A user message of one text block.
     pub fn user(text: impl Into<String>) -> Message {
         Message {
             role: Role::User,
@@ -180,10 +205,16 @@ impl Message {
 /// response of the turn was; otherwise its counts cover the responses that were.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Input tokens, as the provider counts them (OpenAI's count includes cached ones,
+    /// Anthropic's does not).
     pub input_tokens: u64,
+    /// Output tokens, as the provider counts them.
     pub output_tokens: u64,
+    /// Input tokens read from the provider's prompt cache.
     pub cache_read_tokens: u64,
+    /// Input tokens written to the provider's prompt cache.
     pub cache_write_tokens: u64,
+    /// Output tokens spent on reasoning, where the provider reports them.
     pub reasoning_tokens: u64,
     /// Absent in JSON written before it existed: such a count was never known to be real.
     #[serde(default)]
@@ -280,6 +311,7 @@ macro_rules! stop_reasons {
         }
 
         impl StopReason {
+            /// The stop reason as written in JSON (`end_turn`, `other:<raw>`).
             pub fn as_string(&self) -> String {
                 match self {
                     $( StopReason::$variant => $value.into(), )+

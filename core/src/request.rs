@@ -14,7 +14,9 @@ use serde_json::Value;
 /// Which wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderKind {
+    /// OpenAI Chat Completions and every server compatible with it.
     OpenAi,
+    /// Anthropic Messages.
     Anthropic,
     /// Google Gemini's own API (`streamGenerateContent`).
     Gemini,
@@ -24,6 +26,8 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
+    /// The provider kind of its configuration name (`openai`, `anthropic`, `gemini`,
+    /// `openai-responses`), or `None`.
     pub fn parse(name: &str) -> Option<ProviderKind> {
         match name {
             "openai" => Some(ProviderKind::OpenAi),
@@ -33,6 +37,7 @@ impl ProviderKind {
             _ => None,
         }
     }
+    /// The configuration name of the provider kind.
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::OpenAi => "openai",
@@ -46,9 +51,12 @@ impl ProviderKind {
 /// A tool as declared to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// The tool's name, as the model calls it.
     pub name: String,
+    /// What the tool does, for the model.
     #[serde(default)]
     pub description: String,
+    /// The JSON Schema of the tool's arguments object.
     #[serde(default = "empty_object_schema")]
     pub parameters: Value,
 }
@@ -113,13 +121,18 @@ pub(crate) fn empty_object_schema() -> Value {
 /// allows it; `low` / `medium` / `high` ask for more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effort {
+    /// Reasoning off, where the provider allows it.
     None,
+    /// A little reasoning.
     Low,
+    /// Some reasoning (the default effort of `reasoning`).
     Medium,
+    /// As much reasoning as the provider's effort scale offers.
     High,
 }
 
 impl Effort {
+    /// The effort of its configuration name (`none`, `low`, `medium`, `high`), or `None`.
     pub fn parse(s: &str) -> Option<Effort> {
         match s {
             "none" => Some(Effort::None),
@@ -129,6 +142,7 @@ impl Effort {
             _ => None,
         }
     }
+    /// The configuration name of the effort.
     pub fn as_str(self) -> &'static str {
         match self {
             Effort::None => "none",
@@ -144,11 +158,14 @@ impl Effort {
 /// default it follows the effort (see `provider::anthropic::thinking_budget`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reasoning {
+    /// How hard the model should think.
     pub effort: Effort,
+    /// The thinking budget in tokens, where the provider takes one.
     pub budget_tokens: Option<u32>,
 }
 
 impl Reasoning {
+    /// Reasoning at this effort, with the budget that follows from it.
     pub fn new(effort: Effort) -> Reasoning {
         Reasoning {
             effort,
@@ -162,13 +179,17 @@ impl Reasoning {
 /// answer, for compatible servers that lack the field; `Auto` is `Native`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OutputMode {
+    /// `Native` (the default).
     #[default]
     Auto,
+    /// The provider's structured-output field.
     Native,
+    /// One forced call of a tool whose arguments are the answer.
     Tool,
 }
 
 impl OutputMode {
+    /// The mode of its configuration name (`auto`, `native`, `tool`), or `None`.
     pub fn parse(s: &str) -> Option<OutputMode> {
         match s {
             "auto" => Some(OutputMode::Auto),
@@ -178,6 +199,7 @@ impl OutputMode {
         }
     }
 
+    /// The configuration name of the mode.
     pub fn as_str(self) -> &'static str {
         match self {
             OutputMode::Auto => "auto",
@@ -193,15 +215,23 @@ impl OutputMode {
 /// anything else is `Generic`. Ignored for Anthropic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compat {
+    /// Decide from `base_url` (the default).
     Auto,
+    /// OpenAI's own API (and Azure's).
     OpenAi,
+    /// DeepSeek's API.
     DeepSeek,
+    /// Ollama.
     Ollama,
+    /// vLLM.
     Vllm,
+    /// Any other compatible server: only the common fields.
     Generic,
 }
 
 impl Compat {
+    /// The server of its configuration name (`auto`, `openai`, `deepseek`, `ollama`,
+    /// `vllm`, `generic`), or `None`.
     pub fn parse(s: &str) -> Option<Compat> {
         match s {
             "auto" => Some(Compat::Auto),
@@ -214,6 +244,7 @@ impl Compat {
         }
     }
 
+    /// The configuration name of the server.
     pub fn as_str(self) -> &'static str {
         match self {
             Compat::Auto => "auto",

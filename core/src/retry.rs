@@ -27,11 +27,15 @@ use crate::error::{Error, ErrorKind};
 /// What the server said about retrying, extracted from a failed response's headers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RetryHints {
+    /// `x-should-retry`: `Some(true)` forces a retry, `Some(false)` forbids it.
     pub should_retry: Option<bool>,
+    /// The wait the server asked for (`retry-after-ms`, or `retry-after` in seconds or as
+    /// an HTTP date).
     pub after: Option<Duration>,
 }
 
 impl RetryHints {
+    /// The hints of a response's headers (a header that does not parse is no hint).
     pub fn from_headers(headers: &HeaderMap) -> RetryHints {
         // Names as constants (see http.rs): a lookup by string parses it at run time.
         const X_SHOULD_RETRY: HeaderName = HeaderName::from_static("x-should-retry");

@@ -25,6 +25,8 @@ impl std::fmt::Debug for Secrets {
 }
 
 impl Secrets {
+    /// The secrets to remove (values shorter than 6 bytes are not kept: removing them
+    /// would mangle ordinary text).
     pub fn new<I, S>(secrets: I) -> Secrets
     where
         I: IntoIterator<Item = S>,
@@ -41,6 +43,7 @@ impl Secrets {
         Secrets(v)
     }
 
+    /// Whether there is no secret to remove.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -66,6 +69,7 @@ impl Secrets {
         out
     }
 
+    /// Removes every secret from `text`, as [`Secrets::redact`] does.
     pub fn redact_in_place(&self, text: &mut String) {
         if self.0.is_empty() {
             return;

@@ -51,6 +51,8 @@ impl Default for SseParser {
 }
 
 impl SseParser {
+    /// A parser whose events may be at most `max_event_size` bytes (a larger one is a
+    /// `protocol` error).
     pub fn new(max_event_size: usize) -> SseParser {
         SseParser {
             max_event_size,

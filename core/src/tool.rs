@@ -25,12 +25,16 @@ use crate::request::ToolSpec;
 /// [`ToolOutput::with_parts`]); `output` is then the text of its text parts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutput {
+    /// The text the model reads.
     pub output: String,
+    /// Whether the model reads it as an error result.
     pub is_error: bool,
+    /// Text and image parts, in order (empty for plain text).
     pub parts: Vec<Block>,
 }
 
 impl ToolOutput {
+    /// A successful result of this text.
     pub fn ok(output: impl Into<String>) -> ToolOutput {
         ToolOutput {
             output: output.into(),
@@ -38,6 +42,7 @@ impl ToolOutput {
             parts: Vec::new(),
         }
     }
+    /// An error result of this text (the model reads it, and may try again).
     pub fn error(output: impl Into<String>) -> ToolOutput {
         ToolOutput {
             output: output.into(),
@@ -93,7 +98,9 @@ pub type ToolFuture = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'static>>
 /// cancelled when the turn is cancelled or the call times out; a tool that ignores it is
 /// aborted at its next await point.
 pub trait Tool: Send + Sync + 'static {
+    /// The tool's declaration (name, description, parameters), as the model sees it.
     fn spec(&self) -> ToolSpec;
+    /// Runs one call with the model's arguments; the future's output is the result.
     fn call(&self, arguments: Value, cancel: CancellationToken) -> ToolFuture;
 }
 
@@ -108,6 +115,8 @@ where
     F: Fn(Value, CancellationToken) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ToolOutput> + Send + 'static,
 {
+    /// A tool of this name, description and JSON Schema of its parameters, running `f`
+    /// for each call (with the parsed arguments and the call's cancellation token).
     pub fn new(
         name: impl Into<String>,
         description: impl Into<String>,

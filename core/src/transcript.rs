@@ -12,9 +12,13 @@ use crate::message::{Block, Message, Role};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryKind {
+    /// Text the user or the model wrote.
     Text,
+    /// The model's reasoning (thinking, or its summary).
     Reasoning,
+    /// A tool call: `text` is its arguments.
     ToolCall,
+    /// A tool's result: `text` is its output.
     ToolResult,
     /// An image or document of the user's input or of a tool's result: described, never
     /// its content.
@@ -29,19 +33,28 @@ pub enum EntryKind {
 /// and in `text` one line (`image/png, 1234 bytes`, or the URL) — never its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TranscriptEntry {
+    /// Who said it.
     pub role: Role,
+    /// What the entry shows.
     pub kind: EntryKind,
+    /// The text shown (see the type's documentation for each kind).
     pub text: String,
+    /// The tool's name (calls and results), or an attachment's file name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// The tool call's id (calls and results).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
+    /// Whether a tool result is an error result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,
+    /// An attachment's kind: `image` or `document`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attachment: Option<String>,
+    /// An attachment's media type, where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
+    /// An attachment's size in bytes (absent for a URL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
 }

@@ -75,36 +75,52 @@ pub const fn skipped_when_empty(attrs: &str) -> bool {
 /// One field of an event or record.
 #[derive(Debug, Clone, Copy)]
 pub struct FieldSpec {
+    /// The field's name in the canonical JSON.
     pub name: &'static str,
+    /// Its type, in the description's terms (`string`, `u32`, `usage`, …).
     pub ty: &'static str,
+    /// Whether the field may be absent (`null` in the canonical JSON).
     pub optional: bool,
+    /// One line of documentation (the field's first doc line in the core).
     pub doc: &'static str,
 }
 
 /// One event type.
 #[derive(Debug, Clone, Copy)]
 pub struct EventSpec {
+    /// The event's type name in the canonical JSON (`content_delta`).
     pub name: &'static str,
+    /// The Rust variant's name (`ContentDelta`), which the bindings' type names follow.
     pub variant: &'static str,
+    /// The stable code (the C ABI's `PANTO_EV_*`).
     pub code: u32,
+    /// One line of documentation.
     pub doc: &'static str,
+    /// The event's fields, in order.
     pub fields: &'static [FieldSpec],
 }
 
 /// A named object type that fields use (`usage`).
 #[derive(Debug, Clone, Copy)]
 pub struct RecordSpec {
+    /// The record's name (`usage`).
     pub name: &'static str,
+    /// The Rust type's name.
     pub variant: &'static str,
+    /// One line of documentation.
     pub doc: &'static str,
+    /// The record's fields, in order.
     pub fields: &'static [FieldSpec],
 }
 
 /// One value of a closed string set.
 #[derive(Debug, Clone, Copy)]
 pub struct ValueSpec {
+    /// The value as written in JSON.
     pub name: &'static str,
+    /// The Rust variant's name.
     pub variant: &'static str,
+    /// One line of documentation.
     pub doc: &'static str,
 }
 
@@ -112,29 +128,43 @@ pub struct ValueSpec {
 /// list (`stop_reason`'s `other:<raw>`).
 #[derive(Debug, Clone, Copy)]
 pub struct EnumSpec {
+    /// The set's name (`block_kind`).
     pub name: &'static str,
+    /// The Rust type's name.
     pub variant: &'static str,
+    /// One line of documentation.
     pub doc: &'static str,
+    /// Whether values outside the list are also taken.
     pub open: bool,
+    /// The values, in order.
     pub values: &'static [ValueSpec],
 }
 
 /// One error kind.
 #[derive(Debug, Clone, Copy)]
 pub struct KindSpec {
+    /// The kind's name in JSON (`rate_limited`).
     pub name: &'static str,
+    /// The Rust variant's name (`RateLimited`).
     pub variant: &'static str,
+    /// The stable code (the C ABI's `PANTO_ERR_*`).
     pub code: u32,
+    /// One line of documentation.
     pub doc: &'static str,
 }
 
 /// The type of a configuration key.
 #[derive(Debug, Clone, Copy)]
 pub enum KeyType {
+    /// `true` or `false`.
     Bool,
+    /// An unsigned 32-bit integer.
     U32,
+    /// An unsigned 64-bit integer.
     U64,
+    /// A number.
     F64,
+    /// A string.
     String,
     /// A string from a fixed list.
     Enum(&'static [&'static str]),
@@ -157,12 +187,19 @@ pub enum KeyType {
 /// unless given).
 #[derive(Debug, Clone, Copy)]
 pub struct Key {
+    /// The key's name (one level: `max_retries`, not `retry.max_retries`).
     pub name: &'static str,
+    /// Its type.
     pub ty: KeyType,
+    /// Its default as JSON text (`"null"`: unset unless given).
     pub default: &'static str,
+    /// Whether the key must be given.
     pub required: bool,
+    /// The least value a number may take.
     pub min: Option<u64>,
+    /// The greatest value a number may take.
     pub max: Option<u64>,
+    /// One line of documentation.
     pub doc: &'static str,
 }
 

@@ -61,14 +61,20 @@ pub enum McpTransport {
     /// A command panto starts, speaking newline-delimited JSON-RPC on its stdin and
     /// stdout. `env` is added to panto's own environment; `cwd` defaults to panto's.
     Stdio {
+        /// The program that starts the server (run directly, not through a shell).
         command: String,
+        /// The command's arguments.
         args: Vec<String>,
+        /// Environment variables added to panto's for the server.
         env: BTreeMap<String, String>,
+        /// The server's working directory (default: panto's).
         cwd: Option<String>,
     },
     /// A Streamable HTTP endpoint; every header value is a secret.
     Http {
+        /// The server's endpoint.
         url: String,
+        /// Headers sent with every request; their values are secrets.
         headers: BTreeMap<String, String>,
     },
 }
@@ -76,6 +82,7 @@ pub enum McpTransport {
 /// One MCP server of the configuration (`mcp_servers.<name>`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct McpServer {
+    /// How the server is reached.
     pub transport: McpTransport,
     /// Longest one request may go without an answer or progress (default 60 s).
     pub timeout_ms: u64,
@@ -170,16 +177,19 @@ impl McpServer {
         self
     }
 
+    /// Sets how long one request may go without an answer or progress, in milliseconds.
     pub fn with_timeout_ms(mut self, ms: u64) -> McpServer {
         self.timeout_ms = ms;
         self
     }
 
+    /// Sets what the server's tool names are prefixed with (default `<name>__`).
     pub fn with_tool_prefix(mut self, prefix: impl Into<String>) -> McpServer {
         self.tool_prefix = Some(prefix.into());
         self
     }
 
+    /// Offers only these tools, by the server's own names (default: all).
     pub fn with_enabled_tools<I, S>(mut self, tools: I) -> McpServer
     where
         I: IntoIterator<Item = S>,
@@ -189,6 +199,7 @@ impl McpServer {
         self
     }
 
+    /// Never offers these tools, by the server's own names.
     pub fn with_disabled_tools<I, S>(mut self, tools: I) -> McpServer
     where
         I: IntoIterator<Item = S>,
@@ -356,6 +367,7 @@ impl McpServers {
         Err(Error::config("mcp_servers: the MCP servers were closed"))
     }
 
+    /// Whether the set has no server.
     pub fn is_empty(&self) -> bool {
         self.inner.configs.is_empty()
     }

@@ -24,6 +24,7 @@ pub struct McpToolInfo {
     pub name: String,
     /// The server's own name for it.
     pub remote_name: String,
+    /// The tool's description, as the server gave it.
     pub description: String,
 }
 

@@ -148,6 +148,7 @@ impl Decoder {
         }
     }
 
+    /// Decodes one SSE event of the response.
     pub fn on_sse(&mut self, ev: &SseEvent<'_>, emit: Emit<'_>) -> Result<Progress> {
         if self.done {
             return Ok(Progress::Finished);

@@ -16,10 +16,15 @@ use crate::message::{Block, Message, Role, StopReason, Usage};
 /// One assistant response as decoded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecodedMessage {
+    /// The assistant message, complete.
     pub message: Message,
+    /// Why the response ended.
     pub stop_reason: StopReason,
+    /// What the provider reported the response cost.
     pub usage: Usage,
+    /// The model that answered, as the provider named it.
     pub model: String,
+    /// The provider's id of the response, when it sent one.
     pub response_id: Option<String>,
     /// Tool calls whose block the provider never closed (cut off, e.g. by max_tokens):
     /// they stay in history for the provider's sake but are never executed.

@@ -50,11 +50,17 @@ pub use crate::request::{uses_max_completion_tokens, ProviderKind, ToolSpec};
 /// Everything one request needs besides transport settings.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestParams<'a> {
+    /// The model to ask.
     pub model: &'a str,
+    /// The system prompt.
     pub system: Option<&'a str>,
+    /// Output limit of one response (`None`: the provider's).
     pub max_tokens: Option<u32>,
+    /// Sampling temperature (`None`: the provider's).
     pub temperature: Option<f64>,
+    /// The tools the model may call.
     pub tools: &'a [ToolSpec],
+    /// The conversation so far.
     pub messages: &'a [Message],
 }
 
@@ -88,7 +94,9 @@ pub struct RequestOptions<'a> {
 /// that index on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreviousResponse<'a> {
+    /// The stored response's id (`previous_response_id`).
     pub id: &'a str,
+    /// How many messages of the history the stored response covers.
     pub messages: usize,
 }
 
@@ -132,16 +140,22 @@ pub type Emit<'a> = &'a mut (dyn FnMut(Event) -> Result<()> + Send);
 /// Whether a response is over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
+    /// The response goes on: more events may follow.
     Continue,
+    /// The provider said the response is complete.
     Finished,
 }
 
 /// The streaming decoder of one response, for either provider.
 #[derive(Debug)]
 pub enum Decoder {
+    /// An OpenAI Chat Completions (or compatible) stream.
     OpenAi(openai::Decoder),
+    /// An Anthropic Messages stream.
     Anthropic(anthropic::Decoder),
+    /// A Gemini `streamGenerateContent` stream.
     Gemini(gemini::Decoder),
+    /// An OpenAI Responses stream.
     OpenAiResponses(responses::Decoder),
 }
 
@@ -151,6 +165,7 @@ impl Decoder {
         Decoder::with_limits(kind, message, DecodeLimits::default())
     }
 
+    /// A decoder of the `message`-th response of a turn, with these limits.
     pub fn with_limits(kind: ProviderKind, message: u32, limits: DecodeLimits) -> Decoder {
         let asm = Assembly::new(message, limits);
         match kind {
@@ -190,6 +205,7 @@ impl Decoder {
         self.assembly().emitted_content()
     }
 
+    /// True once the provider said the response is complete.
     pub fn is_finished(&self) -> bool {
         self.assembly().finished
     }
