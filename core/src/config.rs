@@ -444,6 +444,7 @@ impl Reasoning {
 /// `Agent::compact`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactionConfig {
+    /// Compact before a request once the history passes this many input tokens.
     pub threshold_tokens: u64,
     /// Messages kept verbatim at the end of the history (default 6).
     pub keep_last: usize,
@@ -482,12 +483,15 @@ impl Default for Timeouts {
 }
 
 impl Timeouts {
+    /// `connect_ms` as a duration.
     pub fn connect(&self) -> Duration {
         Duration::from_millis(self.connect_ms)
     }
+    /// `idle_ms` as a duration.
     pub fn idle(&self) -> Duration {
         Duration::from_millis(self.idle_ms)
     }
+    /// `request_ms` as a duration.
     pub fn request(&self) -> Duration {
         Duration::from_millis(self.request_ms)
     }
@@ -497,23 +501,36 @@ impl Timeouts {
 /// parse the JSON form with [`Config::from_json`].
 #[derive(Clone, PartialEq)]
 pub struct Config {
+    /// Which wire format the provider speaks.
     pub provider: ProviderKind,
+    /// The model to ask.
     pub model: String,
     /// As in the provider's official SDK: OpenAI's includes `/v1`, Anthropic's does not.
     pub base_url: String,
+    /// The API key (default: the provider's environment variable); `""` sends none.
     pub api_key: String,
+    /// The system prompt.
     pub system: Option<String>,
+    /// Output limit of one response (default: the provider's).
     pub max_tokens: Option<u32>,
+    /// Sampling temperature (default: the provider's).
     pub temperature: Option<f64>,
     /// Host tools: declared here, implemented by the caller (answered through
     /// `submit_tool_result`). Rust tools are added with `Agent::add_tool`.
     pub tools: Vec<ToolSpec>,
+    /// Most model requests in one turn (default 16).
     pub max_steps: u32,
+    /// Most tool calls running at once (default 4).
     pub tool_concurrency: usize,
+    /// Longest one tool call may run, in milliseconds (default 120 s).
     pub tool_timeout_ms: u64,
+    /// Retry policy for requests that fail before their first byte.
     pub retry: RetryConfig,
+    /// Network time limits.
     pub timeouts: Timeouts,
+    /// Events buffered between the turn and a slow consumer (default 256).
     pub queue_capacity: usize,
+    /// Extra HTTP headers sent with every request (credential-like ones are secrets).
     pub headers: BTreeMap<String, String>,
     /// Cap on one SSE event (default 16 MiB); larger is a `protocol` error.
     pub max_event_bytes: usize,
@@ -610,11 +627,15 @@ pub const DEFAULT_MAX_INPUT_BYTES: usize = 4 << 20;
 /// Default of `max_history_bytes`.
 pub const DEFAULT_MAX_HISTORY_BYTES: usize = 32 << 20;
 
+/// OpenAI's API, the default `base_url` of `openai` and `openai-responses`.
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+/// Anthropic's API, the default `base_url` of `anthropic`.
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+/// Google's Gemini API, the default `base_url` of `gemini`.
 pub const DEFAULT_GEMINI_BASE_URL: &str = crate::provider::gemini::DEFAULT_BASE_URL;
 
 impl ProviderKind {
+    /// The provider's own API, the default `base_url`.
     pub fn default_base_url(self) -> &'static str {
         match self {
             ProviderKind::OpenAi | ProviderKind::OpenAiResponses => DEFAULT_OPENAI_BASE_URL,
@@ -622,6 +643,7 @@ impl ProviderKind {
             ProviderKind::Gemini => DEFAULT_GEMINI_BASE_URL,
         }
     }
+    /// The environment variable the API key is read from by default.
     pub fn api_key_env(self) -> &'static str {
         match self {
             ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "OPENAI_API_KEY",
@@ -678,22 +700,27 @@ impl Config {
         }
     }
 
+    /// Sets the base URL, as the provider's SDK writes it.
     pub fn with_base_url(mut self, url: impl Into<String>) -> Config {
         self.base_url = url.into();
         self
     }
+    /// Sets the API key (`""` sends none).
     pub fn with_api_key(mut self, key: impl Into<String>) -> Config {
         self.api_key = key.into();
         self
     }
+    /// Sets the system prompt.
     pub fn with_system(mut self, system: impl Into<String>) -> Config {
         self.system = Some(system.into());
         self
     }
+    /// Sets the output limit of one response.
     pub fn with_max_tokens(mut self, n: u32) -> Config {
         self.max_tokens = Some(n);
         self
     }
+    /// Sets the sampling temperature.
     pub fn with_temperature(mut self, t: f64) -> Config {
         self.temperature = Some(t);
         self
@@ -703,58 +730,72 @@ impl Config {
         self.tools.push(spec);
         self
     }
+    /// Sets the most model requests in one turn.
     pub fn with_max_steps(mut self, n: u32) -> Config {
         self.max_steps = n;
         self
     }
+    /// Sets the most tool calls running at once.
     pub fn with_tool_concurrency(mut self, n: usize) -> Config {
         self.tool_concurrency = n;
         self
     }
+    /// Sets the longest one tool call may run, in milliseconds.
     pub fn with_tool_timeout_ms(mut self, ms: u64) -> Config {
         self.tool_timeout_ms = ms;
         self
     }
+    /// Sets the retry policy.
     pub fn with_retry(mut self, retry: RetryConfig) -> Config {
         self.retry = retry;
         self
     }
+    /// Sets the network time limits.
     pub fn with_timeouts(mut self, t: Timeouts) -> Config {
         self.timeouts = t;
         self
     }
+    /// Sets the events buffered between the turn and a slow consumer.
     pub fn with_queue_capacity(mut self, n: usize) -> Config {
         self.queue_capacity = n;
         self
     }
+    /// Sets the cap on one tool result, in bytes.
     pub fn with_max_tool_output_bytes(mut self, n: usize) -> Config {
         self.max_tool_output_bytes = n;
         self
     }
+    /// Sets the cap on one assistant message's text and tool arguments, in bytes.
     pub fn with_max_message_bytes(mut self, n: usize) -> Config {
         self.max_message_bytes = n;
         self
     }
+    /// Sets the cap on one turn's input, in bytes.
     pub fn with_max_input_bytes(mut self, n: usize) -> Config {
         self.max_input_bytes = n;
         self
     }
+    /// Sets the cap on the conversation's saved JSON, in bytes.
     pub fn with_max_history_bytes(mut self, n: usize) -> Config {
         self.max_history_bytes = n;
         self
     }
+    /// Sets reasoning control for every turn.
     pub fn with_reasoning(mut self, reasoning: Reasoning) -> Config {
         self.reasoning = Some(reasoning);
         self
     }
+    /// Turns Anthropic's prompt cache breakpoints on or off (default on).
     pub fn with_prompt_caching(mut self, on: bool) -> Config {
         self.prompt_caching = on;
         self
     }
+    /// Sets automatic compaction.
     pub fn with_compaction(mut self, compaction: CompactionConfig) -> Config {
         self.compaction = Some(compaction);
         self
     }
+    /// Says which OpenAI-compatible server this is (default: decided from `base_url`).
     pub fn with_compat(mut self, compat: Compat) -> Config {
         self.compat = compat;
         self
@@ -764,6 +805,7 @@ impl Config {
         self.mcp_servers.insert(name.into(), server);
         self
     }
+    /// `openai-responses`: lets the server keep each response (`store: true`).
     pub fn with_store(mut self, on: bool) -> Config {
         self.store = on;
         self
@@ -773,14 +815,18 @@ impl Config {
         self.output_schema = Some(schema);
         self
     }
+    /// Sets how many times an answer that does not match the output schema is sent back
+    /// for repair.
     pub fn with_output_retries(mut self, n: u32) -> Config {
         self.output_retries = n;
         self
     }
+    /// Sets how a structured answer is asked for.
     pub fn with_output_mode(mut self, mode: OutputMode) -> Config {
         self.output_mode = mode;
         self
     }
+    /// Adds an HTTP header sent with every request.
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Config {
         self.headers.insert(name.into(), value.into());
         self

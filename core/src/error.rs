@@ -123,10 +123,15 @@ impl fmt::Display for ErrorKind {
 /// the wait the server asked for before a retry when it named one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
+    /// Which kind of failure this is; the same in every language.
     pub kind: ErrorKind,
+    /// What happened, for a person (never the API key).
     pub message: String,
+    /// The HTTP status of the failed response, 0 when there was none.
     pub status: u16,
+    /// Whether repeating the same request could succeed.
     pub retryable: bool,
+    /// The provider's own error type or code, when it sent one.
     pub provider_code: Option<String>,
     /// The wait before a retry that the failed response asked for (`retry-after-ms` or
     /// `retry-after`), in milliseconds; `None` when it named none (or nothing usable).
@@ -157,6 +162,7 @@ pub const MAX_ERROR_HEADERS: usize = 64;
 pub const MAX_ERROR_HEADER_VALUE: usize = 1024;
 
 impl Error {
+    /// An error of this kind and message (no status, not retryable).
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
         Error {
             kind,
@@ -171,46 +177,58 @@ impl Error {
         }
     }
 
+    /// A `config` error: the configuration or a call's arguments are invalid.
     pub fn config(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Config, message)
     }
+    /// A `protocol` error: the stream's data is malformed.
     pub fn protocol(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Protocol, message)
     }
+    /// An `incomplete` error: the response ended before the provider said it finished.
     pub fn incomplete(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Incomplete, message)
     }
+    /// A `cancelled` error: the turn was cancelled.
     pub fn cancelled() -> Error {
         Error::new(ErrorKind::Cancelled, "the turn was cancelled")
     }
+    /// An `internal` error: a bug in panto.
     pub fn internal(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Internal, message)
     }
 
+    /// Sets the HTTP status.
     pub fn with_status(mut self, status: u16) -> Error {
         self.status = status;
         self
     }
+    /// Sets whether retrying could succeed.
     pub fn with_retryable(mut self, retryable: bool) -> Error {
         self.retryable = retryable;
         self
     }
+    /// Sets the provider's error type or code.
     pub fn with_provider_code(mut self, code: Option<String>) -> Error {
         self.provider_code = code;
         self
     }
+    /// Sets the wait the server asked for before a retry, in milliseconds.
     pub fn with_retry_after_ms(mut self, ms: Option<u64>) -> Error {
         self.retry_after_ms = ms;
         self
     }
+    /// Sets the provider's request id.
     pub fn with_request_id(mut self, id: Option<String>) -> Error {
         self.request_id = id;
         self
     }
+    /// Sets the failed response's headers (already redacted and capped).
     pub fn with_headers(mut self, headers: Vec<(String, String)>) -> Error {
         self.headers = headers;
         self
     }
+    /// Sets the model's raw final text of a structured-output failure.
     pub fn with_output(mut self, output: Option<String>) -> Error {
         self.output = output.map(Box::new);
         self
@@ -288,6 +306,7 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// A result whose error is panto's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[cfg(test)]

@@ -414,6 +414,7 @@ impl Event {
         serde_json::to_string(self).unwrap_or_default()
     }
 
+    /// True for `message_complete`, the last event of every turn.
     pub fn is_terminal(&self) -> bool {
         matches!(self, Event::MessageComplete { .. })
     }
@@ -422,6 +423,7 @@ impl Event {
 /// Whether the loop should go on after delivering an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
+    /// Go on with the turn.
     Continue,
     /// Stop the turn: the loop cancels what is running, leaves the history valid and
     /// ends with a `cancelled` error.
@@ -446,6 +448,7 @@ pub enum Flow {
 /// ```
 #[allow(unused_variables)]
 pub trait Receiver: Send {
+    /// Receives every event, first; the default calls the per-event method below.
     fn on_event(&mut self, event: Event) -> Flow {
         dispatch(self, &event)
     }
@@ -458,24 +461,32 @@ pub trait Receiver: Send {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
         Poll::Ready(Flow::Continue)
     }
+    /// `message_start`: a response of the model began (`message` is its index in the turn).
     fn on_message_start(&mut self, message: u32, model: &str, response_id: Option<&str>) -> Flow {
         Flow::Continue
     }
+    /// `block_start`: a content block of kind `kind` opened.
     fn on_block_start(&mut self, message: u32, block: u32, kind: BlockKind) -> Flow {
         Flow::Continue
     }
+    /// `content_delta`: text (or reasoning, or tool arguments) of a block arrived.
     fn on_content_delta(&mut self, message: u32, block: u32, kind: DeltaKind, text: &str) -> Flow {
         Flow::Continue
     }
+    /// `tool_details`: a tool-call block's call id and tool name are known.
     fn on_tool_details(&mut self, message: u32, block: u32, call_id: &str, name: &str) -> Flow {
         Flow::Continue
     }
+    /// `block_complete`: a block is complete; `content` is its canonical form.
     fn on_block_complete(&mut self, message: u32, block: u32, content: &Block) -> Flow {
         Flow::Continue
     }
+    /// `message_end`: the response ended, with its stop reason and usage.
     fn on_message_end(&mut self, message: u32, stop_reason: &StopReason, usage: &Usage) -> Flow {
         Flow::Continue
     }
+    /// `tool_call_start`: a complete tool call is about to run (`host`: the caller answers
+    /// it with a host-tool result).
     fn on_tool_call_start(
         &mut self,
         message: u32,
@@ -486,6 +497,7 @@ pub trait Receiver: Send {
     ) -> Flow {
         Flow::Continue
     }
+    /// `tool_result`: a tool call's result.
     fn on_tool_result(
         &mut self,
         message: u32,
@@ -496,6 +508,8 @@ pub trait Receiver: Send {
     ) -> Flow {
         Flow::Continue
     }
+    /// `provider_retry`: a request failed before any of its answer was shown and is retried
+    /// after `delay_ms`.
     fn on_provider_retry(
         &mut self,
         message: u32,
@@ -518,6 +532,7 @@ pub trait Receiver: Send {
     ) -> Flow {
         Flow::Continue
     }
+    /// `history_compacted`: the history was compacted before the next request.
     fn on_history_compacted(
         &mut self,
         messages_before: u64,
@@ -527,6 +542,8 @@ pub trait Receiver: Send {
     ) -> Flow {
         Flow::Continue
     }
+    /// `output_repair`: an answer did not match the output schema; the error goes back to
+    /// the model and another request follows.
     fn on_output_repair(
         &mut self,
         message: u32,

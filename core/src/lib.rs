@@ -32,6 +32,8 @@
 //! - [`mcp`] — MCP servers (stdio, Streamable HTTP) whose tools the model calls like any other.
 //! - [`agent`] — the agent: conversation ownership, the turn loop, compaction.
 
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod compaction;
 pub mod config;
