@@ -15,8 +15,10 @@ started=$SECONDS
 if [ -z "${PANTO_SKIP_LINT:-}" ]; then
   step "cargo fmt --check"
   cargo fmt --all -- --check
-  step "cargo clippy (all targets, -D warnings)"
+  step "cargo clippy (all targets, -D warnings; panto and panto-pull warn on missing_docs, so an undocumented public item fails)"
   cargo clippy --workspace --all-targets --locked -- -D warnings
+  step "cargo doc of panto and panto-pull: no rustdoc warning (broken or private links)"
+  RUSTDOCFLAGS="-D warnings" cargo doc -p panto -p panto-pull --no-deps --locked
 fi
 
 step "generated files are fresh and the C header agrees with the core's vocabulary (scripts/gen.sh)"

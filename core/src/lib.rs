@@ -31,6 +31,44 @@
 //! - [`compaction`] — summarizing older history: the cut, the prompt, the rebuilt history.
 //! - [`mcp`] — MCP servers (stdio, Streamable HTTP) whose tools the model calls like any other.
 //! - [`agent`] — the agent: conversation ownership, the turn loop, compaction.
+//!
+//! A turn, pushed to a [`Receiver`] on any tokio runtime (the `panto-pull` crate gives
+//! the pull-shaped `Stream` that every other language has):
+//!
+//! ```no_run
+//! use panto::{Agent, Config, DeltaKind, Event, Flow, FnTool, ProviderKind, Receiver, ToolOutput};
+//!
+//! struct Print;
+//!
+//! impl Receiver for Print {
+//!     fn on_event(&mut self, event: Event) -> Flow {
+//!         match event {
+//!             Event::ContentDelta { kind: DeltaKind::Text, text, .. } => print!("{text}"),
+//!             Event::ToolCallStart { name, .. } => println!("→ {name}"),
+//!             _ => {}
+//!         }
+//!         Flow::Continue
+//!     }
+//! }
+//!
+//! # async fn turn() -> Result<(), panto::Error> {
+//! // The key comes from OPENAI_API_KEY; `with_base_url` points at any compatible server.
+//! let agent = Agent::new(Config::new(ProviderKind::OpenAi, "gpt-4o-mini"))?;
+//! agent.add_tool(FnTool::new(
+//!     "weather",
+//!     "Current weather of a city",
+//!     serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+//!     |args, _cancel| async move {
+//!         ToolOutput::ok(format!("18°C and sunny in {}", args["city"].as_str().unwrap_or("?")))
+//!     },
+//! ))?;
+//! let summary = agent
+//!     .run("What's the weather in Paris?", &mut Print, &Default::default(), Default::default())
+//!     .await?;
+//! println!("\n{:?}, {} tokens in", summary.stop_reason, summary.usage.input_tokens);
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

@@ -68,6 +68,8 @@
 //! # Ok::<(), panto::Error>(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod handoff;
 mod pool;
 mod readiness;

@@ -25,6 +25,7 @@ use crate::pool::{fork_generation, forked_error, on_worker, worker_for, ACTIVE};
 /// What [`Stream::next_timeout`] saw.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Next {
+    /// The next event.
     Event(Event),
     /// The stream is exhausted (`message_complete` was delivered).
     Done,
@@ -73,6 +74,8 @@ impl StreamControl {
         }
     }
 
+    /// Whether the turn was cancelled through `cancel` (a `cancel` after
+    /// `message_complete` was delivered changes nothing, so this stays false).
     pub fn is_cancelled(&self) -> bool {
         self.shared.cancelled.load(Ordering::SeqCst)
     }
@@ -238,7 +241,10 @@ pub fn compact_cancellable(
 /// `agent.stream(input)`: starts a turn as a pull [`Stream`].
 /// The input is text (`&str`, `String`) or a [`panto::Input`] of text and attachments.
 pub trait AgentStreamExt {
+    /// Starts a turn on `input` (reserving the agent: `busy` if it has a turn running;
+    /// `config` for an input past its limits).
     fn stream(&self, input: impl Into<Input>) -> Result<Stream, Error>;
+    /// [`AgentStreamExt::stream`] with this turn's options (model, reasoning, …).
     fn stream_with(&self, input: impl Into<Input>, options: TurnOptions) -> Result<Stream, Error>;
 }
 
