@@ -107,8 +107,8 @@
  *     second consumer that retries does not spin (it wakes once per call of the first);
  *     but a second consumer is still a bug: whichever thread gets in next ends the
  *     lifetime of the other thread's event.
- *     panto_stream_cancel, panto_stream_submit_tool_result, panto_stream_readiness_fd
- *     and the two diagnostics may be called from any thread at any time, including
+ *     panto_stream_cancel, panto_stream_submit_tool_result, panto_stream_readiness_fd,
+ *     panto_stream_attach and the two diagnostics may be called from any thread at any time, including
  *     while another thread is blocked in a next call. panto_stream_free must not race any
  *     other call on the stream: to stop a consumer blocked on another thread, call
  *     panto_stream_cancel, let (or make) that thread return, then free.
@@ -205,6 +205,9 @@
  *     passed through a per-stream queue, a timeout of 0 never blocked, cancel was latched
  *     and woke a waiter, and the terminal protocol above (one message_complete then
  *     PANTO_DONE forever, or one error repeated forever) tells a poller when to stop.
+ *   - ABI 1.2 added ready sets (PantoReadySet, panto_stream_attach): one descriptor for
+ *     many streams, so that waiting costs no descriptor per stream. A stream that is
+ *     never attached behaves exactly as in 1.1.
  */
 #ifndef PANTO_H
 #define PANTO_H
@@ -228,7 +231,7 @@ extern "C" {
 /* ---------------------------------------------------------------------------------- */
 
 #define PANTO_ABI_VERSION_MAJOR 1
-#define PANTO_ABI_VERSION_MINOR 1
+#define PANTO_ABI_VERSION_MINOR 2
 /* The version this header describes, in the form panto_abi_version() returns. */
 #define PANTO_ABI_VERSION ((PANTO_ABI_VERSION_MAJOR << 16) | PANTO_ABI_VERSION_MINOR)
 
@@ -325,6 +328,8 @@ typedef struct PantoStream PantoStream;
 typedef struct PantoError PantoError;
 /* Since ABI 1.1. Cancels a blocking call from another thread (panto_agent_compact). */
 typedef struct PantoCancelToken PantoCancelToken;
+/* Since ABI 1.2. One readiness descriptor for many streams (panto_stream_attach). */
+typedef struct PantoReadySet PantoReadySet;
 
 /* A borrowed UTF-8 string (see Conventions). */
 typedef struct PantoStr {
@@ -857,10 +862,76 @@ PANTO_API bool panto_stream_turn_paused(const PantoStream *stream);
  * without POSIX descriptors (Windows, in this version). */
 PANTO_API PantoStatus panto_stream_readiness_fd(const PantoStream *stream, int64_t *fd_out);
 
+/* ---------------------------------------------------------------------------------- */
+/* Ready sets (since ABI 1.2): one descriptor for many streams                         */
+/*                                                                                     */
+/* A stream's own readiness descriptor costs the process one descriptor per stream on  */
+/* top of its socket, and an event loop one registration and one wake-up per stream.   */
+/* A stream attached to a set instead reports to the set, under a token the caller     */
+/* chose: the set's one descriptor is readable exactly while a reported stream's token */
+/* waits to be taken. The loop waits on that descriptor, takes the tokens              */
+/* (panto_ready_set_take), and drains each of those streams until PANTO_PENDING.       */
+/*                                                                                     */
+/* When a stream is reported: when it turns ready — what makes a stream's own          */
+/* descriptor readable (events handed over, its end, a failure, a cancel) — after its   */
+/* consumer last got PANTO_PENDING from it (or since it was attached). Once: until a    */
+/* next call on it answers PANTO_PENDING again, it is not reported a second time. Hence */
+/* the caller's one rule, as for a stream's own descriptor: after taking a token, call  */
+/* panto_next_event_timeout(stream, &ev, 0) until PANTO_PENDING (or PANTO_DONE /         */
+/* PANTO_ERROR, after which the stream is not reported again: it answers at once). A    */
+/* stream not drained that far is not reported again — keep it on a list of your own.  */
+/* It is edge-safe: PANTO_PENDING is never returned while something arrived unreported, */
+/* so after it the next hand-off reports the stream, and a report of a set with nothing */
+/* queued turns its descriptor readable (an edge for EPOLLET or Go's netpoller). A token */
+/* may be reported for a stream that has nothing by then (its consumer drained it       */
+/* meanwhile): the drain answers PANTO_PENDING at once. The set holds each stream at    */
+/* most once. After panto_stream_free returns, the set never reports that stream's      */
+/* token again (a token taken before is the caller's to ignore).                        */
+/* ---------------------------------------------------------------------------------- */
+
+/* Since ABI 1.2. A new, empty set, owned by the caller (panto_ready_set_free), with its
+ * descriptor (non-blocking, close-on-exec: an eventfd on Linux and Android, a pipe's
+ * read end elsewhere). PANTO_ERROR (and *out NULL) if `out` is NULL, the process is out
+ * of descriptors, or on a platform without POSIX descriptors (Windows, in this
+ * version). Any thread. */
+PANTO_API PantoStatus panto_ready_set_new(PantoReadySet **out);
+
+/* Since ABI 1.2. The set's descriptor, for poll(), epoll, select(), kqueue or an event
+ * loop: readable exactly while a token waits to be taken (it may also be readable with
+ * only freed streams' entries left; panto_ready_set_take then returns 0 and clears it).
+ * The set owns it: never read, write or close it. PANTO_ERROR with *fd_out = -1 for a
+ * NULL set or fd_out (nothing written then). Never blocks; any thread. */
+PANTO_API PantoStatus panto_ready_set_fd(const PantoReadySet *set, int64_t *fd_out);
+
+/* Since ABI 1.2. Takes up to `cap` tokens of reported streams, oldest first, into
+ * tokens[0..]; returns how many. When it returns fewer than `cap`, the set was emptied
+ * and its descriptor is unreadable (until the next report); when it returns `cap`, call
+ * it again before waiting. 0 for a NULL set or tokens, or a cap of 0. Never blocks; any
+ * thread (concurrent calls each take different tokens). */
+PANTO_API size_t panto_ready_set_take(const PantoReadySet *set, uint64_t *tokens, size_t cap);
+
+/* Since ABI 1.2. Frees the set: its descriptor is made readable (a poll() already
+ * waiting returns) and closed — remove it from an epoll set or event loop first.
+ * Streams still attached keep working and are simply no longer reported; they may be
+ * freed before or after the set. NULL is a no-op. Must not race another call on this
+ * set. */
+PANTO_API void panto_ready_set_free(PantoReadySet *set);
+
+/* Since ABI 1.2. Makes `stream` report its readiness to `set` under `token` (any value
+ * the caller likes: an index, a pointer) instead of through a descriptor of its own —
+ * at once if it has something to report already. Once per stream: PANTO_ERROR if it
+ * was attached before or panto_stream_readiness_fd was called on it (a stream reports
+ * one way), and for a NULL stream or set, a poisoned stream, or a stream inherited from
+ * the parent process (in a forked child). A stream may be attached to a set freed
+ * later. Never blocks; any thread, also while another thread is in a next call. */
+PANTO_API PantoStatus panto_stream_attach(const PantoStream *stream, const PantoReadySet *set,
+                                          uint64_t token);
+
 /* Frees the stream. If its turn is still running, cancels it and waits for it to stop,
  * which is prompt (a cancelled turn stops at its next wait; no network round trip is
  * awaited); its HTTP connection is closed. The last event's strings become invalid, and
- * its readiness descriptor, if one was asked for, is made readable and closed.
+ * its readiness descriptor, if one was asked for, is made readable and closed; a ready
+ * set it is attached to never reports it again.
  * Safe from any thread, including finalizers. NULL is a no-op. Must not race another
  * call on this stream (cancel first, then let a blocked consumer return, then free). */
 PANTO_API void panto_stream_free(PantoStream *stream);

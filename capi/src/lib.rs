@@ -19,6 +19,8 @@
 //! - [`cancel`] — `PantoCancelToken`: cancels a blocking call (compaction) from any thread.
 //! - [`stream`] — `PantoStream`: next (blocking, timed, polled), the readiness
 //!   descriptor, cancel, host tools, free.
+//! - [`ready_set`] — `PantoReadySet` (ABI 1.2): one readiness descriptor for many
+//!   streams (`panto_stream_attach`).
 //! - [`record`] — the memory behind a delivered event, and its canonical JSON.
 //! - [`string`] — `PantoString`, the owned string the caller frees.
 //!
@@ -29,6 +31,7 @@ pub mod agent;
 pub mod boundary;
 pub mod cancel;
 pub mod error;
+pub mod ready_set;
 pub mod record;
 pub mod stream;
 pub mod string;

@@ -20,7 +20,7 @@ use crate::types::*;
 /// waits for it to return and reports `busy` without touching anything. `control` serves
 /// cancel, host-tool results and diagnostics from any thread without either lock.
 pub struct PantoStream {
-    control: StreamControl,
+    pub(crate) control: StreamControl,
     consumer: Mutex<Consumer>,
     /// Whether a next call is inside, and how many have returned (a waiting second
     /// caller waits for that count to move, not for the flag to drop: the first caller
@@ -30,7 +30,7 @@ pub struct PantoStream {
     /// The last delivered event or error: what the caller's `PantoEvent` points into.
     /// Written only by the next call that is inside (see `Slot`).
     current: Slot,
-    poisoned: AtomicBool,
+    pub(crate) poisoned: AtomicBool,
 }
 
 struct Consumer {
@@ -57,7 +57,7 @@ impl PantoStream {
 
     /// After a caught panic nothing about this stream can be trusted: stop its turn and
     /// fail every later call.
-    fn poison(&self) {
+    pub(crate) fn poison(&self) {
         self.poisoned.store(true, Ordering::SeqCst);
         let _ = guard("poison", || self.control.cancel());
     }

@@ -19,7 +19,7 @@ pub const PANTO_PENDING: PantoStatus = 3;
 
 /// The ABI version; the crate's major.minor (checked by a test).
 pub const PANTO_ABI_VERSION_MAJOR: u32 = 1;
-pub const PANTO_ABI_VERSION_MINOR: u32 = 1;
+pub const PANTO_ABI_VERSION_MINOR: u32 = 2;
 
 /// `PantoEvent::kind` when the call delivered no event (`PANTO_DONE`, `PANTO_PENDING`).
 pub const PANTO_EV_NONE: u32 = 0;

@@ -35,7 +35,7 @@ use panto::{Error, Event, Flow, Receiver};
 use crate::pool::ACTIVE;
 use crate::readiness::ReadyFd;
 #[cfg(unix)]
-use crate::readiness::{closed_error, Readiness};
+use crate::readiness::{closed_error, member_error, Readiness};
 
 pub(crate) type Item = Result<Event, Error>;
 
@@ -359,11 +359,35 @@ impl Shared {
         match &outbox.ready {
             ReadyFd::Open(r) => return Ok(r.raw()),
             ReadyFd::Closed => return Err(closed_error()),
+            ReadyFd::Member(_) => return Err(member_error()),
             ReadyFd::NotAsked => {}
         }
         let r = Readiness::new()?;
         let fd = r.raw();
         outbox.ready = ReadyFd::Open(r);
+        self.ready_made(&mut outbox);
+        Ok(fd)
+    }
+
+    /// Makes the stream report to `set` under `token` (see `crate::ReadySet`), at once
+    /// if it already has something to report.
+    #[cfg(unix)]
+    pub(crate) fn attach(&self, set: &crate::ReadySet, token: u64) -> std::io::Result<()> {
+        let mut outbox = self.outbox();
+        match &outbox.ready {
+            ReadyFd::NotAsked => {}
+            ReadyFd::Closed => return Err(closed_error()),
+            ReadyFd::Open(_) | ReadyFd::Member(_) => return Err(member_error()),
+        }
+        outbox.ready = ReadyFd::Member(set.membership(token));
+        self.ready_made(&mut outbox);
+        Ok(())
+    }
+
+    /// A descriptor or a set membership was just made: it reports what the stream holds
+    /// already, and from now on the consumer clears it when it runs dry.
+    #[cfg(unix)]
+    fn ready_made(&self, outbox: &mut Outbox) {
         if outbox.has_news()
             || self.cancelled.load(Ordering::SeqCst)
             || self.ahead_held.load(Ordering::SeqCst)
@@ -371,7 +395,6 @@ impl Shared {
             outbox.ready.set();
         }
         self.ready_asked.store(true, Ordering::SeqCst);
-        Ok(fd)
     }
 
     /// The consumer found nothing to report (its caller is about to say `Pending` or to
@@ -398,9 +421,7 @@ impl Shared {
     /// The stream is gone: its descriptor is made readable (a poller blocked on it
     /// returns) and closed.
     pub(crate) fn close_ready(&self) {
-        let mut outbox = self.outbox();
-        outbox.ready.set();
-        outbox.ready = ReadyFd::Closed;
+        self.outbox().ready.close();
     }
 
     pub(crate) fn outbox(&self) -> MutexGuard<'_, Outbox> {

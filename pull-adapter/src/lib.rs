@@ -73,9 +73,13 @@
 mod handoff;
 mod pool;
 mod readiness;
+#[cfg(unix)]
+mod ready_set;
 mod stream;
 
 pub use pool::{active_streams, agent_from_parent_process, fork_generation, worker_threads};
+#[cfg(unix)]
+pub use ready_set::ReadySet;
 pub use stream::{
     compact, compact_cancellable, AgentStreamExt, Events, Next, NextEvent, Stream, StreamControl,
     StreamState,

@@ -15,6 +15,10 @@ pub(crate) enum ReadyFd {
     NotAsked,
     #[cfg(unix)]
     Open(Readiness),
+    /// The stream reports to a shared set (`crate::ReadySet`) instead of a descriptor of
+    /// its own: "readable" means "its token is in the set's queue".
+    #[cfg(unix)]
+    Member(crate::ready_set::Membership),
     /// The stream was dropped: the descriptor is closed and will not be made again.
     Closed,
 }
@@ -23,17 +27,33 @@ impl ReadyFd {
     /// Makes the descriptor readable (nothing if none was asked for).
     pub(crate) fn set(&mut self) {
         #[cfg(unix)]
-        if let ReadyFd::Open(r) = self {
-            r.set();
+        match self {
+            ReadyFd::Open(r) => r.set(),
+            ReadyFd::Member(m) => m.set(),
+            _ => {}
         }
     }
 
     /// Makes it unreadable; the caller has checked that nothing waits.
     pub(crate) fn clear(&mut self) {
         #[cfg(unix)]
-        if let ReadyFd::Open(r) = self {
-            r.clear();
+        match self {
+            ReadyFd::Open(r) => r.clear(),
+            ReadyFd::Member(m) => m.clear(),
+            _ => {}
         }
+    }
+
+    /// The stream is gone: its own descriptor is made readable (a poller waiting on it
+    /// returns) and closed; a set never reports it again.
+    pub(crate) fn close(&mut self) {
+        #[cfg(unix)]
+        match self {
+            ReadyFd::Open(r) => r.set(),
+            ReadyFd::Member(m) => m.leave(),
+            _ => {}
+        }
+        *self = ReadyFd::Closed;
     }
 }
 
@@ -108,7 +128,7 @@ impl Readiness {
         self.read_fd.as_raw_fd()
     }
 
-    fn set(&mut self) {
+    pub(crate) fn set(&mut self) {
         if self.signaled {
             return;
         }
@@ -137,7 +157,7 @@ impl Readiness {
         }
     }
 
-    fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         if !self.signaled {
             return;
         }
@@ -156,6 +176,15 @@ pub(crate) fn closed_error() -> io::Error {
     io::Error::new(
         io::ErrorKind::NotConnected,
         "the stream was dropped: its readiness descriptor is closed",
+    )
+}
+
+/// Why a stream has no descriptor of its own, or cannot join a set.
+pub(crate) fn member_error() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        "the stream already reports its readiness one way (its own descriptor, or a ready \
+         set): it has one, never both",
     )
 }
 

@@ -101,6 +101,20 @@ impl StreamControl {
         self.shared.readiness_fd()
     }
 
+    /// Makes the stream report its readiness to `set` under `token` instead of through a
+    /// descriptor of its own (see [`ReadySet`](crate::ReadySet)): from now on, where its
+    /// descriptor would turn readable, its token is queued in the set — at once if it
+    /// has something to report already. Once per stream, and not with
+    /// `readiness_fd` (an `AlreadyExists` error either way); an error after the stream
+    /// was dropped (`NotConnected`) and in a forked child for a stream of the parent.
+    #[cfg(unix)]
+    pub fn attach(&self, set: &crate::ReadySet, token: u64) -> std::io::Result<()> {
+        if self.from_parent_process() {
+            return Err(std::io::Error::other(forked_error("stream").message));
+        }
+        self.shared.attach(set, token)
+    }
+
     /// True while a `next` on this stream is waiting for an event (parked, or about to
     /// park). For diagnostics, and for tests that must know the consumer is blocked.
     pub fn consumer_waiting(&self) -> bool {
@@ -339,6 +353,13 @@ impl Stream {
     #[cfg(unix)]
     pub fn readiness_fd(&self) -> std::io::Result<std::os::fd::RawFd> {
         self.control.readiness_fd()
+    }
+
+    /// Reports this stream's readiness to `set` under `token`: one descriptor for many
+    /// streams (see [`ReadySet`](crate::ReadySet) and [`StreamControl::attach`]).
+    #[cfg(unix)]
+    pub fn attach(&self, set: &crate::ReadySet, token: u64) -> std::io::Result<()> {
+        self.control.attach(set, token)
     }
 
     /// The next event, waiting without a thread: `stream.next_async().await` gives what

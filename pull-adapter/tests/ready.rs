@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use panto::{Agent, ErrorKind, Event, ProviderKind};
-use panto_pull::{active_streams, worker_threads, AgentStreamExt, Next, Stream};
+use panto_pull::{active_streams, worker_threads, AgentStreamExt, Next, ReadySet, Stream};
 use panto_testkit::{eventually, wait::HANG_GUARD as DEADLINE};
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
@@ -636,6 +636,201 @@ fn edge_triggered_epoll_never_strands_a_stream() {
             STREAMS - done
         );
         ready.extend(evs[..n as usize].iter().map(|e| e.u64 as usize));
+    }
+    // SAFETY: closes the epoll descriptor this test made.
+    unsafe { libc::close(ep) };
+    assert!(texts.iter().all(|&n| n == 1500), "{texts:?}");
+}
+
+// ---- One descriptor for many streams: `ReadySet` --------------------------------------
+
+/// Takes every token the set holds now.
+fn take_all(set: &ReadySet) -> Vec<u64> {
+    let mut all = Vec::new();
+    let mut buf = [0u64; 4];
+    loop {
+        let n = set.take(&mut buf);
+        all.extend_from_slice(&buf[..n]);
+        if n < buf.len() {
+            return all;
+        }
+    }
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// A held stream attached to `set` under `token`, read up to "Hello" through the set
+/// alone, then drained: nothing is ready and the set is unreadable.
+fn at_hello_in(set: &ReadySet, token: u64, agent: &Agent) -> Stream {
+    let mut s = agent.stream("hi").unwrap();
+    s.attach(set, token).unwrap();
+    let mut seen = Vec::new();
+    while !seen.iter().any(is_hello) {
+        assert!(readable(set.fd(), DEADLINE.as_millis() as i32), "no report");
+        let tokens = take_all(set);
+        assert!(tokens.iter().all(|&t| t == token), "{tokens:?}");
+        let (events, end) = drain_ready(&mut s);
+        assert_eq!(end.unwrap(), Next::Pending);
+        seen.extend(events);
+    }
+    s
+}
+
+#[test]
+fn a_ready_set_reports_a_stream_exactly_when_it_has_something() {
+    let _g = serial();
+    let server = held_after_hello(2);
+    let set = ReadySet::new().unwrap();
+    let (a1, a2) = (agent_for(&server), agent_for(&server));
+    let mut s1 = at_hello_in(&set, 1, &a1);
+    let mut s2 = at_hello_in(&set, 2, &a2);
+    eventually("the server to hold both", || server.held() == 2);
+    let _ = take_all(&set);
+    assert_eq!(s1.try_next().unwrap(), Next::Pending);
+    assert_eq!(s2.try_next().unwrap(), Next::Pending);
+    assert!(!readable(set.fd(), 0), "readable with nothing to report");
+    // A stream has one way to report: no descriptor of its own once attached.
+    assert!(s1.readiness_fd().is_err());
+    assert!(s1.attach(&set, 9).is_err());
+    // The rest comes for both: each is reported, drained to its end.
+    server.open_gate();
+    let mut ended = [false, false];
+    while !ended.iter().all(|&e| e) {
+        assert!(readable(set.fd(), DEADLINE.as_millis() as i32), "no report");
+        for token in take_all(&set) {
+            let s = if token == 1 { &mut s1 } else { &mut s2 };
+            let (_, end) = drain_ready(s);
+            match end.unwrap() {
+                Next::Pending => {}
+                Next::Done => ended[token as usize - 1] = true,
+                Next::Event(_) => unreachable!(),
+            }
+        }
+    }
+    // Ended streams are not reported again (their calls answer Done at once).
+    assert!(!readable(set.fd(), 0));
+    assert_eq!(s1.try_next().unwrap(), Next::Done);
+}
+
+#[test]
+fn a_cancel_wakes_a_poller_of_the_set_and_a_dropped_stream_is_never_reported() {
+    let _g = serial();
+    let server = held_after_hello(2);
+    let set = ReadySet::new().unwrap();
+    let (a1, a2) = (agent_for(&server), agent_for(&server));
+    let mut s1 = at_hello_in(&set, 1, &a1);
+    let s2 = at_hello_in(&set, 2, &a2);
+    eventually("the server to hold both", || server.held() == 2);
+    let _ = take_all(&set);
+    assert_eq!(s1.try_next().unwrap(), Next::Pending);
+    assert!(!readable(set.fd(), 0));
+    let poller = Poller::start(set.fd());
+    let control = s1.control();
+    std::thread::spawn(move || control.cancel()).join().unwrap();
+    assert!(poller.woken() & libc::POLLIN != 0);
+    assert_eq!(take_all(&set), [1]);
+    assert_eq!(s1.try_next().unwrap_err().kind, ErrorKind::Cancelled);
+    // Stream 2 is cancelled (reported), then dropped before anyone took its token.
+    s2.control().cancel();
+    assert!(readable(set.fd(), 0));
+    drop(s2);
+    assert_eq!(take_all(&set), Vec::<u64>::new());
+    assert!(!readable(set.fd(), 0));
+}
+
+#[test]
+fn a_hundred_streams_in_a_set_cost_no_descriptor_each() {
+    let _g = serial();
+    const N: usize = 100;
+    let server = held_after_hello(N);
+    let agents: Vec<Agent> = (0..N).map(|_| agent_for(&server)).collect();
+    let mut streams: Vec<Stream> = agents.iter().map(|a| a.stream("hi").unwrap()).collect();
+    eventually("the server to hold every stream", || server.held() == N);
+    let before = open_fds();
+    let set = ReadySet::new().unwrap();
+    for (i, s) in streams.iter().enumerate() {
+        s.attach(&set, i as u64).unwrap();
+    }
+    assert_eq!(
+        open_fds(),
+        before + 1,
+        "one descriptor for the set, none per stream"
+    );
+    server.open_gate();
+    let mut done = 0;
+    while done < N {
+        assert!(readable(set.fd(), DEADLINE.as_millis() as i32), "no report");
+        for t in take_all(&set) {
+            let (_, end) = drain_ready(&mut streams[t as usize]);
+            if end.unwrap() == Next::Done {
+                done += 1;
+            }
+        }
+    }
+}
+
+/// As `edge_triggered_epoll_never_strands_a_stream`, with every stream behind one set.
+#[test]
+fn edge_triggered_epoll_on_a_set_never_strands_a_stream() {
+    let _g = serial();
+    const STREAMS: usize = 24;
+    let pieces: Vec<String> = (0..1500).map(|i| format!("{} ", i % 10)).collect();
+    let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let mut ex = exchange(script::openai_text(&pieces));
+    ex["times"] = json!(STREAMS);
+    let server = TestServer::start(script::scenario(vec![ex])).unwrap();
+    let agents: Vec<Agent> = (0..STREAMS).map(|_| agent_for(&server)).collect();
+    let set = ReadySet::new().unwrap();
+    // SAFETY: epoll_create1 has no memory arguments.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0);
+    let mut ev = libc::epoll_event {
+        events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+        u64: 0,
+    };
+    // SAFETY: registers the set's descriptor with an event on the stack.
+    assert_eq!(
+        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, set.fd(), &mut ev) },
+        0
+    );
+    let mut streams: Vec<Option<Stream>> = Vec::new();
+    for (i, agent) in agents.iter().enumerate() {
+        let s = agent.stream("go").unwrap();
+        s.attach(&set, i as u64).unwrap();
+        streams.push(Some(s));
+    }
+    let mut done = 0;
+    let mut texts = vec![0usize; STREAMS];
+    while done < STREAMS {
+        // Everything reported, in batches smaller than the streams (the set stays
+        // readable between two takes: no edge is needed for the rest).
+        for t in take_all(&set) {
+            let Some(s) = streams[t as usize].as_mut() else {
+                continue;
+            };
+            let (events, end) = drain_ready(s);
+            texts[t as usize] += events
+                .iter()
+                .filter(|e| matches!(e, Event::ContentDelta { .. }))
+                .count();
+            if end.unwrap() == Next::Done {
+                streams[t as usize] = None;
+                done += 1;
+            }
+        }
+        if done == STREAMS {
+            break;
+        }
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 1];
+        // SAFETY: epoll_wait writes at most one event into `evs`.
+        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 1, DEADLINE.as_millis() as i32) };
+        assert!(
+            n > 0,
+            "{} of {STREAMS} streams stranded: no edge within {DEADLINE:?} (chunks seen {texts:?})",
+            STREAMS - done
+        );
     }
     // SAFETY: closes the epoll descriptor this test made.
     unsafe { libc::close(ep) };

@@ -1795,8 +1795,195 @@ out:
   server_stop(&srv);
 }
 
-/* ------------------------------------------------------------------------------------ */
+/* ---- Ready sets (ABI 1.2): one descriptor for many streams ------------------------- */
 
+static int open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  int n = 0;
+  while (readdir(d) != NULL) n++;
+  closedir(d);
+  return n;
+}
+
+/* Waits on the set's descriptor (poll, this thread) and drains every stream it reports
+ * (tokens are indexes into ps) until `done` says each stream got where it should; false
+ * on a 60 s wait with nothing reported. */
+static bool drive_set(PantoReadySet *set, Polled *ps, int n, bool hello) {
+  int64_t fd = -1;
+  if (panto_ready_set_fd(set, &fd) != PANTO_OK) return false;
+  for (;;) {
+    int left = 0;
+    for (int i = 0; i < n; i++)
+      if (!ps[i].over && !(hello && ps[i].hello)) left++;
+    if (left == 0) return true;
+    if (!fd_readable(fd, 60000)) return false;
+    uint64_t tokens[16];
+    size_t got;
+    do {
+      got = panto_ready_set_take(set, tokens, 16);
+      for (size_t k = 0; k < got; k++) drain_ready(&ps[tokens[k]]);
+    } while (got == 16);
+  }
+}
+
+/* 100 streams behind one set: one poll() on one descriptor serves them all, attaching
+ * costs no descriptor per stream, nothing is reported while nothing is ready, and every
+ * turn completes through the set. */
+static void test_ready_set_many_streams(void) {
+  TestServer srv;
+  PantoReadySet *set = NULL;
+  Polled *ps = calloc(POLL_STREAMS, sizeof *ps);
+  if (ps == NULL || server_start(&srv, scenario("text-held.json")) != 0) {
+    free(ps);
+    test_failed = 1;
+    return;
+  }
+  CHECK(panto_ready_set_new(NULL) == PANTO_ERROR);
+  int fds_before = open_fds();
+  CHECK(panto_ready_set_new(&set) == PANTO_OK && set != NULL);
+  CHECKF(open_fds() == fds_before + 1, "%d descriptors for a set (before: %d)", open_fds(),
+         fds_before);
+  for (int i = 0; i < POLL_STREAMS; i++) {
+    ps[i].agent = new_agent(&srv, "sk-test", NULL);
+    CHECK(ps[i].agent != NULL);
+    ps[i].stream = start(ps[i].agent, "hi");
+    CHECK(ps[i].stream != NULL);
+  }
+  StatWait held = {&srv, "held", POLL_STREAMS};
+  CHECK(wait_until(stat_is, &held, 60000));
+  fds_before = open_fds();
+  for (int i = 0; i < POLL_STREAMS; i++)
+    CHECK(panto_stream_attach(ps[i].stream, set, (uint64_t)i) == PANTO_OK);
+  CHECKF(open_fds() == fds_before, "%d descriptors after attaching (before: %d)", open_fds(),
+         fds_before);
+  /* One way to report per stream. */
+  int64_t fd = -1;
+  CHECK(panto_stream_attach(ps[0].stream, set, 0) == PANTO_ERROR);
+  CHECK(panto_stream_readiness_fd(ps[0].stream, &fd) == PANTO_ERROR && fd == -1);
+  CHECK(panto_stream_attach(NULL, set, 0) == PANTO_ERROR);
+  CHECK(panto_stream_attach(ps[0].stream, NULL, 0) == PANTO_ERROR);
+  CHECK(drive_set(set, ps, POLL_STREAMS, true));
+  for (int i = 0; i < POLL_STREAMS; i++)
+    CHECKF(ps[i].last == PANTO_PENDING && ps[i].events == 3, "stream %d: status %d, %d events",
+           i, ps[i].last, ps[i].events);
+  CHECK(panto_ready_set_fd(set, &fd) == PANTO_OK && fd >= 0);
+  uint64_t tokens[4];
+  while (panto_ready_set_take(set, tokens, 4) > 0) {
+  }
+  CHECK(!fd_readable(fd, 0));
+  CHECK(server_open_gate(&srv) == 0);
+  CHECK(drive_set(set, ps, POLL_STREAMS, false));
+  for (int i = 0; i < POLL_STREAMS; i++)
+    CHECKF(ps[i].last == PANTO_DONE && strcmp(ps[i].text, "Hello from panto.") == 0,
+           "stream %d: status %d, text '%s'", i, ps[i].last, ps[i].text);
+  CHECK(panto_ready_set_take(set, NULL, 4) == 0);
+  CHECK(panto_ready_set_take(NULL, tokens, 4) == 0);
+out:
+  for (int i = 0; i < POLL_STREAMS; i++) {
+    panto_stream_free(ps[i].stream);
+    panto_agent_free(ps[i].agent);
+  }
+  panto_ready_set_free(set);
+  free(ps);
+  server_stop(&srv);
+}
+
+/* This thread waits in poll() on a set's descriptor; another thread, once it has seen
+ * this one asleep in poll, cancels one of the set's streams: the set turns readable and
+ * reports that stream, which then answers the cancel. A stream reported and freed
+ * before anyone took its token is never reported; freeing the set while a thread polls
+ * it wakes that thread, and a stream attached to it outlives it. */
+static void test_ready_set_cancel_and_free(void) {
+  TestServer srv;
+  Polled p[2];
+  memset(p, 0, sizeof p);
+  PantoReadySet *set = NULL;
+  pthread_t th;
+  bool joined = true;
+  Canceller c;
+  memset(&c, 0, sizeof c);
+  FdPoller fp;
+  memset(&fp, 0, sizeof fp);
+  fp.handshake[0] = fp.handshake[1] = -1;
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  CHECK(panto_ready_set_new(&set) == PANTO_OK);
+  for (int i = 0; i < 2; i++) {
+    p[i].agent = new_agent(&srv, "sk-test", NULL);
+    CHECK(p[i].agent != NULL);
+    p[i].stream = start(p[i].agent, "hi");
+    CHECK(p[i].stream != NULL);
+    CHECK(panto_stream_attach(p[i].stream, set, (uint64_t)i) == PANTO_OK);
+  }
+  CHECK(drive_set(set, p, 2, true));
+  StatWait held = {&srv, "held", 2};
+  CHECK(wait_until(stat_is, &held, 60000));
+  uint64_t tokens[4];
+  while (panto_ready_set_take(set, tokens, 4) > 0) {
+  }
+  for (int i = 0; i < 2; i++) CHECK(drain_ready(&p[i]) == PANTO_PENDING);
+  int64_t fd = -1;
+  CHECK(panto_ready_set_fd(set, &fd) == PANTO_OK);
+  CHECK(!fd_readable(fd, 0));
+  c.stream = p[0].stream;
+  c.poller = current_tid();
+  CHECK(pthread_create(&th, NULL, cancel_when_blocked, &c) == 0);
+  joined = false;
+  struct pollfd f = {(int)fd, POLLIN, 0};
+  int r = poll(&f, 1, 60000);
+  CHECK(pthread_join(th, NULL) == 0);
+  joined = true;
+  CHECK(atomic_load(&c.saw_blocked));
+  CHECKF(r == 1 && (f.revents & POLLIN), "poll: %d, revents %#x", r, f.revents);
+  CHECK(panto_ready_set_take(set, tokens, 4) == 1 && tokens[0] == 0);
+  CHECK(!fd_readable(fd, 0));
+  PantoEvent ev = PANTO_EVENT_INIT;
+  CHECK(panto_next_event_timeout(p[0].stream, &ev, 0) == PANTO_ERROR);
+  CHECK(ev.payload.error.kind == PANTO_ERR_CANCELLED);
+  /* Reported (cancelled), then freed before its token was taken: never reported. */
+  CHECK(panto_stream_cancel(p[1].stream) == PANTO_OK);
+  CHECK(fd_readable(fd, 0));
+  panto_stream_free(p[1].stream);
+  p[1].stream = NULL;
+  CHECK(panto_ready_set_take(set, tokens, 4) == 0);
+  CHECK(!fd_readable(fd, 0));
+  /* Freeing the set wakes its poller; the stream attached to it goes on. */
+  CHECK(pipe(fp.handshake) == 0);
+  fp.fd = fd;
+  CHECK(pthread_create(&th, NULL, poll_fd, &fp) == 0);
+  joined = false;
+  char b;
+  CHECK(read(fp.handshake[0], &b, 1) == 1);
+  CHECK(wait_until(fd_poller_blocked, &fp, 60000));
+  panto_ready_set_free(set);
+  set = NULL;
+  CHECK(pthread_join(th, NULL) == 0);
+  joined = true;
+  CHECKF(fp.result == 1 && (fp.revents & (POLLIN | POLLNVAL)), "poll: %d, revents %#x",
+         fp.result, fp.revents);
+  CHECK(panto_next_event_timeout(p[0].stream, &ev, 0) == PANTO_ERROR);
+  CHECK(ev.payload.error.kind == PANTO_ERR_CANCELLED);
+out:
+  if (!joined) {
+    panto_stream_cancel(p[0].stream);
+    panto_ready_set_free(set);
+    set = NULL;
+    pthread_join(th, NULL);
+  }
+  if (fp.handshake[0] >= 0) close(fp.handshake[0]);
+  if (fp.handshake[1] >= 0) close(fp.handshake[1]);
+  for (int i = 0; i < 2; i++) {
+    panto_stream_free(p[i].stream);
+    panto_agent_free(p[i].agent);
+  }
+  panto_ready_set_free(set);
+  server_stop(&srv);
+}
+
+/* ------------------------------------------------------------------------------------ */
 
 /* docs/mcp.md's C example: MCP servers declared in the configuration JSON start at the
  * agent's first turn, so making the agent starts nothing (no uvx is needed here). */
@@ -1994,6 +2181,8 @@ static const struct {
     {"poll_many_streams", test_poll_many_streams},
     {"readiness_cancel_from_another_thread", test_readiness_cancel_from_another_thread},
     {"readiness_free_while_polling", test_readiness_free_while_polling},
+    {"ready_set_many_streams", test_ready_set_many_streams},
+    {"ready_set_cancel_and_free", test_ready_set_cancel_and_free},
 };
 
 int main(int argc, char **argv) {

@@ -1,0 +1,272 @@
+//! A ready set: one readiness descriptor for many streams. A stream attached to a set
+//! (`Stream::attach`) has no descriptor of its own: where it would make its own readable,
+//! it puts its token in the set's queue, and the set's one descriptor is readable exactly
+//! while that queue holds a token. The consumer waits on the set's descriptor, takes the
+//! tokens (`ReadySet::take`), and drains each of those streams until `Pending`.
+//!
+//! Why: a descriptor per waiting stream costs the process one descriptor per stream on
+//! top of its socket (10,000 streams need 20,000, past common limits), and an event loop
+//! one registration and one wake-up per stream per burst. With a set, 10,000 streams cost
+//! 10,000 sockets and one descriptor, and one wake-up of the loop serves every stream that
+//! became ready meanwhile.
+//!
+//! The rules, the same as a stream's own descriptor's with "readable" read as "reported":
+//! - a stream is reported when it turns ready (events handed over, its end, a failure, a
+//!   cancel) after its consumer last found it empty — once: until a `try_next` (or any
+//!   call that finds nothing) says `Pending` again, it is not reported a second time. So
+//!   after taking a token, drain that stream until `Pending` (or its end); a stream not
+//!   drained that far is not reported again;
+//! - the queue holds each stream at most once, and a stream reported before it was
+//!   dropped is never reported after `Stream`'s drop returned;
+//! - a token may be reported for a stream that has nothing by the time it is drained (it
+//!   was drained meanwhile by its consumer): the drain then answers `Pending` at once.
+//!
+//! Locks: a stream's outbox lock, then the set's lock (never the other way round).
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::readiness::Readiness;
+
+/// Many streams' readiness behind one descriptor (see the module docs). Dropping it
+/// makes its descriptor readable (a poller waiting on it returns) and closes it; streams
+/// still attached stay usable, and are simply no longer reported.
+pub struct ReadySet {
+    inner: Arc<SetInner>,
+    fd: std::os::fd::RawFd,
+}
+
+impl std::fmt::Debug for ReadySet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadySet").field("fd", &self.fd).finish()
+    }
+}
+
+struct SetInner {
+    state: Mutex<SetState>,
+}
+
+struct SetState {
+    /// The streams reported and not yet taken, oldest first, each at most once.
+    queue: VecDeque<Arc<Member>>,
+    /// How many entries of `queue` are streams dropped since they were queued.
+    dead: usize,
+    /// `None` once the set was dropped: reports are then dropped too.
+    readiness: Option<Readiness>,
+}
+
+struct Member {
+    token: u64,
+    /// In the set's queue now (read and written under the set's lock).
+    queued: AtomicBool,
+    /// The stream exists (cleared under the set's lock when it is dropped).
+    alive: AtomicBool,
+}
+
+/// A stream's side of its set (kept in its outbox, under its lock).
+pub(crate) struct Membership {
+    set: Arc<SetInner>,
+    member: Arc<Member>,
+    /// Reported since its consumer last found it empty (a stream's own descriptor's
+    /// "readable"): reported once per turn to ready.
+    signaled: bool,
+}
+
+impl SetInner {
+    fn state(&self) -> MutexGuard<'_, SetState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl ReadySet {
+    /// A new, empty set with its descriptor (non-blocking, close-on-exec: an eventfd on
+    /// Linux and Android, a pipe's read end elsewhere). Fails only if the process is out
+    /// of descriptors.
+    pub fn new() -> io::Result<ReadySet> {
+        let readiness = Readiness::new()?;
+        let fd = readiness.raw();
+        Ok(ReadySet {
+            inner: Arc::new(SetInner {
+                state: Mutex::new(SetState {
+                    queue: VecDeque::new(),
+                    dead: 0,
+                    readiness: Some(readiness),
+                }),
+            }),
+            fd,
+        })
+    }
+
+    /// The set's descriptor: readable exactly while a stream's token waits to be taken
+    /// (it may also be readable with only dropped streams' entries left: `take` then
+    /// returns 0 and clears it). Never read, write or close it: the set does.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.fd
+    }
+
+    /// Takes the tokens of the streams reported since the last call, oldest first, into
+    /// `tokens`; returns how many. When it returns fewer than `tokens.len()` the queue is
+    /// empty and the descriptor unreadable (until the next report: an edge).
+    pub fn take(&self, tokens: &mut [u64]) -> usize {
+        let mut state = self.inner.state();
+        let mut n = 0;
+        while n < tokens.len() {
+            let Some(member) = state.queue.pop_front() else {
+                break;
+            };
+            member.queued.store(false, Ordering::Relaxed);
+            if member.alive.load(Ordering::Relaxed) {
+                tokens[n] = member.token;
+                n += 1;
+            } else {
+                state.dead -= 1;
+            }
+        }
+        if state.queue.is_empty() {
+            if let Some(r) = state.readiness.as_mut() {
+                r.clear();
+            }
+        }
+        n
+    }
+
+    /// A stream's membership under `token`.
+    pub(crate) fn membership(&self, token: u64) -> Membership {
+        Membership {
+            set: self.inner.clone(),
+            member: Arc::new(Member {
+                token,
+                queued: AtomicBool::new(false),
+                alive: AtomicBool::new(true),
+            }),
+            signaled: false,
+        }
+    }
+}
+
+impl Drop for ReadySet {
+    fn drop(&mut self) {
+        let mut state = self.inner.state();
+        if let Some(mut r) = state.readiness.take() {
+            // A poller already waiting returns (POLLIN, or POLLNVAL after the close).
+            r.set();
+        }
+        state.queue.clear();
+        state.dead = 0;
+    }
+}
+
+impl Membership {
+    /// The stream has something to report (its outbox lock is held).
+    pub(crate) fn set(&mut self) {
+        if self.signaled {
+            return;
+        }
+        self.signaled = true;
+        let mut state = self.set.state();
+        if state.readiness.is_none() || self.member.queued.load(Ordering::Relaxed) {
+            return;
+        }
+        self.member.queued.store(true, Ordering::Relaxed);
+        state.queue.push_back(self.member.clone());
+        if let Some(r) = state.readiness.as_mut() {
+            r.set();
+        }
+    }
+
+    /// The consumer found the stream empty: the next report is a new one.
+    pub(crate) fn clear(&mut self) {
+        self.signaled = false;
+    }
+
+    /// The stream is being dropped: it is never reported again. A queued entry stays
+    /// (skipped by `take`) unless dropped streams' entries make up most of the queue, so
+    /// a set nobody takes from does not grow with the streams that come and go.
+    pub(crate) fn leave(&mut self) {
+        let mut state = self.set.state();
+        self.member.alive.store(false, Ordering::Relaxed);
+        if self.member.queued.load(Ordering::Relaxed) {
+            state.dead += 1;
+            if state.dead > 64 && state.dead * 2 > state.queue.len() {
+                state.queue.retain(|m| {
+                    let alive = m.alive.load(Ordering::Relaxed);
+                    if !alive {
+                        m.queued.store(false, Ordering::Relaxed);
+                    }
+                    alive
+                });
+                state.dead = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readable(fd: std::os::fd::RawFd) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, zero timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 1 && p.revents & libc::POLLIN != 0
+    }
+
+    #[test]
+    fn reports_each_member_once_until_cleared_and_never_after_leaving() {
+        let set = ReadySet::new().unwrap();
+        let mut a = set.membership(1);
+        let mut b = set.membership(2);
+        assert!(!readable(set.fd()));
+        a.set();
+        a.set();
+        b.set();
+        assert!(readable(set.fd()));
+        let mut buf = [0u64; 8];
+        assert_eq!(set.take(&mut buf), 2);
+        assert_eq!(&buf[..2], &[1, 2]);
+        assert!(!readable(set.fd()), "readable with nothing queued");
+        // Not cleared by its consumer: not reported again.
+        a.set();
+        assert!(!readable(set.fd()));
+        // Cleared (the consumer found it empty), then ready again: reported again.
+        a.clear();
+        a.set();
+        assert!(readable(set.fd()));
+        // Reported, then dropped before anyone took it: never reported.
+        a.leave();
+        assert_eq!(set.take(&mut buf), 0);
+        assert!(!readable(set.fd()));
+        // A small buffer takes the oldest first and leaves the set readable.
+        let mut c = set.membership(3);
+        b.clear();
+        b.set();
+        c.set();
+        let mut one = [0u64; 1];
+        assert_eq!(set.take(&mut one), 1);
+        assert_eq!(one[0], 2);
+        assert!(readable(set.fd()));
+        assert_eq!(set.take(&mut one), 1);
+        assert_eq!(one[0], 3);
+        assert_eq!(set.take(&mut one), 0);
+        assert!(!readable(set.fd()));
+    }
+
+    #[test]
+    fn dropped_members_do_not_grow_a_set_nobody_takes_from() {
+        let set = ReadySet::new().unwrap();
+        for token in 0..10_000 {
+            let mut m = set.membership(token);
+            m.set();
+            m.leave();
+        }
+        let state = set.inner.state();
+        assert!(state.queue.len() <= 130, "{} entries", state.queue.len());
+    }
+}
