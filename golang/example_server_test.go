@@ -191,9 +191,13 @@ func TestExamplesUseOnlyThePackagesAPI(t *testing.T) {
 	}
 }
 
+// ignoreDispatcher leaves out the ready set's dispatcher goroutine, which lives as long
+// as the process (wait.go).
+var ignoreDispatcher = goleak.IgnoreAnyFunction("github.com/panto/panto/panto.(*readySet).dispatch")
+
 // verifyNoLeaks is goleak.VerifyNone but for the examples' stand-in provider, which
 // serves the whole test binary.
 func verifyNoLeaks(t *testing.T) {
 	t.Helper()
-	goleak.VerifyNone(t, goleak.IgnoreAnyFunction("net/http/httptest.(*Server).goServe.func1"))
+	goleak.VerifyNone(t, goleak.IgnoreAnyFunction("net/http/httptest.(*Server).goServe.func1"), ignoreDispatcher)
 }

@@ -91,12 +91,16 @@ func goRaw(s C.PantoStr) json.RawMessage {
 	return json.RawMessage(C.GoBytes(unsafe.Pointer(s.ptr), C.int(s.len)))
 }
 
-// cString copies s into C memory (the library never keeps input pointers).
+// cString passes s to the library as its (pointer, length) input: a pointer into the
+// string's own bytes, which hold no Go pointers, so cgo allows it, and the library
+// never keeps an input pointer after the call. No C allocation: a malloc and a free per
+// argument were two more cgo calls per turn, unbounded (see wait.go, calls), and each
+// one that a loaded machine preempted handed its P to a new thread.
 func cString(s string) (*C.char, C.size_t) {
 	if len(s) == 0 {
 		return nil, 0
 	}
-	return (*C.char)(C.CBytes([]byte(s))), C.size_t(len(s))
+	return (*C.char)(unsafe.Pointer(unsafe.StringData(s))), C.size_t(len(s))
 }
 
 // takeError converts and frees a PantoError.
@@ -141,10 +145,11 @@ func NewAgent(cfg Config) (*Agent, error) {
 		}
 	}
 	cjs, n := cString(string(js))
-	defer C.free(unsafe.Pointer(cjs))
 	var out *C.PantoAgent
 	var cerr *C.PantoError
-	if C.panto_agent_new(cjs, n, &out, &cerr) != C.PANTO_OK {
+	var st C.PantoStatus
+	short(func() { st = C.panto_agent_new(cjs, n, &out, &cerr) })
+	if st != C.PANTO_OK {
 		return nil, withGoField(takeError(cerr), "Config", "")
 	}
 	h := &agentHandle{p: out}
@@ -157,7 +162,8 @@ func (h *agentHandle) free() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.p != nil {
-		C.panto_agent_free(h.p)
+		p := h.p
+		short(func() { C.panto_agent_free(p) })
 		h.p = nil
 	}
 }
@@ -212,7 +218,6 @@ func (a *Agent) LoadHistory(history []byte) error {
 	}
 	defer h.mu.RUnlock()
 	p, n := cString(string(history))
-	defer C.free(unsafe.Pointer(p))
 	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
 		return C.panto_agent_load_history(a.h.p, p, n, cerr)
 	}); e != nil {
@@ -263,7 +268,11 @@ func (a *Agent) reclaim() bool {
 // once more if it failed with kind busy and reclaim freed a dropped stream.
 func (a *Agent) retryBusy(call func(**C.PantoError) C.PantoStatus) *Error {
 	var cerr *C.PantoError
-	if call(&cerr) == C.PANTO_OK {
+	var st C.PantoStatus
+	// Starting a turn is short, but 6,000 of them at once outlast scheduler ticks: bounded
+	// like every library call (wait.go).
+	short(func() { st = call(&cerr) })
+	if st == C.PANTO_OK {
 		return nil
 	}
 	e := takeError(cerr)
@@ -271,7 +280,8 @@ func (a *Agent) retryBusy(call func(**C.PantoError) C.PantoStatus) *Error {
 		return e
 	}
 	cerr = nil
-	if call(&cerr) == C.PANTO_OK {
+	short(func() { st = call(&cerr) })
+	if st == C.PANTO_OK {
 		return nil
 	}
 	return takeError(cerr)
@@ -335,7 +345,6 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	}
 	defer h.mu.RUnlock()
 	in, n := cString(input)
-	defer C.free(unsafe.Pointer(in))
 	var out *C.PantoStream
 	if opts.Model == "" && opts.Reasoning == nil && opts.Input == nil {
 		if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
@@ -360,7 +369,6 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 		return nil, &Error{Kind: KindConfig, Message: "cannot encode the turn options: " + err.Error()}
 	}
 	o, on := cString(string(js))
-	defer C.free(unsafe.Pointer(o))
 	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
 		return C.panto_agent_stream_with(a.h.p, in, n, o, on, &out, cerr)
 	}); e != nil {
@@ -432,7 +440,6 @@ func (a *Agent) Compact(ctx context.Context, opts CompactOptions) (CompactResult
 		}()
 	}
 	o, on := cString(string(js))
-	defer C.free(unsafe.Pointer(o))
 	var s C.PantoString
 	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
 		return C.panto_agent_compact(a.h.p, o, on, token, &s, cerr)

@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 	}
 	if code == 0 {
 		// (goleak.VerifyTestMain would run every test a second time.)
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(ignoreDispatcher); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
@@ -253,8 +253,9 @@ func TestBreakOutOfIterEarlyLeaksNothing(t *testing.T) {
 }
 
 // blockedNext takes the first event, then starts Next on another goroutine and
-// returns once that goroutine waits, parked in the netpoller, with the server holding
-// the rest of the response (so nothing can arrive).
+// returns once that goroutine waits for the ready set's report (no thread, no cgo
+// call; the set's dispatcher parked in the netpoller), with the server holding the rest
+// of the response (so nothing can arrive).
 func blockedNext(t *testing.T, srv *testServer, s *Stream) <-chan error {
 	t.Helper()
 	if _, err := s.Next(); err != nil {
@@ -272,9 +273,9 @@ func blockedNext(t *testing.T, srv *testServer, s *Stream) <-chan error {
 	}()
 	eventually(t, "the server to hold the response", func() bool { return srv.stats(t)["held"] == 1 })
 	eventually(t, "Next to wait", s.consumerWaiting)
-	eventually(t, "Next to park in the netpoller, not in the library", func() bool {
-		n, inC, inPoller, _ := waitingInNext()
-		return n == 1 && inC == 0 && inPoller == 1
+	eventually(t, "Next to wait for the ready set, not in the library", func() bool {
+		n, inC, inSet, _ := waitingInNext()
+		return n == 1 && inC == 0 && inSet == 1 && dispatcherInPoller()
 	})
 	return res
 }
@@ -989,10 +990,12 @@ func osThreads(tb testing.TB) int {
 }
 
 // waitingInNext reports how many goroutines are inside a stream's pull, and whether
-// every one of them is parked: in a cgo call ("syscall", holding an OS thread), in the
-// netpoller ("IO wait") or waiting in Go; inC counts the first kind, inPoller the
+// every one of them is parked: in a cgo call ("syscall", holding an OS thread), waiting
+// for the ready set's report (a select in streamHandle.wait, holding nothing; the set's
+// dispatcher is the one goroutine in the netpoller for all of them, see
+// dispatcherInPoller) or waiting in Go otherwise; inC counts the first kind, inSet the
 // second.
-func waitingInNext() (n, inC, inPoller int, parked bool) {
+func waitingInNext() (n, inC, inSet int, parked bool) {
 	buf := make([]byte, 64<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	parked = true
@@ -1005,14 +1008,38 @@ func waitingInNext() (n, inC, inPoller int, parked bool) {
 		switch {
 		case strings.Contains(head, "[syscall"):
 			inC++
-		case strings.Contains(head, "[IO wait"):
-			inPoller++
+		case strings.Contains(head, "[select") && strings.Contains(g, ".(*streamHandle).wait("):
+			inSet++
 		case strings.Contains(head, "[select"), strings.Contains(head, "[chan send"):
 		default:
 			parked = false
 		}
 	}
-	return n, inC, inPoller, parked
+	return n, inC, inSet, parked
+}
+
+// dispatcherInPoller reports whether the ready set's dispatcher goroutine is parked in
+// the netpoller on the set's descriptor.
+func dispatcherInPoller() bool {
+	buf := make([]byte, 64<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(g, ".(*readySet).dispatch(") && strings.Contains(head, "[IO wait") {
+			return true
+		}
+	}
+	return false
+}
+
+// openFDs is this process's count of open descriptors (Linux).
+func openFDs(tb testing.TB) int {
+	tb.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return len(ents)
 }
 
 // Many streams waiting at once must not each hold an OS thread: past 10,000 the Go
@@ -1287,13 +1314,15 @@ func TestConfigErrorsNameTheGoField(t *testing.T) {
 	}
 }
 
-// Streams wait in Go's netpoller on their readiness descriptors, not in the library:
-// with 2,000 streams waiting at once (the server holds every response) every one of
-// their goroutines is parked in the netpoller and none in a cgo call, and the threads
-// number what Go and panto need whatever the count of streams: GOMAXPROCS, panto's
-// workers, the short library calls' bound (wait.go) and a few for the Go runtime. Then
-// they all finish. It runs in a process of its own: Go keeps every thread it made, so
-// this process's count would include other tests' threads.
+// Streams wait for the process's ready set, not in the library: with 2,000 streams
+// waiting at once (the server holds every response) every one of their goroutines is
+// parked waiting for the set's report and none in a cgo call, the set's one dispatcher
+// is parked in the netpoller, the streams hold no descriptor but their sockets, and the
+// threads number what Go and panto need whatever the count of streams: GOMAXPROCS,
+// panto's workers, the library calls' bound (wait.go) and a few for the Go runtime —
+// also while the 2,000 agents are made and their streams started, from 2,000
+// goroutines at once. Then they all finish. It runs in a process of its own: Go keeps
+// every thread it made, so this process's count would include other tests' threads.
 func TestWaitingStreamsHoldNoThread(t *testing.T) {
 	if os.Getenv("PANTO_GO_OWN_PROCESS") == "" {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestWaitingStreamsHoldNoThread$", "-test.count=1", "-test.v")
@@ -1314,17 +1343,24 @@ func TestWaitingStreamsHoldNoThread(t *testing.T) {
 	ex := exchange(obj{"status": 200, "sse": textSSE("first", " second"), "fault": obj{"kind": "hold", "after_bytes": 400}})
 	ex["times"] = streams
 	srv := startServer(t, scenario(ex))
+	fdsBefore := openFDs(t)
 	var wg sync.WaitGroup
 	errs := make(chan error, streams)
 	for i := range streams {
-		agent := newTestAgent(t, testConfig(srv))
-		s, err := agent.Stream(context.Background(), fmt.Sprint("n", i))
-		if err != nil {
-			t.Fatal(err)
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			agent, err := NewAgent(testConfig(srv))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer agent.Close()
+			s, err := agent.Stream(context.Background(), fmt.Sprint("n", i))
+			if err != nil {
+				errs <- err
+				return
+			}
 			var text string
 			for ev := range s.Iter() {
 				if mc, ok := ev.(*MessageComplete); ok {
@@ -1338,15 +1374,20 @@ func TestWaitingStreamsHoldNoThread(t *testing.T) {
 	}
 	eventually(t, "every response to be held", func() bool { return srv.stats(t)["held"] == streams })
 	eventually(t, "every Next to wait", func() bool {
-		n, _, inPoller, parked := waitingInNext()
-		return n == streams && inPoller == streams && parked
+		n, inC, inSet, parked := waitingInNext()
+		return n == streams && inC == 0 && inSet == streams && parked && dispatcherInPoller()
 	})
+	// A socket per stream, and the ready set's one descriptor: none per stream.
+	if fds, limit := openFDs(t), fdsBefore+streams+16; fds > limit {
+		t.Errorf("%d descriptors with %d streams waiting (%d before, at most %d expected)", fds, streams, fdsBefore, limit)
+	}
 	workers, others := pantoThreads()
-	n, limit := osThreads(t), runtime.GOMAXPROCS(0)+workers+others+cap(calls)+8
+	n, limit := osThreads(t), runtime.GOMAXPROCS(0)+workers+others+8
 	t.Logf("%d threads with %d streams waiting (GOMAXPROCS %d, %d panto workers, %d other panto threads)",
 		n, streams, runtime.GOMAXPROCS(0), workers, others)
 	if n > limit {
 		t.Errorf("more than %d threads", limit)
+		dumpThreads(t)
 	}
 	srv.control(t, "/_panto/gate/open")
 	wg.Wait()
@@ -1379,5 +1420,22 @@ func TestErrDoneIsTheEndNotAFailure(t *testing.T) {
 	var perr *Error
 	if errors.As(ErrDone, &perr) || errors.Is(ErrDone, ErrCancelled) || errors.Is(ErrDone, ErrClosed) {
 		t.Fatal("ErrDone is a failure")
+	}
+}
+
+// dumpThreads logs what each thread of this process is doing (for a thread count past
+// its bound).
+func dumpThreads(t *testing.T) {
+	ents, _ := os.ReadDir("/proc/self/task")
+	for _, e := range ents {
+		read := func(f string) string {
+			b, _ := os.ReadFile("/proc/self/task/" + e.Name() + "/" + f)
+			return strings.TrimSpace(string(b))
+		}
+		sc := read("syscall")
+		if i := strings.IndexByte(sc, ' '); i > 0 {
+			sc = sc[:i]
+		}
+		t.Logf("thread %s %s: wchan %s, syscall %s", e.Name(), read("comm"), read("wchan"), sc)
 	}
 }

@@ -2,7 +2,10 @@
 
 package panto
 
-import "os"
+import (
+	"os"
+	"syscall"
+)
 
 // pollable: no descriptor the netpoller can wait on here (streams wait in the library).
-func pollable(int64) *os.File { return nil }
+func pollable(int64) (syscall.RawConn, *os.File) { return nil, nil }

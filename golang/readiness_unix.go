@@ -7,19 +7,18 @@ import (
 	"syscall"
 )
 
-// pollable returns an *os.File on a close-on-exec dup of the library's readiness
-// descriptor fd (os.NewFile's file closes what it holds, and the descriptor is the C
-// stream's), registered with the netpoller since the descriptor is non-blocking; nil if
-// the dup fails.
-func pollable(fd int64) *os.File {
-	syscall.ForkLock.RLock()
-	nfd, err := syscall.Dup(int(fd))
-	if err == nil {
-		syscall.CloseOnExec(nfd)
+// pollable wraps the ready set's descriptor fd for the netpoller (it is non-blocking,
+// so os.NewFile registers it). The file is never closed: the set, which owns the
+// descriptor, lives as long as the process (wait.go). Nil if the netpoller will not
+// take it.
+func pollable(fd int64) (syscall.RawConn, *os.File) {
+	f := os.NewFile(uintptr(fd), "panto-ready-set")
+	if f == nil {
+		return nil, nil
 	}
-	syscall.ForkLock.RUnlock()
+	rc, err := f.SyscallConn()
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	return os.NewFile(uintptr(nfd), "panto-stream-readiness")
+	return rc, f
 }

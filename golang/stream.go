@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -60,10 +59,12 @@ type streamHandle struct {
 	cancelOnce sync.Once
 	cancelled  chan struct{} // closed by cancel: wakes a Next waiting for a slot (wait.go)
 
-	// The readiness descriptor's dup in the netpoller (wait.go): set by the consumer
-	// under the read lock, closed under the write lock before the stream is freed.
-	rfile   *os.File
-	rfailed bool         // none to be had: wait in the library
+	// The stream's token in the process's ready set (wait.go), 0 until its first wait:
+	// set by the consumer under the read lock, taken out of the set's table under the
+	// write lock before the stream is freed. ready is how the dispatcher wakes it.
+	token   uint64
+	ready   chan struct{}
+	rfailed bool         // no set to wait on: wait in the library
 	waiting atomic.Int32 // Nexts waiting (tests)
 }
 
@@ -71,7 +72,7 @@ func (h *streamHandle) cancel() {
 	h.cancelOnce.Do(func() { close(h.cancelled) })
 	h.mu.RLock()
 	if h.p != nil {
-		C.panto_stream_cancel(h.p)
+		short(func() { C.panto_stream_cancel(h.p) })
 	}
 	h.mu.RUnlock()
 }
@@ -93,10 +94,15 @@ func (h *streamHandle) finish(end error) error {
 		h.end = end
 	}
 	if h.p != nil {
-		h.closeReadiness()
+		h.detach()
 		p := h.p
-		blocking(func() { C.panto_stream_free(p) })
-		C.free(unsafe.Pointer(h.ev))
+		// Freeing a running stream waits for its turn to stop (promptly: it was just
+		// cancelled); a finished one's turn is already over.
+		ev := h.ev
+		short(func() {
+			C.panto_stream_free(p)
+			C.free(unsafe.Pointer(ev))
+		})
 		h.p, h.ev = nil, nil
 		liveStreams.Add(-1)
 	}
@@ -114,11 +120,11 @@ func (h *streamHandle) submit(callID, output string, isError bool) error {
 		return closedError("the stream")
 	}
 	id, idn := cString(callID)
-	defer C.free(unsafe.Pointer(id))
 	out, outn := cString(strings.ToValidUTF8(output, "\uFFFD"))
-	defer C.free(unsafe.Pointer(out))
 	var cerr *C.PantoError
-	if C.panto_stream_submit_tool_result(h.p, id, idn, out, outn, C.bool(isError), &cerr) != C.PANTO_OK {
+	var st C.PantoStatus
+	short(func() { st = C.panto_stream_submit_tool_result(h.p, id, idn, out, outn, C.bool(isError), &cerr) })
+	if st != C.PANTO_OK {
 		return takeError(cerr)
 	}
 	return nil
@@ -164,7 +170,9 @@ type stream struct {
 
 func newStream(ctx context.Context, p *C.PantoStream, tools map[string]Tool) *Stream {
 	toolCtx, done := context.WithCancel(ctx)
-	h := &streamHandle{p: p, ev: C.panto_go_event_new(), done: done, cancelled: make(chan struct{})}
+	var ev *C.PantoEvent
+	short(func() { ev = C.panto_go_event_new() })
+	h := &streamHandle{p: p, ev: ev, done: done, cancelled: make(chan struct{}), ready: make(chan struct{}, 1)}
 	liveStreams.Add(1)
 	h.stop = context.AfterFunc(ctx, h.cancel)
 	st := &stream{h: h, userCtx: ctx, toolCtx: toolCtx, tools: tools, closedCh: make(chan struct{})}

@@ -8,7 +8,10 @@ import "C"
 import (
 	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
+	"syscall"
+	"unsafe"
 )
 
 // How a Next waits for the library.
@@ -17,33 +20,51 @@ import (
 // lasts, and a Go program dies past 10,000 threads (runtime/debug.SetMaxThreads). So a
 // Next never blocks in the library when it can help it: it takes what is ready with
 // non-blocking calls (panto_next_event_timeout with 0) and otherwise parks its goroutine
-// on the stream's readiness descriptor (panto_stream_readiness_fd) in Go's netpoller,
-// like a goroutine reading a socket, holding no thread. The descriptor is readable
-// exactly while a non-blocking call would answer something, and becomes so on a cancel
-// too, so Cancel, Close and the stream's ctx (which all cancel) wake the waiter at once.
+// on a channel of its own, holding no thread, until the library reports the stream
+// ready.
 //
-// The descriptor belongs to the C stream; os.NewFile would close what it is given, so
-// the netpoller gets a dup of it (close-on-exec), which the handle closes — taking it
-// out of the netpoller — before panto_stream_free closes the library's. It is asked for
-// on the first wait only: a stream whose events are always ready never makes one.
+// The reports come through one ready set for the whole process (panto_ready_set_new,
+// ABI 1.2): every stream that has waited once is attached to it under a token of its
+// own (panto_stream_attach), and the set's one descriptor is readable while a token
+// waits to be taken. One dispatcher goroutine parks in Go's netpoller on that descriptor
+// (os.NewFile + SyscallConn().Read), takes the tokens in batches
+// (panto_ready_set_take) and wakes each token's waiter through its channel. So a waiting
+// stream costs no descriptor (a stream's own readiness descriptor would cost one on top
+// of its socket, and Go's os.NewFile would have needed a dup of it: three per stream,
+// 30,000 for 10,000 streams) and a burst of streams turning ready costs one netpoller
+// wake-up, not one per stream. The library reports a stream once per turn to ready after
+// it last answered PANTO_PENDING, and never answers PANTO_PENDING with a report pending,
+// so a Next that got PENDING and then waits cannot miss the report that follows.
 //
-// Without a descriptor (a platform without them, the process out of descriptors) a Next
-// waits inside the library, bounded: at most MaxBlockedWaits goroutines wait there at
-// once, each holding a slot; the others wait in Go, on the slots, holding no thread. A
-// slot is held for one wait of at most waitSliceMS and given back after it whenever
-// another goroutine waits for one, so every waiting stream gets its turn (a stream whose
-// events are ready takes them without a slot). Cancel, Close and the stream's ctx wake a
-// goroutine waiting for a slot at once too.
+// The set and its descriptor live as long as the process: they are never freed, so
+// nothing closes the descriptor the netpoller holds (the *os.File is kept reachable, so
+// its finalizer never runs either), and no descriptor number is ever reused under the
+// dispatcher. A stream leaves the set when it is freed (the library never reports a
+// freed stream's token), and its token is taken out of the dispatcher's table before
+// that, under the handle's write lock, which no waiter holds (Close cancels first, which
+// wakes the waiter through the handle's cancelled channel). Tokens are never reused.
+//
+// Without a set (a platform without descriptors, the process out of them, a netpoller
+// that refuses the descriptor) a Next waits inside the library, bounded: at most
+// MaxBlockedWaits goroutines wait there at once, each holding a slot; the others wait
+// in Go, on the slots, holding no thread. A slot is held for one wait of at most
+// waitSliceMS and given back after it whenever another goroutine waits for one, so
+// every waiting stream gets its turn (a stream whose events are ready takes them
+// without a slot). Cancel, Close and the stream's ctx wake a goroutine waiting for a
+// slot at once too.
 
 // Short calls are bounded too. A goroutine in a cgo call keeps its thread, and when the
 // call outlasts a scheduler tick (20 µs) while goroutines wait to run — a call that
 // meets a lock held by a thread the OS preempted, or is preempted itself — Go gives its
 // P to another thread, starting one if none is idle. Thousands of streams taking their
 // events at once on a loaded machine would so grow the threads well past what the
-// process needs (137 for 2,000 streams, measured). At most callSlots goroutines are in
-// the library's short calls at once (the non-blocking polls, making the descriptor);
-// the others wait in Go for a moment, holding no thread. Calls that may block (freeing
-// a running stream waits for its turn to stop, a wait inside the library) take one of
+// process needs (137 for 2,000 streams, measured). At most cap(calls) = GOMAXPROCS
+// goroutines are in the library's calls at once — the non-blocking polls, attaching to
+// the set, and also making agents, starting streams, cancelling and freeing them
+// (6,000 goroutines each making an agent and starting a stream at once, unbounded, took
+// the threads to 17–41) — the others wait in Go for a moment, holding no thread; so the
+// process needs at most GOMAXPROCS threads running Go, GOMAXPROCS in the library, and
+// the runtime's own few. Only a wait inside the library (no set) takes one of
 // MaxBlockedWaits slots instead.
 
 // MaxBlockedWaits is the most goroutines that wait inside the library at once, each on
@@ -61,8 +82,15 @@ type waitSlots struct {
 
 var slots atomic.Pointer[waitSlots]
 
-// calls holds a token per goroutine inside a short library call (see above).
-var calls = make(chan struct{}, 2*runtime.GOMAXPROCS(0)+2)
+// calls holds a token per goroutine inside a library call (see above).
+var calls = make(chan struct{}, runtime.GOMAXPROCS(0))
+
+// short runs f, a library call, holding one of the calls tokens.
+func short(f func()) {
+	calls <- struct{}{}
+	defer func() { <-calls }()
+	f()
+}
 
 // poll takes what the library has ready for the stream, never waiting: a next call's
 // answer, PANTO_PENDING if nothing is.
@@ -71,14 +99,6 @@ func (h *streamHandle) poll() C.PantoStatus {
 	st := C.panto_next_event_timeout(h.p, h.ev, 0)
 	<-calls
 	return st
-}
-
-// blocking runs f, a library call that may block, holding a MaxBlockedWaits slot.
-func blocking(f func()) {
-	w := slots.Load()
-	w.acquire(nil)
-	defer w.release()
-	f()
 }
 
 // acquire takes a slot, waiting in Go while none is free (counted in waiters, so that
@@ -109,73 +129,161 @@ func init() { slots.Store(newWaitSlots(MaxBlockedWaits)) }
 func newWaitSlots(n int) *waitSlots { return &waitSlots{ch: make(chan struct{}, n)} }
 
 // wait waits until the library has something for the stream (an event, the end, a
-// failure, a cancel) and takes it into h.ev: a next call's answer, or PANTO_PENDING when
-// the wait ended with nothing taken (the caller polls and waits again). The caller holds
-// h.mu's read lock and is the stream's one consumer (next is serialized), and has found
-// nothing ready.
+// failure, a cancel), or for the handle's cancel; it takes nothing (PANTO_PENDING: the
+// caller polls again) unless it waited inside the library. The caller holds h.mu's read
+// lock, is the stream's one consumer (next is serialized), and has just been answered
+// PANTO_PENDING.
 func (h *streamHandle) wait() C.PantoStatus {
 	h.waiting.Add(1)
 	defer h.waiting.Add(-1)
-	if f := h.readiness(); f != nil {
-		if st, ok := h.waitReadable(f); ok {
-			return st
+	if set := h.attached(); set != nil {
+		select {
+		case <-h.ready:
+		case <-h.cancelled:
+		case <-set.broken:
 		}
+		return C.PANTO_PENDING
 	}
 	return h.waitInLibrary()
 }
 
-// readiness returns the netpoller's file for the stream's readiness descriptor, made on
-// the first call; nil when there is none to be had (then never asked again).
-func (h *streamHandle) readiness() *os.File {
-	if h.rfile != nil || h.rfailed || noReadiness.Load() {
-		return h.rfile
+// attached returns the process's ready set with the stream attached to it, attaching it
+// on its first wait; nil when there is no set to wait on (the handle then waits in the
+// library from now on).
+func (h *streamHandle) attached() *readySet {
+	if h.token != 0 {
+		if set := theSet.Load(); !set.failed.Load() {
+			return set
+		}
+		return nil
 	}
-	var fd C.int64_t
-	calls <- struct{}{}
-	ok := C.panto_stream_readiness_fd(h.p, &fd) == C.PANTO_OK
-	<-calls
-	if ok {
-		h.rfile = pollable(int64(fd))
+	if h.rfailed || noReadiness.Load() {
+		return nil
 	}
-	h.rfailed = h.rfile == nil
-	return h.rfile
+	set := processSet()
+	if set == nil || set.failed.Load() {
+		h.rfailed = true
+		return nil
+	}
+	token := set.add(h)
+	var ok bool
+	short(func() { ok = C.panto_stream_attach(h.p, set.p, C.uint64_t(token)) == C.PANTO_OK })
+	if !ok {
+		set.remove(token)
+		h.rfailed = true
+		return nil
+	}
+	h.token = token
+	return set
 }
 
-// waitReadable parks the goroutine in the netpoller until the descriptor is readable,
-// taking what the library has then. False if the netpoller cannot wait on it (the
-// handle then waits in the library from now on).
-func (h *streamHandle) waitReadable(f *os.File) (C.PantoStatus, bool) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		h.rfailed = true
-		return C.PANTO_PENDING, false
+// detach takes the stream out of the dispatcher's table (under the write lock, before
+// the C stream is freed).
+func (h *streamHandle) detach() {
+	if h.token != 0 {
+		theSet.Load().remove(h.token)
+		h.token = 0
 	}
-	st := C.PantoStatus(C.PANTO_PENDING)
-	// The function runs at once, then each time the descriptor turns readable, until it
-	// returns true. Go's netpoller is edge-triggered: it wakes a waiter only when the
-	// descriptor turns readable, and Read forgets an edge that came before it started
-	// (it resets the descriptor's readiness first). So the function takes what is ready
-	// on its first run too, after that reset: the library never answers PANTO_PENDING
-	// with the descriptor left readable (what arrived while it looked is taken
-	// instead), so after a PENDING here the next hand-off makes an edge Read sees.
-	err = rc.Read(func(uintptr) bool {
-		st = h.poll()
-		return st != C.PANTO_PENDING
+}
+
+// readySet is the process's one ready set and its dispatcher (see above).
+type readySet struct {
+	p    *C.PantoReadySet
+	file *os.File // the set's descriptor in the netpoller; kept reachable for good
+
+	mu      sync.Mutex
+	waiters map[uint64]*streamHandle
+	next    uint64
+
+	failed atomic.Bool
+	broken chan struct{} // closed if the dispatcher stops (then streams wait in the library)
+}
+
+var (
+	theSet     atomic.Pointer[readySet]
+	theSetOnce sync.Once
+)
+
+// processSet makes the process's set and starts its dispatcher on first use; nil if
+// there can be none.
+func processSet() *readySet {
+	theSetOnce.Do(func() {
+		var p *C.PantoReadySet
+		if C.panto_ready_set_new(&p) != C.PANTO_OK {
+			return
+		}
+		var fd C.int64_t
+		if C.panto_ready_set_fd(p, &fd) != C.PANTO_OK {
+			C.panto_ready_set_free(p)
+			return
+		}
+		rc, file := pollable(int64(fd))
+		if rc == nil {
+			C.panto_ready_set_free(p)
+			return
+		}
+		set := &readySet{p: p, file: file, waiters: map[uint64]*streamHandle{}, broken: make(chan struct{})}
+		theSet.Store(set)
+		go set.dispatch(rc)
 	})
-	if err != nil && st == C.PANTO_PENDING {
-		h.rfailed = true
-		return st, false
-	}
-	return st, true
+	return theSet.Load()
 }
 
-// closeReadiness takes the descriptor out of the netpoller and closes the dup (under
-// the write lock, before the C stream is freed).
-func (h *streamHandle) closeReadiness() {
-	if h.rfile != nil {
-		_ = h.rfile.Close()
-		h.rfile = nil
-	}
+func (s *readySet) add(h *streamHandle) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	s.waiters[s.next] = h
+	return s.next
+}
+
+func (s *readySet) remove(token uint64) {
+	s.mu.Lock()
+	delete(s.waiters, token)
+	s.mu.Unlock()
+}
+
+// takeBatch is how many tokens the dispatcher takes per library call.
+const takeBatch = 256
+
+// dispatch runs for the life of the process: parked in the netpoller until the set's
+// descriptor turns readable, then takes every token and wakes each one's waiter.
+func (s *readySet) dispatch(rc syscall.RawConn) {
+	var tokens [takeBatch]uint64
+	woken := make([]*streamHandle, 0, takeBatch)
+	// The function runs at once, then each time the descriptor turns readable; it never
+	// says it is done. Go's netpoller is edge-triggered: the library clears the
+	// descriptor only when a take empties the set, so a report after the last take is
+	// an edge the netpoller sees.
+	err := rc.Read(func(uintptr) bool {
+		for {
+			var n int
+			short(func() {
+				n = int(C.panto_ready_set_take(s.p, (*C.uint64_t)(unsafe.Pointer(&tokens[0])), takeBatch))
+			})
+			woken = woken[:0]
+			s.mu.Lock()
+			for _, t := range tokens[:n] {
+				if h := s.waiters[t]; h != nil {
+					woken = append(woken, h)
+				}
+			}
+			s.mu.Unlock()
+			for _, h := range woken {
+				select {
+				case h.ready <- struct{}{}:
+				default: // a wake-up is already pending
+				}
+			}
+			if n < takeBatch {
+				return false
+			}
+		}
+	})
+	// Not expected (the set is never closed); streams then wait in the library.
+	_ = err
+	s.failed.Store(true)
+	close(s.broken)
 }
 
 // waitInLibrary waits inside the library holding one of the slots (see above).
