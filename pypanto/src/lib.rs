@@ -68,6 +68,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<agent::CancelToken>()?;
     m.add_class::<stream::Stream>()?;
     m.add_class::<stream::Control>()?;
+    m.add_class::<stream::ReadySet>()?;
     events::register(m)?;
     m.add_function(wrap_pyfunction!(error_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(event_types, m)?)?;

@@ -436,6 +436,28 @@ impl Stream {
         }
     }
 
+    /// Makes the stream report its readiness to `set` under `token` (the async path's way
+    /// to wait: one `ReadySet` per event loop, watched with one `add_reader`) instead of
+    /// through a descriptor of its own. `OSError` if it cannot (attached before, or it
+    /// has its own descriptor; not a Unix system).
+    fn _attach(&self, set: &ReadySet, token: u64) -> PyResult<()> {
+        #[cfg(unix)]
+        {
+            self.control.attach(&set.set, token).map_err(|e| {
+                pyo3::exceptions::PyOSError::new_err(format!(
+                    "panto: cannot attach this stream to the ready set: {e}"
+                ))
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (set, token);
+            Err(pyo3::exceptions::PyOSError::new_err(
+                "panto: no ready sets on this system",
+            ))
+        }
+    }
+
     /// The async path's readiness descriptor (`panto_pull::Stream::readiness_fd`): readable
     /// exactly while `_try_next` would return something; an event loop watches it
     /// (`add_reader`) instead of a thread waiting in `_wait`. Owned by the stream, which
@@ -487,6 +509,68 @@ impl Stream {
 }
 
 /// `cancel()` and `submit_tool_result()` of one stream, without keeping it alive.
+/// One readiness descriptor for many streams (`panto_pull::ReadySet`): the async API
+/// keeps one per event loop and gives its descriptor to the loop's `add_reader` once;
+/// streams attached to it (`Stream._attach`) cost no descriptor each.
+#[pyclass(frozen, module = "panto._native", name = "ReadySet")]
+pub struct ReadySet {
+    #[cfg(unix)]
+    set: panto_pull::ReadySet,
+}
+
+#[pymethods]
+impl ReadySet {
+    /// A new set; `OSError` when no descriptor can be made (or not a Unix system).
+    #[new]
+    fn new() -> PyResult<ReadySet> {
+        #[cfg(unix)]
+        {
+            panto_pull::ReadySet::new()
+                .map(|set| ReadySet { set })
+                .map_err(|e| {
+                    pyo3::exceptions::PyOSError::new_err(format!("panto: no ready set: {e}"))
+                })
+        }
+        #[cfg(not(unix))]
+        {
+            Err(pyo3::exceptions::PyOSError::new_err(
+                "panto: no ready sets on this system",
+            ))
+        }
+    }
+
+    /// The set's descriptor: readable exactly while a stream's token waits to be taken.
+    /// Owned by the set (closed when it is dropped).
+    fn fd(&self) -> i64 {
+        #[cfg(unix)]
+        {
+            i64::from(self.set.fd())
+        }
+        #[cfg(not(unix))]
+        {
+            -1
+        }
+    }
+
+    /// Takes the tokens of every stream reported since the last call (each stream at
+    /// most once); the descriptor is unreadable afterwards until the next report.
+    fn take(&self) -> Vec<u64> {
+        let mut all = Vec::new();
+        #[cfg(unix)]
+        {
+            let mut buf = [0u64; 256];
+            loop {
+                let n = self.set.take(&mut buf);
+                all.extend_from_slice(&buf[..n]);
+                if n < buf.len() {
+                    break;
+                }
+            }
+        }
+        all
+    }
+}
+
 #[pyclass(frozen, module = "panto._native", name = "StreamControl")]
 pub struct Control {
     control: StreamControl,

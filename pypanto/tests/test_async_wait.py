@@ -1,6 +1,6 @@
-"""Async streams wait on the event loop (the stream's readiness descriptor given to
-``loop.add_reader``), not in a thread each: 1,000 waiting streams leave the process's
-thread count where it was. Loops that cannot watch a descriptor still work, through
+"""Async streams wait on the event loop (through the loop's ready set, whose one
+descriptor is given to ``loop.add_reader``), not in a thread each: 1,000 waiting streams
+leave the process's thread count where it was, and cost no descriptor each. Loops that cannot watch a descriptor still work, through
 panto's wait pool; a sync stream can still be stepped from a thread."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _held(server, times):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 async def test_1000_waiting_async_streams_take_no_thread_each(server):
     n = 1000
-    # A descriptor per stream for its connection and one for its readiness.
+    # A descriptor per stream for its connection (and room to spare).
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -78,6 +78,7 @@ async def test_1000_waiting_async_streams_take_no_thread_each(server):
                             all_waiting.set()
             return "".join(texts)
 
+    fds0 = len(os.listdir("/proc/self/fd"))
     tasks = [asyncio.create_task(one(i)) for i in range(n)]
     await asyncio.wait_for(all_waiting.wait(), 120)
     # Every stream has had its first chunk and now waits for the held rest of it.
@@ -88,6 +89,9 @@ async def test_1000_waiting_async_streams_take_no_thread_each(server):
         peak[0] = max(peak[0], os_threads())
     d = panto.diagnostics()
     assert d["waits_in_flight"] == n and d["wait_threads"] == wait_threads0
+    # A socket per stream and the loop's ready set: no descriptor per waiting stream.
+    fds = len(os.listdir("/proc/self/fd"))
+    assert fds <= fds0 + n + 8, (fds0, fds)
     peak[0] = max(peak[0], os_threads())
     assert threading.active_count() == py_threads0
     server.open_gate()
@@ -182,25 +186,42 @@ async def test_a_sync_stream_still_steps_in_a_thread(server):
     assert rest[-1] == "message_complete"
 
 
-async def test_the_reader_is_gone_when_the_wait_ends(server):
-    """Cancelling a waiting task, and a stream's end, leave no reader on the loop (a
-    descriptor the stream closes would otherwise stay registered)."""
-    _held(server, 1)
+async def test_one_reader_per_loop_serves_every_stream(server):
+    """Streams wait through their loop's ready set: one reader on the loop for all of
+    them, no descriptor per stream, and a cancelled wait leaves nothing registered for
+    its stream."""
+    _held(server, 2)
     loop = asyncio.get_running_loop()
-    s = make_agent(server).astream("q")
-    got = []
+    streams = [make_agent(server).astream(f"q{i}") for i in range(2)]
+    got = [[], []]
 
-    async def consume():
-        async for ev in s:
-            got.append(ev.type)
+    async def consume(i):
+        async for ev in streams[i]:
+            got[i].append(ev.type)
 
-    task = asyncio.create_task(consume())
-    while not (server.held() == 1 and "content_delta" in got and s.consumer_waiting()):
+    tasks = [asyncio.create_task(consume(i)) for i in range(2)]
+    while not (
+        server.held() == 2
+        and all("content_delta" in g for g in got)
+        and all(s.consumer_waiting() for s in streams)
+    ):
         await asyncio.sleep(0.005)
-    fd = s._fd
-    assert fd >= 0 and panto.diagnostics()["waits_on_loop"] == 1
-    task.cancel()
+    a, b = streams
+    assert a._set is not None and a._set is b._set and a._token != b._token
+    ls = a._set
+    assert set(ls.waiters) == {a._token, b._token}
+    assert panto.diagnostics()["waits_on_loop"] == 2
+    # Attached streams have no descriptor of their own.
+    with pytest.raises(OSError):
+        a._stream._readiness_fd()
+    # The loop watches the set's descriptor: removing that reader finds it.
+    assert loop.remove_reader(ls.fd) is True
+    loop.add_reader(ls.fd, ls._ready)
+    tasks[0].cancel()
     with pytest.raises(asyncio.CancelledError):
-        await task
-    assert loop.remove_reader(fd) is False  # nothing left registered on it
+        await tasks[0]
+    assert a.cancelled and set(ls.waiters) == {b._token}
+    server.open_gate()
+    await asyncio.wait_for(tasks[1], 30)
+    assert got[1][-1] == "message_complete" and ls.waiters == {}
     assert panto.diagnostics()["waits_on_loop"] == 0

@@ -2,11 +2,20 @@
 
 ``__anext__`` first takes, on the event loop's thread, whatever the native stream has
 ready (``_try_next``: the native buffer, or a burst drained without waiting). Only when
-nothing is ready does it wait — **on the event loop itself**: the stream's readiness
-descriptor (``_readiness_fd``, readable exactly while ``_try_next`` would return
-something) is given to ``loop.add_reader``, and the task sleeps until the loop sees it
-readable. No thread waits for a stream, so 1,000 waiting streams cost 1,000 descriptors,
-not 1,000 threads; a burst of events still costs one wake-up, not one per event.
+nothing is ready does it wait — **on the event loop itself**, through the loop's **ready
+set** (``_LoopSet``): one native ``ReadySet`` per event loop, whose one descriptor is
+given to ``loop.add_reader`` once. A stream that waits is attached to its loop's set
+under a token of its own (``Stream._attach``); the set's descriptor is readable while a
+stream's token waits to be taken, and the loop's reader takes the tokens and wakes those
+streams' tasks. No thread waits for a stream, and no descriptor is spent on one: 10,000
+waiting streams cost their 10,000 sockets and one descriptor (a descriptor per stream
+would have doubled that, past common limits), and a burst of streams turning ready costs
+the loop one wake-up, not one per stream.
+
+The native set reports a stream once per turn to ready after it last answered "nothing"
+(``_try_next`` returning ``None``), and never answers "nothing" with a report pending, so
+a task that found nothing and then waits cannot miss the report that follows. A stream
+first awaited on one loop and later on another waits, on the second, in a thread.
 
 ``WAIT_POOL`` is what is left of the threads: it serves only loops that cannot watch a
 descriptor (``add_reader`` raises ``NotImplementedError``: Windows' Proactor loop) and
@@ -27,9 +36,11 @@ imported here). asyncio itself is imported when first needed, not by ``import pa
 
 from __future__ import annotations
 
+import itertools
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, List, Optional
+import weakref
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from ._pool import Pool
 
@@ -61,30 +72,78 @@ def _count_loop_wait(delta: int) -> None:
         _loop_waits += delta
 
 
-#: ``AsyncStream._fd`` before the descriptor was asked for, and when there is none.
-_UNKNOWN, _NONE = -2, -1
-
-
 def _wake(fut: "asyncio.Future[None]") -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+class _LoopSet:
+    """The ready set of one event loop: its descriptor is watched by the loop's one
+    reader for panto, registered for the loop's life (``_ready`` takes what the set
+    reported and wakes those streams' waiting tasks)."""
+
+    __slots__ = ("native", "fd", "waiters", "__weakref__")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        from ._native import ReadySet
+
+        self.native = ReadySet()
+        self.fd = self.native.fd()
+        #: The futures of the tasks waiting, by stream token.
+        self.waiters: Dict[int, List[asyncio.Future[None]]] = {}
+        # Level-triggered: called on every loop iteration while readable, and `take`
+        # leaves it unreadable once it has taken everything.
+        loop.add_reader(self.fd, self._ready)
+
+    def _ready(self) -> None:
+        waiters = self.waiters
+        for token in self.native.take():
+            futs = waiters.get(token)
+            if futs:
+                for fut in futs:
+                    _wake(fut)
+
+
+#: Each loop's set, or None for a loop that cannot have one (no ``add_reader``, no
+#: descriptor to be had). The loop keeps its set alive through its reader; the set ends
+#: with the loop.
+_loop_sets: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Optional[_LoopSet]]" = (
+    weakref.WeakKeyDictionary()
+)
+_tokens = itertools.count(1)
+
+
+def _loop_set(loop: asyncio.AbstractEventLoop) -> Optional[_LoopSet]:
+    try:
+        return _loop_sets[loop]
+    except KeyError:
+        pass
+    ls: Optional[_LoopSet]
+    try:
+        ls = _LoopSet(loop)
+    except (NotImplementedError, OSError):
+        # A loop that watches no descriptors (Windows' Proactor), or none to be had:
+        # threads it is.
+        ls = None
+    _loop_sets[loop] = ls
+    return ls
 
 
 class AsyncStream:
     """One turn as an async iterator and an async context manager
     (``agent.astream(prompt)``). ``MessageComplete`` is the last event."""
 
-    __slots__ = ("_stream", "_runner", "_fd", "_waiters", "_waits", "__weakref__")
+    __slots__ = ("_stream", "_runner", "_token", "_set", "_waits", "__weakref__")
 
     def __init__(self, stream: Stream, runner: Any) -> None:
         """Wraps a native stream; ``Agent.astream`` makes these (not meant to be called
         directly)."""
         self._stream = stream
         self._runner = runner
-        self._fd = _UNKNOWN
-        # Tasks waiting for this stream on the loop (normally one); the reader is
-        # registered while there are any.
-        self._waiters: List[asyncio.Future[None]] = []
+        #: The stream's token in its loop's set (0: not attached yet) and that set
+        #: (None: not attached, or waits in a thread).
+        self._token = 0
+        self._set: Optional[_LoopSet] = None
         self._waits = 0
 
     def __aiter__(self) -> AsyncStream:
@@ -102,39 +161,41 @@ class AsyncStream:
             return ev
         while True:
             await self._wait()
-            # Readable may outlast the last ready event until a call finds nothing:
-            # then this is None and the loop waits again.
+            # A report may be for what an earlier call already took: then this is None
+            # and the loop waits again.
             ev = stream._try_next()
             if ev is not None:
                 return ev
 
-    def _readiness_fd(self) -> int:
-        fd = self._fd
-        if fd == _UNKNOWN:
+    def _attached(self, loop: asyncio.AbstractEventLoop) -> Optional[_LoopSet]:
+        """The loop's set with this stream attached to it (attached on its first wait);
+        None when it waits in a thread instead."""
+        ls = self._set
+        if self._token:
+            if ls is not None and _loop_sets.get(loop) is ls:
+                return ls
+            return None  # attached to another loop's set (or to none)
+        ls = _loop_set(loop)
+        token = next(_tokens)
+        if ls is not None:
             try:
-                native = self._stream._readiness_fd()
-            except OSError:  # out of descriptors: wait in a thread instead
-                native = None
-            fd = self._fd = _NONE if native is None else native
-        return fd
+                self._stream._attach(ls.native, token)
+            except OSError:
+                ls = None
+        self._token, self._set = token, ls
+        return ls
 
     async def _wait(self) -> None:
         """Waits until the native stream has something to report (an event, the end, a
         failure, a cancel); cancels the turn if the waiting task is cancelled."""
         loop = require_asyncio("iterating an AsyncStream")
-        fd = self._readiness_fd()
-        if fd == _NONE:
+        ls = self._attached(loop)
+        if ls is None:
             return await self._wait_in_thread(loop)
         fut = loop.create_future()
-        waiters = self._waiters
-        if not waiters:
-            try:
-                loop.add_reader(fd, self._ready, loop, fd)
-            except NotImplementedError:
-                # A loop that watches no descriptors (Windows' Proactor): threads it is.
-                self._fd = _NONE
-                return await self._wait_in_thread(loop)
-        waiters.append(fut)
+        token = self._token
+        futs = ls.waiters.setdefault(token, [])
+        futs.append(fut)
         self._waits += 1
         _count_loop_wait(1)
         try:
@@ -142,23 +203,15 @@ class AsyncStream:
                 await fut
             finally:
                 _count_loop_wait(-1)
-                waiters.remove(fut)
-                if not waiters:
-                    # Before anything can drop the stream, which closes the descriptor.
-                    loop.remove_reader(fd)
+                futs.remove(fut)
+                if not futs:
+                    del ls.waiters[token]
         except BaseException:
             # Cancelled (task cancel, Ctrl-C under asyncio.run): end the turn; close()
             # waits (briefly) for the turn to end, so the agent is free and its history
             # whole when this returns.
             self._stream.close()
             raise
-
-    def _ready(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
-        # Level-triggered: unregistered at once, or the loop would call this on every
-        # iteration until the woken task runs.
-        loop.remove_reader(fd)
-        for fut in self._waiters:
-            _wake(fut)
 
     async def _wait_in_thread(self, loop: asyncio.AbstractEventLoop) -> None:
         fut = loop.create_future()
@@ -245,7 +298,10 @@ class AsyncStream:
     def consumer_waiting(self) -> bool:
         """Whether a task waits for this stream's next event (on the loop or in a
         thread)."""
-        return bool(self._waiters) or bool(self._stream.consumer_waiting())
+        ls = self._set
+        return (ls is not None and self._token in ls.waiters) or bool(
+            self._stream.consumer_waiting()
+        )
 
     def __repr__(self) -> str:
         return f"<panto.AsyncStream cancelled={self.cancelled}>"
