@@ -20,9 +20,9 @@ After writing the report it draws its charts (``bench/svg.py``: bench/charts/*.s
 embeds them in it.
 
 The scale workload (``--scale-streams``, default 10,000 streams of 20 chunks paced 200 ms
-apart) needs a descriptor per connection on both sides, and panto's Go streams one more
-pair each (the readiness descriptor and the netpoller's copy): this driver raises
-``RLIMIT_NOFILE`` before it starts the server and the clients, which inherit it.
+apart) needs a descriptor per connection on both sides (panto's Go and Python streams
+wait through one ready set per process or loop, not a descriptor each): this driver
+raises ``RLIMIT_NOFILE`` before it starts the server and the clients, which inherit it.
 """
 
 from __future__ import annotations
@@ -159,13 +159,12 @@ def adapter_workers_rule() -> int:
 
 
 def fd_budget_note(streams: int, nofile: int) -> Optional[str]:
-    """What does not fit in ``nofile`` descriptors at ``streams`` open streams: the
-    server holds two per connection (the socket and a clone it keeps to reset or close
-    it from outside the connection's task), panto Go three per open stream (the socket,
-    the readiness eventfd and the netpoller's copy of it), panto Python two (the socket
-    and the eventfd), the other clients one."""
+    """What does not fit in ``nofile`` descriptors at ``streams`` open streams: every
+    process holds one per connection — the server, and the clients: panto Go and Python
+    wait through one ready set (one descriptor) for all their streams — plus its own
+    few."""
     short = [f"{who} needs ≈ {per * streams + 256:,}" for who, per in
-             (("panto-testserver", 2), ("panto Go", 3), ("panto Python", 2)) if per * streams + 256 > nofile]
+             (("panto-testserver", 1), ("panto Go", 1), ("panto Python", 1)) if per * streams + 256 > nofile]
     if not short:
         return None
     return (f"the descriptor limit is {nofile:,} and cannot be raised here (no CAP_SYS_RESOURCE): at "
@@ -174,9 +173,9 @@ def fd_budget_note(streams: int, nofile: int) -> Optional[str]:
 
 def raise_nofile(streams: int) -> int:
     """Raises this process's descriptor limit (the server and clients inherit it) to what
-    ``streams`` connections need on the busiest client (panto Go: socket, readiness
-    descriptor and the netpoller's copy of it per stream), or as high as allowed."""
-    want = 4 * streams + 1024
+    ``streams`` connections need (one descriptor each, with room to spare), or as high as
+    allowed."""
+    want = 2 * streams + 1024
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < want:
         try:
@@ -417,8 +416,8 @@ def measure_concurrency(streams: List[int], chunks: int, pace_ms: int, clients: 
                 if drops0 is not None and drops1 is not None:
                     cell.listen_drops.append(drops1 - drops0)
                 if server_pid:
-                    # The server holds two descriptors per connection (see fd_budget_note).
-                    cell.peak_open.append(max(0, out.peak_fds_watched - fds0) // 2)
+                    # The server holds one descriptor per connection (see fd_budget_note).
+                    cell.peak_open.append(max(0, out.peak_fds_watched - fds0))
                     cell.runq_s.append(out.runq_wait_s)
                 log(f"  round {rnd + 1}/{rounds} concurrency {key:18} x{s:<5} cpu {line['cpu_us'] / 1e6:6.2f} s, "
                     f"p99 added {line['added_p99_us'] / 1e3:7.2f} ms, rss {out.maxrss_kib / 1024:6.1f} MiB, "
@@ -617,8 +616,9 @@ def render_scale(scale: Dict[Tuple[str, int], ConcCell], n: int, chunks: int, pa
              f"stream's chunks {pace_ms} ms apart (a slow model, or a tool-heavy agent): the streams spend "
              "almost all their time waiting, which is what this workload measures. Every panto row makes one "
              "agent per stream (so one connection each); the Rust and Go panto rows wait without a thread per "
-             "stream (a waker; Go's netpoller on the stream's readiness descriptor) and Python's on the event "
-             "loop (`loop.add_reader`). The peers share one client, as their users would: openai-go's "
+             "stream (a waker; Go: one dispatcher goroutine in the netpoller on the process's ready set, "
+             "whose one descriptor reports every stream) and Python's on the event loop (one "
+             "`loop.add_reader` on the loop's ready set). The peers share one client, as their users would: openai-go's "
              "transport opens a connection per concurrent stream (no per-host limit by default); "
              "openai-python's `AsyncOpenAI` gets `http_client=DefaultAsyncHttpxClient(limits=httpx2.Limits("
              f"max_connections={n}, max_keepalive_connections={n}))`, because its default pool (1,000 "
@@ -631,13 +631,13 @@ def render_scale(scale: Dict[Tuple[str, int], ConcCell], n: int, chunks: int, pa
              f"client work. Every client starts its streams evenly over {ramp_ms / 1e3:g} s (stream i at "
              f"i × {ramp_ms} ms / {n:,}), so all {n:,} are open together for the last "
              f"{max(0.0, (chunks - 1) * pace_ms - ramp_ms) / 1e3:g} s of the first stream's life: "
-             "`panto-testserver` listens with a backlog of 128 (Rust's `std` default), and a burst of "
-             f"{n:,} connects overflows it; the kernel then retries the dropped SYNs 1, 3, 7, 15 and 31 s "
-             "later, which spread the starts over half a minute and the connection storms over every "
-             "stream's gaps in a first, unramped version of this workload. **SYN drops** is the kernel's "
+             "`panto-testserver` listens with a backlog of 4,096 (before: Rust's `std` default of 128, which "
+             "a burst of thousands of connects overflowed; the kernel then retried the dropped SYNs 1, 3, 7, "
+             "15 and 31 s later, which spread the starts over half a minute and the connection storms over "
+             "every stream's gaps in a first, unramped version of this workload). **SYN drops** is the kernel's "
              "`ListenDrops` count over the run (any socket on the machine), to show whether that still "
              "happened; **peak conns** is the most connections the server held at once (its descriptors, "
-             "sampled every 250 ms); a finished stream's connection stays open, idle in its client's pool, "
+             "one per connection, sampled every 250 ms); a finished stream's connection stays open, idle in its client's pool, "
              "until the client exits, so it is an upper bound of the streams open together. **Wall** is the "
              "client process's life, agent setup included; **run-queue s** is how long its threads were "
              "runnable but waiting for a core (`/proc/PID/task/*/schedstat`, threads alive at the last "
@@ -1018,11 +1018,11 @@ def main() -> None:
     scale_rounds = args.scale_rounds or (1 if quick else 3)
     lowered = None
     if args.scale_streams is None:
-        # The issue's 10,000, unless the descriptor limit cannot hold it (panto Go needs
-        # three per stream): then the most whole thousands it holds, said in the report.
+        # The issue's 10,000, unless the descriptor limit cannot hold it (one per stream
+        # and process): then the most whole thousands it holds, said in the report.
         n = 10_000
         if fd_budget_note(n, nofile):
-            n = max(1_000, (nofile - 256) // 3 // 1_000 * 1_000)
+            n = max(1_000, (nofile - 256) // 1_000 * 1_000)
             lowered = (f"{n:,} streams instead of 10,000: " + (fd_budget_note(10_000, nofile) or "") +
                        f" (`--scale-streams` sets the count)")
             log(f"scale workload: {lowered}")
