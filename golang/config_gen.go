@@ -276,8 +276,15 @@ type Tool struct {
 	// a returned error or a panic an error result the model reads (invalid UTF-8 in any
 	// of them becomes U+FFFD). The context also ends when the library stops waiting for
 	// the call (ToolTimeout passed: context.Cause is then an *Error of kind timeout). A
-	// Tool without Func is answered with Stream.SubmitToolResult. Not part of the JSON.
+	// Tool without Func or PartsFunc is answered with Stream.SubmitToolResult. Not part
+	// of the JSON.
 	Func func(ctx context.Context, args json.RawMessage) (string, error)
+	// PartsFunc, when set instead of Func, implements a tool whose result holds images:
+	// text and image parts in order (Text, ImageBytes, ImageFile, ImageURL). The model
+	// reads the text parts joined by newlines and sees the images; ToolResult.Parts
+	// carries them. A part the library refuses (a document, an unreadable file) makes
+	// the call an error result saying why. Otherwise as Func. Not part of the JSON.
+	PartsFunc func(ctx context.Context, args json.RawMessage) ([]Part, error)
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.

@@ -63,3 +63,15 @@ func blockType(content json.RawMessage) string {
 	_ = json.Unmarshal(content, &b)
 	return b.Type
 }
+
+// goParts reads a tool result's parts from their canonical JSON (nil when absent).
+func goParts(s C.PantoStr) Parts {
+	if s.ptr == nil {
+		return nil
+	}
+	var ps Parts
+	if json.Unmarshal(unsafe.Slice((*byte)(unsafe.Pointer(s.ptr)), int(s.len)), &ps) != nil {
+		return nil
+	}
+	return ps
+}

@@ -200,8 +200,8 @@ func (e *MessageEnd) MarshalJSON() ([]byte, error) { return typed(e.Type(), (*pl
 // ToolCallStart is the tool_call_start event. Dispatch of one call begins. `arguments` is
 // the parsed arguments object, or `null` when the model's arguments were not a JSON object;
 // `arguments_raw` then holds the raw text (the same pair as the call's `tool_call` block).
-// With Host set, a Tool of the Config with a Func is run and answered by the stream itself;
-// answer one without Func with Stream.SubmitToolResult.
+// With Host set, a Tool of the Config with a Func or PartsFunc is run and answered by the
+// stream itself; answer one without them with Stream.SubmitToolResult (or SubmitToolParts).
 type ToolCallStart struct {
 	// 0-based index of the assistant message within the turn.
 	Message uint32 `json:"message"`
@@ -242,6 +242,9 @@ type ToolResult struct {
 	Output string `json:"output"`
 	// True when the result reports a failure.
 	IsError bool `json:"is_error"`
+	// The result's text and image parts in order, present only when the tool returned an image
+	// (an image of bytes with its size and base64 data). The zero value means absent.
+	Parts Parts `json:"parts,omitempty"`
 }
 
 func (*ToolResult) isEvent() {}
@@ -455,6 +458,7 @@ func convert(ev *C.PantoEvent) Event {
 			Name:    goStr(p.name),
 			Output:  goStr(p.output),
 			IsError: bool(p.is_error),
+			Parts:   goParts(p.parts),
 		}
 	case 9: // provider_retry
 		p := (*C.PantoProviderRetry)(pl)

@@ -140,7 +140,7 @@ func NewAgent(cfg Config) (*Agent, error) {
 	}
 	tools := map[string]Tool{}
 	for _, t := range cfg.Tools {
-		if t.Func != nil {
+		if t.Func != nil || t.PartsFunc != nil {
 			tools[t.Name] = t
 		}
 	}

@@ -74,3 +74,84 @@ func (p Part) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(m)
 }
+
+// Kind is the part's kind: "text", "image" or "document".
+func (p Part) Kind() string { return p.kind }
+
+// Text is the text of a text part ("" for an attachment).
+func (p Part) Text() string { return p.text }
+
+// Data is an attachment's bytes (nil for a URL, a file or text). The slice is the
+// part's own: do not change it.
+func (p Part) Data() []byte { return p.data }
+
+// URL is the URL of an attachment the provider fetches ("" otherwise).
+func (p Part) URL() string { return p.url }
+
+// MediaType is an attachment's media type ("" when it was left to be sniffed).
+func (p Part) MediaType() string { return p.mediaType }
+
+// Name is an attachment's file name, if any.
+func (p Part) Name() string { return p.name }
+
+// Parts is a tool result's text and image parts in order, as ToolResult.Parts carries
+// them (nil unless the tool returned an image). Its JSON is the event's canonical form:
+// {"type":"text","text":…} and {"type":"image","media_type":…,"size":N,"data":"<base64>"}
+// (size is len(Data()), so a reader of the JSON needs not decode), or
+// {"type":"image","url":…} for an image by URL.
+type Parts []Part
+
+type canonicalPart struct {
+	Type      string `json:"type"`
+	Text      string `json:"text,omitempty"`
+	MediaType string `json:"media_type,omitempty"`
+	Size      *int   `json:"size,omitempty"`
+	Data      []byte `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
+	Name      string `json:"name,omitempty"`
+}
+
+// MarshalJSON writes the parts in the canonical form of the tool_result event.
+func (ps Parts) MarshalJSON() ([]byte, error) {
+	out := make([]json.RawMessage, 0, len(ps))
+	for _, p := range ps {
+		var b []byte
+		var err error
+		if p.kind == "text" {
+			b, err = json.Marshal(struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			}{"text", p.text})
+		} else {
+			c := canonicalPart{Type: p.kind, MediaType: p.mediaType, URL: p.url, Name: p.name}
+			if p.url == "" {
+				n := len(p.data)
+				c.Size, c.Data = &n, p.data
+				if c.Data == nil {
+					c.Data = []byte{}
+				}
+			}
+			b, err = json.Marshal(c)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads the canonical form back (size is implied by the data).
+func (ps *Parts) UnmarshalJSON(b []byte) error {
+	var in []canonicalPart
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	out := make(Parts, 0, len(in))
+	for _, c := range in {
+		out = append(out, Part{kind: c.Type, text: c.Text, data: c.Data, url: c.URL,
+			mediaType: c.MediaType, name: c.Name})
+	}
+	*ps = out
+	return nil
+}

@@ -130,6 +130,37 @@ func (h *streamHandle) submit(callID, output string, isError bool) error {
 	return nil
 }
 
+// submitParts answers a host-tool call with text and image parts, sent in the input
+// form the C ABI takes (panto_stream_submit_tool_result_parts).
+func (h *streamHandle) submitParts(callID string, parts []Part, isError bool) error {
+	for i := range parts {
+		if parts[i].kind == "text" {
+			parts[i].text = strings.ToValidUTF8(parts[i].text, "\uFFFD")
+		}
+	}
+	js, err := json.Marshal(parts)
+	if err != nil {
+		return &Error{Kind: KindTool, Message: "cannot encode the parts: " + err.Error()}
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.p == nil {
+		return closedError("the stream")
+	}
+	id, idn := cString(callID)
+	cjs, n := cString(string(js))
+	var cerr *C.PantoError
+	var st C.PantoStatus
+	// Reading a file named by a part is the one slow thing this call may do.
+	short(func() {
+		st = C.panto_stream_submit_tool_result_parts(h.p, id, idn, cjs, n, C.bool(isError), &cerr)
+	})
+	if st != C.PANTO_OK {
+		return takeError(cerr)
+	}
+	return nil
+}
+
 // Stream is one turn as a pull stream of events. Read it with exactly one of Next, Iter,
 // All or Chan. Next must not be called from two goroutines at once (it is serialized);
 // Cancel, Close and SubmitToolResult may be called from any goroutine at any time. A
@@ -319,14 +350,26 @@ func (s *stream) failure(ev *C.PantoEvent) *Error {
 // (the library gave up after tool_timeout_ms and told the model so, or the stream
 // ended), and there is no one left to tell.
 func (s *stream) runTool(ctx context.Context, t Tool, callID string, args json.RawMessage) {
-	out, isErr := callTool(ctx, t, args)
+	var out string
+	var parts []Part
+	var isErr bool
+	if t.Func == nil {
+		parts, out, isErr = callPartsTool(ctx, t, args)
+	} else {
+		out, isErr = callTool(ctx, t, args)
+	}
 	s.toolsMu.Lock()
 	if cancel := s.running[callID]; cancel != nil {
 		delete(s.running, callID)
 		defer cancel(nil) // after the answer: the ctx is the function's, which returned
 	}
 	s.toolsMu.Unlock()
-	err := s.h.submit(callID, out, isErr)
+	var err error
+	if parts != nil {
+		err = s.h.submitParts(callID, parts, isErr)
+	} else {
+		err = s.h.submit(callID, out, isErr)
+	}
 	if err == nil || errors.Is(err, ErrClosed) {
 		return
 	}
@@ -344,6 +387,37 @@ func callTool(ctx context.Context, t Tool, args json.RawMessage) (out string, is
 		return err.Error(), true
 	}
 	return out, false
+}
+
+// callPartsTool runs a PartsFunc: its parts (nil when it failed: out then says why).
+func callPartsTool(ctx context.Context, t Tool, args json.RawMessage) (parts []Part, out string, isErr bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			parts, out, isErr = nil, fmt.Sprintf("tool %s panicked: %v", t.Name, r), true
+		}
+	}()
+	parts, err := t.PartsFunc(ctx, args)
+	if err != nil {
+		return nil, err.Error(), true
+	}
+	if parts == nil {
+		parts = []Part{}
+	}
+	return parts, "", false
+}
+
+// SubmitToolParts answers the host tool call callID with text and image parts in order
+// (Text, ImageBytes, ImageFile, ImageURL): the model reads the text parts joined by
+// newlines and sees the images. A part the library refuses (a document, an unreadable
+// file: the message names it) and an id that is not waiting for a result are an *Error
+// of kind tool, and the call stays unanswered. Safe from any goroutine, also during a
+// blocked Next.
+func (s *Stream) SubmitToolParts(callID string, parts []Part, isError bool) error {
+	st := s.state()
+	if st == nil {
+		return errNilStream()
+	}
+	return st.h.submitParts(callID, append([]Part(nil), parts...), isError)
 }
 
 // SubmitToolResult answers the host tool call callID (from a ToolCallStart with Host

@@ -208,6 +208,8 @@
  *   - ABI 1.2 added ready sets (PantoReadySet, panto_stream_attach): one descriptor for
  *     many streams, so that waiting costs no descriptor per stream. A stream that is
  *     never attached behaves exactly as in 1.1.
+ *     It also added tool results of text and image parts
+ *     (panto_stream_submit_tool_result_parts, PantoToolResult.parts).
  */
 #ifndef PANTO_H
 #define PANTO_H
@@ -445,7 +447,13 @@ typedef struct PantoToolCallStart {
   PantoStr arguments_raw; /* the model's raw arguments, present only when not an object */
 } PantoToolCallStart;
 
-/* PANTO_EV_TOOL_RESULT: a tool call finished (in the order they finish). */
+/* PANTO_EV_TOOL_RESULT: a tool call finished (in the order they finish). `output` is
+ * the text the model reads. `parts` (since ABI 1.2; zero from older libraries) is
+ * present only when the tool returned an image: the result's text and image parts in
+ * order, as the JSON array of the event's canonical form, e.g.
+ *   [{"type":"text","text":"…"},
+ *    {"type":"image","media_type":"image/png","size":1234,"data":"<base64>"}]
+ * (`size` is the decoded byte count; an image by URL is {"type":"image","url":"…"}). */
 typedef struct PantoToolResult {
   uint32_t message;
   bool is_error;
@@ -453,6 +461,7 @@ typedef struct PantoToolResult {
   PantoStr call_id;
   PantoStr name;
   PantoStr output;
+  PantoStr parts; /* since ABI 1.2: JSON array; absent unless the tool returned an image */
 } PantoToolResult;
 
 /* PANTO_EV_PROVIDER_RETRY: a request failed before any of its answer was shown and is
@@ -805,6 +814,29 @@ PANTO_API PantoStatus panto_stream_submit_tool_result(PantoStream *stream, const
                                                       size_t call_id_len, const char *output,
                                                       size_t output_len, bool is_error,
                                                       PantoError **err);
+
+/* Since ABI 1.2. panto_stream_submit_tool_result with a result of text and image parts:
+ * `parts_json` (UTF-8, `parts_len` bytes, not NULL) is a JSON array in the form of
+ * panto_agent_stream_with's "input", without documents: each part a string (text),
+ * {"type": "text", "text": "…"} or {"type": "image", and one of "url", "data"
+ * (base64) or "path" (a file, read during this call); optional "media_type"
+ * (image/png, image/jpeg, image/gif, image/webp; sniffed from the bytes when absent)
+ * and "name"}. For example
+ *   [{"type": "text", "text": "The chart:"}, {"type": "image", "path": "chart.png"}]
+ * The model reads the text parts joined by newlines (tool_result's `output`) and sees
+ * the images (Anthropic inside the tool_result; OpenAI chat in a user message right
+ * after the tool messages); tool_result's `parts` carries them. An image larger than
+ * max_message_bytes is replaced by a note saying so. Bad JSON, a part of no known or
+ * allowed type (a document, a PDF given as an image), an unreadable path (the message
+ * names it) and an id that is not waiting for a result are PANTO_ERR_TOOL, and the call
+ * stays unanswered. Never blocks beyond reading the files; any thread, also while
+ * another thread is in a next call. */
+PANTO_API PantoStatus panto_stream_submit_tool_result_parts(PantoStream *stream,
+                                                            const char *call_id,
+                                                            size_t call_id_len,
+                                                            const char *parts_json,
+                                                            size_t parts_len, bool is_error,
+                                                            PantoError **err);
 
 /* Diagnostics: true while a next call on this stream is waiting for an event (blocked,
  * or about to block). For tests and monitoring; false for NULL. Any thread. */

@@ -423,6 +423,7 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
             name,
             output,
             is_error,
+            parts,
         } => {
             terminate(call_id);
             terminate(name);
@@ -434,6 +435,11 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
                 call_id: view(call_id),
                 name: view(name),
                 output: view(output),
+                parts: if parts.is_empty() {
+                    PantoStr::ABSENT
+                } else {
+                    keep(panto_core::event::tool_parts::to_json(parts))
+                },
             };
         }
         Event::ProviderRetry {

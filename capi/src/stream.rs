@@ -377,6 +377,79 @@ pub unsafe extern "C" fn panto_stream_cancel(stream: *mut PantoStream) -> PantoS
     }
 }
 
+/// Answers a host-tool call with text and image parts given as JSON (the input form of
+/// `panto_agent_stream_with`'s "input", without documents).
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_stream_submit_tool_result_parts(
+    stream: *mut PantoStream,
+    call_id: *const c_char,
+    call_id_len: usize,
+    parts_json: *const c_char,
+    parts_len: usize,
+    is_error: bool,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_stream_submit_tool_result_parts";
+    reset_err(err);
+    let as_tool = |e: Error| Error::new(ErrorKind::Tool, e.message);
+    let Some(stream) = stream.as_ref() else {
+        return fail(err, as_tool(invalid(F, "stream is NULL")));
+    };
+    if call_id.is_null() {
+        return fail(err, as_tool(invalid(F, "call_id is NULL")));
+    }
+    if parts_json.is_null() {
+        return fail(err, as_tool(invalid(F, "parts_json is NULL")));
+    }
+    let call_id = match input_str(F, "call_id", call_id, call_id_len) {
+        Ok(s) => s,
+        Err(e) => return fail(err, as_tool(e)),
+    };
+    let parts_json = match input_str(F, "parts_json", parts_json, parts_len) {
+        Ok(s) => s,
+        Err(e) => return fail(err, as_tool(e)),
+    };
+    if stream.poisoned.load(Ordering::SeqCst) {
+        return fail(err, poisoned(F, "stream"));
+    }
+    match guard(F, || {
+        maybe_panic();
+        let parts =
+            tool_parts(parts_json).map_err(|m| Error::new(ErrorKind::Tool, format!("{F}: {m}")))?;
+        stream.control.submit_tool_parts(call_id, parts, is_error)
+    }) {
+        Ok(Ok(())) => PANTO_OK,
+        Ok(Err(e)) => fail(err, e),
+        Err(panic) => {
+            stream.poison();
+            fail(err, panic)
+        }
+    }
+}
+
+/// A tool result's parts from the input form: text and images only (a file is read
+/// here, so an unreadable path is named in the error).
+fn tool_parts(json: &str) -> Result<Vec<panto_core::Block>, String> {
+    use panto_core::{Block, Input};
+    // The input form's messages say `input[i]`; here the array is the parts.
+    let rename = |e: Error| match e.message.strip_prefix("input") {
+        Some(rest) => format!("parts{rest}"),
+        None => e.message,
+    };
+    let input = Input::from_json(json).map_err(rename)?;
+    input.check(usize::MAX).map_err(rename)?;
+    let parts = input.into_parts();
+    if let Some(i) = parts.iter().position(|p| matches!(p, Block::Document(_))) {
+        return Err(format!(
+            "parts[{i}]: a tool result holds text and images only (no documents)"
+        ));
+    }
+    Ok(parts)
+}
+
 /// Answers a host-tool call announced by a `tool_call_start` with `host` set.
 ///
 /// # Safety

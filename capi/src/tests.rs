@@ -156,7 +156,7 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoBlockComplete { message, block, content_type, _reserved0, content, text, signature, call_id, name, arguments, arguments_raw }
         PantoMessageEnd { message, _reserved0, stop_reason, usage }
         PantoToolCallStart { message, host, _reserved0, call_id, name, arguments, arguments_raw }
-        PantoToolResult { message, is_error, _reserved0, call_id, name, output }
+        PantoToolResult { message, is_error, _reserved0, call_id, name, output, parts }
         PantoProviderRetry { message, attempt, max_attempts, status, delay_ms, reason }
         PantoMessageComplete { messages, _reserved0, stop_reason, text, usage, output }
         PantoOutputRepair { message, attempt, max_attempts, _reserved0, error }
@@ -330,6 +330,20 @@ fn sample_events() -> Vec<Event> {
             name: "weather".into(),
             output: "18°C".into(),
             is_error: true,
+            parts: Vec::new(),
+        },
+        Event::ToolResult {
+            message: 0,
+            call_id: "call_3".into(),
+            name: "camera".into(),
+            output: "a cat".into(),
+            is_error: false,
+            parts: vec![
+                Block::text("a cat"),
+                Block::Image(
+                    panto_core::Media::bytes(b"\x89PNG\r\n\x1a\n..".to_vec(), None).unwrap(),
+                ),
+            ],
         },
         Event::ProviderRetry {
             message: 0,
@@ -493,10 +507,24 @@ fn payloads_carry_every_field() {
                     assert_eq!(text(t.arguments_raw), *arguments_raw);
                 }
                 Event::ToolResult {
-                    output, is_error, ..
+                    output,
+                    is_error,
+                    parts,
+                    ..
                 } => {
                     assert_eq!(p.tool_result.is_error, *is_error);
                     assert_eq!(text(p.tool_result.output).as_ref(), Some(output));
+                    let want =
+                        (!parts.is_empty()).then(|| panto_core::event::tool_parts::to_json(parts));
+                    assert_eq!(text(p.tool_result.parts), want);
+                    if let Some(json) = &want {
+                        assert!(
+                            json.ends_with(
+                                r#"{"type":"image","media_type":"image/png","size":10,"data":"iVBORw0KGgouLg=="}]"#
+                            ),
+                            "{json}"
+                        );
+                    }
                 }
                 Event::ProviderRetry {
                     attempt,

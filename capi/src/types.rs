@@ -209,6 +209,7 @@ pub struct PantoToolResult {
     pub call_id: PantoStr,
     pub name: PantoStr,
     pub output: PantoStr,
+    pub parts: PantoStr,
 }
 
 #[repr(C)]

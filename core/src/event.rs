@@ -74,6 +74,83 @@ pub(crate) fn redact_value(v: &mut Value, secrets: &Secrets) {
     }
 }
 
+/// The canonical JSON of a `tool_result` event's `parts`: each part in its block form
+/// (`{"type":"text","text"}`, `{"type":"image","url",…}`), except that an image of bytes
+/// also says how many bytes it holds, before its base64 data:
+/// `{"type":"image","media_type":"image/png","size":1234,"data":"iVBOR…","name"?}`. The
+/// size lets a reader of the JSON decide without decoding; the bytes are there so the
+/// JSON carries the whole event (each image is capped at `max_message_bytes`). Reading
+/// it back ignores `size`.
+pub mod tool_parts {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+
+    use crate::media::MediaSource;
+    use crate::message::Block;
+
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum Part<'a> {
+        Bytes {
+            #[serde(rename = "type")]
+            ty: &'static str,
+            media_type: &'a str,
+            size: usize,
+            data: String,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            name: Option<&'a str>,
+        },
+        Block(&'a Block),
+    }
+
+    fn part(block: &Block) -> Part<'_> {
+        match block {
+            Block::Image(m) => match &m.source {
+                MediaSource::Bytes { media_type, data } => Part::Bytes {
+                    ty: "image",
+                    media_type,
+                    size: data.len(),
+                    data: m.base64().unwrap_or_default(),
+                    name: m.name.as_deref(),
+                },
+                MediaSource::Url(_) => Part::Block(block),
+            },
+            _ => Part::Block(block),
+        }
+    }
+
+    /// Writes the parts in the form above (serde's `with`).
+    pub fn serialize<S: Serializer>(parts: &[Block], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(parts.iter().map(part))
+    }
+
+    /// Reads the parts back (serde's `with`), ignoring `size`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Block>, D::Error> {
+        let items = Vec::<Value>::deserialize(d)?;
+        items
+            .into_iter()
+            .map(|mut v| {
+                if let Some(obj) = v.as_object_mut() {
+                    obj.remove("size");
+                }
+                serde_json::from_value(v).map_err(serde::de::Error::custom)
+            })
+            .collect()
+    }
+
+    /// The parts' canonical JSON text (the C ABI's `parts`), in the event's key order.
+    pub fn to_json(parts: &[Block]) -> String {
+        // Strings and integers only: serializing cannot fail.
+        serde_json::to_string(&parts.iter().map(part).collect::<Vec<_>>()).unwrap_or_default()
+    }
+
+    /// The parts as their canonical JSON value (what the bindings' dict forms hold).
+    pub fn to_value(parts: &[Block]) -> Value {
+        // Strings and integers only: serializing cannot fail.
+        serde_json::to_value(parts.iter().map(part).collect::<Vec<_>>()).unwrap_or(Value::Null)
+    }
+}
+
 /// Declares a closed string set: the Rust enum (serde as its snake_case names), its
 /// `as_str`, and its entry in the vocabulary ([`crate::vocab`]).
 macro_rules! string_enum {
@@ -158,6 +235,11 @@ impl Redact for Value {
 impl Redact for Block {
     fn redact(&mut self, secrets: &Secrets) {
         redact_block(self, secrets);
+    }
+}
+impl Redact for Vec<Block> {
+    fn redact(&mut self, secrets: &Secrets) {
+        self.iter_mut().for_each(|b| redact_block(b, secrets));
     }
 }
 impl<T: Redact> Redact for Option<T> {
@@ -336,6 +418,9 @@ events! {
         output: String,
         /// True when the result reports a failure.
         is_error: bool,
+        /// The result's text and image parts in order, present only when the tool returned an image (an image of bytes with its size and base64 data).
+        #[serde(default, skip_serializing_if = "Vec::is_empty", with = "tool_parts")]
+        parts: Vec<Block>,
     }
     /// A request failed before any of its answer was shown and is tried again after
     /// `delay_ms`. `attempt` is the number of the attempt about to start (2 for the first
@@ -603,6 +688,7 @@ fn dispatch<R: Receiver + ?Sized>(r: &mut R, event: &Event) -> Flow {
             name,
             output,
             is_error,
+            ..
         } => r.on_tool_result(*message, call_id, name, output, *is_error),
         Event::ProviderRetry {
             message,
@@ -753,6 +839,48 @@ mod tests {
     }
 
     #[test]
+    fn tool_result_parts_carry_size_and_data() {
+        let png = b"\x89PNG\r\n\x1a\nIMG".to_vec();
+        let ev = Event::ToolResult {
+            message: 0,
+            call_id: "c".into(),
+            name: "camera".into(),
+            output: "a cat".into(),
+            is_error: false,
+            parts: vec![
+                Block::text("a cat"),
+                Block::Image(crate::Media::bytes(png.clone(), None).unwrap()),
+                Block::Image(crate::Media::url("https://x/c.png")),
+            ],
+        };
+        let json = ev.to_json();
+        assert_eq!(
+            json,
+            r#"{"type":"tool_result","message":0,"call_id":"c","name":"camera","output":"a cat","is_error":false,"parts":[{"type":"text","text":"a cat"},{"type":"image","media_type":"image/png","size":11,"data":"iVBORw0KGgpJTUc="},{"type":"image","url":"https://x/c.png"}]}"#
+        );
+        let back: Event = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, ev);
+        let Event::ToolResult { parts, .. } = &ev else {
+            unreachable!()
+        };
+        assert_eq!(
+            tool_parts::to_value(parts),
+            serde_json::from_str::<Value>(&json).unwrap()["parts"]
+        );
+        assert!(json.ends_with(&format!(",\"parts\":{}}}", tool_parts::to_json(parts))));
+        // Plain text results keep their old form: no `parts` key.
+        let plain = Event::ToolResult {
+            message: 0,
+            call_id: "c".into(),
+            name: "n".into(),
+            output: "o".into(),
+            is_error: false,
+            parts: Vec::new(),
+        };
+        assert!(!plain.to_json().contains("parts"));
+    }
+
+    #[test]
     fn codes_follow_the_type_list() {
         let ev = Event::ToolResult {
             message: 0,
@@ -760,6 +888,7 @@ mod tests {
             name: "n".into(),
             output: "o".into(),
             is_error: false,
+            parts: Vec::new(),
         };
         assert_eq!(Event::type_name_of_code(ev.code()), Some(ev.type_name()));
         assert_eq!(Event::type_name_of_code(0), None);
@@ -818,6 +947,7 @@ mod tests {
             name: "n".into(),
             output: "o".into(),
             is_error: false,
+            parts: Vec::new(),
         };
         assert_eq!(r.on_event(ev), Flow::Stop);
         assert_eq!(r.0, 1);

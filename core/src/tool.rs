@@ -420,6 +420,7 @@ pub(crate) async fn dispatch(
             name: req.name.clone(),
             output: out.output,
             is_error: out.is_error,
+            parts: out.parts,
         }) {
             failure = Some(e);
             break;

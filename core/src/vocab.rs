@@ -47,6 +47,12 @@ macro_rules! describe_optional {
 }
 describe_optional! { String => "string", u16 => "u16", u32 => "u32", u64 => "u64" }
 
+/// A tool result's parts: absent from the canonical JSON when there are none.
+impl Describe for Vec<crate::message::Block> {
+    const TYPE: &'static str = "parts";
+    const OPTIONAL: bool = true;
+}
+
 /// `arguments` of a tool call: the parsed object, or JSON `null` — present either way.
 impl Describe for Option<Value> {
     const TYPE: &'static str = "json";
@@ -518,7 +524,7 @@ mod tests {
         assert_eq!(kinds.len(), crate::ErrorKind::ALL.len());
         // Every field type names a scalar, a record or an enum of the description.
         let mut named: Vec<&str> = vec![
-            "bool", "u16", "u32", "u64", "f64", "string", "json", "block",
+            "bool", "u16", "u32", "u64", "f64", "string", "json", "block", "parts",
         ];
         named.extend(RECORDS.iter().map(|r| r.name));
         named.extend(enums().iter().map(|e| e.name));
@@ -600,6 +606,7 @@ mod tests {
                 name: "n".into(),
                 output: "o".into(),
                 is_error: false,
+                parts: vec![Block::text("p")],
             },
             Event::ProviderRetry {
                 message: 0,

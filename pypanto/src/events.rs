@@ -10,9 +10,9 @@
 //! directly (no JSON text); only `to_json()` asks the core for its canonical JSON, so that
 //! form cannot drift from the core's.
 
-use panto::{Block, Event};
+use panto::{Block, Event, MediaSource};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -109,6 +109,42 @@ impl Field for Value {
 impl Field for Block {
     fn attr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         serialized(py, self)
+    }
+}
+
+/// A tool result's parts: as the attribute, what a Python tool returns — a `str` per text
+/// part and a `panto.Image` per image (its bytes as `bytes`, no base64) — and in the dict
+/// form the canonical JSON (`{"type":"image","media_type","size","data":<base64>}`).
+impl Field for Vec<Block> {
+    fn attr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let image = py.import("panto._media")?.getattr("Image")?;
+        let list = PyList::empty(py);
+        for part in self {
+            match part {
+                Block::Text { text } => list.append(PyString::new(py, text))?,
+                Block::Image(m) => {
+                    let kwargs = PyDict::new(py);
+                    match &m.source {
+                        MediaSource::Bytes { media_type, data } => {
+                            kwargs.set_item("data", PyBytes::new(py, data))?;
+                            kwargs.set_item("media_type", media_type)?;
+                        }
+                        MediaSource::Url(url) => {
+                            kwargs.set_item("url", url)?;
+                            kwargs.set_item("media_type", m.url_media_type.as_deref())?;
+                        }
+                    }
+                    kwargs.set_item("name", m.name.as_deref())?;
+                    list.append(image.call((), Some(&kwargs))?)?;
+                }
+                // A tool result holds text and images only (ToolOutput::with_parts).
+                other => list.append(serialized(py, other)?)?,
+            }
+        }
+        Ok(list.into_any())
+    }
+    fn dict_value<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        json_to_py(py, &panto::event::tool_parts::to_value(self))
     }
 }
 

@@ -776,6 +776,7 @@ pub struct ToolResult {
     /// True when the result reports a failure.
     #[pyo3(get)]
     is_error: bool,
+    parts: Vec<panto::Block>,
 }
 
 #[pymethods]
@@ -789,7 +790,13 @@ impl ToolResult {
     /// Positional patterns in `match` (`case ToolResult(a, b)`), in field order.
     #[classattr]
     fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
-        PyTuple::new(py, ["message", "call_id", "name", "output", "is_error"])
+        PyTuple::new(py, ["message", "call_id", "name", "output", "is_error", "parts"])
+    }
+    /// The result's text and image parts in order, present only when the tool returned an
+    /// image (an image of bytes with its size and base64 data).
+    #[getter]
+    fn parts<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.parts.attr(py)
     }
     /// The canonical JSON of this event, exactly as the core writes it.
     fn to_json(&self) -> String {
@@ -804,6 +811,9 @@ impl ToolResult {
         d.set_item(intern!(py, "name"), self.name.dict_value(py)?)?;
         d.set_item(intern!(py, "output"), self.output.dict_value(py)?)?;
         d.set_item(intern!(py, "is_error"), self.is_error.dict_value(py)?)?;
+        if !self.parts.is_empty() {
+            d.set_item(intern!(py, "parts"), self.parts.dict_value(py)?)?;
+        }
         Ok(d)
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -813,7 +823,7 @@ impl ToolResult {
         match other.cast::<ToolResult>() {
             Ok(o) => {
                 let o = o.get();
-                self.message == o.message && self.call_id == o.call_id && self.name == o.name && self.output == o.output && self.is_error == o.is_error
+                self.message == o.message && self.call_id == o.call_id && self.name == o.name && self.output == o.output && self.is_error == o.is_error && self.parts == o.parts
             }
             Err(_) => false,
         }
@@ -838,6 +848,7 @@ impl ToolResult {
             name: self.name.clone(),
             output: self.output.clone(),
             is_error: self.is_error.clone(),
+            parts: self.parts.clone(),
         }
     }
 }
@@ -1225,8 +1236,8 @@ pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
         Event::ToolCallStart { message, call_id, name, arguments, arguments_raw, host } => {
             Py::new(py, ToolCallStart { message, call_id, name, arguments, arguments_raw, host })?.into_any()
         }
-        Event::ToolResult { message, call_id, name, output, is_error } => {
-            Py::new(py, ToolResult { message, call_id, name, output, is_error })?.into_any()
+        Event::ToolResult { message, call_id, name, output, is_error, parts } => {
+            Py::new(py, ToolResult { message, call_id, name, output, is_error, parts })?.into_any()
         }
         Event::ProviderRetry { message, attempt, max_attempts, delay_ms, reason, status } => {
             Py::new(py, ProviderRetry { message, attempt, max_attempts, delay_ms, reason, status })?.into_any()

@@ -90,6 +90,14 @@ def test_a_tool_returns_text_and_an_image(server):
     events = list(agent.stream("What do you see?"))
     [result] = [e for e in events if isinstance(e, panto.ToolResult)]
     assert result.output == "one picture" and not result.is_error
+    # The event carries the parts as the tool returned them, and as JSON with the size.
+    assert result.parts == ["one picture", panto.Image.from_bytes(PNG, media_type="image/png")]
+    image = {"type": "image", "media_type": "image/png", "size": len(PNG), "data": "iVBORw0KGgp0aW55"}
+    assert result.to_dict()["parts"] == [{"type": "text", "text": "one picture"}, image]
+    assert json.loads(result.to_json())["parts"] == result.to_dict()["parts"]
+    assert result.to_json().endswith('"size":12,"data":"iVBORw0KGgp0aW55"}]}')
+    text_only = [e for e in events if isinstance(e, panto.ToolResult) and not e.parts]
+    assert text_only == []
     messages = server.requests()[1]["body"]["messages"]
     assert messages[2] == {"role": "tool", "tool_call_id": "call_1", "content": "one picture"}
     assert messages[3] == {
@@ -99,3 +107,17 @@ def test_a_tool_returns_text_and_an_image(server):
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgp0aW55"}},
         ],
     }
+
+
+def test_a_text_result_has_no_parts():
+    from panto import _native
+
+    plain = _native._event_from_json(
+        '{"type":"tool_result","message":0,"call_id":"c","name":"n","output":"o","is_error":false}'
+    )
+    assert plain.parts == [] and "parts" not in plain.to_dict() and "parts" not in plain.to_json()
+    url = _native._event_from_json(
+        '{"type":"tool_result","message":0,"call_id":"c","name":"n","output":"","is_error":false,'
+        '"parts":[{"type":"image","url":"https://example.com/c.png"}]}'
+    )
+    assert url.parts == [panto.Image.from_url("https://example.com/c.png")]

@@ -3,6 +3,7 @@ events and their canonical JSON, busy, and the configuration."""
 
 from __future__ import annotations
 
+import base64
 import json
 import pickle
 import subprocess
@@ -191,10 +192,31 @@ def attribute_form(ev):
         value = getattr(ev, name)
         if optional and value is None:
             continue
+        if kind == "parts":
+            # A list of str and panto.Image; absent when empty.
+            if not value:
+                continue
+            value = [part_dict(p) for p in value]
         if kind in panto._vocab.RECORD_FIELDS:
             value = {f: getattr(value, f) for f in panto._vocab.RECORD_FIELDS[kind]}
         out[name] = value
     return out
+
+
+def part_dict(part):
+    """A tool result's part in the canonical JSON form."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if part.url is not None:
+        d = {"type": "image", "url": part.url}
+        if part.media_type is not None:
+            d["media_type"] = part.media_type
+    else:
+        d = {"type": "image", "media_type": part.media_type, "size": len(part.data),
+             "data": base64.b64encode(part.data).decode()}
+    if part.name is not None:
+        d["name"] = part.name
+    return d
 
 
 def test_attributes_dict_repr_and_equality_agree_for_every_event_of_a_tool_turn(server):

@@ -31,7 +31,9 @@ Type rules for event fields (vocabulary type -> Go type, C member it is read fro
   (Panto<Variant>); an enum -> string, from a PantoStr or from a uint32_t code whose
   member comment names its constants (`/* PANTO_BLOCK_* */`); block -> json.RawMessage
   holding the block's canonical JSON, plus the convenience fields of BLOCK_PARTS below
-  (tagged `json:"-"`, read from the C members of the same names).
+  (tagged `json:"-"`, read from the C members of the same names); parts -> Parts (a
+  []Part, hand-written in parts.go with the canonical JSON form; read from a PantoStr
+  holding that JSON, nil when absent).
   `optional: true` -> the zero value means absent, tagged `omitempty`.
 Go names: snake_case -> CamelCase with the initialisms of INITIALISMS in capitals
 (call_id -> CallID, delay_ms -> DelayMS).
@@ -56,7 +58,8 @@ the library's default applies):
   configFields maps every key path to its Go field path (retry.max_retries ->
   Retry.MaxRetries, tools[].name -> Tools[].Name), so the binding's config errors name
   the Go field (Config.Retry.MaxRetries) before the key.
-Go-only additions live in GO_EXTRA_FIELDS (Tool.Func: a host tool implemented in Go).
+Go-only additions live in GO_EXTRA_FIELDS (Tool.Func and Tool.PartsFunc: a host tool
+implemented in Go).
 """
 
 from __future__ import annotations
@@ -102,14 +105,22 @@ GO_EXTRA_FIELDS: Dict[str, List[Tuple[str, str, str]]] = {
         "a returned error or a panic an error result the model reads (invalid UTF-8 in any\n"
         "of them becomes U+FFFD). The context also ends when the library stops waiting for\n"
         "the call (ToolTimeout passed: context.Cause is then an *Error of kind timeout). A\n"
-        "Tool without Func is answered with Stream.SubmitToolResult. Not part of the JSON.",
+        "Tool without Func or PartsFunc is answered with Stream.SubmitToolResult. Not part\n"
+        "of the JSON.",
+    ), (
+        "PartsFunc", "func(ctx context.Context, args json.RawMessage) ([]Part, error)",
+        "PartsFunc, when set instead of Func, implements a tool whose result holds images:\n"
+        "text and image parts in order (Text, ImageBytes, ImageFile, ImageURL). The model\n"
+        "reads the text parts joined by newlines and sees the images; ToolResult.Parts\n"
+        "carries them. A part the library refuses (a document, an unreadable file) makes\n"
+        "the call an error result saying why. Otherwise as Func. Not part of the JSON.",
     )],
 }
 
 # Go prose for events beyond the core's doc (binding-specific advice), by event name.
 GO_EVENT_NOTES: Dict[str, str] = {
-    "tool_call_start": "With Host set, a Tool of the Config with a Func is run and answered by the "
-                       "stream itself; answer one without Func with Stream.SubmitToolResult.",
+    "tool_call_start": "With Host set, a Tool of the Config with a Func or PartsFunc is run and answered by the "
+                       "stream itself; answer one without them with Stream.SubmitToolResult (or SubmitToolParts).",
 }
 
 # Go prose for config types beyond the core's one line (binding-specific advice).
@@ -171,10 +182,10 @@ def member_prefix(comment_text: str) -> Optional[str]:
 
 INT_TYPES = {"u16": "uint32", "u32": "uint32", "u64": "uint64"}
 SCALAR_GO = {**INT_TYPES, "bool": "bool", "f64": "float64", "string": "string", "json": "json.RawMessage",
-             "json_object": "json.RawMessage", "block": "json.RawMessage"}
+             "json_object": "json.RawMessage", "block": "json.RawMessage", "parts": "Parts"}
 C_OK = {"u16": {"uint16_t", "uint32_t"}, "u32": {"uint32_t"}, "u64": {"uint64_t"}, "bool": {"bool"},
         "f64": {"double"}, "string": {"PantoStr"}, "json": {"PantoStr"}, "json_object": {"PantoStr"},
-        "block": {"PantoStr"}}
+        "block": {"PantoStr"}, "parts": {"PantoStr"}}
 
 
 class Events:
@@ -244,6 +255,8 @@ class Events:
             return f"goStr({m})"
         if t in ("json", "json_object", "block"):
             return f"goRaw({m})"
+        if t == "parts":
+            return f"goParts({m})"
         if t in self.records:
             return f"c{self.records[t]['variant']}(&{m})" if self.record_from_c[t] else None
         if t in self.enums:

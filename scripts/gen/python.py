@@ -217,6 +217,8 @@ SCALAR_RUST = {
     # An event's `json` field is an object or null: None is null.
     "json": "Option<serde_json::Value>",
     "block": "panto::Block",
+    # A tool result's parts: an empty list when absent (no Option).
+    "parts": "Vec<panto::Block>",
 }
 SCALAR_PY = {
     "bool": "bool",
@@ -227,7 +229,10 @@ SCALAR_PY = {
     "string": "str",
     "json": "Optional[Dict[str, Any]]",
     "block": "Dict[str, Any]",
+    "parts": "List[Union[str, Image]]",
 }
+# Types whose absence is their own empty value (None or an empty list), never Optional.
+SELF_ABSENT = {"json", "parts"}
 # Read through `#[pyo3(get)]` (a plain conversion); every other type has a getter that
 # goes through `Field::attr` (events.rs).
 PLAIN = {"bool", "u16", "u32", "u64", "f64", "string"}
@@ -242,7 +247,7 @@ def rust_type(v: Vocab, field: Dict[str, Any]) -> str:
         base = "panto::" + v.records[t]["variant"]
     else:
         base = "panto::" + v.enums[t]["variant"]
-    if field.get("optional") and t != "json":
+    if field.get("optional") and t not in SELF_ABSENT:
         return f"Option<{base}>"
     return base
 
@@ -256,7 +261,7 @@ def py_type(v: Vocab, field: Dict[str, Any]) -> str:
     else:
         e = v.enums[t]
         base = "str" if e.get("open") else "Literal[" + ", ".join(py_str(x["name"]) for x in e["values"]) + "]"
-    if field.get("optional") and t != "json":
+    if field.get("optional") and t not in SELF_ABSENT:
         return f"Optional[{base}]"
     return base
 
@@ -438,7 +443,13 @@ def render_rust_event(v: Vocab, ev: Dict[str, Any]) -> str:
     dict_items = []
     for f in fields:
         key = f"intern!(py, {rust_str(f['name'])})"
-        if f.get("optional") and f["type"] != "json":
+        if f["type"] == "parts":
+            dict_items.append(
+                f"        if !self.{f['name']}.is_empty() {{\n"
+                f"            d.set_item({key}, self.{f['name']}.dict_value(py)?)?;\n"
+                "        }\n"
+            )
+        elif f.get("optional") and f["type"] != "json":
             dict_items.append(
                 f"        if let Some(v) = &self.{f['name']} {{\n"
                 f"            d.set_item({key}, v.dict_value(py)?)?;\n"
@@ -558,7 +569,8 @@ def render_rust_register(v: Vocab) -> str:
 
 def render_pyi_part(v: Vocab) -> str:
     out = [PYI_BEGIN]
-    out.append("from typing import Any, ClassVar, Dict, Literal, Optional, Union, final\n")
+    out.append("from typing import Any, ClassVar, Dict, List, Literal, Optional, Union, final\n")
+    out.append("from ._media import Image\n")
     for r in v.used_records():
         out.append(f"\n@final\nclass {r['variant']}:\n")
         out.append(docstring(r.get("doc", ""), "    "))

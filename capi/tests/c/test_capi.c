@@ -2153,6 +2153,72 @@ out:
   server_stop(&srv);
 }
 
+/* A host tool answered with text and an image (panto_stream_submit_tool_result_parts),
+ * against tool-image-openai.json, whose server answers the second request only if the
+ * tool's text and image reached it. Refused parts (a document, an unreadable file, bad
+ * JSON) are PANTO_ERR_TOOL and leave the call waiting; tool_result carries the parts. */
+static void test_tool_result_parts(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  PantoError *err = NULL;
+  if (server_start(&srv, shared_scenario("tool-image-openai.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-c",
+                    ",\"retry\":{\"max_retries\":0},\"tools\":[{\"name\":\"camera\"}]");
+  CHECK(agent != NULL);
+  stream = start(agent, "What do you see?");
+  CHECK(stream != NULL);
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  int results = 0;
+  while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+    if (ev.kind == PANTO_EV_TOOL_CALL_START) {
+      PantoToolCallStart *t = &ev.payload.tool_call_start;
+      const char *refused[][2] = {
+          {"[\"x\",{\"type\":\"document\",\"data\":\"JVBERi0xLjQ=\"}]", "text and images only"},
+          {"[{\"type\":\"image\",\"path\":\"/no/such/shot.png\"}]", "/no/such/shot.png"},
+          {"[\"x\",", "parts: not valid JSON"},
+      };
+      for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        CHECK(panto_stream_submit_tool_result_parts(stream, t->call_id.ptr, t->call_id.len,
+                                                    refused[i][0], strlen(refused[i][0]), false,
+                                                    &err) == PANTO_ERROR);
+        CHECK(panto_error_kind(err) == PANTO_ERR_TOOL);
+        CHECKF(str_contains(panto_error_message(err), refused[i][1]), "%s",
+               panto_error_message(err).ptr);
+        panto_error_free(err);
+        err = NULL;
+      }
+      const char *parts = "[\"one picture\",{\"type\":\"image\",\"data\":\"iVBORw0KGgp0aW55\"}]";
+      CHECK(panto_stream_submit_tool_result_parts(stream, t->call_id.ptr, t->call_id.len, parts,
+                                                  strlen(parts), false, &err) == PANTO_OK);
+    } else if (ev.kind == PANTO_EV_TOOL_RESULT) {
+      PantoToolResult *r = &ev.payload.tool_result;
+      results++;
+      CHECK(str_eq(r->output, "one picture") && !r->is_error);
+      CHECKF(str_eq(r->parts, "[{\"type\":\"text\",\"text\":\"one picture\"},{\"type\":\"image\","
+                              "\"media_type\":\"image/png\",\"size\":12,\"data\":\"iVBORw0KGgp0aW55\"}]"),
+             "%.*s", (int)r->parts.len, r->parts.ptr);
+      PantoStr json;
+      CHECK(panto_event_to_json(&ev, &json) == PANTO_OK);
+      CHECK(str_contains(json, "\"is_error\":false,\"parts\":[{\"type\":\"text\""));
+    } else if (ev.kind == PANTO_EV_MESSAGE_COMPLETE) {
+      CHECK(str_eq(ev.payload.message_complete.text, "A cat."));
+    }
+  }
+  CHECKF(st == PANTO_DONE, "status %d, error: %.*s", st, (int)ev.payload.error.message.len,
+         ev.payload.error.message.ptr);
+  CHECK(results == 1);
+out:
+  panto_error_free(err);
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&srv);
+}
+
 static const struct {
   const char *name;
   void (*run)(void);
@@ -2171,6 +2237,7 @@ static const struct {
     {"compaction", test_compaction},
     {"unreported_usage", test_unreported_usage},
     {"input_parts", test_input_parts},
+    {"tool_result_parts", test_tool_result_parts},
     {"cancel_compaction", test_cancel_compaction},
     {"event_1_0_sized_caller", test_event_1_0_sized_caller},
     {"stale_event_copy", test_stale_event_copy},

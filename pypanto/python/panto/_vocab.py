@@ -351,6 +351,7 @@ EVENT_FIELDS: Dict[str, Tuple[Tuple[str, str, bool], ...]] = {
         ("name", "string", False),
         ("output", "string", False),
         ("is_error", "bool", False),
+        ("parts", "parts", True),
     ),
     "provider_retry": (
         ("message", "u32", False),
