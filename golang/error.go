@@ -27,6 +27,12 @@ type Error struct {
 	// 60 s) is not waited for: the stream fails at once with it here. Set on a stream's
 	// errors (not on those of Compact).
 	RetryAfter time.Duration
+	// Output is the model's raw final answer for the structured-output kinds:
+	// KindOutputInvalid (the text that did not match the schema, or did not decode into
+	// RunAs's type), KindOutputRefused (the refusal) and KindOutputTruncated (the text
+	// cut at max_tokens); empty for every other kind. Bounded by max_message_bytes and
+	// redacted like the message.
+	Output string
 
 	cause    error
 	sentinel bool
@@ -83,12 +89,16 @@ func (e *Error) Is(target error) bool {
 func (e *Error) Unwrap() error { return e.cause }
 
 // MarshalJSON writes the canonical error JSON, {"type":"error","kind":…,"message":…,
-// "status":…,"retryable":…,"provider_code":…}, the line `panto run --json` ends with
-// on a failure.
+// "status":…,"retryable":…,"provider_code":…}, with "output" when the error has one:
+// the line `panto run --json` ends with on a failure.
 func (e *Error) MarshalJSON() ([]byte, error) {
 	var code *string
 	if e.ProviderCode != "" {
 		code = &e.ProviderCode
+	}
+	var output *string
+	if e.Output != "" {
+		output = &e.Output
 	}
 	return json.Marshal(struct {
 		Type         string    `json:"type"`
@@ -97,7 +107,8 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 		Status       int       `json:"status"`
 		Retryable    bool      `json:"retryable"`
 		ProviderCode *string   `json:"provider_code"`
-	}{"error", e.Kind, e.Message, e.Status, e.Retryable, code})
+		Output       *string   `json:"output,omitempty"`
+	}{"error", e.Kind, e.Message, e.Status, e.Retryable, code, output})
 }
 
 // millis is ms milliseconds as a Duration, saturated at the longest Duration.

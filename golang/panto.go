@@ -313,10 +313,15 @@ func (a *Agent) Stream(ctx context.Context, input string) (*Stream, error) {
 // TurnOptions apply to one turn only: Model and Reasoning replace the configuration's.
 // Input, when not nil, is the turn's input as text and attachments in order (the input
 // string must then be ""); see StreamParts.
+//
+// OutputSchema, when not nil, replaces Config.OutputSchema for this turn: a JSON Schema
+// object (the turn's MessageComplete.Output is then the validated answer; see RunAs),
+// or the JSON false for a plain text turn on an agent that has a schema.
 type TurnOptions struct {
-	Model     string
-	Reasoning *Reasoning
-	Input     []Part
+	Model        string
+	Reasoning    *Reasoning
+	Input        []Part
+	OutputSchema json.RawMessage
 }
 
 // StreamParts starts a turn whose input is text and attachments, in the order the model
@@ -346,7 +351,7 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	defer h.mu.RUnlock()
 	in, n := cString(input)
 	var out *C.PantoStream
-	if opts.Model == "" && opts.Reasoning == nil && opts.Input == nil {
+	if opts.Model == "" && opts.Reasoning == nil && opts.Input == nil && opts.OutputSchema == nil {
 		if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
 			return C.panto_agent_stream(a.h.p, in, n, &out, cerr)
 		}); e != nil {
@@ -363,6 +368,9 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	}
 	if opts.Input != nil {
 		m["input"] = opts.Input
+	}
+	if opts.OutputSchema != nil {
+		m["output_schema"] = opts.OutputSchema
 	}
 	js, err := json.Marshal(m)
 	if err != nil {

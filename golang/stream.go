@@ -333,6 +333,7 @@ func (s *stream) failure(ev *C.PantoEvent) *Error {
 		Retryable:    bool(p.retryable),
 		ProviderCode: goStr(p.provider_code),
 		RetryAfter:   millis(uint64(p.retry_after_ms)),
+		Output:       goStr(p.output),
 	}
 	if e.Kind == KindCancelled {
 		if err := s.userCtx.Err(); err != nil {

@@ -106,6 +106,8 @@ static const char *error_kind(uint32_t kind) {
       [PANTO_ERR_PROVIDER] = "provider",     [PANTO_ERR_CANCELLED] = "cancelled",
       [PANTO_ERR_BUSY] = "busy",             [PANTO_ERR_TOOL] = "tool",
       [PANTO_ERR_INCOMPLETE] = "incomplete", [PANTO_ERR_INTERNAL] = "internal",
+      [PANTO_ERR_OUTPUT_INVALID] = "output_invalid", [PANTO_ERR_OUTPUT_REFUSED] = "output_refused",
+      [PANTO_ERR_OUTPUT_TRUNCATED] = "output_truncated",
   };
   if (kind < sizeof names / sizeof names[0] && names[kind] != NULL) return names[kind];
   return "unknown";
@@ -233,6 +235,17 @@ static void print_event(const PantoEvent *ev) {
       put_usage(e->usage);
       put_key_u("messages", e->messages);
       put_key_str("text", e->text);
+      /* Present only when an output schema applied to the turn. */
+      if (e->output.ptr != NULL) put_key_raw("output", e->output);
+      break;
+    }
+    case PANTO_EV_OUTPUT_REPAIR: {
+      const PantoOutputRepair *e = &ev->payload.output_repair;
+      fputs("{\"type\":\"output_repair\"", stdout);
+      put_key_u("message", e->message);
+      put_key_u("attempt", e->attempt);
+      put_key_u("max_attempts", e->max_attempts);
+      put_key_str("error", e->error);
       break;
     }
     case PANTO_EV_HISTORY_COMPACTED: {
@@ -254,6 +267,7 @@ static void print_event(const PantoEvent *ev) {
         put_key_str("provider_code", e->provider_code);
       else
         fputs(",\"provider_code\":null", stdout);
+      if (e->output.ptr != NULL) put_key_str("output", e->output);
       break;
     }
     default:

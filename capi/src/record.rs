@@ -108,6 +108,9 @@ impl Record {
                 if let Some(c) = &mut e.provider_code {
                     terminate(c);
                 }
+                if let Some(o) = &mut e.output {
+                    terminate(o);
+                }
                 payload.error = PantoErrorInfo {
                     kind: e.kind.code(),
                     status: u32::from(e.status),
@@ -116,6 +119,7 @@ impl Record {
                     message: view(&e.message),
                     provider_code: opt_view(&e.provider_code),
                     retry_after_ms: e.retry_after_ms.unwrap_or(0),
+                    output: e.output.as_deref().map_or(PantoStr::ABSENT, |o| view(o)),
                 };
                 PANTO_EV_ERROR
             }

@@ -160,7 +160,7 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoProviderRetry { message, attempt, max_attempts, status, delay_ms, reason }
         PantoMessageComplete { messages, _reserved0, stop_reason, text, usage, output }
         PantoOutputRepair { message, attempt, max_attempts, _reserved0, error }
-        PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code, retry_after_ms }
+        PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code, retry_after_ms, output }
         PantoHistoryCompacted { messages_before, messages_after, tokens_before, tokens_after }
         PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, _reserved }
         PantoEvent { struct_size, kind, flags, _private_gen, _private, payload }

@@ -270,6 +270,9 @@ pub struct PantoErrorInfo {
     pub provider_code: PantoStr,
     /// The server's requested wait before a retry, in ms; 0 if none.
     pub retry_after_ms: u64,
+    /// Added after ABI 1.1.0: the raw final answer of a structured-output error;
+    /// absent otherwise.
+    pub output: PantoStr,
 }
 
 /// One arm per event kind; `_reserved` fixes the size for kinds and fields to come.

@@ -525,6 +525,15 @@ typedef struct PantoErrorInfo {
    * retry.max_retry_after_ms fails the turn at once, with that wait here. Added after
    * ABI 1.1.0, at the end of the struct within the payload union's fixed size. */
   uint64_t retry_after_ms;
+  /* Added after ABI 1.1.0 (structured output), at the end of the struct within the
+   * payload union's fixed size: the model's raw final answer for
+   * PANTO_ERR_OUTPUT_INVALID (the text that did not match the output schema),
+   * PANTO_ERR_OUTPUT_REFUSED (the refusal) and PANTO_ERR_OUTPUT_TRUNCATED (the text cut
+   * at max_tokens); absent (ptr NULL) for every other kind, and from older libraries
+   * (which zero-fill it). Bounded by max_message_bytes, redacted like the message. Only
+   * a turn's failure has these kinds, so PantoError (the other calls' errors) never
+   * carries an output; panto_error_to_json would write it as "output". */
+  PantoStr output;
 } PantoErrorInfo;
 
 /* One arm per kind. The _reserved arm fixes the union's size (256 bytes) for the kinds
@@ -606,7 +615,8 @@ PANTO_API bool panto_error_retryable(const PantoError *err);
 PANTO_API PantoStr panto_error_provider_code(const PantoError *err);
 
 /* The canonical JSON: {"type":"error","kind":…,"message":…,"status":…,"retryable":…,
- * "provider_code":…} — the line `panto run --json` ends with on a failure. */
+ * "provider_code":…}, with "output" (a string) when the error has one — the line
+ * `panto run --json` ends with on a failure. */
 PANTO_API PantoStr panto_error_to_json(const PantoError *err);
 
 /* Frees the error. NULL is a no-op. */

@@ -90,7 +90,7 @@ def trace_line(event: Any) -> Dict[str, Any]:
 
 
 def error_line(e: panto.PantoError) -> Dict[str, Any]:
-    return {
+    line = {
         "type": "error",
         "kind": e.kind,
         "message": e.message,
@@ -98,6 +98,9 @@ def error_line(e: panto.PantoError) -> Dict[str, Any]:
         "retryable": e.retryable,
         "provider_code": e.provider_code,
     }
+    if e.output is not None:  # the structured-output kinds' raw answer
+        line["output"] = e.output
+    return line
 
 
 def refused_ok(submit: Any, call_id: str, output: str, is_error: bool) -> None:

@@ -170,7 +170,11 @@ impl Agent {
     /// media_type, name)` — kind `"image"` or `"document"`, `data` bytes or `url` a
     /// string (exactly one), `media_type` and `name` optional (the type is sniffed from
     /// the bytes when absent).
-    #[pyo3(signature = (input, model = None, on_host_call = None, reasoning_json = None, parts = None))]
+    ///
+    /// `output_schema_json` is the turn's `output_schema` option as JSON: a schema
+    /// object, `false` (none for this turn) or `null` (the agent's); the core checks it.
+    #[pyo3(signature = (input, model = None, on_host_call = None, reasoning_json = None, parts = None, output_schema_json = None))]
+    #[allow(clippy::too_many_arguments)]
     fn stream(
         &self,
         py: Python<'_>,
@@ -179,6 +183,7 @@ impl Agent {
         on_host_call: Option<Py<PyAny>>,
         reasoning_json: Option<Text<'_>>,
         parts: Option<Vec<Bound<'_, PyAny>>>,
+        output_schema_json: Option<Text<'_>>,
     ) -> PyResult<Stream> {
         let agent = self.usable(py)?;
         let reasoning = match reasoning_json {
@@ -197,16 +202,17 @@ impl Agent {
             None => panto::Input::from(&*input),
             Some(parts) => input_parts(py, &parts)?,
         };
-        let stream = agent
-            .stream_with(
-                input,
-                TurnOptions {
-                    model: model.map(|m| m.to_owned()),
-                    reasoning,
-                    ..TurnOptions::default()
-                },
-            )
-            .py_err(py)?;
+        // The output schema goes through the core's own reading of the turn options, so
+        // its checks and messages are the C ABI's (`options.output_schema: …`).
+        let mut options = match output_schema_json {
+            None => TurnOptions::default(),
+            Some(json) => {
+                TurnOptions::from_json(&format!("{{\"output_schema\":{}}}", &*json)).py_err(py)?
+            }
+        };
+        options.model = model.map(|m| m.to_owned());
+        options.reasoning = reasoning;
+        let stream = agent.stream_with(input, options).py_err(py)?;
         Ok(Stream::new(stream, on_host_call))
     }
 

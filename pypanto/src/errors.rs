@@ -10,7 +10,8 @@ static FROM_NATIVE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// The Python exception for a core error: the `PantoError` subclass of its kind, with
 /// `kind`, `message`, `status`, `retryable`, `provider_code`, `retry_after`,
-/// `request_id` and `headers` set (the class of its HTTP status where there is a narrower one).
+/// `request_id`, `headers` and `output` set (the class of its HTTP status where there is a
+/// narrower one).
 /// The core has already removed every secret from the message and the provider code.
 pub fn to_pyerr(py: Python<'_>, e: panto::Error) -> PyErr {
     let build = || -> PyResult<PyErr> {
@@ -28,6 +29,7 @@ pub fn to_pyerr(py: Python<'_>, e: panto::Error) -> PyErr {
             e.retry_after_ms,
             e.request_id.as_deref(),
             &e.headers,
+            e.output(),
         ))?;
         Ok(PyErr::from_value(exc))
     };

@@ -67,6 +67,7 @@ type errorLine struct {
 	Status       int     `json:"status"`
 	Retryable    bool    `json:"retryable"`
 	ProviderCode *string `json:"provider_code"`
+	Output       *string `json:"output,omitempty"`
 }
 
 func printError(err error) {
@@ -78,6 +79,12 @@ func printError(err error) {
 	line := errorLine{Type: "error", Kind: string(perr.Kind), Message: perr.Message, Status: perr.Status, Retryable: perr.Retryable}
 	if perr.ProviderCode != "" {
 		line.ProviderCode = &perr.ProviderCode
+	}
+	// The structured-output kinds always carry the raw answer (possibly empty); no
+	// other kind has one.
+	switch perr.Kind {
+	case panto.KindOutputInvalid, panto.KindOutputRefused, panto.KindOutputTruncated:
+		line.Output = &perr.Output
 	}
 	printJSON(line)
 }

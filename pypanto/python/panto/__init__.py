@@ -44,7 +44,7 @@ import json
 import sys
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Type, TypeVar, Union, cast, overload
 
 from . import _native, _vocab
 from ._async import WAIT_POOL, AsyncStream, loop_waits, other_async_library, require_asyncio, running_loop
@@ -52,6 +52,7 @@ from ._errors import APIError, APIStatusError, PantoError
 from ._native import Stream
 from ._tools import TOOL_POOL, ArgumentError, Runner, Tool, as_tool, json_schema, tool
 from ._media import Document, Image, Input, Part, native_parts
+from ._output import Output, output_schema
 
 # The event and record classes, the exception class of every error kind, ERROR_CLASSES,
 # EVENT_CLASSES and the typed keyword arguments of Agent: generated from the core's
@@ -73,6 +74,7 @@ __all__ = [
     "Tool",
     "tool",
     "json_schema",
+    "output_schema",
     "ArgumentError",
     "diagnostics",
     "CompactResult",
@@ -91,6 +93,8 @@ __all__ += _vocab.__all__
 #: core's object ``{"effort": ..., "budget_tokens": ...}``.
 ReasoningArg = Union[str, Dict[str, Any], None]
 
+T = TypeVar("T")
+
 
 def _reasoning(value: ReasoningArg) -> Optional[Dict[str, Any]]:
     if value is None or isinstance(value, dict):
@@ -103,6 +107,29 @@ def _reasoning(value: ReasoningArg) -> Optional[Dict[str, Any]]:
 def _reasoning_json(value: ReasoningArg) -> Optional[str]:
     r = _reasoning(value)
     return None if r is None else json.dumps(r, ensure_ascii=False)
+
+
+#: A turn's ``output_schema``: a JSON Schema ``dict``, a dataclass / ``TypedDict`` /
+#: pydantic model (its ``panto.output_schema``), ``False`` (none for this turn), or
+#: ``None`` (the agent's).
+OutputSchemaArg = Union[Dict[str, Any], Type[Any], bool, None]
+
+
+def _output_schema_json(value: OutputSchemaArg) -> Optional[str]:
+    if value is None:
+        return None
+    if value is False:
+        return "false"
+    if value is True:
+        raise ConfigError("output_schema: a JSON Schema, a type, False or None (not True)", kind="config")
+    try:
+        schema = output_schema(value)
+    except TypeError as e:
+        raise ConfigError(str(e).replace("output:", "output_schema:", 1), kind="config") from None
+    try:
+        return json.dumps(schema, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"output_schema: not representable as JSON ({e})", kind="config") from None
 
 
 class MCPServers:
@@ -265,59 +292,152 @@ class Agent:
         self._control: Optional[_native.StreamControl] = None
 
     # -- streams ---------------------------------------------------------------------
-    def stream(
-        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None
+    def _start(
+        self,
+        prompt: Input,
+        model: Optional[str],
+        reasoning: ReasoningArg,
+        output_schema: OutputSchemaArg,
+        runner: Optional[Runner],
     ) -> Stream:
-        """Starts a turn and returns its ``Stream`` (an iterator and context manager).
-        ``model`` and ``reasoning`` (an effort such as ``"high"``, or
-        ``{"effort", "budget_tokens"}``) apply to this turn only. ``prompt`` is text, or
-        a list of text and attachments in order (``["What is this?",
-        panto.Image.from_path("cat.png")]``)."""
         parts = native_parts(prompt)
-        runner = Runner(self._tools, None, self._native.tool_timeout_ms / 1000) if self._tools else None
         stream = self._native.stream(
-            prompt if isinstance(prompt, str) else "", model, runner, _reasoning_json(reasoning), parts
+            prompt if isinstance(prompt, str) else "",
+            model,
+            runner,
+            _reasoning_json(reasoning),
+            parts,
+            _output_schema_json(output_schema),
         )
         self._control = control = stream.control()
         if runner is not None:
             runner.bind(control)
         return stream
 
+    def stream(
+        self,
+        prompt: Input,
+        *,
+        model: Optional[str] = None,
+        reasoning: ReasoningArg = None,
+        output_schema: OutputSchemaArg = None,
+    ) -> Stream:
+        """Starts a turn and returns its ``Stream`` (an iterator and context manager).
+        ``model`` and ``reasoning`` (an effort such as ``"high"``, or
+        ``{"effort", "budget_tokens"}``) apply to this turn only. ``prompt`` is text, or
+        a list of text and attachments in order (``["What is this?",
+        panto.Image.from_path("cat.png")]``).
+
+        ``output_schema`` makes this turn answer with JSON matching a schema: a JSON
+        Schema ``dict``, or a dataclass, ``TypedDict`` or pydantic model (its
+        ``panto.output_schema``); ``False`` turns the agent's ``output_schema`` off for
+        this turn; ``None`` keeps the agent's. The turn's ``MessageComplete.output`` is
+        then the parsed, validated JSON value (``run(output=...)`` also builds the
+        type's instance)."""
+        return self._start(prompt, model, reasoning, output_schema, self._runner(None))
+
     def astream(
-        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None
+        self,
+        prompt: Input,
+        *,
+        model: Optional[str] = None,
+        reasoning: ReasoningArg = None,
+        output_schema: OutputSchemaArg = None,
     ) -> AsyncStream:
         """Starts a turn and returns its ``AsyncStream`` (``async for`` /
-        ``async with``). Async tools run on the loop that iterates it."""
+        ``async with``). Async tools run on the loop that iterates it. The keyword
+        arguments are ``stream()``'s."""
         loop = running_loop()
         if loop is None and other_async_library() is not None:
             require_asyncio("astream()")  # raises: says asyncio only
-        runner = Runner(self._tools, loop, self._native.tool_timeout_ms / 1000) if self._tools else None
+        runner = self._runner(loop)
         if runner is not None and loop is None:
             raise RuntimeError("astream() with Python tools needs a running event loop")
-        parts = native_parts(prompt)
-        stream = self._native.stream(
-            prompt if isinstance(prompt, str) else "", model, runner, _reasoning_json(reasoning), parts
-        )
-        self._control = control = stream.control()
-        if runner is not None:
-            runner.bind(control)
+        stream = self._start(prompt, model, reasoning, output_schema, runner)
         return AsyncStream(stream, runner)
 
+    @overload
     def run(
-        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None
-    ) -> MessageComplete:
+        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None, output: None = None
+    ) -> MessageComplete: ...
+
+    @overload
+    def run(self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None, output: Type[T]) -> T: ...
+
+    @overload
+    def run(
+        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None, output: Dict[str, Any]
+    ) -> Any: ...
+
+    def run(
+        self,
+        prompt: Input,
+        *,
+        model: Optional[str] = None,
+        reasoning: ReasoningArg = None,
+        output: Union[Type[Any], Dict[str, Any], None] = None,
+    ) -> Any:
         """Runs a whole turn and returns its ``MessageComplete`` (``.text``,
-        ``.stop_reason``, ``.usage``, ``.messages``)."""
-        with self.stream(prompt, model=model, reasoning=reasoning) as s:
-            return s.final()
+        ``.stop_reason``, ``.usage``, ``.messages``, ``.output``).
+
+        With ``output``, the turn must answer with structured output and ``run``
+        returns it: given a dataclass, a ``TypedDict`` or a pydantic model, an instance
+        of it (a ``TypedDict`` is a dict); given a JSON Schema ``dict``, the parsed JSON
+        value. The core validates the answer against the schema and asks the model to
+        repair a mismatch (``output_retries`` times); then ``OutputInvalidError``, and
+        ``OutputRefusedError`` / ``OutputTruncatedError`` for a refusal or an answer
+        cut at ``max_tokens``, each with the raw text as ``.output``.
+
+        .. code-block:: python
+
+            @dataclass
+            class City:
+                name: str
+                country: str
+                population: int | None = None
+
+            city = agent.run("The largest city of Japan?", output=City)
+        """
+        wanted = None if output is None else Output(output)
+        with self.stream(
+            prompt, model=model, reasoning=reasoning, output_schema=None if wanted is None else wanted.schema
+        ) as s:
+            done: MessageComplete = s.final()
+        return done if wanted is None else wanted.value(done.output, done.text)
+
+    @overload
+    async def arun(
+        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None, output: None = None
+    ) -> MessageComplete: ...
+
+    @overload
+    async def arun(
+        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None, output: Type[T]
+    ) -> T: ...
+
+    @overload
+    async def arun(
+        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None, output: Dict[str, Any]
+    ) -> Any: ...
 
     async def arun(
-        self, prompt: Input, *, model: Optional[str] = None, reasoning: ReasoningArg = None
-    ) -> MessageComplete:
-        """``run()`` for coroutines."""
-        async with self.astream(prompt, model=model, reasoning=reasoning) as s:
-            result: MessageComplete = await s.final()
-            return result
+        self,
+        prompt: Input,
+        *,
+        model: Optional[str] = None,
+        reasoning: ReasoningArg = None,
+        output: Union[Type[Any], Dict[str, Any], None] = None,
+    ) -> Any:
+        """``run()`` for coroutines (``output`` as there)."""
+        wanted = None if output is None else Output(output)
+        async with self.astream(
+            prompt, model=model, reasoning=reasoning, output_schema=None if wanted is None else wanted.schema
+        ) as s:
+            done: MessageComplete = await s.final()
+        return done if wanted is None else wanted.value(done.output, done.text)
+
+    def _runner(self, loop: Any) -> Optional[Runner]:
+        return Runner(self._tools, loop, self._native.tool_timeout_ms / 1000) if self._tools else None
 
     # -- conversation ----------------------------------------------------------------
     @property

@@ -31,6 +31,7 @@ def _rebuild(
     retry_after: Optional[float] = None,
     request_id: Optional[str] = None,
     headers: Optional[Dict[str, str]] = None,
+    output: Optional[str] = None,
 ) -> "PantoError":
     return cls(
         message,
@@ -41,6 +42,7 @@ def _rebuild(
         retry_after=retry_after,
         request_id=request_id,
         headers=headers,
+        output=output,
     )
 
 
@@ -63,6 +65,11 @@ class PantoError(Exception):
         headers: the failed HTTP response's headers, names in lower case (a repeated
             header's values joined with ``", "``); empty when the error was not an HTTP
             error status. At most 64 headers of 1 KiB each, redacted like the message.
+        output: the model's raw final answer, for the structured-output kinds
+            (``OutputInvalidError``: the text that did not match the schema;
+            ``OutputRefusedError``: the refusal; ``OutputTruncatedError``: the text cut
+            at ``max_tokens``); ``None`` for every other error. Bounded by
+            ``max_message_bytes``, redacted like the message.
     """
 
     kind: str = "internal"
@@ -78,6 +85,7 @@ class PantoError(Exception):
         retry_after: Optional[float] = None,
         request_id: Optional[str] = None,
         headers: Optional[Dict[str, str]] = None,
+        output: Optional[str] = None,
     ) -> None:
         """Makes the error with the attributes the class lists; panto raises these
         itself, and a caller makes one only to test its own handling (a subclass's
@@ -92,6 +100,7 @@ class PantoError(Exception):
         self.retry_after = retry_after
         self.request_id = request_id
         self.headers: Dict[str, str] = dict(headers) if headers else {}
+        self.output = output
 
     def __str__(self) -> str:
         text = f"{self.kind}: {self.message}"
@@ -122,6 +131,7 @@ class PantoError(Exception):
                 self.retry_after,
                 self.request_id,
                 self.headers,
+                self.output,
             ),
         )
 
@@ -152,6 +162,7 @@ def _from_native(
     retry_after_ms: Optional[int] = None,
     request_id: Optional[str] = None,
     headers: Iterable[Tuple[str, str]] = (),
+    output: Optional[str] = None,
 ) -> PantoError:
     """Builds the exception for a core error (called by the native module): the class of
     its HTTP status if it has a narrower one, else its kind's."""
@@ -176,6 +187,7 @@ def _from_native(
         retry_after=None if retry_after_ms is None else retry_after_ms / 1000,
         request_id=request_id,
         headers=joined,
+        output=output,
     )
 
 

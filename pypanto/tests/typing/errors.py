@@ -25,4 +25,15 @@ def narrowed(ev: panto.Event) -> None:
 
 async def final(s: panto.AsyncStream) -> None:
     done = await s.final()
-    print(done.output)  # E: attr-defined
+    print(done.outputs)  # E: attr-defined
+
+
+class Point:
+    x: int
+
+
+def output_types(agent: panto.Agent) -> None:
+    p: Point = agent.run("p", output=Point)
+    p.y  # E: attr-defined
+    agent.run("hi").x  # E: attr-defined
+    agent.run("p", output=3)  # E: call-overload

@@ -4,8 +4,9 @@ never imported or run)."""
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
-from typing import Any, Coroutine, Dict, Optional, Set
+from typing import Any, Coroutine, Dict, Optional, Set, TypedDict
 
 from typing_extensions import assert_type
 
@@ -122,3 +123,37 @@ def attachments(agent: Agent) -> str:
     assert_type(panto.Document.from_bytes(b"%PDF-1.4"), panto.Document)
     parts: list[panto.Part] = ["What is in this picture?", cat, panto.Image.from_url("https://x/c.png")]
     return agent.run(parts).text
+
+
+@dataclasses.dataclass
+class City:
+    name: str
+    population: Optional[int] = None
+
+
+class CityDict(TypedDict):
+    name: str
+
+
+def structured_output(agent: Agent) -> str:
+    city = agent.run("Largest city of Japan?", output=City)
+    assert_type(city, City)
+    assert_type(agent.run("A city?", output=CityDict), CityDict)
+    value = agent.run("A city?", output={"type": "object"})
+    assert_type(value, Any)
+    assert_type(agent.run("hi"), MessageComplete)
+    assert_type(agent.run("hi").output, Optional[Dict[str, Any]])
+    assert_type(panto.output_schema(City), Dict[str, Any])
+    with agent.stream("hi", output_schema=City) as s:
+        s.final()
+    with agent.stream("hi", output_schema=False) as s:
+        s.final()
+    try:
+        agent.run("A city?", output=City)
+    except panto.OutputInvalidError as e:
+        assert_type(e.output, Optional[str])
+    return city.name
+
+
+async def structured_output_async(agent: Agent) -> City:
+    return await agent.arun("Largest city of Japan?", output=City)
