@@ -36,7 +36,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Exactly the two commands the README and install-capi.sh tell a user to type.
+# Exactly the two commands docs/c.md (Building) and install-capi.sh tell a user to type.
 # shellcheck disable=SC2046  # pkg-config output is meant to be split
 "$cc" -std=c11 -Wall -Wextra -Werror capi/examples/stream.c $(pkg-config --cflags --libs panto) \
   -Wl,-rpath,"$libdir" -o "$tmp/stream-shared"
