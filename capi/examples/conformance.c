@@ -6,8 +6,12 @@
  * scripts/conformance.sh compares it with the scenario's golden trace; the arguments,
  * shared by every language's runner, are described in tests/conformance/README.md.
  *
- *   conformance --config JSON --prompt TEXT [--cancel-after K]
- *               [--answer NAME DELAY_MS IS_ERROR OUTPUT]...
+ *   conformance --config JSON (--prompt TEXT | --input PARTS) [--cancel-after K]
+ *               [--answer NAME DELAY_MS IS_ERROR OUTPUT | --answer-parts NAME DELAY_MS
+ *                IS_ERROR PARTS]...
+ *
+ * --input goes to panto_agent_stream_with as options {"input": PARTS}; --answer-parts
+ * answers with panto_stream_submit_tool_result_parts.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -25,8 +29,19 @@ typedef struct {
   const char *name;
   long delay_ms; /* < 0: never answered */
   int is_error;
-  const char *output;
+  const char *output; /* the output, or with `parts` the parts as JSON */
+  int parts;
 } Answer;
+
+/* Answers the call with `a`: its output, or its parts. */
+static PantoStatus submit(PantoStream *stream, const char *id, size_t id_len, const Answer *a,
+                          PantoError **err) {
+  if (a->parts)
+    return panto_stream_submit_tool_result_parts(stream, id, id_len, a->output, strlen(a->output),
+                                                 a->is_error, err);
+  return panto_stream_submit_tool_result(stream, id, id_len, a->output, strlen(a->output),
+                                         a->is_error, err);
+}
 
 /* ---- JSON output from struct fields ---------------------------------------------- */
 
@@ -215,6 +230,7 @@ static void print_event(const PantoEvent *ev) {
       put_key_str("name", e->name);
       put_key_str("output", e->output);
       put_key_bool("is_error", e->is_error);
+      if (e->parts.ptr != NULL) put_key_raw("parts", e->parts);
       break;
     }
     case PANTO_EV_PROVIDER_RETRY: {
@@ -302,9 +318,7 @@ static void *answer_later(void *arg) {
   struct timespec ts = {late->answer->delay_ms / 1000, (late->answer->delay_ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
   /* Refused when the turn gave up on the call (its timeout) — what a slow tool gets. */
-  panto_stream_submit_tool_result(late->stream, late->call_id, strlen(late->call_id),
-                                  late->answer->output, strlen(late->answer->output),
-                                  late->answer->is_error, NULL);
+  submit(late->stream, late->call_id, strlen(late->call_id), late->answer, NULL);
   free(late->call_id);
   free(late);
   return NULL;
@@ -319,8 +333,7 @@ static void answer_call(PantoStream *stream, const PantoToolCallStart *call, con
     if (a->delay_ms < 0) return;
     if (a->delay_ms == 0) {
       PantoError *err = NULL;
-      if (panto_stream_submit_tool_result(stream, call->call_id.ptr, call->call_id.len, a->output,
-                                          strlen(a->output), a->is_error, &err) != PANTO_OK) {
+      if (submit(stream, call->call_id.ptr, call->call_id.len, a, &err) != PANTO_OK) {
         PantoStr m = panto_error_message(err);
         fprintf(stderr, "conformance: submit: %.*s\n", (int)m.len, m.ptr);
         panto_error_free(err);
@@ -341,7 +354,7 @@ static void answer_call(PantoStream *stream, const PantoToolCallStart *call, con
 }
 
 int main(int argc, char **argv) {
-  const char *config = NULL, *prompt = NULL;
+  const char *config = NULL, *prompt = NULL, *input = NULL;
   long cancel_after = -1;
   Answer answers[MAX_ANSWERS];
   int n_answers = 0;
@@ -350,19 +363,28 @@ int main(int argc, char **argv) {
       config = argv[++i];
     } else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
       prompt = argv[++i];
+    } else if (strcmp(argv[i], "--input") == 0 && i + 1 < argc) {
+      input = argv[++i];
     } else if (strcmp(argv[i], "--cancel-after") == 0 && i + 1 < argc) {
       cancel_after = strtol(argv[++i], NULL, 10);
     } else if (strcmp(argv[i], "--answer") == 0 && i + 4 < argc && n_answers < MAX_ANSWERS) {
       answers[n_answers++] = (Answer){argv[i + 1], strtol(argv[i + 2], NULL, 10),
-                                      strcmp(argv[i + 3], "true") == 0, argv[i + 4]};
+                                      strcmp(argv[i + 3], "true") == 0, argv[i + 4], 0};
+      i += 4;
+    } else if (strcmp(argv[i], "--answer-parts") == 0 && i + 4 < argc &&
+               n_answers < MAX_ANSWERS) {
+      answers[n_answers++] = (Answer){argv[i + 1], strtol(argv[i + 2], NULL, 10),
+                                      strcmp(argv[i + 3], "true") == 0, argv[i + 4], 1};
       i += 4;
     } else {
       fprintf(stderr, "conformance: bad argument %s\n", argv[i]);
       return 2;
     }
   }
-  if (config == NULL || prompt == NULL) {
-    fprintf(stderr, "usage: %s --config JSON --prompt TEXT [--cancel-after K] [--answer ...]\n",
+  if (config == NULL || (prompt == NULL) == (input == NULL)) {
+    fprintf(stderr,
+            "usage: %s --config JSON (--prompt TEXT | --input PARTS) [--cancel-after K] "
+            "[--answer ...]\n",
             argv[0]);
     return 2;
   }
@@ -375,7 +397,18 @@ int main(int argc, char **argv) {
     panto_error_free(err);
     return 0;
   }
-  if (panto_agent_stream(agent, prompt, strlen(prompt), &stream, &err) != PANTO_OK) {
+  PantoStatus started;
+  if (input != NULL) {
+    size_t n = strlen(input) + sizeof "{\"input\":}";
+    char *options = malloc(n);
+    if (options == NULL) abort();
+    snprintf(options, n, "{\"input\":%s}", input);
+    started = panto_agent_stream_with(agent, "", 0, options, strlen(options), &stream, &err);
+    free(options);
+  } else {
+    started = panto_agent_stream(agent, prompt, strlen(prompt), &stream, &err);
+  }
+  if (started != PANTO_OK) {
     print_error(err);
     panto_error_free(err);
     panto_agent_free(agent);

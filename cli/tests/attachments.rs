@@ -162,6 +162,13 @@ fn what_cannot_be_attached_is_a_config_error_before_anything_is_sent() {
     let base = format!("{}/v1", srv.url());
     let common = ["run", "--base-url", &base, "--api-key", "k", "-m", "gpt-4o"];
     let missing = d.join("no-such.png");
+    // Past the default max_message_bytes (32 MiB): sparse, so it costs no disk; the CLI
+    // refuses it by its size, before reading it.
+    let big = d.join("big.png");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len((32 << 20) + 1)
+        .unwrap();
     /// Extra arguments, stdin, what the error says.
     type Case<'a> = (Vec<&'a str>, Option<&'a [u8]>, &'a str);
     let cases: Vec<Case> = vec![
@@ -169,6 +176,11 @@ fn what_cannot_be_attached_is_a_config_error_before_anything_is_sent() {
             vec!["-a", missing.to_str().unwrap(), "x"],
             None,
             "no-such.png",
+        ),
+        (
+            vec!["-a", big.to_str().unwrap(), "x"],
+            None,
+            "more than max_message_bytes (33554432)",
         ),
         (
             vec!["-a", text.to_str().unwrap(), "x"],

@@ -7,7 +7,8 @@
 //!
 //! ```sh
 //! conformance_push --config '{"model":"m","base_url":"http://127.0.0.1:PORT/v1",…}' \
-//!   --prompt "Hi" [--cancel-after K] [--answer NAME DELAY_MS IS_ERROR OUTPUT]…
+//!   (--prompt "Hi" | --input PARTS) [--cancel-after K]
+//!   [--answer NAME DELAY_MS IS_ERROR OUTPUT | --answer-parts NAME DELAY_MS IS_ERROR PARTS]…
 //! ```
 
 use std::collections::HashMap;
@@ -34,36 +35,34 @@ impl Receiver for Runner {
             ..
         } = &event
         {
-            match self.answers.get(name) {
-                Some(Answer {
-                    delay: Some(delay),
-                    is_error,
-                    output,
-                }) if !delay.is_zero() => {
-                    let (host, call_id, output, is_error, delay) = (
-                        self.control.host.clone(),
-                        call_id.clone(),
-                        output.clone(),
-                        *is_error,
-                        *delay,
-                    );
+            if let Some(
+                answer @ Answer {
+                    delay: Some(delay), ..
+                },
+            ) = self.answers.get(name)
+            {
+                let submit = {
+                    let (host, call_id) = (self.control.host.clone(), call_id.clone());
+                    let (output, parts, is_error) =
+                        (answer.output.clone(), answer.parts.clone(), answer.is_error);
+                    move || match parts {
+                        Some(parts) => host.submit_parts(&call_id, parts, is_error),
+                        None => host.submit(&call_id, output, is_error),
+                    }
+                };
+                if delay.is_zero() {
+                    if let Err(e) = submit() {
+                        eprintln!("conformance_push: submit: {e}");
+                    }
+                } else {
+                    let delay = *delay;
                     // A late answer to a call the turn gave up on is refused; that refusal
                     // is what a slow tool gets, so it is ignored.
                     std::thread::spawn(move || {
                         std::thread::sleep(delay);
-                        let _ = host.submit(&call_id, output, is_error);
+                        let _ = submit();
                     });
                 }
-                Some(Answer {
-                    delay: Some(_),
-                    is_error,
-                    output,
-                }) => {
-                    if let Err(e) = self.control.host.submit(call_id, output.clone(), *is_error) {
-                        eprintln!("conformance_push: submit: {e}");
-                    }
-                }
-                _ => {}
             }
         }
         if self.cancel_after == Some(self.index) {
@@ -95,7 +94,7 @@ async fn main() {
         index: 0,
     };
     if let Err(e) = agent
-        .run(&args.prompt, &mut runner, &control, Default::default())
+        .run(args.input, &mut runner, &control, Default::default())
         .await
     {
         println!("{}", e.to_json());

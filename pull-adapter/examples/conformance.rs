@@ -6,7 +6,8 @@
 //!
 //! ```sh
 //! conformance --config '{"model":"m","base_url":"http://127.0.0.1:PORT/v1",…}' \
-//!   --prompt "Hi" [--cancel-after K] [--answer NAME DELAY_MS IS_ERROR OUTPUT]…
+//!   (--prompt "Hi" | --input PARTS) [--cancel-after K]
+//!   [--answer NAME DELAY_MS IS_ERROR OUTPUT | --answer-parts NAME DELAY_MS IS_ERROR PARTS]…
 //! ```
 
 use panto::{Agent, Config, Event};
@@ -25,7 +26,7 @@ fn main() {
         Ok(agent) => agent,
         Err(e) => return println!("{}", e.to_json()),
     };
-    let mut stream = match agent.stream(&args.prompt) {
+    let mut stream = match agent.stream(args.input.clone()) {
         Ok(stream) => stream,
         Err(e) => return println!("{}", e.to_json()),
     };
@@ -42,36 +43,34 @@ fn main() {
                     ..
                 } = &event
                 {
-                    match args.answers.get(name) {
-                        Some(Answer {
-                            delay: Some(delay),
-                            is_error,
-                            output,
-                        }) if !delay.is_zero() => {
-                            let (control, call_id, output, is_error, delay) = (
-                                control.clone(),
-                                call_id.clone(),
-                                output.clone(),
-                                *is_error,
-                                *delay,
-                            );
+                    if let Some(
+                        answer @ Answer {
+                            delay: Some(delay), ..
+                        },
+                    ) = args.answers.get(name)
+                    {
+                        let submit = {
+                            let (control, call_id) = (control.clone(), call_id.clone());
+                            let (output, parts, is_error) =
+                                (answer.output.clone(), answer.parts.clone(), answer.is_error);
+                            move || match parts {
+                                Some(parts) => control.submit_tool_parts(&call_id, parts, is_error),
+                                None => control.submit_tool_result(&call_id, &output, is_error),
+                            }
+                        };
+                        if delay.is_zero() {
+                            if let Err(e) = submit() {
+                                eprintln!("conformance: submit: {e}");
+                            }
+                        } else {
+                            let delay = *delay;
                             // A late answer to a call the turn gave up on is refused; that
                             // refusal is what a slow tool gets, so it is ignored.
                             std::thread::spawn(move || {
                                 std::thread::sleep(delay);
-                                let _ = control.submit_tool_result(&call_id, &output, is_error);
+                                let _ = submit();
                             });
                         }
-                        Some(Answer {
-                            delay: Some(_),
-                            is_error,
-                            output,
-                        }) => {
-                            if let Err(e) = control.submit_tool_result(call_id, output, *is_error) {
-                                eprintln!("conformance: submit: {e}");
-                            }
-                        }
-                        _ => {}
                     }
                 }
                 if args.cancel_after == Some(index) {

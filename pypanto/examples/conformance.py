@@ -7,17 +7,22 @@ asyncio loop instead of ``agent.stream()``. ``scripts/conformance.sh`` compares 
 with the scenario's golden trace; the arguments, shared by every language's runner, are
 described in ``tests/conformance/README.md``.
 
-    python conformance.py [--async] --config JSON --prompt TEXT [--cancel-after K]
-                          [--answer NAME DELAY_MS IS_ERROR OUTPUT]...
+    python conformance.py [--async] --config JSON (--prompt TEXT | --input PARTS)
+                          [--cancel-after K]
+                          [--answer NAME DELAY_MS IS_ERROR OUTPUT
+                           | --answer-parts NAME DELAY_MS IS_ERROR PARTS]...
 
-The tools are declared as dicts (host tools) and answered with ``submit_tool_result``:
-at once, or after DELAY_MS from a timer (a thread for sync, ``loop.call_later`` for
-async), or never when DELAY_MS is negative.
+The tools are declared as dicts (host tools) and answered with ``submit_tool_result``
+(``submit_tool_parts`` for --answer-parts): at once, or after DELAY_MS from a timer (a
+thread for sync, ``loop.call_later`` for async), or never when DELAY_MS is negative.
+PARTS (the input form's JSON) become ``str``, ``panto.Image`` and ``panto.Document``
+values, so the turn's input and the tools' images go through the package's own types.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import sys
 import threading
@@ -26,10 +31,44 @@ from typing import Any, Dict, List, Tuple
 import panto
 from panto import _vocab
 
-Answer = Tuple[int, bool, str]
+#: (delay_ms, is_error, output: a str, or a list of parts for --answer-parts)
+Answer = Tuple[int, bool, Any]
 
 
-def parse(argv: List[str]) -> Tuple[bool, Dict[str, Any], str, int, Dict[str, Answer]]:
+def parse_parts(text: str) -> List[Any]:
+    """The input form's JSON as the package's parts."""
+    parts: List[Any] = []
+    for p in json.loads(text):
+        if isinstance(p, str):
+            parts.append(p)
+        elif p["type"] == "text":
+            parts.append(p["text"])
+        else:
+            cls = panto.Image if p["type"] == "image" else panto.Document
+            if "url" in p:
+                parts.append(cls.from_url(p["url"], p.get("media_type")))
+            else:
+                parts.append(cls.from_bytes(base64.b64decode(p["data"]), p.get("media_type"), p.get("name")))
+    return parts
+
+
+def part_line(part: Any) -> Dict[str, Any]:
+    """A tool result's part (a str or a panto.Image) in the canonical JSON form."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if part.url is not None:
+        d: Dict[str, Any] = {"type": "image", "url": part.url}
+        if part.media_type is not None:
+            d["media_type"] = part.media_type
+    else:
+        d = {"type": "image", "media_type": part.media_type, "size": len(part.data),
+             "data": base64.b64encode(part.data).decode()}
+    if part.name is not None:
+        d["name"] = part.name
+    return d
+
+
+def parse(argv: List[str]) -> Tuple[bool, Dict[str, Any], Any, int, Dict[str, Answer]]:
     use_async, config, prompt, cancel_after = False, None, None, -1
     answers: Dict[str, Answer] = {}
     i = 0
@@ -42,11 +81,17 @@ def parse(argv: List[str]) -> Tuple[bool, Dict[str, Any], str, int, Dict[str, An
             config, i = json.loads(argv[i + 1]), i + 2
         elif flag == "--prompt":
             prompt, i = argv[i + 1], i + 2
+        elif flag == "--input":
+            prompt, i = parse_parts(argv[i + 1]), i + 2
         elif flag == "--cancel-after":
             cancel_after, i = int(argv[i + 1]), i + 2
         elif flag == "--answer":
             name, delay, is_error, output = argv[i + 1 : i + 5]
             answers[name] = (int(delay), is_error == "true", output)
+            i += 5
+        elif flag == "--answer-parts":
+            name, delay, is_error, parts = argv[i + 1 : i + 5]
+            answers[name] = (int(delay), is_error == "true", parse_parts(parts))
             i += 5
         else:
             sys.exit(f"conformance: bad argument {flag}")
@@ -77,6 +122,10 @@ def trace_line(event: Any) -> Dict[str, Any]:
             continue
         if optional and value is None:
             continue
+        if kind == "parts":  # str and panto.Image values; absent when there are none
+            if not value:
+                continue
+            value = [part_line(p) for p in value]
         if kind in _vocab.RECORD_FIELDS:
             record = value
             value = {}
@@ -103,15 +152,22 @@ def error_line(e: panto.PantoError) -> Dict[str, Any]:
     return line
 
 
-def refused_ok(submit: Any, call_id: str, output: str, is_error: bool) -> None:
+def answer(stream: Any, call_id: str, output: Any, is_error: bool) -> None:
+    if isinstance(output, list):
+        stream.submit_tool_parts(call_id, output, is_error)
+    else:
+        stream.submit_tool_result(call_id, output, is_error)
+
+
+def refused_ok(stream: Any, call_id: str, output: Any, is_error: bool) -> None:
     # A late answer to a call the turn gave up on is refused: what a slow tool gets.
     try:
-        submit(call_id, output, is_error)
+        answer(stream, call_id, output, is_error)
     except panto.ToolError:
         pass
 
 
-def run_sync(config: Dict[str, Any], prompt: str, cancel_after: int, answers: Dict[str, Answer]) -> None:
+def run_sync(config: Dict[str, Any], prompt: Any, cancel_after: int, answers: Dict[str, Answer]) -> None:
     agent = panto.Agent(**config)
     with agent.stream(prompt) as stream:
         try:
@@ -120,12 +176,12 @@ def run_sync(config: Dict[str, Any], prompt: str, cancel_after: int, answers: Di
                 if isinstance(event, panto.ToolCallStart) and event.host and event.name in answers:
                     delay, is_error, output = answers[event.name]
                     if delay == 0:
-                        stream.submit_tool_result(event.call_id, output, is_error)
+                        answer(stream, event.call_id, output, is_error)
                     elif delay > 0:
                         timer = threading.Timer(
                             delay / 1000,
                             refused_ok,
-                            (stream.submit_tool_result, event.call_id, output, is_error),
+                            (stream, event.call_id, output, is_error),
                         )
                         timer.daemon = True
                         timer.start()
@@ -135,7 +191,7 @@ def run_sync(config: Dict[str, Any], prompt: str, cancel_after: int, answers: Di
             emit(error_line(e))
 
 
-async def run_async(config: Dict[str, Any], prompt: str, cancel_after: int, answers: Dict[str, Answer]) -> None:
+async def run_async(config: Dict[str, Any], prompt: Any, cancel_after: int, answers: Dict[str, Answer]) -> None:
     agent = panto.Agent(**config)
     loop = asyncio.get_running_loop()
     async with agent.astream(prompt) as stream:
@@ -146,12 +202,12 @@ async def run_async(config: Dict[str, Any], prompt: str, cancel_after: int, answ
                 if isinstance(event, panto.ToolCallStart) and event.host and event.name in answers:
                     delay, is_error, output = answers[event.name]
                     if delay == 0:
-                        stream.submit_tool_result(event.call_id, output, is_error)
+                        answer(stream, event.call_id, output, is_error)
                     elif delay > 0:
                         loop.call_later(
                             delay / 1000,
                             refused_ok,
-                            stream.submit_tool_result,
+                            stream,
                             event.call_id,
                             output,
                             is_error,

@@ -352,6 +352,25 @@ impl Stream {
             .py_err(py)
     }
 
+    /// Answers the host-tool call `call_id` with text and images: `parts` is a list of
+    /// `str` and `panto.Image`, in order (the model reads the text joined by newlines
+    /// and sees the images; `ToolResult.parts` carries them). Safe from any thread. A
+    /// part that is not a `str` or a `panto.Image` raises `ToolError`, and so does an
+    /// unknown or already answered id.
+    #[pyo3(signature = (call_id, parts, is_error = false))]
+    fn submit_tool_parts(
+        &self,
+        py: Python<'_>,
+        call_id: Text<'_>,
+        parts: Vec<Bound<'_, PyAny>>,
+        is_error: bool,
+    ) -> PyResult<()> {
+        let parts = tool_parts(py, parts)?;
+        self.control
+            .submit_tool_parts(&call_id, parts, is_error)
+            .py_err(py)
+    }
+
     /// Consumes the rest of the stream and returns the final `MessageComplete`.
     fn r#final(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         while self.next_event(py)?.is_some() {}
@@ -615,4 +634,26 @@ impl Control {
             .submit_tool_parts(&call_id, parts, is_error)
             .py_err(py)
     }
+}
+
+/// A tool result's parts from Python: `str` and `panto.Image` (through its `_native()`
+/// form); anything else, a `panto.Document` included, is a `ToolError` naming its place.
+fn tool_parts(py: Python<'_>, parts: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<panto::Block>> {
+    let image = py.import("panto._media")?.getattr("Image")?;
+    let mut native = Vec::with_capacity(parts.len());
+    for (i, part) in parts.into_iter().enumerate() {
+        if part.is_instance_of::<pyo3::types::PyString>() {
+            native.push(part);
+        } else if part.is_instance(&image)? {
+            native.push(part.call_method0("_native")?);
+        } else {
+            let e = panto::Error::new(
+                panto::ErrorKind::Tool,
+                format!("parts[{i}]: a tool result's part is a str or a panto.Image"),
+            );
+            return Err(crate::errors::to_pyerr(py, e));
+        }
+    }
+    let input = crate::agent::input_parts(py, &native)?;
+    Ok(input.into_parts())
 }

@@ -121,3 +121,45 @@ def test_a_text_result_has_no_parts():
         '"parts":[{"type":"image","url":"https://example.com/c.png"}]}'
     )
     assert url.parts == [panto.Image.from_url("https://example.com/c.png")]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_host_tool_answered_with_parts(server, use_async):
+    """Stream.submit_tool_parts (and AsyncStream's): a refused part is a ToolError and
+    leaves the call waiting; the image then reaches the model and the event."""
+    import asyncio
+
+    from conftest import exchange, text_sse, tool_sse
+
+    server.scenario(exchange(tool_sse([("call_1", "camera", {})])), exchange(text_sse(["A cat."])))
+    agent = make_agent(server, tools=[{"name": "camera", "description": "Takes a picture."}])
+    parts = ["one picture", panto.Image.from_bytes(PNG)]
+
+    def answer(stream, event):
+        with pytest.raises(panto.ToolError, match=r"parts\[1\]: a tool result's part is a str or a panto.Image"):
+            stream.submit_tool_parts(event.call_id, ["x", panto.Document.from_bytes(b"%PDF-1.4")])
+        stream.submit_tool_parts(event.call_id, parts)
+
+    async def collect_async():
+        events = []
+        async with agent.astream("What do you see?") as stream:
+            async for ev in stream:
+                events.append(ev)
+                if isinstance(ev, panto.ToolCallStart):
+                    answer(stream, ev)
+        return events
+
+    if use_async:
+        events = asyncio.run(collect_async())
+    else:
+        events = []
+        with agent.stream("What do you see?") as stream:
+            for ev in stream:
+                events.append(ev)
+                if isinstance(ev, panto.ToolCallStart):
+                    answer(stream, ev)
+    [result] = [e for e in events if isinstance(e, panto.ToolResult)]
+    assert result.output == "one picture"
+    assert result.parts == ["one picture", panto.Image.from_bytes(PNG, media_type="image/png")]
+    messages = server.requests()[1]["body"]["messages"]
+    assert messages[3]["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgp0aW55"}}

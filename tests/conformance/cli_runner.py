@@ -6,13 +6,19 @@ by `printf`, after `sleep` for a delayed answer, with a non-zero exit for an err
 
     cli_runner.py PANTO_BINARY RUNNER-ARGUMENTS...
 
-Exits 77 (skipped) for what a CLI user cannot ask for: cancelling at an event, or a
-configuration key without a flag.
+Exits 77 (skipped) for what a CLI user cannot ask for: cancelling at an event, a
+configuration key without a flag, a tool that answers with images (a shell-command tool
+prints text), or an input that is not one text part followed by attachments. An input's
+attachments are written to files (under their "name", so a PDF's file name reaches the
+wire as it would from any runner) and passed with `-a`, after the prompt's text.
 """
+
+import base64
 
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +31,7 @@ TIMING_ONLY = {"initial_delay_ms", "max_delay_ms", "max_elapsed_ms"}
 def main() -> int:
     panto, argv = sys.argv[1], sys.argv[2:]
     config, prompt, answers = None, None, {}
+    attachments = []  # (file name, bytes) of --input's attachments
     i = 0
     while i < len(argv):
         flag = argv[i]
@@ -32,6 +39,20 @@ def main() -> int:
             config, i = json.loads(argv[i + 1]), i + 2
         elif flag == "--prompt":
             prompt, i = argv[i + 1], i + 2
+        elif flag == "--input":
+            parts = json.loads(argv[i + 1])
+            i += 2
+            text = parts[0] if parts and isinstance(parts[0], str) else None
+            if text is None or any(isinstance(p, str) or p.get("type") == "text" or "data" not in p for p in parts[1:]):
+                print("the CLI takes one text then attachments by their bytes", file=sys.stderr)
+                return SKIP
+            prompt = text
+            for n, p in enumerate(parts[1:], 1):
+                ext = {"image/png": ".png", "image/jpeg": ".jpg", "application/pdf": ".pdf"}.get(p.get("media_type", ""), "")
+                attachments.append((p.get("name") or f"part{n}{ext}", base64.b64decode(p["data"])))
+        elif flag == "--answer-parts":
+            print("a CLI tool (a shell command) answers with text only", file=sys.stderr)
+            return SKIP
         elif flag == "--cancel-after":
             print("the CLI cannot cancel at a given event", file=sys.stderr)
             return SKIP
@@ -117,6 +138,12 @@ def main() -> int:
         else:
             print(f"no CLI flag for {key}", file=sys.stderr)
             return SKIP
+    files_dir = tempfile.mkdtemp() if attachments else None
+    for name, data in attachments:
+        path = os.path.join(files_dir, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        cmd += ["-a", path]
     cmd.append(prompt)
     try:
         # The exit code tells the error class; the trace's error line says more.
@@ -124,6 +151,8 @@ def main() -> int:
     finally:
         if tools_file:
             os.unlink(tools_file)
+        if files_dir:
+            shutil.rmtree(files_dir)
     return 0
 
 

@@ -106,13 +106,25 @@ def runner_args(client: dict, url: str) -> List[str]:
         config["tools"] = [
             {k: t[k] for k in ("name", "description", "parameters") if k in t} for t in tools
         ]
-    args = ["--config", json.dumps(config, ensure_ascii=False), "--prompt", client["prompt"]]
+    args = ["--config", json.dumps(config, ensure_ascii=False)]
+    if "input" in client:  # text and attachments, in the input form
+        args += ["--input", json.dumps(client["input"], ensure_ascii=False)]
+    else:
+        args += ["--prompt", client["prompt"]]
     if "cancel_after" in client:
         args += ["--cancel-after", str(client["cancel_after"])]
     for t in tools:
         answer = t.get("answer")
         if answer is None:
             args += ["--answer", t["name"], "-1", "false", ""]
+        elif "parts" in answer:  # text and images, in the input form
+            args += [
+                "--answer-parts",
+                t["name"],
+                str(answer.get("delay_ms", 0)),
+                "true" if answer.get("is_error") else "false",
+                json.dumps(answer["parts"], ensure_ascii=False),
+            ]
         else:
             args += [
                 "--answer",

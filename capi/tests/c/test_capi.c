@@ -2129,6 +2129,31 @@ static void test_input_parts(void) {
          panto_error_message(err).ptr);
   panto_error_free(err);
   err = NULL;
+  /* An attachment past max_message_bytes: a config error naming the limit, nothing sent. */
+  {
+    char big_path[] = "/tmp/panto-c-big-XXXXXX";
+    int fd = mkstemp(big_path);
+    CHECK(fd >= 0);
+    static const unsigned char png_head[2008] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    CHECK(write(fd, png_head, sizeof png_head) == (ssize_t)sizeof png_head);
+    close(fd);
+    PantoAgent *small = new_agent(&srv, "sk-c", ",\"max_message_bytes\":1024");
+    char big[256];
+    snprintf(big, sizeof big, "{\"input\":[\"x\",{\"type\":\"image\",\"path\":\"%s\"}]}",
+             big_path);
+    PantoStatus big_st =
+        small == NULL ? PANTO_OK
+                      : panto_agent_stream_with(small, "", 0, big, strlen(big), &stream, &err);
+    unlink(big_path);
+    panto_agent_free(small);
+    CHECK(small != NULL && big_st == PANTO_ERROR && stream == NULL);
+    CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
+    CHECKF(str_contains(panto_error_message(err),
+                        "the image is 2008 bytes, more than max_message_bytes (1024)"),
+           "%s", panto_error_message(err).ptr);
+    panto_error_free(err);
+    err = NULL;
+  }
   CHECK(server_stat(&srv, "connections_total") == 1);
 
   const char *opts = "{\"input\":[\"What is in this picture?\","

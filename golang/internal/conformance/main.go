@@ -5,10 +5,13 @@
 // scripts/conformance.sh compares it with the scenario's golden trace; the arguments,
 // shared by every language's runner, are described in tests/conformance/README.md.
 //
-//	conformance --config JSON --prompt TEXT [--cancel-after K] [--answer NAME DELAY_MS IS_ERROR OUTPUT]...
+//	conformance --config JSON (--prompt TEXT | --input PARTS) [--cancel-after K]
+//	  [--answer NAME DELAY_MS IS_ERROR OUTPUT | --answer-parts NAME DELAY_MS IS_ERROR PARTS]...
 //
-// Tools with an answer get a Func, so the binding runs them itself (in goroutines) and
-// turns a returned error into an error result; a tool never answered has no Func.
+// Tools with an answer get a Func (a PartsFunc for --answer-parts), so the binding runs
+// them itself (in goroutines) and turns a returned error into an error result; a tool
+// never answered has neither. PARTS is the input form's JSON, made into panto.Part values
+// with the package's constructors (parts.go), so a constructor that lost a part fails.
 package main
 
 import (
@@ -28,6 +31,58 @@ type answer struct {
 	never   bool
 	isError bool
 	output  string
+	parts   []panto.Part // for --answer-parts
+}
+
+// jsonPart is one part of the input form: a string (text) or an attachment by its
+// base64 data or URL.
+type jsonPart struct {
+	Type      string `json:"type"`
+	Text      string `json:"text"`
+	Data      []byte `json:"data"`
+	URL       string `json:"url"`
+	MediaType string `json:"media_type"`
+	Name      string `json:"name"`
+}
+
+// parseParts makes panto.Part values of the input form's JSON.
+func parseParts(text string) ([]panto.Part, error) {
+	var raw []json.RawMessage
+	if err := json.Unmarshal([]byte(text), &raw); err != nil {
+		return nil, err
+	}
+	parts := make([]panto.Part, 0, len(raw))
+	for i, r := range raw {
+		var s string
+		if json.Unmarshal(r, &s) == nil {
+			parts = append(parts, panto.Text(s))
+			continue
+		}
+		var p jsonPart
+		if err := json.Unmarshal(r, &p); err != nil {
+			return nil, fmt.Errorf("part %d: %w", i, err)
+		}
+		var part panto.Part
+		switch {
+		case p.Type == "text":
+			part = panto.Text(p.Text)
+		case p.Type == "image" && p.URL != "":
+			part = panto.ImageURL(p.URL)
+		case p.Type == "image":
+			part = panto.ImageBytes(p.Data, p.MediaType)
+		case p.Type == "document" && p.URL != "":
+			part = panto.DocumentURL(p.URL)
+		case p.Type == "document":
+			part = panto.DocumentBytes(p.Data)
+		default:
+			return nil, fmt.Errorf("part %d: type %q", i, p.Type)
+		}
+		if p.Name != "" {
+			part = part.Named(p.Name)
+		}
+		parts = append(parts, part)
+	}
+	return parts, nil
 }
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -40,7 +95,18 @@ func buildConfig(text string, answers map[string]answer) (panto.Config, error) {
 		return panto.Config{}, fmt.Errorf("--config: %w", err)
 	}
 	for i, t := range cfg.Tools {
-		if a, ok := answers[t.Name]; ok && !a.never {
+		if a, ok := answers[t.Name]; ok && !a.never && a.parts != nil {
+			cfg.Tools[i].PartsFunc = func(ctx context.Context, _ json.RawMessage) ([]panto.Part, error) {
+				if a.delay > 0 {
+					select {
+					case <-time.After(a.delay):
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
+				return a.parts, nil
+			}
+		} else if ok && !a.never {
 			cfg.Tools[i].Func = func(ctx context.Context, _ json.RawMessage) (string, error) {
 				if a.delay > 0 {
 					select {
@@ -100,6 +166,7 @@ func printJSON(v any) {
 
 func main() {
 	var configText, prompt string
+	var input []panto.Part
 	cancelAfter := -1
 	answers := map[string]answer{}
 	args := os.Args[1:]
@@ -109,6 +176,22 @@ func main() {
 			configText, i = args[i+1], i+1
 		case args[i] == "--prompt" && i+1 < len(args):
 			prompt, i = args[i+1], i+1
+		case args[i] == "--input" && i+1 < len(args):
+			parts, err := parseParts(args[i+1])
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "conformance: bad --input:", err)
+				os.Exit(2)
+			}
+			input, i = parts, i+1
+		case args[i] == "--answer-parts" && i+4 < len(args):
+			delay, err := strconv.Atoi(args[i+2])
+			parts, perr := parseParts(args[i+4])
+			if err != nil || perr != nil || args[i+3] == "true" {
+				fmt.Fprintln(os.Stderr, "conformance: bad --answer-parts (an error result has no parts here)")
+				os.Exit(2)
+			}
+			answers[args[i+1]] = answer{delay: ms(int64(delay)), never: delay < 0, parts: parts}
+			i += 4
 		case args[i] == "--cancel-after" && i+1 < len(args):
 			n, err := strconv.Atoi(args[i+1])
 			if err != nil {
@@ -140,7 +223,12 @@ func main() {
 		return
 	}
 	defer agent.Close()
-	s, err := agent.Stream(context.Background(), prompt)
+	var s *panto.Stream
+	if input != nil {
+		s, err = agent.StreamParts(context.Background(), input...)
+	} else {
+		s, err = agent.Stream(context.Background(), prompt)
+	}
 	if err != nil {
 		printError(err)
 		return

@@ -72,6 +72,9 @@ func fieldValue(f reflect.Value) any {
 		}
 		return x
 	}
+	if parts, ok := f.Interface().(panto.Parts); ok {
+		return partsFromAccessors(parts)
+	}
 	if f.Kind() == reflect.Struct {
 		m := map[string]any{}
 		for i := 0; i < f.NumField(); i++ {
@@ -84,6 +87,31 @@ func fieldValue(f reflect.Value) any {
 		return m
 	}
 	return f.Interface()
+}
+
+// partsFromAccessors is a tool result's parts in the canonical form (DESIGN.md,
+// "Events"), written from each Part's accessors rather than its MarshalJSON.
+func partsFromAccessors(parts panto.Parts) any {
+	out := make([]any, 0, len(parts))
+	for _, p := range parts {
+		m := map[string]any{"type": p.Kind()}
+		switch {
+		case p.Kind() == "text":
+			m["text"] = p.Text()
+		case p.URL() != "":
+			m["url"] = p.URL()
+			if p.MediaType() != "" {
+				m["media_type"] = p.MediaType()
+			}
+		default:
+			m["media_type"], m["size"], m["data"] = p.MediaType(), len(p.Data()), p.Data()
+		}
+		if p.Name() != "" {
+			m["name"] = p.Name()
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // blockFromParts is the canonical content of a block (DESIGN.md, "Events") written from

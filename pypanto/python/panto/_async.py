@@ -40,13 +40,14 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from ._pool import Pool
 
 if TYPE_CHECKING:
     import asyncio
 
+    from ._media import Image
     from ._native import Stream
     from ._vocab import Event, MessageComplete
 
@@ -278,6 +279,10 @@ class AsyncStream:
     def submit_tool_result(self, call_id: str, output: str, is_error: bool = False) -> None:
         """Answers a host-tool call announced by ``ToolCallStart(host=True)``."""
         self._stream.submit_tool_result(call_id, output, is_error)
+
+    def submit_tool_parts(self, call_id: str, parts: "List[Union[str, Image]]", is_error: bool = False) -> None:
+        """Answers a host-tool call with text and ``panto.Image`` parts, in order."""
+        self._stream.submit_tool_parts(call_id, parts, is_error)
 
     async def final(self) -> MessageComplete:
         """Consumes the rest of the stream; returns the ``MessageComplete``."""

@@ -6,16 +6,21 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// How the runner answers one host tool: after `delay`, or never when `None`.
+use panto::{Block, Input};
+
+/// How the runner answers one host tool: after `delay`, or never when `None`; with
+/// `parts` (text and images, from `--answer-parts`) when given, else with `output`.
 pub struct Answer {
     pub delay: Option<Duration>,
     pub is_error: bool,
     pub output: String,
+    pub parts: Option<Vec<Block>>,
 }
 
 pub struct Args {
     pub config: String,
-    pub prompt: String,
+    /// The turn's input: `--prompt`'s text, or `--input`'s parts (the input form's JSON).
+    pub input: Input,
     pub cancel_after: Option<usize>,
     pub answers: HashMap<String, Answer>,
 }
@@ -23,7 +28,7 @@ pub struct Args {
 pub fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     let mut config = None;
-    let mut prompt = None;
+    let mut input = None;
     let mut cancel_after = None;
     let mut answers = HashMap::new();
     let value = |it: &mut dyn Iterator<Item = String>, flag: &str| {
@@ -32,25 +37,36 @@ pub fn parse_args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--config" => config = Some(value(&mut it, "--config")?),
-            "--prompt" => prompt = Some(value(&mut it, "--prompt")?),
+            "--prompt" => input = Some(Input::from(value(&mut it, "--prompt")?)),
+            "--input" => {
+                let json = value(&mut it, "--input")?;
+                input = Some(Input::from_json(&json).map_err(|e| format!("--input: {e}"))?);
+            }
             "--cancel-after" => {
                 let k = value(&mut it, "--cancel-after")?;
                 cancel_after = Some(k.parse().map_err(|_| format!("bad --cancel-after {k}"))?);
             }
-            "--answer" => {
-                let name = value(&mut it, "--answer")?;
-                let delay: i64 = value(&mut it, "--answer")?
+            flag @ ("--answer" | "--answer-parts") => {
+                let name = value(&mut it, flag)?;
+                let delay: i64 = value(&mut it, flag)?
                     .parse()
-                    .map_err(|_| "bad --answer DELAY_MS".to_string())?;
-                let is_error = value(&mut it, "--answer")? == "true";
-                let output = value(&mut it, "--answer")?;
+                    .map_err(|_| format!("bad {flag} DELAY_MS"))?;
+                let is_error = value(&mut it, flag)? == "true";
+                let output = value(&mut it, flag)?;
                 let delay = u64::try_from(delay).ok().map(Duration::from_millis);
+                let parts = if flag == "--answer-parts" {
+                    let input = Input::from_json(&output).map_err(|e| format!("{flag}: {e}"))?;
+                    Some(input.into_parts())
+                } else {
+                    None
+                };
                 answers.insert(
                     name,
                     Answer {
                         delay,
                         is_error,
                         output,
+                        parts,
                     },
                 );
             }
@@ -59,7 +75,7 @@ pub fn parse_args() -> Result<Args, String> {
     }
     Ok(Args {
         config: config.ok_or("--config is required")?,
-        prompt: prompt.ok_or("--prompt is required")?,
+        input: input.ok_or("--prompt or --input is required")?,
         cancel_after,
         answers,
     })
