@@ -89,6 +89,8 @@ func conformanceTurn(t *testing.T, name string) ([]Event, []string) {
 			Answer *struct {
 				Output  string `json:"output"`
 				IsError bool   `json:"is_error"`
+				// Text and images: strings and {"type":"image","data":…}.
+				Parts []json.RawMessage `json:"parts"`
 			} `json:"answer"`
 		} `json:"tools"`
 	}
@@ -106,7 +108,24 @@ func conformanceTurn(t *testing.T, name string) ([]Event, []string) {
 	}
 	for _, tool := range client.Tools {
 		tl := tool.Tool
-		if a := tool.Answer; a != nil {
+		if a := tool.Answer; a != nil && a.Parts != nil {
+			var parts []Part
+			for _, raw := range a.Parts {
+				var text string
+				var img struct {
+					Data      []byte `json:"data"`
+					MediaType string `json:"media_type"`
+				}
+				if json.Unmarshal(raw, &text) == nil {
+					parts = append(parts, Text(text))
+				} else if err := json.Unmarshal(raw, &img); err == nil {
+					parts = append(parts, ImageBytes(img.Data, img.MediaType))
+				} else {
+					t.Fatal(err)
+				}
+			}
+			tl.PartsFunc = func(context.Context, json.RawMessage) ([]Part, error) { return parts, nil }
+		} else if a != nil {
 			tl.Func = func(context.Context, json.RawMessage) (string, error) {
 				if a.IsError {
 					return "", errors.New(a.Output)
@@ -129,11 +148,12 @@ func conformanceTurn(t *testing.T, name string) ([]Event, []string) {
 
 // The generated convert reads the C record; for what the header does not carry it
 // decodes the canonical JSON instead. Both paths must give the same struct, the
-// convenience fields of BlockComplete included (setBlockParts is their JSON path).
+// convenience fields of BlockComplete included (setBlockParts is their JSON path), and
+// a tool result's Parts (anthropic-tool-image).
 func TestEventsFromTheCRecordEqualThoseFromTheirJSON(t *testing.T) {
 	seen := map[string]bool{}
 	for _, name := range []string{"anthropic-reasoning", "openai-max-tokens-mid-tool", "anthropic-retry-429",
-		"openai-compaction-auto", "openai-tool-parallel", "openai-tool-error"} {
+		"openai-compaction-auto", "openai-tool-parallel", "openai-tool-error", "anthropic-tool-image"} {
 		evs, canon := conformanceTurn(t, name)
 		if len(evs) != len(canon) {
 			t.Fatalf("%s: %d events, %d canonical lines", name, len(evs), len(canon))

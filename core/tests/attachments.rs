@@ -352,14 +352,32 @@ async fn anthropic_sends_a_tools_image_inside_its_tool_result() {
     agent.add_tool(camera_tool()).unwrap();
     let (events, r) = run(&agent, "What do you see?").await;
     r.unwrap();
-    let result = events
+    let (result, parts, json) = events
         .iter()
         .find_map(|e| match e {
-            Event::ToolResult { output, .. } => Some(output.clone()),
+            Event::ToolResult { output, parts, .. } => {
+                Some((output.clone(), parts.clone(), e.to_json()))
+            }
             _ => None,
         })
         .unwrap();
     assert_eq!(result, "one picture");
+    // The event carries the parts, and its JSON the image's size and base64 bytes.
+    assert_eq!(
+        parts,
+        vec![
+            Block::text("one picture"),
+            Block::Image(Media::bytes(png(), None).unwrap())
+        ]
+    );
+    assert!(
+        json.ends_with(&format!(
+            r#""parts":[{{"type":"text","text":"one picture"}},{{"type":"image","media_type":"image/png","size":{},"data":"{}"}}]}}"#,
+            png().len(),
+            b64(&png())
+        )),
+        "{json}"
+    );
     let msgs = &server.requests()[1].body["messages"];
     assert_eq!(
         msgs[2]["content"][0],
