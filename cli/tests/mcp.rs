@@ -55,6 +55,50 @@ fn a_run_calls_the_tools_of_an_mcp_server_given_by_flag() {
     assert!(tools.to_string().contains("fx__echo"), "{tools}");
 }
 
+/// `--json` prints a tool result's parts when the tool returned an image (an MCP
+/// tool's here): the text, then the image with its media type, size and base64 bytes.
+#[test]
+fn json_output_carries_a_tool_results_image() {
+    let server = server(json!({"exchanges": [
+        script::exchange(script::openai_tool_calls(&[("c", "fx__image", "{}")])),
+        script::exchange(script::openai_text(&["a pixel"])),
+    ]}));
+    let home = temp_dir("mcp-image");
+    let base = format!("{}/v1", server.url());
+    let mcp = format!("fx={} {}", python(), fixture());
+    let out = run(&mut panto_in(
+        &home,
+        &[
+            "run",
+            "--json",
+            "--base-url",
+            &base,
+            "--api-key",
+            "k",
+            "--mcp",
+            &mcp,
+            "look",
+        ],
+    ));
+    assert!(out.status.success(), "{}", describe(&out));
+    let evs = events(&out);
+    let result = evs
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("a tool result");
+    assert_eq!(result["output"], "a pixel:");
+    let parts = result["parts"].as_array().expect("parts");
+    assert_eq!(parts[0], json!({"type": "text", "text": "a pixel:"}));
+    let image = &parts[1];
+    assert_eq!(image["type"], "image");
+    assert_eq!(image["media_type"], "image/png");
+    let data = image["data"].as_str().unwrap();
+    assert!(data.starts_with("iVBORw0KGgo"), "{image}");
+    // size is the decoded byte count: 3 bytes per 4 base64 characters, less the padding.
+    let padding = data.bytes().rev().take_while(|&b| b == b'=').count();
+    assert_eq!(image["size"], json!(data.len() / 4 * 3 - padding));
+}
+
 #[test]
 fn no_server_outlives_panto_even_one_that_ignores_sigterm() {
     let server = server(json!({"exchanges": [script::exchange(script::openai_text(&["hi"]))]}));
