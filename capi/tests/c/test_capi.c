@@ -901,6 +901,26 @@ static void test_bad_arguments(void) {
   panto_error_free(err);
   CHECK(panto_stream_submit_tool_result(stream, "nope", 4, NULL, 0, false, NULL) == PANTO_ERROR);
   err = NULL;
+  /* panto_stream_submit_tool_result_parts: the same, and the parts are checked first. */
+  CHECK(panto_stream_submit_tool_result_parts(NULL, "c", 1, "[]", 2, false, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_TOOL);
+  panto_error_free(err);
+  CHECK(panto_stream_submit_tool_result_parts(stream, "c", 1, NULL, 0, false, &err) ==
+        PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_TOOL &&
+        str_contains(panto_error_message(err), "parts_json is NULL"));
+  panto_error_free(err);
+  CHECK(panto_stream_submit_tool_result_parts(stream, "c", 1, "{}", 2, false, &err) ==
+        PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_TOOL &&
+        str_contains(panto_error_message(err), "parts: must be a string or an array of parts"));
+  panto_error_free(err);
+  CHECK(panto_stream_submit_tool_result_parts(stream, "nope", 4, "[\"x\"]", 5, false, &err) ==
+        PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_TOOL &&
+        str_contains(panto_error_message(err), "not a pending"));
+  panto_error_free(err);
+  err = NULL;
   CHECK(panto_next_event(stream, &ev) == PANTO_EVENT && ev.kind == PANTO_EV_BLOCK_START);
 out:
   panto_string_free(&saved);
