@@ -60,7 +60,8 @@
  *   event instead (kind PANTO_EV_ERROR, payload.error), so they need no second call.
  *   Every error has one kind (PANTO_ERR_*): invalid arguments (a NULL handle or
  *   out-pointer, invalid UTF-8, bad JSON) are PANTO_ERR_CONFIG, except for
- *   panto_stream_submit_tool_result, where they are PANTO_ERR_TOOL, and a second
+ *   panto_stream_submit_tool_result and panto_stream_submit_tool_result_parts, where
+ *   they are PANTO_ERR_TOOL, and a second
  *   concurrent next call on one stream, which is PANTO_ERR_BUSY (see Threads). A panic
  *   inside the library is caught and reported as PANTO_ERR_INTERNAL; it never unwinds
  *   into the caller, and the handle it happened on fails every later call with
@@ -107,9 +108,10 @@
  *     second consumer that retries does not spin (it wakes once per call of the first);
  *     but a second consumer is still a bug: whichever thread gets in next ends the
  *     lifetime of the other thread's event.
- *     panto_stream_cancel, panto_stream_submit_tool_result, panto_stream_readiness_fd,
- *     panto_stream_attach and the two diagnostics may be called from any thread at any time, including
- *     while another thread is blocked in a next call. panto_stream_free must not race any
+ *     panto_stream_cancel, panto_stream_submit_tool_result (and _parts),
+ *     panto_stream_readiness_fd, panto_stream_attach and the two diagnostics may be
+ *     called from any thread at any time, including while another thread is blocked in
+ *     a next call. panto_stream_free must not race any
  *     other call on the stream: to stop a consumer blocked on another thread, call
  *     panto_stream_cancel, let (or make) that thread return, then free.
  *   - PantoError and delivered events are plain data: read them from any thread.
