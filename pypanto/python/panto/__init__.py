@@ -384,9 +384,9 @@ class Agent:
         returns it: given a dataclass, a ``TypedDict`` or a pydantic model, an instance
         of it (a ``TypedDict`` is a dict); given a JSON Schema ``dict``, the parsed JSON
         value. The core validates the answer against the schema and asks the model to
-        repair a mismatch (``output_retries`` times); then ``OutputInvalidError``, and
-        ``OutputRefusedError`` / ``OutputTruncatedError`` for a refusal or an answer
-        cut at ``max_tokens``, each with the raw text as ``.output``.
+        repair a mismatch (``output_retries`` times); then ``OutputInvalidError``
+        (a refusal and an answer cut at ``max_tokens`` have error classes of their
+        own: docs/python.md), each with the model's raw text as ``.output``.
 
         .. code-block:: python
 
