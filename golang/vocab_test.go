@@ -153,7 +153,7 @@ func conformanceTurn(t *testing.T, name string) ([]Event, []string) {
 func TestEventsFromTheCRecordEqualThoseFromTheirJSON(t *testing.T) {
 	seen := map[string]bool{}
 	for _, name := range []string{"anthropic-reasoning", "openai-max-tokens-mid-tool", "anthropic-retry-429",
-		"openai-compaction-auto", "openai-tool-parallel", "openai-tool-error", "anthropic-tool-image"} {
+		"openai-compaction-auto", "openai-tool-parallel", "openai-tool-error", "anthropic-tool-image", "openai-output-repair"} {
 		evs, canon := conformanceTurn(t, name)
 		if len(evs) != len(canon) {
 			t.Fatalf("%s: %d events, %d canonical lines", name, len(evs), len(canon))

@@ -30,6 +30,8 @@ cargo build --workspace --all-targets --locked
 
 step "cargo test (core, pull adapter, CLI, test server; fixtures, properties, faults)"
 cargo test --workspace --locked
+step "cargo test: the core's schemars feature (typed structured output)"
+cargo test --locked -p panto --features schemars --test structured_output
 
 step "benchmarks compile"
 cargo bench --workspace --no-run --locked

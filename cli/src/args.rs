@@ -89,6 +89,12 @@ pub struct RunArgs {
     /// piped on stdin of one of these types is attached the same way.
     #[arg(short = 'a', long = "attach", value_name = "FILE")]
     pub attach: Vec<std::path::PathBuf>,
+    /// Structured output: the answer must be JSON matching this JSON Schema file (an
+    /// object schema). stdout gets the validated JSON on one line; an answer that does
+    /// not match after a repair, a refusal or an answer cut at max_tokens exits with
+    /// code 7 naming the error kind.
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]

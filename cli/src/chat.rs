@@ -146,7 +146,13 @@ fn handle(
             Ok(())
         }
         Input::Message(text) => {
-            let turn = turn::run(setup, &text, report.out.as_mut(), interrupt);
+            let turn = turn::run(
+                setup,
+                &text,
+                panto::TurnOptions::default(),
+                report.out.as_mut(),
+                interrupt,
+            );
             match (turn, setup.save()) {
                 (Ok(()), saved) => saved,
                 (Err(e), Ok(())) => Err(e),

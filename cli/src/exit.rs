@@ -22,6 +22,8 @@ Exit codes:
   4    rate_limited, server, provider
   5    connection, timeout
   6    protocol, incomplete
+  7    output_invalid, output_refused, output_truncated (run --schema: the answer did
+       not match the schema after its repair, was refused, or was cut at max_tokens)
   70   internal (also tool and busy, which the CLI should never see)
   130  cancelled by Ctrl-C, SIGTERM or SIGHUP (the --session file is still saved and
        valid; tool processes are killed)
@@ -39,6 +41,7 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
         ErrorKind::RateLimited | ErrorKind::Server | ErrorKind::Provider => 4,
         ErrorKind::Connection | ErrorKind::Timeout => 5,
         ErrorKind::Protocol | ErrorKind::Incomplete => 6,
+        ErrorKind::OutputInvalid | ErrorKind::OutputRefused | ErrorKind::OutputTruncated => 7,
         ErrorKind::Cancelled => 130,
         ErrorKind::Internal | ErrorKind::Tool | ErrorKind::Busy => 70,
         _ => 70,

@@ -81,6 +81,7 @@ impl Reporter {
             hide_reasoning: args.hide_reasoning,
             no_stream: args.no_stream,
             tools: false,
+            structured: false,
         };
         // Every key this process could have read, whichever it ends up sending.
         let mut secrets: Vec<String> = ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
@@ -142,6 +143,9 @@ impl Reporter {
         if let Some(code) = error.provider_code.take() {
             error.provider_code = Some(self.redact_text(code));
         }
+        if let Some(output) = error.output.take() {
+            error.output = Some(Box::new(self.redact_text(*output)));
+        }
         error
     }
 
@@ -157,6 +161,11 @@ impl Reporter {
 
 fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
     let mut report = Reporter::new(&args.agent);
+    report.options.structured = args.schema.is_some();
+    let schema = match args.schema.as_deref().map(read_schema).transpose() {
+        Ok(schema) => schema,
+        Err(e) => return report.fail(e),
+    };
     let setup = match Setup::build(&args.agent) {
         Ok(setup) => setup,
         Err(e) => return report.fail(e),
@@ -166,7 +175,11 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
         Ok(input) => input,
         Err(e) => return report.fail(e),
     };
-    let result = turn::run(&setup, input, report.out.as_mut(), interrupt);
+    let options = panto::TurnOptions {
+        output_schema: schema.map_or(panto::TurnSchema::Agent, panto::TurnSchema::Schema),
+        ..panto::TurnOptions::default()
+    };
+    let result = turn::run(&setup, input, options, report.out.as_mut(), interrupt);
     let saved = setup.save();
     match (result, saved) {
         (Ok(()), Ok(())) => OK,
@@ -177,6 +190,34 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
             report.fail(e)
         }
     }
+}
+
+/// The largest `--schema` file read: a schema is small, and this is no place to read a
+/// mistaken multi-gigabyte path into memory.
+const MAX_SCHEMA_BYTES: u64 = 1 << 20;
+
+/// `--schema FILE`: a JSON Schema object (whether the provider can take it is checked
+/// when the turn starts, naming the keyword).
+fn read_schema(path: &std::path::Path) -> Result<serde_json::Value, Error> {
+    let shown = path.display();
+    let size = std::fs::metadata(path)
+        .map_err(|e| Error::config(format!("--schema {shown}: {e}")))?
+        .len();
+    if size > MAX_SCHEMA_BYTES {
+        return Err(Error::config(format!(
+            "--schema {shown}: {size} bytes, more than {MAX_SCHEMA_BYTES}"
+        )));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::config(format!("--schema {shown}: {e}")))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::config(format!("--schema {shown}: not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(Error::config(format!(
+            "--schema {shown}: must be a JSON Schema object"
+        )));
+    }
+    Ok(value)
 }
 
 /// What stdin and the words of `run` give: text, and an attachment when stdin held a

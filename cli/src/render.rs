@@ -151,6 +151,9 @@ pub struct HumanOptions {
     pub no_stream: bool,
     /// Host tools are declared, so a turn may have several messages.
     pub tools: bool,
+    /// `run --schema`: stdout gets the validated output, as one line of JSON, instead
+    /// of the streamed text.
+    pub structured: bool,
 }
 
 /// Set when stdout turned out closed (`panto … | head`): the program then ends quietly.
@@ -235,7 +238,7 @@ impl Human {
             out_at_line_start: true,
             err_at_line_start: true,
             in_reasoning: false,
-            hold_answer: options.no_stream || (!out_tty && options.tools),
+            hold_answer: options.no_stream || options.structured || (!out_tty && options.tools),
             held: String::new(),
             waiting: false,
             spinner_shown: false,
@@ -463,11 +466,21 @@ impl Human {
         self.note(&text)
     }
 
-    fn complete(&mut self, stop_reason: &StopReason, usage: &Usage, text: &str) -> io::Result<()> {
+    fn complete(
+        &mut self,
+        stop_reason: &StopReason,
+        usage: &Usage,
+        text: &str,
+        output: Option<&serde_json::Value>,
+    ) -> io::Result<()> {
         self.waiting = false;
         self.clear_spinner()?;
         self.leave_reasoning()?;
-        if self.hold_answer {
+        if let (true, Some(output)) = (self.options.structured, output) {
+            // One line of JSON: its escaping already encodes every control character.
+            self.held.clear();
+            self.answer(&format!("{output}\n"))?;
+        } else if self.hold_answer {
             self.held.clear();
             let mut safe = String::with_capacity(text.len());
             let mut filter = Sanitizer::new();
@@ -577,12 +590,27 @@ impl Render for Human {
                     tokens_after: *tokens_after,
                 })
             )),
+            Event::OutputRepair {
+                attempt,
+                max_attempts,
+                error,
+                ..
+            } => {
+                // The answer that did not match was held back; the next one replaces it.
+                self.held.clear();
+                self.note(&format!(
+                    "panto: the answer did not match the schema; asking again (repair \
+                     {attempt} of {max_attempts}): {}",
+                    clean(error)
+                ))
+            }
             Event::MessageComplete {
                 stop_reason,
                 usage,
                 text,
+                output,
                 ..
-            } => self.complete(stop_reason, usage, text),
+            } => self.complete(stop_reason, usage, text, output.as_ref()),
             // message_start, block_start, tool_details, and whatever a newer core adds.
             _ => Ok(()),
         }

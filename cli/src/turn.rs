@@ -19,10 +19,11 @@ use crate::setup::Setup;
 pub fn run(
     setup: &Setup,
     prompt: impl Into<panto::Input>,
+    options: panto::TurnOptions,
     out: &mut dyn Render,
     interrupt: &Interrupt,
 ) -> Result<(), Error> {
-    let mut stream = setup.agent.stream(prompt)?;
+    let mut stream = setup.agent.stream_with(prompt, options)?;
     let control = stream.control();
     interrupt.begin_turn(control.clone());
     let result = pull(&mut stream, &control, setup, out);

@@ -27,6 +27,7 @@ use crate::http::{Transport, TurnSink};
 use crate::mcp::McpServers;
 use crate::media::Input;
 use crate::message::{self, Block, Message, Role, StopReason, Usage};
+use crate::output::{self, OutputSpec, Rejection, WireMode};
 use crate::provider::{self, RequestOptions, RequestParams};
 use crate::request::{Dialect, ProviderKind, Reasoning, ToolSpec};
 use crate::tool::{
@@ -157,6 +158,31 @@ impl Receiver for Discard {
     }
 }
 
+impl TurnSummary {
+    /// The turn's structured output as a `T`. An `output_invalid` error when the turn had
+    /// no output schema, or when the validated output does not fit `T` (a schema and a
+    /// type that disagree), with the output's JSON as the error's raw text.
+    pub fn output_as<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        let Some(value) = &self.output else {
+            return Err(Error::new(
+                ErrorKind::OutputInvalid,
+                "the turn had no output schema, so it has no structured output",
+            )
+            .with_output(Some(self.text.clone())));
+        };
+        serde_json::from_value(value.clone()).map_err(|e| {
+            Error::new(
+                ErrorKind::OutputInvalid,
+                format!(
+                    "the output matched the schema but not the Rust type: {}",
+                    output::one_line(&e.to_string(), output::MAX_ERROR_BYTES)
+                ),
+            )
+            .with_output(Some(value.to_string()))
+        })
+    }
+}
+
 /// How a turn ended, when it ended well (the same data as `message_complete`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnSummary {
@@ -204,6 +230,8 @@ struct Inner {
     id: u64,
     /// The agent's MCP servers (its own, or a set shared with other agents).
     mcp: Option<McpServers>,
+    /// The configuration's `output_schema`, checked and compiled once.
+    output: Option<OutputSpec>,
 }
 
 /// An agent: one conversation with one provider configuration. Cheap to clone (clones
@@ -271,6 +299,11 @@ impl Agent {
 
     fn build(config: Config, mcp: Option<McpServers>) -> Result<Agent> {
         let transport = Transport::new(&config)?;
+        let output = config
+            .output_schema
+            .as_ref()
+            .map(|s| OutputSpec::new(s, config.provider, config.output_mode, "output_schema"))
+            .transpose()?;
         Ok(Agent {
             inner: Arc::new(Inner {
                 dialect: Dialect::resolve(config.compat, &config.base_url),
@@ -284,6 +317,7 @@ impl Agent {
                 busy: AtomicBool::new(false),
                 id: NEXT_AGENT_ID.fetch_add(1, Ordering::SeqCst),
                 mcp,
+                output,
             }),
         })
     }
@@ -459,6 +493,23 @@ impl Agent {
             )));
         }
         Ok(())
+    }
+
+    /// The output schema a turn with `options` uses, checked (a `config` error naming
+    /// `options.output_schema` otherwise). The pull adapter calls it before it starts a
+    /// turn, so a bad schema fails the call that would have started it.
+    pub fn turn_output(&self, options: &TurnOptions) -> Result<Option<OutputSpec>> {
+        let config = &self.inner.config;
+        Ok(match &options.output_schema {
+            TurnSchema::Agent => self.inner.output.clone(),
+            TurnSchema::Schema(s) => Some(OutputSpec::new(
+                s,
+                config.provider,
+                config.output_mode,
+                "options.output_schema",
+            )?),
+            TurnSchema::Off => None,
+        })
     }
 
     /// Empties the conversation; `busy` during a turn.
@@ -717,6 +768,59 @@ impl Agent {
         self.reserve()?.run(input, receiver, control, options).await
     }
 
+    /// Runs one turn whose answer must match `schema` (replacing the agent's
+    /// `output_schema` for this turn) and returns it as a `T`. The turn's events are not
+    /// delivered anywhere: use [`Agent::run`] with [`TurnOptions::output_schema`] and
+    /// [`TurnSummary::output_as`] to watch them. Failures are the turn's, plus
+    /// `output_invalid` when the validated answer does not deserialize into `T`.
+    ///
+    /// ```no_run
+    /// # async fn demo(agent: panto::Agent) -> panto::Result<()> {
+    /// #[derive(serde::Deserialize)]
+    /// struct Weather { city: String, celsius: Option<i32> }
+    /// let schema = serde_json::json!({
+    ///     "type": "object",
+    ///     "properties": {"city": {"type": "string"}, "celsius": {"type": "integer"}},
+    ///     "required": ["city"]
+    /// });
+    /// let w: Weather = agent.run_output("Weather in Paris?", schema).await?;
+    /// println!("{}: {:?}", w.city, w.celsius);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run_output<T: serde::de::DeserializeOwned>(
+        &self,
+        input: impl Into<Input>,
+        schema: serde_json::Value,
+    ) -> Result<T> {
+        let options = TurnOptions {
+            output_schema: TurnSchema::Schema(schema),
+            ..TurnOptions::default()
+        };
+        self.run(input, &mut Discard, &TurnControl::default(), options)
+            .await?
+            .output_as()
+    }
+
+    /// [`Agent::run_output`] with the schema derived from `T` by schemars (feature
+    /// `schemars`; see [`crate::output::schema_for`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(agent: panto::Agent) -> panto::Result<()> {
+    /// use panto::schemars::JsonSchema;
+    /// #[derive(serde::Deserialize, JsonSchema)]
+    /// #[schemars(crate = "panto::schemars")]
+    /// struct Weather { city: String, celsius: Option<i32> }
+    /// let w: Weather = agent.run_typed("Weather in Paris?").await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "schemars")]
+    pub async fn run_typed<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
+        &self,
+        input: impl Into<Input>,
+    ) -> Result<T> {
+        self.run_output(input, output::schema_for::<T>()).await
+    }
+
     /// Appends the input and runs the steps. A request the provider refused as
     /// malformed (`bad_request`: a text-only model sent an image, an attachment it does
     /// not take) before anything answered the input takes the input back out: it would
@@ -729,6 +833,7 @@ impl Agent {
         options: TurnOptions,
     ) -> Result<TurnSummary> {
         self.check_input(&input)?;
+        let output = self.turn_output(&options)?;
         // MCP servers start (or fail, naming the server) before anything is sent.
         let mcp = self.mcp_tools(&control.cancel).await?;
         let parts = input.into_parts();
@@ -742,7 +847,9 @@ impl Agent {
         };
         self.history_lock().push(user.clone());
         let mut refused = false;
-        let result = self.steps(sink, control, options, mcp, &mut refused).await;
+        let result = self
+            .steps(sink, control, options, output.as_ref(), mcp, &mut refused)
+            .await;
         if refused {
             let mut history = self.history_lock();
             if history.last() == Some(&user) {
@@ -759,6 +866,7 @@ impl Agent {
         sink: &mut TurnSink<'_>,
         control: &TurnControl,
         options: TurnOptions,
+        output: Option<&OutputSpec>,
         mut mcp: Vec<Arc<dyn Tool>>,
         refused: &mut bool,
     ) -> Result<TurnSummary> {
@@ -770,9 +878,11 @@ impl Agent {
             dialect: self.inner.dialect,
             store: config.store && config.provider == ProviderKind::OpenAiResponses,
             previous_response: None,
+            output: output.map(OutputSpec::request),
         };
         let mut usage = Usage::TOTAL;
         let mut message: u32 = 0;
+        let mut repairs: u32 = 0;
         loop {
             if control.cancel.is_cancelled() {
                 return Err(Error::cancelled());
@@ -842,17 +952,96 @@ impl Agent {
                 // The output was cut off by the limit: whatever tool calls it holds may be
                 // clipped, and asking again would repeat the cut. Nothing runs, nothing is
                 // announced; the calls get results saying so, which keeps the history
-                // valid for the next turn.
+                // valid for the next turn. A structured answer cut there is never parsed.
+                let raw = output.map(|spec| answer_text(&decoded.message, spec));
                 let results = unrun_results(&decoded.message);
                 self.commit(decoded.message, results);
                 self.record_usage(&step_usage);
-                return self.complete(stop, usage, message, text, sink);
+                if let Some(raw) = raw {
+                    return Err(Error::new(
+                        ErrorKind::OutputTruncated,
+                        format!(
+                            "the answer stopped at the output limit (max_tokens) after {} \
+                             bytes, before the structured output was complete",
+                            raw.len()
+                        ),
+                    )
+                    .with_output(Some(raw)));
+                }
+                return self.complete(stop, usage, message, text, None, sink);
             }
-            let calls = self.plan_calls(&decoded.message, &decoded.cut_off_calls, &mcp);
+            // `output_mode: tool`: the forced call is the answer; it is never dispatched.
+            let answered = output
+                .filter(|spec| spec.mode() == WireMode::Tool)
+                .is_some_and(|spec| output_call(&decoded.message, spec.name()).is_some());
+            let calls = if answered {
+                Vec::new()
+            } else {
+                self.plan_calls(&decoded.message, &decoded.cut_off_calls, &mcp)
+            };
             if calls.is_empty() {
-                self.commit(decoded.message, Vec::new());
-                self.record_usage(&step_usage);
-                return self.complete(stop, usage, message, text, sink);
+                let Some(spec) = output else {
+                    self.commit(decoded.message, Vec::new());
+                    self.record_usage(&step_usage);
+                    return self.complete(stop, usage, message, text, None, sink);
+                };
+                let raw = answer_text(&decoded.message, spec);
+                if matches!(stop, StopReason::Refusal | StopReason::ContentFilter) {
+                    let results = answer_results(&decoded.message, spec, "refused", true);
+                    self.commit(decoded.message, results);
+                    self.record_usage(&step_usage);
+                    return Err(Error::new(
+                        ErrorKind::OutputRefused,
+                        format!(
+                            "the model refused to answer (stop reason {}): {}",
+                            stop.as_string(),
+                            output::one_line(&raw, 500)
+                        ),
+                    )
+                    .with_output(Some(raw)));
+                }
+                match spec.accept(&raw) {
+                    Ok(value) => {
+                        let results = answer_results(&decoded.message, spec, "accepted", false);
+                        self.commit(decoded.message, results);
+                        self.record_usage(&step_usage);
+                        // A forced tool call ended the message; the turn ended with an
+                        // answer.
+                        let stop = if answered { StopReason::EndTurn } else { stop };
+                        return self.complete(stop, usage, message, raw, Some(value), sink);
+                    }
+                    Err(Rejection(problem)) => {
+                        let prompt = output::repair_prompt(&problem);
+                        let can_repair =
+                            repairs < config.output_retries && message < config.max_steps;
+                        let results = answer_results(&decoded.message, spec, &prompt, true);
+                        self.commit(decoded.message, results);
+                        self.record_usage(&step_usage);
+                        if !can_repair {
+                            return Err(Error::new(
+                                ErrorKind::OutputInvalid,
+                                format!(
+                                    "the answer did not match the output schema after {repairs} \
+                                     repair request(s): {problem}"
+                                ),
+                            )
+                            .with_output(Some(raw)));
+                        }
+                        repairs += 1;
+                        // In tool mode the error went back as the call's result; else it
+                        // is a user message after the answer.
+                        if !answered {
+                            self.history_lock().push(Message::user(prompt));
+                        }
+                        sink.emit(Event::OutputRepair {
+                            message: message - 1,
+                            attempt: repairs,
+                            max_attempts: config.output_retries,
+                            error: problem,
+                        })?;
+                        continue;
+                    }
+                }
             }
             let outputs: Outputs = Arc::new(Mutex::new(vec![None; calls.len()]));
             let step = StepGuard {
@@ -882,7 +1071,19 @@ impl Agent {
                 return Err(err);
             }
             if message >= config.max_steps {
-                return self.complete(StopReason::MaxSteps, usage, message, text, sink);
+                if output.is_some() {
+                    // The turn ran out of requests before a final answer: there is no
+                    // output to give.
+                    return Err(Error::new(
+                        ErrorKind::OutputInvalid,
+                        format!(
+                            "the turn reached max_steps ({}) before a final answer to parse",
+                            config.max_steps
+                        ),
+                    )
+                    .with_output(Some(text)));
+                }
+                return self.complete(StopReason::MaxSteps, usage, message, text, None, sink);
             }
         }
     }
@@ -980,6 +1181,7 @@ impl Agent {
         usage: Usage,
         messages: u32,
         text: String,
+        output: Option<serde_json::Value>,
         sink: &mut TurnSink<'_>,
     ) -> Result<TurnSummary> {
         sink.emit(Event::MessageComplete {
@@ -987,14 +1189,14 @@ impl Agent {
             usage,
             messages,
             text: text.clone(),
-            output: None,
+            output: output.clone(),
         })?;
         Ok(TurnSummary {
             stop_reason,
             usage,
             messages,
             text,
-            output: None,
+            output,
         })
     }
 
@@ -1146,6 +1348,62 @@ impl Drop for StepGuard<'_> {
             .collect();
         self.agent.commit(assistant, results);
     }
+}
+
+/// The forced output call of `output_mode: tool` in a message, if it made one.
+fn output_call<'m>(msg: &'m Message, name: &str) -> Option<&'m Block> {
+    msg.content
+        .iter()
+        .find(|b| matches!(b, Block::ToolCall { name: n, .. } if n == name))
+}
+
+/// The raw answer of a message: the forced call's arguments as sent (`output_mode:
+/// tool`), else its text.
+fn answer_text(msg: &Message, spec: &OutputSpec) -> String {
+    if spec.mode() == WireMode::Tool {
+        if let Some(Block::ToolCall {
+            arguments,
+            arguments_raw,
+            ..
+        }) = output_call(msg, spec.name())
+        {
+            return match (arguments_raw, arguments) {
+                (Some(raw), _) => raw.clone(),
+                (None, Some(v)) => v.to_string(),
+                (None, None) => String::new(),
+            };
+        }
+    }
+    msg.text()
+}
+
+/// Results for the tool calls of a final answer, which keep the history valid: the
+/// forced output call gets `outcome` (what became of the answer: accepted, or the
+/// repair request), any other call a note that it did not run.
+fn answer_results(msg: &Message, spec: &OutputSpec, outcome: &str, is_error: bool) -> Vec<Block> {
+    msg.content
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolCall { call_id, name, .. } => {
+                let (output, is_error) = if spec.mode() == WireMode::Tool && name == spec.name() {
+                    (outcome.to_owned(), is_error)
+                } else {
+                    (
+                        "not run: the turn's answer was given in the same message".to_owned(),
+                        true,
+                    )
+                };
+                Some(Block::ToolResult {
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                    output,
+                    is_error,
+                    parts: Vec::new(),
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Results for the tool calls of a message that ended at the output limit: none ran.

@@ -900,6 +900,14 @@ impl Config {
         for (name, server) in &self.mcp_servers {
             server.check(name)?;
         }
+        if let Some(schema) = &self.output_schema {
+            crate::output::OutputSpec::new(
+                schema,
+                self.provider,
+                self.output_mode,
+                "output_schema",
+            )?;
+        }
         // Types and bounds, from the schema: the same checks as the JSON form gets.
         if let Value::Object(obj) = self.to_value() {
             crate::vocab::check(CONFIG, &obj, "")?;

@@ -29,6 +29,7 @@
 //! - [`tool`] — the `Tool` trait, host tools and concurrent dispatch.
 //! - [`transcript`] — the flat, provider-neutral view of the conversation for a UI.
 //! - [`compaction`] — summarizing older history: the cut, the prompt, the rebuilt history.
+//! - [`output`] — structured output: schema checks, each provider's form of the schema, and validating the answer.
 //! - [`mcp`] — MCP servers (stdio, Streamable HTTP) whose tools the model calls like any other.
 //! - [`agent`] — the agent: conversation ownership, the turn loop, compaction.
 //!
@@ -81,6 +82,7 @@ pub mod http;
 pub mod mcp;
 pub mod media;
 pub mod message;
+pub mod output;
 pub mod provider;
 pub mod request;
 pub mod retry;
@@ -98,9 +100,15 @@ pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use mcp::{McpServer, McpServers, McpToolInfo, McpTransport};
 pub use media::{Input, Media, MediaSource};
 pub use message::{Block, Message, Role, StopReason, Usage};
+pub use output::OutputSpec;
 pub use request::{Compat, Dialect, Effort, OutputMode, ProviderKind, Reasoning, ToolSpec};
 pub use secret::Secrets;
 pub use tool::{FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
 pub use transcript::{EntryKind, TranscriptEntry};
 
 pub use tokio_util::sync::CancellationToken;
+
+/// The schemars crate panto's `schemars` feature derives output schemas with, so that
+/// `#[derive(panto::schemars::JsonSchema)]` matches the version `Agent::run_typed` takes.
+#[cfg(feature = "schemars")]
+pub use schemars;

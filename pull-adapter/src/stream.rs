@@ -277,6 +277,8 @@ impl Stream {
         // An input past the configured limits is refused by the call that starts the
         // turn (the turn would refuse it first thing anyway).
         agent.check_input(&input)?;
+        // So is a turn's output schema that is not one the provider can take.
+        agent.turn_output(&options)?;
         // Reserve on the caller's thread so `busy` is reported synchronously.
         let slot = agent.reserve()?;
         let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);

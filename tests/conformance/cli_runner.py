@@ -77,6 +77,7 @@ def main() -> int:
         "compat": "--compat",
     }
     tools_file = None
+    temp_files = []
     for key, value in config.items():
         if key in flags:
             cmd += [flags[key], str(value)]
@@ -118,6 +119,14 @@ def main() -> int:
                 else:
                     print(f"no CLI flag for mcp_servers.{name}.{sorted(set(server) - {'url', 'command', 'args'})}", file=sys.stderr)
                     return SKIP
+        elif key == "output_schema":
+            # The CLI's --schema is the turn's schema: for one turn, the same as the
+            # agent's.
+            fd, schema_file = tempfile.mkstemp(suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(value, f)
+            temp_files.append(schema_file)
+            cmd += ["--schema", schema_file]
         elif key == "tools":
             fd, tools_file = tempfile.mkstemp(suffix=".json")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -153,6 +162,8 @@ def main() -> int:
             os.unlink(tools_file)
         if files_dir:
             shutil.rmtree(files_dir)
+        for path in temp_files:
+            os.unlink(path)
     return 0
 
 

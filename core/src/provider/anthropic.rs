@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use super::tolerant::{clean, parse_tolerant, Count, Obj};
 use super::wire_error::stream_error;
 use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
+use super::{OutputRequest, WireMode};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
 use crate::media::{Media, MediaSource};
@@ -588,12 +589,33 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
     } else if let Some(t) = p.temperature {
         body["temperature"] = json!(t);
     }
-    if !p.tools.is_empty() {
-        let mut tools: Vec<Value> = p
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-            .collect();
+    let mut tools: Vec<Value> = p
+        .tools
+        .iter()
+        .map(
+            |t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}),
+        )
+        .collect();
+    match options.output {
+        Some(OutputRequest {
+            schema,
+            mode: WireMode::Native,
+            ..
+        }) => {
+            body["output_config"] = json!({"format": {"type": "json_schema", "schema": schema}});
+        }
+        Some(OutputRequest {
+            name,
+            schema,
+            mode: WireMode::Tool,
+        }) => {
+            tools.push(json!({"name": name,
+                "description": super::openai::OUTPUT_TOOL_DESCRIPTION, "input_schema": schema}));
+            body["tool_choice"] = json!({"type": "tool", "name": name});
+        }
+        None => {}
+    }
+    if !tools.is_empty() {
         if cache {
             if let Some(last) = tools.last_mut() {
                 last["cache_control"] = ephemeral();

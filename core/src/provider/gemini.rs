@@ -40,6 +40,7 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use super::wire_error::truncate;
+use super::OutputRequest;
 use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{BlockKind, DeltaKind};
@@ -816,6 +817,10 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
     }
     if let Some(r) = &options.reasoning {
         generation.insert("thinkingConfig".into(), thinking_config(p.model, r));
+    }
+    if let Some(OutputRequest { schema, .. }) = options.output {
+        generation.insert("responseMimeType".into(), json!("application/json"));
+        generation.insert("responseJsonSchema".into(), schema.clone());
     }
     if !generation.is_empty() {
         body["generationConfig"] = Value::Object(generation);

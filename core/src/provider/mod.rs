@@ -35,6 +35,7 @@ use crate::error::Result;
 use crate::event::Event;
 use crate::media::{Input, Media, MediaSource};
 use crate::message::{Block, Message};
+pub use crate::output::{OutputRequest, WireMode};
 use crate::request::{Dialect, Reasoning};
 use crate::sse::SseEvent;
 
@@ -87,6 +88,9 @@ pub struct RequestOptions<'a> {
     /// OpenAI Responses with `store`: the conversation's last stored response, so that
     /// only the messages after it are sent.
     pub previous_response: Option<PreviousResponse<'a>>,
+    /// Structured output: the schema the answer must match and how it is asked for
+    /// (`None`: a plain text answer).
+    pub output: Option<OutputRequest<'a>>,
 }
 
 /// A response the server kept (`store: true`), and how many messages of the history it

@@ -23,6 +23,7 @@ use super::json_scan::Scanner;
 use super::tolerant::{clean, parse_tolerant, Count, Obj};
 use super::wire_error::stream_error;
 use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
+use super::{OutputRequest, WireMode};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
 use crate::media::{Media, MediaSource};
@@ -853,21 +854,48 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
     if let Some(t) = p.temperature {
         body["temperature"] = json!(t);
     }
-    if !p.tools.is_empty() {
-        body["tools"] = p
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.parameters}})
-            })
-            .collect();
+    let mut tools: Vec<Value> = p
+        .tools
+        .iter()
+        .map(|t| {
+            json!({"type": "function", "function": {
+                "name": t.name, "description": t.description, "parameters": t.parameters}})
+        })
+        .collect();
+    match options.output {
+        Some(OutputRequest {
+            name,
+            schema,
+            mode: WireMode::Native,
+        }) => {
+            body["response_format"] = json!({"type": "json_schema", "json_schema": {
+                "name": name, "schema": schema, "strict": true}});
+        }
+        Some(OutputRequest {
+            name,
+            schema,
+            mode: WireMode::Tool,
+        }) => {
+            // The other tools stay declared (the history may call them) but the answer
+            // can only be this call.
+            tools.push(json!({"type": "function", "function": {
+                "name": name, "description": OUTPUT_TOOL_DESCRIPTION, "parameters": schema}}));
+            body["tool_choice"] = json!({"type": "function", "function": {"name": name}});
+        }
+        None => {}
+    }
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(tools);
     }
     if let Some(r) = &options.reasoning {
         add_reasoning(&mut body, r, options.dialect.compat);
     }
     body
 }
+
+/// The description of the forced output tool (`output_mode: tool`).
+pub(crate) const OUTPUT_TOOL_DESCRIPTION: &str =
+    "Give your final answer by calling this tool; its arguments are the answer.";
 
 /// A user message's content: its text as a string when it is only text (what every
 /// compatible server takes), else an array of `text`, `image_url` and `file` parts.

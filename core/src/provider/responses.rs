@@ -44,6 +44,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::tolerant::{clean, parse_tolerant, Count, Obj};
+use super::OutputRequest;
 use super::{Assembly, DecodeLimits, Emit, Progress, ProviderKind, RequestOptions, RequestParams};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{BlockKind, DeltaKind};
@@ -961,6 +962,13 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions<'_>) -> Valu
         body.insert("tools".into(), Value::Array(tools));
         body.insert("tool_choice".into(), json!("auto"));
         body.insert("parallel_tool_calls".into(), json!(true));
+    }
+    if let Some(OutputRequest { name, schema, .. }) = options.output {
+        body.insert(
+            "text".into(),
+            json!({"format": {"type": "json_schema", "name": name, "schema": schema,
+                              "strict": true}}),
+        );
     }
     if let Some(r) = &options.reasoning {
         body.insert(

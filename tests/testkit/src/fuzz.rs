@@ -338,12 +338,18 @@ pub fn config(data: &[u8]) {
         tools: &c.tools,
         messages: &[Message::user("q")],
     };
+    // An accepted output schema is one every provider's request can carry.
+    let output = c.output_schema.as_ref().map(|schema| {
+        panto::OutputSpec::new(schema, c.provider, c.output_mode, "output_schema")
+            .unwrap_or_else(|e| panic!("validate accepted an output schema that fails: {e}"))
+    });
     let options = RequestOptions {
         reasoning: c.reasoning,
         prompt_caching: c.prompt_caching,
         dialect: Dialect::resolve(c.compat, &c.base_url),
         store: c.store,
         previous_response: None,
+        output: output.as_ref().map(panto::OutputSpec::request),
     };
     let _ = request_body_with(c.provider, &params, &options).to_string();
 }
