@@ -3,55 +3,23 @@
 //! stdin of no known type are config errors (exit 2) naming what is wrong, before
 //! anything is sent.
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+mod support;
+
+use std::path::Path;
+use std::process::Output;
 
 use base64::Engine;
-use panto_testserver::{Scenario, TestServer};
+use panto_testserver::TestServer;
 use serde_json::{json, Value};
+use support::*;
 
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("panto-cli-attach-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn panto(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let home = dir().join("home");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_panto"))
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("PANTO_PROFILE")
-        .env_remove("PANTO_MODEL")
-        .env_remove("PANTO_CONFIG")
-        .env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(bytes) = stdin {
-        let mut pipe = child.stdin.take().unwrap();
-        pipe.write_all(bytes).unwrap();
+/// `panto` with HOME under `home`, and `stdin` on its standard input (else none).
+fn panto(home: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = panto_in(home, args);
+    match stdin {
+        Some(bytes) => run_with_stdin(&mut cmd, bytes),
+        None => run(&mut cmd),
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    rx.recv_timeout(HANG_GUARD)
-        .expect("panto hung")
-        .expect("panto ran")
 }
 
 fn answering() -> TestServer {
@@ -64,8 +32,7 @@ fn answering() -> TestServer {
         chunk(json!({}), Some("stop")),
         json!({"data": "[DONE]"}),
     ];
-    let scenario = json!({"exchanges": [{"response": {"status": 200, "sse": sse}}]});
-    TestServer::start(Scenario::from_json(&scenario.to_string()).unwrap()).unwrap()
+    server(json!({"exchanges": [{"response": {"status": 200, "sse": sse}}]}))
 }
 
 fn b64(data: &[u8]) -> String {
@@ -77,13 +44,14 @@ const PDF: &[u8] = b"%PDF-1.4\n\x00\xfe";
 
 #[test]
 fn attached_files_follow_the_prompt_as_parts() {
-    let d = dir();
+    let d = temp_dir("attach-parts");
     let (png, pdf) = (d.join("cat.png"), d.join("report.pdf"));
     std::fs::write(&png, PNG).unwrap();
     std::fs::write(&pdf, PDF).unwrap();
     let srv = answering();
     let base = format!("{}/v1", srv.url());
     let out = panto(
+        &d,
         &[
             "run",
             "--json",
@@ -101,13 +69,8 @@ fn attached_files_follow_the_prompt_as_parts() {
         ],
         None,
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("\"message_complete\""));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(stdout_of(&out).contains("\"message_complete\""));
     let body = &srv.requests()[0].body;
     assert_eq!(
         body["messages"][0]["content"],
@@ -122,9 +85,11 @@ fn attached_files_follow_the_prompt_as_parts() {
 
 #[test]
 fn binary_stdin_of_a_known_type_is_an_attachment() {
+    let d = temp_dir("attach-stdin");
     let srv = answering();
     let base = format!("{}/v1", srv.url());
     let out = panto(
+        &d,
         &[
             "run",
             "--base-url",
@@ -137,13 +102,8 @@ fn binary_stdin_of_a_known_type_is_an_attachment() {
         ],
         Some(PNG),
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "A cat.\n");
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout_of(&out), "A cat.\n");
     assert_eq!(
         srv.requests()[0].body["messages"][0]["content"],
         json!([
@@ -155,7 +115,7 @@ fn binary_stdin_of_a_known_type_is_an_attachment() {
 
 #[test]
 fn what_cannot_be_attached_is_a_config_error_before_anything_is_sent() {
-    let d = dir();
+    let d = temp_dir("attach-refused");
     let text = d.join("notes.txt");
     std::fs::write(&text, "just text").unwrap();
     let srv = answering();
@@ -195,8 +155,8 @@ fn what_cannot_be_attached_is_a_config_error_before_anything_is_sent() {
     ];
     for (extra, stdin, want) in cases {
         let args: Vec<&str> = common.iter().copied().chain(extra).collect();
-        let out = panto(&args, stdin);
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let out = panto(&d, &args, stdin);
+        let err = stderr_of(&out);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(want), "{err}");
     }

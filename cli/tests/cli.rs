@@ -13,25 +13,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+mod support;
+
 use panto_testkit::poll_until;
-use panto_testserver::{Scenario, TestServer};
+use panto_testserver::TestServer;
 use serde_json::{json, Value};
-
-/// How long any single `panto` process may take before the test calls it hung.
-const HANG_GUARD: Duration = Duration::from_secs(60);
-
-fn server(scenario: Value) -> TestServer {
-    let scenario = Scenario::from_json(&scenario.to_string()).expect("valid scenario");
-    TestServer::start(scenario).expect("test server starts")
-}
-
-/// A fresh, empty directory for one test's files.
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("panto-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    dir
-}
+use support::*;
 
 /// A home directory of this test process's own, so no test reads or writes the user's
 /// config, conversations or chat history.
@@ -40,76 +27,18 @@ fn private_home() -> PathBuf {
     HOME.get_or_init(|| temp_dir("home")).clone()
 }
 
-/// `panto` with a clean environment: no key variables leak in from the developer's shell.
+/// `panto` with a clean environment (no key variables leak in from the developer's
+/// shell) and the process's private home.
 fn panto_cmd(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_panto"));
-    let home = private_home();
-    cmd.args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .env_remove("PANTO_PROFILE")
-        .env_remove("PANTO_MODEL")
-        .env_remove("PANTO_CONFIG")
-        .env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// Waits for `child` to exit under the hang guard (killing it if it hangs).
-fn finish(child: Child) -> Output {
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(HANG_GUARD) {
-        Ok(out) => out.expect("wait for panto"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("panto (pid {pid}) hung for {HANG_GUARD:?}");
-        }
-    }
+    panto_in(&private_home(), args)
 }
 
 fn panto(args: &[&str]) -> Output {
-    finish(panto_cmd(args).spawn().expect("spawn panto"))
+    run(&mut panto_cmd(args))
 }
 
 fn panto_with_stdin(args: &[&str], stdin: &str) -> Output {
-    let mut child = panto_cmd(args)
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("spawn panto");
-    let mut pipe = child.stdin.take().expect("stdin pipe");
-    pipe.write_all(stdin.as_bytes()).expect("write stdin");
-    drop(pipe);
-    finish(child)
-}
-
-fn stdout_of(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr_of(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Every stdout line parsed as JSON (a line that is not JSON fails the test).
-fn json_lines(out: &Output) -> Vec<Value> {
-    stdout_of(out)
-        .lines()
-        .map(|l| {
-            serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}"))
-        })
-        .collect()
+    run_with_stdin(&mut panto_cmd(args), stdin)
 }
 
 fn types(lines: &[Value]) -> Vec<&str> {
@@ -119,21 +48,7 @@ fn types(lines: &[Value]) -> Vec<&str> {
         .collect()
 }
 
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-        out.status.code(),
-        stdout_of(out),
-        stderr_of(out)
-    )
-}
-
 // ---- scenario builders -------------------------------------------------------------
-
-fn openai_chunk(delta: Value, finish: Option<&str>) -> Value {
-    json!({"data": {"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": "gpt-test",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}})
-}
 
 fn openai_usage(input: u32, output: u32) -> Value {
     json!({"data": {"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": "gpt-test",

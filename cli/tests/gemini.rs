@@ -5,6 +5,9 @@
 
 mod support;
 
+use std::path::Path;
+use std::process::Command;
+
 use serde_json::{json, Value};
 use support::*;
 
@@ -17,6 +20,13 @@ fn frame(parts: Value, finish: Option<&str>) -> Value {
     }
     json!({"data": {"candidates": [candidate], "modelVersion": "gemini-2.5-flash",
         "usageMetadata": {"promptTokenCount": 5, "candidatesTokenCount": 2}}})
+}
+
+/// `panto run --provider gemini -m gemini-2.5-flash` with `args` after (the prompt last).
+fn gemini_run(home: &Path, args: &[&str]) -> Command {
+    let mut all = vec!["run", "--provider", "gemini", "-m", "gemini-2.5-flash"];
+    all.extend_from_slice(args);
+    panto_in(home, &all)
 }
 
 fn text_answer(text: &str) -> Value {
@@ -34,18 +44,13 @@ fn run_with_the_gemini_provider_streams_the_answer() {
         {"match": {"method": "POST", "path": PATH, "headers": {"x-goog-api-key": key}},
          "response": text_answer("Paris.")},
     ]}));
-    let out = run(panto_in(
+    let out = run(gemini_run(
         &home,
         &[
-            "run",
-            "--provider",
-            "gemini",
             "--base-url",
             &srv.url(),
             "--api-key-env",
             "MY_GEMINI_KEY",
-            "-m",
-            "gemini-2.5-flash",
             "-s",
             "be brief",
             "capital of France?",
@@ -80,16 +85,11 @@ fn a_shell_tool_runs_and_its_signature_goes_back_on_the_call() {
         {"match": {"path": PATH, "body": {"/contents/1/parts/0/thoughtSignature": "c2lnLWNhbGw="}},
          "response": text_answer("Done.")},
     ]}));
-    let out = run(&mut panto_in(
+    let out = run(&mut gemini_run(
         &home,
         &[
-            "run",
-            "--provider",
-            "gemini",
             "--base-url",
             &srv.url(),
-            "-m",
-            "gemini-2.5-flash",
             "--tool",
             "echo_city=echo sunny",
             "weather?",
@@ -119,36 +119,13 @@ fn gemini_api_key_goes_only_with_gemini_base_url() {
         {"times": 4, "match": {"path": PATH}, "response": text_answer("Hi.")},
     ]}));
     // A command-line base URL gets no key from the environment.
-    let out = run(panto_in(
-        &home,
-        &[
-            "run",
-            "--provider",
-            "gemini",
-            "--base-url",
-            &srv.url(),
-            "-m",
-            "gemini-2.5-flash",
-            "hi",
-        ],
-    )
-    .env("GEMINI_API_KEY", key));
+    let out = run(gemini_run(&home, &["--base-url", &srv.url(), "hi"]).env("GEMINI_API_KEY", key));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(!srv.requests()[0].headers.contains_key("x-goog-api-key"));
     // GEMINI_BASE_URL beside GEMINI_API_KEY ties them.
-    let out = run(panto_in(
-        &home,
-        &[
-            "run",
-            "--provider",
-            "gemini",
-            "-m",
-            "gemini-2.5-flash",
-            "hi",
-        ],
-    )
-    .env("GEMINI_API_KEY", key)
-    .env("GEMINI_BASE_URL", srv.url()));
+    let out = run(gemini_run(&home, &["hi"])
+        .env("GEMINI_API_KEY", key)
+        .env("GEMINI_BASE_URL", srv.url()));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(srv.requests()[1].headers["x-goog-api-key"], key);
 }

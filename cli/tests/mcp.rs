@@ -4,16 +4,21 @@
 
 mod support;
 
+use std::path::Path;
+use std::process::Output;
+
 use panto_testkit::mcp::{fixture, python, time_server};
-use panto_testserver::script;
-use serde_json::{json, Value};
+use panto_testserver::{script, TestServer};
+use serde_json::json;
 use support::*;
 
-fn events(out: &std::process::Output) -> Vec<Value> {
-    stdout_of(out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
-        .collect()
+/// `panto run` against `server` with the MCP server `mcp` (a `--mcp` value) and `extra`
+/// arguments (the prompt last).
+fn run_with_mcp(home: &Path, server: &TestServer, mcp: &str, extra: &[&str]) -> Output {
+    let base = format!("{}/v1", server.url());
+    let mut args = vec!["run", "--base-url", &base, "--api-key", "k", "--mcp", mcp];
+    args.extend_from_slice(extra);
+    run(&mut panto_in(home, &args))
 }
 
 #[test]
@@ -23,24 +28,10 @@ fn a_run_calls_the_tools_of_an_mcp_server_given_by_flag() {
         script::exchange(script::openai_text(&["done"])),
     ]}));
     let home = temp_dir("mcp-run");
-    let base = format!("{}/v1", server.url());
     let mcp = format!("fx={} {}", python(), fixture());
-    let out = run(&mut panto_in(
-        &home,
-        &[
-            "run",
-            "--json",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "--mcp",
-            &mcp,
-            "go",
-        ],
-    ));
+    let out = run_with_mcp(&home, &server, &mcp, &["--json", "go"]);
     assert!(out.status.success(), "{}", describe(&out));
-    let evs = events(&out);
+    let evs = json_lines(&out);
     let result = evs
         .iter()
         .find(|e| e["type"] == "tool_result")
@@ -64,24 +55,10 @@ fn json_output_carries_a_tool_results_image() {
         script::exchange(script::openai_text(&["a pixel"])),
     ]}));
     let home = temp_dir("mcp-image");
-    let base = format!("{}/v1", server.url());
     let mcp = format!("fx={} {}", python(), fixture());
-    let out = run(&mut panto_in(
-        &home,
-        &[
-            "run",
-            "--json",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "--mcp",
-            &mcp,
-            "look",
-        ],
-    ));
+    let out = run_with_mcp(&home, &server, &mcp, &["--json", "look"]);
     assert!(out.status.success(), "{}", describe(&out));
-    let evs = events(&out);
+    let evs = json_lines(&out);
     let result = evs
         .iter()
         .find(|e| e["type"] == "tool_result")
@@ -103,26 +80,13 @@ fn json_output_carries_a_tool_results_image() {
 fn no_server_outlives_panto_even_one_that_ignores_sigterm() {
     let server = server(json!({"exchanges": [script::exchange(script::openai_text(&["hi"]))]}));
     let home = temp_dir("mcp-linger");
-    let base = format!("{}/v1", server.url());
     let marker = format!("panto-cli-linger-{}", std::process::id());
     let mcp = format!(
         "fx={} {} --linger --cancel-marker {marker}",
         python(),
         fixture()
     );
-    let out = run(&mut panto_in(
-        &home,
-        &[
-            "run",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "--mcp",
-            &mcp,
-            "go",
-        ],
-    ));
+    let out = run_with_mcp(&home, &server, &mcp, &["go"]);
     assert!(out.status.success(), "{}", describe(&out));
     // panto waited for the stop sequence (stdin closed, SIGTERM ignored, SIGKILL)
     // before it exited.

@@ -1,4 +1,4 @@
-//! Helpers shared by the daily-driver and terminal tests: a scripted server, `panto`
+//! Helpers shared by the CLI's test files: a scripted server, `panto`
 //! in an environment of its own (no key variables, a private HOME / XDG directories),
 //! and scenario builders.
 #![allow(dead_code)]
@@ -78,10 +78,11 @@ pub fn run(cmd: &mut Command) -> Output {
     finish(cmd.spawn().expect("spawn panto"))
 }
 
-pub fn run_with_stdin(cmd: &mut Command, stdin: &str) -> Output {
+/// Runs `cmd` with `stdin` (text or bytes) written to its standard input, then closed.
+pub fn run_with_stdin(cmd: &mut Command, stdin: impl AsRef<[u8]>) -> Output {
     let mut child = cmd.stdin(Stdio::piped()).spawn().expect("spawn panto");
     let mut pipe = child.stdin.take().expect("stdin pipe");
-    pipe.write_all(stdin.as_bytes()).expect("write stdin");
+    pipe.write_all(stdin.as_ref()).expect("write stdin");
     drop(pipe);
     finish(child)
 }
@@ -92,6 +93,16 @@ pub fn stdout_of(out: &Output) -> String {
 
 pub fn stderr_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Every stdout line parsed as JSON (a line that is not JSON fails the test).
+pub fn json_lines(out: &Output) -> Vec<Value> {
+    stdout_of(out)
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}"))
+        })
+        .collect()
 }
 
 pub fn describe(out: &Output) -> String {
