@@ -3,58 +3,30 @@
 //! stdout), `--json` carries `output` and `output_repair`, and a refusal, an invalid
 //! answer or a bad schema file exit non-zero naming the error kind.
 
+mod support;
+
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::process::Output;
 
-use panto_testserver::{Scenario, TestServer};
+use panto_testserver::TestServer;
 use serde_json::{json, Value};
-
-const HANG_GUARD: Duration = Duration::from_secs(60);
+use support::{describe, json_lines, openai_chunk, panto_in, stderr_of, stdout_of, temp_dir};
 
 fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("panto-cli-schema-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| temp_dir("schema")).clone()
 }
 
 fn panto(args: &[&str]) -> Output {
-    let home = dir().join("home");
-    let child = Command::new(env!("CARGO_BIN_EXE_panto"))
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .env_remove("PANTO_PROFILE")
-        .env_remove("PANTO_MODEL")
-        .env_remove("PANTO_CONFIG")
-        .env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    rx.recv_timeout(HANG_GUARD)
-        .expect("panto hung")
-        .expect("panto ran")
-}
-
-fn chunk(delta: Value, finish: Option<&str>) -> Value {
-    json!({"data": {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}})
+    support::run(&mut panto_in(&dir().join("home"), args))
 }
 
 /// An OpenAI response answering `text` (or refusing with it).
 fn answer(text: &str, refusal: bool) -> Value {
     let key = if refusal { "refusal" } else { "content" };
     json!({"status": 200, "sse": [
-        chunk(json!({"role": "assistant", key: text}), None),
-        chunk(json!({}), Some("stop")),
+        openai_chunk(json!({"role": "assistant", key: text}), None),
+        openai_chunk(json!({}), Some("stop")),
         {"data": "[DONE]"}
     ]})
 }
@@ -70,8 +42,7 @@ fn server(answers: &[(&str, bool)]) -> TestServer {
                    "response": answer(text, *refusal)})
         })
         .collect();
-    let scenario = json!({ "exchanges": exchanges });
-    TestServer::start(Scenario::from_json(&scenario.to_string()).unwrap()).unwrap()
+    support::server(json!({ "exchanges": exchanges }))
 }
 
 /// A schema file of its own for each run: tests run in parallel, and a file rewritten
@@ -109,17 +80,13 @@ fn run(srv: &TestServer, extra: &[&str]) -> Output {
     panto(&args)
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 #[test]
 fn stdout_gets_the_validated_json_on_one_line() {
     let srv = server(&[(r#"{ "city": "Paris", "population": null }"#, false)]);
     let out = run(&srv, &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     // Parsed, the strict-mode null removed, printed compactly on one line.
-    assert_eq!(text(&out.stdout), "{\"city\":\"Paris\"}\n");
+    assert_eq!(stdout_of(&out), "{\"city\":\"Paris\"}\n");
     let sent = &srv.requests()[0].body["response_format"]["json_schema"];
     assert_eq!(sent["name"], "output");
     assert_eq!(sent["schema"]["required"], json!(["city", "population"]));
@@ -132,12 +99,12 @@ fn a_repaired_answer_replaces_the_failed_one() {
         (r#"{"city":"Paris"}"#, false),
     ]);
     let out = run(&srv, &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "{\"city\":\"Paris\"}\n");
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout_of(&out), "{\"city\":\"Paris\"}\n");
     assert!(
-        text(&out.stderr).contains("did not match the schema; asking again (repair 1 of 1)"),
+        stderr_of(&out).contains("did not match the schema; asking again (repair 1 of 1)"),
         "{}",
-        text(&out.stderr)
+        stderr_of(&out)
     );
     assert_eq!(srv.requests().len(), 2);
 }
@@ -149,11 +116,8 @@ fn json_mode_carries_the_output_and_the_repair() {
         (r#"{"city":"Paris"}"#, false),
     ]);
     let out = run(&srv, &["--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let lines: Vec<Value> = text(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let lines = json_lines(&out);
     let repair = lines
         .iter()
         .find(|l| l["type"] == "output_repair")
@@ -176,11 +140,11 @@ fn a_refusal_exits_7_naming_the_kind() {
     let srv = server(&[("I won't.", true)]);
     let out = run(&srv, &[]);
     assert_eq!(out.status.code(), Some(7));
-    assert!(text(&out.stdout).is_empty(), "{}", text(&out.stdout));
+    assert!(stdout_of(&out).is_empty(), "{}", stdout_of(&out));
     assert!(
-        text(&out.stderr).contains("error[output_refused]"),
+        stderr_of(&out).contains("error[output_refused]"),
         "{}",
-        text(&out.stderr)
+        stderr_of(&out)
     );
 }
 
@@ -189,7 +153,7 @@ fn an_answer_that_stays_invalid_exits_7_with_the_raw_text_in_json_mode() {
     let srv = server(&[("nope", false), ("still nope", false)]);
     let out = run(&srv, &["--json"]);
     assert_eq!(out.status.code(), Some(7));
-    let last: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+    let last = json_lines(&out).pop().unwrap();
     assert_eq!(last["type"], "error");
     assert_eq!(last["kind"], "output_invalid");
     assert_eq!(last["output"], "still nope");
@@ -223,13 +187,13 @@ fn a_bad_schema_file_is_a_usage_error_before_anything_is_sent() {
         ]);
         assert_eq!(out.status.code(), Some(2), "{content}");
         assert!(
-            text(&out.stderr).contains("error[config]") && text(&out.stderr).contains(says),
+            stderr_of(&out).contains("error[config]") && stderr_of(&out).contains(says),
             "{content}: {}",
-            text(&out.stderr)
+            stderr_of(&out)
         );
     }
     let missing = panto(&["run", "--schema", "/nonexistent/schema.json", "hi"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(text(&missing.stderr).contains("--schema /nonexistent/schema.json"));
+    assert!(stderr_of(&missing).contains("--schema /nonexistent/schema.json"));
     assert!(srv.requests().is_empty());
 }
