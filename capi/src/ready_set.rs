@@ -58,7 +58,12 @@ pub unsafe extern "C" fn panto_ready_set_fd(
     };
     #[cfg(unix)]
     {
-        fd_out.write(i64::from(set.set.fd()));
+        // -1: a set made before this process forked (the parent's; inert here).
+        let fd = set.set.fd();
+        if fd < 0 {
+            return PANTO_ERROR;
+        }
+        fd_out.write(i64::from(fd));
         PANTO_OK
     }
     #[cfg(not(unix))]

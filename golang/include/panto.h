@@ -131,6 +131,11 @@
  *   A stream's readiness descriptor is inherited too and is the same object as the
  *   parent's (close-on-exec, so not across exec): the child must not wait on it or read
  *   it; panto_stream_readiness_fd on an inherited stream fails.
+ *   A ready set made before the fork is the parent's in the child (its descriptor is
+ *   the same object as the parent's): inert there — panto_ready_set_fd fails,
+ *   panto_ready_set_take returns 0, panto_stream_attach to it fails, and
+ *   panto_ready_set_free closes only the child's copy of the descriptor, never
+ *   touching the parent's readiness. The child makes a set of its own.
  *
  * Signals. The library installs no signal handler and never changes the process's
  *   signal dispositions or the signal mask of any thread it did not create. Its own
@@ -944,7 +949,8 @@ PANTO_API PantoStatus panto_ready_set_new(PantoReadySet **out);
  * loop: readable exactly while a token waits to be taken (it may also be readable with
  * only freed streams' entries left; panto_ready_set_take then returns 0 and clears it).
  * The set owns it: never read, write or close it. PANTO_ERROR with *fd_out = -1 for a
- * NULL set or fd_out (nothing written then). Never blocks; any thread. */
+ * NULL set or fd_out (nothing written then), and in a forked child for a set made
+ * before the fork (see Fork). Never blocks; any thread. */
 PANTO_API PantoStatus panto_ready_set_fd(const PantoReadySet *set, int64_t *fd_out);
 
 /* Since ABI 1.2. Takes up to `cap` tokens of reported streams, oldest first, into

@@ -373,6 +373,13 @@ impl Shared {
     /// if it already has something to report.
     #[cfg(unix)]
     pub(crate) fn attach(&self, set: &crate::ReadySet, token: u64) -> std::io::Result<()> {
+        if set.from_parent_process() {
+            return Err(std::io::Error::other(
+                "the ready set was made before the process forked: it is the parent's \
+                 (its descriptor is shared with it), so no stream can join it here; make \
+                 a new set in the child",
+            ));
+        }
         let mut outbox = self.outbox();
         match &outbox.ready {
             ReadyFd::NotAsked => {}

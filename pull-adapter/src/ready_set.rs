@@ -22,10 +22,19 @@
 //!   was drained meanwhile by its consumer): the drain then answers `Pending` at once.
 //!
 //! Locks: a stream's outbox lock, then the set's lock (never the other way round).
+//!
+//! Fork: a child shares the set's descriptor with its parent (the same eventfd or pipe),
+//! and its copy of the set's lock may have been held by a thread that does not exist in
+//! the child. So a set made before the fork is inert in the child: `take` answers
+//! nothing, `fd` and `attach` fail, and dropping it touches neither the lock nor the
+//! shared descriptor (it closes the child's copy only) — else the child's take would
+//! read the parent's readiness away (the parent's queued tokens behind an unreadable
+//! descriptor, for good) and its drop would make the parent's descriptor readable with
+//! nothing queued (a level-triggered loop then spins). The child makes a set of its own.
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::readiness::Readiness;
@@ -36,6 +45,8 @@ use crate::readiness::Readiness;
 pub struct ReadySet {
     inner: Arc<SetInner>,
     fd: std::os::fd::RawFd,
+    /// The fork generation the set was made in (see the module docs, "Fork").
+    generation: u64,
 }
 
 impl std::fmt::Debug for ReadySet {
@@ -80,11 +91,32 @@ impl SetInner {
     }
 }
 
+/// How many times this process's lineage forked since its first set was made; bumped in
+/// the child. Its own count, not the pool's fork generation: a process that made a set
+/// but never ran a turn has no pool (and its agents stay usable in a child), yet its
+/// child must know the set is the parent's.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn after_fork_in_child() {
+    FORKS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Registers [`after_fork_in_child`] once, before the first set exists.
+fn watch_fork() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a handler that only adds to an atomic (async-signal-safe, as a
+    // handler running in a child forked from a multithreaded process must be).
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_in_child));
+    });
+}
+
 impl ReadySet {
     /// A new, empty set with its descriptor (non-blocking, close-on-exec: an eventfd on
     /// Linux and Android, a pipe's read end elsewhere). Fails only if the process is out
     /// of descriptors.
     pub fn new() -> io::Result<ReadySet> {
+        watch_fork();
         let readiness = Readiness::new()?;
         let fd = readiness.raw();
         Ok(ReadySet {
@@ -96,20 +128,35 @@ impl ReadySet {
                 }),
             }),
             fd,
+            generation: FORKS.load(Ordering::SeqCst),
         })
+    }
+
+    /// True in a process forked after the set was made: the set is its parent's and
+    /// inert here (see the module docs, "Fork").
+    pub fn from_parent_process(&self) -> bool {
+        self.generation != FORKS.load(Ordering::SeqCst)
     }
 
     /// The set's descriptor: readable exactly while a stream's token waits to be taken
     /// (it may also be readable with only dropped streams' entries left: `take` then
-    /// returns 0 and clears it). Never read, write or close it: the set does.
+    /// returns 0 and clears it). Never read, write or close it: the set does. -1 in a
+    /// forked child for a set of the parent (its descriptor is the parent's readiness).
     pub fn fd(&self) -> std::os::fd::RawFd {
+        if self.from_parent_process() {
+            return -1;
+        }
         self.fd
     }
 
     /// Takes the tokens of the streams reported since the last call, oldest first, into
     /// `tokens`; returns how many. When it returns fewer than `tokens.len()` the queue is
     /// empty and the descriptor unreadable (until the next report: an edge).
+    /// In a forked child, a set of the parent takes nothing (0).
     pub fn take(&self, tokens: &mut [u64]) -> usize {
+        if self.from_parent_process() {
+            return 0;
+        }
         let mut state = self.inner.state();
         let mut n = 0;
         while n < tokens.len() {
@@ -148,6 +195,12 @@ impl ReadySet {
 
 impl Drop for ReadySet {
     fn drop(&mut self) {
+        if self.from_parent_process() {
+            // Neither the lock (maybe held by a thread gone with the fork) nor the
+            // parent's descriptor: the child's copy closes when the last reference to
+            // the state goes (a close, no write).
+            return;
+        }
         let mut state = self.inner.state();
         if let Some(mut r) = state.readiness.take() {
             // A poller already waiting returns (POLLIN, or POLLNVAL after the close).

@@ -836,3 +836,99 @@ fn edge_triggered_epoll_on_a_set_never_strands_a_stream() {
     unsafe { libc::close(ep) };
     assert!(texts.iter().all(|&n| n == 1500), "{texts:?}");
 }
+
+/// Forks; the child runs `child` and exits with its answer (0-255). Returns the child's
+/// exit code, or None if it did not exit within the hang guard (it is then killed).
+fn in_child(child: impl FnOnce() -> i32) -> Option<i32> {
+    // SAFETY: the child only runs `child` (no allocation is needed by what the tests
+    // pass) and leaves with _exit, never returning into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = child();
+        // SAFETY: ends the child without running the parent's destructors or atexit.
+        unsafe { libc::_exit(code) };
+    }
+    let start = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for the child this test forked, without blocking.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        if start.elapsed() > DEADLINE {
+            // SAFETY: kills and reaps the child this test forked.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A forked child shares the set's descriptor (an eventfd, or a pipe) with the parent:
+/// the child must not take the parent's readiness (its take would read the shared
+/// counter, leaving the parent's queued tokens behind an unreadable descriptor for
+/// good), nor make it readable (its drop would leave the parent's descriptor readable
+/// with nothing queued, which a level-triggered loop then spins on). A parent's set is
+/// inert in the child: take answers nothing, attach fails, the drop closes only the
+/// child's copy of the descriptor.
+#[test]
+fn a_forked_child_leaves_its_parents_set_alone() {
+    let _g = serial();
+    let server = held_after_hello(1);
+    let agent = agent_for(&server);
+    // Idle parent: nothing queued. A child that drops the set must not make it readable.
+    let set = ReadySet::new().unwrap();
+    let code = in_child(|| {
+        // SAFETY: the child's copy of the set is dropped once, here; the parent's is
+        // untouched (another process).
+        drop(unsafe { std::ptr::read(&set) });
+        0
+    });
+    assert_eq!(code, Some(0), "the child hung or failed dropping the set");
+    assert!(
+        !readable(set.fd(), 0),
+        "readable after the child dropped it"
+    );
+    assert!(take_all(&set).is_empty());
+    assert!(
+        !readable(set.fd(), 0),
+        "take left it readable with nothing queued"
+    );
+
+    // A parent with a report queued: the child takes nothing, attaches nothing, and the
+    // parent's descriptor stays readable with the token queued.
+    let s = at_hello_in(&set, 7, &agent);
+    s.control().cancel();
+    assert!(readable(set.fd(), 0));
+    let code = in_child(|| {
+        let mut buf = [0u64; 4];
+        let took = set.take(&mut buf);
+        // A stream of the child's own (its agent made here) cannot join the parent's set.
+        let child_agent = agent_for(&server);
+        let other = child_agent.stream("hi");
+        let attached = match &other {
+            Ok(o) => o.attach(&set, 9).is_ok(),
+            Err(_) => false,
+        };
+        std::mem::forget(other);
+        std::mem::forget(child_agent);
+        (took as i32) * 10 + i32::from(attached)
+    });
+    assert_eq!(
+        code,
+        Some(0),
+        "the child took {:?} tokens (x10) / attached",
+        code
+    );
+    assert!(
+        readable(set.fd(), 0),
+        "the child took the parent's readiness"
+    );
+    assert_eq!(take_all(&set), [7]);
+    assert!(!readable(set.fd(), 0));
+}

@@ -225,3 +225,101 @@ async def test_one_reader_per_loop_serves_every_stream(server):
     await asyncio.wait_for(tasks[1], 30)
     assert got[1][-1] == "message_complete" and ls.waiters == {}
     assert panto.diagnostics()["waits_on_loop"] == 0
+
+
+def test_a_stream_awaited_on_a_second_loop_after_the_first_closed_with_a_waiter(server):
+    """A stream that waited through one loop's ready set, whose loop was then closed while
+    a task still waited on it, is read to its end on a new loop (there it waits in a
+    thread: its token belongs to the first loop's set)."""
+    _held(server, 1)
+    s = make_agent(server).astream("q")
+    first = []
+
+    async def until_waiting():
+        async def read():
+            async for ev in s:
+                first.append(ev.type)
+
+        task = asyncio.create_task(read())
+        while not (server.held() == 1 and "content_delta" in first and s.consumer_waiting()):
+            await asyncio.sleep(0.005)
+        assert s._set is not None and s._token in s._set.waiters
+        return task
+
+    loop1 = asyncio.new_event_loop()
+    task1 = loop1.run_until_complete(until_waiting())
+    assert not task1.done()
+    loop1.close()  # the task is left waiting, its loop gone
+
+    async def rest():
+        texts = []
+
+        async def read():
+            async for ev in s:
+                if isinstance(ev, panto.ContentDelta):
+                    texts.append(ev.text)
+                last[0] = ev.type
+
+        last = [None]
+        reader = asyncio.create_task(read())
+        # Blocked on the new loop (in a thread), before the server lets the rest go.
+        while not (panto.diagnostics()["waits_in_flight"] >= 1 and not reader.done()
+                   and s._stream.consumer_waiting()):
+            await asyncio.sleep(0.005)
+        assert texts == []
+        server.open_gate()
+        await asyncio.wait_for(reader, 30)
+        return texts, last[0]
+
+    loop2 = asyncio.new_event_loop()
+    try:
+        texts, last = loop2.run_until_complete(rest())
+    finally:
+        loop2.close()
+    assert texts == ["second"] and last == "message_complete"
+    wait_until(lambda: panto.diagnostics()["active_streams"] == 0, what="the turn to end")
+
+
+async def test_a_stream_dropped_unclosed_with_its_token_queued(server):
+    """An async stream nobody closed is collected while attached and reported (its token
+    queued in the loop's set): the turn ends, the reader ignores its token, and another
+    stream of the same loop still goes to its end through the same set."""
+    import gc
+    import select
+
+    _held(server, 2)
+    streams = [make_agent(server).astream(f"q{i}") for i in range(2)]
+    got = [[], []]
+
+    async def consume(i, stop_at_first):
+        async for ev in streams[i]:
+            got[i].append(ev.type)
+            if stop_at_first and ev.type == "content_delta":
+                return
+
+    # Stream 0 is read up to its first delta (attached on its wait for it), then left.
+    await asyncio.wait_for(consume(0, True), 30)
+    reader = asyncio.create_task(consume(1, False))
+    while not (server.held() == 2 and "content_delta" in got[1] and streams[1].consumer_waiting()):
+        await asyncio.sleep(0.005)
+    ls = streams[0]._set
+    assert ls is not None and ls is streams[1]._set
+    # Drained to "nothing" (the rule after a report), so the next turn to ready reports it.
+    while streams[0]._stream._try_next() is not None:
+        pass
+    active = panto.diagnostics()["active_streams"]
+    streams[0].cancel()  # reported: its token is queued in the set now
+    assert select.select([ls.fd], [], [], 0)[0] == [ls.fd]
+    import weakref
+
+    dropped = weakref.ref(streams[0])
+    streams[0] = None
+    gc.collect()
+    assert dropped() is None, gc.get_referrers(dropped())
+    wait_until(lambda: panto.diagnostics()["active_streams"] == active - 1, what="the dropped turn to end")
+    server.open_gate()
+    await asyncio.wait_for(reader, 30)
+    assert got[1][-1] == "message_complete"
+    # Nothing left readable for the loop to spin on.
+    assert ls.native.take() == []
+    assert select.select([ls.fd], [], [], 0)[0] == []

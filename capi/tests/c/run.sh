@@ -58,7 +58,7 @@ build_tests() {
 args=("$target/debug/panto-testserver" capi/tests/scenarios
       tests/server/scenarios/demo-weather.json "$@")
 slow=server_reset_while_writing_is_no_sigpipe
-forks=fork
+forks=fork,ready_set_fork
 
 build_tests debug test_capi
 if [ -n "${PANTO_NO_VALGRIND:-}" ]; then

@@ -2003,6 +2003,151 @@ out:
   server_stop(&srv);
 }
 
+/* One way to report per stream, in either order and for two sets; a take of one token
+ * at a time while several are reported leaves the descriptor readable until the last is
+ * taken, then unreadable; a set freed while its streams' turns still run leaves them
+ * working (their hand-offs go nowhere, a blocking next still sees them to the end), and
+ * the streams are freed after it (valgrind: nothing leaks, nothing is used after free). */
+static void test_ready_set_one_way_tiny_takes_and_freed_first(void) {
+  TestServer srv;
+  Polled p[4];
+  memset(p, 0, sizeof p);
+  PantoReadySet *set = NULL, *other = NULL;
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  CHECK(panto_ready_set_new(&set) == PANTO_OK && panto_ready_set_new(&other) == PANTO_OK);
+  for (int i = 0; i < 4; i++) {
+    p[i].agent = new_agent(&srv, "sk-test", NULL);
+    CHECK(p[i].agent != NULL);
+    p[i].stream = start(p[i].agent, "hi");
+    CHECK(p[i].stream != NULL);
+  }
+  /* Stream 0 asked for its own descriptor first: it cannot join a set after. */
+  int64_t own = -1, fd = -1, fd2 = -1;
+  CHECK(panto_stream_readiness_fd(p[0].stream, &own) == PANTO_OK && own >= 0);
+  CHECK(panto_stream_attach(p[0].stream, set, 0) == PANTO_ERROR);
+  CHECK(panto_stream_attach(p[0].stream, other, 0) == PANTO_ERROR);
+  /* Streams 1-3 join `set`: not a second time, not `other` too, no descriptor of their own. */
+  for (int i = 1; i < 4; i++) CHECK(panto_stream_attach(p[i].stream, set, (uint64_t)i) == PANTO_OK);
+  CHECK(panto_stream_attach(p[1].stream, set, 1) == PANTO_ERROR);
+  CHECK(panto_stream_attach(p[1].stream, other, 1) == PANTO_ERROR);
+  CHECK(panto_stream_readiness_fd(p[1].stream, &own) == PANTO_ERROR && own == -1);
+  CHECK(panto_ready_set_fd(set, &fd) == PANTO_OK && panto_ready_set_fd(other, &fd2) == PANTO_OK);
+  p[0].over = true; /* drive_set serves 1-3 only */
+  CHECK(drive_set(set, p, 4, true));
+  StatWait held = {&srv, "held", 4};
+  CHECK(wait_until(stat_is, &held, 60000));
+  uint64_t tokens[4];
+  while (panto_ready_set_take(set, tokens, 4) > 0) {
+  }
+  for (int i = 1; i < 4; i++) CHECK(drain_ready(&p[i]) == PANTO_PENDING);
+  CHECK(!fd_readable(fd, 0) && !fd_readable(fd2, 0));
+  /* Two reported; taken one at a time. */
+  CHECK(panto_stream_cancel(p[1].stream) == PANTO_OK);
+  CHECK(panto_stream_cancel(p[2].stream) == PANTO_OK);
+  CHECK(fd_readable(fd, 0));
+  CHECK(!fd_readable(fd2, 0));
+  uint64_t one = 99;
+  CHECK(panto_ready_set_take(set, &one, 1) == 1 && one == 1);
+  CHECKF(fd_readable(fd, 0), "a token is left, yet the descriptor is unreadable");
+  CHECK(panto_ready_set_take(set, &one, 1) == 1 && one == 2);
+  CHECK(panto_ready_set_take(set, &one, 1) == 0);
+  CHECKF(!fd_readable(fd, 0), "the set is empty, yet its descriptor is readable");
+  /* Not drained yet: a second cancel does not report them again. */
+  CHECK(panto_stream_cancel(p[1].stream) == PANTO_OK);
+  CHECK(!fd_readable(fd, 0));
+  /* The set goes first; stream 3's turn goes on and ends, seen by a blocking next. */
+  panto_ready_set_free(set);
+  set = NULL;
+  CHECK(server_open_gate(&srv) == 0);
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  while ((st = panto_next_event_timeout(p[3].stream, &ev, 60000)) == PANTO_EVENT) {
+  }
+  CHECKF(st == PANTO_DONE, "stream 3 after its set was freed: %d", st);
+  CHECK(panto_next_event_timeout(p[1].stream, &ev, 0) == PANTO_ERROR);
+  CHECK(ev.payload.error.kind == PANTO_ERR_CANCELLED);
+out:
+  panto_ready_set_free(set);
+  for (int i = 0; i < 4; i++) {
+    panto_stream_free(p[i].stream);
+    panto_agent_free(p[i].agent);
+  }
+  panto_ready_set_free(other);
+  server_stop(&srv);
+}
+
+/* The child of fork() shares a set's descriptor with its parent. The set is inert in the
+ * child (no descriptor, nothing taken, no stream joins it, its free touches nothing of
+ * the parent's): before, the child's take read the parent's readiness away, stranding the
+ * parent's queued report behind an unreadable descriptor. */
+static int ready_set_child(PantoReadySet *set, PantoStream *parents) {
+  int64_t fd = 7;
+  if (panto_ready_set_fd(set, &fd) != PANTO_ERROR || fd != -1) return 1;
+  uint64_t tokens[4];
+  if (panto_ready_set_take(set, tokens, 4) != 0) return 2;
+  if (panto_stream_attach(parents, set, 5) != PANTO_ERROR) return 3;
+  panto_ready_set_free(set);
+  return 0;
+}
+
+static void test_ready_set_fork(void) {
+  TestServer srv;
+  Polled p;
+  memset(&p, 0, sizeof p);
+  PantoReadySet *set = NULL;
+  if (server_start(&srv, scenario("text-held.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  CHECK(panto_ready_set_new(&set) == PANTO_OK);
+  p.agent = new_agent(&srv, "sk-test", NULL);
+  CHECK(p.agent != NULL);
+  p.stream = start(p.agent, "hi");
+  CHECK(p.stream != NULL);
+  CHECK(panto_stream_attach(p.stream, set, 0) == PANTO_OK); /* drive_set's index */
+  CHECK(drive_set(set, &p, 1, true));
+  StatWait held = {&srv, "held", 1};
+  CHECK(wait_until(stat_is, &held, 60000));
+  uint64_t tokens[4];
+  while (panto_ready_set_take(set, tokens, 4) > 0) {
+  }
+  CHECK(drain_ready(&p) == PANTO_PENDING);
+  CHECK(panto_stream_cancel(p.stream) == PANTO_OK);
+  int64_t fd = -1;
+  CHECK(panto_ready_set_fd(set, &fd) == PANTO_OK && fd_readable(fd, 0));
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) _exit(ready_set_child(set, p.stream));
+  int status = 0;
+  int64_t deadline = now_ms() + 60000;
+  pid_t got;
+  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && now_ms() < deadline) {
+    struct timespec ms = {0, 5000000};
+    nanosleep(&ms, NULL);
+  }
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  CHECKF(got == pid, "the child did not finish within 60 s (it hangs)");
+  CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s %d (the check that failed)",
+         WIFEXITED(status) ? "exit" : "signal",
+         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+  CHECKF(fd_readable(fd, 0), "the child took the parent's readiness");
+  CHECK(panto_ready_set_take(set, tokens, 4) == 1 && tokens[0] == 0);
+  CHECK(!fd_readable(fd, 0));
+  CHECK(drain_ready(&p) == PANTO_ERROR);
+out:
+  panto_stream_free(p.stream);
+  panto_agent_free(p.agent);
+  panto_ready_set_free(set);
+  server_stop(&srv);
+}
+
 /* ------------------------------------------------------------------------------------ */
 
 /* docs/mcp.md's C example: MCP servers declared in the configuration JSON start at the
@@ -2295,6 +2440,9 @@ static const struct {
     {"readiness_free_while_polling", test_readiness_free_while_polling},
     {"ready_set_many_streams", test_ready_set_many_streams},
     {"ready_set_cancel_and_free", test_ready_set_cancel_and_free},
+    {"ready_set_one_way_tiny_takes_and_freed_first",
+     test_ready_set_one_way_tiny_takes_and_freed_first},
+    {"ready_set_fork", test_ready_set_fork},
 };
 
 int main(int argc, char **argv) {

@@ -1,0 +1,85 @@
+package panto
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// Around the dispatcher's gathering threshold (coalesceFrom attached streams): with
+// fewer, more and exactly that many streams waiting on the process's ready set, every
+// stream is woken to its end while half of them are closed from other goroutines as
+// their reports fly (the gate opens at the same time): no lost wake-up (every stream
+// left open ends with its text), no send on a closed channel, no goroutine or stream
+// left behind.
+func TestReadySetAroundTheGatheringThreshold(t *testing.T) {
+	for _, n := range []int{coalesceFrom - 1, coalesceFrom, coalesceFrom + 1, 2*coalesceFrom + 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			defer verifyNoLeaks(t)
+			ex := exchange(obj{"status": 200, "sse": textSSE("first", " second"), "fault": obj{"kind": "hold", "after_bytes": 400}})
+			ex["times"] = n
+			srv := startServer(t, scenario(ex))
+			streams := make([]*Stream, n)
+			for i := range n {
+				agent := newTestAgent(t, testConfig(srv))
+				s, err := agent.Stream(context.Background(), fmt.Sprint("q", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				streams[i] = s
+			}
+			type result struct {
+				text string
+				err  error
+			}
+			results := make([]chan result, n)
+			for i, s := range streams {
+				results[i] = make(chan result, 1)
+				go func() {
+					var text string
+					for ev := range s.Iter() {
+						if d, ok := ev.(*ContentDelta); ok {
+							text += d.Text
+						}
+					}
+					results[i] <- result{text, s.Err()}
+				}()
+			}
+			eventually(t, "every response to be held", func() bool { return srv.stats(t)["held"] == n })
+			eventually(t, "every Next to wait on the set", func() bool {
+				w, inC, inSet, parked := waitingInNext()
+				return w == n && inC == 0 && inSet == n && parked
+			})
+			if c := theSet.Load().count.Load(); c < int64(n) {
+				t.Fatalf("%d streams attached, want at least %d", c, n)
+			}
+			var wg sync.WaitGroup
+			for i := 0; i < n; i += 2 {
+				wg.Add(1)
+				go func() { defer wg.Done(); _ = streams[i].Close() }()
+			}
+			srv.control(t, "/_panto/gate/open")
+			wg.Wait()
+			for i := range n {
+				r := <-results[i]
+				switch {
+				case i%2 == 0:
+					// Closed: cancelled, unless the whole turn won the race.
+					if r.err != nil && !errors.Is(r.err, ErrClosed) {
+						t.Errorf("stream %d (closed): %v", i, r.err)
+					}
+				case r.err != nil || r.text != "first second":
+					t.Errorf("stream %d: %q %v", i, r.text, r.err)
+				}
+			}
+			for _, s := range streams {
+				_ = s.Close()
+			}
+			eventually(t, "every C stream to be freed", func() bool { return liveStreams.Load() == 0 })
+			eventually(t, "the set's table to be empty", func() bool { return theSet.Load().count.Load() == 0 })
+		})
+	}
+}
