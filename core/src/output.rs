@@ -446,7 +446,8 @@ const MAX_DEPTH: usize = 64;
 /// Removes, in `value`, every `null` of a property that `schema` (the original) lists as
 /// optional: strict mode made the model write it; the user's schema means "absent".
 /// Follows `properties`, `items`, local `$ref`s and the `anyOf` branch whose properties
-/// cover the object's keys.
+/// cover the object's keys: one path through the schema per value, so the work is
+/// bounded by the value's size times [`MAX_DEPTH`], whatever the schema.
 fn strip_optional_nulls(value: &mut Value, schema: &Value, root: &Value, depth: usize) {
     if depth > MAX_DEPTH {
         return;
@@ -469,11 +470,9 @@ fn strip_optional_nulls(value: &mut Value, schema: &Value, root: &Value, depth: 
                     .and_then(Value::as_object)
                     .is_some_and(|p| obj.keys().all(|k| p.contains_key(k)))
             });
+            // One branch at most: following several would multiply with every level of
+            // a recursive schema.
             if let Some(b) = fits {
-                strip_optional_nulls(value, b, root, depth + 1);
-            }
-        } else if value.is_array() {
-            for b in branches {
                 strip_optional_nulls(value, b, root, depth + 1);
             }
         }
@@ -739,6 +738,22 @@ mod tests {
         )
         .unwrap();
         assert!(g.accept(r#"{"age":null}"#).is_err());
+    }
+
+    #[test]
+    fn a_recursive_schema_does_not_multiply_the_work() {
+        // Every level offers two branches back to the root: following both would be
+        // 2^64 steps.
+        let s = spec(
+            json!({"type": "object", "properties": {"a": {"type": "array"}},
+                   "anyOf": [{"$ref": "#"}, {"$ref": "#"}]}),
+            ProviderKind::OpenAi,
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let _ = s.accept(r#"{"a":[[[[]]]]}"#);
+        let _ = s.accept("[[[[[[[[[[]]]]]]]]]]");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
     }
 
     #[test]
