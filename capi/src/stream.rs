@@ -393,41 +393,19 @@ pub unsafe extern "C" fn panto_stream_submit_tool_result_parts(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_stream_submit_tool_result_parts";
-    reset_err(err);
-    let as_tool = |e: Error| Error::new(ErrorKind::Tool, e.message);
-    let Some(stream) = stream.as_ref() else {
-        return fail(err, as_tool(invalid(F, "stream is NULL")));
-    };
-    if call_id.is_null() {
-        return fail(err, as_tool(invalid(F, "call_id is NULL")));
-    }
-    if parts_json.is_null() {
-        return fail(err, as_tool(invalid(F, "parts_json is NULL")));
-    }
-    let call_id = match input_str(F, "call_id", call_id, call_id_len) {
-        Ok(s) => s,
-        Err(e) => return fail(err, as_tool(e)),
-    };
-    let parts_json = match input_str(F, "parts_json", parts_json, parts_len) {
-        Ok(s) => s,
-        Err(e) => return fail(err, as_tool(e)),
-    };
-    if stream.poisoned.load(Ordering::SeqCst) {
-        return fail(err, poisoned(F, "stream"));
-    }
-    match guard(F, || {
-        maybe_panic();
-        let parts =
-            tool_parts(parts_json).map_err(|m| Error::new(ErrorKind::Tool, format!("{F}: {m}")))?;
-        stream.control.submit_tool_parts(call_id, parts, is_error)
-    }) {
-        Ok(Ok(())) => PANTO_OK,
-        Ok(Err(e)) => fail(err, e),
-        Err(panic) => {
-            stream.poison();
-            fail(err, panic)
-        }
-    }
+    submit_tool_answer(
+        F,
+        stream,
+        (call_id, call_id_len),
+        ("parts_json", parts_json, parts_len),
+        false,
+        err,
+        |stream, call_id, parts_json| {
+            let parts = tool_parts(parts_json)
+                .map_err(|m| Error::new(ErrorKind::Tool, format!("{F}: {m}")))?;
+            stream.control.submit_tool_parts(call_id, parts, is_error)
+        },
+    )
 }
 
 /// A tool result's parts from the input form: text and images only (a file is read
@@ -464,30 +442,64 @@ pub unsafe extern "C" fn panto_stream_submit_tool_result(
     is_error: bool,
     err: *mut *mut PantoError,
 ) -> PantoStatus {
-    const F: &str = "panto_stream_submit_tool_result";
+    submit_tool_answer(
+        "panto_stream_submit_tool_result",
+        stream,
+        (call_id, call_id_len),
+        ("output", output, output_len),
+        true,
+        err,
+        |stream, call_id, output| stream.control.submit_tool_result(call_id, output, is_error),
+    )
+}
+
+/// What the two tool-result calls share: the argument checks (each failure the `tool`
+/// kind: misuse of host tools is, DESIGN.md, bad arguments included), the poisoned
+/// check, then `submit` with the call id and the payload text under the panic guard (a
+/// panic poisons the stream). The payload is `(name, pointer, length)`; a NULL one is
+/// refused unless `null_payload_is_empty` (then NULL with length 0 is "").
+///
+/// # Safety
+/// `stream` is NULL or a live stream; the pointers are NULL or valid for their lengths.
+unsafe fn submit_tool_answer(
+    function: &str,
+    stream: *mut PantoStream,
+    call_id: (*const c_char, usize),
+    payload: (&str, *const c_char, usize),
+    null_payload_is_empty: bool,
+    err: *mut *mut PantoError,
+    submit: impl FnOnce(&PantoStream, &str, &str) -> Result<(), Error>,
+) -> PantoStatus {
     reset_err(err);
-    // Misuse of host tools is the `tool` kind (DESIGN.md), bad arguments included.
     let as_tool = |e: Error| Error::new(ErrorKind::Tool, e.message);
     let Some(stream) = stream.as_ref() else {
-        return fail(err, as_tool(invalid(F, "stream is NULL")));
+        return fail(err, as_tool(invalid(function, "stream is NULL")));
     };
+    let (call_id, call_id_len) = call_id;
+    let (payload_name, payload, payload_len) = payload;
     if call_id.is_null() {
-        return fail(err, as_tool(invalid(F, "call_id is NULL")));
+        return fail(err, as_tool(invalid(function, "call_id is NULL")));
     }
-    let call_id = match input_str(F, "call_id", call_id, call_id_len) {
+    if payload.is_null() && !null_payload_is_empty {
+        return fail(
+            err,
+            as_tool(invalid(function, format_args!("{payload_name} is NULL"))),
+        );
+    }
+    let call_id = match input_str(function, "call_id", call_id, call_id_len) {
         Ok(s) => s,
         Err(e) => return fail(err, as_tool(e)),
     };
-    let output = match input_str(F, "output", output, output_len) {
+    let payload = match input_str(function, payload_name, payload, payload_len) {
         Ok(s) => s,
         Err(e) => return fail(err, as_tool(e)),
     };
     if stream.poisoned.load(Ordering::SeqCst) {
-        return fail(err, poisoned(F, "stream"));
+        return fail(err, poisoned(function, "stream"));
     }
-    match guard(F, || {
+    match guard(function, || {
         maybe_panic();
-        stream.control.submit_tool_result(call_id, output, is_error)
+        submit(stream, call_id, payload)
     }) {
         Ok(Ok(())) => PANTO_OK,
         Ok(Err(e)) => fail(err, e),
