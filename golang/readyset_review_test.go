@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -82,4 +83,36 @@ func TestReadySetAroundTheGatheringThreshold(t *testing.T) {
 			eventually(t, "the set's table to be empty", func() bool { return theSet.Load().count.Load() == 0 })
 		})
 	}
+}
+
+// A stream attached to the ready set (its handle in the dispatcher's table) and dropped
+// without Close while its turn still runs is freed by the garbage collector, and its
+// handle leaves the table: a program that forgets Close does not grow the table.
+func TestUnclosedAttachedStreamLeavesTheSetsTable(t *testing.T) {
+	srv := startServer(t, holdScenario())
+	agent := newTestAgent(t, testConfig(srv))
+	live := liveStreams.Load()
+	attached := func() int64 {
+		s, err := agent.Stream(context.Background(), "hi")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Next(); err != nil {
+			t.Fatal(err)
+		}
+		h := s.s.h
+		h.mu.RLock()
+		set := h.attached() // what its next wait would do first (maybe done already)
+		token := h.token
+		h.mu.RUnlock()
+		if set == nil || token == 0 {
+			t.Fatal("the stream could not be attached to the set")
+		}
+		eventually(t, "the server to hold the rest", func() bool { return srv.stats(t)["held"] == 1 })
+		return theSet.Load().count.Load()
+	}()
+	eventually(t, "the cleanup to free the stream and take it out of the table", func() bool {
+		runtime.GC()
+		return liveStreams.Load() == live && theSet.Load().count.Load() == attached-1
+	})
 }
