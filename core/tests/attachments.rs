@@ -7,10 +7,10 @@ use std::time::Duration;
 use base64::Engine;
 use panto::provider::ProviderKind;
 use panto::{
-    Agent, Block, Collect, CompactOptions, ErrorKind, Event, FnTool, Input, Media, MediaSource,
-    ToolOutput, TurnControl, TurnOptions,
+    Agent, Block, CompactOptions, ErrorKind, Event, FnTool, Input, Media, MediaSource, ToolOutput,
+    TurnControl, TurnOptions,
 };
-use panto_testkit::config;
+use panto_testkit::{config, turn};
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use serde_json::{json, Value};
@@ -34,22 +34,6 @@ fn b64(data: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(data)
 }
 
-async fn run(agent: &Agent, input: impl Into<Input>) -> (Vec<Event>, panto::Result<()>) {
-    let mut events = Collect::default();
-    let r = tokio::time::timeout(
-        HANG_GUARD,
-        agent.run(
-            input,
-            &mut events,
-            &TurnControl::default(),
-            TurnOptions::default(),
-        ),
-    )
-    .await
-    .expect("the turn hung");
-    (events.0, r.map(|_| ()))
-}
-
 fn rich_input() -> Input {
     Input::new()
         .text("Compare these.")
@@ -65,7 +49,7 @@ async fn openai_gets_image_url_parts_and_a_pdf_file() {
     ]))]))
     .unwrap();
     let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
-    run(&agent, rich_input()).await.1.unwrap();
+    turn(&agent, rich_input()).await.1.unwrap();
     let body = &server.requests()[0].body;
     assert_eq!(
         body["messages"][0],
@@ -86,7 +70,7 @@ async fn a_text_only_input_stays_a_string_for_openai() {
     ]))]))
     .unwrap();
     let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
-    run(&agent, Input::new().text("a").text("b"))
+    turn(&agent, Input::new().text("a").text("b"))
         .await
         .1
         .unwrap();
@@ -105,7 +89,7 @@ async fn anthropic_gets_image_and_document_blocks() {
     let agent =
         Agent::new(config(ProviderKind::Anthropic, &server).with_prompt_caching(false)).unwrap();
     let input = rich_input().document(Media::url("https://example.com/a.pdf"));
-    run(&agent, input).await.1.unwrap();
+    turn(&agent, input).await.1.unwrap();
     let body = &server.requests()[0].body;
     assert_eq!(
         body["messages"][0],
@@ -146,7 +130,7 @@ async fn inputs_a_provider_cannot_take_fail_before_anything_is_sent() {
         ),
     ];
     for (input, want) in cases {
-        let (events, r) = run(&agent, input).await;
+        let (events, r) = turn(&agent, input).await;
         let e = r.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Config);
         assert!(e.message.starts_with(want), "{}", e.message);
@@ -192,7 +176,7 @@ async fn a_saved_history_with_attachments_reloads_byte_exact_and_continues() {
     .unwrap();
     let agent =
         Agent::new(config(ProviderKind::Anthropic, &server).with_prompt_caching(false)).unwrap();
-    run(&agent, rich_input()).await.1.unwrap();
+    turn(&agent, rich_input()).await.1.unwrap();
     let saved = agent.history_json();
     assert!(
         saved.contains(&b64(&png())),
@@ -217,7 +201,7 @@ async fn a_saved_history_with_attachments_reloads_byte_exact_and_continues() {
         "saving again gives the same text"
     );
 
-    run(&restored, "Is it a cat?").await.1.unwrap();
+    turn(&restored, "Is it a cat?").await.1.unwrap();
     let second = &server.requests()[1].body["messages"];
     assert_eq!(
         second[0],
@@ -237,8 +221,8 @@ async fn the_transcript_describes_attachments_and_compaction_keeps_a_note() {
     ]))
     .unwrap();
     let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
-    run(&agent, rich_input()).await.1.unwrap();
-    run(&agent, "thanks").await.1.unwrap();
+    turn(&agent, rich_input()).await.1.unwrap();
+    turn(&agent, "thanks").await.1.unwrap();
     let t: Value = serde_json::from_str(&agent.transcript_json()).unwrap();
     assert_eq!(
         t[1],
@@ -297,9 +281,9 @@ async fn a_server_that_refuses_images_fails_the_turn_and_the_history_stays() {
     ]))
     .unwrap();
     let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
-    run(&agent, "hi").await.1.unwrap();
+    turn(&agent, "hi").await.1.unwrap();
     let before = agent.history();
-    let (events, r) = run(
+    let (events, r) = turn(
         &agent,
         Input::new()
             .text("look")
@@ -350,7 +334,7 @@ async fn anthropic_sends_a_tools_image_inside_its_tool_result() {
     let agent =
         Agent::new(config(ProviderKind::Anthropic, &server).with_prompt_caching(false)).unwrap();
     agent.add_tool(camera_tool()).unwrap();
-    let (events, r) = run(&agent, "What do you see?").await;
+    let (events, r) = turn(&agent, "What do you see?").await;
     r.unwrap();
     let (result, parts, json) = events
         .iter()
@@ -404,7 +388,7 @@ async fn openai_puts_a_tools_image_in_a_user_message_after_the_tool_messages() {
     .unwrap();
     let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
     agent.add_tool(camera_tool()).unwrap();
-    run(&agent, "What do you see?").await.1.unwrap();
+    turn(&agent, "What do you see?").await.1.unwrap();
     let msgs = server.requests()[1].body["messages"]
         .as_array()
         .unwrap()
@@ -448,7 +432,7 @@ async fn a_tools_oversize_image_is_replaced_by_a_note() {
             },
         ))
         .unwrap();
-    run(&agent, "go").await.1.unwrap();
+    turn(&agent, "go").await.1.unwrap();
     let content = &server.requests()[1].body["messages"][2]["content"][0]["content"];
     assert_eq!(
         content,

@@ -13,16 +13,15 @@ use panto::provider::{
     RequestParams, ToolSpec,
 };
 use panto::{
-    Agent, Block, BlockKind, CancellationToken, Collect, CompactOptions, Config, Effort, ErrorKind,
-    Event, FnTool, Message, Reasoning, Role, StopReason, ToolOutput, TurnControl,
+    Agent, Block, BlockKind, CancellationToken, CompactOptions, Config, Effort, ErrorKind, Event,
+    FnTool, Message, Reasoning, Role, StopReason, ToolOutput, TurnControl,
 };
 use panto_testkit::decode::{check_invariants, decode, decode_sized, Outcome};
-use panto_testkit::{quick_retries, API_KEY};
+use panto_testkit::{quick_retries, turn, turn_with, API_KEY};
 use panto_testserver::{Scenario, TestServer};
 use serde_json::{json, Value};
 
 const GE: ProviderKind = ProviderKind::Gemini;
-const HANG_GUARD: Duration = Duration::from_secs(30);
 const MODEL: &str = "gemini-2.5-flash";
 const PATH: &str = "/v1beta/models/gemini-2.5-flash:streamGenerateContent";
 
@@ -207,16 +206,13 @@ fn finish_reasons_map_to_stop_reasons() {
         ("LANGUAGE", "other:LANGUAGE"),
         ("UNEXPECTED_TOOL_CALL", "other:UNEXPECTED_TOOL_CALL"),
     ] {
-        let body = format!(
-            "data: {}\n\n",
-            json!({"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":raw}]})
-        );
+        let body = frame(json!([{"text":"x"}]), Some(raw));
         assert_eq!(ok(&run(&body)).stop_reason.as_string(), want, "{raw}");
     }
     // A function call with MAX_TOKENS is still a tool_use stop: the call came whole.
-    let body = format!(
-        "data: {}\n\n",
-        json!({"candidates":[{"content":{"parts":[{"functionCall":{"name":"f","args":{}}}]},"finishReason":"MAX_TOKENS"}]})
+    let body = frame(
+        json!([{"functionCall":{"name":"f","args":{}}}]),
+        Some("MAX_TOKENS"),
     );
     assert_eq!(ok(&run(&body)).stop_reason, StopReason::ToolUse);
 }
@@ -264,13 +260,13 @@ fn an_error_frame_is_a_provider_error_and_a_truncated_stream_is_incomplete() {
 
 #[test]
 fn unknown_parts_are_kept_verbatim_and_limits_hold() {
-    let body = format!(
-        "data: {}\n\n",
-        json!({"candidates":[{"content":{"parts":[
+    let body = frame(
+        json!([
             {"text":"a"},
             {"executableCode":{"language":"PYTHON","code":"print(1)"}},
             {"text":"b"}
-        ]},"finishReason":"STOP"}]})
+        ]),
+        Some("STOP"),
     );
     let m = ok(&run(&body)).clone();
     assert_eq!(
@@ -288,10 +284,7 @@ fn unknown_parts_are_kept_verbatim_and_limits_hold() {
     let parts: Vec<Value> = (0..300)
         .map(|i| json!({"functionCall":{"name":"f","args":{"i":i}}}))
         .collect();
-    let body = format!(
-        "data: {}\n\n",
-        json!({"candidates":[{"content":{"parts":parts},"finishReason":"STOP"}]})
-    );
+    let body = frame(json!(parts), Some("STOP"));
     let o = decode(GE, body.as_bytes());
     assert_eq!(o.result.unwrap_err().kind, ErrorKind::Protocol);
 }
@@ -300,12 +293,12 @@ fn unknown_parts_are_kept_verbatim_and_limits_hold() {
 fn a_signed_empty_part_with_no_run_to_end_stays_its_own_part() {
     // After a call, a part holding only a signature belongs to no run: it must not end
     // up on the call (which came without one) when sent back.
-    let body = format!(
-        "data: {}\n\n",
-        json!({"candidates":[{"content":{"parts":[
+    let body = frame(
+        json!([
             {"functionCall":{"name":"weather","args":{"city":"Paris"}}},
             {"thoughtSignature":"bare-sig"}
-        ]},"finishReason":"STOP"}]})
+        ]),
+        Some("STOP"),
     );
     let m = ok(&run(&body)).message.clone();
     assert_eq!(
@@ -336,11 +329,8 @@ fn a_signed_empty_part_with_no_run_to_end_stays_its_own_part() {
 #[test]
 fn a_message_past_max_message_bytes_is_a_protocol_error() {
     // Many small frames (each under the SSE cap) must not grow a message without bound.
-    let frame = format!(
-        "data: {}\n\n",
-        json!({"candidates":[{"content":{"parts":[{"text":"x".repeat(100)}]}}]})
-    );
-    let body = frame.repeat(50);
+    let one = frame(json!([{"text":"x".repeat(100)}]), None);
+    let body = one.repeat(50);
     let limits = panto::provider::DecodeLimits {
         max_message_bytes: 2048,
         ..Default::default()
@@ -634,6 +624,15 @@ fn http_errors_map_to_kinds_and_retry_delay_is_read_from_the_body() {
 
 // ---------------------------------------------------------------- whole turns
 
+/// The SSE frame of one candidate with `parts`, ending the message with `finish` if set.
+fn frame(parts: Value, finish: Option<&str>) -> String {
+    let mut candidate = json!({"content": {"parts": parts}});
+    if let Some(finish) = finish {
+        candidate["finishReason"] = json!(finish);
+    }
+    format!("data: {}\n\n", json!({"candidates": [candidate]}))
+}
+
 fn sse(name: &str) -> Value {
     json!({"status": 200, "headers": {"content-type": "text/event-stream"}, "body": fixture(name)})
 }
@@ -666,25 +665,6 @@ fn agent(server: &TestServer) -> Agent {
         ))
         .unwrap();
     agent
-}
-
-async fn turn(
-    agent: &Agent,
-    input: &str,
-) -> (Vec<Event>, panto::Result<panto::agent::TurnSummary>) {
-    let mut events = Collect::default();
-    let r = tokio::time::timeout(
-        HANG_GUARD,
-        agent.run(
-            input,
-            &mut events,
-            &TurnControl::default(),
-            Default::default(),
-        ),
-    )
-    .await
-    .expect("the turn hung");
-    (events.0, r)
 }
 
 /// The model parts of request `n`'s contents, in order.
@@ -896,14 +876,13 @@ async fn a_turn_picks_its_model_into_the_url() {
     let scenario = json!({"exchanges": [{"match": {"path": other}, "response": sse("text.sse")}]});
     let server = TestServer::start(Scenario::from_value(&scenario).unwrap()).unwrap();
     let agent = Agent::new(cfg(&server)).unwrap();
-    let mut events = Collect::default();
     let options = panto::TurnOptions {
         model: Some("gemini-3-flash".into()),
         ..Default::default()
     };
-    agent
-        .run("hi", &mut events, &TurnControl::default(), options)
+    turn_with(&agent, "hi", &TurnControl::default(), options)
         .await
+        .1
         .unwrap();
     assert_eq!(server.requests()[0].path, other);
 }

@@ -10,10 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use panto::{
-    Agent, Collect, Config, ErrorKind, Event, Flow, McpServer, McpServers, ProviderKind, Receiver,
+    Agent, Config, ErrorKind, Event, Flow, McpServer, McpServers, ProviderKind, Receiver,
     TurnControl,
 };
 use panto_testkit::mcp::{fixture, group_members, pids_with, python, time_server};
+use panto_testkit::turn_with;
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
 use serde_json::Value;
@@ -52,19 +53,26 @@ fn fixture_server(extra: &[&str]) -> McpServer {
     McpServer::stdio(python(), args)
 }
 
+/// A model scripted to answer with `responses` in turn (built with `script`).
+fn model(responses: Vec<Value>) -> TestServer {
+    TestServer::start(script::scenario(
+        responses.into_iter().map(exchange).collect(),
+    ))
+    .expect("test server starts")
+}
+
+/// An agent on `server` with the fixture server, named `fx`, started with `extra`.
+fn fx_agent(server: &TestServer, extra: &[&str]) -> Agent {
+    Agent::new(config(server).with_mcp_server("fx", fixture_server(extra))).unwrap()
+}
+
 fn config(server: &TestServer) -> Config {
     panto_testkit::config(ProviderKind::OpenAi, server)
 }
 
 async fn run(agent: &Agent, control: &TurnControl) -> (Vec<Event>, panto::Result<String>) {
-    let mut events = Collect::default();
-    let r = tokio::time::timeout(
-        HANG_GUARD,
-        agent.run("go", &mut events, control, Default::default()),
-    )
-    .await
-    .expect("the turn hung");
-    (events.0, r.map(|s| s.text))
+    let (events, r) = turn_with(agent, "go", control, Default::default()).await;
+    (events, r.map(|s| s.text))
 }
 
 /// `(name, output, is_error)` of every tool result, in the order of the calls' starts.
@@ -161,8 +169,8 @@ async fn every_page_is_listed_and_names_fit_the_providers() {
 
 #[tokio::test]
 async fn a_turn_calls_mcp_tools_and_their_results_reach_the_model() {
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[
+    let server = model(vec![
+        script::openai_tool_calls(&[
             ("c1", "fx__echo", r#"{"text":"hi"}"#),
             ("c2", "fx__image", "{}"),
             ("c3", "fx__structured", r#"{"city":"Oslo"}"#),
@@ -176,10 +184,9 @@ async fn a_turn_calls_mcp_tools_and_their_results_reach_the_model() {
                 "fx__echo",
                 &format!(r#"{{"text":"{}"}}"#, "x".repeat(1000)),
             ),
-        ])),
-        exchange(script::openai_text(&["done"])),
-    ]))
-    .unwrap();
+        ]),
+        script::openai_text(&["done"]),
+    ]);
     let cwd = std::env::temp_dir().canonicalize().unwrap();
     let agent = Agent::new(
         config(&server)
@@ -258,14 +265,13 @@ async fn a_turn_calls_mcp_tools_and_their_results_reach_the_model() {
 #[tokio::test]
 async fn progress_keeps_a_call_alive_and_a_hung_server_costs_one_call() {
     let marker = unique("hang");
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[
+    let server = model(vec![
+        script::openai_tool_calls(&[
             ("slow", "fx__slow", r#"{"steps":4,"interval_ms":700}"#),
             ("hang", "fx__hang", "{}"),
-        ])),
-        exchange(script::openai_text(&["went on"])),
-    ]))
-    .unwrap();
+        ]),
+        script::openai_text(&["went on"]),
+    ]);
     let agent = Agent::new(config(&server).with_mcp_server(
         "fx",
         fixture_server(&["--cancel-marker", &marker]).with_timeout_ms(1500),
@@ -320,14 +326,10 @@ impl Receiver for CancelWhenStarted {
 #[tokio::test]
 async fn a_cancelled_turn_withdraws_its_calls() {
     let marker = unique("cancel");
-    let server = TestServer::start(script::scenario(vec![exchange(script::openai_tool_calls(
-        &[("hang", "fx__hang", "{}")],
-    ))]))
-    .unwrap();
-    let agent = Agent::new(
-        config(&server).with_mcp_server("fx", fixture_server(&["--cancel-marker", &marker])),
-    )
-    .unwrap();
+    let server = model(vec![script::openai_tool_calls(&[(
+        "hang", "fx__hang", "{}",
+    )])]);
+    let agent = fx_agent(&server, &["--cancel-marker", &marker]);
     let control = TurnControl::default();
     let mut rx = CancelWhenStarted {
         started: format!("{marker}.started"),
@@ -351,17 +353,12 @@ async fn a_cancelled_turn_withdraws_its_calls() {
 
 #[tokio::test]
 async fn a_crash_is_reported_and_the_server_starts_again_for_the_next_step() {
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[("c", "fx__crash", "{}")])),
-        exchange(script::openai_tool_calls(&[(
-            "e",
-            "fx__echo",
-            r#"{"text":"again"}"#,
-        )])),
-        exchange(script::openai_text(&["ok"])),
-    ]))
-    .unwrap();
-    let agent = Agent::new(config(&server).with_mcp_server("fx", fixture_server(&[]))).unwrap();
+    let server = model(vec![
+        script::openai_tool_calls(&[("c", "fx__crash", "{}")]),
+        script::openai_tool_calls(&[("e", "fx__echo", r#"{"text":"again"}"#)]),
+        script::openai_text(&["ok"]),
+    ]);
+    let agent = fx_agent(&server, &[]);
     let (events, r) = run(&agent, &TurnControl::default()).await;
     assert_eq!(r.unwrap(), "ok");
     let got = results(&events);
@@ -379,10 +376,7 @@ async fn a_crash_is_reported_and_the_server_starts_again_for_the_next_step() {
 
 #[tokio::test]
 async fn a_server_that_cannot_start_is_an_error_before_the_first_request() {
-    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
-        "never",
-    ]))]))
-    .unwrap();
+    let server = model(vec![script::openai_text(&["never"])]);
     let agent =
         Agent::new(config(&server).with_mcp_server("bad", fixture_server(&["--fail-start"])))
             .unwrap();
@@ -422,13 +416,12 @@ async fn a_server_that_cannot_start_is_an_error_before_the_first_request() {
 
 #[tokio::test]
 async fn list_changed_lists_the_tools_again_between_steps() {
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[("c", "fx__change", "{}")])),
-        exchange(script::openai_tool_calls(&[("a", "fx__added", "{}")])),
-        exchange(script::openai_text(&["ok"])),
-    ]))
-    .unwrap();
-    let agent = Agent::new(config(&server).with_mcp_server("fx", fixture_server(&[]))).unwrap();
+    let server = model(vec![
+        script::openai_tool_calls(&[("c", "fx__change", "{}")]),
+        script::openai_tool_calls(&[("a", "fx__added", "{}")]),
+        script::openai_text(&["ok"]),
+    ]);
+    let agent = fx_agent(&server, &[]);
     let (events, r) = run(&agent, &TurnControl::default()).await;
     assert_eq!(r.unwrap(), "ok");
     assert!(!offered(&server, 0).contains(&"fx__added".to_owned()));
@@ -442,16 +435,11 @@ async fn list_changed_lists_the_tools_again_between_steps() {
 #[tokio::test]
 async fn no_server_process_outlives_its_agent() {
     let marker = unique("reap");
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_text(&["one"])),
-        exchange(script::openai_text(&["two"])),
-    ]))
-    .unwrap();
-    let agent = Agent::new(config(&server).with_mcp_server(
-        "fx",
-        fixture_server(&["--spawn-child", "--cancel-marker", &marker]),
-    ))
-    .unwrap();
+    let server = model(vec![
+        script::openai_text(&["one"]),
+        script::openai_text(&["two"]),
+    ]);
+    let agent = fx_agent(&server, &["--spawn-child", "--cancel-marker", &marker]);
     assert!(pids_with(&marker).is_empty(), "servers start lazily");
     assert_eq!(run(&agent, &TurnControl::default()).await.1.unwrap(), "one");
     let pids = pids_with(&marker);
@@ -475,15 +463,8 @@ async fn no_server_process_outlives_its_agent() {
 #[tokio::test]
 async fn a_server_that_ignores_eof_and_sigterm_is_killed() {
     let marker = unique("linger");
-    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
-        "one",
-    ]))]))
-    .unwrap();
-    let agent = Agent::new(config(&server).with_mcp_server(
-        "fx",
-        fixture_server(&["--linger", "--cancel-marker", &marker]),
-    ))
-    .unwrap();
+    let server = model(vec![script::openai_text(&["one"])]);
+    let agent = fx_agent(&server, &["--linger", "--cancel-marker", &marker]);
     assert_eq!(run(&agent, &TurnControl::default()).await.1.unwrap(), "one");
     let pids = pids_with(&marker);
     assert_eq!(pids.len(), 1);
@@ -498,10 +479,7 @@ async fn a_server_that_ignores_eof_and_sigterm_is_killed() {
 
 #[tokio::test]
 async fn collisions_are_config_errors() {
-    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
-        "never",
-    ]))]))
-    .unwrap();
+    let server = model(vec![script::openai_text(&["never"])]);
     let agent = Agent::new(
         config(&server)
             .with_mcp_server("a", fixture_server(&[]).with_tool_prefix("x_"))
@@ -536,15 +514,10 @@ async fn collisions_are_config_errors() {
 #[tokio::test]
 async fn credentials_in_a_server_environment_are_redacted() {
     let secret = "ghp_panto_secret_token_0123456789";
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[(
-            "c",
-            "fx__env",
-            r#"{"name":"GITHUB_TOKEN"}"#,
-        )])),
-        exchange(script::openai_text(&["ok"])),
-    ]))
-    .unwrap();
+    let server = model(vec![
+        script::openai_tool_calls(&[("c", "fx__env", r#"{"name":"GITHUB_TOKEN"}"#)]),
+        script::openai_text(&["ok"]),
+    ]);
     let agent = Agent::new(
         config(&server).with_mcp_server("fx", fixture_server(&[]).with_env("GITHUB_TOKEN", secret)),
     )
@@ -562,15 +535,10 @@ async fn credentials_in_a_server_environment_are_redacted() {
 
 #[tokio::test]
 async fn mcp_server_time_over_stdio() {
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[(
-            "c",
-            "time__get_current_time",
-            r#"{"timezone":"UTC"}"#,
-        )])),
-        exchange(script::openai_text(&["it is now"])),
-    ]))
-    .unwrap();
+    let server = model(vec![
+        script::openai_tool_calls(&[("c", "time__get_current_time", r#"{"timezone":"UTC"}"#)]),
+        script::openai_text(&["it is now"]),
+    ]);
     let agent = Agent::new(config(&server).with_mcp_server(
         "time",
         McpServer::stdio(time_server(), ["--local-timezone", "UTC"]),
@@ -648,17 +616,16 @@ impl Drop for HttpFixture {
 #[tokio::test]
 async fn streamable_http_keeps_the_session_and_routes_progress() {
     let fx = HttpFixture::start(&[]);
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[
+    let server = model(vec![
+        script::openai_tool_calls(&[
             ("e", "web__echo", r#"{"text":"over http"}"#),
             ("s", "web__slow", r#"{"steps":3,"interval_ms":700}"#),
             ("i", "web__image", "{}"),
             ("f", "web__fail", "{}"),
             ("p", "web__pingback", "{}"),
-        ])),
-        exchange(script::openai_text(&["done"])),
-    ]))
-    .unwrap();
+        ]),
+        script::openai_text(&["done"]),
+    ]);
     let agent = Agent::new(
         config(&server).with_mcp_server("web", McpServer::http(fx.url()).with_timeout_ms(1500)),
     )
@@ -742,21 +709,12 @@ async fn streamable_http_keeps_the_session_and_routes_progress() {
 #[tokio::test]
 async fn an_expired_http_session_is_initialized_again() {
     let fx = HttpFixture::start(&[]);
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[(
-            "a",
-            "web__echo",
-            r#"{"text":"one"}"#,
-        )])),
-        exchange(script::openai_text(&["first"])),
-        exchange(script::openai_tool_calls(&[(
-            "b",
-            "web__echo",
-            r#"{"text":"two"}"#,
-        )])),
-        exchange(script::openai_text(&["second"])),
-    ]))
-    .unwrap();
+    let server = model(vec![
+        script::openai_tool_calls(&[("a", "web__echo", r#"{"text":"one"}"#)]),
+        script::openai_text(&["first"]),
+        script::openai_tool_calls(&[("b", "web__echo", r#"{"text":"two"}"#)]),
+        script::openai_text(&["second"]),
+    ]);
     let agent =
         Agent::new(config(&server).with_mcp_server("web", McpServer::http(fx.url()))).unwrap();
     let (events, r) = run(&agent, &TurnControl::default()).await;
@@ -796,15 +754,10 @@ async fn http_headers_are_secrets_and_json_answers_work() {
         "--require-header",
         &format!("Authorization=Bearer {token}"),
     ]);
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[(
-            "e",
-            "web__echo",
-            &format!(r#"{{"text":"{token}"}}"#),
-        )])),
-        exchange(script::openai_text(&["done"])),
-    ]))
-    .unwrap();
+    let server = model(vec![
+        script::openai_tool_calls(&[("e", "web__echo", &format!(r#"{{"text":"{token}"}}"#))]),
+        script::openai_text(&["done"]),
+    ]);
     // A wrong credential: the server's 401 is an authentication error naming the server,
     // without the credential.
     let wrong = "tok-wrong-credential-987654";
@@ -839,15 +792,10 @@ async fn http_headers_are_secrets_and_json_answers_work() {
 
 #[tokio::test]
 async fn a_message_past_the_cap_ends_the_connection_not_memory() {
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[(
-            "c",
-            "fx__big",
-            r#"{"size":5000}"#,
-        )])),
-        exchange(script::openai_text(&["ok"])),
-    ]))
-    .unwrap();
+    let server = model(vec![
+        script::openai_tool_calls(&[("c", "fx__big", r#"{"size":5000}"#)]),
+        script::openai_text(&["ok"]),
+    ]);
     let mut cfg = config(&server).with_mcp_server("fx", fixture_server(&[]));
     cfg.max_event_bytes = 2048;
     let agent = Agent::new(cfg).unwrap();

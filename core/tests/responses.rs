@@ -5,22 +5,20 @@
 //! save and restore, transcript, compaction, usage and the `store` option.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use panto::message::{history_from_json, validate_history};
 use panto::provider::{self, PreviousResponse, ProviderKind, RequestOptions, RequestParams};
 use panto::{
-    Agent, Block, Collect, CompactOptions, CompactionConfig, Compat, Config, Dialect, Effort,
-    EntryKind, ErrorKind, Event, FnTool, Message, Reasoning, Role, StopReason, ToolOutput,
-    ToolSpec, TurnControl,
+    Agent, Block, CompactOptions, CompactionConfig, Compat, Config, Dialect, Effort, EntryKind,
+    ErrorKind, Event, FnTool, Message, Reasoning, Role, StopReason, ToolOutput, ToolSpec,
+    TurnControl,
 };
 use panto_testkit::decode::{check_invariants, decode, decode_at, decode_sized, Outcome, Rng};
-use panto_testkit::{quick_retries, API_KEY};
+use panto_testkit::{quick_retries, turn, turn_with, API_KEY};
 use panto_testserver::TestServer;
 use serde_json::{json, Value};
 
 const KIND: ProviderKind = ProviderKind::OpenAiResponses;
-const HANG_GUARD: Duration = Duration::from_secs(30);
 /// The encrypted reasoning of the `reasoning-tool` fixture (see its `make.py`).
 const SEALED: &str =
     "gAAAAABpANTO+enc/0wQ2tT9yZ3uX1Kp7Lr4Vh8Nm2Bq6Cs5Df0Gj3Hk7Jl1Mn9Pq4Rs8Tu2Vw6Xy0Za5bc==";
@@ -478,34 +476,22 @@ fn the_store_option_sends_only_what_follows_the_previous_response() {
     assert_eq!(first["store"], true);
     assert!(first.get("include").is_none());
     assert!(first.get("previous_response_id").is_none());
-    let next = body(
-        &history,
-        &RequestOptions {
-            store: true,
-            previous_response: Some(PreviousResponse {
-                id: "resp_rt_1",
-                messages: 2,
-            }),
-            ..RequestOptions::default()
-        },
-    );
+    let chained = RequestOptions {
+        store: true,
+        previous_response: Some(PreviousResponse {
+            id: "resp_rt_1",
+            messages: 2,
+        }),
+        ..RequestOptions::default()
+    };
+    let next = body(&history, &chained);
     assert_eq!(next["previous_response_id"], "resp_rt_1");
     assert_eq!(
         next["input"],
         json!([{"type":"function_call_output","call_id":"call_rt1","output":"18°C"}])
     );
     // A previous response past the history's end (it was replaced) is not used.
-    let stale = body(
-        &history[..1],
-        &RequestOptions {
-            store: true,
-            previous_response: Some(PreviousResponse {
-                id: "resp_rt_1",
-                messages: 2,
-            }),
-            ..RequestOptions::default()
-        },
-    );
+    let stale = body(&history[..1], &chained);
     assert!(stale.get("previous_response_id").is_none());
 }
 
@@ -585,25 +571,6 @@ fn weather_tool() -> impl panto::Tool {
     )
 }
 
-async fn run(agent: &Agent, input: &str) -> (Vec<Event>, panto::Result<panto::agent::TurnSummary>) {
-    run_with(agent, input, &TurnControl::default()).await
-}
-
-async fn run_with(
-    agent: &Agent,
-    input: &str,
-    control: &TurnControl,
-) -> (Vec<Event>, panto::Result<panto::agent::TurnSummary>) {
-    let mut events = Collect::default();
-    let r = tokio::time::timeout(
-        HANG_GUARD,
-        agent.run(input, &mut events, control, Default::default()),
-    )
-    .await
-    .expect("the turn hung");
-    (events.0, r)
-}
-
 /// The reasoning item the second request must carry: the fixture's `.done` item.
 fn reasoning_item() -> Value {
     json!({"id": "rs_rt1", "type": "reasoning", "encrypted_content": SEALED, "summary": [
@@ -626,7 +593,7 @@ async fn a_two_step_tool_turn_sends_the_reasoning_back_unchanged() {
     .unwrap();
     let agent = Agent::new(config(&server)).unwrap();
     agent.add_tool(weather_tool()).unwrap();
-    let (events, r) = run(&agent, "weather in Paris?").await;
+    let (events, r) = turn(&agent, "weather in Paris?").await;
     let summary = r.unwrap();
     assert_eq!(summary.stop_reason, StopReason::EndTurn);
     assert_eq!(summary.text, "It is 18°C in Paris.");
@@ -677,7 +644,7 @@ async fn history_saved_and_restored_sends_the_same_reasoning() {
     ]);
     let agent = Agent::new(config(&server)).unwrap();
     agent.add_tool(weather_tool()).unwrap();
-    run(&agent, "weather in Paris?").await.1.unwrap();
+    turn(&agent, "weather in Paris?").await.1.unwrap();
     let saved = agent.history_json();
     assert!(saved.contains(SEALED));
     assert_eq!(history_from_json(&saved).unwrap(), agent.history());
@@ -685,7 +652,7 @@ async fn history_saved_and_restored_sends_the_same_reasoning() {
     let restored = Agent::new(config(&server)).unwrap();
     restored.add_tool(weather_tool()).unwrap();
     restored.load_history_json(&saved).unwrap();
-    run(&restored, "thanks").await.1.unwrap();
+    turn(&restored, "thanks").await.1.unwrap();
     let reqs = server.requests();
     let third = &reqs[2].body;
     assert_eq!(third["input"][1], reasoning_item());
@@ -714,7 +681,7 @@ async fn a_429_before_the_stream_is_retried_with_a_provider_retry_event() {
         sse("text"),
     ]);
     let agent = Agent::new(config(&server).with_retry(quick_retries(2))).unwrap();
-    let (events, r) = run(&agent, "hi").await;
+    let (events, r) = turn(&agent, "hi").await;
     assert_eq!(r.unwrap().text, "Hello, world!");
     assert!(events.iter().any(|e| matches!(
         e,
@@ -731,7 +698,7 @@ async fn a_429_before_the_stream_is_retried_with_a_provider_retry_event() {
 async fn a_failed_response_before_any_output_is_retried() {
     let server = serve(vec![sse("failed"), sse("text")]);
     let agent = Agent::new(config(&server).with_retry(quick_retries(1))).unwrap();
-    let (events, r) = run(&agent, "hi").await;
+    let (events, r) = turn(&agent, "hi").await;
     assert_eq!(r.unwrap().text, "Hello, world!");
     assert!(events
         .iter()
@@ -739,7 +706,7 @@ async fn a_failed_response_before_any_output_is_retried() {
     // Without retries it is the turn's error, and the history stays as it was.
     let server = server_once("failed");
     let agent = Agent::new(config(&server)).unwrap();
-    let (_, r) = run(&agent, "hi").await;
+    let (_, r) = turn(&agent, "hi").await;
     let e = r.unwrap_err();
     assert_eq!(
         (e.kind, e.provider_code.as_deref()),
@@ -758,7 +725,7 @@ async fn the_api_key_never_reaches_an_error() {
     let server = serve(vec![json!({"status": 401,
         "json": {"error": {"code": "invalid_api_key", "message": leak}}})]);
     let agent = Agent::new(config(&server)).unwrap();
-    let e = run(&agent, "hi").await.1.unwrap_err();
+    let e = turn(&agent, "hi").await.1.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Authentication);
     assert!(!e.to_string().contains(API_KEY), "{e}");
     assert!(!e.to_json().contains(API_KEY));
@@ -768,7 +735,7 @@ async fn the_api_key_never_reaches_an_error() {
         json!({"headers": {"content-type": "text/event-stream"}, "body": body}),
     ]);
     let agent = Agent::new(config(&server)).unwrap();
-    let e = run(&agent, "hi").await.1.unwrap_err();
+    let e = turn(&agent, "hi").await.1.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Provider);
     assert!(!e.to_string().contains(API_KEY), "{e}");
 }
@@ -787,7 +754,7 @@ async fn cancel_in_the_middle_of_a_held_stream_is_prompt() {
     let turn = {
         let agent = agent.clone();
         let control = control.clone();
-        tokio::spawn(async move { run_with(&agent, "hi", &control).await })
+        tokio::spawn(async move { turn_with(&agent, "hi", &control, Default::default()).await })
     };
     // The response is waiting at the hold: the turn is blocked in the stream.
     panto_testkit::eventually("the response to wait at its hold", || server.held() == 1);
@@ -815,7 +782,7 @@ async fn compaction_summarizes_through_the_responses_endpoint() {
     ]);
     let agent = Agent::new(config(&server)).unwrap();
     agent.add_tool(weather_tool()).unwrap();
-    run(&agent, "weather in Paris?").await.1.unwrap();
+    turn(&agent, "weather in Paris?").await.1.unwrap();
     let done = agent
         .compact(
             &CompactOptions {
@@ -850,9 +817,9 @@ async fn automatic_compaction_uses_the_same_provider() {
         prompt: None,
     }))
     .unwrap();
-    run(&agent, "first").await.1.unwrap();
+    turn(&agent, "first").await.1.unwrap();
     // The first response reported 24 input tokens: the next turn compacts first.
-    let (events, r) = run(&agent, "second").await;
+    let (events, r) = turn(&agent, "second").await;
     r.unwrap();
     // Counted from the provider's report of 24 input tokens (and what followed it).
     assert!(
@@ -874,8 +841,8 @@ async fn the_store_option_chains_responses_by_id() {
     ]);
     let agent = Agent::new(config(&server).with_store(true)).unwrap();
     agent.add_tool(weather_tool()).unwrap();
-    run(&agent, "weather in Paris?").await.1.unwrap();
-    run(&agent, "thanks").await.1.unwrap();
+    turn(&agent, "weather in Paris?").await.1.unwrap();
+    turn(&agent, "thanks").await.1.unwrap();
     let reqs = server.requests();
     assert_eq!(reqs[0].body["store"], true);
     assert!(reqs[0].body.get("previous_response_id").is_none());
@@ -896,10 +863,10 @@ async fn the_store_option_chains_responses_by_id() {
 async fn the_store_option_forgets_the_chain_when_the_history_is_replaced() {
     let server = serve(vec![sse("text"), sse("text")]);
     let agent = Agent::new(config(&server).with_store(true)).unwrap();
-    run(&agent, "one").await.1.unwrap();
+    turn(&agent, "one").await.1.unwrap();
     let history = agent.history();
     agent.set_history(history).unwrap();
-    run(&agent, "two").await.1.unwrap();
+    turn(&agent, "two").await.1.unwrap();
     let reqs = server.requests();
     assert!(reqs[1].body.get("previous_response_id").is_none());
     assert_eq!(reqs[1].body["input"].as_array().unwrap().len(), 3);

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use panto::{
-    Agent, Collect, Config, ErrorKind, Event, Flow, ProviderKind, Receiver, RetryConfig,
-    TurnControl,
+    Agent, Config, ErrorKind, Event, Flow, ProviderKind, Receiver, RetryConfig, TurnControl,
 };
+use panto_testkit::turn;
 use panto_testserver::script::{self, exchange};
 use panto_testserver::TestServer;
-use serde_json::json;
+use serde_json::{json, Value};
 
 const HANG_GUARD: Duration = Duration::from_secs(30);
 
@@ -29,22 +29,6 @@ fn fast_backoff() -> RetryConfig {
         max_delay_ms: 5,
         ..RetryConfig::default()
     }
-}
-
-async fn run(agent: &Agent) -> (Vec<Event>, panto::Result<panto::agent::TurnSummary>) {
-    let mut events = Collect::default();
-    let r = tokio::time::timeout(
-        HANG_GUARD,
-        agent.run(
-            "x",
-            &mut events,
-            &TurnControl::default(),
-            Default::default(),
-        ),
-    )
-    .await
-    .expect("the turn hung");
-    (events.0, r)
 }
 
 #[tokio::test]
@@ -72,7 +56,7 @@ async fn a_wait_past_the_cap_fails_the_turn_at_once_with_the_wait_on_the_error()
         ]))
         .unwrap();
         let agent = Agent::new(config(&server, fast_backoff())).unwrap();
-        let (events, r) = run(&agent).await;
+        let (events, r) = turn(&agent, "x").await;
         let err = r.expect_err("the turn must fail");
         assert_eq!(err.kind, kind, "{header}: {value}");
         assert_eq!(err.status, status);
@@ -181,7 +165,7 @@ async fn the_last_error_carries_the_servers_wait() {
             },
         ))
         .unwrap();
-        let (_, r) = run(&agent).await;
+        let (_, r) = turn(&agent, "x").await;
         let err = r.unwrap_err();
         assert_eq!(err.kind, ErrorKind::RateLimited);
         assert_eq!(err.retry_after_ms, Some(2), "max_retries {max_retries}");
@@ -202,7 +186,7 @@ async fn the_last_error_carries_the_servers_wait() {
         },
     ))
     .unwrap();
-    assert_eq!(run(&agent).await.1.unwrap_err().retry_after_ms, None);
+    assert_eq!(turn(&agent, "x").await.1.unwrap_err().retry_after_ms, None);
 }
 
 #[test]
@@ -225,17 +209,9 @@ fn the_cap_is_a_configuration_key() {
     );
 }
 
-/// Beside the wait, an error keeps what a provider's support asks for: the response's
-/// request id (also when the stream failed after a 200) and an HTTP error response's
-/// headers, redacted like the message.
-#[tokio::test]
-async fn an_error_carries_the_responses_request_id_and_headers() {
-    let server = TestServer::start(script::scenario(vec![exchange(script::http_error(
-        503,
-        "overloaded_error",
-        json!({ "x-request-id": "req_503", "x-echo": "Bearer sk-test-retry-after" }),
-    ))]))
-    .unwrap();
+/// The error of a turn whose one response is `response`, with no retries.
+async fn failed_turn(response: Value) -> panto::Error {
+    let server = TestServer::start(script::scenario(vec![exchange(response)])).unwrap();
     let agent = Agent::new(config(
         &server,
         RetryConfig {
@@ -244,7 +220,20 @@ async fn an_error_carries_the_responses_request_id_and_headers() {
         },
     ))
     .unwrap();
-    let err = run(&agent).await.1.expect_err("the turn must fail");
+    turn(&agent, "x").await.1.expect_err("the turn must fail")
+}
+
+/// Beside the wait, an error keeps what a provider's support asks for: the response's
+/// request id (also when the stream failed after a 200) and an HTTP error response's
+/// headers, redacted like the message.
+#[tokio::test]
+async fn an_error_carries_the_responses_request_id_and_headers() {
+    let err = failed_turn(script::http_error(
+        503,
+        "overloaded_error",
+        json!({ "x-request-id": "req_503", "x-echo": "Bearer sk-test-retry-after" }),
+    ))
+    .await;
     assert_eq!(err.request_id.as_deref(), Some("req_503"));
     assert_eq!(err.header("X-Request-Id"), Some("req_503"));
     let echo = err.header("x-echo").expect("the echoed header is kept");
@@ -254,20 +243,11 @@ async fn an_error_carries_the_responses_request_id_and_headers() {
     );
     assert!(err.header("content-type").is_some());
 
-    let server = TestServer::start(script::scenario(vec![exchange(json!({
+    let err = failed_turn(json!({
         "headers": { "x-request-id": "req_200" },
         "sse": [{ "data": { "error": { "message": "overloaded", "type": "server_error" } } }],
-    }))]))
-    .unwrap();
-    let agent = Agent::new(config(
-        &server,
-        RetryConfig {
-            max_retries: 0,
-            ..RetryConfig::default()
-        },
-    ))
-    .unwrap();
-    let err = run(&agent).await.1.expect_err("the turn must fail");
+    }))
+    .await;
     assert_eq!(err.request_id.as_deref(), Some("req_200"), "{err}");
     assert!(
         err.headers.is_empty(),

@@ -11,6 +11,8 @@
 //! - [`threads`] — counting panto's own threads, for leak checks and the benchmarks.
 //! - [`conformance`] — the command line of the Rust conformance runners.
 //! - [`mcp`] — the MCP servers of the tests (a pinned venv) and process-group counts.
+//! - [`turn`](mod@turn) (feature `server`) — running one agent turn under a hang guard,
+//!   its events collected.
 
 pub mod conformance;
 pub mod decode;
@@ -19,8 +21,12 @@ pub mod mcp;
 #[cfg(feature = "bench")]
 pub mod measure;
 pub mod threads;
+#[cfg(feature = "server")]
+pub mod turn;
 pub mod wait;
 
+#[cfg(feature = "server")]
+pub use turn::{turn, turn_with};
 pub use wait::{eventually, poll_until};
 
 #[cfg(feature = "server")]
