@@ -47,6 +47,11 @@ var exampleScenarios = []struct {
 			exchange(sseResponse(textSSE("1 cannot be divided by 0.")), "call_1"),
 		)
 	}},
+	{"Name the largest city of Japan", func() obj {
+		// Only a request carrying the struct's schema is answered.
+		return scenario(exchange(sseResponse(textSSE(`{"name":"Tokyo","country":"Japan",`, `"population":14000000,"landmarks":["Tokyo Tower","Senso-ji"]}`)),
+			`"response_format"`, `"name":"City"`))
+	}},
 	{"Are you there?", func() obj {
 		return scenario(exchange(obj{
 			"status":  429,

@@ -281,3 +281,33 @@ func ExampleError_retryAfter() {
 	}
 	// Output: rate_limited 429 2m0s true
 }
+
+func ExampleRunAs() {
+	agent, err := panto.NewAgent(panto.Config{Model: "gpt-4o", BaseURL: os.Getenv("OPENAI_BASE_URL")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer agent.Close()
+
+	// The answer's shape: its JSON Schema is reflected from the struct (json tags;
+	// omitempty or a pointer makes a field optional), sent to the provider, and the
+	// model's answer validated against it before it is decoded.
+	type City struct {
+		Name       string   `json:"name"`
+		Country    string   `json:"country"`
+		Population int      `json:"population,omitempty" description:"inhabitants of the city proper"`
+		Landmarks  []string `json:"landmarks"`
+	}
+	city, err := panto.RunAs[City](context.Background(), agent, "Name the largest city of Japan")
+	var perr *panto.Error
+	if errors.As(err, &perr) && (perr.Kind == panto.KindOutputInvalid || perr.Kind == panto.KindOutputRefused) {
+		fmt.Printf("no valid answer: %s (the model wrote %q)\n", perr.Message, perr.Output)
+		return
+	} else if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s, %s: %d inhabitants; %v\n", city.Name, city.Country, city.Population, city.Landmarks)
+	// Output: Tokyo, Japan: 14000000 inhabitants; [Tokyo Tower Senso-ji]
+}

@@ -113,8 +113,10 @@ func RunAs[T any](ctx context.Context, a *Agent, input string, opts ...RunOption
 // tag says omitempty or omitzero or its type is a pointer. A `description:"…"` struct
 // tag describes the field to the model. Types: string; bool; integers ("integer");
 // floats ("number"); slices and arrays ("array"; []byte is a base64 "string");
-// maps with string keys ("object" with additionalProperties); structs (nested ones
-// named under $defs, which allows recursive types); time.Time (a "date-time" string);
+// maps with string keys ("object" with additionalProperties, which OpenAI's strict mode
+// refuses: a config error there; other providers and output_mode "tool" take it);
+// structs (nested ones named under $defs, which allows recursive types); time.Time (a
+// "date-time" string);
 // encoding.TextMarshaler types ("string"); pointers as their element; interfaces and
 // json.RawMessage accept anything ({}). Channels, functions and complex numbers are an
 // *Error of KindConfig naming the field.

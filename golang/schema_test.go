@@ -15,14 +15,20 @@ type landmark struct {
 }
 
 type City struct {
-	Name       string            `json:"name" description:"The city's name"`
-	Population int               `json:"population"`
-	Landmarks  []landmark        `json:"landmarks"`
-	Tags       map[string]string `json:"tags,omitempty"`
-	Founded    time.Time         `json:"founded"`
-	Nickname   string            `json:"nickname,omitempty"`
-	Internal   string            `json:"-"`
+	Name       string     `json:"name" description:"The city's name"`
+	Population int        `json:"population"`
+	Landmarks  []landmark `json:"landmarks"`
+	Founded    time.Time  `json:"founded"`
+	Nickname   string     `json:"nickname,omitempty"`
+	Internal   string     `json:"-"`
 	unexported int
+}
+
+// tagged has a map: an object with additionalProperties (which OpenAI's strict mode
+// refuses; other providers and output_mode "tool" take it).
+type tagged struct {
+	Tags  map[string]string `json:"tags,omitempty"`
+	Count map[string]int    `json:"count"`
 }
 
 func TestSchemaOfAStruct(t *testing.T) {
@@ -41,7 +47,6 @@ func TestSchemaOfAStruct(t *testing.T) {
 			"name":       map[string]any{"type": "string", "description": "The city's name"},
 			"population": map[string]any{"type": "integer"},
 			"landmarks":  map[string]any{"type": "array", "items": map[string]any{"$ref": "#/$defs/landmark"}},
-			"tags":       map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}},
 			"founded":    map[string]any{"type": "string", "format": "date-time"},
 			"nickname":   map[string]any{"type": "string"},
 		},
@@ -72,6 +77,17 @@ type embedded struct {
 type withEmbedded struct {
 	embedded
 	Name string `json:"name"`
+}
+
+func TestSchemaOfMaps(t *testing.T) {
+	js, err := SchemaOf[tagged]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"properties":{"count":{"additionalProperties":{"type":"integer"},"type":"object"},"tags":{"additionalProperties":{"type":"string"},"type":"object"}},"required":["count"],"title":"tagged","type":"object"}`
+	if string(js) != want {
+		t.Fatalf("got  %s\nwant %s", js, want)
+	}
 }
 
 func TestSchemaOfRecursiveEmbeddedAndBadTypes(t *testing.T) {

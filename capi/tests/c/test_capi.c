@@ -264,6 +264,89 @@ out:
   server_stop(&srv);
 }
 
+/* Structured output against structured-output.json (the agent's output_schema, OpenAI
+ * strict json_schema): a valid answer is message_complete's `output` (JSON text, also in
+ * the event's JSON); an invalid one is repaired (PANTO_EV_OUTPUT_REPAIR, then the valid
+ * answer); one still invalid after output_retries fails with PANTO_ERR_OUTPUT_INVALID and
+ * the raw text in payload.error.output; a refusal with PANTO_ERR_OUTPUT_REFUSED. */
+static void test_structured_output(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  if (server_start(&srv, shared_scenario("structured-output.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-c",
+                    ",\"retry\":{\"max_retries\":0},\"output_retries\":1,\"output_schema\":{"
+                    "\"title\":\"city\",\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
+                    "\"string\"},\"population\":{\"type\":\"integer\"}},\"required\":[\"name\","
+                    "\"population\"]}");
+  CHECK(agent != NULL);
+
+  static const struct {
+    const char *prompt;
+    const char *output; /* message_complete's, or the error's raw text */
+    uint32_t error;     /* 0: the turn succeeds */
+    int repairs;
+  } turns[] = {
+      {"First city?", "{\"name\":\"Tokyo\",\"population\":14000000}", 0, 0},
+      {"Second city?", "{\"name\":\"Osaka\",\"population\":2700000}", 0, 1},
+      {"Third city?", "{\"name\":\"Nagoya\"}", PANTO_ERR_OUTPUT_INVALID, 1},
+      {"Fourth city?", "I can't help with that.", PANTO_ERR_OUTPUT_REFUSED, 0},
+  };
+  for (size_t t = 0; t < sizeof turns / sizeof turns[0]; t++) {
+    stream = start(agent, turns[t].prompt);
+    CHECK(stream != NULL);
+    PantoEvent ev = PANTO_EVENT_INIT;
+    PantoStatus st;
+    int repairs = 0, completes = 0;
+    while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+      if (ev.kind == PANTO_EV_OUTPUT_REPAIR) {
+        const PantoOutputRepair *r = &ev.payload.output_repair;
+        repairs++;
+        CHECKF(r->attempt == 1 && r->max_attempts == 1, "turn %zu: attempt %u of %u", t + 1,
+               r->attempt, r->max_attempts);
+        CHECKF(str_contains(r->error, "population"), "turn %zu: %.*s", t + 1, (int)r->error.len,
+               r->error.ptr);
+        CHECK(str_eq(panto_event_kind_name(ev.kind), "output_repair"));
+      } else if (ev.kind == PANTO_EV_MESSAGE_COMPLETE) {
+        const PantoMessageComplete *m = &ev.payload.message_complete;
+        completes++;
+        CHECKF(m->output.ptr != NULL && str_eq(m->output, turns[t].output), "turn %zu: output %.*s",
+               t + 1, (int)m->output.len, m->output.ptr ? m->output.ptr : "");
+        CHECK(m->output.ptr[m->output.len] == '\0');
+        PantoStr json;
+        CHECK(panto_event_to_json(&ev, &json) == PANTO_OK);
+        CHECKF(str_contains(json, "\"output\":{\"name\":"), "%.*s", (int)json.len, json.ptr);
+      }
+    }
+    CHECKF(repairs == turns[t].repairs, "turn %zu: %d repairs", t + 1, repairs);
+    if (turns[t].error == 0) {
+      CHECKF(st == PANTO_DONE && completes == 1, "turn %zu: status %d", t + 1, st);
+    } else {
+      const PantoErrorInfo *e = &ev.payload.error;
+      CHECKF(st == PANTO_ERROR && ev.kind == PANTO_EV_ERROR && e->kind == turns[t].error,
+             "turn %zu: status %d kind %u", t + 1, st, e->kind);
+      CHECKF(e->output.ptr != NULL && str_eq(e->output, turns[t].output), "turn %zu: output %.*s",
+             t + 1, (int)e->output.len, e->output.ptr ? e->output.ptr : "");
+      CHECK(e->output.ptr[e->output.len] == '\0');
+      CHECK(!e->retryable && completes == 0);
+      PantoStr json;
+      CHECK(panto_event_to_json(&ev, &json) == PANTO_OK);
+      CHECKF(str_contains(json, "\"output\":\""), "%.*s", (int)json.len, json.ptr);
+    }
+    panto_stream_free(stream);
+    stream = NULL;
+  }
+  /* The third kind (max_tokens) has its name too; its turn is tested in Go and Python. */
+  CHECK(str_eq(panto_error_kind_name(PANTO_ERR_OUTPUT_TRUNCATED), "output_truncated"));
+out:
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&srv);
+}
+
 /* ------------------------------------------------------------------------------------ */
 
 static void test_abi_version(void) {
@@ -444,6 +527,7 @@ static void test_error_is_sticky_with_payload(void) {
     CHECK(str_contains(e->message, "Incorrect API key"));
     CHECKF(!str_contains(e->message, key), "%.*s", (int)e->message.len, e->message.ptr);
     CHECK(e->provider_code.ptr != NULL && !str_contains(e->provider_code, key));
+    CHECK(e->output.ptr == NULL && e->output.len == 0); /* only the output_* kinds have one */
     PantoStr json;
     CHECK(panto_event_to_json(&ev, &json) == PANTO_OK);
     CHECK(strncmp(json.ptr, "{\"type\":\"error\",\"kind\":\"authentication\"", 39) == 0);
@@ -2426,6 +2510,7 @@ static const struct {
     {"reasoning_caching_transcript", test_reasoning_caching_transcript},
     {"compaction", test_compaction},
     {"unreported_usage", test_unreported_usage},
+    {"structured_output", test_structured_output},
     {"input_parts", test_input_parts},
     {"tool_result_parts", test_tool_result_parts},
     {"cancel_compaction", test_cancel_compaction},
