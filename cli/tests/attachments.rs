@@ -13,9 +13,13 @@ use panto_testserver::TestServer;
 use serde_json::{json, Value};
 use support::*;
 
-/// `panto` with HOME under `home`, and `stdin` on its standard input (else none).
-fn panto(home: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut cmd = panto_in(home, args);
+/// `panto run` against `srv` (model gpt-4o) with HOME under `home`, `extra` arguments
+/// (the prompt last) and `stdin` on its standard input (else none).
+fn panto(home: &Path, srv: &TestServer, extra: &[&str], stdin: Option<&[u8]>) -> Output {
+    let base = format!("{}/v1", srv.url());
+    let mut args = vec!["run", "--base-url", &base, "--api-key", "k", "-m", "gpt-4o"];
+    args.extend_from_slice(extra);
+    let mut cmd = panto_in(home, &args);
     match stdin {
         Some(bytes) => run_with_stdin(&mut cmd, bytes),
         None => run(&mut cmd),
@@ -49,18 +53,11 @@ fn attached_files_follow_the_prompt_as_parts() {
     std::fs::write(&png, PNG).unwrap();
     std::fs::write(&pdf, PDF).unwrap();
     let srv = answering();
-    let base = format!("{}/v1", srv.url());
     let out = panto(
         &d,
+        &srv,
         &[
-            "run",
             "--json",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "-m",
-            "gpt-4o",
             "-a",
             png.to_str().unwrap(),
             "--attach",
@@ -87,21 +84,7 @@ fn attached_files_follow_the_prompt_as_parts() {
 fn binary_stdin_of_a_known_type_is_an_attachment() {
     let d = temp_dir("attach-stdin");
     let srv = answering();
-    let base = format!("{}/v1", srv.url());
-    let out = panto(
-        &d,
-        &[
-            "run",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "-m",
-            "gpt-4o",
-            "what is this?",
-        ],
-        Some(PNG),
-    );
+    let out = panto(&d, &srv, &["what is this?"], Some(PNG));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout_of(&out), "A cat.\n");
     assert_eq!(
@@ -119,8 +102,6 @@ fn what_cannot_be_attached_is_a_config_error_before_anything_is_sent() {
     let text = d.join("notes.txt");
     std::fs::write(&text, "just text").unwrap();
     let srv = answering();
-    let base = format!("{}/v1", srv.url());
-    let common = ["run", "--base-url", &base, "--api-key", "k", "-m", "gpt-4o"];
     let missing = d.join("no-such.png");
     // Past the default max_message_bytes (32 MiB): sparse, so it costs no disk; the CLI
     // refuses it by its size, before reading it.
@@ -154,8 +135,7 @@ fn what_cannot_be_attached_is_a_config_error_before_anything_is_sent() {
         ),
     ];
     for (extra, stdin, want) in cases {
-        let args: Vec<&str> = common.iter().copied().chain(extra).collect();
-        let out = panto(&d, &args, stdin);
+        let out = panto(&d, &srv, &extra, stdin);
         let err = stderr_of(&out);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(want), "{err}");

@@ -9,7 +9,7 @@ use std::process::Output;
 
 use panto_testkit::mcp::{fixture, python, time_server};
 use panto_testserver::{script, TestServer};
-use serde_json::json;
+use serde_json::{json, Value};
 use support::*;
 
 /// `panto run` against `server` with the MCP server `mcp` (a `--mcp` value) and `extra`
@@ -21,21 +21,43 @@ fn run_with_mcp(home: &Path, server: &TestServer, mcp: &str, extra: &[&str]) -> 
     run(&mut panto_in(home, &args))
 }
 
-#[test]
-fn a_run_calls_the_tools_of_an_mcp_server_given_by_flag() {
+/// A successful `--json` run (`prompt`, HOME from `tag`) with the fixture server, in
+/// which the model calls `tool` (name, arguments) once, then answers `answer`: the
+/// model's server, for its requests, and the events printed.
+fn fixture_tool_run(
+    tag: &str,
+    tool: (&str, &str),
+    answer: &str,
+    prompt: &str,
+) -> (TestServer, Vec<Value>) {
     let server = server(json!({"exchanges": [
-        script::exchange(script::openai_tool_calls(&[("c", "fx__echo", r#"{"text":"from the cli"}"#)])),
-        script::exchange(script::openai_text(&["done"])),
+        script::exchange(script::openai_tool_calls(&[("c", tool.0, tool.1)])),
+        script::exchange(script::openai_text(&[answer])),
     ]}));
-    let home = temp_dir("mcp-run");
+    let home = temp_dir(tag);
     let mcp = format!("fx={} {}", python(), fixture());
-    let out = run_with_mcp(&home, &server, &mcp, &["--json", "go"]);
+    let out = run_with_mcp(&home, &server, &mcp, &["--json", prompt]);
     assert!(out.status.success(), "{}", describe(&out));
-    let evs = json_lines(&out);
-    let result = evs
+    (server, json_lines(&out))
+}
+
+/// The first `tool_result` event.
+fn tool_result(events: &[Value]) -> &Value {
+    events
         .iter()
         .find(|e| e["type"] == "tool_result")
-        .expect("a tool result");
+        .expect("a tool result")
+}
+
+#[test]
+fn a_run_calls_the_tools_of_an_mcp_server_given_by_flag() {
+    let (server, evs) = fixture_tool_run(
+        "mcp-run",
+        ("fx__echo", r#"{"text":"from the cli"}"#),
+        "done",
+        "go",
+    );
+    let result = tool_result(&evs);
     assert_eq!(result["name"], "fx__echo");
     assert_eq!(result["output"], "echo: from the cli");
     assert_eq!(result["is_error"], false);
@@ -50,19 +72,8 @@ fn a_run_calls_the_tools_of_an_mcp_server_given_by_flag() {
 /// tool's here): the text, then the image with its media type, size and base64 bytes.
 #[test]
 fn json_output_carries_a_tool_results_image() {
-    let server = server(json!({"exchanges": [
-        script::exchange(script::openai_tool_calls(&[("c", "fx__image", "{}")])),
-        script::exchange(script::openai_text(&["a pixel"])),
-    ]}));
-    let home = temp_dir("mcp-image");
-    let mcp = format!("fx={} {}", python(), fixture());
-    let out = run_with_mcp(&home, &server, &mcp, &["--json", "look"]);
-    assert!(out.status.success(), "{}", describe(&out));
-    let evs = json_lines(&out);
-    let result = evs
-        .iter()
-        .find(|e| e["type"] == "tool_result")
-        .expect("a tool result");
+    let (_server, evs) = fixture_tool_run("mcp-image", ("fx__image", "{}"), "a pixel", "look");
+    let result = tool_result(&evs);
     assert_eq!(result["output"], "a pixel:");
     let parts = result["parts"].as_array().expect("parts");
     assert_eq!(parts[0], json!({"type": "text", "text": "a pixel:"}));
