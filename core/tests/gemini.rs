@@ -309,14 +309,7 @@ fn a_signed_empty_part_with_no_run_to_end_stays_its_own_part() {
         }
     );
     let history = vec![Message::user("q"), m];
-    let params = RequestParams {
-        model: MODEL,
-        system: None,
-        max_tokens: None,
-        temperature: None,
-        tools: &[],
-        messages: &history,
-    };
+    let params = history_only(&history);
     assert_eq!(
         request_body(GE, &params)["contents"][1]["parts"],
         json!([
@@ -520,14 +513,7 @@ fn other_providers_never_see_gemini_signatures_and_broken_calls_go_as_text() {
             }],
         },
     ];
-    let params = RequestParams {
-        model: MODEL,
-        system: None,
-        max_tokens: None,
-        temperature: None,
-        tools: &[],
-        messages: &history,
-    };
+    let params = history_only(&history);
     for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
         let text = request_body(kind, &params).to_string();
         assert!(!text.contains("sig-text"), "{kind:?}: {text}");
@@ -623,6 +609,18 @@ fn http_errors_map_to_kinds_and_retry_delay_is_read_from_the_body() {
 }
 
 // ---------------------------------------------------------------- whole turns
+
+/// The request of `history` alone: no system prompt, limits or tools.
+fn history_only(history: &[Message]) -> RequestParams<'_> {
+    RequestParams {
+        model: MODEL,
+        system: None,
+        max_tokens: None,
+        temperature: None,
+        tools: &[],
+        messages: history,
+    }
+}
 
 /// The SSE frame of one candidate with `parts`, ending the message with `finish` if set.
 fn frame(parts: Value, finish: Option<&str>) -> String {
