@@ -216,7 +216,9 @@
  *     many streams, so that waiting costs no descriptor per stream. A stream that is
  *     never attached behaves exactly as in 1.1.
  *     It also added tool results of text and image parts
- *     (panto_stream_submit_tool_result_parts, PantoToolResult.parts).
+ *     (panto_stream_submit_tool_result_parts, PantoToolResult.parts) and structured
+ *     output (PANTO_EV_OUTPUT_REPAIR, PantoMessageComplete.output,
+ *     PantoErrorInfo.output and the PANTO_ERR_OUTPUT_* kinds).
  */
 #ifndef PANTO_H
 #define PANTO_H
@@ -272,7 +274,7 @@ typedef int32_t PantoStatus;
 #define PANTO_EV_PROVIDER_RETRY 9
 #define PANTO_EV_MESSAGE_COMPLETE 10
 #define PANTO_EV_HISTORY_COMPACTED 11 /* since ABI 1.1 */
-#define PANTO_EV_OUTPUT_REPAIR 12     /* added after ABI 1.1.0 (structured output) */
+#define PANTO_EV_OUTPUT_REPAIR 12     /* since ABI 1.2 (structured output) */
 #define PANTO_EV_ERROR 256 /* with PANTO_ERROR: payload.error holds the failure */
 
 /* ---------------------------------------------------------------------------------- */
@@ -296,7 +298,7 @@ typedef int32_t PantoStatus;
 #define PANTO_ERR_TOOL 14          /* host-tool misuse (e.g. an unknown call id) */
 #define PANTO_ERR_INCOMPLETE 15    /* the turn ended before message_complete */
 #define PANTO_ERR_INTERNAL 16      /* a bug in panto, caught and reported */
-/* Structured output (the "output_schema" config key), added after ABI 1.1.0. The
+/* Structured output (the "output_schema" config key), since ABI 1.2. The
  * model's raw final text is the error JSON's "output" (panto_error_to_json). */
 #define PANTO_ERR_OUTPUT_INVALID 17   /* the answer did not match the schema after every
                                          repair (output_retries), or was not JSON */
@@ -489,7 +491,7 @@ typedef struct PantoMessageComplete {
   PantoStr stop_reason;
   PantoStr text; /* the final assistant message's text */
   PantoUsage usage;  /* the turn's total */
-  /* Added after ABI 1.1.0: the validated structured output as JSON text, when an
+  /* Since ABI 1.2: the validated structured output as JSON text, when an
    * output schema applied to the turn; absent otherwise (and from older libraries,
    * which zero-fill it). */
   PantoStr output;
@@ -507,7 +509,7 @@ typedef struct PantoHistoryCompacted {
   uint64_t tokens_after;
 } PantoHistoryCompacted;
 
-/* PANTO_EV_OUTPUT_REPAIR (added after ABI 1.1.0): the answer of assistant message
+/* PANTO_EV_OUTPUT_REPAIR (since ABI 1.2): the answer of assistant message
  * `message` did not match the output schema; it stays in the history, `error` goes back
  * to the model in a user message, and a repair request follows. */
 typedef struct PantoOutputRepair {
@@ -532,7 +534,7 @@ typedef struct PantoErrorInfo {
    * retry.max_retry_after_ms fails the turn at once, with that wait here. Added after
    * ABI 1.1.0, at the end of the struct within the payload union's fixed size. */
   uint64_t retry_after_ms;
-  /* Added after ABI 1.1.0 (structured output), at the end of the struct within the
+  /* Since ABI 1.2 (structured output), at the end of the struct within the
    * payload union's fixed size: the model's raw final answer for
    * PANTO_ERR_OUTPUT_INVALID (the text that did not match the output schema),
    * PANTO_ERR_OUTPUT_REFUSED (the refusal) and PANTO_ERR_OUTPUT_TRUNCATED (the text cut
@@ -558,7 +560,7 @@ typedef union PantoEventPayload {
   PantoMessageComplete message_complete;
   PantoErrorInfo error;
   PantoHistoryCompacted history_compacted; /* since ABI 1.1 */
-  PantoOutputRepair output_repair;         /* added after ABI 1.1.0 */
+  PantoOutputRepair output_repair;         /* since ABI 1.2 */
   uint64_t _reserved[32];
 } PantoEventPayload;
 
