@@ -190,8 +190,12 @@ async def test_aclose_and_async_with_cancel_the_turn(server):
 
 CTRL_C_CHILD = textwrap.dedent(
     """
-    import asyncio, sys, threading, time
+    import asyncio, signal, sys, threading, time
     import panto
+
+    # Python leaves SIGINT ignored when it starts with it ignored (a job a
+    # non-interactive shell put in the background): Ctrl-C must reach this child.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     base_url, history_path, mode = sys.argv[1], sys.argv[2], sys.argv[3]
     agent = panto.Agent(model="gpt-test", base_url=base_url, api_key="k", retry={"max_retries": 0})
@@ -274,8 +278,12 @@ def test_ctrl_c_interrupts_promptly_and_leaves_a_valid_history(server, tmp_path,
 
 EXIT_CHILD = textwrap.dedent(
     """
-    import asyncio, sys, threading, time
+    import asyncio, signal, sys, threading, time
     import panto
+
+    # Python leaves SIGINT ignored when it starts with it ignored (a job a
+    # non-interactive shell put in the background): Ctrl-C must reach this child.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     base_url = sys.argv[1]
     blocked = []

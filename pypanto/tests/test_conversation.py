@@ -168,10 +168,16 @@ def test_ctrl_c_cancels_compact_on_the_main_thread(server):
         wait_until(lambda: server.held() == 1, timeout=30, what="the summary request to be held")
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
+    # The test runner may have started with SIGINT ignored (a background job of a
+    # non-interactive shell, where Python keeps it ignored): Ctrl-C must arrive here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     helper = threading.Thread(target=interrupt_once_held, daemon=True)
     helper.start()
-    with pytest.raises(KeyboardInterrupt):
-        agent.compact(keep_last=1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            agent.compact(keep_last=1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     helper.join(30)
     assert_cancelled_cleanly(server, agent, before)
 
