@@ -528,8 +528,12 @@ type MCPServer struct {
 	Command string
 	// Args ("args"): stdio: the command's arguments.
 	Args []string
-	// Env ("env"): stdio: environment variables added to panto's for the server.
+	// Env ("env"): stdio: environment variables set for the server. Of panto's own environment
+	// it gets only HOME, LOGNAME, PATH, SHELL, TERM and USER, and inherit_env.
 	Env map[string]string
+	// InheritEnv ("inherit_env"): stdio: more of panto's environment variables the server
+	// gets, by name (API keys reach it only when named here).
+	InheritEnv []string
 	// Cwd ("cwd"): stdio: the server's working directory (default: panto's).
 	Cwd string
 	// URL ("url"): Streamable HTTP: the server's endpoint (exactly one of command and url).
@@ -560,6 +564,9 @@ func (m MCPServer) MarshalJSON() ([]byte, error) {
 	}
 	if len(m.Env) != 0 {
 		o.put("env", m.Env)
+	}
+	if len(m.InheritEnv) != 0 {
+		o.put("inherit_env", m.InheritEnv)
 	}
 	if m.Cwd != "" {
 		o.put("cwd", m.Cwd)
@@ -596,6 +603,8 @@ func (m *MCPServer) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &m.Args)
 		case "env":
 			return json.Unmarshal(v, &m.Env)
+		case "inherit_env":
+			return json.Unmarshal(v, &m.InheritEnv)
 		case "cwd":
 			return json.Unmarshal(v, &m.Cwd)
 		case "url":

@@ -60,7 +60,7 @@ pub struct Profile {
     #[serde(default)]
     pub tools: Vec<ProfileTool>,
     /// MCP servers (`[profiles.NAME.mcp_servers.SERVER]`), with the keys of the core's
-    /// `mcp_servers` entries (command, args, env, cwd or url, headers; timeout_ms, …).
+    /// `mcp_servers` entries (command, args, env, inherit_env, cwd or url, headers; timeout_ms, …).
     #[serde(default)]
     pub mcp_servers: BTreeMap<String, Value>,
 }

@@ -178,3 +178,100 @@ fn a_profile_mcp_server_with_an_unknown_key_is_a_config_error() {
         describe(&out)
     );
 }
+
+/// A stdio server gets a private environment: panto's API key and any other credential
+/// of panto's environment do not reach it (its `env` tool reads them as unset), while
+/// PATH does; a variable the profile names in `inherit_env` does.
+#[test]
+fn a_stdio_server_cannot_read_the_api_key_or_other_variables() {
+    let calls = [
+        ("c1", "fx__env", r#"{"name":"OPENAI_API_KEY"}"#),
+        ("c2", "fx__env", r#"{"name":"AWS_SECRET_ACCESS_KEY"}"#),
+        ("c3", "fx__env", r#"{"name":"PATH"}"#),
+    ];
+    let server = server(json!({"exchanges": [
+        script::exchange(script::openai_tool_calls(&calls)),
+        script::exchange(script::openai_text(&["done"])),
+        script::exchange(script::openai_tool_calls(&[calls[1]])),
+        script::exchange(script::openai_text(&["done"])),
+    ]}));
+    let home = temp_dir("mcp-env");
+    let base = format!("{}/v1", server.url());
+    let mcp = format!("fx={} {}", python(), fixture());
+    let aws = "aws-secret-0123456789abcdef";
+    let mut cmd = panto_in(
+        &home,
+        &["run", "--base-url", &base, "--mcp", &mcp, "--json", "go"],
+    );
+    cmd.env("OPENAI_API_KEY", "sk-panto-env-test-0123456789")
+        .env("AWS_SECRET_ACCESS_KEY", aws);
+    let out = run(&mut cmd);
+    assert!(out.status.success(), "{}", describe(&out));
+    let outputs: Vec<String> = json_lines(&out)
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| e["output"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(outputs.len(), 3, "{outputs:?}");
+    assert!(
+        outputs
+            .iter()
+            .any(|o| o.starts_with("OPENAI_API_KEY=None ")),
+        "{outputs:?}"
+    );
+    assert!(
+        outputs
+            .iter()
+            .any(|o| o.starts_with("AWS_SECRET_ACCESS_KEY=None ")),
+        "{outputs:?}"
+    );
+    let path = std::env::var("PATH").unwrap();
+    assert!(
+        outputs
+            .iter()
+            .any(|o| o.starts_with(&format!("PATH={path} "))),
+        "{outputs:?}"
+    );
+
+    // A profile's inherit_env passes the variable it names.
+    let config = home.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[profiles.t.mcp_servers.fx]\ncommand = {:?}\nargs = [{:?}]\ninherit_env = [\"AWS_SECRET_ACCESS_KEY\"]\n",
+            python(),
+            fixture()
+        ),
+    )
+    .unwrap();
+    let cfg = config.to_string_lossy().into_owned();
+    let mut cmd = panto_in(
+        &home,
+        &[
+            "run",
+            "--config",
+            &cfg,
+            "-p",
+            "t",
+            "--base-url",
+            &base,
+            "--json",
+            "go",
+        ],
+    );
+    cmd.env("OPENAI_API_KEY", "sk-panto-env-test-0123456789")
+        .env("AWS_SECRET_ACCESS_KEY", aws);
+    let out = run(&mut cmd);
+    assert!(out.status.success(), "{}", describe(&out));
+    let result = json_lines(&out)
+        .into_iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("a tool result");
+    assert!(
+        result["output"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("AWS_SECRET_ACCESS_KEY={aws} ")),
+        "{result}"
+    );
+}

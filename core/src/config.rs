@@ -152,7 +152,7 @@ const COMPACTION_KEYS: &[Key] = &[
 ];
 
 /// The keys of one MCP server (`mcp_servers.<name>`): `command` (with `args`, `env`,
-/// `cwd`) or `url` (with `headers`), in the shape MCP clients' files already use.
+/// `inherit_env`, `cwd`) or `url` (with `headers`), in the shape MCP clients' files already use.
 pub const MCP_SERVER_KEYS: &[Key] = &[
     key(
         "command",
@@ -165,7 +165,13 @@ pub const MCP_SERVER_KEYS: &[Key] = &[
         "env",
         KeyType::StringMap,
         "{}",
-        "stdio: environment variables added to panto's for the server.",
+        "stdio: environment variables set for the server. Of panto's own environment it gets only HOME, LOGNAME, PATH, SHELL, TERM and USER, and inherit_env.",
+    ),
+    key(
+        "inherit_env",
+        KeyType::StringArray,
+        "[]",
+        "stdio: more of panto's environment variables the server gets, by name (API keys reach it only when named here).",
     ),
     key(
         "cwd",
@@ -1195,11 +1201,12 @@ fn mcp_server_from_value(name: &str, v: &Value) -> Result<McpServer> {
                 command,
                 args: strings("args").unwrap_or_default(),
                 env: map("env"),
+                inherit_env: strings("inherit_env").unwrap_or_default(),
                 cwd: string("cwd"),
             }
         }
         (None, Some(url)) => {
-            for k in ["args", "env", "cwd"] {
+            for k in ["args", "env", "inherit_env", "cwd"] {
                 if get(k).is_some() {
                     return Err(Error::config(format!(
                         "{path}.{k}: only for a server with a command"
@@ -1242,6 +1249,7 @@ fn mcp_server_to_value(s: &McpServer) -> Value {
             command,
             args,
             env,
+            inherit_env,
             cwd,
         } => {
             o.insert("command".into(), command.clone().into());
@@ -1258,6 +1266,7 @@ fn mcp_server_to_value(s: &McpServer) -> Value {
                 })
                 .collect();
             o.insert("env".into(), env.into());
+            o.insert("inherit_env".into(), inherit_env.clone().into());
             o.insert("cwd".into(), cwd.clone().into());
         }
         McpTransport::Http { url, headers } => {
@@ -1438,7 +1447,7 @@ mod tests {
     fn mcp_servers_parse_and_show_no_secret() {
         let c = Config::from_json(
             r#"{"model":"m","mcp_servers":{
-                "time":{"command":"uvx","args":["mcp-server-time"],"env":{"GH_TOKEN":"tok-123456","LANG":"C"},"cwd":"/tmp"},
+                "time":{"command":"uvx","args":["mcp-server-time"],"env":{"GH_TOKEN":"tok-123456","LANG":"C"},"inherit_env":["TZ"],"cwd":"/tmp"},
                 "docs":{"url":"https://h/mcp","headers":{"Authorization":"Bearer sec-123456"},
                         "timeout_ms":5,"tool_prefix":"d_","enabled_tools":["a"],"disabled_tools":["b"]}}}"#,
         )
@@ -1448,6 +1457,7 @@ mod tests {
             McpServer::stdio("uvx", ["mcp-server-time"])
                 .with_env("GH_TOKEN", "tok-123456")
                 .with_env("LANG", "C")
+                .with_inherited_env("TZ")
                 .with_cwd("/tmp")
         );
         assert_eq!(
@@ -1465,6 +1475,28 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("\"LANG\":\"C\""));
+        assert_eq!(
+            c.to_value()["mcp_servers"]["time"]["inherit_env"],
+            serde_json::json!(["TZ"])
+        );
+        let bad = Config::from_json(
+            r#"{"model":"m","mcp_servers":{"t":{"command":"x","inherit_env":["A=B"]}}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            bad.message.contains("mcp_servers.t.inherit_env"),
+            "{}",
+            bad.message
+        );
+        let http = Config::from_json(
+            r#"{"model":"m","mcp_servers":{"t":{"url":"http://h/mcp","inherit_env":["TZ"]}}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            http.message.contains("only for a server with a command"),
+            "{}",
+            http.message
+        );
     }
 
     #[test]

@@ -97,7 +97,7 @@ pub use compaction::{CompactOptions, Compaction};
 pub use config::{CompactionConfig, Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
-pub use mcp::{McpServer, McpServers, McpToolInfo, McpTransport};
+pub use mcp::{McpServer, McpServers, McpToolInfo, McpTransport, DEFAULT_INHERITED_ENV};
 pub use media::{Input, Media, MediaSource};
 pub use message::{Block, Message, Role, StopReason, Usage};
 pub use output::OutputSpec;

@@ -533,6 +533,68 @@ async fn credentials_in_a_server_environment_are_redacted() {
     assert!(!agent.config().to_value().to_string().contains(secret));
 }
 
+/// A variable of this test's own environment that is not one of the defaults a server
+/// gets: the test proves it is set here before asserting the server cannot read it.
+fn an_unlisted_variable() -> (String, String) {
+    std::env::vars()
+        .find(|(name, value)| {
+            !panto::DEFAULT_INHERITED_ENV.contains(&name.as_str())
+                && !value.is_empty()
+                && value.chars().all(|c| c.is_ascii_graphic())
+        })
+        .expect("the test runs with some variable beyond HOME, PATH and the like")
+}
+
+#[tokio::test]
+async fn a_stdio_server_gets_a_private_environment() {
+    let (unlisted, value) = an_unlisted_variable();
+    let server = model(vec![
+        script::openai_tool_calls(&[
+            ("c1", "fx__env", &format!(r#"{{"name":"{unlisted}"}}"#)),
+            ("c2", "fx__env", r#"{"name":"PATH"}"#),
+            ("c3", "fx__env", r#"{"name":"PANTO_SET"}"#),
+        ]),
+        script::openai_text(&["done"]),
+        script::openai_tool_calls(&[("c4", "fx__env", &format!(r#"{{"name":"{unlisted}"}}"#))]),
+        script::openai_text(&["done"]),
+    ]);
+    let agent = Agent::new(
+        config(&server).with_mcp_server("fx", fixture_server(&[]).with_env("PANTO_SET", "set-1")),
+    )
+    .unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "done");
+    let got = results(&events);
+    assert!(
+        got[0].1.starts_with(&format!("{unlisted}=None ")),
+        "{unlisted} reached the server: {}",
+        got[0].1
+    );
+    let path = std::env::var("PATH").unwrap();
+    assert!(
+        got[1].1.starts_with(&format!("PATH={path} ")),
+        "{}",
+        got[1].1
+    );
+    assert!(got[2].1.starts_with("PANTO_SET=set-1 "), "{}", got[2].1);
+    drop(agent);
+
+    // Named in inherit_env, the same variable reaches the server.
+    let agent = Agent::new(config(&server).with_mcp_server(
+        "fx",
+        fixture_server(&[]).with_inherited_env(unlisted.clone()),
+    ))
+    .unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "done");
+    let got = results(&events);
+    assert!(
+        got[0].1.starts_with(&format!("{unlisted}={value} ")),
+        "{}",
+        got[0].1
+    );
+}
+
 #[tokio::test]
 async fn mcp_server_time_over_stdio() {
     let server = model(vec![

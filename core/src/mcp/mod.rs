@@ -55,18 +55,28 @@ pub const ACCEPTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-2
 /// answer or a progress notification.
 pub const DEFAULT_TIMEOUT_MS: u64 = 60_000;
 
+/// The variables of panto's environment every stdio server gets (where set), as the
+/// official MCP SDKs pass them: nothing else of panto's environment reaches a server
+/// (API keys included) unless its `inherit_env` names it or its `env` sets it.
+pub const DEFAULT_INHERITED_ENV: [&str; 6] = ["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
+
 /// How panto reaches an MCP server.
 #[derive(Clone, PartialEq, Eq)]
 pub enum McpTransport {
     /// A command panto starts, speaking newline-delimited JSON-RPC on its stdin and
-    /// stdout. `env` is added to panto's own environment; `cwd` defaults to panto's.
+    /// stdout. Its environment is private: only [`DEFAULT_INHERITED_ENV`] and the
+    /// variables named in `inherit_env` are taken from panto's, then `env` is added;
+    /// `cwd` defaults to panto's.
     Stdio {
         /// The program that starts the server (run directly, not through a shell).
         command: String,
         /// The command's arguments.
         args: Vec<String>,
-        /// Environment variables added to panto's for the server.
+        /// Environment variables set for the server.
         env: BTreeMap<String, String>,
+        /// More of panto's environment variables the server gets, by name, beyond
+        /// [`DEFAULT_INHERITED_ENV`].
+        inherit_env: Vec<String>,
         /// The server's working directory (default: panto's).
         cwd: Option<String>,
     },
@@ -102,11 +112,13 @@ impl fmt::Debug for McpServer {
                 command,
                 args,
                 env,
+                inherit_env,
                 cwd,
             } => d
                 .field("command", command)
                 .field("args", args)
                 .field("env", &env.keys().collect::<Vec<_>>())
+                .field("inherit_env", inherit_env)
                 .field("cwd", cwd),
             McpTransport::Http { url, headers } => d
                 .field("url", url)
@@ -141,6 +153,7 @@ impl McpServer {
             command: command.into(),
             args: args.into_iter().map(Into::into).collect(),
             env: BTreeMap::new(),
+            inherit_env: Vec::new(),
             cwd: None,
         })
     }
@@ -153,10 +166,19 @@ impl McpServer {
         })
     }
 
-    /// Adds an environment variable (stdio servers; ignored for HTTP).
+    /// Sets an environment variable for the server (stdio servers; ignored for HTTP).
     pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> McpServer {
         if let McpTransport::Stdio { env, .. } = &mut self.transport {
             env.insert(name.into(), value.into());
+        }
+        self
+    }
+
+    /// Passes one more of panto's environment variables to the server, by name, beyond
+    /// [`DEFAULT_INHERITED_ENV`] (stdio servers; ignored for HTTP).
+    pub fn with_inherited_env(mut self, name: impl Into<String>) -> McpServer {
+        if let McpTransport::Stdio { inherit_env, .. } = &mut self.transport {
+            inherit_env.push(name.into());
         }
         self
     }
@@ -251,6 +273,17 @@ impl McpServer {
             McpTransport::Stdio { command, .. } if command.trim().is_empty() => {
                 Err(Error::config(format!("{path}.command: must not be empty")))
             }
+            McpTransport::Stdio { inherit_env, .. } => {
+                match inherit_env
+                    .iter()
+                    .find(|n| n.is_empty() || n.contains('=') || n.contains('\0'))
+                {
+                    Some(bad) => Err(Error::config(format!(
+                        "{path}.inherit_env: {bad:?} is not an environment variable's name"
+                    ))),
+                    None => Ok(()),
+                }
+            }
             McpTransport::Http { url, headers } => {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(Error::config(format!(
@@ -271,7 +304,6 @@ impl McpServer {
                 }
                 Ok(())
             }
-            McpTransport::Stdio { .. } => Ok(()),
         }
     }
 }

@@ -53,13 +53,14 @@ impl Server {
                 command,
                 args,
                 env,
+                inherit_env,
                 cwd,
             } => {
                 let (p, wire) = super::stdio::spawn(
                     &peer,
                     command,
                     args,
-                    env,
+                    &super::stdio::environment(env, inherit_env, |name| std::env::var_os(name)),
                     cwd.as_deref(),
                     limits.max_message_bytes,
                 )?;

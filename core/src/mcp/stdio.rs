@@ -1,11 +1,12 @@
 //! Owns the stdio transport: the server's process (spawned in a process group of its
-//! own, with its arguments, environment and working directory), newline-delimited
+//! own, with its arguments, its private environment and working directory), newline-delimited
 //! JSON-RPC on its stdin and stdout, the bounded log of its stderr, noticing that it
 //! exited, and stopping it: stdin closed, a wait, SIGTERM to the group, a wait, SIGKILL
 //! to the group, and the process reaped — on a short-lived thread of its own, so that
 //! dropping an agent never blocks and works with no runtime left.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -109,12 +110,41 @@ pub(crate) struct Process {
     pub command_line: String,
 }
 
-/// Starts `command` and connects it to `peer`.
+/// The whole environment of a server: of panto's own variables (read through `get`),
+/// only [`super::DEFAULT_INHERITED_ENV`] and the names in `inherit`, then `env` over
+/// them. A default variable whose value starts with `()` is a shell function exported
+/// by bash, not a setting, and is left out as the official SDKs do; a variable
+/// `inherit` names is passed as it is.
+pub(crate) fn environment(
+    env: &BTreeMap<String, String>,
+    inherit: &[String],
+    get: impl Fn(&str) -> Option<OsString>,
+) -> BTreeMap<OsString, OsString> {
+    let mut out = BTreeMap::new();
+    for name in super::DEFAULT_INHERITED_ENV {
+        if let Some(value) = get(name) {
+            if !value.as_encoded_bytes().starts_with(b"()") {
+                out.insert(OsString::from(name), value);
+            }
+        }
+    }
+    for name in inherit {
+        if let Some(value) = get(name) {
+            out.insert(OsString::from(name), value);
+        }
+    }
+    for (name, value) in env {
+        out.insert(OsString::from(name), OsString::from(value));
+    }
+    out
+}
+
+/// Starts `command` and connects it to `peer`, with `env` as its whole environment.
 pub(crate) fn spawn(
     peer: &Arc<Peer>,
     command: &str,
     args: &[String],
-    env: &std::collections::BTreeMap<String, String>,
+    env: &BTreeMap<OsString, OsString>,
     cwd: Option<&str>,
     max_message_bytes: usize,
 ) -> Result<(Process, Arc<dyn Wire>)> {
@@ -123,7 +153,10 @@ pub(crate) fn spawn(
         .collect::<Vec<_>>()
         .join(" ");
     let mut cmd = std::process::Command::new(command);
+    // Never panto's environment: it holds the API keys, and a server's tools can show
+    // the model (and the saved conversation) anything the server can read.
     cmd.args(args)
+        .env_clear()
         .envs(env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -425,5 +458,57 @@ fn stop(mut child: std::process::Child, pid: i32, tasks: Vec<tokio::task::AbortH
     let _ = child.wait();
     for t in tasks {
         t.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn panto_env(name: &str) -> Option<OsString> {
+        let vars = [
+            ("HOME", "/home/u"),
+            ("PATH", "/usr/bin"),
+            ("OPENAI_API_KEY", "sk-secret"),
+            ("AWS_SECRET_ACCESS_KEY", "aws-secret"),
+            ("LANG", "C.UTF-8"),
+            ("SHELL", "() { echo exported function; }"),
+        ];
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| OsString::from(v))
+    }
+
+    fn names(env: &BTreeMap<OsString, OsString>) -> Vec<&str> {
+        env.keys().map(|k| k.to_str().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_server_gets_only_the_default_variables() {
+        let env = environment(&BTreeMap::new(), &[], panto_env);
+        assert_eq!(names(&env), ["HOME", "PATH"]);
+        assert_eq!(env[&OsString::from("HOME")], "/home/u");
+    }
+
+    #[test]
+    fn inherit_env_names_more_and_env_sets_over_them() {
+        let set = BTreeMap::from([
+            ("PATH".to_owned(), "/opt/bin".to_owned()),
+            ("TZ".to_owned(), "UTC".to_owned()),
+        ]);
+        let inherit = ["LANG".to_owned(), "NOT_SET_ANYWHERE".to_owned()];
+        let env = environment(&set, &inherit, panto_env);
+        assert_eq!(names(&env), ["HOME", "LANG", "PATH", "TZ"]);
+        assert_eq!(env[&OsString::from("PATH")], "/opt/bin");
+        assert_eq!(env[&OsString::from("LANG")], "C.UTF-8");
+    }
+
+    #[test]
+    fn a_credential_reaches_a_server_only_when_named() {
+        let env = environment(&BTreeMap::new(), &[], panto_env);
+        assert!(!names(&env).contains(&"OPENAI_API_KEY"));
+        let inherit = ["OPENAI_API_KEY".to_owned()];
+        let env = environment(&BTreeMap::new(), &inherit, panto_env);
+        assert_eq!(env[&OsString::from("OPENAI_API_KEY")], "sk-secret");
     }
 }

@@ -527,7 +527,14 @@ class McpServerOptions(TypedDict, total=False):
     """stdio: the command's arguments."""
 
     env: Optional[Dict[str, str]]
-    """stdio: environment variables added to panto's for the server."""
+    """stdio: environment variables set for the server. Of panto's own environment it
+    gets only HOME, LOGNAME, PATH, SHELL, TERM and USER, and inherit_env.
+    """
+
+    inherit_env: Optional[List[str]]
+    """stdio: more of panto's environment variables the server gets, by name (API keys
+    reach it only when named here).
+    """
 
     cwd: Optional[str]
     """stdio: the server's working directory (default: panto's)."""
