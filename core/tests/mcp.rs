@@ -545,6 +545,17 @@ fn an_unlisted_variable() -> (String, String) {
         .expect("the test runs with some variable beyond HOME, PATH and the like")
 }
 
+/// Runs a turn of `agent` whose model calls the fixture's `env` tool, and returns what
+/// each call printed (`NAME=value cwd=…`), in call order.
+async fn env_outputs(agent: &Agent) -> Vec<String> {
+    let (events, r) = run(agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "done");
+    results(&events)
+        .into_iter()
+        .map(|(_, out, _)| out)
+        .collect()
+}
+
 #[tokio::test]
 async fn a_stdio_server_gets_a_private_environment() {
     let (unlisted, value) = an_unlisted_variable();
@@ -562,21 +573,15 @@ async fn a_stdio_server_gets_a_private_environment() {
         config(&server).with_mcp_server("fx", fixture_server(&[]).with_env("PANTO_SET", "set-1")),
     )
     .unwrap();
-    let (events, r) = run(&agent, &TurnControl::default()).await;
-    assert_eq!(r.unwrap(), "done");
-    let got = results(&events);
+    let got = env_outputs(&agent).await;
     assert!(
-        got[0].1.starts_with(&format!("{unlisted}=None ")),
+        got[0].starts_with(&format!("{unlisted}=None ")),
         "{unlisted} reached the server: {}",
-        got[0].1
+        got[0]
     );
     let path = std::env::var("PATH").unwrap();
-    assert!(
-        got[1].1.starts_with(&format!("PATH={path} ")),
-        "{}",
-        got[1].1
-    );
-    assert!(got[2].1.starts_with("PANTO_SET=set-1 "), "{}", got[2].1);
+    assert!(got[1].starts_with(&format!("PATH={path} ")), "{}", got[1]);
+    assert!(got[2].starts_with("PANTO_SET=set-1 "), "{}", got[2]);
     drop(agent);
 
     // Named in inherit_env, the same variable reaches the server.
@@ -585,13 +590,11 @@ async fn a_stdio_server_gets_a_private_environment() {
         fixture_server(&[]).with_inherited_env(unlisted.clone()),
     ))
     .unwrap();
-    let (events, r) = run(&agent, &TurnControl::default()).await;
-    assert_eq!(r.unwrap(), "done");
-    let got = results(&events);
+    let got = env_outputs(&agent).await;
     assert!(
-        got[0].1.starts_with(&format!("{unlisted}={value} ")),
+        got[0].starts_with(&format!("{unlisted}={value} ")),
         "{}",
-        got[0].1
+        got[0]
     );
 }
 
