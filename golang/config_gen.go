@@ -271,6 +271,12 @@ type Tool struct {
 	// Parameters ("parameters"): JSON Schema of the tool's arguments object; its "type" must
 	// be "object". Default: {"properties":{},"type":"object"}.
 	Parameters json.RawMessage
+	// NeedsApproval ("needs_approval"): A call pauses the turn (stop reason deferred) until it
+	// is approved or rejected on resume. Default: false.
+	NeedsApproval *bool
+	// External ("external"): The tool runs outside panto: a call pauses the turn until its
+	// result is given on resume. Default: false.
+	External *bool
 	// Func, when set, implements the tool in Go: the stream runs it in its own goroutine
 	// with a context derived from the stream's; its result becomes the tool result, and
 	// a returned error or a panic an error result the model reads (invalid UTF-8 in any
@@ -297,6 +303,12 @@ func (t Tool) MarshalJSON() ([]byte, error) {
 	if len(t.Parameters) != 0 {
 		o.put("parameters", t.Parameters)
 	}
+	if t.NeedsApproval != nil {
+		o.put("needs_approval", *t.NeedsApproval)
+	}
+	if t.External != nil {
+		o.put("external", *t.External)
+	}
 	return o.end()
 }
 
@@ -311,6 +323,10 @@ func (t *Tool) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &t.Description)
 		case "parameters":
 			return json.Unmarshal(v, &t.Parameters)
+		case "needs_approval":
+			return json.Unmarshal(v, &t.NeedsApproval)
+		case "external":
+			return json.Unmarshal(v, &t.External)
 		}
 		return errUnknownKey
 	})
@@ -639,6 +655,8 @@ var configFields = map[string]string{
 	"tools[].name":                "Tools[].Name",
 	"tools[].description":         "Tools[].Description",
 	"tools[].parameters":          "Tools[].Parameters",
+	"tools[].needs_approval":      "Tools[].NeedsApproval",
+	"tools[].external":            "Tools[].External",
 	"max_steps":                   "MaxSteps",
 	"tool_concurrency":            "ToolConcurrency",
 	"tool_timeout_ms":             "ToolTimeout",

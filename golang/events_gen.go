@@ -26,6 +26,7 @@ var eventTypes = [...]string{
 	"message_complete",
 	"history_compacted",
 	"output_repair",
+	"steering_delivered",
 }
 
 // EventTypes returns every event type name, in the order of the C ABI's event codes
@@ -181,7 +182,7 @@ type MessageEnd struct {
 	// 0-based index of the assistant message within the turn.
 	Message uint32 `json:"message"`
 	// Why the message ended. One of end_turn, tool_use, max_tokens, stop_sequence, refusal,
-	// content_filter, max_steps, or other:<raw>.
+	// content_filter, max_steps, deferred, or other:<raw>.
 	StopReason string `json:"stop_reason"`
 	// Token usage of this message's request.
 	Usage Usage `json:"usage"`
@@ -294,7 +295,7 @@ func (e *ProviderRetry) MarshalJSON() ([]byte, error) {
 // the turn. It is the terminal event: the last of the turn.
 type MessageComplete struct {
 	// Why the turn ended. One of end_turn, tool_use, max_tokens, stop_sequence, refusal,
-	// content_filter, max_steps, or other:<raw>.
+	// content_filter, max_steps, deferred, or other:<raw>.
 	StopReason string `json:"stop_reason"`
 	// Token usage of the whole turn.
 	Usage Usage `json:"usage"`
@@ -302,9 +303,12 @@ type MessageComplete struct {
 	Messages uint32 `json:"messages"`
 	// The final assistant message's text.
 	Text string `json:"text"`
-	// The parsed, validated structured output, present only when an output schema applied. The
-	// zero value means absent.
+	// The parsed, validated structured output, present only when an output schema applied. Its
+	// numbers are exactly as the model wrote them. The zero value means absent.
 	Output json.RawMessage `json:"output,omitempty"`
+	// The calls the turn paused for (stop reason deferred), each {call_id, name, arguments,
+	// reason: approval|external|deferred}; present only then. The zero value means absent.
+	Deferred json.RawMessage `json:"deferred,omitempty"`
 }
 
 func (*MessageComplete) isEvent() {}
@@ -370,6 +374,28 @@ type plainOutputRepair OutputRepair
 
 // MarshalJSON writes the canonical JSON of the event.
 func (e *OutputRepair) MarshalJSON() ([]byte, error) { return typed(e.Type(), (*plainOutputRepair)(e)) }
+
+// SteeringDelivered is the steering_delivered event. A steering message (`steer`) entered
+// the conversation at a step boundary; the next request carries it (emitted before that
+// request starts).
+type SteeringDelivered struct {
+	// 0-based index of the assistant message that will answer it.
+	Message uint32 `json:"message"`
+	// The message's text (its text parts, joined).
+	Text string `json:"text"`
+}
+
+func (*SteeringDelivered) isEvent() {}
+
+// Type returns "steering_delivered".
+func (*SteeringDelivered) Type() string { return "steering_delivered" }
+
+type plainSteeringDelivered SteeringDelivered
+
+// MarshalJSON writes the canonical JSON of the event.
+func (e *SteeringDelivered) MarshalJSON() ([]byte, error) {
+	return typed(e.Type(), (*plainSteeringDelivered)(e))
+}
 
 // convert copies an event out of C memory; nil for a kind this package does not know
 // (a newer library's: skipped).
@@ -478,6 +504,7 @@ func convert(ev *C.PantoEvent) Event {
 			Messages:   uint32(p.messages),
 			Text:       goStr(p.text),
 			Output:     goRaw(p.output),
+			Deferred:   goRaw(p.deferred),
 		}
 	case 11: // history_compacted
 		p := (*C.PantoHistoryCompacted)(pl)
@@ -494,6 +521,12 @@ func convert(ev *C.PantoEvent) Event {
 			Attempt:     uint32(p.attempt),
 			MaxAttempts: uint32(p.max_attempts),
 			Error:       goStr(p.error),
+		}
+	case 13: // steering_delivered
+		p := (*C.PantoSteeringDelivered)(pl)
+		return &SteeringDelivered{
+			Message: uint32(p.message),
+			Text:    goStr(p.text),
 		}
 	}
 	return nil

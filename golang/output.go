@@ -8,6 +8,7 @@ package panto
 // a valid one (the raw answer in Error.Output).
 
 import (
+	"bytes"
 	"context"
 	"encoding"
 	"encoding/json"
@@ -42,7 +43,8 @@ func WithTurnOptions(opts TurnOptions) RunOption {
 }
 
 // RunAs runs a whole turn whose answer must be JSON matching T's schema, and returns it
-// decoded into a T:
+// decoded into a T (numbers decoded into an interface are json.Number, exactly as the
+// model wrote them):
 //
 //	type City struct {
 //		Name       string `json:"name"`
@@ -95,7 +97,12 @@ func RunAs[T any](ctx context.Context, a *Agent, input string, opts ...RunOption
 		return zero, &Error{Kind: KindInternal, Message: "the turn ended without its structured output"}
 	}
 	var out T
-	if err := json.Unmarshal(done.Output, &out); err != nil {
+	// UseNumber: a number that lands in an interface (map[string]any, any fields) is
+	// the json.Number the model wrote, not a float64 that rounds big integers and long
+	// fractions.
+	dec := json.NewDecoder(bytes.NewReader(done.Output))
+	dec.UseNumber()
+	if err := dec.Decode(&out); err != nil {
 		raw := done.Text
 		if raw == "" {
 			raw = string(done.Output)

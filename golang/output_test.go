@@ -98,6 +98,25 @@ func TestRunAsWithAGivenSchemaAndMessageCompleteOutput(t *testing.T) {
 	}
 }
 
+func TestRunAsKeepsNumbersExactlyAsWritten(t *testing.T) {
+	// Into an interface, a number is the json.Number the model wrote: not a float64,
+	// which would print 1.2345678901234568e+29 and 0.12345678901234568.
+	const answer = `{"a":123456789012345678901234567890,"b":0.12345678901234567890123}`
+	schema := json.RawMessage(`{"title":"numbers","type":"object","properties":{"a":{"type":"integer"},"b":{"type":"number"}},"required":["a","b"]}`)
+	srv := startServer(t, scenario(exchange(answerSSE(answer), `"name":"numbers"`)))
+	a := newTestAgent(t, testConfig(srv))
+	got, err := RunAs[map[string]any](context.Background(), a, "Numbers?", WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := got["a"].(json.Number); !ok || n.String() != "123456789012345678901234567890" {
+		t.Fatalf("a = %#v", got["a"])
+	}
+	if n, ok := got["b"].(json.Number); !ok || n.String() != "0.12345678901234567890123" {
+		t.Fatalf("b = %#v", got["b"])
+	}
+}
+
 func TestRunAsRepairsAnInvalidAnswer(t *testing.T) {
 	srv := startServer(t, scenario(
 		exchange(answerSSE(`{"name":"Tokyo"}`)),

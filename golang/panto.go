@@ -317,11 +317,16 @@ func (a *Agent) Stream(ctx context.Context, input string) (*Stream, error) {
 // OutputSchema, when not nil, replaces Config.OutputSchema for this turn: a JSON Schema
 // object (the turn's MessageComplete.Output is then the validated answer; see RunAs),
 // or the JSON false for a plain text turn on an agent that has a schema.
+//
+// DeferTools pauses the turn at its tool calls instead of running them (StopDeferred,
+// reason DeferDeferred): for engines that run each call as a step of their own and
+// answer it with Agent.Resume (Answers.Result, or Approve to let panto run it).
 type TurnOptions struct {
 	Model        string
 	Reasoning    *Reasoning
 	Input        []Part
 	OutputSchema json.RawMessage
+	DeferTools   bool
 }
 
 // StreamParts starts a turn whose input is text and attachments, in the order the model
@@ -351,7 +356,7 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	defer h.mu.RUnlock()
 	in, n := cString(input)
 	var out *C.PantoStream
-	if opts.Model == "" && opts.Reasoning == nil && opts.Input == nil && opts.OutputSchema == nil {
+	if opts.Model == "" && opts.Reasoning == nil && opts.Input == nil && opts.OutputSchema == nil && !opts.DeferTools {
 		if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
 			return C.panto_agent_stream(a.h.p, in, n, &out, cerr)
 		}); e != nil {
@@ -371,6 +376,9 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	}
 	if opts.OutputSchema != nil {
 		m["output_schema"] = opts.OutputSchema
+	}
+	if opts.DeferTools {
+		m["defer_tools"] = true
 	}
 	js, err := json.Marshal(m)
 	if err != nil {

@@ -66,6 +66,13 @@ type streamHandle struct {
 	ready   chan struct{}
 	rfailed bool         // no set to wait on: wait in the library
 	waiting atomic.Int32 // Nexts waiting (tests)
+
+	// What Checkpoint and Undelivered answer once the C stream is freed (durable.go):
+	// kept by finish just before it frees it. final is written under the write lock;
+	// undelivered under finalMu, which Undelivered takes under the read lock.
+	final       Checkpoint
+	finalMu     sync.Mutex
+	undelivered [][]json.RawMessage
 }
 
 func (h *streamHandle) cancel() {
@@ -95,6 +102,7 @@ func (h *streamHandle) finish(end error) error {
 	}
 	if h.p != nil {
 		h.detach()
+		h.keepFinal()
 		p := h.p
 		// Freeing a running stream waits for its turn to stop (promptly: it was just
 		// cancelled); a finished one's turn is already over.

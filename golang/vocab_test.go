@@ -72,6 +72,15 @@ func TestConfigJSONFollowsTheGenerationRules(t *testing.T) {
 // the events and the library's canonical JSON of each.
 func conformanceTurn(t *testing.T, name string) ([]Event, []string) {
 	t.Helper()
+	return conformanceTurnSteered(t, name, "")
+}
+
+// conformanceTurnSteered is conformanceTurn whose tools, when steer is not empty, each
+// steer the turn with it before they answer (so a steering_delivered follows the step's
+// results).
+func conformanceTurnSteered(t *testing.T, name, steer string) ([]Event, []string) {
+	t.Helper()
+	running := make(chan *Stream, 1)
 	dir := filepath.Join("..", "tests", "conformance", "scenarios", name)
 	server, err := os.ReadFile(filepath.Join(dir, "server.json"))
 	if err != nil {
@@ -127,6 +136,13 @@ func conformanceTurn(t *testing.T, name string) ([]Event, []string) {
 			tl.PartsFunc = func(context.Context, json.RawMessage) ([]Part, error) { return parts, nil }
 		} else if a != nil {
 			tl.Func = func(context.Context, json.RawMessage) (string, error) {
+				if steer != "" {
+					s := <-running
+					running <- s
+					if err := s.Steer(steer); err != nil {
+						return "", err
+					}
+				}
 				if a.IsError {
 					return "", errors.New(a.Output)
 				}
@@ -143,6 +159,7 @@ func conformanceTurn(t *testing.T, name string) ([]Event, []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	running <- s
 	return drainTurn(t, s), canon
 }
 
@@ -152,9 +169,11 @@ func conformanceTurn(t *testing.T, name string) ([]Event, []string) {
 // a tool result's Parts (anthropic-tool-image).
 func TestEventsFromTheCRecordEqualThoseFromTheirJSON(t *testing.T) {
 	seen := map[string]bool{}
+	steered := map[string]string{"openai-tool-single": "Also in Celsius, please."}
 	for _, name := range []string{"anthropic-reasoning", "openai-max-tokens-mid-tool", "anthropic-retry-429",
-		"openai-compaction-auto", "openai-tool-parallel", "openai-tool-error", "anthropic-tool-image", "openai-output-repair"} {
-		evs, canon := conformanceTurn(t, name)
+		"openai-compaction-auto", "openai-tool-parallel", "openai-tool-error", "anthropic-tool-image", "openai-output-repair",
+		"openai-tool-single"} {
+		evs, canon := conformanceTurnSteered(t, name, steered[name])
 		if len(evs) != len(canon) {
 			t.Fatalf("%s: %d events, %d canonical lines", name, len(evs), len(canon))
 		}

@@ -19,6 +19,11 @@
 #      equal Rust's (the Rust test layout_agrees_with_the_c_compiler compiles the probe).
 #   6. The checker's own test: a signature changed on one side only, fields reordered, a
 #      constant changed, a symbol missing, a version bumped on one side — each must fail.
+#   7. The header against the released one (baseline/panto.h, ABI 1.2.0 of v0.1.0):
+#      nothing a program built against the release uses is removed, retyped, moved or
+#      renumbered (capi/tools/abi_check.py baseline); then that check's own test: each
+#      kind of break, made in a copy of the baseline, must fail, and each allowed change
+#      (a function, a constant or a trailing field added, a reserved field taken) pass.
 #
 #   scripts/check-header.sh
 set -euo pipefail
@@ -127,3 +132,7 @@ cargo test --locked --quiet -p panto-capi --lib layout_agrees_with_the_c_compile
 
 say "6. the checker's self-test"
 python3 capi/tools/abi_check.py selftest "$header" "$generated" "$lib"
+
+say "7. the header against the released baseline (baseline/panto.h) and that check's self-test"
+python3 capi/tools/abi_check.py baseline baseline/panto.h "$header"
+python3 capi/tools/abi_check.py baseline-selftest baseline/panto.h

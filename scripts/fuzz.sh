@@ -20,7 +20,11 @@ seconds="${1:-60}"
 case "$seconds" in
   '' | *[!0-9]*) echo "usage: scripts/fuzz.sh [seconds per target]" >&2; exit 2 ;;
 esac
-read -r -a targets <<<"${FUZZ_TARGETS:-sse decoder_openai decoder_anthropic decoder_gemini decoder_responses config history openai_chunk_scan}"
+# The targets are the [[bin]]s of fuzz/Cargo.toml, their one list (the stable replay of
+# saved crashes, core/tests/fuzz_regressions.rs, reads it too).
+all_targets=$(awk '/^\[/ { bin = ($0 == "[[bin]]") } bin && /^name *=/ { gsub(/[" ]/, "", $0); sub(/^name=/, ""); print }' fuzz/Cargo.toml)
+read -r -a targets <<<"${FUZZ_TARGETS:-$(echo $all_targets)}"
+[ ${#targets[@]} -gt 0 ] || { echo "fuzz: no [[bin]] targets in fuzz/Cargo.toml" >&2; exit 1; }
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz: the nightly Rust toolchain is required (cargo-fuzz needs -Zsanitizer);" >&2
@@ -78,7 +82,7 @@ for body in tests/fixtures/responses/*.sse; do
   seed sse "$body" 000
   seed decoder_responses "$body"
 done
-for t in config history; do
+for t in config history output_schema; do
   for f in fuzz/seeds/"$t"/*; do seed "$t" "$f"; done
 done
 

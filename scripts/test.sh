@@ -9,8 +9,81 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-step() { printf '\n==> %s\n' "$*"; }
 started=$SECONDS
+# What `git status` says before the run: the run must leave it so (build outputs are
+# ignored at every level; a suite that writes into the checkout fails the run).
+porcelain_before=$(git status --porcelain -uall 2>/dev/null || true)
+# Each step's wall time, printed at the end (also when a step fails: the EXIT trap).
+step_names=()
+step_secs=()
+step_now=""
+step_started=$SECONDS
+step_done() {
+  if [ -n "$step_now" ]; then
+    step_names+=("$step_now")
+    step_secs+=($((SECONDS - step_started)))
+  fi
+  step_now=""
+}
+step() {
+  step_done
+  step_now="$*"
+  step_started=$SECONDS
+  printf '\n==> %s\n' "$*"
+}
+print_step_times() {
+  local status=$?
+  stop_background
+  step_done
+  echo
+  echo "step times (wall clock; background jobs overlap the steps they ran beside):"
+  local i
+  for i in "${!step_names[@]}"; do
+    printf '%6d s  %s\n' "${step_secs[$i]}" "${step_names[$i]:0:100}"
+  done
+  printf '%6d s  total%s\n' $((SECONDS - started)) "$([ "$status" -eq 0 ] || echo " (FAILED)")"
+}
+trap print_step_times EXIT
+
+# Independent checks that build in target dirs of their own (the minimum Rust version's
+# toolchain, cargo-semver-checks' scratch builds) run in the background beside the
+# suites, each into its log, and are collected by `background_wait` further down.
+# PANTO_SERIAL=1 runs each where it is collected instead.
+logs="$CARGO_TARGET_DIR/test-logs"
+mkdir -p "$logs"
+declare -A bg_pid=()
+background() { # background <name> <command...>
+  local name=$1
+  shift
+  if [ -n "${PANTO_SERIAL:-}" ]; then
+    return
+  fi
+  # In a session of its own, so that a failure elsewhere can stop it and its children.
+  rm -f "$logs/$name.secs"
+  setsid bash -c 't0=$SECONDS; status=0; "$@" >"$0.log" 2>&1 || status=$?
+    echo "$((SECONDS - t0))" >"$0.secs"; exit "$status"' "$logs/$name" "$@" &
+  bg_pid[$name]=$!
+}
+stop_background() {
+  local pid
+  for pid in "${bg_pid[@]}"; do
+    kill -- "-$pid" 2>/dev/null || true
+  done
+}
+background_wait() { # background_wait <name> <command...> (the command: for PANTO_SERIAL)
+  local name=$1
+  shift
+  if [ -z "${bg_pid[$name]:-}" ]; then
+    "$@"
+    return
+  fi
+  local status=0
+  wait "${bg_pid[$name]}" || status=$?
+  unset "bg_pid[$name]"
+  cat "$logs/$name.log"
+  echo "($name ran in the background for $(cat "$logs/$name.secs" 2>/dev/null || echo '?') s)"
+  return "$status"
+}
 
 if [ -z "${PANTO_SKIP_LINT:-}" ]; then
   step "cargo fmt --check"
@@ -20,6 +93,14 @@ if [ -z "${PANTO_SKIP_LINT:-}" ]; then
   step "cargo doc of panto and panto-pull: no rustdoc warning (broken or private links)"
   RUSTDOCFLAGS="-D warnings" cargo doc -p panto -p panto-pull --no-deps --locked
 fi
+
+# The API, the dependencies and the minimum Rust version against the release baseline
+# (baseline/README.md, docs/releasing.md "Compatibility checks"); collected below.
+background semver scripts/semver.sh
+background msrv scripts/check-msrv.sh
+
+step "dependencies: licenses, bans and sources (scripts/check-deps.sh: cargo deny, and its self-test)"
+scripts/check-deps.sh
 
 step "generated files are fresh and the C header agrees with the core's vocabulary (scripts/gen.sh)"
 scripts/gen.sh --check
@@ -78,7 +159,7 @@ case "$demo_out" in
 esac
 
 # ---- C ABI (capi/) --------------------------------------------------------------------
-step "C ABI: header drift check (scripts/check-header.sh) and the checker's self-test"
+step "C ABI: header drift check and the header against the released baseline/panto.h (scripts/check-header.sh), with the checks' self-tests"
 scripts/check-header.sh
 
 step "C ABI: C tests against panto-testserver under valgrind memcheck"
@@ -120,6 +201,9 @@ step "Go: go test under GOEXPERIMENT=cgocheck2 (cgo pointer rules checked fully)
 step "Go: a field and a config key added to the vocabulary reach Go, compile and decode (scripts/gen/selftest_golang.py)"
 env "${go_env[@]}" python3 scripts/gen/selftest_golang.py "$CARGO_TARGET_DIR/vocab.json"
 
+step "a config key is one row in the core, then scripts/gen.sh: read, written, defaulted and bounded, in docs, Go and Python (scripts/gen/selftest_config.py; --break gen|golang|read shows it failing)"
+python3 scripts/gen/selftest_config.py
+
 step "Go: benchmark module (golang/bench, vs openai-go) vets and compiles"
 (cd golang/bench && env "${go_env[@]}" go vet ./... && env "${go_env[@]}" go test -c -o /dev/null .)
 
@@ -150,12 +234,33 @@ fi
 step "release artifacts built and tested without a Rust toolchain (scripts/release.sh --quick)"
 PANTO_DIST="$CARGO_TARGET_DIR/dist" scripts/release.sh --quick
 
+# ---- the release baseline -------------------------------------------------------------
+step "Rust API of panto and panto-pull against v0.1.0 (scripts/semver.sh: cargo-semver-checks; breaks must be in baseline/accepted-breaks)"
+background_wait semver scripts/semver.sh
+step "the declared minimum Rust version builds the workspace (scripts/check-msrv.sh, and its self-test)"
+background_wait msrv scripts/check-msrv.sh
+
 # --- fuzzing: every cargo-fuzz target for ~20 s (needs nightly; PANTO_SKIP_FUZZ=1 skips) ---
 # Without AddressSanitizer: panto is safe Rust, the targets look for panics and broken
 # properties, and the build is ~25% faster and the runs ~2x faster without it.
 if [ -z "${PANTO_SKIP_FUZZ:-}" ]; then
   step "fuzz targets, 20 s each (scripts/fuzz.sh 20)"
   FUZZ_SANITIZER=none scripts/fuzz.sh 20
+fi
+
+step "the run left the checkout as it found it (git status --porcelain)"
+# `pip install ./pypanto` (README, "From source") builds into pypanto/target/.
+for built in pypanto/target/CACHEDIR.TAG fuzz/target/x tests/peers-bench/target/x; do
+  if git rev-parse --git-dir >/dev/null 2>&1 && ! git check-ignore -q --no-index "$built"; then
+    echo ".gitignore does not cover $built: a build there would show as untracked files" >&2
+    exit 1
+  fi
+done
+porcelain_after=$(git status --porcelain -uall 2>/dev/null || true)
+if [ "$porcelain_after" != "$porcelain_before" ]; then
+  echo "files the run created or changed in the checkout (ignore build outputs in .gitignore, or write them under \$CARGO_TARGET_DIR):" >&2
+  diff <(printf '%s\n' "$porcelain_before") <(printf '%s\n' "$porcelain_after") >&2 || true
+  exit 1
 fi
 
 echo

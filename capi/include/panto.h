@@ -109,7 +109,8 @@
  *     but a second consumer is still a bug: whichever thread gets in next ends the
  *     lifetime of the other thread's event.
  *     panto_stream_cancel, panto_stream_submit_tool_result (and _parts),
- *     panto_stream_readiness_fd, panto_stream_attach and the two diagnostics may be
+ *     panto_stream_readiness_fd, panto_stream_attach, panto_stream_checkpoint,
+ *     panto_stream_steer, panto_stream_take_undelivered and the two diagnostics may be
  *     called from any thread at any time, including while another thread is blocked in
  *     a next call. panto_stream_free must not race any
  *     other call on the stream: to stop a consumer blocked on another thread, call
@@ -219,6 +220,13 @@
  *     (panto_stream_submit_tool_result_parts, PantoToolResult.parts) and structured
  *     output (PANTO_EV_OUTPUT_REPAIR, PantoMessageComplete.output,
  *     PantoErrorInfo.output and the PANTO_ERR_OUTPUT_* kinds).
+ *   - ABI 1.3 added durable turns (see "Durable turns" below): checkpoints
+ *     (panto_stream_checkpoint), resuming a turn in any process with answers to its
+ *     deferred calls (panto_agent_resume; the tool keys "needs_approval" and "external",
+ *     the turn option "defer_tools", the stop reason "deferred",
+ *     PantoMessageComplete.deferred), and steering a running turn (panto_stream_steer,
+ *     panto_stream_take_undelivered, PANTO_EV_STEERING_DELIVERED). A turn that uses none
+ *     of them behaves exactly as in 1.2.
  */
 #ifndef PANTO_H
 #define PANTO_H
@@ -242,7 +250,7 @@ extern "C" {
 /* ---------------------------------------------------------------------------------- */
 
 #define PANTO_ABI_VERSION_MAJOR 1
-#define PANTO_ABI_VERSION_MINOR 2
+#define PANTO_ABI_VERSION_MINOR 3
 /* The version this header describes, in the form panto_abi_version() returns. */
 #define PANTO_ABI_VERSION ((PANTO_ABI_VERSION_MAJOR << 16) | PANTO_ABI_VERSION_MINOR)
 
@@ -275,6 +283,7 @@ typedef int32_t PantoStatus;
 #define PANTO_EV_MESSAGE_COMPLETE 10
 #define PANTO_EV_HISTORY_COMPACTED 11 /* since ABI 1.1 */
 #define PANTO_EV_OUTPUT_REPAIR 12     /* since ABI 1.2 (structured output) */
+#define PANTO_EV_STEERING_DELIVERED 13 /* since ABI 1.3 (durable turns) */
 #define PANTO_EV_ERROR 256 /* with PANTO_ERROR: payload.error holds the failure */
 
 /* ---------------------------------------------------------------------------------- */
@@ -439,7 +448,8 @@ typedef struct PantoMessageEnd {
   uint32_t message;
   uint32_t _reserved0;
   PantoStr stop_reason; /* end_turn, tool_use, max_tokens, stop_sequence, refusal,
-                           content_filter, max_steps, or other:<raw> */
+                           content_filter, max_steps, deferred (since ABI 1.3), or
+                           other:<raw> */
   PantoUsage usage;
 } PantoMessageEnd;
 
@@ -495,6 +505,16 @@ typedef struct PantoMessageComplete {
    * output schema applied to the turn; absent otherwise (and from older libraries,
    * which zero-fill it). */
   PantoStr output;
+  /* Since ABI 1.3 (durable turns), at the end of the struct within the payload union's
+   * fixed size: when stop_reason is "deferred" — the turn paused, its stream ends here —
+   * the calls it paused for, as a JSON array in call order:
+   *   [{"call_id": "…", "name": "…", "arguments": {…},
+   *     "reason": "approval" | "external" | "deferred"}]
+   * ("approval": the tool's "needs_approval"; "external": the tool's "external";
+   * "deferred": the turn option "defer_tools"). Answer them with panto_agent_resume on
+   * the stream's checkpoint. Absent (ptr NULL) for every other stop reason, and from
+   * older libraries (which zero-fill it). Borrowed like the event's other strings. */
+  PantoStr deferred;
 } PantoMessageComplete;
 
 /* PANTO_EV_HISTORY_COMPACTED (since ABI 1.1): automatic compaction (the "compaction"
@@ -519,6 +539,18 @@ typedef struct PantoOutputRepair {
   uint32_t _reserved0;
   PantoStr error; /* the validation error sent back (one line, bounded) */
 } PantoOutputRepair;
+
+/* PANTO_EV_STEERING_DELIVERED (since ABI 1.3): a message queued by panto_stream_steer
+ * entered the conversation as a user message, at a step boundary (after the step's tool
+ * results, before the next request), and the next request carries it. One event per
+ * queued message, in the order they were queued. If the model's message would have
+ * ended the turn, the turn goes on instead, so that the model answers it. */
+typedef struct PantoSteeringDelivered {
+  uint32_t message; /* the index of the assistant message that will answer it */
+  uint32_t _reserved0;
+  PantoStr text; /* the message's text (its text parts, joined; attachments are not
+                    shown here) */
+} PantoSteeringDelivered;
 
 /* PANTO_EV_ERROR (status PANTO_ERROR): the failure; the same fields as PantoError. */
 typedef struct PantoErrorInfo {
@@ -561,6 +593,7 @@ typedef union PantoEventPayload {
   PantoErrorInfo error;
   PantoHistoryCompacted history_compacted; /* since ABI 1.1 */
   PantoOutputRepair output_repair;         /* since ABI 1.2 */
+  PantoSteeringDelivered steering_delivered; /* since ABI 1.3 */
   uint64_t _reserved[32];
 } PantoEventPayload;
 
@@ -646,7 +679,8 @@ PANTO_API PantoStr panto_event_kind_name(uint32_t kind);
 /* Creates an agent from its JSON configuration (`len` bytes of UTF-8 at config_json):
  *   {"provider": "openai" | "anthropic" | "gemini", "model": "…", "base_url": "…",
  *    "api_key": "…", "system": "…", "max_tokens": n, "temperature": x,
- *    "tools": [{"name": "…", "description": "…", "parameters": {JSON Schema}}],
+ *    "tools": [{"name": "…", "description": "…", "parameters": {JSON Schema},
+ *               "needs_approval": bool, "external": bool}],
  *    "max_steps": n, "tool_concurrency": n, "tool_timeout_ms": n,
  *    "retry": {"max_retries": n, "initial_delay_ms": n, "max_delay_ms": n,
  *              "max_elapsed_ms": n},
@@ -662,6 +696,11 @@ PANTO_API PantoStr panto_event_kind_name(uint32_t kind);
  * includes /v1). "api_key" defaults to $OPENAI_API_KEY / $ANTHROPIC_API_KEY /
  * $GEMINI_API_KEY. The tools
  * listed here are host tools: the caller implements them (see tool_call_start).
+ * From ABI 1.3 on, a host tool with "needs_approval": true does not run when the model
+ * calls it: the turn pauses (stop reason "deferred", see Durable turns) and, once
+ * approved on panto_agent_resume, the call arrives as tool_call_start with host set as
+ * usual. One with "external": true is never answered on the stream: its result is
+ * given on panto_agent_resume. Both at once are PANTO_ERR_CONFIG.
  * Unknown keys and wrong types fail with PANTO_ERR_CONFIG naming the key.
  * Limits: "max_input_bytes" (default 4 MiB) caps one turn's input, "max_history_bytes"
  * (default 32 MiB) the conversation measured as its saved JSON; past either, the call
@@ -705,8 +744,10 @@ PANTO_API PantoStatus panto_agent_stream(PantoAgent *agent, const char *input, s
 
 /* Since ABI 1.1. panto_agent_stream with per-turn options: `options_json` (UTF-8,
  * `options_len` bytes) is {"model": "…", "reasoning": {"effort": "…", "budget_tokens": n},
- * "input": […]}, every key optional, replacing the configuration's for this turn only;
- * NULL means no options. Unknown keys and wrong types are PANTO_ERR_CONFIG naming the key.
+ * "defer_tools": bool, "input": […]}, every key optional, replacing the configuration's
+ * for this turn only; NULL means no options. "defer_tools" (since ABI 1.3) pauses the
+ * turn at every tool call instead of running it (reason "deferred"; see Durable turns),
+ * for engines that run each call as a step of their own. Unknown keys and wrong types are PANTO_ERR_CONFIG naming the key.
  * Otherwise exactly panto_agent_stream.
  *
  * "input" is the turn's input as text and attachments (then `input` must be empty, len
@@ -716,9 +757,11 @@ PANTO_API PantoStatus panto_agent_stream(PantoAgent *agent, const char *input, s
  * (image/png, image/jpeg, image/gif, image/webp; application/pdf), sniffed from the
  * bytes when absent, and "name"}. For example
  *   {"input": ["What is in this picture?", {"type": "image", "path": "cat.png"}]}
- * A part of no known type, an unreadable path (the message names it), an attachment
- * larger than max_message_bytes, or a PDF by URL for provider openai is PANTO_ERR_CONFIG,
- * synchronously, and nothing is sent. */
+ * A part of no known type, an unreadable path or one that is not a regular file (a
+ * FIFO, a device: the message names it), an attachment larger than max_message_bytes,
+ * or a PDF by URL for provider openai is PANTO_ERR_CONFIG, synchronously, and nothing is
+ * sent. A "path" is read during this call, at most max_message_bytes + 1 bytes of it
+ * (whatever its size on disk says); a FIFO is refused without waiting for a writer. */
 PANTO_API PantoStatus panto_agent_stream_with(PantoAgent *agent, const char *input, size_t len,
                                               const char *options_json, size_t options_len,
                                               PantoStream **out, PantoError **err);
@@ -846,10 +889,11 @@ PANTO_API PantoStatus panto_stream_submit_tool_result(PantoStream *stream, const
  * the images (Anthropic inside the tool_result; OpenAI chat in a user message right
  * after the tool messages); tool_result's `parts` carries them. An image larger than
  * max_message_bytes is replaced by a note saying so. Bad JSON, a part of no known or
- * allowed type (a document, a PDF given as an image), an unreadable path (the message
- * names it) and an id that is not waiting for a result are PANTO_ERR_TOOL, and the call
- * stays unanswered. Never blocks beyond reading the files; any thread, also while
- * another thread is in a next call. */
+ * allowed type (a document, a PDF given as an image), an unreadable path, one that is
+ * not a regular file (a FIFO, a device) or a file larger than max_message_bytes (the
+ * message names it; at most max_message_bytes + 1 bytes are read) and an id that is not
+ * waiting for a result are PANTO_ERR_TOOL, and the call stays unanswered. Never blocks
+ * beyond reading the files; any thread, also while another thread is in a next call. */
 PANTO_API PantoStatus panto_stream_submit_tool_result_parts(PantoStream *stream,
                                                             const char *call_id,
                                                             size_t call_id_len,
@@ -995,6 +1039,114 @@ PANTO_API void panto_stream_free(PantoStream *stream);
 /* Frees the string in *s and empties *s (ptr NULL, len 0), so freeing it again is a
  * no-op. NULL, and an empty PantoString, are no-ops. */
 PANTO_API void panto_string_free(PantoString *s);
+
+/* ---------------------------------------------------------------------------------- */
+/* Durable turns (since ABI 1.3): checkpoints, resume, deferred calls, steering        */
+/*                                                                                     */
+/* A turn can outlive its stream, and its process. At every step boundary (its input   */
+/* appended, each complete model response, each tool result, each steering message     */
+/* delivered) the turn's state is a checkpoint: a versioned JSON document,             */
+/* {"panto_checkpoint": 1, …}, holding the conversation with this turn's input, the    */
+/* step count, the usage so far, the turn's options and the calls of the current step  */
+/* with the results they have. It holds no API key, header value or MCP secret, but it */
+/* holds attachments by value (an image of the input is in it as base64), so it is as  */
+/* large as the turn's conversation. A library reads the checkpoints of its own and     */
+/* every older version; a checkpoint from a newer library is refused.                   */
+/*                                                                                     */
+/* panto_agent_resume continues a checkpoint's turn on any agent with the same tools,   */
+/* in any process: a model response the checkpoint holds is never requested again; a   */
+/* call with no result in it runs again (tools are at-least-once: make them idempotent, */
+/* or defer them). The resumed stream keeps the stream contract, and its               */
+/* message_complete reports the whole turn (the usage and messages of every step).      */
+/*                                                                                     */
+/* Deferred calls. A call of a tool with "needs_approval" or "external" (configuration  */
+/* "tools"), or any call under the turn option "defer_tools", waits for an answer from  */
+/* outside. When every other call of the step has its result, the turn pauses: the      */
+/* stream ends with message_complete, stop_reason "deferred" and the calls in           */
+/* `deferred`, then PANTO_DONE. The agent's history then holds the turn up to the step  */
+/* (valid for the provider: the pending calls are answered in it with a note that they  */
+/* wait); a new turn on the agent starts from there, and the paused turn is continued   */
+/* only by resuming its checkpoint. Answers are given to panto_agent_resume.            */
+/*                                                                                     */
+/* Steering. panto_stream_steer queues a user message into a running turn, from any     */
+/* thread; it is delivered at the next step boundary (PANTO_EV_STEERING_DELIVERED).     */
+/* Messages the turn did not deliver because it ended first (it failed, was cancelled, */
+/* paused or reached a limit) are returned by panto_stream_take_undelivered, never      */
+/* dropped silently.                                                                   */
+/* ---------------------------------------------------------------------------------- */
+
+/* Since ABI 1.3. The turn at its latest step boundary, as checkpoint JSON text into
+ * *out, owned by the caller (panto_string_free). Ordering: once a next call has
+ * delivered the tool_result of a call, or the first event after a response's
+ * message_end, the checkpoint includes that result or that response; so a checkpoint
+ * taken after message_complete is the finished (or paused) turn.
+ * Returns PANTO_OK; PANTO_PENDING (not an error: *out empty, *err NULL) when the turn
+ * has no checkpoint yet (it has not started on its worker thread); PANTO_ERROR for a
+ * NULL stream or out (PANTO_ERR_CONFIG), a poisoned stream (PANTO_ERR_INTERNAL) or a
+ * stream inherited from the parent process (PANTO_ERR_CONFIG, see Fork). Still
+ * available after the stream ended, failed or was cancelled (the last boundary it
+ * reached). Never blocks for long (it serializes the document); any thread, also while
+ * another thread is in a next call. */
+PANTO_API PantoStatus panto_stream_checkpoint(const PantoStream *stream, PantoString *out,
+                                              PantoError **err);
+
+/* Since ABI 1.3. Continues the turn a checkpoint holds, as a new stream of `agent`
+ * stored in *out (owned by the caller, panto_stream_free). `checkpoint_json` (UTF-8,
+ * `checkpoint_len` bytes, not NULL) is a document panto_stream_checkpoint returned, in
+ * this process or another. `answers_json` (NULL or empty: no answers) answers deferred
+ * calls, an object by call id, each value one of
+ *   {"approve": true}                      run it (approval, or "defer_tools")
+ *   {"reject": "reason"}                   do not run it: the model reads an error
+ *                                          result saying it was rejected, and why
+ *   {"output": "text", "is_error": bool,   its result (external, or "defer_tools");
+ *    "parts": [text and image blocks]}     "is_error" and "parts" optional
+ * for example {"call_1": {"approve": true}, "call_2": {"output": "42"}}. A deferred call
+ * left unanswered stays deferred: the turn pauses again.
+ * The agent's history becomes the checkpoint's conversation (whatever it held), then
+ * grows as the turn goes on: afterwards it equals what an uninterrupted turn would have
+ * left. Returns at once, like panto_agent_stream (the turn runs on the worker threads);
+ * PANTO_ERR_BUSY, synchronously, while a stream of this agent is open.
+ * PANTO_ERR_CONFIG, synchronously, with a message naming the problem, and nothing sent
+ * and the history unchanged, for: a checkpoint that is not JSON, not a checkpoint,
+ * truncated, of a newer version, larger than 64 MiB, or inconsistent (a conversation a
+ * provider would refuse, results for calls the step did not make); answers that are not
+ * JSON or not of the form above, an answer to a call that is not deferred, an approval
+ * of an external call or a result for one that needs approval; a checkpoint past this
+ * agent's max_steps or output_retries. A checkpoint naming a tool this agent lacks fails
+ * the stream's first next call with PANTO_ERR_CONFIG (an MCP server's tools are known
+ * only once it started). Any thread. */
+PANTO_API PantoStatus panto_agent_resume(PantoAgent *agent, const char *checkpoint_json,
+                                         size_t checkpoint_len, const char *answers_json,
+                                         size_t answers_len, PantoStream **out,
+                                         PantoError **err);
+
+/* Since ABI 1.3. Queues a user message into the running turn. The input is text
+ * (`input`, `len` bytes of UTF-8) or, with `input_json` non-NULL (then `input` must be
+ * empty), the form of panto_agent_stream_with's "input": a string, or an array of text,
+ * image and document parts (`input_json_len` bytes; a "path" is read during this call).
+ * It is delivered at the next step boundary — after the current step's tool results,
+ * before the next request — with a PANTO_EV_STEERING_DELIVERED event; if the model's
+ * message would have ended the turn, the turn goes on so that the model answers it.
+ * Returns PANTO_OK once queued. PANTO_ERROR with PANTO_ERR_CONFIG once the turn has
+ * ended (message_complete, a failure, a cancel), for bad JSON or parts (the message
+ * names them), and for a NULL stream or a stream inherited from the parent process;
+ * PANTO_ERR_INTERNAL for a poisoned stream. The input is borrowed for the call only:
+ * whatever the result, it stays the caller's. Never blocks (beyond reading files); any
+ * thread, also while another thread is in a next call. */
+PANTO_API PantoStatus panto_stream_steer(PantoStream *stream, const char *input, size_t len,
+                                         const char *input_json, size_t input_json_len,
+                                         PantoError **err);
+
+/* Since ABI 1.3. The messages panto_stream_steer queued that the turn did not deliver
+ * because it ended first (it failed, was cancelled, paused or reached max_steps),
+ * oldest first, into *out (owned by the caller, panto_string_free): a JSON array with
+ * one array of parts per message, in the saved history's block form, e.g.
+ *   [[{"type": "text", "text": "also check Rome"}]]
+ * Each message is given once: a second call returns []. While the turn runs it returns
+ * [] (a queued message may still be delivered). PANTO_ERROR as for
+ * panto_stream_checkpoint. Never blocks; any thread. */
+PANTO_API PantoStatus panto_stream_take_undelivered(PantoStream *stream, PantoString *out,
+                                                    PantoError **err);
 
 #ifdef __cplusplus
 } /* extern "C" */

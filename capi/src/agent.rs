@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use panto_core::{Agent, CancellationToken, Error};
 use panto_pull::AgentStreamExt;
 
-use crate::boundary::{fail, guard, input_str, invalid, maybe_panic, poisoned, reset_err, status};
+use crate::boundary::{guard, input_str, invalid, maybe_panic, poisoned, ErrOut};
 use crate::cancel::PantoCancelToken;
 use crate::error::PantoError;
 use crate::stream::PantoStream;
@@ -24,7 +24,7 @@ pub struct PantoAgent {
 
 impl PantoAgent {
     /// Runs `f` on a usable agent, catching a panic (which poisons the handle).
-    fn call<T>(
+    pub(crate) fn call<T>(
         &self,
         function: &str,
         f: impl FnOnce(&Agent) -> Result<T, Error>,
@@ -57,10 +57,12 @@ pub(crate) const FORKED_AGENT: &str =
 
 /// # Safety
 /// `agent` is NULL or a live agent from this library.
-unsafe fn agent_ref<'a>(function: &str, agent: *const PantoAgent) -> Result<&'a PantoAgent, Error> {
-    agent
-        .as_ref()
-        .ok_or_else(|| invalid(function, "agent is NULL"))
+pub(crate) unsafe fn agent_ref<'a>(
+    function: &str,
+    agent: *const PantoAgent,
+) -> Result<&'a PantoAgent, Error> {
+    // SAFETY: NULL or a live agent (this function's contract); `as_ref` checks NULL.
+    unsafe { agent.as_ref() }.ok_or_else(|| invalid(function, "agent is NULL"))
 }
 
 /// Creates an agent from its JSON configuration.
@@ -75,17 +77,21 @@ pub unsafe extern "C" fn panto_agent_new(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_new";
-    reset_err(err);
+    // SAFETY: `err` is NULL or writable during the call (panto.h, "Errors").
+    let err = unsafe { ErrOut::new(err) };
     if out.is_null() {
-        return fail(err, invalid(F, "out is NULL"));
+        return err.fail(invalid(F, "out is NULL"));
     }
-    out.write(std::ptr::null_mut());
+    // SAFETY: non-NULL (checked above) and writable (panto.h: `out` is the caller's).
+    unsafe { out.write(std::ptr::null_mut()) };
     if config_json.is_null() {
-        return fail(err, invalid(F, "config_json is NULL"));
+        return err.fail(invalid(F, "config_json is NULL"));
     }
-    let json = match input_str(F, "config_json", config_json, len) {
+    // SAFETY: `config_json` points to `len` bytes that the caller keeps unchanged during
+    // the call (panto.h's rule for every input string).
+    let json = match unsafe { input_str(F, "config_json", config_json, len) } {
         Ok(s) => s,
-        Err(e) => return fail(err, e),
+        Err(e) => return err.fail(e),
     };
     let made = guard(F, || {
         maybe_panic();
@@ -93,13 +99,15 @@ pub unsafe extern "C" fn panto_agent_new(
     });
     match made.and_then(|r| r) {
         Ok(agent) => {
-            out.write(Box::into_raw(Box::new(PantoAgent {
+            let agent = Box::into_raw(Box::new(PantoAgent {
                 agent,
                 poisoned: AtomicBool::new(false),
-            })));
+            }));
+            // SAFETY: non-NULL and writable (checked and written above).
+            unsafe { out.write(agent) };
             PANTO_OK
         }
-        Err(e) => fail(err, e),
+        Err(e) => err.fail(e),
     }
 }
 
@@ -110,7 +118,9 @@ pub unsafe extern "C" fn panto_agent_new(
 #[no_mangle]
 pub unsafe extern "C" fn panto_agent_free(agent: *mut PantoAgent) {
     if !agent.is_null() {
-        let agent = Box::from_raw(agent);
+        // SAFETY: a live agent from `panto_agent_new` (a Box), never used after this call
+        // (this function's contract): the Box is taken back exactly once.
+        let agent = unsafe { Box::from_raw(agent) };
         if panto_pull::agent_from_parent_process(&agent.agent) {
             // A parent's agent in a forked child: freeing its connections could wait for
             // a lock a thread of the parent held. The child's copy of it is left alone.
@@ -131,9 +141,12 @@ pub unsafe extern "C" fn panto_agent_save_history(
     out: *mut PantoString,
     err: *mut *mut PantoError,
 ) -> PantoStatus {
-    string_out("panto_agent_save_history", agent, out, err, |a| {
-        Ok(a.history_json())
-    })
+    // SAFETY: the pointers are as panto.h documents them (string_out's contract).
+    unsafe {
+        string_out("panto_agent_save_history", agent, out, err, |a| {
+            Ok(a.history_json())
+        })
+    }
 }
 
 /// Replaces the conversation with one saved by `panto_agent_save_history`.
@@ -148,19 +161,22 @@ pub unsafe extern "C" fn panto_agent_load_history(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_load_history";
-    reset_err(err);
-    let agent = match agent_ref(F, agent) {
+    // SAFETY: `err` is NULL or writable during the call (panto.h, "Errors").
+    let err = unsafe { ErrOut::new(err) };
+    // SAFETY: `agent` is NULL or a live agent (panto.h).
+    let agent = match unsafe { agent_ref(F, agent) } {
         Ok(a) => a,
-        Err(e) => return fail(err, e),
+        Err(e) => return err.fail(e),
     };
     if json.is_null() {
-        return fail(err, invalid(F, "json is NULL"));
+        return err.fail(invalid(F, "json is NULL"));
     }
-    let json = match input_str(F, "json", json, len) {
+    // SAFETY: `json` points to `len` bytes unchanged during the call (panto.h).
+    let json = match unsafe { input_str(F, "json", json, len) } {
         Ok(s) => s,
-        Err(e) => return fail(err, e),
+        Err(e) => return err.fail(e),
     };
-    status(err, agent.call(F, |a| a.load_history_json(json)))
+    err.status(agent.call(F, |a| a.load_history_json(json)))
 }
 
 /// Empties the conversation.
@@ -173,12 +189,14 @@ pub unsafe extern "C" fn panto_agent_clear_history(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_clear_history";
-    reset_err(err);
-    let agent = match agent_ref(F, agent) {
+    // SAFETY: `err` is NULL or writable during the call (panto.h, "Errors").
+    let err = unsafe { ErrOut::new(err) };
+    // SAFETY: `agent` is NULL or a live agent (panto.h).
+    let agent = match unsafe { agent_ref(F, agent) } {
         Ok(a) => a,
-        Err(e) => return fail(err, e),
+        Err(e) => return err.fail(e),
     };
-    status(err, agent.call(F, |a| a.clear_history()))
+    err.status(agent.call(F, |a| a.clear_history()))
 }
 
 /// Starts a turn: appends `input` as the user message and returns its stream.
@@ -194,25 +212,31 @@ pub unsafe extern "C" fn panto_agent_stream(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_stream";
-    reset_err(err);
+    // SAFETY: `err` is NULL or writable during the call (panto.h, "Errors").
+    let err = unsafe { ErrOut::new(err) };
     if out.is_null() {
-        return fail(err, invalid(F, "out is NULL"));
+        return err.fail(invalid(F, "out is NULL"));
     }
-    out.write(std::ptr::null_mut());
-    let agent = match agent_ref(F, agent) {
+    // SAFETY: non-NULL (checked above) and writable (panto.h: `out` is the caller's).
+    unsafe { out.write(std::ptr::null_mut()) };
+    // SAFETY: `agent` is NULL or a live agent (panto.h).
+    let agent = match unsafe { agent_ref(F, agent) } {
         Ok(a) => a,
-        Err(e) => return fail(err, e),
+        Err(e) => return err.fail(e),
     };
-    let input = match input_str(F, "input", input, len) {
+    // SAFETY: `input` is NULL with `len` 0 or points to `len` bytes unchanged during the
+    // call (panto.h).
+    let input = match unsafe { input_str(F, "input", input, len) } {
         Ok(s) => s,
-        Err(e) => return fail(err, e),
+        Err(e) => return err.fail(e),
     };
-    match agent.call(F, |a| a.stream(input)) {
-        Ok(stream) => {
-            out.write(Box::into_raw(PantoStream::new(stream)));
+    match agent.call(F, |a| Ok((a.stream(input)?, a.config().max_message_bytes))) {
+        Ok((stream, max_file_bytes)) => {
+            // SAFETY: non-NULL and writable (checked and written above).
+            unsafe { out.write(Box::into_raw(PantoStream::new(stream, max_file_bytes))) };
             PANTO_OK
         }
-        Err(e) => fail(err, e),
+        Err(e) => err.fail(e),
     }
 }
 
@@ -231,60 +255,72 @@ pub unsafe extern "C" fn panto_agent_stream_with(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_stream_with";
-    reset_err(err);
+    // SAFETY: `err` is NULL or writable during the call (panto.h, "Errors").
+    let err = unsafe { ErrOut::new(err) };
     if out.is_null() {
-        return fail(err, invalid(F, "out is NULL"));
+        return err.fail(invalid(F, "out is NULL"));
     }
-    out.write(std::ptr::null_mut());
-    let agent = match agent_ref(F, agent) {
+    // SAFETY: non-NULL (checked above) and writable (panto.h: `out` is the caller's).
+    unsafe { out.write(std::ptr::null_mut()) };
+    // SAFETY: `agent` is NULL or a live agent (panto.h).
+    let agent = match unsafe { agent_ref(F, agent) } {
         Ok(a) => a,
-        Err(e) => return fail(err, e),
+        Err(e) => return err.fail(e),
     };
-    let input = match input_str(F, "input", input, len) {
+    // SAFETY: `input` is NULL with `len` 0 or points to `len` bytes unchanged during the
+    // call (panto.h).
+    let input = match unsafe { input_str(F, "input", input, len) } {
         Ok(s) => s,
-        Err(e) => return fail(err, e),
+        Err(e) => return err.fail(e),
+    };
+    // A "path" part is read with the agent's max_message_bytes as its limit.
+    let max_file_bytes = match agent.call(F, |a| Ok(a.config().max_message_bytes)) {
+        Ok(n) => n,
+        Err(e) => return err.fail(e),
     };
     let options = if options_json.is_null() {
         Ok((panto_core::TurnOptions::default(), None))
     } else {
-        input_str(F, "options_json", options_json, options_len).and_then(turn_options)
+        // SAFETY: non-NULL, `options_len` bytes unchanged during the call (panto.h).
+        unsafe { input_str(F, "options_json", options_json, options_len) }
+            .and_then(|json| turn_options(json, max_file_bytes))
     };
     let (options, parts) = match options {
         Ok(o) => o,
-        Err(e) => return fail(err, e),
+        Err(e) => return err.fail(e),
     };
     let input = match parts {
         None => panto_core::Input::from(input),
         Some(_) if !input.is_empty() => {
-            return fail(
-                err,
-                panto_core::Error::config(
-                    "panto_agent_stream_with: give the input either as text or as \
+            return err.fail(panto_core::Error::config(
+                "panto_agent_stream_with: give the input either as text or as \
                      options \"input\", not both (pass an empty input with \"input\")",
-                ),
-            )
+            ))
         }
         Some(parts) => parts,
     };
     match agent.call(F, |a| a.stream_with(input, options)) {
         Ok(stream) => {
-            out.write(Box::into_raw(PantoStream::new(stream)));
+            // SAFETY: non-NULL and writable (checked and written above).
+            unsafe { out.write(Box::into_raw(PantoStream::new(stream, max_file_bytes))) };
             PANTO_OK
         }
-        Err(e) => fail(err, e),
+        Err(e) => err.fail(e),
     }
 }
 
 /// The options of `panto_agent_stream_with`: the turn options, and `"input"` — the
 /// input as text and attachments (`panto::Input::from_value`: a string, or an array
-/// of parts) — taken out before the rest is read as [`panto_core::TurnOptions`].
+/// of parts, a `"path"` read at most `max_file_bytes`) — taken out before the rest is
+/// read as [`panto_core::TurnOptions`].
 fn turn_options(
     json: &str,
+    max_file_bytes: usize,
 ) -> Result<(panto_core::TurnOptions, Option<panto_core::Input>), panto_core::Error> {
     let mut value: serde_json::Value = serde_json::from_str(json)
         .map_err(|e| panto_core::Error::config(format!("options: not valid JSON: {e}")))?;
     let parts = match value.as_object_mut().and_then(|o| o.remove("input")) {
-        Some(v) => Some(panto_core::Input::from_value(&v)?),
+        Some(v) => Some(panto_core::Input::from_value_limited(&v, max_file_bytes)?),
         None => None,
     };
     Ok((
@@ -308,14 +344,16 @@ pub unsafe extern "C" fn panto_agent_compact(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_compact";
-    string_out(F, agent, out, err, |a| {
+    let compact = |a: &Agent| {
         let options = if options_json.is_null() {
             panto_core::CompactOptions::default()
         } else {
-            input_str(F, "options_json", options_json, options_len)
+            // SAFETY: non-NULL, `options_len` bytes unchanged during the call (panto.h).
+            unsafe { input_str(F, "options_json", options_json, options_len) }
                 .and_then(panto_core::CompactOptions::from_json)?
         };
-        let cancel = match cancel.as_ref() {
+        // SAFETY: NULL or a live token that outlives the call (panto.h).
+        let cancel = match unsafe { cancel.as_ref() } {
             Some(c) => c.token.clone(),
             None => CancellationToken::new(),
         };
@@ -324,7 +362,9 @@ pub unsafe extern "C" fn panto_agent_compact(
             return Err(Error::cancelled());
         }
         panto_pull::compact_cancellable(a, &options, &cancel).map(|done| done.to_json())
-    })
+    };
+    // SAFETY: the pointers are as panto.h documents them (string_out's contract).
+    unsafe { string_out(F, agent, out, err, compact) }
 }
 
 /// The conversation's transcript as a JSON array.
@@ -337,14 +377,21 @@ pub unsafe extern "C" fn panto_agent_transcript_json(
     out: *mut PantoString,
     err: *mut *mut PantoError,
 ) -> PantoStatus {
-    string_out("panto_agent_transcript_json", agent, out, err, |a| {
-        Ok(a.transcript_json())
-    })
+    // SAFETY: the pointers are as panto.h documents them (string_out's contract).
+    unsafe {
+        string_out("panto_agent_transcript_json", agent, out, err, |a| {
+            Ok(a.transcript_json())
+        })
+    }
 }
 
 /// The shape shared by the calls that answer with a string: `*err` reset, `*out` empty
 /// until success, the agent checked, then `f` on it (a panic caught, poisoning the
 /// handle) and its string moved into `*out`, owned by the caller.
+///
+/// # Safety
+/// `agent` is NULL or a live agent; `out` is NULL or writable; `err` is NULL or
+/// writable during the call.
 unsafe fn string_out(
     function: &str,
     agent: *mut PantoAgent,
@@ -352,23 +399,29 @@ unsafe fn string_out(
     err: *mut *mut PantoError,
     f: impl FnOnce(&Agent) -> Result<String, Error>,
 ) -> PantoStatus {
-    reset_err(err);
+    // SAFETY: `err` is NULL or writable during the call (this function's contract).
+    let err = unsafe { ErrOut::new(err) };
     if out.is_null() {
-        return fail(err, invalid(function, "out is NULL"));
+        return err.fail(invalid(function, "out is NULL"));
     }
-    out.write(PantoString {
-        ptr: std::ptr::null_mut(),
-        len: 0,
-    });
-    let agent = match agent_ref(function, agent) {
+    // SAFETY: non-NULL (checked above) and writable (this function's contract).
+    unsafe {
+        out.write(PantoString {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+        })
+    };
+    // SAFETY: `agent` is NULL or a live agent (this function's contract).
+    let agent = match unsafe { agent_ref(function, agent) } {
         Ok(a) => a,
-        Err(e) => return fail(err, e),
+        Err(e) => return err.fail(e),
     };
     match agent.call(function, f) {
         Ok(text) => {
-            out.write(crate::string::owned(text));
+            // SAFETY: non-NULL and writable (checked and written above).
+            unsafe { out.write(crate::string::owned(text)) };
             PANTO_OK
         }
-        Err(e) => fail(err, e),
+        Err(e) => err.fail(e),
     }
 }

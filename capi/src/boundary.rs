@@ -56,7 +56,9 @@ pub(crate) unsafe fn input_str<'a>(
             format_args!("{name}: length {len} is too large"),
         ));
     }
-    let bytes = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
+    // SAFETY: `ptr` is non-NULL and points to `len` readable bytes that stay unchanged
+    // during the call (this function's contract); `len` fits an isize (checked above).
+    let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
     std::str::from_utf8(bytes).map_err(|e| {
         invalid(
             function,
@@ -68,35 +70,41 @@ pub(crate) unsafe fn input_str<'a>(
     })
 }
 
-/// Clears an optional error out-pointer on entry (so a caller never sees a stale one).
-///
-/// # Safety
-/// `err` is NULL or points to writable storage for a pointer.
-pub(crate) unsafe fn reset_err(err: *mut *mut PantoError) {
-    if !err.is_null() {
-        err.write(std::ptr::null_mut());
-    }
-}
+/// The optional error out-pointer of an exported function (`PantoError **err`), checked
+/// once on entry: where the call's failure goes. Made by [`ErrOut::new`], whose caller
+/// vouches for the pointer, so that reporting a failure is safe code everywhere after.
+#[derive(Clone, Copy)]
+pub(crate) struct ErrOut(*mut *mut PantoError);
 
-/// Reports `e` through the optional out-pointer and returns `PANTO_ERROR`.
-///
-/// # Safety
-/// `err` is NULL or points to writable storage for a pointer.
-pub(crate) unsafe fn fail(err: *mut *mut PantoError, e: Error) -> PantoStatus {
-    if !err.is_null() {
-        err.write(Box::into_raw(PantoError::new(e)));
+impl ErrOut {
+    /// Takes `err` and clears `*err` (so a caller never sees a stale error).
+    ///
+    /// # Safety
+    /// `err` is NULL or points to storage for a pointer that is writable for as long as
+    /// the returned value is used (the call).
+    pub(crate) unsafe fn new(err: *mut *mut PantoError) -> ErrOut {
+        if !err.is_null() {
+            // SAFETY: non-NULL, and writable by this function's contract.
+            unsafe { err.write(std::ptr::null_mut()) };
+        }
+        ErrOut(err)
     }
-    PANTO_ERROR
-}
 
-/// `PANTO_OK`, or the error through `err`.
-///
-/// # Safety
-/// As for [`fail`].
-pub(crate) unsafe fn status(err: *mut *mut PantoError, r: Result<(), Error>) -> PantoStatus {
-    match r {
-        Ok(()) => PANTO_OK,
-        Err(e) => fail(err, e),
+    /// Reports `e` through the out-pointer (if any) and returns `PANTO_ERROR`.
+    pub(crate) fn fail(self, e: Error) -> PantoStatus {
+        if !self.0.is_null() {
+            // SAFETY: non-NULL, and writable while this value is used (`ErrOut::new`).
+            unsafe { self.0.write(Box::into_raw(PantoError::new(e))) };
+        }
+        PANTO_ERROR
+    }
+
+    /// `PANTO_OK`, or the error through the out-pointer.
+    pub(crate) fn status(self, r: Result<(), Error>) -> PantoStatus {
+        match r {
+            Ok(()) => PANTO_OK,
+            Err(e) => self.fail(e),
+        }
     }
 }
 

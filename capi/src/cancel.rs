@@ -33,7 +33,8 @@ pub extern "C" fn panto_cancel_token_new() -> *mut PantoCancelToken {
 /// `token` is NULL or a live token from this library.
 #[no_mangle]
 pub unsafe extern "C" fn panto_cancel_token_cancel(token: *const PantoCancelToken) -> PantoStatus {
-    let Some(token) = token.as_ref() else {
+    // SAFETY: NULL or a live token (this function's contract); `as_ref` checks NULL.
+    let Some(token) = (unsafe { token.as_ref() }) else {
         return PANTO_ERROR;
     };
     let done = guard("panto_cancel_token_cancel", || {
@@ -52,7 +53,8 @@ pub unsafe extern "C" fn panto_cancel_token_cancel(token: *const PantoCancelToke
 /// `token` is NULL or a live token from this library.
 #[no_mangle]
 pub unsafe extern "C" fn panto_cancel_token_is_cancelled(token: *const PantoCancelToken) -> bool {
-    token.as_ref().is_some_and(|t| t.token.is_cancelled())
+    // SAFETY: NULL or a live token (this function's contract); `as_ref` checks NULL.
+    unsafe { token.as_ref() }.is_some_and(|t| t.token.is_cancelled())
 }
 
 /// Frees a token; NULL is a no-op.
@@ -63,6 +65,9 @@ pub unsafe extern "C" fn panto_cancel_token_is_cancelled(token: *const PantoCanc
 #[no_mangle]
 pub unsafe extern "C" fn panto_cancel_token_free(token: *mut PantoCancelToken) {
     if !token.is_null() {
-        let _ = guard("panto_cancel_token_free", || drop(Box::from_raw(token)));
+        // SAFETY: a live token from `panto_cancel_token_new` (a Box), unused after this
+        // call and by no running call (this function's contract): taken back once.
+        let token = unsafe { Box::from_raw(token) };
+        let _ = guard("panto_cancel_token_free", || drop(token));
     }
 }

@@ -50,7 +50,8 @@ impl PantoError {
 /// `err` is NULL or a live error from this library.
 #[no_mangle]
 pub unsafe extern "C" fn panto_error_kind(err: *const PantoError) -> u32 {
-    err.as_ref().map_or(0, |e| e.error.kind.code())
+    // SAFETY: NULL or a live error (this function's contract); `as_ref` checks NULL.
+    unsafe { err.as_ref() }.map_or(0, |e| e.error.kind.code())
 }
 
 /// The message of `err`, borrowed from it; an empty string for NULL.
@@ -59,7 +60,8 @@ pub unsafe extern "C" fn panto_error_kind(err: *const PantoError) -> u32 {
 /// `err` is NULL or a live error from this library.
 #[no_mangle]
 pub unsafe extern "C" fn panto_error_message(err: *const PantoError) -> PantoStr {
-    err.as_ref().map_or(static_str(""), |e| view(&e.message))
+    // SAFETY: NULL or a live error (this function's contract); `as_ref` checks NULL.
+    unsafe { err.as_ref() }.map_or(static_str(""), |e| view(&e.message))
 }
 
 /// The HTTP status behind `err`, 0 if none (and for NULL).
@@ -68,7 +70,8 @@ pub unsafe extern "C" fn panto_error_message(err: *const PantoError) -> PantoStr
 /// `err` is NULL or a live error from this library.
 #[no_mangle]
 pub unsafe extern "C" fn panto_error_status(err: *const PantoError) -> u32 {
-    err.as_ref().map_or(0, |e| u32::from(e.error.status))
+    // SAFETY: NULL or a live error (this function's contract); `as_ref` checks NULL.
+    unsafe { err.as_ref() }.map_or(0, |e| u32::from(e.error.status))
 }
 
 /// Whether repeating the same request could succeed; false for NULL.
@@ -77,7 +80,8 @@ pub unsafe extern "C" fn panto_error_status(err: *const PantoError) -> u32 {
 /// `err` is NULL or a live error from this library.
 #[no_mangle]
 pub unsafe extern "C" fn panto_error_retryable(err: *const PantoError) -> bool {
-    err.as_ref().is_some_and(|e| e.error.retryable)
+    // SAFETY: NULL or a live error (this function's contract); `as_ref` checks NULL.
+    unsafe { err.as_ref() }.is_some_and(|e| e.error.retryable)
 }
 
 /// The provider's own error type or code, borrowed from `err`; absent (`ptr` NULL) if
@@ -87,7 +91,8 @@ pub unsafe extern "C" fn panto_error_retryable(err: *const PantoError) -> bool {
 /// `err` is NULL or a live error from this library.
 #[no_mangle]
 pub unsafe extern "C" fn panto_error_provider_code(err: *const PantoError) -> PantoStr {
-    err.as_ref()
+    // SAFETY: NULL or a live error (this function's contract); `as_ref` checks NULL.
+    unsafe { err.as_ref() }
         .and_then(|e| e.provider_code.as_deref())
         .map_or(PantoStr::ABSENT, view)
 }
@@ -99,7 +104,8 @@ pub unsafe extern "C" fn panto_error_provider_code(err: *const PantoError) -> Pa
 /// `err` is NULL or a live error from this library.
 #[no_mangle]
 pub unsafe extern "C" fn panto_error_to_json(err: *const PantoError) -> PantoStr {
-    err.as_ref().map_or(static_str(""), |e| view(&e.json))
+    // SAFETY: NULL or a live error (this function's contract); `as_ref` checks NULL.
+    unsafe { err.as_ref() }.map_or(static_str(""), |e| view(&e.json))
 }
 
 /// Frees `err`; NULL is a no-op.
@@ -110,7 +116,10 @@ pub unsafe extern "C" fn panto_error_to_json(err: *const PantoError) -> PantoStr
 pub unsafe extern "C" fn panto_error_free(err: *mut PantoError) {
     if !err.is_null() {
         // Dropping strings cannot panic in practice; a panic must still not unwind.
-        let _ = guard("panto_error_free", || drop(Box::from_raw(err)));
+        // SAFETY: a live error from this library (a Box), unused after this call (this
+        // function's contract): taken back exactly once.
+        let err = unsafe { Box::from_raw(err) };
+        let _ = guard("panto_error_free", || drop(err));
     }
 }
 

@@ -9,6 +9,8 @@
 //!  panto_next_event ───────► Stream::next ─► Record ─► PantoEvent   (stream, record)
 //!       PantoEvent views point into the Record, which the stream keeps until its next call
 //!  panto_stream_cancel / submit_tool_result / readiness_fd ─► StreamControl (any thread)
+//!  panto_stream_checkpoint / steer / take_undelivered ──────► StreamControl (any thread)
+//!  panto_agent_resume(checkpoint, answers) ─► panto_pull::resume        (agent → stream)
 //! ```
 //!
 //! Modules:
@@ -21,6 +23,7 @@
 //!   descriptor, cancel, host tools, free.
 //! - [`ready_set`] — `PantoReadySet` (ABI 1.2): one readiness descriptor for many
 //!   streams (`panto_stream_attach`).
+//! - [`durable`] — durable turns (ABI 1.3): checkpoint, resume with answers, steering.
 //! - [`record`] — the memory behind a delivered event, and its canonical JSON.
 //! - [`string`] — `PantoString`, the owned string the caller frees.
 //!
@@ -30,6 +33,7 @@
 pub mod agent;
 pub mod boundary;
 pub mod cancel;
+pub mod durable;
 pub mod error;
 pub mod ready_set;
 pub mod record;

@@ -25,12 +25,14 @@ pub unsafe extern "C" fn panto_ready_set_new(out: *mut *mut PantoReadySet) -> Pa
     if out.is_null() {
         return PANTO_ERROR;
     }
-    out.write(std::ptr::null_mut());
+    // SAFETY: non-NULL (checked above) and writable (this function's contract).
+    unsafe { out.write(std::ptr::null_mut()) };
     #[cfg(unix)]
     {
         match guard("panto_ready_set_new", panto_pull::ReadySet::new) {
             Ok(Ok(set)) => {
-                out.write(Box::into_raw(Box::new(PantoReadySet { set })));
+                // SAFETY: non-NULL and writable (checked and written above).
+                unsafe { out.write(Box::into_raw(Box::new(PantoReadySet { set }))) };
                 PANTO_OK
             }
             _ => PANTO_ERROR,
@@ -52,8 +54,10 @@ pub unsafe extern "C" fn panto_ready_set_fd(
     if fd_out.is_null() {
         return PANTO_ERROR;
     }
-    fd_out.write(-1);
-    let Some(set) = set.as_ref() else {
+    // SAFETY: non-NULL (checked above) and writable (this function's contract).
+    unsafe { fd_out.write(-1) };
+    // SAFETY: NULL or a live set (this function's contract); `as_ref` checks NULL.
+    let Some(set) = (unsafe { set.as_ref() }) else {
         return PANTO_ERROR;
     };
     #[cfg(unix)]
@@ -63,7 +67,8 @@ pub unsafe extern "C" fn panto_ready_set_fd(
         if fd < 0 {
             return PANTO_ERROR;
         }
-        fd_out.write(i64::from(fd));
+        // SAFETY: non-NULL and writable (checked and written above).
+        unsafe { fd_out.write(i64::from(fd)) };
         PANTO_OK
     }
     #[cfg(not(unix))]
@@ -84,7 +89,8 @@ pub unsafe extern "C" fn panto_ready_set_take(
     tokens: *mut u64,
     cap: usize,
 ) -> usize {
-    let (Some(set), false) = (set.as_ref(), tokens.is_null()) else {
+    // SAFETY: NULL or a live set (this function's contract); `as_ref` checks NULL.
+    let (Some(set), false) = (unsafe { set.as_ref() }, tokens.is_null()) else {
         return 0;
     };
     if cap == 0 {
@@ -92,7 +98,9 @@ pub unsafe extern "C" fn panto_ready_set_take(
     }
     #[cfg(unix)]
     {
-        let buf = std::slice::from_raw_parts_mut(tokens, cap);
+        // SAFETY: `tokens` is non-NULL (checked above) and points to `cap` writable u64s
+        // that nothing else uses during the call (this function's contract).
+        let buf = unsafe { std::slice::from_raw_parts_mut(tokens, cap) };
         guard("panto_ready_set_take", || set.set.take(buf)).unwrap_or(0)
     }
     #[cfg(not(unix))]
@@ -110,7 +118,9 @@ pub unsafe extern "C" fn panto_ready_set_take(
 #[no_mangle]
 pub unsafe extern "C" fn panto_ready_set_free(set: *mut PantoReadySet) {
     if !set.is_null() {
-        let set = Box::from_raw(set);
+        // SAFETY: a live set from `panto_ready_set_new` (a Box) that no other thread uses
+        // and nobody uses after (this function's contract): taken back once.
+        let set = unsafe { Box::from_raw(set) };
         let _ = guard("panto_ready_set_free", || drop(set));
     }
 }
@@ -126,7 +136,9 @@ pub unsafe extern "C" fn panto_stream_attach(
     set: *const PantoReadySet,
     token: u64,
 ) -> PantoStatus {
-    let (Some(stream), Some(set)) = (stream.as_ref(), set.as_ref()) else {
+    // SAFETY: each is NULL or a live handle (this function's contract); `as_ref` checks
+    // NULL.
+    let (Some(stream), Some(set)) = (unsafe { stream.as_ref() }, unsafe { set.as_ref() }) else {
         return PANTO_ERROR;
     };
     if stream.poisoned.load(Ordering::SeqCst) {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use panto_core::{Error, ErrorKind};
 use panto_pull::{Next, Stream, StreamControl};
 
-use crate::boundary::{fail, guard, input_str, invalid, maybe_panic, poisoned, reset_err};
+use crate::boundary::{guard, input_str, invalid, maybe_panic, poisoned, ErrOut};
 use crate::error::PantoError;
 use crate::record::{Record, Slot};
 use crate::types::*;
@@ -31,6 +31,8 @@ pub struct PantoStream {
     /// Written only by the next call that is inside (see `Slot`).
     current: Slot,
     pub(crate) poisoned: AtomicBool,
+    /// The limit of a file a tool result's `"path"` part names (`max_message_bytes`).
+    pub(crate) max_file_bytes: usize,
 }
 
 struct Consumer {
@@ -44,9 +46,12 @@ struct Calls {
 }
 
 impl PantoStream {
-    pub(crate) fn new(stream: Stream) -> Box<PantoStream> {
+    /// `max_file_bytes` (the agent's `max_message_bytes`) bounds each file a tool
+    /// result's `"path"` part names.
+    pub(crate) fn new(stream: Stream, max_file_bytes: usize) -> Box<PantoStream> {
         Box::new(PantoStream {
             control: stream.control(),
+            max_file_bytes,
             consumer: Mutex::new(Consumer { stream }),
             calls: Mutex::new(Calls::default()),
             call_returned: Condvar::new(),
@@ -158,7 +163,9 @@ unsafe fn event_size(out: *const PantoEvent) -> Option<u32> {
     if out.is_null() {
         return None;
     }
-    let size = out.cast::<u32>().read();
+    // SAFETY: non-NULL (checked above) with 4 readable bytes (this function's contract);
+    // `struct_size` is the first field, and a u32 at a PantoEvent's address is aligned.
+    let size = unsafe { out.cast::<u32>().read() };
     accepted_size(size).then_some(size)
 }
 
@@ -172,8 +179,13 @@ unsafe fn write_event(out: *mut PantoEvent, size: u32, mut ev: PantoEvent) {
     ev.struct_size = size;
     let known = std::mem::size_of::<PantoEvent>().min(size as usize);
     let dst = out.cast::<u8>();
-    std::ptr::copy_nonoverlapping((&ev as *const PantoEvent).cast::<u8>(), dst, known);
-    std::ptr::write_bytes(dst.add(known), 0, size as usize - known);
+    // SAFETY: `out` has `size` writable bytes (this function's contract) and
+    // `known <= size`; the source is a local of at least `known` bytes, so the two do
+    // not overlap; the zeros go to bytes `known..size` of the caller's, within `size`.
+    unsafe {
+        std::ptr::copy_nonoverlapping((&ev as *const PantoEvent).cast::<u8>(), dst, known);
+        std::ptr::write_bytes(dst.add(known), 0, size as usize - known);
+    }
 }
 
 /// Fills the caller's event from `slot` (an empty slot: no event) and returns `status`.
@@ -187,8 +199,10 @@ unsafe fn deliver(
     status: PantoStatus,
 ) -> PantoStatus {
     let mut ev = PantoEvent::zeroed();
-    slot.fill(&mut ev);
-    write_event(out, size, ev);
+    // SAFETY: nobody replaces the slot's record meanwhile (this function's contract).
+    unsafe { slot.fill(&mut ev) };
+    // SAFETY: `out` has `size` writable bytes, an accepted size (this function's contract).
+    unsafe { write_event(out, size, ev) };
     status
 }
 
@@ -217,39 +231,49 @@ fn static_error(function: &'static str, message: &'static str) -> &'static Slot 
 }
 
 const NULL_STREAM: &str = "stream is NULL";
-const FORKED_STREAM: &str = "this stream was started before the process forked: panto's \
+pub(crate) const FORKED_STREAM: &str =
+    "this stream was started before the process forked: panto's \
      threads do not survive fork(), so its turn does not run in the child; free it there \
      (freeing does not wait), and start turns of agents made in the child";
 const IN_USE: &str = "another thread is inside a next call on this stream (one consumer at \
      a time); this call waited for it to return and consumed nothing";
 
+/// The two next calls: checks, then one step of the stream delivered into `out`.
+///
+/// # Safety
+/// `stream` is NULL or a live stream; `out` is NULL or points to a `PantoEvent` of its
+/// declared `struct_size` bytes, writable (panto.h).
 unsafe fn next(
     function: &'static str,
     stream: *mut PantoStream,
     out: *mut PantoEvent,
     wait: Wait,
 ) -> PantoStatus {
-    let Some(size) = event_size(out) else {
+    // SAFETY: NULL or a caller's event, whose first 4 bytes are readable (contract).
+    let Some(size) = (unsafe { event_size(out) }) else {
         // Nowhere to put anything: a NULL event or a struct_size that is not one.
         return PANTO_ERROR;
     };
-    let Some(stream) = stream.as_ref() else {
-        return deliver(out, size, static_error(function, NULL_STREAM), PANTO_ERROR);
+    // Every answer from here on. `slot` is a static one (never replaced) or this
+    // stream's, which only this call replaces, and not while delivering it.
+    let answer = |slot: &Slot, status: PantoStatus| {
+        // SAFETY: `out` has `size` writable bytes: `size` is an accepted struct_size and
+        // the caller's event is that large (contract); no `set` of `slot` runs meanwhile.
+        unsafe { deliver(out, size, slot, status) }
+    };
+    // SAFETY: NULL or a live stream (contract); `as_ref` checks NULL.
+    let Some(stream) = (unsafe { stream.as_ref() }) else {
+        return answer(static_error(function, NULL_STREAM), PANTO_ERROR);
     };
     // A stream of the parent in a forked child: its turn is not running here, and its
     // locks may have been held by a thread that does not exist here. Fail before any.
     if stream.control.from_parent_process() {
-        return deliver(
-            out,
-            size,
-            static_error(function, FORKED_STREAM),
-            PANTO_ERROR,
-        );
+        return answer(static_error(function, FORKED_STREAM), PANTO_ERROR);
     }
     let Some(_inside) = stream.enter(wait) else {
         // Not this stream's error: it is neither sticky nor recorded, and the event of
         // the call that is inside stays valid.
-        return deliver(out, size, static_error(function, IN_USE), PANTO_ERROR);
+        return answer(static_error(function, IN_USE), PANTO_ERROR);
     };
     let mut consumer = match stream.consumer.lock() {
         Ok(c) => c,
@@ -260,12 +284,15 @@ unsafe fn next(
     };
     let consumer = &mut *consumer;
     // The previous event's memory ends here (the header's "until the next call").
-    stream.current.set(None);
+    // SAFETY: this call is the one inside the stream (`enter`) and holds the consumer
+    // lock: the slot's only writer; the caller's previous event is dead by the header's
+    // lifetime rule, so nobody reads the old record.
+    unsafe { stream.current.set(None) };
     if stream.poisoned.load(Ordering::SeqCst) {
-        stream
-            .current
-            .set(Some(Record::error(poisoned(function, "stream"))));
-        return deliver(out, size, &stream.current, PANTO_ERROR);
+        let record = Record::error(poisoned(function, "stream"));
+        // SAFETY: as above: the only writer, the old record unread.
+        unsafe { stream.current.set(Some(record)) };
+        return answer(&stream.current, PANTO_ERROR);
     }
     let step = guard(function, || {
         maybe_panic();
@@ -291,8 +318,9 @@ unsafe fn next(
             (PANTO_ERROR, Some(Record::error(panic)))
         }
     };
-    stream.current.set(record);
-    deliver(out, size, &stream.current, status)
+    // SAFETY: as above: the only writer, and the slot is empty.
+    unsafe { stream.current.set(record) };
+    answer(&stream.current, status)
 }
 
 /// Blocks until the next event, the end, or a failure.
@@ -304,7 +332,8 @@ pub unsafe extern "C" fn panto_next_event(
     stream: *mut PantoStream,
     out: *mut PantoEvent,
 ) -> PantoStatus {
-    next("panto_next_event", stream, out, Wait::Forever)
+    // SAFETY: the pointers are as panto.h documents them (`next`'s contract).
+    unsafe { next("panto_next_event", stream, out, Wait::Forever) }
 }
 
 /// Like `panto_next_event`, giving up with `PANTO_PENDING` after `timeout_ms` (0: do not
@@ -323,7 +352,8 @@ pub unsafe extern "C" fn panto_next_event_timeout(
         0 => Wait::Poll,
         t => Wait::For(Duration::from_millis(t as u64)),
     };
-    next("panto_next_event_timeout", stream, out, wait)
+    // SAFETY: the pointers are as panto.h documents them (`next`'s contract).
+    unsafe { next("panto_next_event_timeout", stream, out, wait) }
 }
 
 /// The canonical JSON of a delivered event (or error), borrowed like the event.
@@ -338,16 +368,28 @@ pub unsafe extern "C" fn panto_event_to_json(
     if out.is_null() {
         return PANTO_ERROR;
     }
-    out.write(PantoStr::ABSENT);
-    if event_size(event).is_none() {
+    // SAFETY: non-NULL (checked above) and writable (this function's contract).
+    unsafe { out.write(PantoStr::ABSENT) };
+    // SAFETY: NULL or an event of the caller's, its first 4 bytes readable (contract).
+    if unsafe { event_size(event) }.is_none() {
         return PANTO_ERROR;
     }
     // Only this version's prefix is read; the caller's struct may be larger.
-    let private = std::ptr::addr_of!((*event)._private).read();
-    let gen = std::ptr::addr_of!((*event)._private_gen).read();
-    let kind = std::ptr::addr_of!((*event).kind).read();
+    // SAFETY: `event` is non-NULL with an accepted struct_size, so at least this
+    // version's PantoEvent is readable there; the fields are read in place, through no
+    // reference to the caller's memory.
+    let (private, gen, kind) = unsafe {
+        (
+            std::ptr::addr_of!((*event)._private).read(),
+            std::ptr::addr_of!((*event)._private_gen).read(),
+            std::ptr::addr_of!((*event).kind).read(),
+        )
+    };
     // A copy of an event the stream has moved past: its slot holds another generation.
-    let Some(record) = Slot::record_of(private.cast::<c_void>(), gen) else {
+    // SAFETY: `_private` is NULL or was set by `Slot::fill` from a slot of a stream the
+    // caller has not freed, and no next call on it runs concurrently (panto.h: the
+    // event's lifetime).
+    let Some(record) = (unsafe { Slot::record_of(private.cast::<c_void>(), gen) }) else {
         return PANTO_ERROR;
     };
     if record.kind() != kind {
@@ -355,7 +397,8 @@ pub unsafe extern "C" fn panto_event_to_json(
     }
     match guard("panto_event_to_json", || record.json()) {
         Ok(s) => {
-            out.write(s);
+            // SAFETY: non-NULL and writable (checked and written above).
+            unsafe { out.write(s) };
             PANTO_OK
         }
         Err(_) => PANTO_ERROR,
@@ -368,7 +411,8 @@ pub unsafe extern "C" fn panto_event_to_json(
 /// `stream` is NULL or a live stream.
 #[no_mangle]
 pub unsafe extern "C" fn panto_stream_cancel(stream: *mut PantoStream) -> PantoStatus {
-    match stream.as_ref() {
+    // SAFETY: NULL or a live stream (this function's contract); `as_ref` checks NULL.
+    match unsafe { stream.as_ref() } {
         None => PANTO_ERROR,
         Some(s) => match guard("panto_stream_cancel", || s.control.cancel()) {
             Ok(()) => PANTO_OK,
@@ -393,31 +437,38 @@ pub unsafe extern "C" fn panto_stream_submit_tool_result_parts(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_stream_submit_tool_result_parts";
-    submit_tool_answer(
-        F,
-        stream,
-        (call_id, call_id_len),
-        ("parts_json", parts_json, parts_len),
-        false,
-        err,
-        |stream, call_id, parts_json| {
-            let parts = tool_parts(parts_json)
-                .map_err(|m| Error::new(ErrorKind::Tool, format!("{F}: {m}")))?;
-            stream.control.submit_tool_parts(call_id, parts, is_error)
-        },
-    )
+    let submit = |stream: &PantoStream, call_id: &str, parts_json: &str| {
+        let parts = tool_parts(parts_json, stream.max_file_bytes)
+            .map_err(|m| Error::new(ErrorKind::Tool, format!("{F}: {m}")))?;
+        stream.control.submit_tool_parts(call_id, parts, is_error)
+    };
+    // SAFETY: the pointers are as panto.h documents them (`submit_tool_answer`'s
+    // contract).
+    unsafe {
+        submit_tool_answer(
+            F,
+            stream,
+            (call_id, call_id_len),
+            ("parts_json", parts_json, parts_len),
+            false,
+            err,
+            submit,
+        )
+    }
 }
 
 /// A tool result's parts from the input form: text and images only (a file is read
-/// here, so an unreadable path is named in the error).
-fn tool_parts(json: &str) -> Result<Vec<panto_core::Block>, String> {
+/// here, at most `max_file_bytes` of it, so an unreadable path is named in the error).
+fn tool_parts(json: &str, max_file_bytes: usize) -> Result<Vec<panto_core::Block>, String> {
     use panto_core::{Block, Input};
     // The input form's messages say `input[i]`; here the array is the parts.
     let rename = |e: Error| match e.message.strip_prefix("input") {
         Some(rest) => format!("parts{rest}"),
         None => e.message,
     };
-    let input = Input::from_json(json).map_err(rename)?;
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("parts: not valid JSON: {e}"))?;
+    let input = Input::from_value_limited(&value, max_file_bytes).map_err(rename)?;
     input.check(usize::MAX).map_err(rename)?;
     let parts = input.into_parts();
     if let Some(i) = parts.iter().position(|p| matches!(p, Block::Document(_))) {
@@ -442,15 +493,19 @@ pub unsafe extern "C" fn panto_stream_submit_tool_result(
     is_error: bool,
     err: *mut *mut PantoError,
 ) -> PantoStatus {
-    submit_tool_answer(
-        "panto_stream_submit_tool_result",
-        stream,
-        (call_id, call_id_len),
-        ("output", output, output_len),
-        true,
-        err,
-        |stream, call_id, output| stream.control.submit_tool_result(call_id, output, is_error),
-    )
+    // SAFETY: the pointers are as panto.h documents them (`submit_tool_answer`'s
+    // contract).
+    unsafe {
+        submit_tool_answer(
+            "panto_stream_submit_tool_result",
+            stream,
+            (call_id, call_id_len),
+            ("output", output, output_len),
+            true,
+            err,
+            |stream, call_id, output| stream.control.submit_tool_result(call_id, output, is_error),
+        )
+    }
 }
 
 /// What the two tool-result calls share: the argument checks (each failure the `tool`
@@ -470,42 +525,48 @@ unsafe fn submit_tool_answer(
     err: *mut *mut PantoError,
     submit: impl FnOnce(&PantoStream, &str, &str) -> Result<(), Error>,
 ) -> PantoStatus {
-    reset_err(err);
+    // SAFETY: `err` is NULL or writable during the call (panto.h, "Errors").
+    let err = unsafe { ErrOut::new(err) };
     let as_tool = |e: Error| Error::new(ErrorKind::Tool, e.message);
-    let Some(stream) = stream.as_ref() else {
-        return fail(err, as_tool(invalid(function, "stream is NULL")));
+    // SAFETY: NULL or a live stream (this function's contract); `as_ref` checks NULL.
+    let Some(stream) = (unsafe { stream.as_ref() }) else {
+        return err.fail(as_tool(invalid(function, "stream is NULL")));
     };
     let (call_id, call_id_len) = call_id;
     let (payload_name, payload, payload_len) = payload;
     if call_id.is_null() {
-        return fail(err, as_tool(invalid(function, "call_id is NULL")));
+        return err.fail(as_tool(invalid(function, "call_id is NULL")));
     }
     if payload.is_null() && !null_payload_is_empty {
-        return fail(
-            err,
-            as_tool(invalid(function, format_args!("{payload_name} is NULL"))),
-        );
+        return err.fail(as_tool(invalid(
+            function,
+            format_args!("{payload_name} is NULL"),
+        )));
     }
-    let call_id = match input_str(function, "call_id", call_id, call_id_len) {
+    // SAFETY: non-NULL (checked above), `call_id_len` bytes unchanged during the call
+    // (this function's contract).
+    let call_id = match unsafe { input_str(function, "call_id", call_id, call_id_len) } {
         Ok(s) => s,
-        Err(e) => return fail(err, as_tool(e)),
+        Err(e) => return err.fail(as_tool(e)),
     };
-    let payload = match input_str(function, payload_name, payload, payload_len) {
+    // SAFETY: NULL only with null_payload_is_empty (then `input_str` reads nothing for
+    // length 0 and refuses another), else `payload_len` bytes unchanged during the call.
+    let payload = match unsafe { input_str(function, payload_name, payload, payload_len) } {
         Ok(s) => s,
-        Err(e) => return fail(err, as_tool(e)),
+        Err(e) => return err.fail(as_tool(e)),
     };
     if stream.poisoned.load(Ordering::SeqCst) {
-        return fail(err, poisoned(function, "stream"));
+        return err.fail(poisoned(function, "stream"));
     }
     match guard(function, || {
         maybe_panic();
         submit(stream, call_id, payload)
     }) {
         Ok(Ok(())) => PANTO_OK,
-        Ok(Err(e)) => fail(err, e),
+        Ok(Err(e)) => err.fail(e),
         Err(panic) => {
             stream.poison();
-            fail(err, panic)
+            err.fail(panic)
         }
     }
 }
@@ -516,7 +577,8 @@ unsafe fn submit_tool_answer(
 /// `stream` is NULL or a live stream.
 #[no_mangle]
 pub unsafe extern "C" fn panto_stream_consumer_waiting(stream: *const PantoStream) -> bool {
-    stream.as_ref().is_some_and(|s| {
+    // SAFETY: NULL or a live stream (this function's contract); `as_ref` checks NULL.
+    unsafe { stream.as_ref() }.is_some_and(|s| {
         guard("panto_stream_consumer_waiting", || {
             s.control.consumer_waiting()
         })
@@ -530,7 +592,8 @@ pub unsafe extern "C" fn panto_stream_consumer_waiting(stream: *const PantoStrea
 /// `stream` is NULL or a live stream.
 #[no_mangle]
 pub unsafe extern "C" fn panto_stream_turn_paused(stream: *const PantoStream) -> bool {
-    stream.as_ref().is_some_and(|s| {
+    // SAFETY: NULL or a live stream (this function's contract); `as_ref` checks NULL.
+    unsafe { stream.as_ref() }.is_some_and(|s| {
         guard("panto_stream_turn_paused", || s.control.turn_paused()).unwrap_or(false)
     })
 }
@@ -548,23 +611,29 @@ pub unsafe extern "C" fn panto_stream_readiness_fd(
     if fd_out.is_null() {
         return PANTO_ERROR;
     }
-    fd_out.write(-1);
-    let Some(stream) = stream.as_ref() else {
+    // SAFETY: non-NULL (checked above) and writable (this function's contract).
+    unsafe { fd_out.write(-1) };
+    // SAFETY: NULL or a live stream (this function's contract); `as_ref` checks NULL.
+    let Some(stream) = (unsafe { stream.as_ref() }) else {
         return PANTO_ERROR;
     };
     if stream.poisoned.load(Ordering::SeqCst) {
         return PANTO_ERROR;
     }
-    readiness_fd(stream, fd_out)
+    // SAFETY: `fd_out` is non-NULL and writable (checked and written above).
+    unsafe { readiness_fd(stream, fd_out) }
 }
 
+/// # Safety
+/// `fd_out` is non-NULL and writable.
 #[cfg(unix)]
 unsafe fn readiness_fd(stream: &PantoStream, fd_out: *mut i64) -> PantoStatus {
     match guard("panto_stream_readiness_fd", || {
         stream.control.readiness_fd()
     }) {
         Ok(Ok(fd)) => {
-            fd_out.write(i64::from(fd));
+            // SAFETY: non-NULL and writable (this function's contract).
+            unsafe { fd_out.write(i64::from(fd)) };
             PANTO_OK
         }
         Ok(Err(_)) => PANTO_ERROR,
@@ -589,7 +658,9 @@ unsafe fn readiness_fd(_: &PantoStream, _: *mut i64) -> PantoStatus {
 #[no_mangle]
 pub unsafe extern "C" fn panto_stream_free(stream: *mut PantoStream) {
     if !stream.is_null() {
-        let stream = Box::from_raw(stream);
+        // SAFETY: a live stream from this library (a Box) that no other thread uses and
+        // nobody uses after (this function's contract): taken back once.
+        let stream = unsafe { Box::from_raw(stream) };
         if stream.control.from_parent_process() {
             // A parent's stream in a forked child: its locks may have been held by a
             // thread that is gone, so nothing of it is touched; the child's copy leaks.

@@ -25,7 +25,11 @@ pub(crate) fn owned(s: String) -> PantoString {
 /// `s` is NULL or points to a `PantoString` this library filled, unchanged since.
 #[no_mangle]
 pub unsafe extern "C" fn panto_string_free(s: *mut PantoString) {
-    let Some(s) = s.as_mut() else { return };
+    // SAFETY: NULL or a `PantoString` of the caller's, not aliased during the call (this
+    // function's contract); `as_mut` checks NULL.
+    let Some(s) = (unsafe { s.as_mut() }) else {
+        return;
+    };
     if s.ptr.is_null() {
         return;
     }
@@ -33,10 +37,14 @@ pub unsafe extern "C" fn panto_string_free(s: *mut PantoString) {
     s.ptr = std::ptr::null_mut();
     s.len = 0;
     let _ = guard("panto_string_free", || {
-        // SAFETY: `owned` allocated exactly `len + 1` bytes at `ptr` as a boxed slice.
-        drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-            ptr.cast::<u8>(),
-            len + 1,
-        )))
+        // SAFETY: `owned` allocated exactly `len + 1` bytes at `ptr` as a boxed slice
+        // (the string is unchanged since, by contract), and `*s` was emptied above, so
+        // it is taken back once.
+        drop(unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                ptr.cast::<u8>(),
+                len + 1,
+            ))
+        })
     });
 }

@@ -109,7 +109,9 @@ fn header_block_delta_and_content_codes_match_the_mapping() {
             content: block,
         }));
         let mut ev = PantoEvent::zeroed();
+        // SAFETY: the slot is this test's alone; nothing replaces its record meanwhile.
         unsafe { record.fill(&mut ev) };
+        // SAFETY: `kind` is block_complete, so that arm was written (plain data).
         let got = unsafe { ev.payload.block_complete.content_type };
         assert_eq!(
             h[&format!("PANTO_CONTENT_{}", upper(&ty))],
@@ -158,11 +160,12 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoToolCallStart { message, host, _reserved0, call_id, name, arguments, arguments_raw }
         PantoToolResult { message, is_error, _reserved0, call_id, name, output, parts }
         PantoProviderRetry { message, attempt, max_attempts, status, delay_ms, reason }
-        PantoMessageComplete { messages, _reserved0, stop_reason, text, usage, output }
+        PantoMessageComplete { messages, _reserved0, stop_reason, text, usage, output, deferred }
         PantoOutputRepair { message, attempt, max_attempts, _reserved0, error }
+        PantoSteeringDelivered { message, _reserved0, text }
         PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code, retry_after_ms, output }
         PantoHistoryCompacted { messages_before, messages_after, tokens_before, tokens_after }
-        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, _reserved }
+        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, steering_delivered, _reserved }
         PantoEvent { struct_size, kind, flags, _private_gen, _private, payload }
     }
     out
@@ -358,13 +361,33 @@ fn sample_events() -> Vec<Event> {
             usage,
             messages: 2,
             text: "done".into(),
-            output: Some(serde_json::json!({"city": "Paris"})),
+            // The C text holds the numbers as the model wrote them (no f64 in between).
+            output: Some(
+                panto_core::JsonText::from_json(r#"{"city":"Paris","n":123456789012345678901234567890,"x":0.12345678901234567890123}"#)
+                    .unwrap(),
+            ),
+            deferred: vec![panto_core::DeferredCall {
+                call_id: "call_9".into(),
+                name: "delete_file".into(),
+                arguments: json!({"path": "/tmp/x"}),
+                reason: panto_core::DeferReason::Approval,
+            }],
         },
         Event::OutputRepair {
             message: 0,
             attempt: 1,
             max_attempts: 2,
             error: "missing property \"city\"".into(),
+        },
+        Event::HistoryCompacted {
+            messages_before: 40,
+            messages_after: 3,
+            tokens_before: 120_000,
+            tokens_after: u64::MAX,
+        },
+        Event::SteeringDelivered {
+            message: 2,
+            text: "stop after this".into(),
         },
     ];
     for (i, b) in sample_blocks().into_iter().enumerate() {
@@ -377,19 +400,24 @@ fn sample_events() -> Vec<Event> {
     v
 }
 
+/// # Safety
+/// `s` is absent or views a live string of `len` bytes followed by a NUL.
 unsafe fn text(s: PantoStr) -> Option<String> {
     if s.ptr.is_null() {
         assert_eq!(s.len, 0);
         return None;
     }
-    let bytes = std::slice::from_raw_parts(s.ptr.cast::<u8>(), s.len + 1);
+    // SAFETY: a live string of `len` bytes and its NUL (this function's contract).
+    let bytes = unsafe { std::slice::from_raw_parts(s.ptr.cast::<u8>(), s.len + 1) };
     assert_eq!(bytes[s.len], 0, "NUL-terminated");
     Some(String::from_utf8(bytes[..s.len].to_vec()).unwrap())
 }
 
 fn to_json(ev: &PantoEvent) -> String {
     let mut out = PantoStr::ABSENT;
+    // SAFETY: `ev` was filled from a live slot; `out` is a local.
     assert_eq!(unsafe { panto_event_to_json(ev, &mut out) }, PANTO_OK);
+    // SAFETY: `out` views the record's JSON, NUL-terminated, alive with `ev`'s slot.
     unsafe { text(out) }.unwrap()
 }
 
@@ -400,6 +428,7 @@ fn event_to_json_is_byte_identical_to_the_cores() {
         let record = Slot::holding(Record::event(event.clone()));
         let mut ev = PantoEvent::zeroed();
         ev.struct_size = size_of::<PantoEvent>() as u32;
+        // SAFETY: the slot is this test's alone; nothing replaces its record meanwhile.
         unsafe { record.fill(&mut ev) };
         assert_eq!(ev.kind, event.code());
         assert_eq!(to_json(&ev), want);
@@ -413,13 +442,126 @@ fn event_to_json_is_byte_identical_to_the_cores() {
     let record = Slot::holding(Record::error(e.clone()));
     let mut ev = PantoEvent::zeroed();
     ev.struct_size = size_of::<PantoEvent>() as u32;
+    // SAFETY: the slot is this test's alone; nothing replaces its record meanwhile.
     unsafe { record.fill(&mut ev) };
     assert_eq!(ev.kind, PANTO_EV_ERROR);
     assert_eq!(to_json(&ev), e.to_json());
 }
 
+/// A JSON value for a field of the vocabulary's type `ty`, never a zero or empty one
+/// (so a filled payload cannot be all zero).
+fn sample_field(vocab: &serde_json::Value, ty: &str) -> Option<serde_json::Value> {
+    let first_of = |name: &str| {
+        vocab["enums"]
+            .as_array()?
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["values"][0]["name"].clone())
+    };
+    Some(match ty {
+        "u16" | "u32" | "u64" => json!(1),
+        "bool" => json!(true),
+        "string" => json!("s"),
+        "json" => json!({"k": 1}),
+        "json_text" => json!({"n": 12345678901234567890u64}),
+        "block" => json!({"type": "text", "text": "t"}),
+        "parts" => json!([{"type": "text", "text": "p"}]),
+        "deferred_calls" => {
+            json!([{"call_id": "c", "name": "n", "arguments": {}, "reason": "approval"}])
+        }
+        "usage" => {
+            let record = vocab["records"]
+                .as_array()?
+                .iter()
+                .find(|r| r["name"] == ty)?;
+            let mut out = serde_json::Map::new();
+            for f in record["fields"].as_array()? {
+                let name = f["name"].as_str()?.to_string();
+                out.insert(name, sample_field(vocab, f["type"].as_str()?)?);
+            }
+            serde_json::Value::Object(out)
+        }
+        other => first_of(other)?,
+    })
+}
+
+/// One event of every type the vocabulary describes, each field set from its described
+/// type: what the core can emit, whatever this crate's own samples cover.
+fn one_event_of_each_type() -> Vec<Event> {
+    let vocab = panto_core::vocab::describe();
+    let mut out = Vec::new();
+    for e in vocab["events"].as_array().unwrap() {
+        let name = e["name"].as_str().unwrap();
+        let mut obj = serde_json::Map::new();
+        obj.insert("type".into(), json!(name));
+        for f in e["fields"].as_array().unwrap() {
+            let ty = f["type"].as_str().unwrap();
+            let value = sample_field(&vocab, ty).unwrap_or_else(|| {
+                panic!(
+                    "event {name}: no sample value for a field of type {ty}: extend sample_field"
+                )
+            });
+            obj.insert(f["name"].as_str().unwrap().into(), value);
+        }
+        let ev: Event = serde_json::from_value(serde_json::Value::Object(obj.clone()))
+            .unwrap_or_else(|err| panic!("event {name}: {obj:?} does not read back: {err}"));
+        out.push(ev);
+    }
+    assert_eq!(out.len(), Event::TYPES.len());
+    out
+}
+
+/// The `_ => return false` arm of `record::fill_event` exists only because `Event` is
+/// non-exhaustive: an event added to the core without its C payload would reach C with
+/// an all-zero payload, indistinguishable from real zeros. This names such an event.
+#[test]
+fn every_event_of_the_vocabulary_has_a_c_payload() {
+    let mut unmapped = Vec::new();
+    for event in one_event_of_each_type() {
+        let record = Record::event(event.clone());
+        assert_eq!(record.kind(), event.code());
+        if !record.mapped() {
+            unmapped.push(event.type_name());
+            continue;
+        }
+        let slot = Slot::holding(record);
+        let mut ev = new_event();
+        // SAFETY: the slot is this test's alone; nothing replaces its record meanwhile.
+        unsafe { slot.fill(&mut ev) };
+        // SAFETY: every arm is plain data, so the union may be read as its words.
+        let words: [u64; 32] = unsafe { ev.payload._reserved };
+        assert!(
+            words.iter().any(|w| *w != 0),
+            "{}: mapped, but its payload is all zero",
+            event.type_name()
+        );
+        assert!(arm_size(event.code()) <= size_of::<[u64; 32]>());
+    }
+    assert!(
+        unmapped.is_empty(),
+        "events with no C payload in capi/src/record.rs (fill_event), delivered to C as \
+         all zeros: {unmapped:?}; map each to its Panto* struct (and declare it in \
+         include/panto.h)"
+    );
+}
+
+/// The hand-written samples below (byte-identical JSON, every field in the payload)
+/// hold one event of every type, so a new event gets its byte-level tests too.
+#[test]
+fn the_samples_hold_every_event_type() {
+    let have: std::collections::BTreeSet<_> =
+        sample_events().iter().map(|e| e.type_name()).collect();
+    let missing: Vec<_> = Event::TYPES.iter().filter(|t| !have.contains(*t)).collect();
+    assert!(
+        missing.is_empty(),
+        "sample_events() has no {missing:?}: add one of each"
+    );
+}
+
 #[test]
 fn payloads_carry_every_field() {
+    // SAFETY: every handle passed is this test's own and live until it frees it; every
+    // other pointer is a local's address or a string of the test.
     unsafe {
         for event in sample_events() {
             let record = Slot::holding(Record::event(event.clone()));
@@ -547,11 +689,25 @@ fn payloads_carry_every_field() {
                     text: t,
                     usage,
                     output,
+                    deferred,
                     ..
                 } => {
                     assert_eq!(
+                        text(p.message_complete.deferred).as_deref(),
+                        Some(
+                            r#"[{"call_id":"call_9","name":"delete_file","arguments":{"path":"/tmp/x"},"reason":"approval"}]"#
+                        )
+                    );
+                    assert_eq!(deferred.len(), 1);
+                    assert_eq!(
                         text(p.message_complete.output),
                         output.as_ref().map(|v| v.to_string())
+                    );
+                    assert_eq!(
+                        text(p.message_complete.output).as_deref(),
+                        Some(
+                            r#"{"city":"Paris","n":123456789012345678901234567890,"x":0.12345678901234567890123}"#
+                        )
                     );
                     assert_eq!(p.message_complete.messages, *messages);
                     assert_eq!(p.message_complete.usage.reported, usage.reported);
@@ -572,7 +728,34 @@ fn payloads_carry_every_field() {
                     );
                     assert_eq!(text(r.error).as_ref(), Some(error));
                 }
-                _ => unreachable!(),
+                Event::HistoryCompacted {
+                    messages_before,
+                    messages_after,
+                    tokens_before,
+                    tokens_after,
+                } => {
+                    let h = p.history_compacted;
+                    assert_eq!(
+                        (
+                            h.messages_before,
+                            h.messages_after,
+                            h.tokens_before,
+                            h.tokens_after
+                        ),
+                        (
+                            *messages_before,
+                            *messages_after,
+                            *tokens_before,
+                            *tokens_after
+                        )
+                    );
+                }
+                Event::SteeringDelivered { message, text: t } => {
+                    let d = p.steering_delivered;
+                    assert_eq!(d.message, *message);
+                    assert_eq!(text(d.text).as_ref(), Some(t));
+                }
+                other => panic!("{}: add the checks of its payload here", other.type_name()),
             }
             // Nothing past the arm is set: the rest of the union is zero.
             let words = p._reserved;
@@ -596,13 +779,14 @@ fn arm_size(kind: u32) -> usize {
         PANTO_EV_MESSAGE_COMPLETE => size_of::<PantoMessageComplete>(),
         PANTO_EV_HISTORY_COMPACTED => size_of::<PantoHistoryCompacted>(),
         PANTO_EV_OUTPUT_REPAIR => size_of::<PantoOutputRepair>(),
+        PANTO_EV_STEERING_DELIVERED => size_of::<PantoSteeringDelivered>(),
         _ => size_of::<PantoErrorInfo>(),
     }
 }
 
 #[test]
 fn every_payload_fits_the_reserved_union() {
-    for kind in 1..=12 {
+    for kind in 1..=13 {
         assert!(arm_size(kind) <= size_of::<[u64; 32]>());
     }
     assert_eq!(size_of::<PantoEventPayload>(), 256);
@@ -610,6 +794,8 @@ fn every_payload_fits_the_reserved_union() {
 
 #[test]
 fn names_of_kinds() {
+    // SAFETY: every handle passed is this test's own and live until it frees it; every
+    // other pointer is a local's address or a string of the test.
     unsafe {
         assert_eq!(
             text(panto_error_kind_name(PANTO_ERR_RATE_LIMITED)).unwrap(),
@@ -643,23 +829,26 @@ fn server(name: &str) -> panto_testserver::TestServer {
         .unwrap()
 }
 
-unsafe fn new_agent(url: &str) -> *mut PantoAgent {
+fn new_agent(url: &str) -> *mut PantoAgent {
     let cfg = json!({"provider": "openai", "model": "gpt-4o-mini", "base_url": format!("{url}/v1"),
                      "api_key": "sk-test"})
     .to_string();
     let mut agent = ptr::null_mut();
     let mut err = ptr::null_mut();
-    assert_eq!(
-        panto_agent_new(cfg.as_ptr().cast(), cfg.len(), &mut agent, &mut err),
-        PANTO_OK
-    );
+    // SAFETY: the config is `len` bytes of a live string; the out-pointers are locals.
+    let st = unsafe { panto_agent_new(cfg.as_ptr().cast(), cfg.len(), &mut agent, &mut err) };
+    assert_eq!(st, PANTO_OK);
     assert!(err.is_null());
     agent
 }
 
+/// # Safety
+/// `agent` is a live agent.
 unsafe fn start(agent: *mut PantoAgent) -> *mut PantoStream {
     let mut stream = ptr::null_mut();
-    let st = panto_agent_stream(agent, c"hi".as_ptr(), 2, &mut stream, ptr::null_mut());
+    // SAFETY: a live agent (this function's contract), 2 bytes of a C string literal, a
+    // local out-pointer.
+    let st = unsafe { panto_agent_stream(agent, c"hi".as_ptr(), 2, &mut stream, ptr::null_mut()) };
     assert_eq!(st, PANTO_OK);
     stream
 }
@@ -673,6 +862,8 @@ fn new_event() -> PantoEvent {
 #[test]
 fn a_panic_is_reported_as_internal_and_poisons_the_stream() {
     let srv = server("text.json");
+    // SAFETY: every handle passed is this test's own and live until it frees it; every
+    // other pointer is a local's address or a string of the test.
     unsafe {
         let agent = new_agent(&srv.url());
         let stream = start(agent);
@@ -752,6 +943,8 @@ fn a_panic_is_reported_as_internal_and_poisons_the_stream() {
 #[test]
 fn struct_size_is_checked_and_extra_room_is_zeroed() {
     let srv = server("text.json");
+    // SAFETY: every handle passed is this test's own and live until it frees it; every
+    // other pointer is a local's address or a string of the test.
     unsafe {
         let agent = new_agent(&srv.url());
         let stream = start(agent);
@@ -824,6 +1017,8 @@ fn the_1_0_event_size_is_pinned() {
 
 #[test]
 fn invalid_input_strings_are_errors_never_replaced() {
+    // SAFETY: every handle passed is this test's own and live until it frees it; every
+    // other pointer is a local's address or a string of the test.
     unsafe {
         let bad = b"{\"model\":\"\xff\"}";
         let mut agent = ptr::null_mut();
@@ -853,6 +1048,8 @@ fn invalid_input_strings_are_errors_never_replaced() {
 
 #[test]
 fn owned_strings_are_freed_once_and_emptied() {
+    // SAFETY: every handle passed is this test's own and live until it frees it; every
+    // other pointer is a local's address or a string of the test.
     unsafe {
         let mut s = owned("{\"version\":1}".into());
         assert_eq!(s.len, 13);
@@ -902,8 +1099,10 @@ fn an_error_event_carries_the_servers_wait() {
         let record = Slot::holding(Record::error(e));
         let mut ev = PantoEvent::zeroed();
         ev.struct_size = size_of::<PantoEvent>() as u32;
+        // SAFETY: the slot is this test's alone; nothing replaces its record meanwhile.
         unsafe { record.fill(&mut ev) };
         assert_eq!(ev.kind, PANTO_EV_ERROR);
+        // SAFETY: `kind` is error, so that arm was written (plain data).
         assert_eq!(unsafe { ev.payload.error.retry_after_ms }, want);
     }
 }

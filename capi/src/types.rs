@@ -19,7 +19,7 @@ pub const PANTO_PENDING: PantoStatus = 3;
 
 /// The ABI version; the crate's major.minor (checked by a test).
 pub const PANTO_ABI_VERSION_MAJOR: u32 = 1;
-pub const PANTO_ABI_VERSION_MINOR: u32 = 2;
+pub const PANTO_ABI_VERSION_MINOR: u32 = 3;
 
 /// `PantoEvent::kind` when the call delivered no event (`PANTO_DONE`, `PANTO_PENDING`).
 pub const PANTO_EV_NONE: u32 = 0;
@@ -38,6 +38,8 @@ pub const PANTO_EV_MESSAGE_COMPLETE: u32 = 10;
 pub const PANTO_EV_HISTORY_COMPACTED: u32 = 11;
 /// Added after ABI 1.1.0 (structured output).
 pub const PANTO_EV_OUTPUT_REPAIR: u32 = 12;
+/// Durable turns: a steered message was delivered.
+pub const PANTO_EV_STEERING_DELIVERED: u32 = 13;
 /// `PantoEvent::kind` with `PANTO_ERROR`: the payload is the failure. Far above the
 /// core's event codes, so new event types never collide with it.
 pub const PANTO_EV_ERROR: u32 = 256;
@@ -244,6 +246,18 @@ pub struct PantoMessageComplete {
     /// Added after ABI 1.1.0: the validated structured output as JSON text; absent
     /// when no output schema applied.
     pub output: PantoStr,
+    /// Durable turns: the deferred calls as a JSON array when the turn paused; absent
+    /// otherwise.
+    pub deferred: PantoStr,
+}
+
+/// Durable turns: a steered message was delivered.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PantoSteeringDelivered {
+    pub message: u32,
+    pub _reserved0: u32,
+    pub text: PantoStr,
 }
 
 /// Added after ABI 1.1.0: an answer did not match the output schema and a repair is
@@ -292,6 +306,7 @@ pub union PantoEventPayload {
     pub error: PantoErrorInfo,
     pub history_compacted: PantoHistoryCompacted,
     pub output_repair: PantoOutputRepair,
+    pub steering_delivered: PantoSteeringDelivered,
     pub _reserved: [u64; 32],
 }
 

@@ -24,6 +24,21 @@ compares the two *semantically* — what the C compiler would see, not how it is
   selftest HAND GEN LIB  mutates copies of the headers (a signature changed on one side,
                          a field reordered, a constant changed, …) and checks that each
                          mutation is caught, and that the unmutated pair passes.
+  baseline OLD NEW       NEW is a compatible successor of the released header OLD
+                         (baseline/panto.h): every function of OLD with the same
+                         signature and the same "Since ABI" version node; every PANTO_*
+                         constant with the same value (the minor version may grow, the
+                         major may not change); every Panto* typedef with the same
+                         target; every field of every struct and union with the same
+                         name, type and offset (fields may be appended, and the space of
+                         a _reserved* field taken), no struct smaller, the payload union
+                         no larger. Offsets and sizes come from the C compiler.
+  baseline-selftest OLD  breaks copies of OLD the ways the rules above forbid (a function
+                         removed or changed, fields swapped, a field removed or retyped,
+                         a constant changed, a function moved to another version node,
+                         the payload union grown) and checks each is caught; and that the
+                         ways they allow (a function and a constant added, a field
+                         appended, a reserved field taken) pass.
 
 Needs a C preprocessor (cc -E) and pycparser. Exit status 0 = agree, 1 = drift, 2 = usage.
 """
@@ -443,6 +458,158 @@ def selftest(hand, gen, lib):
     return 1 if failures else 0
 
 
+# Constants that may change between compatible versions: the minor version grows with
+# every addition; the patch level and the size bound are not part of the contract.
+BASELINE_MAY_CHANGE = {"PANTO_ABI_VERSION_MINOR", "PANTO_ABI_VERSION_PATCH"}
+
+
+def layout(header):
+    """{"Record": size, "Record.field": offset} as the C compiler sees `header`."""
+    work = scratch("panto-abi-layout-")
+    src, exe = os.path.join(work, "probe.c"), os.path.join(work, "probe")
+    with open(src, "w") as f:
+        f.write(probe(header))
+    subprocess.run([cc(), "-std=c11", "-I", os.path.dirname(os.path.abspath(header)), src,
+                    "-o", exe], check=True, capture_output=True, text=True)
+    out = {}
+    for line in run([exe]).splitlines():
+        name, what, value = line.split()[:3]
+        out[name] = int(value)
+    return out
+
+
+def compare_baseline(old, new):
+    """Every way `new` breaks a program built against `old`, as text."""
+    stubs = stub_dir()
+    a, b = Model(preprocess(old, stubs)), Model(preprocess(new, stubs))
+    errs = []
+    ma, mb = macros(old, stubs), macros(new, stubs)
+    if ma.get("PANTO_ABI_VERSION_MAJOR") != mb.get("PANTO_ABI_VERSION_MAJOR"):
+        return [f"the ABI major changed ({ma.get('PANTO_ABI_VERSION_MAJOR')} -> "
+                f"{mb.get('PANTO_ABI_VERSION_MAJOR')}): a new major is a new baseline "
+                "(record the released header in baseline/, see baseline/README.md)"], ""
+    if (mb.get("PANTO_ABI_VERSION_MINOR") or 0) < (ma.get("PANTO_ABI_VERSION_MINOR") or 0):
+        errs.append("PANTO_ABI_VERSION_MINOR went down")
+    for name, value in sorted(ma.items()):
+        if name in BASELINE_MAY_CHANGE:
+            continue
+        if name not in mb:
+            errs.append(f"#define {name}: removed (was {value!r})")
+        elif mb[name] != value:
+            errs.append(f"#define {name}: changed from {value!r} to {mb[name]!r}")
+    since_a, since_b = header_since(old), header_since(new)
+    for name in sorted(a.funcs):
+        if name not in b.funcs:
+            errs.append(f"function {name}: removed")
+        elif a.canon(a.funcs[name]) != b.canon(b.funcs[name]):
+            errs.append(f"function {name}: signature changed\n    was: {a.canon(a.funcs[name])}"
+                        f"\n    now: {b.canon(b.funcs[name])}")
+        elif since_a[name] != since_b[name]:
+            errs.append(f"function {name}: moved from version node {since_a[name]} to "
+                        f"{since_b[name]} (programs linked to {name}@{since_a[name]} would "
+                        "no longer load)")
+    for name in sorted(n for n in a.typedefs if n.startswith("Panto")):
+        if name not in b.typedefs:
+            errs.append(f"typedef {name}: removed")
+        elif a.canon(a.typedefs[name]) != b.canon(b.typedefs[name]):
+            errs.append(f"typedef {name}: was {a.canon(a.typedefs[name])}, now "
+                        f"{b.canon(b.typedefs[name])}")
+    la, lb = layout(old), layout(new)
+    for key in sorted(a.records):
+        rec = key.split(" ", 1)[1]
+        if key not in b.records:
+            errs.append(f"{key}: removed")
+            continue
+        new_fields = dict(b.fields(key))
+        for field, ftype in a.fields(key):
+            if field.startswith("_reserved"):
+                continue
+            where = f"{rec}.{field}"
+            if field not in new_fields:
+                errs.append(f"{where}: removed")
+            elif new_fields[field] != ftype:
+                errs.append(f"{where}: type changed from {ftype} to {new_fields[field]}")
+            elif la[where] != lb[where]:
+                errs.append(f"{where}: moved from offset {la[where]} to {lb[where]}")
+        if lb[rec] < la[rec]:
+            errs.append(f"{key}: shrank from {la[rec]} to {lb[rec]} bytes")
+        if rec == "PantoEventPayload" and lb[rec] != la[rec]:
+            errs.append(f"{key}: its size is fixed ({la[rec]} bytes), now {lb[rec]}")
+    summary = (f"{len(a.funcs)} functions, {len(a.records)} structs/unions, {len(ma)} "
+               f"constants of {os.path.basename(old)} kept in {new}")
+    return errs, summary
+
+
+# (what, text of the baseline header, replacement): each must be reported as a break.
+BASELINE_BREAKS = [
+    ("a function removed",
+     "PANTO_API bool panto_stream_turn_paused(const PantoStream *stream);", ""),
+    ("a parameter type changed",
+     "int32_t timeout_ms);", "int64_t timeout_ms);"),
+    ("two fields swapped",
+     "  uint32_t attempt;      /* the attempt about to start (2 for the first retry) */\n"
+     "  uint32_t max_attempts; /* 1 + retry.max_retries */",
+     "  uint32_t max_attempts; /* 1 + retry.max_retries */\n"
+     "  uint32_t attempt;      /* the attempt about to start (2 for the first retry) */"),
+    ("a field removed", "  uint64_t retry_after_ms;\n", ""),
+    ("a field retyped", "  uint64_t delay_ms;", "  uint32_t delay_ms;"),
+    ("a field inserted before others",
+     "typedef struct PantoOutputRepair {\n  uint32_t message;",
+     "typedef struct PantoOutputRepair {\n  uint32_t version;\n  uint32_t message;"),
+    ("a constant changed", "#define PANTO_ERR_BUSY 13", "#define PANTO_ERR_BUSY 20"),
+    ("a constant removed",
+     "#define PANTO_PENDING 3 /* next with a timeout: nothing arrived in time */\n", ""),
+    ("a function moved to another version node",
+     "/* Since ABI 1.1. A new, uncancelled token", "/* A new, uncancelled token"),
+    ("the payload union grown", "  uint64_t _reserved[32];", "  uint64_t _reserved[33];"),
+]
+
+# Changes the compatibility rules allow: each must pass.
+BASELINE_ALLOWED = [
+    ("a function added",
+     "PANTO_API bool panto_stream_turn_paused(const PantoStream *stream);",
+     "PANTO_API bool panto_stream_turn_paused(const PantoStream *stream);\n"
+     "/* Since ABI 1.3. */\nPANTO_API bool panto_stream_is_new(const PantoStream *stream);"),
+    ("a constant added", "#define PANTO_PENDING 3 ", "#define PANTO_LATER 9\n#define PANTO_PENDING 3 "),
+    ("a field appended to a payload struct",
+     "  PantoStr error; /* the validation error sent back (one line, bounded) */\n"
+     "} PantoOutputRepair;",
+     "  PantoStr error; /* the validation error sent back (one line, bounded) */\n"
+     "  uint64_t deferred;\n} PantoOutputRepair;"),
+    ("a reserved field taken", "  uint8_t _reserved0[7];\n} PantoUsage;",
+     "  bool estimated;\n  uint8_t _reserved0[6];\n} PantoUsage;"),
+]
+
+
+def baseline_selftest(old):
+    with open(old) as f:
+        text = f.read()
+    work = scratch("panto-abi-baseline-selftest-")
+    new = os.path.join(work, "panto.h")
+    failures = []
+
+    def check(what, new_text, want_break):
+        with open(new, "w") as f:
+            f.write(new_text)
+        errs, _ = compare_baseline(old, new)
+        if bool(errs) != want_break:
+            failures.append(f"{what}: " + ("not caught" if want_break else
+                                           "reported as a break: " + "; ".join(errs)))
+        else:
+            print(f"  ok: {what}" + (f" -> {errs[0].splitlines()[0]}" if errs else " passes"))
+
+    check("the baseline against itself", text, False)
+    for what, before, after in BASELINE_BREAKS:
+        check(what, replace_once(text, before, after, what), True)
+    for what, before, after in BASELINE_ALLOWED:
+        check(what, replace_once(text, before, after, what), False)
+    for f in failures:
+        print("BASELINE SELFTEST FAILED:", f)
+    total = 1 + len(BASELINE_BREAKS) + len(BASELINE_ALLOWED)
+    print(f"baseline selftest: {total} cases, {'FAIL' if failures else 'OK'}")
+    return 1 if failures else 0
+
+
 def report(errs, summary, label):
     for e in errs:
         print("ABI DRIFT:", e)
@@ -471,6 +638,10 @@ def main(argv):
         return 0
     if cmd == "selftest" and len(args) == 3:
         return selftest(*args)
+    if cmd == "baseline" and len(args) == 2:
+        return report(*compare_baseline(*args), "header vs the released baseline")
+    if cmd == "baseline-selftest" and len(args) == 1:
+        return baseline_selftest(args[0])
     print(__doc__)
     return 2
 

@@ -63,6 +63,13 @@ pub enum Command {
     /// exit. The default command: `panto "hello"` is `panto run "hello"`.
     #[command(before_help = EXAMPLES, after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
+    /// Continue a turn from its checkpoint file (`run --checkpoint FILE`, or the file a
+    /// paused turn names): answer the calls it paused for with --approve, --reject and
+    /// --result, and give the same tool flags as the run. The file keeps the turn's
+    /// latest checkpoint as it goes on. A response the file holds is not requested
+    /// again; a tool call without a result in it runs again.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Resume(ResumeArgs),
     /// An interactive conversation: line editing, history, /help for commands.
     #[command(after_help = EXIT_CODES_HELP)]
     Chat(AgentArgs),
@@ -95,6 +102,39 @@ pub struct RunArgs {
     /// code 7 naming the error kind.
     #[arg(long, value_name = "FILE")]
     pub schema: Option<std::path::PathBuf>,
+    /// Keep the turn's latest checkpoint in FILE: replaced atomically (mode 0600) after
+    /// each model response and each tool result, so that `panto resume FILE` continues
+    /// the turn if this process dies or the turn pauses.
+    #[arg(long, value_name = "FILE")]
+    pub checkpoint: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// The checkpoint file.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Approve the paused call CALL_ID: it runs. Repeatable.
+    #[arg(long, value_name = "CALL_ID")]
+    pub approve: Vec<String>,
+    /// Reject the paused call CALL_ID: the model reads an error result giving REASON.
+    /// Repeatable.
+    #[arg(long, value_name = "CALL_ID=REASON", value_parser = parse_answer)]
+    pub reject: Vec<(String, String)>,
+    /// The result of the paused call CALL_ID, made outside panto. Repeatable.
+    #[arg(long, value_name = "CALL_ID=TEXT", value_parser = parse_answer)]
+    pub result: Vec<(String, String)>,
+}
+
+/// One `CALL_ID=TEXT`.
+fn parse_answer(s: &str) -> Result<(String, String), String> {
+    let (id, text) = s.split_once('=').ok_or("expected CALL_ID=TEXT")?;
+    if id.is_empty() {
+        return Err("the CALL_ID is empty (expected CALL_ID=TEXT)".to_owned());
+    }
+    Ok((id.to_owned(), text.to_owned()))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -257,8 +297,11 @@ pub struct AgentArgs {
     )]
     pub max_tool_output_bytes: u64,
 
-    /// Ask on the terminal before running each tool call (a call refused, or made
-    /// without a terminal to ask on, gets an error result the model reads).
+    /// Ask on the terminal before running each tool call (a call refused gets an error
+    /// result the model reads). Without a terminal to ask on, the turn pauses at the
+    /// first calls instead: the run exits with code 8, leaving its checkpoint
+    /// (--checkpoint FILE, else a file it names), for `panto resume FILE --approve
+    /// CALL_ID` or `--reject CALL_ID=REASON`.
     #[arg(long)]
     pub confirm: bool,
 

@@ -152,9 +152,10 @@ fn handle(
                 panto::TurnOptions::default(),
                 report.out.as_mut(),
                 interrupt,
+                None,
             );
             match (turn, setup.save()) {
-                (Ok(()), saved) => saved,
+                (Ok(_), saved) => saved,
                 (Err(e), Ok(())) => Err(e),
                 (Err(e), Err(save_error)) => {
                     report.warn(save_error);

@@ -1,6 +1,7 @@
 //! Owns `--confirm`: the question asked on the terminal before a tool call runs. It
 //! talks to `/dev/tty`, not stdin or stdout, so it works while stdin is piped and stdout
-//! is redirected; without a terminal the call is refused (the safe answer).
+//! is redirected. Without a terminal nobody is asked: `setup` declares the tools as
+//! needing approval instead, so the turn pauses with the calls (`panto resume`).
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
@@ -8,6 +9,15 @@ use std::io::{BufRead, BufReader, Write};
 use serde_json::Value;
 
 use crate::sanitize::clean;
+
+/// Whether there is a terminal to ask on (`/dev/tty` opens).
+pub fn terminal_available() -> bool {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .is_ok()
+}
 
 /// `Ok(())` to run the call; otherwise the error result the model reads.
 pub fn ask(name: &str, arguments: &Value) -> Result<(), String> {

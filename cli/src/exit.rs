@@ -7,6 +7,10 @@ use panto::ErrorKind;
 /// Success.
 pub const OK: u8 = 0;
 
+/// The turn paused: calls wait for an answer (approval under `--confirm` without a
+/// terminal); its checkpoint is left for `panto resume`.
+pub const PAUSED: u8 = 8;
+
 /// stdout was closed by its reader (`panto … | head`): what a shell reports for a
 /// program ended by SIGPIPE, which is how other tools end there.
 pub const STDOUT_CLOSED: u8 = 141;
@@ -24,6 +28,8 @@ Exit codes:
   6    protocol, incomplete
   7    output_invalid, output_refused, output_truncated (run --schema: the answer did
        not match the schema after its repair, was refused, or was cut at max_tokens)
+  8    the turn paused: tool calls wait for approval (--confirm without a terminal);
+       its checkpoint file is left for `panto resume FILE --approve CALL_ID`
   70   internal (also tool and busy, which the CLI should never see)
   130  cancelled by Ctrl-C, SIGTERM or SIGHUP (the --session file is still saved and
        valid; tool processes are killed)

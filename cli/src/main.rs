@@ -14,6 +14,7 @@
 
 mod args;
 mod chat;
+mod checkpoint;
 mod confirm;
 mod exit;
 mod hint;
@@ -33,8 +34,9 @@ use std::process::ExitCode;
 
 use panto::{Error, Input};
 
-use crate::args::{AgentArgs, Command, RunArgs};
-use crate::exit::{exit_code, OK, STDOUT_CLOSED};
+use crate::args::{AgentArgs, Command, ResumeArgs, RunArgs};
+use crate::checkpoint::CheckpointFile;
+use crate::exit::{exit_code, OK, PAUSED, STDOUT_CLOSED};
 use crate::interrupt::Interrupt;
 use crate::render::{HumanOptions, Render};
 use crate::setup::{Setup, Target};
@@ -47,12 +49,14 @@ fn main() -> ExitCode {
     };
     let json = match &cli.command {
         Command::Run(args) => args.agent.json,
+        Command::Resume(args) => args.agent.json,
         Command::Chat(args) => args.json,
         Command::Completions { .. } | Command::Mcp(_) => false,
     };
     let interrupt = Interrupt::install(json);
     let code = match cli.command {
         Command::Run(args) => run(args, &interrupt),
+        Command::Resume(args) => resume(args, &interrupt),
         Command::Chat(args) => chat::chat(args, &interrupt),
         Command::Mcp(args::McpCommand::List(args)) => mcp::list(&args),
         Command::Completions { shell } => {
@@ -131,6 +135,13 @@ impl Reporter {
         exit_code(error.kind)
     }
 
+    /// A message on stderr (in every mode: stdout carries only the answer or events).
+    pub fn note(&mut self, text: &str) {
+        if !render::stdout_closed() {
+            eprintln!("panto: {}", self.redact_text(text.to_owned()));
+        }
+    }
+
     pub fn warn(&mut self, error: Error) {
         let error = self.redact(error);
         let _ = self.out.warn(&error.message);
@@ -179,11 +190,54 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
         output_schema: schema.map_or(panto::TurnSchema::Agent, panto::TurnSchema::Schema),
         ..panto::TurnOptions::default()
     };
-    let result = turn::run(&setup, input, options, report.out.as_mut(), interrupt);
+    let mut file = args.checkpoint.as_deref().map(CheckpointFile::new);
+    let result = turn::run(
+        &setup,
+        input,
+        options,
+        report.out.as_mut(),
+        interrupt,
+        file.as_mut(),
+    );
+    finish(&mut report, &setup, result)
+}
+
+/// `panto resume FILE`: the turn of the checkpoint file, with the answers given, kept in
+/// the same file as it goes on.
+fn resume(args: ResumeArgs, interrupt: &Interrupt) -> u8 {
+    let mut report = Reporter::new(&args.agent);
+    let from = match checkpoint::read(&args.file) {
+        Ok(from) => from,
+        Err(e) => return report.fail(e),
+    };
+    let setup = match Setup::build(&args.agent) {
+        Ok(setup) => setup,
+        Err(e) => return report.fail(e),
+    };
+    report.set_up(&setup);
+    let answers = checkpoint::answers(&args.approve, &args.reject, &args.result);
+    let mut file = CheckpointFile::new(&args.file);
+    let result = turn::resume(
+        &setup,
+        from,
+        answers,
+        report.out.as_mut(),
+        interrupt,
+        Some(&mut file),
+    );
+    finish(&mut report, &setup, result)
+}
+
+/// Saves the conversation after a turn and picks the exit code.
+fn finish(report: &mut Reporter, setup: &Setup, result: Result<turn::Ended, Error>) -> u8 {
     let saved = setup.save();
     match (result, saved) {
-        (Ok(()), Ok(())) => OK,
-        (Ok(()), Err(e)) | (Err(e), Ok(())) => report.fail(e),
+        (Ok(turn::Ended::Complete), Ok(())) => OK,
+        (Ok(turn::Ended::Paused { calls, file }), Ok(())) => {
+            report.note(&checkpoint::paused_note(&calls, &file));
+            PAUSED
+        }
+        (Ok(_), Err(e)) | (Err(e), Ok(())) => report.fail(e),
         // The turn's failure is the one that explains the exit code.
         (Err(e), Err(save_error)) => {
             report.warn(save_error);
@@ -192,26 +246,21 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
     }
 }
 
-/// The largest `--schema` file read: a schema is small, and this is no place to read a
-/// mistaken multi-gigabyte path into memory.
-const MAX_SCHEMA_BYTES: u64 = 1 << 20;
+/// The largest `--schema` file read (docs/cli.md): a schema is small, and this is no
+/// place to read a mistaken multi-gigabyte path into memory.
+const MAX_SCHEMA_BYTES: usize = 1 << 20;
 
 /// `--schema FILE`: a JSON Schema object (whether the provider can take it is checked
 /// when the turn starts, naming the keyword).
 fn read_schema(path: &std::path::Path) -> Result<serde_json::Value, Error> {
     let shown = path.display();
-    let size = std::fs::metadata(path)
-        .map_err(|e| Error::config(format!("--schema {shown}: {e}")))?
-        .len();
-    if size > MAX_SCHEMA_BYTES {
-        return Err(Error::config(format!(
-            "--schema {shown}: {size} bytes, more than {MAX_SCHEMA_BYTES}"
-        )));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::config(format!("--schema {shown}: {e}")))?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::config(format!("--schema {shown}: not valid JSON: {e}")))?;
+    let bytes = panto::media::read_file(path, MAX_SCHEMA_BYTES, "--schema", "the --schema cap")?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::config(format!(
+            "--schema {shown}: {}",
+            panto::output::json_problem(&String::from_utf8_lossy(&bytes), &e)
+        ))
+    })?;
     if !value.is_object() {
         return Err(Error::config(format!(
             "--schema {shown}: must be a JSON Schema object"
@@ -328,16 +377,8 @@ fn attach(prompt: Prompt, files: &[std::path::PathBuf], setup: &Setup) -> Result
     }
     let max = setup.agent.config().max_message_bytes;
     for path in files {
-        let size = std::fs::metadata(path)
-            .map_err(|e| Error::config(format!("attachment {}: {e}", path.display())))?
-            .len();
-        if size > max as u64 {
-            return Err(Error::config(format!(
-                "attachment {}: {size} bytes, more than max_message_bytes ({max})",
-                path.display()
-            )));
-        }
-        input = add(input, panto::Media::from_path(path)?);
+        // Read bounded, whatever the metadata says: /dev/zero reports size 0.
+        input = add(input, panto::Media::from_path_limited(path, max)?);
     }
     Ok(input)
 }

@@ -83,18 +83,30 @@ pub struct Chosen {
     pub dir: PathBuf,
 }
 
+/// The largest config file read (docs/cli.md).
+pub const MAX_CONFIG_FILE_BYTES: usize = 1 << 20;
+
 /// Reads the config file and returns the profile this run uses. `explicit_file` is
 /// `--config`; a file named there must exist, the default one need not.
 pub fn choose(explicit_file: Option<&Path>, flag: Option<&str>) -> Result<Option<Chosen>, Error> {
     let path = explicit_file.map_or_else(crate::paths::config_file, Path::to_path_buf);
     let shown = path.display();
-    let file = match fs::read_to_string(&path) {
-        Ok(text) => toml::from_str::<ConfigFile>(&text)
-            .map_err(|e| Error::config(format!("config file {shown}: {}", one_line(&e))))?,
+    let file = match fs::metadata(&path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound && explicit_file.is_none() => {
             ConfigFile::default()
         }
-        Err(e) => return Err(Error::config(format!("config file {shown}: {e}"))),
+        _ => {
+            let bytes = panto::media::read_file(
+                &path,
+                MAX_CONFIG_FILE_BYTES,
+                "config file",
+                "the config file cap",
+            )?;
+            let text = String::from_utf8(bytes)
+                .map_err(|e| Error::config(format!("config file {shown}: {e}")))?;
+            toml::from_str::<ConfigFile>(&text)
+                .map_err(|e| Error::config(format!("config file {shown}: {}", one_line(&e))))?
+        }
     };
     let from_env = std::env::var("PANTO_PROFILE")
         .ok()

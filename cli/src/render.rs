@@ -471,15 +471,17 @@ impl Human {
         stop_reason: &StopReason,
         usage: &Usage,
         text: &str,
-        output: Option<&serde_json::Value>,
+        output: Option<&panto::JsonText>,
     ) -> io::Result<()> {
         self.waiting = false;
         self.clear_spinner()?;
         self.leave_reasoning()?;
         if let (true, Some(output)) = (self.options.structured, output) {
-            // One line of JSON: its escaping already encodes every control character.
+            // One line of JSON: its escaping already encodes every control character,
+            // and U+2028/U+2029 are escaped as in the --json lines.
             self.held.clear();
-            self.answer(&format!("{output}\n"))?;
+            let line = panto::event::escape_line_separators(output.to_string());
+            self.answer(&format!("{line}\n"))?;
         } else if self.hold_answer {
             self.held.clear();
             let mut safe = String::with_capacity(text.len());

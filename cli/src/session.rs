@@ -80,13 +80,23 @@ impl Session {
         &self.path
     }
 
-    /// Loads the saved conversation; a missing or empty file is a new conversation.
+    /// Loads the saved conversation; a missing or empty file is a new conversation. At
+    /// most the agent's `max_history_bytes` are read (what loading it would allow), and
+    /// only from a regular file.
     pub fn load(&self, agent: &Agent) -> Result<(), Error> {
-        let text = match fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(self.error("cannot read", &e.to_string())),
-        };
+        if let Err(e) = fs::metadata(&self.path) {
+            if e.kind() == io::ErrorKind::NotFound {
+                return Ok(());
+            }
+        }
+        let bytes = panto::media::read_file(
+            &self.path,
+            agent.config().max_history_bytes,
+            "--session",
+            "max_history_bytes",
+        )?;
+        let text =
+            String::from_utf8(bytes).map_err(|e| self.error("cannot read", &e.to_string()))?;
         if text.trim().is_empty() {
             return Ok(());
         }
@@ -99,7 +109,7 @@ impl Session {
     pub fn save(&self, agent: &Agent) -> Result<(), Error> {
         let json = agent.history_json();
         let (tmp, file) = create_temp(&self.path).map_err(|e| self.error("cannot save", &e))?;
-        let written = write_temp(file, json.as_bytes(), &self.path).and_then(|()| {
+        let written = write_temp(file, json.as_bytes(), Some(&self.path)).and_then(|()| {
             test_hooks::pause_before_rename();
             let mut pending = lock_pending();
             fs::rename(&tmp, &self.path)?;
@@ -124,6 +134,30 @@ impl Session {
     fn error(&self, what: &str, why: &str) -> Error {
         session_error(&self.shown, what, why)
     }
+}
+
+/// Replaces the file at `target` with `bytes` as a save does (a new owner-only file,
+/// created exclusively and never through a link, renamed over the target: a reader or
+/// a crash sees the old content or the new), but always with mode 0600, whatever the
+/// old file had: for `--checkpoint FILE`, whose content is the conversation.
+pub fn replace_privately(target: &Path, bytes: &[u8]) -> Result<(), String> {
+    let (tmp, file) = create_temp(target)?;
+    let written = write_temp(file, bytes, None).and_then(|()| {
+        let mut pending = lock_pending();
+        fs::rename(&tmp, target)?;
+        *pending = None;
+        Ok(())
+    });
+    if let Err(e) = written {
+        let mut pending = lock_pending();
+        let _ = fs::remove_file(&tmp);
+        *pending = None;
+        return Err(e.to_string());
+    }
+    if let Ok(dir) = File::open(parent(target)) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
 }
 
 /// For a forced exit: removes the temporary file of a save in progress, and keeps a new
@@ -249,8 +283,8 @@ fn create_temp(target: &Path) -> Result<(PathBuf, File), String> {
 
 /// Fills the new file, gives it the permissions of `like` if that exists, and flushes
 /// it to disk.
-fn write_temp(mut file: File, bytes: &[u8], like: &Path) -> io::Result<()> {
-    if let Ok(meta) = fs::metadata(like) {
+fn write_temp(mut file: File, bytes: &[u8], like: Option<&Path>) -> io::Result<()> {
+    if let Some(meta) = like.and_then(|like| fs::metadata(like).ok()) {
         // fchmod on our own descriptor: no path, so no link to follow.
         file.set_permissions(meta.permissions())?;
     }

@@ -38,7 +38,8 @@ pub struct Setup {
     pub target: Target,
     /// The key sent, for redaction (empty when none).
     pub key: String,
-    /// Ask before each tool call.
+    /// Ask on the terminal before each tool call (`--confirm` with a terminal; without
+    /// one the tools are declared as needing approval instead, and the turn pauses).
     pub confirm: bool,
 }
 
@@ -246,7 +247,11 @@ impl Setup {
             config = config.with_mcp_server(name, server);
         }
         let (specs, commands) = host_tools(args, chosen.as_ref())?;
-        for spec in specs {
+        // --confirm with nobody to ask: every call of these tools pauses the turn for
+        // an approval given later (`panto resume --approve`), instead of being refused.
+        let ask = args.confirm && crate::confirm::terminal_available();
+        for mut spec in specs {
+            spec.needs_approval = args.confirm && !ask;
             config = config.with_host_tool(spec);
         }
         // Validates the whole configuration (URL, zero limits, …) as `config` errors.
@@ -267,7 +272,7 @@ impl Setup {
                 profile: chosen.map(|c| c.name),
             },
             key,
-            confirm: args.confirm,
+            confirm: ask,
         })
     }
 
@@ -572,6 +577,8 @@ fn host_tools(
                     .parameters
                     .clone()
                     .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+                needs_approval: false,
+                external: false,
             });
         }
     }
@@ -607,6 +614,8 @@ fn host_tools(
                 name: name.clone(),
                 description: String::new(),
                 parameters: serde_json::json!({"type": "object"}),
+                needs_approval: false,
+                external: false,
             },
         };
         specs.push(spec);
@@ -621,13 +630,15 @@ fn host_tools(
     Ok((specs, commands))
 }
 
+/// The largest tools file read (`--tools`, a profile's `tools_file`; docs/cli.md).
+pub const MAX_TOOLS_FILE_BYTES: usize = 4 << 20;
+
 /// Reads `[{"name","description","parameters","command"}]`, strictly: an unknown key is
 /// a typo that would otherwise silently drop a description or a schema.
 fn read_tools_file(path: &Path, what: &str) -> Result<Vec<(ToolSpec, Option<String>)>, Error> {
     let shown = path.display();
-    let text = fs::read_to_string(path)
-        .map_err(|e| Error::config(format!("{what} {shown}: cannot read: {e}")))?;
-    let value: Value = serde_json::from_str(&text)
+    let bytes = panto::media::read_file(path, MAX_TOOLS_FILE_BYTES, what, "the tools file cap")?;
+    let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::config(format!("{what} {shown}: not valid JSON: {e}")))?;
     let Value::Array(items) = value else {
         return Err(Error::config(format!(
@@ -677,6 +688,8 @@ fn read_tools_file(path: &Path, what: &str) -> Result<Vec<(ToolSpec, Option<Stri
                 name,
                 description,
                 parameters,
+                needs_approval: false,
+                external: false,
             },
             command,
         ));

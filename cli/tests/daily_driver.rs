@@ -485,12 +485,11 @@ fn a_tools_file_can_carry_the_command() {
 }
 
 #[test]
-fn confirm_without_a_terminal_refuses_the_call() {
+fn confirm_without_a_terminal_pauses_the_turn() {
     let home = temp_dir("confirm");
     let marker = home.join("ran");
     let srv = server(json!({"exchanges": [
         {"response": {"status": 200, "sse": openai_tool_call("call_1")}},
-        {"match": {"body_contains": ["--confirm needs a terminal"]}, "response": {"status": 200, "sse": openai_text("Refused.")}},
     ]}));
     let base = format!("{}/v1", srv.url());
     let tool = format!("weather=touch {}", marker.display());
@@ -507,9 +506,15 @@ fn confirm_without_a_terminal_refuses_the_call() {
         });
     }
     let out = run(&mut cmd);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    assert_eq!(stdout_of(&out), "Refused.\n");
+    // Paused (exit code 8), leaving a checkpoint for `panto resume` (tests/durable.rs).
+    assert_eq!(out.status.code(), Some(8), "{}", describe(&out));
+    assert!(
+        stderr_of(&out).contains("--approve call_1"),
+        "{}",
+        describe(&out)
+    );
     assert!(!marker.exists(), "the tool ran without confirmation");
+    assert_eq!(srv.requests().len(), 1);
 }
 
 // ---- 8. the rest of the surface ----------------------------------------------------------

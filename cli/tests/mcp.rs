@@ -275,3 +275,55 @@ fn a_stdio_server_cannot_read_the_api_key_or_other_variables() {
         "{result}"
     );
 }
+
+/// `panto mcp list` with a Streamable HTTP server ends the session it opened (DELETE),
+/// as a run does: the fixture's log has a DELETE with the session's id once panto exited.
+#[test]
+fn mcp_list_ends_an_http_servers_session() {
+    use std::io::{BufRead, Read, Write};
+    let mut fixture_server = std::process::Command::new(python())
+        .args([fixture().as_str(), "--http"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the fixture server");
+    let mut line = String::new();
+    std::io::BufReader::new(fixture_server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .strip_prefix("PORT ")
+        .expect("the port")
+        .trim()
+        .to_owned();
+    let home = temp_dir("mcp-list-http");
+    let web = format!("web=http://127.0.0.1:{port}/mcp");
+    let out = run(&mut panto_in(&home, &["mcp", "list", "--mcp", &web]));
+    // The log of requests to /mcp, read with a bare HTTP/1.0 GET.
+    let mut sock =
+        std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
+    sock.write_all(b"GET /_log HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer).unwrap();
+    let _ = fixture_server.kill();
+    let _ = fixture_server.wait();
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        stdout_of(&out).starts_with("web: 13 tools\n"),
+        "{}",
+        describe(&out)
+    );
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+    let log: Vec<Value> = serde_json::from_str(body).unwrap_or_else(|_| panic!("{answer}"));
+    let session = log
+        .iter()
+        .find_map(|r| r["session"].as_str())
+        .expect("a session id")
+        .to_owned();
+    assert!(
+        log.iter()
+            .any(|r| r["method"] == "DELETE" && r["session"] == session.as_str()),
+        "no DELETE: {log:?}"
+    );
+}

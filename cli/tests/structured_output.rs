@@ -93,6 +93,25 @@ fn stdout_gets_the_validated_json_on_one_line() {
 }
 
 #[test]
+fn stdout_and_json_lines_keep_the_models_numbers_as_written() {
+    // Past what an f64 holds: printed as 1.2345678901234568e29 before.
+    let answer = r#"{"city": "Paris", "population": 123456789012345678901234567890}"#;
+    let exact = r#"{"city":"Paris","population":123456789012345678901234567890}"#;
+    let srv = server(&[(answer, false)]);
+    let out = run(&srv, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout_of(&out), format!("{exact}\n"));
+    let srv = server(&[(answer, false)]);
+    let out = run(&srv, &["--json"]);
+    let line = stdout_of(&out)
+        .lines()
+        .find(|l| l.contains("\"message_complete\""))
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(line.contains(&format!("\"output\":{exact}")), "{line}");
+}
+
+#[test]
 fn a_repaired_answer_replaces_the_failed_one() {
     let srv = server(&[
         (r#"{"town":"Paris"}"#, false),
@@ -164,8 +183,17 @@ fn a_bad_schema_file_is_a_usage_error_before_anything_is_sent() {
     let srv = server(&[]);
     let base = format!("{}/v1", srv.url());
     let bad = dir().join("bad.json"); // only this test writes it
+                                      // Valid JSON, 201 levels deep: past what panto reads, and said so.
+    let mut deep = String::from(r#"{"type":"string"}"#);
+    for _ in 0..100 {
+        deep = format!(r#"{{"type":"object","properties":{{"a":{deep}}}}}"#);
+    }
     for (content, says) in [
         ("{not json", "not valid JSON"),
+        (
+            deep.as_str(),
+            "--schema ", // and then the depth, checked below
+        ),
         ("[1]", "must be a JSON Schema object"),
         (
             r#"{"type":"object","properties":{"a":{"not":{}}}}"#,
@@ -191,6 +219,14 @@ fn a_bad_schema_file_is_a_usage_error_before_anything_is_sent() {
             "{content}: {}",
             stderr_of(&out)
         );
+        if content == deep {
+            assert!(
+                stderr_of(&out).contains("nests 201 levels deep, more than the 128 panto reads")
+                    && !stderr_of(&out).contains("not valid JSON"),
+                "{}",
+                stderr_of(&out)
+            );
+        }
     }
     let missing = panto(&["run", "--schema", "/nonexistent/schema.json", "hi"]);
     assert_eq!(missing.status.code(), Some(2));

@@ -27,116 +27,16 @@ use crate::http::{Transport, TurnSink};
 use crate::mcp::McpServers;
 use crate::media::Input;
 use crate::message::{self, Block, Message, Role, StopReason, Usage};
-use crate::output::{self, OutputSpec, Rejection, WireMode};
+pub use crate::options::{TurnOptions, TurnSchema};
+use crate::output::{self, OutputSpec};
 use crate::provider::{self, RequestOptions, RequestParams};
-use crate::request::{Dialect, ProviderKind, Reasoning, ToolSpec};
-use crate::tool::{
-    self, CallRequest, Dispatch, HostToolResults, Outputs, Runner, Tool, ToolOutput,
-};
+use crate::request::{Dialect, ToolSpec};
+use crate::tool::{self, CallRequest, Dispatch, HostToolResults, Outputs, Runner, Tool};
 use crate::transcript::{self, TranscriptEntry};
-
-/// Which output schema a turn uses (`TurnOptions::output_schema`; in JSON: absent or
-/// `null`, a schema object, or `false`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum TurnSchema {
-    /// The agent's `output_schema`, if it has one.
-    #[default]
-    Agent,
-    /// This JSON Schema for this turn only.
-    Schema(serde_json::Value),
-    /// No schema for this turn: a plain text answer.
-    Off,
-}
-
-/// Options for one turn.
-#[derive(Debug, Clone, Default)]
-pub struct TurnOptions {
-    /// Use this model for this turn only.
-    pub model: Option<String>,
-    /// Reasoning control for this turn only (replaces the configuration's).
-    pub reasoning: Option<Reasoning>,
-    /// The output schema of this turn (default: the agent's).
-    pub output_schema: TurnSchema,
-}
-
-impl TurnOptions {
-    /// Parses the JSON form the C ABI takes: `{"model"?: string, "reasoning"?:
-    /// {effort, budget_tokens?}, "output_schema"?: object | false}`; unknown keys are
-    /// `config` errors.
-    pub fn from_json(json: &str) -> Result<TurnOptions> {
-        let v: serde_json::Value = serde_json::from_str(json)
-            .map_err(|e| Error::config(format!("options: not valid JSON: {e}")))?;
-        let obj = v
-            .as_object()
-            .ok_or_else(|| Error::config("options: must be a JSON object"))?;
-        let mut options = TurnOptions::default();
-        for (key, value) in obj {
-            match (key.as_str(), value) {
-                (_, serde_json::Value::Null) => {}
-                ("model", serde_json::Value::String(m)) => options.model = Some(m.clone()),
-                ("model", _) => return Err(Error::config("options.model: must be a string")),
-                ("reasoning", r) => {
-                    options.reasoning = Some(Reasoning::from_value(r, "options.reasoning")?)
-                }
-                ("output_schema", serde_json::Value::Bool(false)) => {
-                    options.output_schema = TurnSchema::Off
-                }
-                ("output_schema", schema @ serde_json::Value::Object(_)) => {
-                    options.output_schema = TurnSchema::Schema(schema.clone())
-                }
-                ("output_schema", _) => {
-                    return Err(Error::config(
-                        "options.output_schema: must be a JSON Schema object, null (the \
-                         agent's) or false (none)",
-                    ))
-                }
-                (other, _) => {
-                    return Err(Error::config(format!(
-                        "options.{other}: unknown key (known: model, reasoning, output_schema)"
-                    )))
-                }
-            }
-        }
-        Ok(options)
-    }
-}
-
-impl CompactOptions {
-    /// Parses the JSON form the C ABI takes: `{"keep_last"?, "model"?, "prompt"?}`.
-    pub fn from_json(json: &str) -> Result<CompactOptions> {
-        let v: serde_json::Value = serde_json::from_str(json)
-            .map_err(|e| Error::config(format!("compact options: not valid JSON: {e}")))?;
-        let obj = v
-            .as_object()
-            .ok_or_else(|| Error::config("compact options: must be a JSON object"))?;
-        let mut options = CompactOptions::default();
-        for (key, value) in obj {
-            match (key.as_str(), value) {
-                (_, serde_json::Value::Null) => {}
-                ("keep_last", v) => {
-                    options.keep_last = v
-                        .as_u64()
-                        .filter(|n| *n >= 1)
-                        .and_then(|n| usize::try_from(n).ok())
-                        .ok_or_else(|| {
-                            Error::config("keep_last: must be an integer of at least 1")
-                        })?
-                }
-                ("model", serde_json::Value::String(m)) => options.model = Some(m.clone()),
-                ("prompt", serde_json::Value::String(p)) => options.prompt = Some(p.clone()),
-                ("model" | "prompt", _) => {
-                    return Err(Error::config(format!("{key}: must be a string")))
-                }
-                (other, _) => {
-                    return Err(Error::config(format!(
-                        "{other}: unknown key (known: keep_last, model, prompt)"
-                    )))
-                }
-            }
-        }
-        Ok(options)
-    }
-}
+use crate::turn::{
+    step_results, Answers, Checkpoint, DeferredCall, Limits, Next, NotSteered, PendingStep, Plan,
+    PlannedCall, ToolKind, Turn, TurnShared,
+};
 
 /// The provider's count for the history after the last response: the size of the
 /// request's input (cached parts included) and of the reply, and how long the history
@@ -163,22 +63,22 @@ impl TurnSummary {
     /// no output schema, or when the validated output does not fit `T` (a schema and a
     /// type that disagree), with the output's JSON as the error's raw text.
     pub fn output_as<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        let Some(value) = &self.output else {
+        let Some(output) = &self.output else {
             return Err(Error::new(
                 ErrorKind::OutputInvalid,
                 "the turn had no output schema, so it has no structured output",
             )
             .with_output(Some(self.text.clone())));
         };
-        serde_json::from_value(value.clone()).map_err(|e| {
+        output.parse().map_err(|e| {
             Error::new(
                 ErrorKind::OutputInvalid,
                 format!(
                     "the output matched the schema but not the Rust type: {}",
-                    output::one_line(&e.to_string(), output::MAX_ERROR_BYTES)
+                    crate::text::one_line(&e.to_string(), output::MAX_ERROR_BYTES)
                 ),
             )
-            .with_output(Some(value.to_string()))
+            .with_output(Some(output.as_str().to_owned()))
         })
     }
 }
@@ -194,18 +94,52 @@ pub struct TurnSummary {
     pub messages: u32,
     /// The final assistant message's text.
     pub text: String,
-    /// The validated structured output, when an output schema applied to the turn.
-    pub output: Option<serde_json::Value>,
+    /// The validated structured output, when an output schema applied to the turn, its
+    /// numbers as the model wrote them (`to_value()` for a `serde_json::Value`).
+    pub output: Option<output::JsonText>,
+    /// The calls the turn paused for (stop reason `deferred`); empty otherwise.
+    pub deferred: Vec<DeferredCall>,
 }
 
-/// The outside handles of one turn: its cancellation token and where host-tool results
-/// are submitted. Create one per turn and keep a clone to cancel or answer from anywhere.
+/// The outside handles of one turn: its cancellation token, where host-tool results
+/// are submitted, its latest checkpoint and its steering queue. Create one per turn and
+/// keep a clone to cancel, answer, checkpoint or steer from anywhere.
 #[derive(Debug, Clone, Default)]
 pub struct TurnControl {
     /// Cancels the turn (and its tools) when cancelled.
     pub cancel: CancellationToken,
     /// Where host-tool results are submitted.
     pub host: HostToolResults,
+    shared: Arc<TurnShared>,
+}
+
+impl TurnControl {
+    /// The turn at its latest step boundary: after its input was appended, after each
+    /// complete model response, after each tool result, after steering was delivered.
+    /// `None` before the turn started. Ordering: once a receiver has been given the
+    /// `tool_result` of a call, or the first event after a response's `message_end`,
+    /// the checkpoint already includes that result or that response. Built on demand
+    /// (the turn keeps a cheap snapshot); holds none of the agent's secrets.
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        self.shared.checkpoint()
+    }
+
+    /// Queues a user message into the running turn (any thread). It is delivered at
+    /// the next step boundary — after the current step's tool results, before the next
+    /// request — with a `steering_delivered` event; if the model's message would have
+    /// ended the turn, the turn goes on so the model answers it. Once the turn has
+    /// ended the input is given back in the error ([`NotSteered`]). Messages queued
+    /// but not delivered when the turn fails, is cancelled or pauses are kept for
+    /// [`TurnControl::take_undelivered`].
+    pub fn steer(&self, input: impl Into<Input>) -> std::result::Result<(), NotSteered> {
+        self.shared.steer(input.into())
+    }
+
+    /// The steering messages the turn did not deliver because it ended first (failed,
+    /// cancelled, paused, or reached a limit), oldest first; each is given once.
+    pub fn take_undelivered(&self) -> Vec<Input> {
+        self.shared.take_undelivered()
+    }
 }
 
 static NEXT_AGENT_ID: AtomicU64 = AtomicU64::new(1);
@@ -357,7 +291,7 @@ impl Agent {
         if let Err((field, problem)) = spec.check() {
             return Err(Error::config(format!(
                 "tool {:?}: {field}: {problem}",
-                crate::provider::truncate(&spec.name, 100)
+                crate::text::truncate(&spec.name, 100)
             )));
         }
         if self.inner.config.tools.iter().any(|t| t.name == spec.name) {
@@ -709,18 +643,8 @@ impl Agent {
                 .unwrap_or_else(PoisonError::into_inner) = None;
             return;
         }
-        let input = match self.inner.config.provider {
-            // Anthropic counts cached input apart from `input_tokens`.
-            ProviderKind::Anthropic => usage
-                .input_tokens
-                .saturating_add(usage.cache_read_tokens)
-                .saturating_add(usage.cache_write_tokens),
-            // Gemini's promptTokenCount includes its cached part, as OpenAI's (both APIs)
-            // input_tokens do.
-            ProviderKind::OpenAi | ProviderKind::Gemini | ProviderKind::OpenAiResponses => {
-                usage.input_tokens
-            }
-        };
+        // How the provider counts cached input (Anthropic apart from `input_tokens`).
+        let input = self.inner.config.provider.wire().request_tokens(usage);
         let history_len = self.history_lock().len();
         *self
             .inner
@@ -845,12 +769,16 @@ impl Agent {
                 parts
             },
         };
-        self.history_lock().push(user.clone());
-        let mut refused = false;
+        let history = {
+            let mut history = self.history_lock();
+            history.push(user.clone());
+            Arc::new(history.clone())
+        };
+        let mut turn = Turn::new(self.limits(), options, output.is_some(), history);
         let result = self
-            .steps(sink, control, options, output.as_ref(), mcp, &mut refused)
+            .drive(&mut turn, sink, control, output.as_ref(), mcp)
             .await;
-        if refused {
+        if turn.input_refused() {
             let mut history = self.history_lock();
             if history.last() == Some(&user) {
                 history.pop();
@@ -859,233 +787,264 @@ impl Agent {
         result
     }
 
-    /// The turn's requests and tools; `refused` is set when the provider refused the
-    /// first request as malformed.
-    async fn steps(
+    /// The limits the state machine applies, from the configuration.
+    fn limits(&self) -> Limits {
+        Limits {
+            max_steps: self.inner.config.max_steps,
+            output_retries: self.inner.config.output_retries,
+        }
+    }
+
+    /// What the agent's tool set says about a tool name (for deferral and resume).
+    fn tool_kind(&self, name: &str, mcp: &[Arc<dyn Tool>]) -> ToolKind {
+        let tools = self
+            .inner
+            .tools
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = tools.get(name) {
+            if t.is_external() {
+                ToolKind::External
+            } else if t.needs_approval() {
+                ToolKind::Approval
+            } else {
+                ToolKind::Run
+            }
+        } else if let Some(t) = self.inner.config.tools.iter().find(|t| t.name == name) {
+            if t.external {
+                ToolKind::External
+            } else if t.needs_approval {
+                ToolKind::Approval
+            } else {
+                ToolKind::Run
+            }
+        } else if mcp.iter().any(|t| t.spec().name == name)
+            || self.inner.config.tools.iter().any(|t| t.name == name)
+        {
+            ToolKind::Run
+        } else {
+            ToolKind::Unknown
+        }
+    }
+
+    /// Drives the turn's state machine: sends its requests, runs its calls, delivers
+    /// steering at step boundaries, keeps the checkpoint cell current, and closes the
+    /// steering queue when the turn ends (what was not delivered is kept for
+    /// `TurnControl::take_undelivered`).
+    async fn drive(
         &self,
+        turn: &mut Turn,
         sink: &mut TurnSink<'_>,
         control: &TurnControl,
-        options: TurnOptions,
+        output: Option<&OutputSpec>,
+        mcp: Vec<Arc<dyn Tool>>,
+    ) -> Result<TurnSummary> {
+        let result = self.steps(turn, sink, control, output, mcp).await;
+        control.shared.close(turn.take_steering());
+        result
+    }
+
+    /// The turn's requests and tools, as the state machine directs.
+    async fn steps(
+        &self,
+        turn: &mut Turn,
+        sink: &mut TurnSink<'_>,
+        control: &TurnControl,
         output: Option<&OutputSpec>,
         mut mcp: Vec<Arc<dyn Tool>>,
-        refused: &mut bool,
     ) -> Result<TurnSummary> {
         let config = &self.inner.config;
-        let model = options.model.unwrap_or_else(|| config.model.clone());
+        let model = turn
+            .options()
+            .model
+            .clone()
+            .unwrap_or_else(|| config.model.clone());
         let request_options = RequestOptions {
-            reasoning: options.reasoning.or(config.reasoning),
+            reasoning: turn.options().reasoning.or(config.reasoning),
             prompt_caching: config.prompt_caching,
             dialect: self.inner.dialect,
-            store: config.store && config.provider == ProviderKind::OpenAiResponses,
+            store: config.store && config.provider.wire().keeps_responses(),
             previous_response: None,
             output: output.map(OutputSpec::request),
         };
-        let mut usage = Usage::TOTAL;
-        let mut message: u32 = 0;
-        let mut repairs: u32 = 0;
+        let secrets = self.inner.transport.secrets();
+        let publish = |turn: &Turn, outputs: Option<Outputs>| {
+            control
+                .shared
+                .publish(turn.snapshot().with(outputs, secrets.clone()));
+        };
+        publish(turn, None);
+        // The usage of the response whose calls are running, recorded once its step
+        // enters the history.
+        let mut step_usage: Option<Usage> = None;
         loop {
-            if control.cancel.is_cancelled() {
-                return Err(Error::cancelled());
+            // A step boundary: steering messages queued meanwhile enter the turn.
+            for input in control.shared.take_queued() {
+                turn.steer(input);
             }
-            if message > 0 {
-                // Between steps: a server that said its tools changed is listed again.
-                mcp = self.mcp_tools(&control.cancel).await?;
-            }
-            let mut specs = self.tool_specs();
-            specs.extend(mcp.iter().map(|t| t.spec()));
-            if self.wants_compaction() {
-                self.auto_compact(&model, sink, control).await?;
-            }
-            let body = {
-                let history = self.history_lock();
-                let params = RequestParams {
-                    model: &model,
-                    system: config.system.as_deref(),
-                    max_tokens: config.max_tokens,
-                    temperature: config.temperature,
-                    tools: &specs,
-                    messages: &history,
-                };
-                let stored = if request_options.store {
-                    self.inner
-                        .stored
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .clone()
-                } else {
-                    None
-                };
-                let request_options = RequestOptions {
-                    previous_response: stored.as_ref().map(|(id, messages)| {
-                        provider::PreviousResponse {
-                            id,
-                            messages: *messages,
-                        }
-                    }),
-                    ..request_options
-                };
-                let value = provider::request_body_with(config.provider, &params, &request_options);
-                Bytes::from(
-                    serde_json::to_vec(&value).map_err(|e| {
-                        Error::internal(format!("cannot serialize the request: {e}"))
-                    })?,
-                )
-            };
-            let decoded = self
-                .inner
-                .transport
-                .stream_message(config, &model, body, message, &control.cancel, sink)
-                .await
-                .inspect_err(|e| *refused = message == 0 && e.kind == ErrorKind::BadRequest)?;
-            if request_options.store {
-                // The answer enters the history next, at its current end: the server now
-                // holds everything up to and including it.
-                let covered = self.history_lock().len() + 1;
-                self.set_stored(decoded.response_id.clone().map(|id| (id, covered)));
-            }
-            usage.add(&decoded.usage);
-            let step_usage = decoded.usage;
-            let stop = decoded.stop_reason.clone();
-            let text = decoded.message.text();
-            message += 1;
-            if stop == StopReason::MaxTokens {
-                // The output was cut off by the limit: whatever tool calls it holds may be
-                // clipped, and asking again would repeat the cut. Nothing runs, nothing is
-                // announced; the calls get results saying so, which keeps the history
-                // valid for the next turn. A structured answer cut there is never parsed.
-                let raw = output.map(|spec| answer_text(&decoded.message, spec));
-                let results = unrun_results(&decoded.message);
-                self.commit(decoded.message, results);
-                self.record_usage(&step_usage);
-                if let Some(raw) = raw {
-                    return Err(Error::new(
-                        ErrorKind::OutputTruncated,
-                        format!(
-                            "the answer stopped at the output limit (max_tokens) after {} \
-                             bytes, before the structured output was complete",
-                            raw.len()
-                        ),
-                    )
-                    .with_output(Some(raw)));
+            let delivered = turn.deliver_steering();
+            if !delivered.is_empty() {
+                self.history_lock().extend(delivered.iter().cloned());
+                publish(turn, None);
+                for m in &delivered {
+                    sink.emit(Event::SteeringDelivered {
+                        message: turn.steps(),
+                        text: m.text(),
+                    })?;
                 }
-                return self.complete(stop, usage, message, text, None, sink);
             }
-            // `output_mode: tool`: the forced call is the answer; it is never dispatched.
-            let answered = output
-                .filter(|spec| spec.mode() == WireMode::Tool)
-                .is_some_and(|spec| output_call(&decoded.message, spec.name()).is_some());
-            let calls = if answered {
-                Vec::new()
-            } else {
-                self.plan_calls(&decoded.message, &decoded.cut_off_calls, &mcp)
-            };
-            if calls.is_empty() {
-                let Some(spec) = output else {
-                    self.commit(decoded.message, Vec::new());
-                    self.record_usage(&step_usage);
-                    return self.complete(stop, usage, message, text, None, sink);
-                };
-                let raw = answer_text(&decoded.message, spec);
-                if matches!(stop, StopReason::Refusal | StopReason::ContentFilter) {
-                    let results = answer_results(&decoded.message, spec, "refused", true);
-                    self.commit(decoded.message, results);
-                    self.record_usage(&step_usage);
-                    return Err(Error::new(
-                        ErrorKind::OutputRefused,
-                        format!(
-                            "the model refused to answer (stop reason {}): {}",
-                            stop.as_string(),
-                            output::one_line(&raw, 500)
-                        ),
-                    )
-                    .with_output(Some(raw)));
-                }
-                match spec.accept(&raw) {
-                    Ok(value) => {
-                        let results = answer_results(&decoded.message, spec, "accepted", false);
-                        self.commit(decoded.message, results);
-                        self.record_usage(&step_usage);
-                        // A forced tool call ended the message; the turn ended with an
-                        // answer.
-                        let stop = if answered { StopReason::EndTurn } else { stop };
-                        return self.complete(stop, usage, message, raw, Some(value), sink);
-                    }
-                    Err(Rejection(problem)) => {
-                        let prompt = output::repair_prompt(&problem);
-                        let can_repair =
-                            repairs < config.output_retries && message < config.max_steps;
-                        let results = answer_results(&decoded.message, spec, &prompt, true);
-                        self.commit(decoded.message, results);
-                        self.record_usage(&step_usage);
-                        if !can_repair {
-                            return Err(Error::new(
-                                ErrorKind::OutputInvalid,
-                                format!(
-                                    "the answer did not match the output schema after {repairs} \
-                                     repair request(s): {problem}"
-                                ),
-                            )
-                            .with_output(Some(raw)));
-                        }
-                        repairs += 1;
-                        // In tool mode the error went back as the call's result; else it
-                        // is a user message after the answer.
-                        if !answered {
-                            self.history_lock().push(Message::user(prompt));
-                        }
-                        sink.emit(Event::OutputRepair {
-                            message: message - 1,
-                            attempt: repairs,
-                            max_attempts: config.output_retries,
-                            error: problem,
-                        })?;
+            match turn.next() {
+                Next::Done(summary) => {
+                    // A message steered in while the turn decided to end is answered.
+                    let late = control.shared.close_unless_queued();
+                    if !late.is_empty() {
+                        late.into_iter().for_each(|i| turn.steer(i));
                         continue;
                     }
+                    return self.complete(summary, sink);
                 }
-            }
-            let outputs: Outputs = Arc::new(Mutex::new(vec![None; calls.len()]));
-            let step = StepGuard {
-                agent: self,
-                assistant: Some(decoded.message),
-                calls: calls
-                    .iter()
-                    .map(|(r, _)| (r.call_id.clone(), r.name.clone()))
-                    .collect(),
-                outputs: outputs.clone(),
-            };
-            let dispatch = Dispatch {
-                message: message - 1,
-                concurrency: config.tool_concurrency,
-                timeout: Duration::from_millis(config.tool_timeout_ms),
-                max_output_bytes: config.max_tool_output_bytes,
-                max_image_bytes: config.max_message_bytes,
-                host: &control.host,
-                cancel: &control.cancel,
-            };
-            let failure = tool::dispatch(dispatch, &calls, &outputs, &mut |ev| sink.emit(ev)).await;
-            // Every call gets its result in call order, even when the turn stops here,
-            // so the history stays acceptable to the provider.
-            step.commit();
-            self.record_usage(&step_usage);
-            if let Some(err) = failure {
-                return Err(err);
-            }
-            if message >= config.max_steps {
-                if output.is_some() {
-                    // The turn ran out of requests before a final answer: there is no
-                    // output to give.
-                    return Err(Error::new(
-                        ErrorKind::OutputInvalid,
-                        format!(
-                            "the turn reached max_steps ({}) before a final answer to parse",
-                            config.max_steps
-                        ),
-                    )
-                    .with_output(Some(text)));
+                Next::Pause(deferred) => {
+                    let summary = turn.paused(deferred);
+                    return self.complete(summary, sink);
                 }
-                return self.complete(StopReason::MaxSteps, usage, message, text, None, sink);
+                Next::Request => {
+                    if control.cancel.is_cancelled() {
+                        return Err(Error::cancelled());
+                    }
+                    if turn.steps() > 0 {
+                        // Between steps: a server that said its tools changed is listed again.
+                        mcp = self.mcp_tools(&control.cancel).await?;
+                    }
+                    let mut specs = self.tool_specs();
+                    specs.extend(mcp.iter().map(|t| t.spec()));
+                    if self.wants_compaction() && self.auto_compact(&model, sink, control).await? {
+                        turn.rebase(Arc::new(self.history()));
+                        publish(turn, None);
+                    }
+                    let body = self.request_body(&model, &specs, &request_options)?;
+                    let decoded = match self
+                        .inner
+                        .transport
+                        .stream_message(config, &model, body, turn.steps(), &control.cancel, sink)
+                        .await
+                    {
+                        Ok(decoded) => decoded,
+                        Err(e) => {
+                            turn.on_request_error(&e);
+                            return Err(e);
+                        }
+                    };
+                    if request_options.store {
+                        // The answer enters the history next, at its current end: the
+                        // server now holds everything up to and including it.
+                        let covered = self.history_lock().len() + 1;
+                        self.set_stored(decoded.response_id.clone().map(|id| (id, covered)));
+                    }
+                    let usage = decoded.usage;
+                    let applied =
+                        turn.on_response(decoded, output, &|name| self.tool_kind(name, &mcp));
+                    if applied.commit.is_empty() {
+                        step_usage = Some(usage);
+                    } else {
+                        self.history_lock().extend(applied.commit);
+                        self.record_usage(&usage);
+                    }
+                    publish(turn, None);
+                    if let Some(e) = applied.error {
+                        return Err(e);
+                    }
+                    if let Some(ev) = applied.event {
+                        sink.emit(ev)?;
+                    }
+                }
+                Next::RunCalls => {
+                    let Some(step) = turn.pending() else {
+                        return Err(Error::internal("no step to run calls for"));
+                    };
+                    let calls = self.plan_calls(step, &mcp);
+                    let outputs: Outputs = Arc::new(Mutex::new(
+                        step.calls.iter().map(|c| c.result.clone()).collect(),
+                    ));
+                    publish(turn, Some(outputs.clone()));
+                    let guard = StepGuard {
+                        agent: self,
+                        assistant: Some(step.assistant.clone()),
+                        calls: step.calls.clone(),
+                        outputs: outputs.clone(),
+                    };
+                    let dispatch = Dispatch {
+                        message: turn.steps().saturating_sub(1),
+                        concurrency: config.tool_concurrency,
+                        timeout: Duration::from_millis(config.tool_timeout_ms),
+                        max_output_bytes: config.max_tool_output_bytes,
+                        max_image_bytes: config.max_message_bytes,
+                        host: &control.host,
+                        cancel: &control.cancel,
+                    };
+                    let failure =
+                        tool::dispatch(dispatch, &calls, &outputs, &mut |ev| sink.emit(ev)).await;
+                    // Every call gets its result in call order, even when the turn stops
+                    // here, so the history stays acceptable to the provider.
+                    guard.commit();
+                    if let Some(usage) = step_usage.take() {
+                        self.record_usage(&usage);
+                    }
+                    let results = outputs
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone();
+                    let applied = turn.on_results(results);
+                    publish(turn, None);
+                    if let Some(err) = failure {
+                        return Err(err);
+                    }
+                    if let Some(e) = applied.error {
+                        return Err(e);
+                    }
+                }
             }
         }
+    }
+
+    /// The next request's body, from the history as it is now.
+    fn request_body(
+        &self,
+        model: &str,
+        specs: &[ToolSpec],
+        request_options: &RequestOptions<'_>,
+    ) -> Result<Bytes> {
+        let config = &self.inner.config;
+        let history = self.history_lock();
+        let params = RequestParams {
+            model,
+            system: config.system.as_deref(),
+            max_tokens: config.max_tokens,
+            temperature: config.temperature,
+            tools: specs,
+            messages: &history,
+        };
+        let stored = if request_options.store {
+            self.inner
+                .stored
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        } else {
+            None
+        };
+        let request_options = RequestOptions {
+            previous_response: stored
+                .as_ref()
+                .map(|(id, messages)| provider::PreviousResponse {
+                    id,
+                    messages: *messages,
+                }),
+            ..*request_options
+        };
+        let value = provider::request_body_with(config.provider, &params, &request_options);
+        Ok(Bytes::from(serde_json::to_vec(&value).map_err(|e| {
+            Error::internal(format!("cannot serialize the request: {e}"))
+        })?))
     }
 
     /// The tools of the agent's MCP servers for the next step (started if they were
@@ -1126,9 +1085,9 @@ impl Agent {
         turn_model: &str,
         sink: &mut TurnSink<'_>,
         control: &TurnControl,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let Some(c) = &self.inner.config.compaction else {
-            return Ok(());
+            return Ok(false);
         };
         let options = CompactOptions {
             keep_last: c.keep_last,
@@ -1159,61 +1118,31 @@ impl Agent {
                 tokens_after: done.tokens_after,
             })?;
         }
-        Ok(())
+        Ok(done.changed)
     }
 
-    /// Appends one whole step: the assistant message, then (if it called tools) their
-    /// results, under one lock.
-    fn commit(&self, assistant: Message, results: Vec<Block>) {
-        let mut history = self.history_lock();
-        history.push(assistant);
-        if !results.is_empty() {
-            history.push(Message {
-                role: Role::Tool,
-                content: results,
-            });
-        }
-    }
-
-    fn complete(
-        &self,
-        stop_reason: StopReason,
-        usage: Usage,
-        messages: u32,
-        text: String,
-        output: Option<serde_json::Value>,
-        sink: &mut TurnSink<'_>,
-    ) -> Result<TurnSummary> {
+    fn complete(&self, summary: TurnSummary, sink: &mut TurnSink<'_>) -> Result<TurnSummary> {
         sink.emit(Event::MessageComplete {
-            stop_reason: stop_reason.clone(),
-            usage,
-            messages,
-            text: text.clone(),
-            output: output.clone(),
+            stop_reason: summary.stop_reason.clone(),
+            usage: summary.usage,
+            messages: summary.messages,
+            text: summary.text.clone(),
+            output: summary.output.clone(),
+            deferred: summary.deferred.clone(),
         })?;
-        Ok(TurnSummary {
-            stop_reason,
-            usage,
-            messages,
-            text,
-            output,
-        })
+        Ok(summary)
     }
 
-    /// Decides how each tool call of a finished message is answered. Decided from the
-    /// calls actually received, not from the stop reason.
-    fn plan_calls(
-        &self,
-        msg: &Message,
-        cut_off: &[String],
-        mcp: &[Arc<dyn Tool>],
-    ) -> Vec<(CallRequest, Runner)> {
+    /// How each call of the pending step is answered: a call with a result, or deferred,
+    /// is skipped; the rest run (or are refused: cut off, bad arguments, no such tool).
+    fn plan_calls(&self, step: &PendingStep, mcp: &[Arc<dyn Tool>]) -> Vec<(CallRequest, Runner)> {
         let tools = self
             .inner
             .tools
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        msg.content
+        step.assistant
+            .content
             .iter()
             .filter_map(|b| match b {
                 Block::ToolCall {
@@ -1221,48 +1150,128 @@ impl Agent {
                     name,
                     arguments,
                     arguments_raw,
-                } => {
-                    let (shown, shown_raw) = match arguments {
-                        Some(v) if v.is_object() => (Some(v.clone()), None),
-                        Some(v) => (None, Some(v.to_string())),
-                        None => (None, Some(arguments_raw.clone().unwrap_or_default())),
-                    };
-                    let parsed = match arguments {
-                        Some(v) if v.is_object() => Ok(v.clone()),
-                        Some(_) => Err("the tool arguments must be a JSON object".to_owned()),
-                        None => Err(format!(
-                            "the tool arguments are not valid JSON: {}",
-                            provider::truncate(arguments_raw.as_deref().unwrap_or(""), 200)
-                        )),
-                    };
-                    let runner = if cut_off.contains(call_id) {
-                        Runner::Refuse(
-                            "the tool call was cut off before it was complete and was not run"
-                                .to_owned(),
-                        )
-                    } else if let Some(t) = tools.get(name) {
-                        Runner::Rust(t.clone())
-                    } else if let Some(t) = mcp.iter().find(|t| &t.spec().name == name) {
-                        Runner::Rust(t.clone())
-                    } else if self.inner.config.tools.iter().any(|t| &t.name == name) {
-                        Runner::Host
-                    } else {
-                        Runner::Refuse(format!("there is no tool named {name:?}"))
-                    };
-                    Some((
-                        CallRequest {
-                            call_id: call_id.clone(),
-                            name: name.clone(),
-                            arguments: parsed,
-                            shown_arguments: shown,
-                            shown_raw,
-                        },
-                        runner,
-                    ))
-                }
+                } => Some((call_id, name, arguments, arguments_raw)),
                 _ => None,
             })
+            .zip(&step.calls)
+            .map(|((call_id, name, arguments, arguments_raw), planned)| {
+                let (shown, shown_raw) = match arguments {
+                    Some(v) if v.is_object() => (Some(v.clone()), None),
+                    Some(v) => (None, Some(v.to_string())),
+                    None => (None, Some(arguments_raw.clone().unwrap_or_default())),
+                };
+                let parsed = match arguments {
+                    Some(v) if v.is_object() => Ok(v.clone()),
+                    Some(_) => Err("the tool arguments must be a JSON object".to_owned()),
+                    None => Err(format!(
+                        "the tool arguments are not valid JSON: {}",
+                        crate::text::truncate(arguments_raw.as_deref().unwrap_or(""), 200)
+                    )),
+                };
+                let runner = if planned.result.is_some() || planned.plan != Plan::Run {
+                    Runner::Skip
+                } else if step.cut_off.contains(call_id) {
+                    Runner::Refuse(
+                        "the tool call was cut off before it was complete and was not run"
+                            .to_owned(),
+                    )
+                } else if let Some(t) = tools.get(name) {
+                    Runner::Rust(t.clone())
+                } else if let Some(t) = mcp.iter().find(|t| &t.spec().name == name) {
+                    Runner::Rust(t.clone())
+                } else if self.inner.config.tools.iter().any(|t| &t.name == name) {
+                    Runner::Host
+                } else {
+                    Runner::Refuse(format!("there is no tool named {name:?}"))
+                };
+                (
+                    CallRequest {
+                        call_id: call_id.clone(),
+                        name: name.clone(),
+                        arguments: parsed,
+                        shown_arguments: shown,
+                        shown_raw,
+                    },
+                    runner,
+                )
+            })
             .collect()
+    }
+
+    /// Checks that `checkpoint` can be resumed by this agent with `answers` (its limits,
+    /// and every answer against the deferred calls), without resuming it. The pull
+    /// adapter calls it before it starts the resumed turn, so the error comes from the
+    /// call that would have started it. Whether the agent has the tools the pending
+    /// calls need is checked by the resumed turn (an MCP server's tools are known only
+    /// once it started).
+    pub fn check_resume(&self, checkpoint: &Checkpoint, answers: &Answers) -> Result<()> {
+        let options = checkpoint.options()?;
+        let output = self.turn_output(&options)?;
+        checkpoint
+            .clone()
+            .into_turn(self.limits(), output.is_some(), answers, &|_| ToolKind::Run)
+            .map(drop)
+    }
+
+    /// Continues the turn `checkpoint` holds, with `answers` to its deferred calls:
+    /// the push form of resuming, with the contract of [`Agent::run`] (the last event is
+    /// `message_complete`, which reports the whole turn: usage and messages of every
+    /// step, those before the checkpoint included).
+    ///
+    /// The agent's history becomes the checkpoint's conversation (whatever it held),
+    /// and then grows as the turn goes on, so that afterwards it equals what an
+    /// uninterrupted turn would have left. A model response the checkpoint holds is
+    /// never requested again; a call with no result in it runs again (tools are
+    /// at-least-once). A deferred call left unanswered stays deferred: the turn pauses
+    /// again. An agent with other tools than the checkpoint's calls need, an answer to
+    /// a call that is not deferred, an approval of an external call or a result for one
+    /// that needs approval, or a checkpoint past this agent's `max_steps` or
+    /// `output_retries`, is a `config` error, and the history is unchanged.
+    pub async fn resume(
+        &self,
+        checkpoint: Checkpoint,
+        answers: Answers,
+        receiver: &mut dyn Receiver,
+        control: &TurnControl,
+    ) -> Result<TurnSummary> {
+        self.reserve()?
+            .resume(checkpoint, answers, receiver, control)
+            .await
+    }
+
+    async fn resume_turn(
+        &self,
+        checkpoint: Checkpoint,
+        answers: Answers,
+        sink: &mut TurnSink<'_>,
+        control: &TurnControl,
+    ) -> Result<TurnSummary> {
+        let options = checkpoint.options()?;
+        let output = self.turn_output(&options)?;
+        let mcp = self.mcp_tools(&control.cancel).await?;
+        let mut turn =
+            checkpoint.into_turn(self.limits(), output.is_some(), &answers, &|name| {
+                self.tool_kind(name, &mcp)
+            })?;
+        let conversation = turn.conversation();
+        let max = self.inner.config.max_history_bytes;
+        let bytes = message::history_json_len(&conversation);
+        if bytes > max {
+            return Err(Error::config(format!(
+                "checkpoint: its conversation has {bytes} bytes of saved JSON, more than \
+                 max_history_bytes ({max})"
+            )));
+        }
+        *self.history_lock() = conversation;
+        *self
+            .inner
+            .last_usage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        self.inner.compaction_floor.store(0, Ordering::SeqCst);
+        self.set_stored(None);
+        self.drive(&mut turn, sink, control, output.as_ref(), mcp)
+            .await
     }
 }
 
@@ -1302,15 +1311,41 @@ impl TurnSlot {
             ok => ok,
         }
     }
+
+    /// Resumes a turn from a checkpoint on the reserved agent (see [`Agent::resume`]).
+    pub async fn resume(
+        self,
+        checkpoint: Checkpoint,
+        answers: Answers,
+        receiver: &mut dyn Receiver,
+        control: &TurnControl,
+    ) -> Result<TurnSummary> {
+        let agent = self.agent.clone();
+        let span = info_span!("resume", provider = agent.inner.config.provider.as_str());
+        let secrets = agent.inner.transport.secrets();
+        let mut sink = TurnSink::new(receiver, control.cancel.clone(), secrets);
+        let result = agent
+            .resume_turn(checkpoint, answers, &mut sink, control)
+            .instrument(span)
+            .await;
+        drop(self);
+        match result {
+            Err(e) if control.cancel.is_cancelled() && e.kind != ErrorKind::Cancelled => {
+                Err(Error::cancelled())
+            }
+            Err(e) => Err(e.redact(secrets)),
+            ok => ok,
+        }
+    }
 }
 
 /// One step whose tools are running: on drop — normal or because the turn's future was
 /// dropped mid-await — the assistant message and every call's result (cancelled where
-/// none arrived) enter the history together.
+/// none arrived, a note where the call is deferred) enter the history together.
 struct StepGuard<'a> {
     agent: &'a Agent,
     assistant: Option<Message>,
-    calls: Vec<(String, String)>,
+    calls: Vec<PlannedCall>,
     outputs: Outputs,
 }
 
@@ -1325,102 +1360,24 @@ impl Drop for StepGuard<'_> {
         let Some(assistant) = self.assistant.take() else {
             return;
         };
-        let outputs =
-            std::mem::take(&mut *self.outputs.lock().unwrap_or_else(PoisonError::into_inner));
-        let results = self
-            .calls
-            .iter()
-            .enumerate()
-            .map(|(i, (call_id, name))| {
-                let out = outputs
-                    .get(i)
-                    .cloned()
-                    .flatten()
-                    .unwrap_or_else(|| ToolOutput::error("the tool call was cancelled"));
-                Block::ToolResult {
-                    call_id: call_id.clone(),
-                    name: name.clone(),
-                    output: out.output,
-                    is_error: out.is_error,
-                    parts: out.parts,
-                }
-            })
-            .collect();
-        self.agent.commit(assistant, results);
-    }
-}
-
-/// The forced output call of `output_mode: tool` in a message, if it made one.
-fn output_call<'m>(msg: &'m Message, name: &str) -> Option<&'m Block> {
-    msg.content
-        .iter()
-        .find(|b| matches!(b, Block::ToolCall { name: n, .. } if n == name))
-}
-
-/// The raw answer of a message: the forced call's arguments as sent (`output_mode:
-/// tool`), else its text.
-fn answer_text(msg: &Message, spec: &OutputSpec) -> String {
-    if spec.mode() == WireMode::Tool {
-        if let Some(Block::ToolCall {
-            arguments,
-            arguments_raw,
-            ..
-        }) = output_call(msg, spec.name())
-        {
-            return match (arguments_raw, arguments) {
-                (Some(raw), _) => raw.clone(),
-                (None, Some(v)) => v.to_string(),
-                (None, None) => String::new(),
-            };
+        let outputs = self
+            .outputs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for (call, out) in self.calls.iter_mut().zip(outputs) {
+            if call.result.is_none() {
+                call.result = out;
+            }
+        }
+        let results = step_results(&self.calls);
+        let mut history = self.agent.history_lock();
+        history.push(assistant);
+        if !results.is_empty() {
+            history.push(Message {
+                role: Role::Tool,
+                content: results,
+            });
         }
     }
-    msg.text()
-}
-
-/// Results for the tool calls of a final answer, which keep the history valid: the
-/// forced output call gets `outcome` (what became of the answer: accepted, or the
-/// repair request), any other call a note that it did not run.
-fn answer_results(msg: &Message, spec: &OutputSpec, outcome: &str, is_error: bool) -> Vec<Block> {
-    msg.content
-        .iter()
-        .filter_map(|b| match b {
-            Block::ToolCall { call_id, name, .. } => {
-                let (output, is_error) = if spec.mode() == WireMode::Tool && name == spec.name() {
-                    (outcome.to_owned(), is_error)
-                } else {
-                    (
-                        "not run: the turn's answer was given in the same message".to_owned(),
-                        true,
-                    )
-                };
-                Some(Block::ToolResult {
-                    call_id: call_id.clone(),
-                    name: name.clone(),
-                    output,
-                    is_error,
-                    parts: Vec::new(),
-                })
-            }
-            _ => None,
-        })
-        .collect()
-}
-
-/// Results for the tool calls of a message that ended at the output limit: none ran.
-fn unrun_results(msg: &Message) -> Vec<Block> {
-    msg.content
-        .iter()
-        .filter_map(|b| match b {
-            Block::ToolCall { call_id, name, .. } => Some(Block::ToolResult {
-                call_id: call_id.clone(),
-                name: name.clone(),
-                output: "not run: the reply was cut off by the output limit (max_tokens) \
-                         before this call was known to be complete"
-                    .to_owned(),
-                is_error: true,
-                parts: Vec::new(),
-            }),
-            _ => None,
-        })
-        .collect()
 }

@@ -32,27 +32,7 @@ pub const SUMMARY_ACK: &str = "Understood. I will continue from this summary.";
 /// number of messages rather than by their size.
 pub const MAX_ENTRY_BYTES: usize = 8 * 1024;
 
-/// Options of one compaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CompactOptions {
-    /// Messages kept verbatim at the end (default 6); moved earlier when needed so a
-    /// tool call and its results stay together.
-    pub keep_last: usize,
-    /// The model that writes the summary (default: the agent's model).
-    pub model: Option<String>,
-    /// Replaces [`DEFAULT_PROMPT`].
-    pub prompt: Option<String>,
-}
-
-impl Default for CompactOptions {
-    fn default() -> Self {
-        CompactOptions {
-            keep_last: crate::config::DEFAULT_KEEP_LAST,
-            model: None,
-            prompt: None,
-        }
-    }
-}
+pub use crate::options::CompactOptions;
 
 /// What a compaction did. `changed` is false when there was nothing older than the kept
 /// messages (no request is made then). Token counts: `tokens_before` is the provider's
@@ -140,7 +120,7 @@ pub fn render(messages: &[Message]) -> String {
             ),
         };
         out.push_str(&head);
-        out.push_str(cut(&e.text));
+        out.push_str(crate::text::truncate(&e.text, MAX_ENTRY_BYTES));
         if e.text.len() > MAX_ENTRY_BYTES {
             out.push_str(" […cut]");
         }
@@ -148,17 +128,6 @@ pub fn render(messages: &[Message]) -> String {
     }
     out.push_str("</conversation>");
     out
-}
-
-fn cut(s: &str) -> &str {
-    if s.len() <= MAX_ENTRY_BYTES {
-        return s;
-    }
-    let mut end = MAX_ENTRY_BYTES;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// The compacted history: the summary as one synthetic exchange, then `kept` verbatim.

@@ -251,7 +251,7 @@ impl Error {
     /// model's raw output.
     pub fn to_json(&self) -> String {
         // Serializing a struct of strings and integers cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        crate::event::escape_line_separators(serde_json::to_string(self).unwrap_or_default())
     }
 
     /// Removes every secret from every string field (message and provider code). Called

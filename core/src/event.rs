@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 
 use crate::message::{Block, StopReason, Usage};
 use crate::secret::Secrets;
+use crate::turn::DeferredCall;
 
 /// Removes secrets from every string of a content block.
 pub(crate) fn redact_block(block: &mut Block, secrets: &Secrets) {
@@ -232,6 +233,11 @@ impl Redact for Value {
         redact_value(self, secrets);
     }
 }
+impl Redact for crate::output::JsonText {
+    fn redact(&mut self, secrets: &Secrets) {
+        self.redact_strings(secrets);
+    }
+}
 impl Redact for Block {
     fn redact(&mut self, secrets: &Secrets) {
         redact_block(self, secrets);
@@ -253,6 +259,15 @@ macro_rules! no_strings {
     ($($t:ty),*) => { $(impl Redact for $t { fn redact(&mut self, _: &Secrets) {} })* };
 }
 no_strings!(bool, u16, u32, u64, BlockKind, DeltaKind, StopReason, Usage);
+impl Redact for Vec<DeferredCall> {
+    fn redact(&mut self, secrets: &Secrets) {
+        for c in self {
+            secrets.redact_in_place(&mut c.call_id);
+            secrets.redact_in_place(&mut c.name);
+            redact_value(&mut c.arguments, secrets);
+        }
+    }
+}
 
 /// Declares the events: the [`Event`] enum (serde's canonical JSON), its stable codes
 /// and names, its redaction, and [`EVENTS`], its entry in the vocabulary. Each field's
@@ -452,9 +467,12 @@ events! {
         messages: u32,
         /// The final assistant message's text.
         text: String,
-        /// The parsed, validated structured output, present only when an output schema applied.
+        /// The parsed, validated structured output, present only when an output schema applied. Its numbers are exactly as the model wrote them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        output: Option<Value>,
+        output: Option<crate::output::JsonText>,
+        /// The calls the turn paused for (stop reason deferred), each {call_id, name, arguments, reason: approval|external|deferred}; present only then.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        deferred: Vec<DeferredCall>,
     }
     /// The history was compacted before the next request (automatic compaction, see
     /// `compaction` in the configuration): `messages_*` count the history's messages,
@@ -483,6 +501,14 @@ events! {
         /// The validation error sent back to the model (one line, bounded).
         error: String,
     }
+    /// A steering message (`steer`) entered the conversation at a step boundary; the
+    /// next request carries it (emitted before that request starts).
+    13 SteeringDelivered "steering_delivered" {
+        /// 0-based index of the assistant message that will answer it.
+        message: u32,
+        /// The message's text (its text parts, joined).
+        text: String,
+    }
 }
 
 impl Event {
@@ -493,16 +519,31 @@ impl Event {
             .and_then(|i| Event::TYPES.get(i).copied())
     }
 
-    /// The canonical JSON of this event (one line, no trailing newline).
+    /// The canonical JSON of this event (one line, no trailing newline; U+2028 and
+    /// U+2029 escaped, see [`escape_line_separators`]).
     pub fn to_json(&self) -> String {
         // Events hold only strings, integers, booleans and JSON values: infallible.
-        serde_json::to_string(self).unwrap_or_default()
+        escape_line_separators(serde_json::to_string(self).unwrap_or_default())
     }
 
     /// True for `message_complete`, the last event of every turn.
     pub fn is_terminal(&self) -> bool {
         matches!(self, Event::MessageComplete { .. })
     }
+}
+
+/// Escapes U+2028 (LINE SEPARATOR) and U+2029 (PARAGRAPH SEPARATOR) in a line of JSON
+/// as `\u2028` and `\u2029`. Raw, they are valid inside a JSON string, but consumers
+/// that split a stream into lines with Unicode's line breaks (Python's
+/// `str.splitlines`, JavaScript before ES2019) cut the line there; escaped, the parsed
+/// value is the same. Go's `encoding/json` escapes them the same way. Outside strings
+/// JSON has no place for them, so replacing every one is exact.
+pub fn escape_line_separators(json: String) -> String {
+    if !json.contains(['\u{2028}', '\u{2029}']) {
+        return json;
+    }
+    json.replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
 }
 
 /// Whether the loop should go on after delivering an event.
@@ -515,28 +556,35 @@ pub enum Flow {
     Stop,
 }
 
-/// The push interface of the agent loop. Implement the methods for the events you care
-/// about (all default to no-ops that continue); return [`Flow::Stop`] from any of them to
-/// end the turn. [`Receiver::on_event`] receives every event by value first; its default
-/// dispatches to the per-event methods, so override it instead when you want to own the
-/// events (the pull adapter forwards them into its queue this way).
+/// The push interface of the agent loop: [`Receiver::on_event`] receives every event of
+/// the turn, in order, by value; return [`Flow::Stop`] to end the turn.
+///
+/// There is one method for all events, not one per event: a receiver matches on the
+/// [`Event`] it is given, so every field of every event reaches it, and a field added to
+/// the vocabulary (`events!`) reaches it with no change to this trait (DESIGN.md, "One
+/// vocabulary"). `Event` is non-exhaustive: keep an arm that ignores what you do not
+/// handle.
 ///
 /// ```no_run
-/// # use panto::{Event, Flow, Receiver};
+/// # use panto::{DeltaKind, Event, Flow, Receiver};
 /// struct Print;
 /// impl Receiver for Print {
-///     fn on_content_delta(&mut self, _m: u32, _b: u32, _k: panto::DeltaKind, text: &str) -> Flow {
-///         print!("{text}");
+///     fn on_event(&mut self, event: Event) -> Flow {
+///         match event {
+///             Event::ContentDelta { kind: DeltaKind::Text, text, .. } => print!("{text}"),
+///             Event::ToolResult { name, output, parts, .. } => {
+///                 println!("{name}: {output} ({} parts)", parts.len())
+///             }
+///             _ => {}
+///         }
 ///         Flow::Continue
 ///     }
 /// }
 /// ```
-#[allow(unused_variables)]
 pub trait Receiver: Send {
-    /// Receives every event, first; the default calls the per-event method below.
-    fn on_event(&mut self, event: Event) -> Flow {
-        dispatch(self, &event)
-    }
+    /// Receives every event of the turn, in order; [`Flow::Stop`] ends the turn like a
+    /// cancel.
+    fn on_event(&mut self, event: Event) -> Flow;
     /// Backpressure. The loop polls this before each read from the network; a receiver
     /// that cannot take more events yet returns `Pending` and wakes `cx` when it can (the
     /// pull adapter does this while its queue is full). The read waits, nothing is lost,
@@ -544,191 +592,8 @@ pub trait Receiver: Send {
     /// the turn, it never fails it. `Ready(Flow::Stop)` ends the turn like `on_event`'s.
     /// The default is always ready.
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Flow> {
+        let _ = cx;
         Poll::Ready(Flow::Continue)
-    }
-    /// `message_start`: a response of the model began (`message` is its index in the turn).
-    fn on_message_start(&mut self, message: u32, model: &str, response_id: Option<&str>) -> Flow {
-        Flow::Continue
-    }
-    /// `block_start`: a content block of kind `kind` opened.
-    fn on_block_start(&mut self, message: u32, block: u32, kind: BlockKind) -> Flow {
-        Flow::Continue
-    }
-    /// `content_delta`: text (or reasoning, or tool arguments) of a block arrived.
-    fn on_content_delta(&mut self, message: u32, block: u32, kind: DeltaKind, text: &str) -> Flow {
-        Flow::Continue
-    }
-    /// `tool_details`: a tool-call block's call id and tool name are known.
-    fn on_tool_details(&mut self, message: u32, block: u32, call_id: &str, name: &str) -> Flow {
-        Flow::Continue
-    }
-    /// `block_complete`: a block is complete; `content` is its canonical form.
-    fn on_block_complete(&mut self, message: u32, block: u32, content: &Block) -> Flow {
-        Flow::Continue
-    }
-    /// `message_end`: the response ended, with its stop reason and usage.
-    fn on_message_end(&mut self, message: u32, stop_reason: &StopReason, usage: &Usage) -> Flow {
-        Flow::Continue
-    }
-    /// `tool_call_start`: a complete tool call is about to run (`host`: the caller answers
-    /// it with a host-tool result).
-    fn on_tool_call_start(
-        &mut self,
-        message: u32,
-        call_id: &str,
-        name: &str,
-        arguments: Option<&Value>,
-        host: bool,
-    ) -> Flow {
-        Flow::Continue
-    }
-    /// `tool_result`: a tool call's result.
-    fn on_tool_result(
-        &mut self,
-        message: u32,
-        call_id: &str,
-        name: &str,
-        output: &str,
-        is_error: bool,
-    ) -> Flow {
-        Flow::Continue
-    }
-    /// `provider_retry`: a request failed before any of its answer was shown and is retried
-    /// after `delay_ms`.
-    fn on_provider_retry(
-        &mut self,
-        message: u32,
-        attempt: u32,
-        max_attempts: u32,
-        delay_ms: u64,
-        reason: &str,
-        status: Option<u16>,
-    ) -> Flow {
-        Flow::Continue
-    }
-    /// `output` is the validated structured output when an output schema applied.
-    fn on_message_complete(
-        &mut self,
-        stop_reason: &StopReason,
-        usage: &Usage,
-        messages: u32,
-        text: &str,
-        output: Option<&Value>,
-    ) -> Flow {
-        Flow::Continue
-    }
-    /// `history_compacted`: the history was compacted before the next request.
-    fn on_history_compacted(
-        &mut self,
-        messages_before: u64,
-        messages_after: u64,
-        tokens_before: u64,
-        tokens_after: u64,
-    ) -> Flow {
-        Flow::Continue
-    }
-    /// `output_repair`: an answer did not match the output schema; the error goes back to
-    /// the model and another request follows.
-    fn on_output_repair(
-        &mut self,
-        message: u32,
-        attempt: u32,
-        max_attempts: u32,
-        error: &str,
-    ) -> Flow {
-        Flow::Continue
-    }
-}
-
-fn dispatch<R: Receiver + ?Sized>(r: &mut R, event: &Event) -> Flow {
-    match event {
-        Event::MessageStart {
-            message,
-            model,
-            response_id,
-        } => r.on_message_start(*message, model, response_id.as_deref()),
-        Event::BlockStart {
-            message,
-            block,
-            kind,
-        } => r.on_block_start(*message, *block, *kind),
-        Event::ContentDelta {
-            message,
-            block,
-            kind,
-            text,
-        } => r.on_content_delta(*message, *block, *kind, text),
-        Event::ToolDetails {
-            message,
-            block,
-            call_id,
-            name,
-        } => r.on_tool_details(*message, *block, call_id, name),
-        Event::BlockComplete {
-            message,
-            block,
-            content,
-        } => r.on_block_complete(*message, *block, content),
-        Event::MessageEnd {
-            message,
-            stop_reason,
-            usage,
-        } => r.on_message_end(*message, stop_reason, usage),
-        Event::ToolCallStart {
-            message,
-            call_id,
-            name,
-            arguments,
-            host,
-            ..
-        } => r.on_tool_call_start(*message, call_id, name, arguments.as_ref(), *host),
-        Event::ToolResult {
-            message,
-            call_id,
-            name,
-            output,
-            is_error,
-            ..
-        } => r.on_tool_result(*message, call_id, name, output, *is_error),
-        Event::ProviderRetry {
-            message,
-            attempt,
-            max_attempts,
-            delay_ms,
-            reason,
-            status,
-        } => r.on_provider_retry(
-            *message,
-            *attempt,
-            *max_attempts,
-            *delay_ms,
-            reason,
-            *status,
-        ),
-        Event::MessageComplete {
-            stop_reason,
-            usage,
-            messages,
-            text,
-            output,
-        } => r.on_message_complete(stop_reason, usage, *messages, text, output.as_ref()),
-        Event::HistoryCompacted {
-            messages_before,
-            messages_after,
-            tokens_before,
-            tokens_after,
-        } => r.on_history_compacted(
-            *messages_before,
-            *messages_after,
-            *tokens_before,
-            *tokens_after,
-        ),
-        Event::OutputRepair {
-            message,
-            attempt,
-            max_attempts,
-            error,
-        } => r.on_output_repair(*message, *attempt, *max_attempts, error),
     }
 }
 
@@ -789,6 +654,7 @@ mod tests {
                     messages: 2,
                     text: "t".into(),
                     output: None,
+                    deferred: Vec::new(),
                 },
                 json!({"type":"message_complete","stop_reason":"other:eos2","usage":{
                     "input_tokens":0,"output_tokens":0,"cache_read_tokens":0,
@@ -801,7 +667,8 @@ mod tests {
                     usage: Usage::default(),
                     messages: 1,
                     text: "{\"a\":1}".into(),
-                    output: Some(json!({"a": 1})),
+                    output: Some(crate::output::JsonText::from_value(&json!({"a": 1}))),
+                    deferred: Vec::new(),
                 },
                 json!({"type":"message_complete","stop_reason":"end_turn","usage":{
                     "input_tokens":0,"output_tokens":0,"cache_read_tokens":0,
@@ -817,6 +684,33 @@ mod tests {
                 },
                 json!({"type":"output_repair","message":0,"attempt":1,"max_attempts":2,
                        "error":"missing property"}),
+            ),
+            (
+                Event::MessageComplete {
+                    stop_reason: StopReason::Deferred,
+                    usage: Usage::default(),
+                    messages: 1,
+                    text: "".into(),
+                    output: None,
+                    deferred: vec![crate::DeferredCall {
+                        call_id: "c1".into(),
+                        name: "rm".into(),
+                        arguments: json!({"path": "/tmp/x"}),
+                        reason: crate::DeferReason::Approval,
+                    }],
+                },
+                json!({"type":"message_complete","stop_reason":"deferred","usage":{
+                    "input_tokens":0,"output_tokens":0,"cache_read_tokens":0,
+                    "cache_write_tokens":0,"reasoning_tokens":0,"reported":false},
+                       "messages":1,"text":"","deferred":[{"call_id":"c1","name":"rm",
+                       "arguments":{"path":"/tmp/x"},"reason":"approval"}]}),
+            ),
+            (
+                Event::SteeringDelivered {
+                    message: 2,
+                    text: "stop".into(),
+                },
+                json!({"type":"steering_delivered","message":2,"text":"stop"}),
             ),
             (
                 Event::HistoryCompacted {
@@ -892,7 +786,7 @@ mod tests {
         };
         assert_eq!(Event::type_name_of_code(ev.code()), Some(ev.type_name()));
         assert_eq!(Event::type_name_of_code(0), None);
-        assert_eq!(Event::type_name_of_code(13), None);
+        assert_eq!(Event::type_name_of_code(14), None);
         let compacted = Event::HistoryCompacted {
             messages_before: 0,
             messages_after: 0,
@@ -931,25 +825,41 @@ mod tests {
         assert_eq!(v["arguments_raw"], "{oops");
     }
 
+    /// A receiver sees each event whole: every field the vocabulary declares, the ones
+    /// the old per-event methods left out (`arguments_raw`, `parts`) included.
     #[test]
-    fn default_dispatch_reaches_specific_methods() {
-        struct Stopper(usize);
-        impl Receiver for Stopper {
-            fn on_tool_result(&mut self, _: u32, _: &str, _: &str, _: &str, _: bool) -> Flow {
-                self.0 += 1;
-                Flow::Stop
+    fn a_receiver_gets_every_field_of_every_event() {
+        struct StopAtResult(Vec<Event>);
+        impl Receiver for StopAtResult {
+            fn on_event(&mut self, event: Event) -> Flow {
+                let stop = matches!(event, Event::ToolResult { .. });
+                self.0.push(event);
+                if stop {
+                    Flow::Stop
+                } else {
+                    Flow::Continue
+                }
             }
         }
-        let mut r = Stopper(0);
-        let ev = Event::ToolResult {
+        let call = Event::ToolCallStart {
+            message: 0,
+            call_id: "c".into(),
+            name: "n".into(),
+            arguments: None,
+            arguments_raw: Some("{oops".into()),
+            host: false,
+        };
+        let result = Event::ToolResult {
             message: 0,
             call_id: "c".into(),
             name: "n".into(),
             output: "o".into(),
             is_error: false,
-            parts: Vec::new(),
+            parts: vec![Block::text("p")],
         };
-        assert_eq!(r.on_event(ev), Flow::Stop);
-        assert_eq!(r.0, 1);
+        let mut r = StopAtResult(Vec::new());
+        assert_eq!(r.on_event(call.clone()), Flow::Continue);
+        assert_eq!(r.on_event(result.clone()), Flow::Stop);
+        assert_eq!(r.0, vec![call, result]);
     }
 }

@@ -2,7 +2,8 @@
 //! caches), sending a request and streaming its body through the SSE parser into a
 //! provider decoder — with retries before the first event, connect / idle / request
 //! timeouts, backpressure from the receiver and prompt cancellation. It does not know
-//! what the events mean (that is `provider`) or what a turn is (`agent`).
+//! what the events mean or how a provider is addressed — its headers, URL and error
+//! bodies come from the provider seam (`provider`) — nor what a turn is (`agent`).
 //!
 //! Clients are shared by every agent of the process, as reqwest intends: one agent per
 //! request must not cost one TCP and TLS handshake per request. Two things make a client
@@ -25,16 +26,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE,
-};
-
-// Header names as constants, not strings parsed at run time: http's parser compares
-// names a word at a time past their end, which memcheck reports on every agent made in
-// an optimized build (capi/tests/c/valgrind.supp).
-const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
-const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
-const X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_ENCODING, CONTENT_TYPE};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, debug_span, Instrument};
@@ -42,9 +34,7 @@ use tracing::{debug, debug_span, Instrument};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, Flow, Receiver};
-use crate::provider::{
-    anthropic, gemini, http_error, DecodeLimits, DecodedMessage, Decoder, Progress, ProviderKind,
-};
+use crate::provider::{AuthHeader, DecodeLimits, DecodedMessage, Decoder, Progress};
 use crate::retry::{self, RetryHints};
 use crate::secret::{is_secret_header, Secrets};
 use crate::sse::SseParser;
@@ -242,28 +232,14 @@ impl Transport {
             v.set_sensitive(true);
             Ok::<_, Error>(v)
         };
-        match config.provider {
-            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
-                if !config.api_key.is_empty() {
-                    headers.insert(
-                        AUTHORIZATION,
-                        secret_value(&format!("Bearer {}", config.api_key), "api_key")?,
-                    );
+        // The provider's credential header (and any header its API requires).
+        for header in config.provider.wire().auth_headers(&config.api_key) {
+            match header {
+                AuthHeader::Credential(name, value) => {
+                    headers.insert(name, secret_value(&value, "api_key")?);
                 }
-            }
-            ProviderKind::Anthropic => {
-                if !config.api_key.is_empty() {
-                    headers.insert(X_API_KEY, secret_value(&config.api_key, "api_key")?);
-                }
-                headers.insert(
-                    ANTHROPIC_VERSION,
-                    HeaderValue::from_static(anthropic::API_VERSION),
-                );
-            }
-            // In a header, never in the URL (`?key=`), so no logged URL carries it.
-            ProviderKind::Gemini => {
-                if !config.api_key.is_empty() {
-                    headers.insert(X_GOOG_API_KEY, secret_value(&config.api_key, "api_key")?);
+                AuthHeader::Fixed(name, value) => {
+                    headers.insert(name, HeaderValue::from_static(value));
                 }
             }
         }
@@ -362,12 +338,9 @@ impl Transport {
         let first_attempt = Instant::now();
         let retry_budget = Duration::from_millis(config.retry.max_elapsed_ms);
         let client = self.client()?;
-        // Gemini's URL names the model, which a turn or a compaction may choose.
-        let endpoint = if config.provider == ProviderKind::Gemini {
-            config.endpoint_for(model)
-        } else {
-            self.endpoint.clone()
-        };
+        // A provider's URL may name the model (Gemini's), which a turn or a compaction
+        // may choose.
+        let endpoint = config.endpoint_for(model);
         client.let_drain_finish().await;
         let mut retry_no = 0;
         loop {
@@ -531,16 +504,14 @@ impl Transport {
             let body = read_bounded(response, MAX_ERROR_BODY, cancel, request_deadline).await;
             // Redact before anything cuts the body short: a cut can split a key in two.
             let body = self.secrets.redact(&body);
-            let err = if config.provider == ProviderKind::Gemini {
-                // Google names its wait in the body (RetryInfo.retryDelay), not a header.
-                if hints.after.is_none() {
-                    hints.after = gemini::retry_delay(&body);
-                }
-                gemini::http_error(status, &body)
-            } else {
-                http_error(status, &body)
-            };
-            let err = err
+            let wire = config.provider.wire();
+            // A provider may name its wait in the body (Google's RetryInfo.retryDelay)
+            // rather than in a header.
+            if hints.after.is_none() {
+                hints.after = wire.retry_delay(&body);
+            }
+            let err = wire
+                .http_error(status, &body)
                 .with_request_id(response_id.clone())
                 .with_headers(headers);
             return Err((err, hints));
@@ -577,7 +548,7 @@ impl Transport {
             return Err(no_hints(
                 Error::protocol(format!(
                     "expected an event stream, got {content_type:?}: {:?}",
-                    crate::provider::truncate(body.trim(), 200)
+                    crate::text::truncate(body.trim(), 200)
                 ))
                 .with_status(status),
             ));
@@ -692,7 +663,7 @@ impl Transport {
             Some(m) => Error::new(ErrorKind::Provider, m).with_provider_code(code),
             None => Error::protocol(format!(
                 "expected an event stream, got a JSON body: {:?}",
-                crate::provider::truncate(body.trim(), 200)
+                crate::text::truncate(body.trim(), 200)
             )),
         }
         .with_status(200))
@@ -793,7 +764,7 @@ fn redirect_error(response: &reqwest::Response) -> Error {
         .headers()
         .get(reqwest::header::LOCATION)
         .and_then(|v| v.to_str().ok())
-        .map(|l| crate::provider::truncate(l, 300).to_owned());
+        .map(|l| crate::text::truncate(l, 300).to_owned());
     let what = match target {
         Some(t) => format!("the server redirected the request to {t:?}"),
         None => "the server answered with a redirect without a target".to_owned(),
@@ -868,7 +839,7 @@ fn request_id(headers: &reqwest::header::HeaderMap) -> Option<String> {
         .get(&X_REQUEST_ID)
         .or_else(|| headers.get(&REQUEST_ID))?;
     let id = value.to_str().ok()?.trim();
-    (!id.is_empty()).then(|| crate::provider::truncate(id, 256).to_owned())
+    (!id.is_empty()).then(|| crate::text::truncate(id, 256).to_owned())
 }
 
 /// The headers of an HTTP error response, for the error (`Error::headers`): names in
@@ -880,8 +851,7 @@ fn error_headers(headers: &reqwest::header::HeaderMap) -> Vec<(String, String)> 
         .iter()
         .filter_map(|(name, value)| {
             let value = value.to_str().ok()?;
-            let value =
-                crate::provider::truncate(value.trim(), crate::error::MAX_ERROR_HEADER_VALUE);
+            let value = crate::text::truncate(value.trim(), crate::error::MAX_ERROR_HEADER_VALUE);
             Some((name.as_str().to_owned(), value.to_owned()))
         })
         .take(crate::error::MAX_ERROR_HEADERS)

@@ -3,9 +3,9 @@
 //! One assistant turn, stage by stage:
 //!
 //! ```text
-//!  Agent::run(input)                                                  (agent)
-//!    │ append the user message; loop until the model stops calling tools
-//!    ├─► request body from history + tools          (provider::{openai,anthropic})
+//!  Agent::run(input) / Agent::resume(checkpoint)                      (agent)
+//!    │ append the user message; loop while the turn's state machine says (turn)
+//!    ├─► request body from history + tools          (provider: the kind's seam)
 //!    ├─► HTTP POST, retries before the first byte, timeouts, cancel   (http, retry)
 //!    ├─► bytes ─► SseParser ─► SSE events                             (sse)
 //!    ├─► SSE events ─► provider Decoder ─► Events ─► Receiver         (provider, event)
@@ -15,23 +15,36 @@
 //! ```
 //!
 //! Modules:
+//! - `text` — cutting a string at a character boundary and onto one line: the leaf every module may use.
 //! - [`error`] — the one error type and its kinds.
 //! - [`media`] — attachments (images, documents), their media types, and a turn's [`Input`].
 //! - [`message`] — messages, blocks, usage, stop reasons, saved-history JSON and its validator.
 //! - [`event`] — the event vocabulary with its canonical JSON, and the push [`Receiver`].
 //! - [`sse`] — the incremental WHATWG SSE parser.
-//! - [`provider`] — OpenAI-compatible and Anthropic wire formats: decoders and request bodies.
-//! - [`request`] — the provider-neutral terms of a request (provider kind, tools, reasoning, the server's dialect), shared by `config` and `provider`, which never depend on each other.
-//! - [`config`] — the configuration schema (builder and JSON), shared by every binding.
+//! - [`provider`] — every provider behind one seam: its wire format (decoder, request body) and its API's conventions (base URL, key variable, auth headers, endpoint, error bodies, output schema form); [`ProviderKind`] is the registration.
+//! - [`request`] — the provider-neutral terms of a request (tools, reasoning, how a structured answer is asked for, the server's dialect): `config` reads them, `provider` encodes them, and it depends on neither.
+//! - [`config`] — the configuration schema (builder and JSON), shared by every binding; it asks `provider` for each kind's defaults and rules, and `provider` never depends on it.
 //! - [`retry`] — which failures are retried, and how long to wait.
 //! - [`http`] — the process's shared HTTP clients (per runtime and settings), streaming a response into a decoder under timeouts, backpressure and cancellation.
 //! - [`secret`] — the API key and credential headers, and their removal from everything panto reports.
 //! - [`tool`] — the `Tool` trait, host tools and concurrent dispatch.
+//! - [`turn`] — the turn as an I/O-free state machine, its checkpoints, deferred calls and steering.
 //! - [`transcript`] — the flat, provider-neutral view of the conversation for a UI.
 //! - [`compaction`] — summarizing older history: the cut, the prompt, the rebuilt history.
 //! - [`output`] — structured output: schema checks, each provider's form of the schema, and validating the answer.
 //! - [`mcp`] — MCP servers (stdio, Streamable HTTP) whose tools the model calls like any other.
+//! - [`options`] — the options of one turn and of one compaction, and their JSON form.
 //! - [`agent`] — the agent: conversation ownership, the turn loop, compaction.
+//!
+//! Adding a provider: one module under `src/provider/` (a file, or a folder with its
+//! `mod.rs`) whose `Format` implements the seam, `provider::wire::Wire` — the default
+//! base URL and key variable, the auth headers, the endpoint, what its error answers
+//! mean, how it takes an output schema, its request body and its streaming decoder,
+//! each with a default where most providers agree — and one line in the registration,
+//! `registry!` in `src/provider/mod.rs` (the [`ProviderKind`] variant, its configuration
+//! name and its `Format`). The configuration's `provider` key, `http`, `output`,
+//! `config` and `agent` take it from there: none of them names a kind
+//! (`tests/provider_seam.rs` fails if one does).
 //!
 //! A turn, pushed to a [`Receiver`] on any tokio runtime (the `panto-pull` crate gives
 //! the pull-shaped `Stream` that every other language has):
@@ -76,20 +89,32 @@
 pub mod agent;
 pub mod compaction;
 pub mod config;
+mod config_keys;
 pub mod error;
 pub mod event;
+// Public for panto's own test kit, fuzz targets, benchmarks and code generator (and
+// `close_idle_connections`, re-exported below), not for users: hidden from the
+// documentation and outside the API that semver (and `cargo semver-checks` in
+// scripts/test.sh) covers. docs/rust.md, "What the API covers".
+#[doc(hidden)]
 pub mod http;
 pub mod mcp;
 pub mod media;
 pub mod message;
+pub mod options;
 pub mod output;
+#[doc(hidden)]
 pub mod provider;
 pub mod request;
 pub mod retry;
 pub mod secret;
+#[doc(hidden)]
 pub mod sse;
+mod text;
 pub mod tool;
 pub mod transcript;
+pub mod turn;
+#[doc(hidden)]
 pub mod vocab;
 
 pub use agent::{Agent, TurnControl, TurnOptions, TurnSchema, TurnSlot, TurnSummary};
@@ -97,14 +122,17 @@ pub use compaction::{CompactOptions, Compaction};
 pub use config::{CompactionConfig, Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
+pub use http::close_idle_connections;
 pub use mcp::{McpServer, McpServers, McpToolInfo, McpTransport, DEFAULT_INHERITED_ENV};
 pub use media::{Input, Media, MediaSource};
 pub use message::{Block, Message, Role, StopReason, Usage};
-pub use output::OutputSpec;
-pub use request::{Compat, Dialect, Effort, OutputMode, ProviderKind, Reasoning, ToolSpec};
+pub use output::{JsonText, OutputSpec};
+pub use provider::ProviderKind;
+pub use request::{Compat, Dialect, Effort, OutputMode, Reasoning, ToolSpec};
 pub use secret::Secrets;
-pub use tool::{FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
+pub use tool::{ExternalTool, FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
 pub use transcript::{EntryKind, TranscriptEntry};
+pub use turn::{Answer, Answers, Checkpoint, DeferReason, DeferredCall, NotSteered};
 
 pub use tokio_util::sync::CancellationToken;
 

@@ -126,12 +126,15 @@ impl Media {
         }
     }
 
-    /// An attachment of `data`; without a media type it is sniffed from the bytes
-    /// ([`sniff`]), and bytes of no known type are a `config` error.
+    /// An attachment of `data`. Its type is sniffed from the bytes ([`sniff`]) whether
+    /// or not one is given: a given type that the bytes contradict (PDF bytes given as
+    /// `image/png`) is a `config` error naming both, and bytes of no known type without
+    /// a given type are one too. Bytes of no known type keep the type given (the
+    /// provider judges them).
     pub fn bytes(data: impl Into<Bytes>, media_type: Option<&str>) -> Result<Media> {
         let data = data.into();
         let media_type = match media_type {
-            Some(t) => t.to_ascii_lowercase(),
+            Some(t) => checked_type(t, &data)?,
             None => sniff(&data)
                 .ok_or_else(|| {
                     Error::config(format!(
@@ -150,11 +153,19 @@ impl Media {
     }
 
     /// Reads a file: its type is sniffed from its bytes, its name kept. An unreadable
-    /// file, or one of no known type, is a `config` error naming the path.
+    /// file, one that is not a regular file (a FIFO, a device, a directory), one larger
+    /// than the default `max_message_bytes` or one of no known type is a `config` error
+    /// naming the path ([`read_file`]). [`Media::from_path_limited`] takes the limit.
     pub fn from_path(path: impl AsRef<Path>) -> Result<Media> {
+        Media::from_path_limited(path, crate::config::DEFAULT_MAX_MESSAGE_BYTES)
+    }
+
+    /// [`Media::from_path`] reading at most `max_bytes` (an agent's
+    /// `max_message_bytes`): a longer file is refused after reading `max_bytes + 1`
+    /// bytes, whatever its metadata says.
+    pub fn from_path_limited(path: impl AsRef<Path>, max_bytes: usize) -> Result<Media> {
         let path = path.as_ref();
-        let data = std::fs::read(path)
-            .map_err(|e| Error::config(format!("attachment {}: {e}", path.display())))?;
+        let data = read_file(path, max_bytes, "attachment", "max_message_bytes")?;
         let media_type = sniff(&data).ok_or_else(|| {
             Error::config(format!(
                 "attachment {}: not a PNG, JPEG, GIF, WebP or PDF file",
@@ -227,6 +238,100 @@ impl Media {
             }
             MediaSource::Url(url) => format!("{name}{url}"),
         }
+    }
+}
+
+/// The type given for `data`, lower-cased, unless the bytes say otherwise: a `config`
+/// error naming both types when [`sniff`] knows the bytes as another type. A given type
+/// decides nothing the bytes can tell — an image declared as PNG is sent as what it is,
+/// and a PDF declared as an image is refused, never sent as one. `image/jpg`, a common
+/// misspelling, is taken as `image/jpeg`.
+pub fn checked_type(declared: &str, data: &[u8]) -> Result<String> {
+    let declared = declared.trim().to_ascii_lowercase();
+    let Some(actual) = sniff(data) else {
+        return Ok(declared);
+    };
+    if declared == actual || (declared == "image/jpg" && actual == "image/jpeg") {
+        return Ok(actual.to_owned());
+    }
+    Err(Error::config(format!(
+        "attachment: given as {declared:?}, but the bytes are {actual:?}; give the type the \
+         bytes have, or none (it is sniffed)"
+    )))
+}
+
+/// Reads the regular file at `path`, at most `limit` bytes: what a caller names by path
+/// (an attachment, a CLI's `--schema`) is never read whole before its size is known.
+/// The file is opened without blocking (a FIFO with no writer would block an ordinary
+/// open forever) and refused unless it is a regular file (a FIFO, a device such as
+/// `/dev/zero`, a directory, a socket); then at most `limit + 1` bytes are read, so the
+/// limit holds whatever the metadata says (a device reports size 0, a sparse file its
+/// apparent size, a growing file less than it holds). Every failure is a `config` error
+/// starting with `what` and the path; a file past the limit names `limit_name`.
+pub fn read_file(path: &Path, limit: usize, what: &str, limit_name: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let shown = path.display();
+    let fail = |why: String| Error::config(format!("{what} {shown}: {why}"));
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    #[cfg(not(unix))]
+    {
+        // Without a non-blocking open, the path's own type is checked before opening.
+        let meta = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+        if !meta.is_file() {
+            return Err(fail(not_regular(&meta.file_type())));
+        }
+    }
+    let file = options.open(path).map_err(|e| fail(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail(not_regular(&meta.file_type())));
+    }
+    let cap = usize::try_from(meta.len()).unwrap_or(usize::MAX).min(limit);
+    let mut data = Vec::with_capacity(cap.saturating_add(1));
+    let cut = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    file.take(cut)
+        .read_to_end(&mut data)
+        .map_err(|e| fail(e.to_string()))?;
+    if data.len() > limit {
+        return Err(fail(format!("more than {limit_name} ({limit})")));
+    }
+    Ok(data)
+}
+
+/// What a file that is not a regular file is, for [`read_file`]'s error.
+fn not_regular(ty: &std::fs::FileType) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if ty.is_fifo() {
+            "a FIFO"
+        } else if ty.is_char_device() {
+            "a character device"
+        } else if ty.is_block_device() {
+            "a block device"
+        } else if ty.is_socket() {
+            "a socket"
+        } else if ty.is_dir() {
+            "a directory"
+        } else {
+            "not a file"
+        };
+        format!("not a regular file ({what})")
+    }
+    #[cfg(not(unix))]
+    {
+        let what = if ty.is_dir() {
+            "a directory"
+        } else {
+            "not a file"
+        };
+        format!("not a regular file ({what})")
     }
 }
 
@@ -348,6 +453,13 @@ impl Input {
 
     /// [`Input::from_json`] for a parsed value.
     pub fn from_value(v: &Value) -> Result<Input> {
+        Input::from_value_limited(v, crate::config::DEFAULT_MAX_MESSAGE_BYTES)
+    }
+
+    /// [`Input::from_value`] reading each `"path"` part with
+    /// [`Media::from_path_limited`]`(path, max_file_bytes)` (an agent's
+    /// `max_message_bytes`).
+    pub fn from_value_limited(v: &Value, max_file_bytes: usize) -> Result<Input> {
         let items = match v {
             Value::String(s) => return Ok(Input::from(s.as_str())),
             Value::Array(items) => items,
@@ -359,7 +471,7 @@ impl Input {
         };
         let mut input = Input::new();
         for (i, item) in items.iter().enumerate() {
-            input.parts.push(part_from_value(item, i)?);
+            input.parts.push(part_from_value(item, i, max_file_bytes)?);
         }
         Ok(input)
     }
@@ -406,7 +518,7 @@ impl Input {
     }
 }
 
-fn part_from_value(item: &Value, i: usize) -> Result<Block> {
+fn part_from_value(item: &Value, i: usize, max_file_bytes: usize) -> Result<Block> {
     let at = |why: String| Error::config(format!("input[{i}]: {why}"));
     let obj = match item {
         Value::String(s) => return Ok(Block::text(s.clone())),
@@ -454,9 +566,10 @@ fn part_from_value(item: &Value, i: usize) -> Result<Block> {
             Media::bytes(data, media_type).map_err(|e| at(e.message))?
         }
         (None, None, Some(path)) => {
-            let mut m = Media::from_path(path)?;
-            if let (Some(t), MediaSource::Bytes { media_type, .. }) = (media_type, &mut m.source) {
-                *media_type = t.to_ascii_lowercase();
+            let mut m = Media::from_path_limited(path, max_file_bytes)?;
+            if let (Some(t), MediaSource::Bytes { media_type, data }) = (media_type, &mut m.source)
+            {
+                *media_type = checked_type(t, data).map_err(|e| at(e.message))?;
             }
             m
         }
@@ -595,5 +708,50 @@ mod tests {
             .unwrap_err()
             .message
             .contains("application/pdf"));
+    }
+
+    /// The bytes decide the type; a given type only names what the bytes cannot tell.
+    #[test]
+    fn a_given_type_that_the_bytes_contradict_is_refused() {
+        let png = b"\x89PNG\r\n\x1a\n....".to_vec();
+        for (data, given, actual) in [
+            (b"%PDF-1.4".to_vec(), "image/png", "application/pdf"),
+            (png.clone(), "image/jpeg", "image/png"),
+            (png.clone(), "application/pdf", "image/png"),
+        ] {
+            let err = Media::bytes(data.clone(), Some(given)).unwrap_err();
+            assert_eq!(err.kind, crate::ErrorKind::Config);
+            assert!(
+                err.message.contains(&format!("given as {given:?}"))
+                    && err.message.contains(&format!("the bytes are {actual:?}")),
+                "{}",
+                err.message
+            );
+        }
+        // The same through the JSON input form (the C ABI's, the CLI's), for input and
+        // for a tool result's parts, which share it.
+        let err = Input::from_json(
+            r#"[{"type":"image","media_type":"image/png","data":"JVBERi0xLjQ="}]"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.message.starts_with("input[0]: attachment: given as \"image/png\", but the bytes are \"application/pdf\""),
+            "{}",
+            err.message
+        );
+        // Agreeing, differently cased, or the `image/jpg` misspelling: the sniffed type.
+        let ok = |data: &[u8], given: &str| {
+            Media::bytes(data.to_vec(), Some(given))
+                .unwrap()
+                .media_type()
+                .map(str::to_owned)
+        };
+        assert_eq!(ok(&png, "IMAGE/PNG").as_deref(), Some("image/png"));
+        assert_eq!(
+            ok(b"\xff\xd8\xff\xe0", "image/jpg").as_deref(),
+            Some("image/jpeg")
+        );
+        // Bytes of no known type keep the given type (the provider judges them).
+        assert_eq!(ok(b"BM....", "image/bmp").as_deref(), Some("image/bmp"));
     }
 }

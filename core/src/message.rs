@@ -354,6 +354,8 @@ stop_reasons! {
     ContentFilter = "content_filter",
     /// The turn reached max_steps.
     MaxSteps = "max_steps",
+    /// The turn paused for deferred calls (approval, external tools, defer_tools); resume it from its checkpoint.
+    Deferred = "deferred",
 }
 
 impl crate::vocab::Describe for StopReason {

@@ -1,6 +1,6 @@
-//! Owns structured output: checking an output schema, rewriting it into what each
-//! provider takes (OpenAI's strict mode, Anthropic's closed objects), and reading the
-//! model's answer back — parse, remove the nulls strict mode added, validate against
+//! Owns structured output: checking an output schema, with the form each provider takes
+//! from the provider seam (`provider::schema`: OpenAI's strict mode, Anthropic's closed
+//! objects), and reading the model's answer back — parse, remove the nulls strict mode added, validate against
 //! the schema as the user wrote it. The turn loop (`agent`) decides when an answer is
 //! final and what a failure becomes (a repair request or an error); the providers put
 //! [`OutputRequest`] on the wire.
@@ -10,10 +10,15 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::request::{OutputMode, ProviderKind};
+pub use crate::provider::schema::strict_schema;
+use crate::provider::schema::{self, declares_object};
+use crate::provider::ProviderKind;
+use crate::request::OutputMode;
+pub use crate::request::{OutputRequest, WireMode};
+use crate::text::one_line;
 
 /// The name the schema goes by on the wire when its `title` is not a usable one.
 pub const DEFAULT_NAME: &str = "output";
@@ -24,72 +29,6 @@ pub const MAX_ERROR_BYTES: usize = 1024;
 
 /// At most this many validation errors are listed in one message.
 const MAX_ERRORS: usize = 3;
-
-/// Keywords OpenAI's strict mode refuses (its Structured Outputs guide: composition
-/// other than `anyOf`, and the object and array keywords it does not enforce). A schema
-/// holding one is a `config` error naming it, rather than a 400 at the first request.
-const STRICT_UNSUPPORTED: &[&str] = &[
-    "allOf",
-    "oneOf",
-    "not",
-    "if",
-    "then",
-    "else",
-    "dependentRequired",
-    "dependentSchemas",
-    "dependencies",
-    "patternProperties",
-    "unevaluatedProperties",
-    "propertyNames",
-    "minProperties",
-    "maxProperties",
-    "unevaluatedItems",
-    "contains",
-    "minContains",
-    "maxContains",
-    "uniqueItems",
-    "prefixItems",
-    "additionalItems",
-];
-
-/// Annotations strict mode does not take; they are left out of what is sent (the local
-/// validation still reads the original).
-const STRICT_DROPPED: &[&str] = &["default", "$schema", "$id", "examples"];
-
-/// The string formats strict mode knows; another `format` (schemars' `uint32`, …) is left
-/// out of what is sent, and still checked locally where the validator knows it.
-const STRICT_FORMATS: &[&str] = &[
-    "date-time",
-    "time",
-    "date",
-    "duration",
-    "email",
-    "hostname",
-    "ipv4",
-    "ipv6",
-    "uuid",
-];
-
-/// How the answer is asked for on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WireMode {
-    /// The provider's structured-output field.
-    Native,
-    /// One forced call of a tool named after the schema; its arguments are the answer.
-    Tool,
-}
-
-/// What a request carries to ask for structured output (see `provider`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutputRequest<'a> {
-    /// `json_schema.name`, the Responses format's `name`, or the forced tool's name.
-    pub name: &'a str,
-    /// The schema as this provider takes it (strict for OpenAI, closed objects for
-    /// Anthropic, as written for Gemini and for the forced tool).
-    pub schema: &'a Value,
-    /// The provider's field, or the forced tool.
-    pub mode: WireMode,
-}
 
 /// A checked output schema for one provider: what to send, and how to read the answer.
 #[derive(Clone)]
@@ -115,8 +54,64 @@ impl std::fmt::Debug for OutputSpec {
 }
 
 /// Why an answer was not accepted; the text is one line, at most [`MAX_ERROR_BYTES`].
+/// The second field says whether asking the model again can help.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection(pub String);
+pub struct Rejection(pub String, pub Repair);
+
+/// Whether a rejected answer is worth a repair request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repair {
+    /// The model can fix it: the error goes back to it.
+    Possible,
+    /// The answer is beyond what panto reads (nested deeper than [`MAX_JSON_DEPTH`]);
+    /// the turn fails at once rather than asking for what cannot come back.
+    Useless,
+}
+
+/// The deepest nesting of arrays and objects panto reads in JSON — answers, schemas,
+/// configuration — (serde_json's recursion limit, which keeps parsing off the end of
+/// the stack). Deeper JSON is reported as such, never as invalid JSON.
+pub const MAX_JSON_DEPTH: usize = 128;
+
+/// What is wrong with JSON `text` that serde_json refused with `e`: `nests N levels
+/// deep, more than the 128 panto reads` when that is why, else `not valid JSON: <e>`.
+pub fn json_problem(text: &str, e: &serde_json::Error) -> String {
+    match nesting_depth(text) {
+        depth if depth > MAX_JSON_DEPTH => format!(
+            "nests {depth} levels deep, more than the {MAX_JSON_DEPTH} panto reads (valid \
+             JSON, but too deep)"
+        ),
+        _ => format!("not valid JSON: {e}"),
+    }
+}
+
+/// The deepest nesting of `[` and `{` in JSON text, outside strings; a loop, not a
+/// recursion, so any depth is measured.
+pub fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
 
 impl OutputSpec {
     /// Checks `schema` for `provider` and `mode`; `key` names it in errors
@@ -145,32 +140,13 @@ impl OutputSpec {
                 one_line(&e.to_string(), MAX_ERROR_BYTES)
             ))
         })?;
-        let mode = match (mode, provider) {
-            (OutputMode::Auto | OutputMode::Native, _) => WireMode::Native,
-            (OutputMode::Tool, ProviderKind::OpenAi | ProviderKind::Anthropic) => WireMode::Tool,
-            (OutputMode::Tool, other) => {
-                return Err(Error::config(format!(
-                    "output_mode: \"tool\" is for the openai and anthropic providers; {} has \
-                     native structured output (use \"native\")",
-                    other.as_str()
-                )))
-            }
-        };
-        let (wire, strips_nulls) = match (mode, provider) {
-            (WireMode::Native, ProviderKind::OpenAi | ProviderKind::OpenAiResponses) => {
-                let strict = strict_schema(schema, "")
-                    .map_err(|(path, problem)| Error::config(format!("{key}{path}: {problem}")))?;
-                (strict, true)
-            }
-            (WireMode::Native, ProviderKind::Anthropic) => (closed_objects(schema), false),
-            _ => (schema.clone(), false),
-        };
+        let shaped = schema::shape(schema, provider, mode, key)?;
         Ok(OutputSpec {
             name: wire_name(schema),
             original: schema.clone(),
-            wire,
-            mode,
-            strips_nulls,
+            wire: shaped.schema,
+            mode: shaped.mode,
+            strips_nulls: shaped.strips_nulls,
             validator: Arc::new(validator),
         })
     }
@@ -207,14 +183,30 @@ impl OutputSpec {
 
     /// Reads an answer: parses `text` as JSON (a Markdown code fence around it is
     /// tolerated), removes the nulls strict mode put where the original schema had an
-    /// optional property, and validates the result against the original schema.
-    pub fn accept(&self, text: &str) -> std::result::Result<Value, Rejection> {
+    /// optional property, and validates the result against the original schema. The
+    /// output keeps every number as the model wrote it ([`JsonText`]), and whether a
+    /// number is an integer is read from its digits: `12345678901234567890.5` is not one,
+    /// although its nearest `f64` is whole.
+    pub fn accept(&self, text: &str) -> std::result::Result<JsonText, Rejection> {
         let body = strip_fence(text.trim());
         let mut value: Value = serde_json::from_str(body).map_err(|e| {
-            Rejection(one_line(
-                &format!("the answer is not valid JSON ({e})"),
-                MAX_ERROR_BYTES,
-            ))
+            let depth = nesting_depth(body);
+            if depth > MAX_JSON_DEPTH {
+                return Rejection(
+                    format!(
+                        "the answer nests {depth} levels deep, more than the \
+                         {MAX_JSON_DEPTH} panto reads"
+                    ),
+                    Repair::Useless,
+                );
+            }
+            Rejection(
+                one_line(
+                    &format!("the answer is not valid JSON ({e})"),
+                    MAX_ERROR_BYTES,
+                ),
+                Repair::Possible,
+            )
         })?;
         if self.strips_nulls {
             strip_optional_nulls(&mut value, &self.original, &self.original, 0);
@@ -226,10 +218,362 @@ impl OutputSpec {
             problems.push(format!("at {at}: {e}"));
         }
         if problems.is_empty() {
-            Ok(value)
-        } else {
-            Err(Rejection(one_line(&problems.join("; "), MAX_ERROR_BYTES)))
+            problems = self.fractions_as_integers(&value, body);
         }
+        if problems.is_empty() {
+            Ok(JsonText::exact(&value, body))
+        } else {
+            Err(Rejection(
+                one_line(&problems.join("; "), MAX_ERROR_BYTES),
+                Repair::Possible,
+            ))
+        }
+    }
+}
+
+/// A structured output as JSON text: compact, keys in the order `serde_json` writes
+/// them (as the canonical JSON of every event), and each number exactly as the model
+/// wrote it — `123456789012345678901234567890` and `0.12345678901234567890123` stay
+/// what they are, where a [`Value`] holds at most an `f64` (which would print
+/// `1.2345678901234568e29`). It serializes as that JSON (not as a string), so an
+/// event's canonical JSON carries the numbers unchanged; each binding reads them with
+/// its own exact types (Python `int`, Go `json.Number`, [`JsonText::parse`] into a Rust
+/// type such as `u128`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct JsonText(String);
+
+impl JsonText {
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The JSON text, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// Deserializes it into `T`, from the text: a number reaches a `u128`, an `i128` or
+    /// a decimal type whole.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> serde_json::Result<T> {
+        serde_json::from_str(&self.0)
+    }
+
+    /// It as a [`Value`]: a number past what an `i64`, a `u64` or an `f64` holds
+    /// exactly is rounded to the nearest `f64`.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+
+    /// Reads JSON text, keeping its numbers as written (made compact, keys in
+    /// `serde_json`'s order).
+    pub fn from_json(text: &str) -> serde_json::Result<JsonText> {
+        let value: Value = serde_json::from_str(text)?;
+        Ok(JsonText::exact(&value, text))
+    }
+
+    /// The text of `value` (its numbers as `serde_json` writes them).
+    pub fn from_value(value: &Value) -> JsonText {
+        // A Value always serializes.
+        JsonText(serde_json::to_string(value).unwrap_or_default())
+    }
+
+    /// Removes secrets from its strings (an event's redaction); its numbers stay.
+    pub(crate) fn redact_strings(&mut self, secrets: &crate::secret::Secrets) {
+        let mut value = self.to_value();
+        let before = value.clone();
+        crate::event::redact_value(&mut value, secrets);
+        if value != before {
+            *self = JsonText::exact(&value, &self.0);
+        }
+    }
+
+    /// The text of `value` with the numbers of `source`, the JSON text it was parsed
+    /// from, as written there (see [`exact_text`]).
+    fn exact(value: &Value, source: &str) -> JsonText {
+        JsonText(exact_text(value, source))
+    }
+}
+
+impl std::fmt::Debug for JsonText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Display for JsonText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<Value> for JsonText {
+    fn eq(&self, other: &Value) -> bool {
+        &self.to_value() == other
+    }
+}
+
+impl serde::Serialize for JsonText {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match serde_json::value::RawValue::from_string(self.0.clone()) {
+            Ok(raw) => raw.serialize(s),
+            Err(_) => Value::Null.serialize(s),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for JsonText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        // Through a Value: an event is an internally tagged enum, which serde buffers
+        // without the text, so an event read back from its JSON holds a number past
+        // what an f64 holds as the nearest f64. Parse the text itself
+        // (`serde_json::from_str::<JsonText>`) to keep it.
+        let value = Value::deserialize(d)?;
+        Ok(JsonText::from_value(&value))
+    }
+}
+
+/// `value` as compact JSON text, each of its numbers written as in `source` (the JSON
+/// text `value` was parsed from, after which only whole object members may have been
+/// removed): numbers are found by their place (a JSON pointer), so a removed member
+/// moves none. A number `source` does not hold at its place is written as
+/// `serde_json` writes it.
+pub fn exact_text(value: &Value, source: &str) -> String {
+    let numbers = number_literals(source);
+    let mut out = String::with_capacity(source.len());
+    let mut path = String::new();
+    write_exact(value, &numbers, &mut path, &mut out);
+    out
+}
+
+fn write_exact(
+    value: &Value,
+    numbers: &std::collections::HashMap<String, &str>,
+    path: &mut String,
+    out: &mut String,
+) {
+    let string = |s: &str, out: &mut String| {
+        out.push_str(&serde_json::to_string(s).unwrap_or_default());
+    };
+    match value {
+        Value::Number(n) => match numbers.get(path.as_str()) {
+            Some(literal) => out.push_str(literal),
+            None => out.push_str(&n.to_string()),
+        },
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let len = path.len();
+                path.push('/');
+                path.push_str(&i.to_string());
+                write_exact(item, numbers, path, out);
+                path.truncate(len);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                string(k, out);
+                out.push(':');
+                let len = path.len();
+                push_pointer_token(path, k);
+                write_exact(item, numbers, path, out);
+                path.truncate(len);
+            }
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// Appends `/key` to a JSON pointer, escaped (`~` as `~0`, `/` as `~1`).
+fn push_pointer_token(path: &mut String, key: &str) {
+    path.push('/');
+    for c in key.chars() {
+        match c {
+            '~' => path.push_str("~0"),
+            '/' => path.push_str("~1"),
+            c => path.push(c),
+        }
+    }
+}
+
+/// Every number literal of valid JSON `text`, by its JSON pointer (a member given twice
+/// keeps the last, as `serde_json` does). A loop over the bytes with a stack of places,
+/// no recursion.
+fn number_literals(text: &str) -> std::collections::HashMap<String, &str> {
+    enum Place {
+        /// In an array: the index of the next element.
+        Array(usize),
+        /// In an object: the pointer length before the current key.
+        Object,
+    }
+    let bytes = text.as_bytes();
+    let mut out = std::collections::HashMap::new();
+    let mut stack: Vec<(Place, usize)> = Vec::new();
+    let mut path = String::new();
+    // In an object, whether the next string is a key.
+    let mut expect_key = false;
+    let mut i = 0;
+    // Before a value inside an array: its index goes on the path.
+    let enter_value = |stack: &mut Vec<(Place, usize)>, path: &mut String| {
+        if let Some((Place::Array(next), base)) = stack.last_mut() {
+            path.truncate(*base);
+            path.push('/');
+            path.push_str(&next.to_string());
+            *next += 1;
+        }
+    };
+    while i < bytes.len() {
+        match bytes[i] {
+            b'{' => {
+                enter_value(&mut stack, &mut path);
+                stack.push((Place::Object, path.len()));
+                expect_key = true;
+                i += 1;
+            }
+            b'[' => {
+                enter_value(&mut stack, &mut path);
+                stack.push((Place::Array(0), path.len()));
+                i += 1;
+            }
+            b'}' | b']' => {
+                if let Some((_, base)) = stack.pop() {
+                    path.truncate(base);
+                }
+                // The container itself was a value: its place leaves the path.
+                if let Some((_, base)) = stack.last() {
+                    path.truncate(*base);
+                }
+                expect_key = false;
+                i += 1;
+            }
+            b',' => {
+                if let Some((Place::Object, base)) = stack.last() {
+                    path.truncate(*base);
+                    expect_key = true;
+                }
+                i += 1;
+            }
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+                let literal = &text[start..i.min(text.len())];
+                if expect_key {
+                    expect_key = false;
+                    let key: String = if literal.contains('\\') {
+                        serde_json::from_str(literal).unwrap_or_default()
+                    } else {
+                        literal[1..literal.len().saturating_sub(1)].to_owned()
+                    };
+                    if let Some((_, base)) = stack.last() {
+                        path.truncate(*base);
+                    }
+                    push_pointer_token(&mut path, &key);
+                } else {
+                    enter_value(&mut stack, &mut path);
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < bytes.len()
+                    && matches!(bytes[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                enter_value(&mut stack, &mut path);
+                out.insert(path.clone(), &text[start..i]);
+            }
+            b't' | b'f' | b'n' => {
+                enter_value(&mut stack, &mut path);
+                while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
+                    i += 1;
+                }
+            }
+            _ => i += 1, // whitespace and ':'
+        }
+    }
+    out
+}
+
+/// Whether a JSON number literal is an integer (its value has no fractional part, as
+/// JSON Schema's `integer` means): from the digits, not from an `f64` that may have
+/// rounded `12345678901234567890.5` to a whole number.
+fn is_integer_literal(literal: &str) -> bool {
+    let unsigned = literal.trim_start_matches('-');
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(at) => (&unsigned[..at], &unsigned[at + 1..]),
+        None => (unsigned, "0"),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{int}{frac}");
+    let significant = digits.trim_end_matches('0');
+    if significant.trim_start_matches('0').is_empty() {
+        return true; // zero
+    }
+    let exponent: i64 = match exponent.trim_start_matches('+').parse() {
+        Ok(e) => e,
+        // Past i64: a huge positive exponent makes any mantissa whole.
+        Err(_) => return !exponent.starts_with('-'),
+    };
+    (significant.len() as i64) <= (int.len() as i64).saturating_add(exponent)
+}
+
+impl OutputSpec {
+    /// The type problems of numbers whose `f64` rounded a fraction away
+    /// (`12345678901234567890.5` reads as a whole `f64`): validated again with a
+    /// fraction in their place, so `"type": "integer"` refuses them as it should. Only
+    /// `type` errors count: the stand-in says nothing about a number's size.
+    fn fractions_as_integers(&self, value: &Value, source: &str) -> Vec<String> {
+        let rounded: Vec<String> = number_literals(source)
+            .into_iter()
+            .filter(|(path, literal)| {
+                !is_integer_literal(literal)
+                    && value
+                        .pointer(path)
+                        .and_then(Value::as_f64)
+                        .is_some_and(|f| f.fract() == 0.0)
+            })
+            .map(|(path, _)| path)
+            .collect();
+        if rounded.is_empty() {
+            return Vec::new();
+        }
+        let mut probe = value.clone();
+        for path in &rounded {
+            if let Some(n) = probe.pointer_mut(path) {
+                *n = serde_json::json!(0.5);
+            }
+        }
+        self.validator
+            .iter_errors(&probe)
+            .filter(|e| {
+                matches!(
+                    e.kind(),
+                    jsonschema::error::ValidationErrorKind::Type { .. }
+                )
+            })
+            .take(MAX_ERRORS)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                let shown = number_literals(source)
+                    .get(&at)
+                    .map_or_else(String::new, |l| format!("{l} "));
+                let at = if at.is_empty() { "/".to_owned() } else { at };
+                format!("at {at}: {shown}is not of type \"integer\"")
+            })
+            .collect()
     }
 }
 
@@ -245,197 +589,6 @@ fn wire_name(schema: &Value) -> String {
             t.to_owned()
         }
         _ => DEFAULT_NAME.to_owned(),
-    }
-}
-
-/// Whether a schema object says its instances are objects.
-fn declares_object(o: &Map<String, Value>) -> bool {
-    match o.get("type") {
-        Some(Value::String(t)) => t == "object",
-        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
-        _ => false,
-    }
-}
-
-/// Whether a schema object is about objects (declares the type or lists properties).
-fn is_object_schema(o: &Map<String, Value>) -> bool {
-    declares_object(o) || o.contains_key("properties")
-}
-
-/// The schema rewritten to OpenAI's strict rules: every object closed
-/// (`additionalProperties: false`) with every property required, a property that was
-/// optional made nullable, annotations strict mode refuses left out. `Err((path,
-/// problem))` names the first keyword it cannot take, `path` as a JSON-pointer-like
-/// suffix (`.properties.tags.uniqueItems`).
-pub fn strict_schema(schema: &Value, path: &str) -> std::result::Result<Value, (String, String)> {
-    let Some(o) = schema.as_object() else {
-        // `true` / `false` schemas and non-objects are left to the provider.
-        return Ok(schema.clone());
-    };
-    let mut out = Map::new();
-    for (k, v) in o {
-        if STRICT_UNSUPPORTED.contains(&k.as_str()) {
-            return Err((
-                format!("{path}.{k}"),
-                format!("OpenAI strict mode does not support the keyword {k:?}"),
-            ));
-        }
-        if STRICT_DROPPED.contains(&k.as_str())
-            || (k == "format" && !v.as_str().is_some_and(|f| STRICT_FORMATS.contains(&f)))
-        {
-            continue;
-        }
-        let here = format!("{path}.{k}");
-        let rewritten = match k.as_str() {
-            "properties" => {
-                let props = v
-                    .as_object()
-                    .ok_or_else(|| (here.clone(), "must be an object".to_owned()))?;
-                let required: Vec<&str> = o
-                    .get("required")
-                    .and_then(Value::as_array)
-                    .map(|r| r.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
-                let mut p = Map::new();
-                for (name, sub) in props {
-                    let strict = strict_schema(sub, &format!("{here}.{name}"))?;
-                    let strict = if required.contains(&name.as_str()) {
-                        strict
-                    } else {
-                        nullable(strict)
-                    };
-                    p.insert(name.clone(), strict);
-                }
-                Value::Object(p)
-            }
-            "items" => match v {
-                Value::Array(_) => {
-                    return Err((
-                        here,
-                        "OpenAI strict mode does not support tuple items (an array of schemas)"
-                            .to_owned(),
-                    ))
-                }
-                other => strict_schema(other, &here)?,
-            },
-            "anyOf" => {
-                let items = v
-                    .as_array()
-                    .ok_or_else(|| (here.clone(), "must be an array".to_owned()))?;
-                let mut list = Vec::with_capacity(items.len());
-                for (i, item) in items.iter().enumerate() {
-                    list.push(strict_schema(item, &format!("{here}[{i}]"))?);
-                }
-                Value::Array(list)
-            }
-            "$defs" | "definitions" => {
-                let defs = v
-                    .as_object()
-                    .ok_or_else(|| (here.clone(), "must be an object".to_owned()))?;
-                let mut d = Map::new();
-                for (name, sub) in defs {
-                    d.insert(name.clone(), strict_schema(sub, &format!("{here}.{name}"))?);
-                }
-                Value::Object(d)
-            }
-            "additionalProperties" => {
-                if v != &Value::Bool(false) {
-                    return Err((
-                        here,
-                        "OpenAI strict mode takes only \"additionalProperties\": false (every \
-                         object is closed)"
-                            .to_owned(),
-                    ));
-                }
-                v.clone()
-            }
-            _ => v.clone(),
-        };
-        out.insert(k.clone(), rewritten);
-    }
-    if is_object_schema(o) {
-        out.insert("additionalProperties".into(), Value::Bool(false));
-        let names: Vec<Value> = o
-            .get("properties")
-            .and_then(Value::as_object)
-            .map(|p| p.keys().map(|k| Value::String(k.clone())).collect())
-            .unwrap_or_default();
-        out.insert("required".into(), Value::Array(names));
-        if !out.contains_key("properties") {
-            out.insert("properties".into(), Value::Object(Map::new()));
-        }
-    }
-    Ok(Value::Object(out))
-}
-
-/// `schema` made to accept `null` too: a `"type"` gains `"null"`, or (with `enum`,
-/// `const`, a `$ref` or no type) it becomes `anyOf: [schema, {"type": "null"}]`.
-fn nullable(schema: Value) -> Value {
-    let Value::Object(mut o) = schema else {
-        return schema;
-    };
-    let simple = !o.contains_key("enum") && !o.contains_key("const") && !o.contains_key("$ref");
-    match o.get_mut("type") {
-        Some(Value::String(t)) if simple => {
-            if t != "null" {
-                let t = std::mem::take(t);
-                o.insert(
-                    "type".into(),
-                    Value::Array(vec![Value::String(t), "null".into()]),
-                );
-            }
-            Value::Object(o)
-        }
-        Some(Value::Array(ts)) if simple => {
-            if !ts.iter().any(|t| t == "null") {
-                ts.push("null".into());
-            }
-            Value::Object(o)
-        }
-        _ => {
-            let mut wrapped = Map::new();
-            wrapped.insert(
-                "anyOf".into(),
-                Value::Array(vec![Value::Object(o), serde_json::json!({"type": "null"})]),
-            );
-            Value::Object(wrapped)
-        }
-    }
-}
-
-/// The schema with `additionalProperties: false` on every object schema that does not
-/// say otherwise (Anthropic's structured output takes only closed objects). Optional
-/// properties stay optional there.
-fn closed_objects(schema: &Value) -> Value {
-    match schema {
-        Value::Object(o) => {
-            let mut out: Map<String, Value> = o
-                .iter()
-                .map(|(k, v)| {
-                    let v = match k.as_str() {
-                        "properties" | "$defs" | "definitions" => match v {
-                            Value::Object(m) => Value::Object(
-                                m.iter()
-                                    .map(|(n, s)| (n.clone(), closed_objects(s)))
-                                    .collect(),
-                            ),
-                            other => other.clone(),
-                        },
-                        "items" | "anyOf" | "allOf" | "oneOf" => match v {
-                            Value::Array(a) => Value::Array(a.iter().map(closed_objects).collect()),
-                            other => closed_objects(other),
-                        },
-                        _ => v.clone(),
-                    };
-                    (k.clone(), v)
-                })
-                .collect();
-            if is_object_schema(o) && !o.contains_key("additionalProperties") {
-                out.insert("additionalProperties".into(), Value::Bool(false));
-            }
-            Value::Object(out)
-        }
-        other => other.clone(),
     }
 }
 
@@ -541,23 +694,6 @@ fn strip_fence(text: &str) -> &str {
     }
 }
 
-/// `text` on one line (line breaks as spaces), cut at a character boundary to at most
-/// `max` bytes with "…" marking the cut.
-pub(crate) fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
-        .collect();
-    if flat.len() <= max {
-        return flat;
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !flat.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &flat[..end])
-}
-
 /// The JSON Schema of `T`, as schemars derives it (feature `schemars`): what
 /// `Agent::run_typed` asks for. Its `title` (the type's name) names it on the wire.
 #[cfg(feature = "schemars")]
@@ -578,8 +714,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn spec(schema: Value, provider: ProviderKind) -> Result<OutputSpec> {
-        OutputSpec::new(&schema, provider, OutputMode::Auto, "output_schema")
+    /// The provider of a configuration name (`"openai"`, …).
+    fn kind(name: &str) -> ProviderKind {
+        ProviderKind::parse(name).expect("a registered provider")
+    }
+
+    fn spec(schema: Value, provider: &str) -> Result<OutputSpec> {
+        OutputSpec::new(&schema, kind(provider), OutputMode::Auto, "output_schema")
     }
 
     #[test]
@@ -598,7 +739,7 @@ mod tests {
             "$defs": {"Place": {"type": "object", "properties": {"city": {"type": "string"}},
                                 "required": ["city"]}}
         });
-        let s = spec(schema, ProviderKind::OpenAi).unwrap();
+        let s = spec(schema, "openai").unwrap();
         assert_eq!(s.name(), "Person");
         assert_eq!(
             s.wire_schema(),
@@ -637,12 +778,12 @@ mod tests {
                 "output_schema.properties.t.uniqueItems",
             ),
         ] {
-            let e = spec(schema.clone(), ProviderKind::OpenAiResponses).unwrap_err();
+            let e = spec(schema.clone(), "openai-responses").unwrap_err();
             assert_eq!(e.kind, crate::ErrorKind::Config);
             assert!(e.message.starts_with(path), "{}", e.message);
             // Anthropic and Gemini take it as written.
-            spec(schema.clone(), ProviderKind::Anthropic).unwrap();
-            spec(schema, ProviderKind::Gemini).unwrap();
+            spec(schema.clone(), "anthropic").unwrap();
+            spec(schema, "gemini").unwrap();
         }
     }
 
@@ -653,12 +794,12 @@ mod tests {
             json!({"anyOf": [{"type": "object"}]}),
             json!(3),
         ] {
-            let e = spec(schema, ProviderKind::Anthropic).unwrap_err();
+            let e = spec(schema, "anthropic").unwrap_err();
             assert!(e.message.starts_with("output_schema:"), "{}", e.message);
         }
         let e = spec(
             json!({"type": "object", "properties": {"a": {"type": 5}}}),
-            ProviderKind::Gemini,
+            "gemini",
         )
         .unwrap_err();
         assert!(
@@ -671,8 +812,8 @@ mod tests {
     #[test]
     fn tool_mode_is_for_openai_and_anthropic() {
         let schema = json!({"type": "object"});
-        for p in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
-            let s = OutputSpec::new(&schema, p, OutputMode::Tool, "output_schema").unwrap();
+        for p in ["openai", "anthropic"] {
+            let s = OutputSpec::new(&schema, kind(p), OutputMode::Tool, "output_schema").unwrap();
             assert_eq!(s.mode(), WireMode::Tool);
             assert_eq!(
                 s.wire_schema(),
@@ -680,8 +821,9 @@ mod tests {
                 "the forced tool takes the schema as written"
             );
         }
-        for p in [ProviderKind::Gemini, ProviderKind::OpenAiResponses] {
-            let e = OutputSpec::new(&schema, p, OutputMode::Tool, "output_schema").unwrap_err();
+        for p in ["gemini", "openai-responses"] {
+            let e =
+                OutputSpec::new(&schema, kind(p), OutputMode::Tool, "output_schema").unwrap_err();
             assert!(e.message.starts_with("output_mode"), "{}", e.message);
         }
     }
@@ -690,7 +832,7 @@ mod tests {
     fn anthropic_gets_closed_objects_with_optional_properties_kept() {
         let s = spec(
             json!({"type": "object", "properties": {"a": {"type": "object"}}, "required": []}),
-            ProviderKind::Anthropic,
+            "anthropic",
         )
         .unwrap();
         assert_eq!(
@@ -708,23 +850,25 @@ mod tests {
                                   "pets": {"type": "array", "items": {"$ref": "#/$defs/Pet"}}},
                    "required": ["name"],
                    "$defs": {"Pet": {"type": "object", "properties": {"kind": {"type": "string"}}}}}),
-            ProviderKind::OpenAi,
+            "openai",
         )
         .unwrap();
         assert_eq!(
-            s.accept(r#"{"name":"Ada","age":null,"pets":[{"kind":null}]}"#),
+            s.accept(r#"{"name":"Ada","age":null,"pets":[{"kind":null}]}"#)
+                .map(|o| o.to_value()),
             Ok(json!({"name": "Ada", "pets": [{}]}))
         );
         assert_eq!(
-            s.accept("```json\n{\"name\":\"Ada\"}\n```"),
+            s.accept("```json\n{\"name\":\"Ada\"}\n```")
+                .map(|o| o.to_value()),
             Ok(json!({"name": "Ada"}))
         );
         // A required property's null is not removed: it fails as the user's schema says.
-        let Err(Rejection(e)) = s.accept(r#"{"name":null}"#) else {
+        let Err(Rejection(e, _)) = s.accept(r#"{"name":null}"#) else {
             panic!("accepted")
         };
         assert!(e.contains("at /name") && e.contains("null"), "{e}");
-        let Err(Rejection(e)) = s.accept("{\"name\":\n") else {
+        let Err(Rejection(e, _)) = s.accept("{\"name\":\n") else {
             panic!("accepted")
         };
         assert!(
@@ -734,7 +878,7 @@ mod tests {
         // Without strict mode a null stays and is judged by the schema.
         let g = spec(
             json!({"type": "object", "properties": {"age": {"type": "integer"}}}),
-            ProviderKind::Gemini,
+            "gemini",
         )
         .unwrap();
         assert!(g.accept(r#"{"age":null}"#).is_err());
@@ -747,7 +891,7 @@ mod tests {
         let s = spec(
             json!({"type": "object", "properties": {"a": {"type": "array"}},
                    "anyOf": [{"$ref": "#"}, {"$ref": "#"}]}),
-            ProviderKind::OpenAi,
+            "openai",
         )
         .unwrap();
         let started = std::time::Instant::now();
@@ -760,11 +904,11 @@ mod tests {
     fn errors_are_bounded_and_on_one_line() {
         let s = spec(
             json!({"type": "object", "properties": {"a": {"type": "integer"}}}),
-            ProviderKind::Anthropic,
+            "anthropic",
         )
         .unwrap();
         let long = format!("{{\"a\":\"{}\"}}", "x\u{e9}".repeat(3000));
-        let Err(Rejection(e)) = s.accept(&long) else {
+        let Err(Rejection(e, _)) = s.accept(&long) else {
             panic!("accepted")
         };
         assert!(
@@ -782,5 +926,104 @@ mod tests {
         assert_eq!(wire_name(&json!({"title": "Weather report"})), "output");
         assert_eq!(wire_name(&json!({"title": "x".repeat(65)})), "output");
         assert_eq!(wire_name(&json!({})), "output");
+    }
+
+    /// The model's numbers come out as written, and integer-ness is read from the
+    /// digits (issue: 123456789012345678901234567890 came out as 1.2345678901234568e29,
+    /// and a rounded fraction passed "integer").
+    #[test]
+    fn numbers_stay_as_the_model_wrote_them() {
+        let s = spec(
+            json!({"type": "object",
+                   "properties": {"a": {"type": "integer"}, "b": {"type": "number"},
+                                  "list": {"type": "array", "items": {"type": "integer"}},
+                                  "skip": {"type": "integer"}},
+                   "required": ["a", "b"]}),
+            "openai",
+        )
+        .unwrap();
+        let out = s
+            .accept(
+                r#"{ "b": 0.12345678901234567890123, "a": 123456789012345678901234567890,
+                     "list": [1, 2.0, 1e2, -0, 18446744073709551616], "skip": null }"#,
+            )
+            .unwrap();
+        // Compact, keys in serde_json's order, every number as written; the null strict
+        // mode asked for is gone.
+        assert_eq!(
+            out.as_str(),
+            r#"{"a":123456789012345678901234567890,"b":0.12345678901234567890123,"list":[1,2.0,1e2,-0,18446744073709551616]}"#
+        );
+        // A Rust type reads the integer whole.
+        #[derive(serde::Deserialize)]
+        struct Big {
+            a: u128,
+        }
+        assert_eq!(
+            out.parse::<Big>().unwrap().a,
+            123456789012345678901234567890
+        );
+        // Its serde form is the JSON itself, not a string.
+        assert_eq!(
+            serde_json::to_string(&Some(out.clone())).unwrap(),
+            out.as_str()
+        );
+        let back: JsonText = serde_json::from_str(r#"{"a": 1}"#).unwrap();
+        assert_eq!(back.as_str(), r#"{"a":1}"#);
+        // A fraction an f64 rounds to a whole number is not an integer.
+        let Err(Rejection(e, Repair::Possible)) =
+            s.accept(r#"{"a": 12345678901234567890.5, "b": 1}"#)
+        else {
+            panic!("a fraction passed as an integer")
+        };
+        assert_eq!(
+            e,
+            r#"at /a: 12345678901234567890.5 is not of type "integer""#
+        );
+        let Err(Rejection(e, _)) = s.accept(r#"{"a": 1, "b": 1, "list": [3, 1e-400]}"#) else {
+            panic!("1e-400 passed as an integer")
+        };
+        assert!(e.starts_with("at /list/1: 1e-400 is not"), "{e}");
+        // Whole numbers written with a fraction or an exponent are integers.
+        assert!(s
+            .accept(r#"{"a": 1.0, "b": 2, "list": [1.5e3, 10E-1]}"#)
+            .is_ok());
+    }
+
+    #[test]
+    fn integer_literals_are_read_from_their_digits() {
+        for (literal, integer) in [
+            ("0", true),
+            ("-0.0", true),
+            ("12", true),
+            ("1.0", true),
+            ("1.50", false),
+            ("0.5", false),
+            ("1e2", true),
+            ("1.5e1", true),
+            ("1.25e1", false),
+            ("15e-1", false),
+            ("10E-1", true),
+            ("12345678901234567890.5", false),
+            ("1e99999999999999999999", true),
+            ("1e-99999999999999999999", false),
+            ("0e-99999999999999999999", true),
+        ] {
+            assert_eq!(is_integer_literal(literal), integer, "{literal}");
+        }
+    }
+
+    #[test]
+    fn number_literals_are_found_by_their_place() {
+        let text = r#"{"a~b/c": [1, {"x": 2.50, "y": [true, null, "s\"]", 3e0]}], "d": -7,
+                       "a~b/c": [9]}"#;
+        let found = number_literals(text);
+        // The repeated member keeps its last value, as serde_json does.
+        assert_eq!(found.get("/a~0b~1c/0"), Some(&"9"));
+        assert_eq!(found.get("/a~0b~1c/1/x"), Some(&"2.50"));
+        assert_eq!(found.get("/a~0b~1c/1/y/3"), Some(&"3e0"));
+        assert_eq!(found.get("/d"), Some(&"-7"));
+        let value: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(exact_text(&value, text), r#"{"a~b/c":[9],"d":-7}"#);
     }
 }

@@ -1,64 +1,37 @@
-//! Owns the provider-neutral terms of a request: which wire format the provider speaks
-//! ([`ProviderKind`]), the tools declared to the model ([`ToolSpec`]), reasoning control
-//! ([`Reasoning`], [`Effort`]), and which OpenAI-compatible server is on the other end
-//! ([`Compat`]), with the request fields that follow from it decided once per agent
-//! ([`Dialect`]).
+//! Owns the provider-neutral terms of a request: the tools declared to the model
+//! ([`ToolSpec`]), reasoning control ([`Reasoning`], [`Effort`]), how a structured
+//! answer is asked for ([`OutputMode`]), and which OpenAI-compatible server is on the
+//! other end ([`Compat`]), with the request fields that follow from it decided once per
+//! agent ([`Dialect`]).
 //!
 //! `config` reads these from the user and `provider` writes them on the wire; both
-//! depend on this module and neither on the other. Reading them from JSON is
+//! depend on this module, which depends on neither. Reading them from JSON is
 //! `config`'s job, encoding them `provider`'s.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Which wire format a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
-    /// OpenAI Chat Completions and every server compatible with it.
-    OpenAi,
-    /// Anthropic Messages.
-    Anthropic,
-    /// Google Gemini's own API (`streamGenerateContent`).
-    Gemini,
-    /// OpenAI's Responses API (`POST /v1/responses`), also served by vLLM, Ollama and
-    /// LiteLLM.
-    OpenAiResponses,
-}
+use crate::config_keys::config_keys;
 
-impl ProviderKind {
-    /// The provider kind of its configuration name (`openai`, `anthropic`, `gemini`,
-    /// `openai-responses`), or `None`.
-    pub fn parse(name: &str) -> Option<ProviderKind> {
-        match name {
-            "openai" => Some(ProviderKind::OpenAi),
-            "anthropic" => Some(ProviderKind::Anthropic),
-            "gemini" => Some(ProviderKind::Gemini),
-            "openai-responses" => Some(ProviderKind::OpenAiResponses),
-            _ => None,
-        }
+config_keys! {
+    /// A tool as declared to the model (in the configuration: `tools[i]`, a host tool).
+    #[derive(Clone, PartialEq, Serialize, Deserialize)]
+    pub struct ToolSpec in pub(crate) const TOOL_KEYS {
+        /// The tool's name, as the model calls it: 1 to 64 ASCII letters, digits, _ or -.
+        pub name: String = String::new(), key(required());
+        /// What the tool does, for the model.
+        #[serde(default)]
+        pub description: String = String::new();
+        /// JSON Schema of the tool's arguments object; its "type" must be "object".
+        #[serde(default = "empty_object_schema")]
+        pub parameters: Value = empty_object_schema();
+        /// A call pauses the turn (stop reason deferred) until it is approved or rejected on resume.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub needs_approval: bool = false;
+        /// The tool runs outside panto: a call pauses the turn until its result is given on resume.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pub external: bool = false;
     }
-    /// The configuration name of the provider kind.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::OpenAi => "openai",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Gemini => "gemini",
-            ProviderKind::OpenAiResponses => "openai-responses",
-        }
-    }
-}
-
-/// A tool as declared to the model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    /// The tool's name, as the model calls it.
-    pub name: String,
-    /// What the tool does, for the model.
-    #[serde(default)]
-    pub description: String,
-    /// The JSON Schema of the tool's arguments object.
-    #[serde(default = "empty_object_schema")]
-    pub parameters: Value,
 }
 
 /// The longest tool name the providers accept (OpenAI and Anthropic alike).
@@ -76,6 +49,14 @@ impl ToolSpec {
         if name.is_empty() {
             return Err(("name", "required".to_owned()));
         }
+        if self.external && self.needs_approval {
+            return Err((
+                "external",
+                "an external tool is answered on resume; it cannot also need approval \
+                 (needs_approval)"
+                    .to_owned(),
+            ));
+        }
         let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
         if name.len() > MAX_TOOL_NAME_LEN || !name.chars().all(allowed) {
             return Err((
@@ -83,7 +64,7 @@ impl ToolSpec {
                 format!(
                     "{:?} is not a valid tool name: providers accept 1 to \
                      {MAX_TOOL_NAME_LEN} ASCII letters, digits, '_' or '-'",
-                    crate::provider::truncate(name, 100)
+                    crate::text::truncate(name, 100)
                 ),
             ));
         }
@@ -92,7 +73,7 @@ impl ToolSpec {
                 Some(Value::String(t)) if t == "object" => return Ok(()),
                 Some(t) => format!(
                     "has \"type\": {}",
-                    crate::provider::truncate(&t.to_string(), 60)
+                    crate::text::truncate(&t.to_string(), 60)
                 ),
                 None => "has no \"type\"".to_owned(),
             },
@@ -207,6 +188,27 @@ impl OutputMode {
             OutputMode::Tool => "tool",
         }
     }
+}
+
+/// How the answer is asked for on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireMode {
+    /// The provider's structured-output field.
+    Native,
+    /// One forced call of a tool named after the schema; its arguments are the answer.
+    Tool,
+}
+
+/// What a request carries to ask for structured output (the `provider` encodes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputRequest<'a> {
+    /// `json_schema.name`, the Responses format's `name`, or the forced tool's name.
+    pub name: &'a str,
+    /// The schema as this provider takes it (strict for OpenAI, closed objects for
+    /// Anthropic, as written for Gemini and for the forced tool).
+    pub schema: &'a Value,
+    /// The provider's field, or the forced tool.
+    pub mode: WireMode,
 }
 
 /// Which OpenAI-compatible server the agent talks to, for the request fields only some

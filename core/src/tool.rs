@@ -102,12 +102,62 @@ pub trait Tool: Send + Sync + 'static {
     fn spec(&self) -> ToolSpec;
     /// Runs one call with the model's arguments; the future's output is the result.
     fn call(&self, arguments: Value, cancel: CancellationToken) -> ToolFuture;
+    /// True when a call must be approved before it runs: the turn pauses with it
+    /// (stop reason `deferred`, reason `approval`) and is resumed with an answer.
+    fn needs_approval(&self) -> bool {
+        false
+    }
+    /// True for a tool that runs outside panto: `call` is never made; the turn pauses
+    /// with the call (reason `external`) and is resumed with its result.
+    fn is_external(&self) -> bool {
+        false
+    }
+}
+
+/// A tool declared to the model but run outside panto (by a durable engine's activity,
+/// another service, a person): every call pauses the turn (reason `external`), and the
+/// turn is resumed with the call's result (see `Agent::resume`).
+#[derive(Debug, Clone)]
+pub struct ExternalTool {
+    spec: ToolSpec,
+}
+
+impl ExternalTool {
+    /// An external tool of this name, description and JSON Schema of its parameters.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+    ) -> ExternalTool {
+        ExternalTool {
+            spec: ToolSpec {
+                name: name.into(),
+                description: description.into(),
+                parameters,
+                needs_approval: false,
+                external: false,
+            },
+        }
+    }
+}
+
+impl Tool for ExternalTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+    fn call(&self, _: Value, _: CancellationToken) -> ToolFuture {
+        Box::pin(async { ToolOutput::error("an external tool runs outside panto") })
+    }
+    fn is_external(&self) -> bool {
+        true
+    }
 }
 
 /// A [`Tool`] made of a spec and an async closure.
 pub struct FnTool<F> {
     spec: ToolSpec,
     f: F,
+    needs_approval: bool,
 }
 
 impl<F, Fut> FnTool<F>
@@ -128,9 +178,19 @@ where
                 name: name.into(),
                 description: description.into(),
                 parameters,
+                needs_approval: false,
+                external: false,
             },
             f,
+            needs_approval: false,
         }
+    }
+
+    /// The same tool, whose calls must be approved before they run (see
+    /// [`Tool::needs_approval`]).
+    pub fn needs_approval(mut self, yes: bool) -> FnTool<F> {
+        self.needs_approval = yes;
+        self
     }
 }
 
@@ -144,6 +204,9 @@ where
     }
     fn call(&self, arguments: Value, cancel: CancellationToken) -> ToolFuture {
         Box::pin((self.f)(arguments, cancel))
+    }
+    fn needs_approval(&self) -> bool {
+        self.needs_approval
     }
 }
 
@@ -240,6 +303,8 @@ pub(crate) enum Runner {
     Rust(Arc<dyn Tool>),
     Host,
     Refuse(String),
+    /// Not dispatched: it has its result already, or waits for an answer (deferred).
+    Skip,
 }
 
 /// Dispatch settings for one batch.
@@ -356,6 +421,10 @@ pub(crate) async fn dispatch(
     loop {
         while running.len() < d.concurrency && next < calls.len() && failure.is_none() {
             let (req, runner) = &calls[next];
+            if matches!(runner, Runner::Skip) {
+                next += 1;
+                continue;
+            }
             if d.cancel.is_cancelled() {
                 failure = Some(Error::cancelled());
                 break;
@@ -455,6 +524,7 @@ fn start_call(
             Box::pin(async { ToolOutput::error("the host-tool call has no result slot") })
         }
         (Runner::Rust(tool), Ok(args), _) => tool.call(args.clone(), cancel.clone()),
+        (Runner::Skip, _, _) => Box::pin(async { ToolOutput::error("the call was not run") }),
     };
     async move {
         tokio::select! {

@@ -53,6 +53,11 @@ impl Describe for Vec<crate::message::Block> {
     const OPTIONAL: bool = true;
 }
 
+/// A structured output: JSON whose numbers are kept as written.
+impl Describe for Option<crate::output::JsonText> {
+    const TYPE: &'static str = "json_text";
+}
+
 /// `arguments` of a tool call: the parsed object, or JSON `null` — present either way.
 impl Describe for Option<Value> {
     const TYPE: &'static str = "json";
@@ -176,6 +181,9 @@ pub enum KeyType {
     Enum(&'static [&'static str]),
     /// Any JSON object (a tool's JSON Schema).
     JsonObject,
+    /// Any JSON value; the key's reader checks it (a turn's `output_schema`: an object
+    /// or `false`).
+    Any,
     /// An object with these keys.
     Object(&'static [Key]),
     /// An array of objects with these keys.
@@ -189,16 +197,16 @@ pub enum KeyType {
     ObjectMap(&'static [Key]),
 }
 
-/// One configuration key. `default` is the key's default as JSON text (`"null"`: unset
-/// unless given).
+/// One configuration key.
 #[derive(Debug, Clone, Copy)]
 pub struct Key {
     /// The key's name (one level: `max_retries`, not `retry.max_retries`).
     pub name: &'static str,
     /// Its type.
     pub ty: KeyType,
-    /// Its default as JSON text (`"null"`: unset unless given).
-    pub default: &'static str,
+    /// Its default's JSON form (`null`: unset unless given), written from the Rust
+    /// default of the key's declaration.
+    pub default: fn() -> Value,
     /// Whether the key must be given.
     pub required: bool,
     /// The least value a number may take.
@@ -209,8 +217,18 @@ pub struct Key {
     pub doc: &'static str,
 }
 
+fn no_default() -> Value {
+    Value::Null
+}
+
 impl Key {
-    const fn new(name: &'static str, ty: KeyType, default: &'static str, doc: &'static str) -> Key {
+    /// A key of type `ty` whose default's JSON form `default` returns.
+    pub const fn new(
+        name: &'static str,
+        ty: KeyType,
+        default: fn() -> Value,
+        doc: &'static str,
+    ) -> Key {
         Key {
             name,
             ty,
@@ -221,16 +239,32 @@ impl Key {
             doc,
         }
     }
-    const fn min(mut self, min: u64) -> Key {
+    /// The least value a number may take.
+    pub const fn min(mut self, min: u64) -> Key {
         self.min = Some(min);
         self
     }
-    const fn max(mut self, max: u64) -> Key {
+    /// The greatest value a number may take.
+    pub const fn max(mut self, max: u64) -> Key {
         self.max = Some(max);
         self
     }
-    const fn required(mut self) -> Key {
+    /// The key must be given (it has no default).
+    pub const fn required(mut self) -> Key {
         self.required = true;
+        self.default = no_default;
+        self
+    }
+    /// No default in the description: the Rust side sets the value itself (the
+    /// provider's base URL, the API key from the environment).
+    pub const fn unset(mut self) -> Key {
+        self.default = no_default;
+        self
+    }
+    /// Described with this type instead of the Rust type's (a `usize` bounded as a
+    /// `u32`).
+    pub const fn shown_as(mut self, ty: KeyType) -> Key {
+        self.ty = ty;
         self
     }
 }
@@ -319,6 +353,7 @@ fn keys_json(keys: &[Key]) -> Value {
                     o.insert("type".into(), "enum".into())
                 }
                 KeyType::JsonObject => o.insert("type".into(), "json_object".into()),
+                KeyType::Any => o.insert("type".into(), "json".into()),
                 KeyType::Object(keys) => {
                     o.insert("keys".into(), keys_json(keys));
                     o.insert("type".into(), "object".into())
@@ -344,11 +379,13 @@ fn keys_json(keys: &[Key]) -> Value {
                     o.insert("type".into(), "map".into())
                 }
             };
-            // The defaults are literals of this file's tables: a bad one fails the tests.
-            o.insert(
-                "default".into(),
-                serde_json::from_str(k.default).unwrap_or(Value::Null),
-            );
+            // An object that is there by default shows `{}`: its keys carry their own
+            // defaults.
+            let default = match (k.ty, (k.default)()) {
+                (KeyType::Object(_), Value::Object(_)) => json!({}),
+                (_, v) => v,
+            };
+            o.insert("default".into(), default);
             if k.required {
                 o.insert("required".into(), true.into());
             }
@@ -358,7 +395,7 @@ fn keys_json(keys: &[Key]) -> Value {
             if let Some(m) = k.max {
                 o.insert("max".into(), m.into());
             }
-            o.insert("doc".into(), k.doc.into());
+            o.insert("doc".into(), k.doc.trim().into());
             Value::Object(o)
         })
         .collect()
@@ -443,6 +480,7 @@ fn check_value(key: &Key, v: &Value, path: &str) -> Result<()> {
             v.as_object()
                 .ok_or_else(|| wrong_type(path, "a JSON Schema object"))?;
         }
+        KeyType::Any => {}
         KeyType::Object(keys) => {
             let o = v.as_object().ok_or_else(|| wrong_type(path, "an object"))?;
             check(keys, o, &format!("{path}."))?;
@@ -485,29 +523,6 @@ fn check_value(key: &Key, v: &Value, path: &str) -> Result<()> {
     Ok(())
 }
 
-/// Key constructors for the tables in `config.rs`.
-pub(crate) mod keys {
-    use super::{Key, KeyType};
-
-    pub const fn key(
-        name: &'static str,
-        ty: KeyType,
-        default: &'static str,
-        doc: &'static str,
-    ) -> Key {
-        Key::new(name, ty, default, doc)
-    }
-    pub const fn min(k: Key, m: u64) -> Key {
-        k.min(m)
-    }
-    pub const fn max(k: Key, m: u64) -> Key {
-        k.max(m)
-    }
-    pub const fn required(k: Key) -> Key {
-        k.required()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -524,7 +539,17 @@ mod tests {
         assert_eq!(kinds.len(), crate::ErrorKind::ALL.len());
         // Every field type names a scalar, a record or an enum of the description.
         let mut named: Vec<&str> = vec![
-            "bool", "u16", "u32", "u64", "f64", "string", "json", "block", "parts",
+            "bool",
+            "u16",
+            "u32",
+            "u64",
+            "f64",
+            "string",
+            "json",
+            "json_text",
+            "block",
+            "parts",
+            "deferred_calls",
         ];
         named.extend(RECORDS.iter().map(|r| r.name));
         named.extend(enums().iter().map(|e| e.name));
@@ -538,13 +563,7 @@ mod tests {
         }
         fn defaults_parse(keys: &[Key]) {
             for k in keys {
-                assert!(
-                    serde_json::from_str::<Value>(k.default).is_ok(),
-                    "{}: default {:?} is not JSON",
-                    k.name,
-                    k.default
-                );
-                assert!(!k.doc.is_empty(), "{} has no doc", k.name);
+                assert!(!k.doc.trim().is_empty(), "{} has no doc", k.name);
                 if let KeyType::Object(sub) | KeyType::Array(sub) | KeyType::ObjectMap(sub) = k.ty {
                     defaults_parse(sub);
                 }
@@ -621,7 +640,15 @@ mod tests {
                 usage: Usage::default(),
                 messages: 1,
                 text: "t".into(),
-                output: Some(serde_json::json!({"a": 1})),
+                output: Some(crate::output::JsonText::from_value(
+                    &serde_json::json!({"a": 1}),
+                )),
+                deferred: vec![crate::DeferredCall {
+                    call_id: "c".into(),
+                    name: "n".into(),
+                    arguments: serde_json::json!({}),
+                    reason: crate::DeferReason::Approval,
+                }],
             },
             Event::HistoryCompacted {
                 messages_before: 1,
@@ -634,6 +661,10 @@ mod tests {
                 attempt: 1,
                 max_attempts: 1,
                 error: "e".into(),
+            },
+            Event::SteeringDelivered {
+                message: 1,
+                text: "t".into(),
             },
         ];
         assert_eq!(samples.len(), EVENTS.len(), "a sample for every event");
@@ -742,7 +773,7 @@ mod tests {
                 if matches!(k.name, "model" | "base_url" | "api_key") {
                     continue; // given by Config::new / the environment
                 }
-                let want: Value = serde_json::from_str(k.default).unwrap();
+                let want: Value = (k.default)();
                 match (k.ty, &got[k.name]) {
                     (KeyType::Object(sub), Value::Object(o)) => {
                         compare(sub, o, &format!("{path}."))
@@ -751,11 +782,12 @@ mod tests {
                 }
             }
         }
-        let c = crate::Config::new(crate::ProviderKind::OpenAi, "m");
+        // The configuration's default provider, as the schema's default names it.
+        let c = crate::Config::new(crate::ProviderKind::default(), "m");
         compare(CONFIG, c.to_value().as_object().unwrap(), "");
         // Keys whose default is unset show their sub-keys' defaults once given.
         let r = crate::Reasoning::new(crate::Effort::Medium).to_value();
-        let want: Value = serde_json::from_str(REASONING_KEYS[0].default).unwrap();
+        let want: Value = (REASONING_KEYS[0].default)();
         assert_eq!(r["effort"], want);
         let k = crate::Config::from_json(r#"{"model":"m","compaction":{"threshold_tokens":5}}"#)
             .unwrap()
@@ -767,7 +799,7 @@ mod tests {
         let tool = t["tools"][0].as_object().unwrap();
         for key in TOOL_KEYS_FOR_TEST() {
             if key.name != "name" {
-                let want: Value = serde_json::from_str(key.default).unwrap();
+                let want: Value = (key.default)();
                 assert_eq!(tool[key.name], want, "tools[].{}", key.name);
             }
         }

@@ -335,6 +335,8 @@ async fn host_tools_are_answered_from_outside() {
         name: "lookup".into(),
         description: "d".into(),
         parameters: json!({"type":"object"}),
+        needs_approval: false,
+        external: false,
     };
     let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_host_tool(spec)).unwrap();
     let control = TurnControl::default();
@@ -740,8 +742,12 @@ async fn receiver_can_stop_the_loop() {
     let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
     struct StopAtFirstDelta;
     impl Receiver for StopAtFirstDelta {
-        fn on_content_delta(&mut self, _: u32, _: u32, _: panto::DeltaKind, _: &str) -> Flow {
-            Flow::Stop
+        fn on_event(&mut self, event: Event) -> Flow {
+            if matches!(event, Event::ContentDelta { .. }) {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
         }
     }
     let e = agent
@@ -1032,6 +1038,8 @@ async fn host_calls_panto_rejects_are_not_announced_as_host_calls() {
         name: "lookup".into(),
         description: "".into(),
         parameters: json!({"type":"object"}),
+        needs_approval: false,
+        external: false,
     };
     let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_host_tool(spec)).unwrap();
     let (events, r) = run(&agent, "go", &TurnControl::default()).await;
@@ -1082,17 +1090,11 @@ async fn cancel_during_a_retry_backoff_is_prompt() {
     let control = TurnControl::default();
     struct CancelOnRetry(TurnControl);
     impl Receiver for CancelOnRetry {
-        fn on_provider_retry(
-            &mut self,
-            _: u32,
-            _: u32,
-            _: u32,
-            delay_ms: u64,
-            _: &str,
-            _: Option<u16>,
-        ) -> Flow {
-            assert_eq!(delay_ms, 30_000, "retry-after is honoured");
-            self.0.cancel.cancel();
+        fn on_event(&mut self, event: Event) -> Flow {
+            if let Event::ProviderRetry { delay_ms, .. } = event {
+                assert_eq!(delay_ms, 30_000, "retry-after is honoured");
+                self.0.cancel.cancel();
+            }
             Flow::Continue
         }
     }

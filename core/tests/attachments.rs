@@ -208,7 +208,7 @@ async fn a_saved_history_with_attachments_reloads_byte_exact_and_continues() {
         server.requests()[0].body["messages"][0],
         "the continued turn re-sends the attachments as they were"
     );
-    assert_eq!(second[2]["content"][0]["text"], "Is it a cat?");
+    assert_eq!(second[2]["content"], "Is it a cat?");
 }
 
 #[tokio::test]
@@ -454,6 +454,8 @@ async fn a_host_tool_answers_with_parts() {
             name: "shot".into(),
             description: String::new(),
             parameters: json!({"type": "object"}),
+            needs_approval: false,
+            external: false,
         });
     let agent = Agent::new(cfg).unwrap();
     let control = TurnControl::default();

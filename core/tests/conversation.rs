@@ -251,6 +251,10 @@ async fn anthropic_requests_carry_cache_breakpoints_and_step_two_reads_the_cache
         .unwrap()
         .clone();
     assert_eq!(last["content"][0]["type"], "tool_result");
+    // The question, no longer the latest message and so without a breakpoint, is one
+    // text block: a plain string, as the official SDK sends it. In step 1 it carried the
+    // breakpoint and stayed a list (asserted above).
+    assert_eq!(reqs[1].body["messages"][0]["content"], "Weather in Paris?");
     // And the scripted provider reports the cached read, which panto passes on.
     let read: Vec<u64> = events
         .iter()
@@ -278,6 +282,8 @@ async fn prompt_caching_can_be_turned_off() {
     let req = &server.requests()[0];
     assert_eq!(req.body["system"], "be brief");
     assert!(!String::from_utf8_lossy(&req.raw_body).contains("cache_control"));
+    // Without a breakpoint, a one-text-block user message is a plain string.
+    assert_eq!(req.body["messages"][0]["content"], "hello");
 }
 
 #[tokio::test]

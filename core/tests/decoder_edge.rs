@@ -10,10 +10,10 @@ use panto::provider::{
     ToolSpec,
 };
 use panto::sse::SseEvent;
-use panto::{
-    Block, BlockKind, Compat, Dialect, Error, ErrorKind, Event, Message, Role, StopReason,
-};
-use panto_testkit::decode::{check_invariants, decode, decode_message, decode_sized, Outcome};
+use panto::{Block, BlockKind, Compat, Dialect, ErrorKind, Event, Message, Role, StopReason};
+use panto_testkit::decode::sse::{named, unnamed as sse};
+use panto_testkit::decode::{check_invariants, decode_checked, decode_message, Outcome};
+use panto_testkit::decode::{decode_error as err, decoded as ok};
 use serde_json::{json, Value};
 
 const OA: ProviderKind = ProviderKind::OpenAi;
@@ -21,19 +21,6 @@ const AN: ProviderKind = ProviderKind::Anthropic;
 const DONE: &str = "data: [DONE]\n\n";
 
 // ---------------------------------------------------------------- helpers
-
-/// Unnamed SSE events, one per JSON payload (the OpenAI framing).
-fn sse(payloads: &[Value]) -> String {
-    payloads.iter().map(|p| format!("data: {p}\n\n")).collect()
-}
-
-/// Named SSE events, `event:` = the payload's `type` (the Anthropic framing).
-fn named(payloads: &[Value]) -> String {
-    payloads
-        .iter()
-        .map(|p| format!("event: {}\ndata: {p}\n\n", p["type"].as_str().unwrap()))
-        .collect()
-}
 
 /// An OpenAI chunk with one choice-0 delta.
 fn delta(d: Value) -> Value {
@@ -55,38 +42,7 @@ fn finish(reason: &str) -> Value {
 /// Decodes `body` whole, checks the invariants, and checks that byte-at-a-time delivery
 /// and 5-byte chunks decode identically.
 fn run(kind: ProviderKind, body: &str) -> Outcome {
-    let o = decode(kind, body.as_bytes());
-    if let Err(why) = check_invariants(&o, 0) {
-        panic!(
-            "invariant violated: {why}\nbody:\n{body}\nevents: {:#?}",
-            o.events
-        );
-    }
-    assert_eq!(
-        decode_sized(kind, body.as_bytes(), 1),
-        o,
-        "1-byte chunks differ\n{body}"
-    );
-    assert_eq!(
-        decode_sized(kind, body.as_bytes(), 5),
-        o,
-        "5-byte chunks differ\n{body}"
-    );
-    o
-}
-
-fn ok(o: &Outcome) -> &DecodedMessage {
-    match &o.result {
-        Ok(m) => m,
-        Err(e) => panic!("decoding failed: {e}\nevents: {:#?}", o.events),
-    }
-}
-
-fn err(o: &Outcome) -> &Error {
-    match &o.result {
-        Ok(m) => panic!("decoding succeeded: {m:#?}"),
-        Err(e) => e,
-    }
+    decode_checked(kind, body, &[1, 5])
 }
 
 /// (call_id, name, arguments, arguments_raw) of each tool call, in order.
@@ -1393,6 +1349,8 @@ fn tool_specs() -> Vec<ToolSpec> {
         name: "weather".into(),
         description: "Current weather".into(),
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        needs_approval: false,
+        external: false,
     }]
 }
 
@@ -1561,7 +1519,8 @@ fn anthropic_request_body() {
             "temperature": 0.2,
             "system": "Be brief.",
             "messages": [
-                {"role": "user", "content": [{"type": "text", "text": "Weather in Paris and Rome?"}]},
+                // One text block goes as a plain string, as the official SDK sends it.
+                {"role": "user", "content": "Weather in Paris and Rome?"},
                 {"role": "assistant", "content": [
                     // Thinking goes back with its signature; empty text blocks are dropped.
                     {"type": "thinking", "thinking": "Two cities.", "signature": "sig-123"},
@@ -1575,8 +1534,8 @@ fn anthropic_request_body() {
                     {"type": "tool_result", "tool_use_id": "call_1", "content": "sunny", "is_error": false},
                     {"type": "tool_result", "tool_use_id": "call_2", "content": "invalid arguments", "is_error": true},
                 ]},
-                {"role": "assistant", "content": [{"type": "text", "text": "Paris is sunny."}]},
-                {"role": "user", "content": [{"type": "text", "text": "Thanks"}]},
+                {"role": "assistant", "content": "Paris is sunny."},
+                {"role": "user", "content": "Thanks"},
             ],
             "tools": [{"name": "weather", "description": "Current weather",
                        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}],
@@ -1597,7 +1556,7 @@ fn anthropic_request_body() {
     assert_eq!(
         minimal,
         json!({"model": "m", "stream": true, "max_tokens": 4096,
-               "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]})
+               "messages": [{"role": "user", "content": "hi"}]})
     );
 }
 

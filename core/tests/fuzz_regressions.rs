@@ -1,7 +1,10 @@
 //! Replays every input the fuzzers once crashed on, saved under
 //! `tests/fuzz_regressions/<target>/`, through the same code as the fuzz target (the
 //! harness in `panto_testkit::fuzz`, compiled here on stable Rust). A file dropped into one
-//! of those directories is picked up without touching this file. Also runs the harness
+//! of those directories is picked up without touching this file. The targets are the
+//! `[[bin]]`s of `fuzz/Cargo.toml`, their one list (scripts/fuzz.sh reads it too):
+//! `every_fuzz_target_has_a_replay` fails when one of them has no replay here, so no
+//! target's reproducers can sit unreplayed. Also runs the harness
 //! over the fuzzers' seeds, so a property that wrongly fails on valid input shows up in
 //! `cargo test` rather than as a bogus crash in a nightly fuzz run.
 //!
@@ -27,8 +30,9 @@ fn regressions_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions")
 }
 
-fn check_for(target: &str) -> fn(&[u8]) {
-    match target {
+/// The harness of each fuzz target; `None` for a name that is not one.
+fn check_for(target: &str) -> Option<fn(&[u8])> {
+    Some(match target {
         "sse" => harness::sse,
         "decoder_openai" => |d| harness::decoder(ProviderKind::OpenAi, d),
         "decoder_anthropic" => |d| harness::decoder(ProviderKind::Anthropic, d),
@@ -37,8 +41,32 @@ fn check_for(target: &str) -> fn(&[u8]) {
         "config" => harness::config,
         "history" => harness::history,
         "openai_chunk_scan" => harness::openai_chunk_scan,
-        other => panic!("tests/fuzz_regressions/{other}: not a fuzz target"),
+        "output_schema" => harness::output_schema,
+        _ => return None,
+    })
+}
+
+fn harness_of(target: &str) -> fn(&[u8]) {
+    check_for(target).unwrap_or_else(|| panic!("{target}: not a fuzz target with a replay"))
+}
+
+/// The fuzz targets: the `name`s of the `[[bin]]` sections of `fuzz/Cargo.toml`.
+fn fuzz_targets() -> Vec<String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).expect("fuzz/Cargo.toml");
+    let mut targets = Vec::new();
+    let mut in_bin = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_bin = line == "[[bin]]";
+        } else if let Some(value) = line.strip_prefix("name").map(str::trim_start) {
+            if let (true, Some(v)) = (in_bin, value.strip_prefix('=')) {
+                targets.push(v.trim().trim_matches('"').to_string());
+            }
+        }
     }
+    assert!(!targets.is_empty(), "no [[bin]] in {}", manifest.display());
+    targets
 }
 
 /// Replays `<target>/<file>` in a child process; `Err` holds the end of its output.
@@ -103,45 +131,41 @@ fn replay_child() {
     }
     let target = name.split('/').next().expect("<target>/<file>");
     let data = std::fs::read(regressions_dir().join(&name)).expect("saved input");
-    check_for(target)(&data);
+    harness_of(target)(&data);
 }
 
+/// Every saved input of every target (a target with no directory has none yet).
 #[test]
-fn sse() {
-    replay("sse");
+fn every_targets_saved_inputs_replay() {
+    for target in fuzz_targets() {
+        replay(&target);
+    }
 }
 
+/// A target missing from `check_for` would have its reproducers never replayed (as
+/// decoder_gemini's and decoder_responses' were before the replay read the target list).
 #[test]
-fn decoder_openai() {
-    replay("decoder_openai");
-}
-
-#[test]
-fn decoder_anthropic() {
-    replay("decoder_anthropic");
-}
-
-#[test]
-fn config() {
-    replay("config");
-}
-
-#[test]
-fn history() {
-    replay("history");
-}
-
-#[test]
-fn openai_chunk_scan() {
-    replay("openai_chunk_scan");
+fn every_fuzz_target_has_a_replay() {
+    let targets = fuzz_targets();
+    let unreplayed: Vec<&String> = targets.iter().filter(|t| check_for(t).is_none()).collect();
+    assert!(
+        unreplayed.is_empty(),
+        "fuzz targets of fuzz/Cargo.toml with no replay in core/tests/fuzz_regressions.rs \
+         (add each to check_for): {unreplayed:?}"
+    );
 }
 
 #[test]
 fn every_directory_is_a_target() {
+    let targets = fuzz_targets();
     for entry in std::fs::read_dir(regressions_dir()).expect("regressions directory") {
         let path = entry.expect("directory entry").path();
         if path.is_dir() {
-            check_for(&path.file_name().unwrap().to_string_lossy());
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(
+                targets.contains(&name),
+                "tests/fuzz_regressions/{name}: not a target of fuzz/Cargo.toml"
+            );
         }
     }
     for name in KNOWN_FAILING {
@@ -214,15 +238,17 @@ fn harness_accepts_the_seeds() {
             let mut framed = vec![0];
             framed.extend_from_slice(&body);
             harness::sse(&framed);
-            check_for("decoder_responses")(&body);
+            harness_of("decoder_responses")(&body);
             m += 1;
         }
     }
     assert!(m > 0, "no streams found in {}", responses.display());
-    for target in ["config", "history"] {
+    for target in ["config", "history", "output_schema"] {
         let dir = repo.join("fuzz/seeds").join(target);
         for file in std::fs::read_dir(&dir).expect("seed directory") {
-            check_for(target)(&std::fs::read(file.expect("directory entry").path()).expect("seed"));
+            harness_of(target)(
+                &std::fs::read(file.expect("directory entry").path()).expect("seed"),
+            );
         }
     }
 }

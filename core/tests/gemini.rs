@@ -408,6 +408,8 @@ fn the_request_body_puts_signatures_back_on_their_parts() {
         name: "weather".into(),
         description: "Weather".into(),
         parameters: json!({"type":"object","properties":{"city":{"type":"string"}}}),
+        needs_approval: false,
+        external: false,
     }];
     let params = RequestParams {
         model: MODEL,

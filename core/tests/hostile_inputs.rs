@@ -9,7 +9,10 @@ use std::time::Duration;
 use panto::provider::{http_error, request_body, DecodedMessage, ProviderKind, RequestParams};
 use panto::retry::{delay, RetryHints};
 use panto::{Block, ErrorKind, Event, Message, RetryConfig, Role, Usage};
-use panto_testkit::decode::{check_invariants, decode, decode_sized, Outcome};
+use panto_testkit::decode::sse::named;
+use panto_testkit::decode::sse::{unnamed as sse, unnamed_raw as sse_raw};
+use panto_testkit::decode::{check_invariants, decode, Outcome};
+use panto_testkit::decode::{decode_checked, decoded as ok};
 use reqwest::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Value};
 
@@ -20,44 +23,10 @@ const DONE: &str = "data: [DONE]\n\n";
 
 // ---------------------------------------------------------------- helpers
 
-/// One unnamed SSE event per raw data string (kept raw: some tests need JSON that
-/// `serde_json::json!` cannot write, such as lone surrogates or repeated keys).
-fn sse_raw(datas: &[&str]) -> String {
-    datas.iter().map(|d| format!("data: {d}\n\n")).collect()
-}
-
-fn sse(payloads: &[Value]) -> String {
-    payloads.iter().map(|p| format!("data: {p}\n\n")).collect()
-}
-
 /// Decodes whole, checks the event invariants and that 1-byte and 7-byte chunking give
 /// the same outcome.
 fn run(kind: ProviderKind, body: &str) -> Outcome {
-    let o = decode(kind, body.as_bytes());
-    if let Err(why) = check_invariants(&o, 0) {
-        panic!(
-            "invariant violated: {why}\nbody:\n{body}\nevents: {:#?}",
-            o.events
-        );
-    }
-    assert_eq!(
-        decode_sized(kind, body.as_bytes(), 1),
-        o,
-        "1-byte chunks differ"
-    );
-    assert_eq!(
-        decode_sized(kind, body.as_bytes(), 7),
-        o,
-        "7-byte chunks differ"
-    );
-    o
-}
-
-fn ok(o: &Outcome) -> &DecodedMessage {
-    match &o.result {
-        Ok(m) => m,
-        Err(e) => panic!("decoding failed: {e}\nevents: {:#?}", o.events),
-    }
+    decode_checked(kind, body, &[1, 7])
 }
 
 fn protocol_error(o: &Outcome) -> String {
@@ -107,13 +76,6 @@ fn named_raw(datas: &[&str]) -> String {
             let name = v["type"].as_str().unwrap_or("message").to_owned();
             format!("event: {name}\ndata: {d}\n\n")
         })
-        .collect()
-}
-
-fn named(payloads: &[Value]) -> String {
-    payloads
-        .iter()
-        .map(|p| format!("event: {}\ndata: {p}\n\n", p["type"].as_str().unwrap()))
         .collect()
 }
 
@@ -615,7 +577,7 @@ fn anthropic_request_never_has_empty_content_or_unsigned_thinking() {
                 {"type": "redacted_thinking", "data": "opaque"},
                 {"type": "text", "text": "answer"},
             ]},
-            {"role": "user", "content": [{"type": "text", "text": "c"}]},
+            {"role": "user", "content": "c"},
         ])
     );
     // Tool results followed by a user message (a turn cancelled after its tools ran):

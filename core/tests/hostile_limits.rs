@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use panto::provider::{decode_complete_body, DecodeLimits, Decoder, Progress, ProviderKind};
+use panto::provider::{decode_complete_body, DecodeLimits, ProviderKind};
 use panto::sse::SseParser;
-use panto::{DeltaKind, Error, ErrorKind, Event};
+use panto::{DeltaKind, ErrorKind, Event};
+use panto_testkit::decode::sse::{named, unnamed as sse};
 use panto_testkit::decode::{self, Outcome};
 use serde_json::{json, Value};
 
@@ -18,35 +19,7 @@ const AN: ProviderKind = ProviderKind::Anthropic;
 
 /// Decodes `body` (fed in `piece`-byte chunks) with `limits`, like `http.rs` does.
 fn decode_with(kind: ProviderKind, limits: DecodeLimits, body: &[u8], piece: usize) -> Outcome {
-    let mut events = Vec::new();
-    let mut decoder = Decoder::with_limits(kind, 0, limits);
-    let mut parser = SseParser::default();
-    let mut emit = |ev: Event| -> panto::Result<()> {
-        events.push(ev);
-        Ok(())
-    };
-    let mut finished = false;
-    let mut run = || -> panto::Result<()> {
-        for chunk in body.chunks(piece.max(1)) {
-            parser.feed(chunk, |ev| {
-                if !finished && decoder.on_sse(&ev, &mut emit)? == Progress::Finished {
-                    finished = true;
-                }
-                Ok(())
-            })?;
-            if finished {
-                return Ok(());
-            }
-        }
-        decoder.on_eof(&mut emit)
-    };
-    let r = run();
-    let result = r.and_then(|()| {
-        decoder
-            .into_message()
-            .ok_or_else(|| Error::internal("finished without a message"))
-    });
-    Outcome { events, result }
+    decode::decode_limited(kind, limits, body.chunks(piece.max(1)))
 }
 
 fn limits(max_message_bytes: usize, max_blocks: usize, max_tool_calls: usize) -> DecodeLimits {
@@ -66,17 +39,6 @@ fn limit_error(o: &Outcome, limit: &str) {
             assert!(e.message.contains(limit), "{e}");
         }
     }
-}
-
-fn sse(payloads: &[Value]) -> String {
-    payloads.iter().map(|p| format!("data: {p}\n\n")).collect()
-}
-
-fn named(payloads: &[Value]) -> String {
-    payloads
-        .iter()
-        .map(|p| format!("event: {}\ndata: {p}\n\n", p["type"].as_str().unwrap()))
-        .collect()
 }
 
 fn oa_delta(d: Value) -> Value {

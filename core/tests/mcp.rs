@@ -501,6 +501,8 @@ async fn collisions_are_config_errors() {
                 name: "fx__echo".into(),
                 description: String::new(),
                 parameters: serde_json::json!({"type": "object"}),
+                needs_approval: false,
+                external: false,
             })
             .with_mcp_server("fx", fixture_server(&[])),
     )
@@ -872,4 +874,398 @@ async fn a_message_past_the_cap_ends_the_connection_not_memory() {
         out.contains("MCP server \"fx\" stopped: it sent a message larger than 2048 bytes"),
         "{out}"
     );
+}
+
+// ---- Hand-written servers, for what the `mcp` package never sends ----
+
+/// The hand-written stdio server (tests/mcp/raw_stdio_server.py) with `flags`.
+fn raw_stdio(flags: &[&str]) -> McpServer {
+    let script = panto_testkit::mcp::root()
+        .join("tests/mcp/raw_stdio_server.py")
+        .to_string_lossy()
+        .into_owned();
+    let mut args = vec![script];
+    args.extend(flags.iter().map(|s| s.to_string()));
+    McpServer::stdio(python(), args)
+}
+
+/// One request to [`RawHttp`]: its method, headers (names in lower case) and body.
+#[derive(Debug, Clone)]
+struct RawRequest {
+    method: String,
+    headers: BTreeMap<String, String>,
+    body: Value,
+}
+
+/// A hand-written Streamable HTTP server on 127.0.0.1, port 0: `answer` gives each
+/// request's whole HTTP response (status line, headers, body), which ends with the
+/// connection (`Connection: close`). It logs every request.
+struct RawHttp {
+    url: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<RawRequest>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RawHttp {
+    async fn start(answer: impl Fn(&RawRequest) -> Vec<u8> + Send + Sync + 'static) -> RawHttp {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let answer = std::sync::Arc::new(answer);
+        let log2 = log.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let answer = answer.clone();
+                let log = log2.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    let head_end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+                    let mut lines = head.lines();
+                    let method = lines
+                        .next()
+                        .unwrap_or("")
+                        .split(' ')
+                        .next()
+                        .unwrap_or("")
+                        .to_owned();
+                    let headers: BTreeMap<String, String> = lines
+                        .filter_map(|l| l.split_once(':'))
+                        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                        .collect();
+                    let len: usize = headers
+                        .get("content-length")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    while buf.len() < head_end + len {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body = serde_json::from_slice(&buf[head_end..head_end + len])
+                        .unwrap_or(Value::Null);
+                    let req = RawRequest {
+                        method,
+                        headers,
+                        body,
+                    };
+                    log.lock().unwrap().push(req.clone());
+                    let _ = sock.write_all(&answer(&req)).await;
+                    let _ = sock.shutdown().await;
+                });
+            }
+        });
+        RawHttp { url, log, task }
+    }
+
+    fn log(&self) -> Vec<RawRequest> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for RawHttp {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An HTTP response: `status`, extra `headers` lines, `body`.
+fn http_answer(status: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {status}\r\nConnection: close\r\n").into_bytes();
+    for h in headers {
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// An SSE answer whose body is `events` and ends with the connection.
+fn sse_answer(events: &[u8]) -> Vec<u8> {
+    let mut out =
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: text/event-stream\r\n\r\n".to_vec();
+    out.extend_from_slice(events);
+    out
+}
+
+/// What every hand-written HTTP server answers the same way: `initialize` (session
+/// "s1"), notifications (202), `tools/list` (one tool, `say`), the GET stream (405)
+/// and DELETE (200); `None` for the rest (a `tools/call`, a resuming GET).
+fn common_answer(req: &RawRequest) -> Option<Vec<u8>> {
+    let json = "Content-Type: application/json";
+    match (req.method.as_str(), req.body["method"].as_str()) {
+        ("POST", Some("initialize")) => Some(http_answer(
+            "200 OK",
+            &[json, "Mcp-Session-Id: s1"],
+            serde_json::json!({"jsonrpc": "2.0", "id": req.body["id"], "result": {
+                "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "raw", "version": "1"}}})
+            .to_string()
+            .as_bytes(),
+        )),
+        ("POST", Some("tools/list")) => Some(http_answer(
+            "200 OK",
+            &[json],
+            serde_json::json!({"jsonrpc": "2.0", "id": req.body["id"], "result": {"tools": [
+                {"name": "say", "inputSchema": {"type": "object"}}]}})
+            .to_string()
+            .as_bytes(),
+        )),
+        ("POST", _) if req.body.get("id").is_none() => Some(http_answer("202 Accepted", &[], b"")),
+        ("GET", _) if !req.headers.contains_key("last-event-id") => {
+            Some(http_answer("405 Method Not Allowed", &[], b""))
+        }
+        ("DELETE", _) => Some(http_answer("200 OK", &[], b"")),
+        _ => None,
+    }
+}
+
+/// A turn in which the model calls `name` once (then says "done"), against the MCP
+/// server `server` named `raw`: the tool result `(output, is_error)`.
+async fn one_call(name: &str, server: McpServer) -> (String, bool) {
+    let model = model(vec![
+        script::openai_tool_calls(&[("c", name, r#"{"text":"hi"}"#)]),
+        script::openai_text(&["done"]),
+    ]);
+    let agent = Agent::new(config(&model).with_mcp_server("raw", server)).unwrap();
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "done");
+    let (_, out, is_error) = results(&events).remove(0);
+    (out, is_error)
+}
+
+// ---- Finding 2: a broken character never drops an answer ----
+
+#[tokio::test]
+async fn a_lone_surrogate_or_invalid_utf8_in_a_stdio_answer_is_repaired() {
+    // Before: the line was not JSON to serde and was skipped; the call waited its
+    // whole timeout.
+    let slow = 30_000;
+    let (out, is_error) = one_call(
+        "raw__say",
+        raw_stdio(&["--surrogate-call"]).with_timeout_ms(slow),
+    )
+    .await;
+    assert_eq!((out.as_str(), is_error), ("said: hi \u{FFFD}!", false));
+    let (out, is_error) = one_call(
+        "raw__say",
+        raw_stdio(&["--invalid-utf8-call"]).with_timeout_ms(slow),
+    )
+    .await;
+    assert_eq!((out.as_str(), is_error), ("said: hi \u{FFFD}!", false));
+}
+
+#[tokio::test]
+async fn a_lone_surrogate_in_tools_list_is_repaired() {
+    let mut servers = BTreeMap::new();
+    servers.insert(
+        "raw".to_owned(),
+        raw_stdio(&["--surrogate-list"]).with_timeout_ms(30_000),
+    );
+    let set = McpServers::new(servers).unwrap();
+    let listed = set.list(&Default::default()).await;
+    let tools = listed[0].1.as_ref().expect("the tools are listed");
+    assert_eq!(tools[0].name, "raw__say");
+    assert_eq!(tools[0].description, "Says it \u{FFFD} back.");
+}
+
+#[tokio::test]
+async fn a_lone_surrogate_or_invalid_utf8_in_an_http_answer_is_repaired() {
+    for (body, sse) in [
+        (&br#"{"jsonrpc":"2.0","id":ID,"result":{"content":[{"type":"text","text":"said \ud800!"}]}}"#[..], false),
+        (&b"{\"jsonrpc\":\"2.0\",\"id\":ID,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"said \xff!\"}]}}"[..], false),
+        (&br#"{"jsonrpc":"2.0","id":ID,"result":{"content":[{"type":"text","text":"said \ud800!"}]}}"#[..], true),
+    ] {
+        let body = body.to_vec();
+        let http = RawHttp::start(move |req| {
+            common_answer(req).unwrap_or_else(|| {
+                let id = req.body["id"].to_string();
+                let text = String::from_utf8_lossy(&body).into_owned();
+                let mut answer = body.clone();
+                // Put the request's id in place of ID, keeping the broken bytes.
+                let at = text.find("ID").unwrap();
+                answer.splice(at..at + 2, id.bytes());
+                if sse {
+                    let mut ev = b"data: ".to_vec();
+                    ev.extend_from_slice(&answer);
+                    ev.extend_from_slice(b"\n\n");
+                    sse_answer(&ev)
+                } else {
+                    http_answer("200 OK", &["Content-Type: application/json"], &answer)
+                }
+            })
+        })
+        .await;
+        let (out, is_error) = one_call("raw__say", McpServer::http(&http.url)).await;
+        assert_eq!((out.as_str(), is_error), ("said \u{FFFD}!", false), "sse: {sse}");
+    }
+}
+
+// ---- Finding 3: a request that cannot be answered fails at once ----
+
+#[tokio::test]
+async fn a_stdio_server_that_closed_its_input_fails_the_call_at_once() {
+    let started = std::time::Instant::now();
+    let (out, is_error) = one_call(
+        "raw__say",
+        raw_stdio(&["--close-stdin"]).with_timeout_ms(60_000),
+    )
+    .await;
+    assert!(is_error);
+    assert!(out.contains("closed its input"), "{out}");
+    assert!(!out.contains("did not answer"), "{out}");
+    // A hang guard well under the call's 60 s timeout, not a speed assertion.
+    assert!(started.elapsed() < Duration::from_secs(50), "{out}");
+}
+
+#[tokio::test]
+async fn an_http_server_answering_202_to_a_call_fails_it_at_once() {
+    let http = RawHttp::start(|req| {
+        common_answer(req).unwrap_or_else(|| http_answer("202 Accepted", &[], b""))
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let (out, is_error) = one_call(
+        "raw__say",
+        McpServer::http(&http.url).with_timeout_ms(60_000),
+    )
+    .await;
+    assert!(is_error);
+    assert!(out.contains("HTTP 202"), "{out}");
+    assert!(!out.contains("did not answer"), "{out}");
+    assert!(started.elapsed() < Duration::from_secs(50), "{out}");
+}
+
+// ---- Finding 4: a redirect is a config error ----
+
+#[tokio::test]
+async fn an_http_servers_redirect_is_a_config_error() {
+    let http = RawHttp::start(|_| {
+        http_answer(
+            "307 Temporary Redirect",
+            &["Location: http://elsewhere.example/mcp"],
+            b"",
+        )
+    })
+    .await;
+    let model = model(vec![script::openai_text(&["never"])]);
+    let agent =
+        Agent::new(config(&model).with_mcp_server("web", McpServer::http(&http.url))).unwrap();
+    let e = run(&agent, &TurnControl::default()).await.1.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Config, "{e:?}");
+    assert_eq!(e.status, 307, "{e:?}");
+    assert!(
+        e.message.contains("http://elsewhere.example/mcp"),
+        "{}",
+        e.message
+    );
+    assert!(model.requests().is_empty());
+}
+
+// ---- Finding 8: an SSE answer cut after a retry and an id is resumed ----
+
+#[tokio::test]
+async fn an_sse_answer_cut_mid_call_is_resumed_with_last_event_id() {
+    let call_id = std::sync::Arc::new(std::sync::Mutex::new(Value::Null));
+    let http = RawHttp::start(move |req| {
+        common_answer(req).unwrap_or_else(|| match req.method.as_str() {
+            // The call: a priming event (id, retry), then the stream ends.
+            "POST" => {
+                *call_id.lock().unwrap() = req.body["id"].clone();
+                sse_answer(b"id: ev-1\nretry: 50\ndata: \n\n")
+            }
+            // The resumption, after the id: the result.
+            _ if req.headers.get("last-event-id").map(String::as_str) == Some("ev-1") => {
+                let id = call_id.lock().unwrap().clone();
+                let result = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "content": [{"type": "text", "text": "resumed"}]}});
+                sse_answer(format!("id: ev-2\ndata: {result}\n\n").as_bytes())
+            }
+            _ => http_answer("400 Bad Request", &[], b""),
+        })
+    })
+    .await;
+    let (out, is_error) = one_call("raw__say", McpServer::http(&http.url)).await;
+    assert_eq!((out.as_str(), is_error), ("resumed", false));
+    let resumed: Vec<RawRequest> = http
+        .log()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.headers.contains_key("last-event-id"))
+        .collect();
+    assert_eq!(resumed.len(), 1, "{resumed:?}");
+    assert_eq!(resumed[0].headers["mcp-session-id"], "s1");
+    assert_eq!(resumed[0].headers["accept"], "text/event-stream");
+}
+
+#[tokio::test]
+async fn sse_resumption_is_bounded() {
+    // Every resumption ends at once without an event: panto gives up after the bound
+    // instead of reconnecting forever.
+    let http = RawHttp::start(|req| {
+        common_answer(req).unwrap_or_else(|| match req.method.as_str() {
+            "POST" => sse_answer(b"id: ev-1\nretry: 10\ndata: \n\n"),
+            _ => sse_answer(b""),
+        })
+    })
+    .await;
+    let (out, is_error) = one_call("raw__say", McpServer::http(&http.url)).await;
+    assert!(is_error, "{out}");
+    assert!(out.contains("without a result"), "{out}");
+    let resumed = http
+        .log()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.headers.contains_key("last-event-id"))
+        .count();
+    assert_eq!(resumed, 5);
+}
+
+// ---- Finding 5: task-required tools are not offered ----
+
+#[tokio::test]
+async fn tools_that_require_a_task_are_not_offered() {
+    let server = model(vec![
+        script::openai_tool_calls(&[("t", "fx__task_optional", "{}")]),
+        script::openai_text(&["done"]),
+    ]);
+    let agent = fx_agent(&server, &["--more-tools"]);
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "done");
+    let offered = offered(&server, 0);
+    assert!(
+        offered.contains(&"fx__task_optional".to_owned()),
+        "{offered:?}"
+    );
+    assert!(
+        !offered.contains(&"fx__task_required".to_owned()),
+        "{offered:?}"
+    );
+    assert_eq!(results(&events)[0].1, "ran without a task");
+}
+
+// ---- Finding 7: structuredContent that mirrors the text is not sent twice ----
+
+#[tokio::test]
+async fn a_plain_value_result_is_sent_once() {
+    let server = model(vec![
+        script::openai_tool_calls(&[("p", "fx__plain", "{}"), ("t", "fx__plain_text", "{}")]),
+        script::openai_text(&["done"]),
+    ]);
+    let agent = fx_agent(&server, &["--more-tools"]);
+    let (events, r) = run(&agent, &TurnControl::default()).await;
+    assert_eq!(r.unwrap(), "done");
+    let got = results(&events);
+    assert_eq!(got[0], ("fx__plain".into(), "42".into(), false));
+    assert_eq!(got[1], ("fx__plain_text".into(), "hello".into(), false));
 }

@@ -298,6 +298,155 @@ fn whole_items_without_deltas_still_stream_their_content() {
     assert_eq!(m.stop_reason, StopReason::ToolUse);
 }
 
+/// The SSE body of `events`, one `data:` line each.
+fn stream_of(events: &[Value]) -> String {
+    events.iter().map(|e| format!("data: {e}\n\n")).collect()
+}
+
+/// A message's tool calls as (call_id, arguments).
+fn calls_of(m: &Message) -> Vec<(String, Value)> {
+    m.tool_calls()
+        .map(|b| match b {
+            Block::ToolCall {
+                call_id, arguments, ..
+            } => (call_id.clone(), arguments.clone().unwrap_or(Value::Null)),
+            _ => unreachable!(),
+        })
+        .collect()
+}
+
+#[test]
+fn text_only_in_the_completed_response_is_the_answer() {
+    // No item events at all: the answer is only in `response.completed`'s output.
+    let body = stream_of(&[
+        json!({"type":"response.created","response":{"id":"resp_c","model":"m","output":[]}}),
+        json!({"type":"response.completed","response":{"id":"resp_c","model":"m","status":"completed",
+            "output":[{"type":"message","id":"msg_c","role":"assistant",
+                       "content":[{"type":"output_text","text":"only here"}]}],
+            "usage":{"input_tokens":3,"output_tokens":2}}}),
+    ]);
+    let o = decode(KIND, body.as_bytes());
+    check_invariants(&o, 0).unwrap();
+    let m = o.result.unwrap();
+    assert_eq!(m.message.text(), "only here");
+    assert_eq!(m.stop_reason, StopReason::EndTurn);
+    assert_eq!(deltas(&o.events), [(0, "only here".to_owned())]);
+    // Deltas that stopped short: the completed output brings the rest.
+    let body = stream_of(&[
+        json!({"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"msg_p","role":"assistant","content":[]}}),
+        json!({"type":"response.output_text.delta","item_id":"msg_p","output_index":0,"delta":"Hel"}),
+        json!({"type":"response.completed","response":{"output":[{"type":"message","id":"msg_p",
+            "content":[{"type":"output_text","text":"Hello"}]}]}}),
+    ]);
+    let o = decode(KIND, body.as_bytes());
+    check_invariants(&o, 0).unwrap();
+    assert_eq!(o.result.unwrap().message.text(), "Hello");
+    // A call the deltas never announced is taken from it too, after the streamed one.
+    let body = stream_of(&[
+        json!({"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","id":"fc_1","call_id":"call_a","name":"t","arguments":""}}),
+        json!({"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":0,"delta":"{\"n\":1}"}),
+        json!({"type":"response.output_item.done","output_index":0,"item":{"type":"function_call","id":"fc_1","call_id":"call_a","name":"t","arguments":"{\"n\":1}"}}),
+        json!({"type":"response.completed","response":{"output":[
+            {"type":"function_call","id":"fc_1","call_id":"call_a","name":"t","arguments":"{\"n\":1}"},
+            {"type":"function_call","id":"fc_2","call_id":"call_b","name":"t","arguments":"{\"n\":2}"}]}}),
+    ]);
+    let o = decode(KIND, body.as_bytes());
+    check_invariants(&o, 0).unwrap();
+    let m = o.result.unwrap();
+    assert_eq!(
+        calls_of(&m.message),
+        [
+            ("call_a".to_owned(), json!({"n": 1})),
+            ("call_b".to_owned(), json!({"n": 2}))
+        ]
+    );
+    assert_eq!(m.stop_reason, StopReason::ToolUse);
+}
+
+#[test]
+fn two_calls_sharing_an_item_id_or_an_output_index_are_two_calls() {
+    let call = |id: &str, ix: u64, call_id: &str, args: &str, done: bool| {
+        json!({"type": if done {"response.output_item.done"} else {"response.output_item.added"},
+               "output_index": ix,
+               "item": {"type":"function_call","id":id,"call_id":call_id,"name":"t",
+                        "arguments": if done {args} else {""}}})
+    };
+    let args = |id: &str, ix: u64, delta: &str| json!({"type":"response.function_call_arguments.delta","item_id":id,"output_index":ix,"delta":delta});
+    let completed = json!({"type":"response.completed","response":{"status":"completed"}});
+    // One item id for two calls (at two indexes), each streamed then done.
+    let same_id = stream_of(&[
+        call("fc_x", 0, "call_a", "", false),
+        args("fc_x", 0, "{\"n\":1}"),
+        call("fc_x", 0, "call_a", "{\"n\":1}", true),
+        call("fc_x", 1, "call_b", "", false),
+        args("fc_x", 1, "{\"n\":2}"),
+        call("fc_x", 1, "call_b", "{\"n\":2}", true),
+        completed.clone(),
+    ]);
+    // One output_index for two calls of different ids, interleaved.
+    let same_index = stream_of(&[
+        call("fc_a", 0, "call_a", "", false),
+        call("fc_b", 0, "call_b", "", false),
+        args("fc_a", 0, "{\"n\":1}"),
+        args("fc_b", 0, "{\"n\":2}"),
+        call("fc_a", 0, "call_a", "{\"n\":1}", true),
+        call("fc_b", 0, "call_b", "{\"n\":2}", true),
+        completed.clone(),
+    ]);
+    // Whole calls only (no `.added`, no deltas), one item id and one index.
+    let whole_only = stream_of(&[
+        call("fc_w", 0, "call_a", "{\"n\":1}", true),
+        call("fc_w", 0, "call_b", "{\"n\":2}", true),
+        completed,
+    ]);
+    for (name, body) in [
+        ("same id", same_id),
+        ("same index", same_index),
+        ("whole", whole_only),
+    ] {
+        let o = decode(KIND, body.as_bytes());
+        check_invariants(&o, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let m = o.result.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            calls_of(&m.message),
+            [
+                ("call_a".to_owned(), json!({"n": 1})),
+                ("call_b".to_owned(), json!({"n": 2}))
+            ],
+            "{name}"
+        );
+        assert_eq!(m.stop_reason, StopReason::ToolUse, "{name}");
+    }
+}
+
+#[test]
+fn a_completed_output_that_contradicts_the_stream_is_a_protocol_error() {
+    let streamed = [
+        json!({"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"msg_1","content":[]}}),
+        json!({"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"delta":"Hello world"}),
+    ];
+    // Less than the deltas brought.
+    let mut shorter = streamed.to_vec();
+    shorter.push(json!({"type":"response.completed","response":{"output":[
+        {"type":"message","id":"msg_1","content":[{"type":"output_text","text":"Hello"}]}]}}));
+    // A finished message that the final output calls a function call.
+    let mut other_kind = streamed.to_vec();
+    other_kind.push(json!({"type":"response.output_item.done","output_index":0,"item":{"type":"message","id":"msg_1","content":[{"type":"output_text","text":"Hello world"}]}}));
+    other_kind.push(json!({"type":"response.completed","response":{"output":[
+        {"type":"function_call","id":"msg_1","name":"t","arguments":"{}"}]}}));
+    for (name, events) in [("shorter", shorter), ("other kind", other_kind)] {
+        let e = decode(KIND, stream_of(&events).as_bytes())
+            .result
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Protocol, "{name}: {e}");
+        assert!(
+            e.message.contains("response.completed's output item 0"),
+            "{name}: {}",
+            e.message
+        );
+    }
+}
+
 #[test]
 fn a_complete_json_body_decodes_as_its_stream_would() {
     let body = json!({
@@ -347,6 +496,8 @@ fn weather_spec() -> ToolSpec {
         name: "weather".into(),
         description: "Weather for a city".into(),
         parameters: json!({"type":"object","properties":{"city":{"type":"string"}}}),
+        needs_approval: false,
+        external: false,
     }
 }
 

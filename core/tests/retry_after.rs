@@ -85,17 +85,11 @@ struct NoteDelay {
 }
 
 impl Receiver for NoteDelay {
-    fn on_provider_retry(
-        &mut self,
-        _: u32,
-        _: u32,
-        _: u32,
-        delay_ms: u64,
-        _: &str,
-        _: Option<u16>,
-    ) -> Flow {
-        self.delay_ms = Some(delay_ms);
-        self.control.cancel.cancel();
+    fn on_event(&mut self, event: Event) -> Flow {
+        if let Event::ProviderRetry { delay_ms, .. } = event {
+            self.delay_ms = Some(delay_ms);
+            self.control.cancel.cancel();
+        }
         Flow::Continue
     }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use panto::provider::ProviderKind;
 use panto::{
-    Agent, Collect, Config, Error, ErrorKind, Event, FnTool, Message, OutputMode, Role, StopReason,
-    ToolOutput, TurnControl, TurnOptions, TurnSchema, TurnSummary,
+    Agent, Collect, Config, Error, ErrorKind, Event, FnTool, JsonText, Message, OutputMode, Role,
+    StopReason, ToolOutput, TurnControl, TurnOptions, TurnSchema, TurnSummary,
 };
 use panto_testkit::{config, API_KEY};
 use panto_testserver::script::{self, exchange};
@@ -77,7 +77,7 @@ async fn run(agent: &Agent) -> (Vec<Event>, panto::Result<TurnSummary>) {
 
 fn completed_output(events: &[Event]) -> Option<Value> {
     match events.last() {
-        Some(Event::MessageComplete { output, .. }) => output.clone(),
+        Some(Event::MessageComplete { output, .. }) => output.as_ref().map(JsonText::to_value),
         other => panic!("the last event is {other:?}"),
     }
 }
@@ -186,8 +186,14 @@ async fn openai_asks_with_a_strict_json_schema_and_the_answer_loses_strict_nulls
     let summary = r.unwrap();
     // The optional property's null (what strict mode made the model write) is absent,
     // as the schema the user wrote says.
-    assert_eq!(summary.output, Some(json!({"city": "Paris"})));
-    assert_eq!(completed_output(&events), summary.output);
+    assert_eq!(
+        summary.output.as_ref().map(JsonText::to_value),
+        Some(json!({"city": "Paris"}))
+    );
+    assert_eq!(
+        completed_output(&events),
+        summary.output.as_ref().map(JsonText::to_value)
+    );
     assert_eq!(summary.text, r#"{"city":"Paris","celsius":null}"#);
     assert_eq!(summary.stop_reason, StopReason::EndTurn);
     assert_eq!(
@@ -209,7 +215,7 @@ async fn anthropic_asks_with_output_config_and_closed_objects() {
     let agent = schema_agent(ProviderKind::Anthropic, &server, |c| c);
     let (events, r) = run(&agent).await;
     assert_eq!(
-        r.unwrap().output,
+        r.unwrap().output.map(|o| o.to_value()),
         Some(json!({"city": "Paris", "celsius": 21}))
     );
     assert_eq!(
@@ -235,7 +241,10 @@ async fn openai_responses_asks_with_text_format() {
     .unwrap();
     let agent = schema_agent(ProviderKind::OpenAiResponses, &server, |c| c);
     let (_, r) = run(&agent).await;
-    assert_eq!(r.unwrap().output, Some(json!({"city": "Paris"})));
+    assert_eq!(
+        r.unwrap().output.map(|o| o.to_value()),
+        Some(json!({"city": "Paris"}))
+    );
     assert_eq!(
         server.requests()[0].body["text"]["format"]["schema"],
         weather_strict()
@@ -253,7 +262,7 @@ async fn gemini_asks_with_a_json_mime_type_and_the_schema() {
     let agent = schema_agent(ProviderKind::Gemini, &server, |c| c);
     let (_, r) = run(&agent).await;
     assert_eq!(
-        r.unwrap().output,
+        r.unwrap().output.map(|o| o.to_value()),
         Some(json!({"city": "Paris", "celsius": 21}))
     );
 }
@@ -266,7 +275,7 @@ async fn without_a_schema_nothing_is_asked_and_no_output_is_given() {
     .unwrap();
     let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
     let (events, r) = run(&agent).await;
-    assert_eq!(r.unwrap().output, None);
+    assert_eq!(r.unwrap().output.map(|o| o.to_value()), None);
     assert_eq!(completed_output(&events), None);
     assert!(server.requests()[0].body.get("response_format").is_none());
     let last: Value = serde_json::from_str(&events.last().unwrap().to_json()).unwrap();
@@ -291,7 +300,10 @@ async fn an_invalid_answer_is_repaired_once_and_the_repair_is_announced() {
     let agent = schema_agent(ProviderKind::OpenAi, &server, |c| c);
     let (events, r) = run(&agent).await;
     let summary = r.unwrap();
-    assert_eq!(summary.output, Some(json!({"city": "Paris"})));
+    assert_eq!(
+        summary.output.as_ref().map(JsonText::to_value),
+        Some(json!({"city": "Paris"}))
+    );
     assert_eq!(summary.messages, 2);
     let rep = repairs(&events);
     assert_eq!(rep.len(), 1, "{events:?}");
@@ -358,6 +370,69 @@ async fn repairs_that_run_out_fail_with_output_invalid_and_the_raw_text() {
     let v: Value = serde_json::from_str(&e.to_json()).unwrap();
     assert_eq!(v["output"], r#"{"celsius":"warm"}"#);
     panto::message::validate_history(&agent.history()).unwrap();
+}
+
+#[tokio::test]
+async fn an_answer_nested_past_the_depth_limit_is_reported_as_such_without_a_repair() {
+    // Valid JSON 200 levels deep: serde_json (and panto) read 128. It is not "not valid
+    // JSON", and asking the model again would bring the same answer back.
+    let deep = format!(
+        r#"{{"city":"Paris","extra":{}1{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::anthropic_text(&[&deep])),
+        exchange(script::anthropic_text(&[r#"{"city":"never asked"}"#])),
+    ]))
+    .unwrap();
+    let agent = schema_agent(ProviderKind::Anthropic, &server, |c| {
+        c.with_output_retries(3)
+    });
+    let (events, r) = run(&agent).await;
+    let e = r.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::OutputInvalid);
+    assert_eq!(
+        e.message,
+        "the answer nests 201 levels deep, more than the 128 panto reads"
+    );
+    assert_eq!(e.output(), Some(deep.as_str()));
+    assert_eq!(server.requests().len(), 1, "no repair request");
+    assert!(repairs(&events).is_empty());
+    panto::message::validate_history(&agent.history()).unwrap();
+}
+
+#[test]
+fn a_schema_nested_past_the_depth_limit_is_reported_as_such() {
+    let mut schema = String::from(r#"{"type":"string"}"#);
+    for _ in 0..100 {
+        schema = format!(r#"{{"type":"object","properties":{{"a":{schema}}}}}"#);
+    }
+    // 201 levels: each object schema and its `properties` object nest one each.
+    let config =
+        format!(r#"{{"provider":"anthropic","model":"m","api_key":"k","output_schema":{schema}}}"#);
+    let e = Config::from_json(&config).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Config);
+    assert!(
+        e.message
+            .starts_with("config: nests 202 levels deep, more than the 128 panto reads"),
+        "{}",
+        e.message
+    );
+    let e = TurnOptions::from_json(&format!(r#"{{"output_schema":{schema}}}"#)).unwrap_err();
+    assert!(
+        e.message
+            .starts_with("options: nests 202 levels deep, more than the 128 panto reads"),
+        "{}",
+        e.message
+    );
+    // Invalid JSON stays invalid JSON.
+    let e = TurnOptions::from_json(r#"{"output_schema":{"#).unwrap_err();
+    assert!(
+        e.message.starts_with("options: not valid JSON"),
+        "{}",
+        e.message
+    );
 }
 
 #[tokio::test]
@@ -464,7 +539,7 @@ async fn tools_run_first_and_the_final_message_is_the_output() {
         .unwrap();
     let (events, r) = run(&agent).await;
     assert_eq!(
-        r.unwrap().output,
+        r.unwrap().output.map(|o| o.to_value()),
         Some(json!({"city": "Paris", "celsius": 21}))
     );
     assert!(events
@@ -494,7 +569,11 @@ async fn tool_mode_forces_the_output_tool_and_never_runs_it() {
         let agent = schema_agent(kind, &server, |c| c.with_output_mode(OutputMode::Tool));
         let (events, r) = run(&agent).await;
         let summary = r.unwrap();
-        assert_eq!(summary.output, Some(json!({"city": "Paris"})), "{kind:?}");
+        assert_eq!(
+            summary.output.as_ref().map(JsonText::to_value),
+            Some(json!({"city": "Paris"})),
+            "{kind:?}"
+        );
         assert_eq!(summary.text, r#"{"city":"Paris"}"#);
         assert_eq!(summary.stop_reason, StopReason::EndTurn);
         assert!(
@@ -541,7 +620,10 @@ async fn tool_mode_repairs_through_the_calls_result() {
         c.with_output_mode(OutputMode::Tool)
     });
     let (events, r) = run(&agent).await;
-    assert_eq!(r.unwrap().output, Some(json!({"city": "Oslo"})));
+    assert_eq!(
+        r.unwrap().output.map(|o| o.to_value()),
+        Some(json!({"city": "Oslo"}))
+    );
     assert_eq!(repairs(&events).len(), 1);
 }
 
@@ -636,7 +718,10 @@ async fn a_turn_can_bring_its_own_schema() {
         ..TurnOptions::default()
     };
     let (_, r) = run_with(&agent, "count", options).await;
-    assert_eq!(r.unwrap().output, Some(json!({"n": 3})));
+    assert_eq!(
+        r.unwrap().output.map(|o| o.to_value()),
+        Some(json!({"n": 3}))
+    );
 }
 
 #[tokio::test]
@@ -680,7 +765,7 @@ async fn a_turn_can_turn_the_agents_schema_off() {
     let (events, r) = run_with(&agent, "chat", options).await;
     let summary = r.unwrap();
     assert_eq!(summary.text, "Just text.");
-    assert_eq!(summary.output, None);
+    assert_eq!(summary.output.as_ref().map(JsonText::to_value), None);
     assert_eq!(completed_output(&events), None);
     assert!(server.requests()[0].body.get("response_format").is_none());
 }

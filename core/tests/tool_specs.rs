@@ -18,6 +18,8 @@ fn host(name: &str, parameters: Value) -> ToolSpec {
         name: name.into(),
         description: "d".into(),
         parameters,
+        needs_approval: false,
+        external: false,
     }
 }
 

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver as QueueRx, RecvTimeoutError, TryRecvError};
 use futures_util::FutureExt;
 use panto::{
-    Agent, CancellationToken, CompactOptions, Compaction, Error, Event, Input, TurnControl,
-    TurnOptions,
+    Agent, Answers, CancellationToken, Checkpoint, CompactOptions, Compaction, Error, Event, Input,
+    NotSteered, TurnControl, TurnOptions,
 };
 
 use crate::handoff::{Forward, Item, Pump, Shared};
@@ -142,6 +142,42 @@ impl StreamControl {
         self.control.host.submit(call_id, output, is_error)
     }
 
+    /// The turn at its latest step boundary (see `panto::TurnControl::checkpoint`):
+    /// once the consumer has been given the `tool_result` of a call, or the first event
+    /// after a response's `message_end`, the checkpoint includes that result or that
+    /// response. `None` before the turn started, and in a forked child for a stream of
+    /// the parent.
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        if self.from_parent_process() {
+            return None;
+        }
+        self.control.checkpoint()
+    }
+
+    /// Queues a user message into the running turn, from any thread (see
+    /// `panto::TurnControl::steer`): delivered at the next step boundary with a
+    /// `steering_delivered` event. After the turn ended the input is given back in the
+    /// error.
+    pub fn steer(&self, input: impl Into<Input>) -> Result<(), NotSteered> {
+        let input = input.into();
+        if self.from_parent_process() {
+            return Err(NotSteered {
+                error: Box::new(forked_error("stream")),
+                input,
+            });
+        }
+        self.control.steer(input)
+    }
+
+    /// The steering messages the turn did not deliver because it ended first (failed,
+    /// cancelled, paused or reached a limit); each is given once.
+    pub fn take_undelivered(&self) -> Vec<Input> {
+        if self.from_parent_process() {
+            return Vec::new();
+        }
+        self.control.take_undelivered()
+    }
+
     /// Answers a host-tool call with text and image parts (see
     /// `panto::HostToolResults::submit_parts`); otherwise as `submit_tool_result`.
     pub fn submit_tool_parts(
@@ -264,21 +300,42 @@ pub trait AgentStreamExt {
 
 impl AgentStreamExt for Agent {
     fn stream(&self, input: impl Into<Input>) -> Result<Stream, Error> {
-        Stream::start(self, input.into(), TurnOptions::default())
+        Stream::start(self, Begin::Run(input.into(), TurnOptions::default()))
     }
     fn stream_with(&self, input: impl Into<Input>, options: TurnOptions) -> Result<Stream, Error> {
-        Stream::start(self, input.into(), options)
+        Stream::start(self, Begin::Run(input.into(), options))
     }
 }
 
+/// Continues the turn `checkpoint` holds as a pull [`Stream`], with `answers` to its
+/// deferred calls (see `panto::Agent::resume`: the agent's history becomes the
+/// checkpoint's conversation; a response the checkpoint holds is never requested
+/// again; calls without a result run again). `busy` if the agent has a turn running;
+/// a `config` error, from this call, for answers that do not fit the checkpoint or a
+/// checkpoint past the agent's limits.
+pub fn resume(agent: &Agent, checkpoint: Checkpoint, answers: Answers) -> Result<Stream, Error> {
+    Stream::start(agent, Begin::Resume(Box::new((checkpoint, answers))))
+}
+
+/// How a stream's turn begins.
+enum Begin {
+    Run(Input, TurnOptions),
+    Resume(Box<(Checkpoint, Answers)>),
+}
+
 impl Stream {
-    fn start(agent: &Agent, input: Input, options: TurnOptions) -> Result<Stream, Error> {
+    fn start(agent: &Agent, begin: Begin) -> Result<Stream, Error> {
         let worker = worker_for(agent)?;
-        // An input past the configured limits is refused by the call that starts the
-        // turn (the turn would refuse it first thing anyway).
-        agent.check_input(&input)?;
-        // So is a turn's output schema that is not one the provider can take.
-        agent.turn_output(&options)?;
+        match &begin {
+            Begin::Run(input, options) => {
+                // An input past the configured limits is refused by the call that
+                // starts the turn (the turn would refuse it first thing anyway).
+                agent.check_input(input)?;
+                // So is a turn's output schema that is not one the provider can take.
+                agent.turn_output(options)?;
+            }
+            Begin::Resume(resume) => agent.check_resume(&resume.0, &resume.1)?,
+        }
         // Reserve on the caller's thread so `busy` is reported synchronously.
         let slot = agent.reserve()?;
         let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);
@@ -294,9 +351,19 @@ impl Stream {
             shared: shared.clone(),
         };
         let turn = async move {
-            let run = AssertUnwindSafe(slot.run(input, &mut forward, &turn_control, options))
-                .catch_unwind()
-                .await;
+            let run = match begin {
+                Begin::Run(input, options) => {
+                    AssertUnwindSafe(slot.run(input, &mut forward, &turn_control, options))
+                        .catch_unwind()
+                        .await
+                }
+                Begin::Resume(resume) => {
+                    let (checkpoint, answers) = *resume;
+                    AssertUnwindSafe(slot.resume(checkpoint, answers, &mut forward, &turn_control))
+                        .catch_unwind()
+                        .await
+                }
+            };
             match run {
                 Ok(Ok(_summary)) => {} // message_complete already went to the outbox
                 Ok(Err(e)) => forward.push_final(Err(e)),
@@ -419,6 +486,22 @@ impl Stream {
     /// Cancels the turn (see [`StreamControl::cancel`]).
     pub fn cancel(&self) {
         self.control.cancel();
+    }
+
+    /// The turn at its latest step boundary (see [`StreamControl::checkpoint`]).
+    pub fn checkpoint(&self) -> Option<Checkpoint> {
+        self.control.checkpoint()
+    }
+
+    /// Queues a steering message into the turn (see [`StreamControl::steer`]).
+    pub fn steer(&self, input: impl Into<Input>) -> Result<(), NotSteered> {
+        self.control.steer(input)
+    }
+
+    /// The steering messages the turn did not deliver (see
+    /// [`StreamControl::take_undelivered`]).
+    pub fn take_undelivered(&self) -> Vec<Input> {
+        self.control.take_undelivered()
     }
 
     /// Answers a host-tool call (see [`StreamControl::submit_tool_result`]).

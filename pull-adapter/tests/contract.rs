@@ -313,6 +313,8 @@ fn drop_while_a_host_tool_is_awaited() {
         name: "ask_user".into(),
         description: "".into(),
         parameters: json!({"type":"object"}),
+        needs_approval: false,
+        external: false,
     };
     let agent = agent_for(&server, |c| c.with_host_tool(spec));
     let mut s = agent.stream("x").unwrap();
@@ -360,6 +362,8 @@ fn host_tool_results_submitted_through_the_stream() {
         name: "ask_user".into(),
         description: "".into(),
         parameters: json!({"type":"object"}),
+        needs_approval: false,
+        external: false,
     };
     let agent = agent_for(&server, |c| c.with_host_tool(spec));
     let mut s = agent.stream("x").unwrap();
@@ -489,6 +493,8 @@ impl panto::Tool for PanickyTool {
             name: "boom".into(),
             description: "".into(),
             parameters: json!({"type":"object"}),
+            needs_approval: false,
+            external: false,
         }
     }
     fn call(&self, _: Value, _: panto::CancellationToken) -> panto::ToolFuture {

@@ -275,6 +275,8 @@ impl panto::Tool for BlockingTool {
             name: "block".into(),
             description: "".into(),
             parameters: json!({"type": "object"}),
+            needs_approval: false,
+            external: false,
         }
     }
     fn call(&self, _: Value, _: panto::CancellationToken) -> panto::ToolFuture {

@@ -462,6 +462,8 @@ fn a_host_call_is_announced_while_another_stream_floods_the_same_worker() {
         name: "ask".into(),
         description: String::new(),
         parameters: json!({"type":"object"}),
+        needs_approval: false,
+        external: false,
     };
     let asker = std::iter::repeat_with(|| {
         Agent::new(config(ProviderKind::OpenAi, &host_server).with_host_tool(spec.clone())).unwrap()
@@ -520,6 +522,8 @@ fn events_reach_a_waiting_consumer_when_the_worker_goes_idle() {
         name: "ask".into(),
         description: String::new(),
         parameters: json!({"type":"object"}),
+        needs_approval: false,
+        external: false,
     };
     let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_host_tool(spec)).unwrap();
     let mut s = agent.stream("x").unwrap();
@@ -594,6 +598,8 @@ fn the_next_step_does_not_wait_for_the_rest_of_the_body() {
         name: "ask".into(),
         description: String::new(),
         parameters: json!({"type":"object"}),
+        needs_approval: false,
+        external: false,
     };
     let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_host_tool(spec)).unwrap();
     let mut s = agent.stream("x").unwrap();

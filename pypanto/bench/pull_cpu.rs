@@ -16,8 +16,9 @@ use panto::{Agent, Config, Event, ProviderKind};
 use panto_pull::AgentStreamExt;
 
 fn cpu() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given.
+    // SAFETY: rusage is plain old data; all zeroes is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage only writes the struct it is given, which lives on this stack.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)

@@ -126,6 +126,8 @@ def trace_line(event: Any) -> Dict[str, Any]:
             if not value:
                 continue
             value = [part_line(p) for p in value]
+        if kind == "deferred_calls" and not value:  # a list always; absent when empty
+            continue
         if kind in _vocab.RECORD_FIELDS:
             record = value
             value = {}

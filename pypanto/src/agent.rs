@@ -6,6 +6,7 @@ use panto::TurnOptions;
 use panto_pull::AgentStreamExt;
 use pyo3::prelude::*;
 
+use crate::durable::{Checkpoint, NativeAnswer};
 use crate::errors::{to_pyerr, IntoPy};
 use crate::stream::Stream;
 use crate::text::Text;
@@ -173,7 +174,10 @@ impl Agent {
     ///
     /// `output_schema_json` is the turn's `output_schema` option as JSON: a schema
     /// object, `false` (none for this turn) or `null` (the agent's); the core checks it.
-    #[pyo3(signature = (input, model = None, on_host_call = None, reasoning_json = None, parts = None, output_schema_json = None))]
+    ///
+    /// `defer_tools` defers every tool call: the turn pauses with them (stop reason
+    /// `deferred`) instead of running them, to be resumed with their answers.
+    #[pyo3(signature = (input, model = None, on_host_call = None, reasoning_json = None, parts = None, output_schema_json = None, defer_tools = false))]
     #[allow(clippy::too_many_arguments)]
     fn stream(
         &self,
@@ -184,6 +188,7 @@ impl Agent {
         reasoning_json: Option<Text<'_>>,
         parts: Option<Vec<Bound<'_, PyAny>>>,
         output_schema_json: Option<Text<'_>>,
+        defer_tools: bool,
     ) -> PyResult<Stream> {
         let agent = self.usable(py)?;
         let reasoning = match reasoning_json {
@@ -212,7 +217,28 @@ impl Agent {
         };
         options.model = model.map(|m| m.to_owned());
         options.reasoning = reasoning;
+        options.defer_tools = defer_tools;
         let stream = agent.stream_with(input, options).py_err(py)?;
+        Ok(Stream::new(stream, on_host_call))
+    }
+
+    /// Continues the turn `checkpoint` holds as a new stream (see
+    /// `panto_pull::resume`), with `answers` to its deferred calls (the facade's
+    /// tuples, `durable::NativeAnswer`). The agent's history becomes the checkpoint's
+    /// conversation. `ConfigError` for answers that do not fit the checkpoint, or a
+    /// checkpoint past this agent's limits or needing a tool it lacks; `BusyError`
+    /// while a stream of this agent is active.
+    #[pyo3(signature = (checkpoint, answers, on_host_call = None))]
+    fn resume(
+        &self,
+        py: Python<'_>,
+        checkpoint: &Checkpoint,
+        answers: Vec<NativeAnswer<'_>>,
+        on_host_call: Option<Py<PyAny>>,
+    ) -> PyResult<Stream> {
+        let agent = self.usable(py)?;
+        let answers = crate::durable::answers(py, answers)?;
+        let stream = panto_pull::resume(agent, checkpoint.inner.clone(), answers).py_err(py)?;
         Ok(Stream::new(stream, on_host_call))
     }
 

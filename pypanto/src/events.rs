@@ -105,8 +105,26 @@ impl Field for Value {
     }
 }
 
+/// A structured output: Python's `json.loads` of the core's text, so an integer is an
+/// exact `int` however long (a `float` for a number with a fraction or an exponent, as
+/// `json.loads` gives). A fresh object on every access.
+impl Field for panto::JsonText {
+    fn attr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        py.import(pyo3::intern!(py, "json"))?
+            .getattr(pyo3::intern!(py, "loads"))?
+            .call1((self.as_str(),))
+    }
+}
+
 /// A content block is its canonical JSON object, as a dict.
 impl Field for Block {
+    fn attr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        serialized(py, self)
+    }
+}
+
+/// `message_complete.deferred`: a list of `{call_id, name, arguments, reason}` dicts.
+impl Field for Vec<panto::DeferredCall> {
     fn attr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         serialized(py, self)
     }

@@ -46,7 +46,7 @@ impl Field for panto::DeltaKind {
 /// panto does not know.
 ///
 /// As a Python string: `end_turn`, `tool_use`, `max_tokens`, `stop_sequence`, `refusal`,
-/// `content_filter`, `max_steps` or another.
+/// `content_filter`, `max_steps`, `deferred` or another.
 impl Field for panto::StopReason {
     fn attr<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         Ok(match self {
@@ -57,6 +57,7 @@ impl Field for panto::StopReason {
             panto::StopReason::Refusal => intern!(py, "refusal").clone().into_any(),
             panto::StopReason::ContentFilter => intern!(py, "content_filter").clone().into_any(),
             panto::StopReason::MaxSteps => intern!(py, "max_steps").clone().into_any(),
+            panto::StopReason::Deferred => intern!(py, "deferred").clone().into_any(),
             other => serialized(py, other)?,
         })
     }
@@ -962,7 +963,8 @@ pub struct MessageComplete {
     /// The final assistant message's text.
     #[pyo3(get)]
     text: String,
-    output: Option<serde_json::Value>,
+    output: Option<panto::JsonText>,
+    deferred: Vec<panto::DeferredCall>,
 }
 
 #[pymethods]
@@ -976,7 +978,7 @@ impl MessageComplete {
     /// Positional patterns in `match` (`case MessageComplete(a, b)`), in field order.
     #[classattr]
     fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
-        PyTuple::new(py, ["stop_reason", "usage", "messages", "text", "output"])
+        PyTuple::new(py, ["stop_reason", "usage", "messages", "text", "output", "deferred"])
     }
     /// Why the turn ended.
     #[getter]
@@ -989,10 +991,16 @@ impl MessageComplete {
         self.usage.attr(py)
     }
     /// The parsed, validated structured output, present only when an output schema
-    /// applied.
+    /// applied. Its numbers are exactly as the model wrote them.
     #[getter]
     fn output<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.output.attr(py)
+    }
+    /// The calls the turn paused for (stop reason deferred), each {call_id, name,
+    /// arguments, reason: approval|external|deferred}; present only then.
+    #[getter]
+    fn deferred<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.deferred.attr(py)
     }
     /// The canonical JSON of this event, exactly as the core writes it.
     fn to_json(&self) -> String {
@@ -1009,6 +1017,9 @@ impl MessageComplete {
         if self.output.is_some() {
             d.set_item(intern!(py, "output"), self.output.dict_value(py)?)?;
         }
+        if !self.deferred.is_empty() {
+            d.set_item(intern!(py, "deferred"), self.deferred.dict_value(py)?)?;
+        }
         Ok(d)
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -1018,7 +1029,7 @@ impl MessageComplete {
         match other.cast::<MessageComplete>() {
             Ok(o) => {
                 let o = o.get();
-                self.stop_reason == o.stop_reason && self.usage == o.usage && self.messages == o.messages && self.text == o.text && self.output == o.output
+                self.stop_reason == o.stop_reason && self.usage == o.usage && self.messages == o.messages && self.text == o.text && self.output == o.output && self.deferred == o.deferred
             }
             Err(_) => false,
         }
@@ -1043,6 +1054,7 @@ impl MessageComplete {
             messages: self.messages.clone(),
             text: self.text.clone(),
             output: self.output.clone(),
+            deferred: self.deferred.clone(),
         }
     }
 }
@@ -1212,6 +1224,77 @@ impl OutputRepair {
     }
 }
 
+/// A steering message (`steer`) entered the conversation at a step boundary; the next
+/// request carries it (emitted before that request starts).
+/// (`steering_delivered`)
+#[pyclass(frozen, module = "panto", name = "SteeringDelivered")]
+pub struct SteeringDelivered {
+    /// 0-based index of the assistant message that will answer it.
+    #[pyo3(get)]
+    message: u32,
+    /// The message's text (its text parts, joined).
+    #[pyo3(get)]
+    text: String,
+}
+
+#[pymethods]
+impl SteeringDelivered {
+    /// The canonical `type` of this event (also a class attribute).
+    #[classattr]
+    #[pyo3(name = "type")]
+    fn type_name() -> &'static str {
+        "steering_delivered"
+    }
+    /// Positional patterns in `match` (`case SteeringDelivered(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "text"])
+    }
+    /// The canonical JSON of this event, exactly as the core writes it.
+    fn to_json(&self) -> String {
+        self.event().to_json()
+    }
+    /// The canonical JSON form as a dict (what `json.loads(self.to_json())` gives).
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "type"), intern!(py, "steering_delivered"))?;
+        d.set_item(intern!(py, "message"), self.message.dict_value(py)?)?;
+        d.set_item(intern!(py, "text"), self.text.dict_value(py)?)?;
+        Ok(d)
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr_of(py, "SteeringDelivered", &self.to_dict(py)?)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.cast::<SteeringDelivered>() {
+            Ok(o) => {
+                let o = o.get();
+                self.message == o.message && self.text == o.text
+            }
+            Err(_) => false,
+        }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
+    }
+}
+
+impl SteeringDelivered {
+    /// The core's event, for its canonical JSON.
+    fn event(&self) -> Event {
+        Event::SteeringDelivered {
+            message: self.message.clone(),
+            text: self.text.clone(),
+        }
+    }
+}
+
 /// The Python object for an event (moves its fields, no copy of its strings).
 pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
     Ok(match ev {
@@ -1242,14 +1325,17 @@ pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
         Event::ProviderRetry { message, attempt, max_attempts, delay_ms, reason, status } => {
             Py::new(py, ProviderRetry { message, attempt, max_attempts, delay_ms, reason, status })?.into_any()
         }
-        Event::MessageComplete { stop_reason, usage, messages, text, output } => {
-            Py::new(py, MessageComplete { stop_reason, usage, messages, text, output })?.into_any()
+        Event::MessageComplete { stop_reason, usage, messages, text, output, deferred } => {
+            Py::new(py, MessageComplete { stop_reason, usage, messages, text, output, deferred })?.into_any()
         }
         Event::HistoryCompacted { messages_before, messages_after, tokens_before, tokens_after } => {
             Py::new(py, HistoryCompacted { messages_before, messages_after, tokens_before, tokens_after })?.into_any()
         }
         Event::OutputRepair { message, attempt, max_attempts, error } => {
             Py::new(py, OutputRepair { message, attempt, max_attempts, error })?.into_any()
+        }
+        Event::SteeringDelivered { message, text } => {
+            Py::new(py, SteeringDelivered { message, text })?.into_any()
         }
         // `Event` is non-exhaustive: a core newer than this description.
         other => Py::new(py, UnknownEvent::new(other))?.into_any(),
@@ -1271,5 +1357,6 @@ pub fn register_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<MessageComplete>()?;
     m.add_class::<HistoryCompacted>()?;
     m.add_class::<OutputRepair>()?;
+    m.add_class::<SteeringDelivered>()?;
     Ok(())
 }

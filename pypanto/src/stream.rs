@@ -31,6 +31,7 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::PyTraverseError;
 
+use crate::durable::{input_to_py, Checkpoint};
 use crate::errors::{to_pyerr, IntoPy};
 use crate::events;
 use crate::text::Text;
@@ -371,6 +372,32 @@ impl Stream {
             .py_err(py)
     }
 
+    /// The turn at its latest step boundary, as a `panto.Checkpoint` (`None` before the
+    /// turn started). Once `__next__` has handed out a call's `ToolResult`, or the first
+    /// event after a response's `MessageEnd`, the checkpoint includes that result or that
+    /// response. Never waits; safe from any thread.
+    fn checkpoint(&self) -> Option<Checkpoint> {
+        self.control.checkpoint().map(|inner| Checkpoint { inner })
+    }
+
+    /// Queues a user message into the running turn (safe from any thread; never
+    /// waits): delivered at the next step boundary, after the current step's tool
+    /// results and before the next request, with an event saying so; if the
+    /// model's message would have ended the turn, the turn goes on so the model
+    /// answers it. `input` is text, or a list of text, `panto.Image` and
+    /// `panto.Document` parts (as `Agent.stream` takes it). `ConfigError` once the turn
+    /// has ended (the message was not queued).
+    fn steer(&self, py: Python<'_>, input: &Bound<'_, PyAny>) -> PyResult<()> {
+        steer(py, &self.control, input)
+    }
+
+    /// The steering messages the turn did not deliver because it ended first (failed,
+    /// cancelled, paused or reached a limit), oldest first; each is given once. A
+    /// message is its text, or its parts when it has attachments.
+    fn undelivered<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        undelivered(py, &self.control)
+    }
+
     /// Consumes the rest of the stream and returns the final `MessageComplete`.
     fn r#final(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         while self.next_event(py)?.is_some() {}
@@ -619,6 +646,18 @@ impl Control {
             .py_err(py)
     }
 
+    fn steer(&self, py: Python<'_>, input: &Bound<'_, PyAny>) -> PyResult<()> {
+        steer(py, &self.control, input)
+    }
+
+    fn checkpoint(&self) -> Option<Checkpoint> {
+        self.control.checkpoint().map(|inner| Checkpoint { inner })
+    }
+
+    fn undelivered<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        undelivered(py, &self.control)
+    }
+
     /// Answers a host-tool call with text and image parts, in the form
     /// `Agent.stream(parts=…)` takes.
     #[pyo3(signature = (call_id, parts, is_error = false))]
@@ -636,9 +675,40 @@ impl Control {
     }
 }
 
+/// A steering message from a turn's input form: a `str`, or a sequence of `str`,
+/// `panto.Image` and `panto.Document` (through their `_native()` form).
+fn steer(py: Python<'_>, control: &StreamControl, input: &Bound<'_, PyAny>) -> PyResult<()> {
+    let input = if input.is_instance_of::<pyo3::types::PyString>() {
+        panto::Input::from(&*input.extract::<Text<'_>>()?)
+    } else {
+        let mut native = Vec::new();
+        for part in input.try_iter()? {
+            let part = part?;
+            if part.is_instance_of::<pyo3::types::PyString>() || !part.hasattr("_native")? {
+                native.push(part);
+            } else {
+                native.push(part.call_method0("_native")?);
+            }
+        }
+        crate::agent::input_parts(py, &native)?
+    };
+    control.steer(input).map_err(|e| to_pyerr(py, *e.error))
+}
+
+fn undelivered<'py>(py: Python<'py>, control: &StreamControl) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    control
+        .take_undelivered()
+        .into_iter()
+        .map(|input| input_to_py(py, input))
+        .collect()
+}
+
 /// A tool result's parts from Python: `str` and `panto.Image` (through its `_native()`
 /// form); anything else, a `panto.Document` included, is a `ToolError` naming its place.
-fn tool_parts(py: Python<'_>, parts: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<panto::Block>> {
+pub(crate) fn tool_parts(
+    py: Python<'_>,
+    parts: Vec<Bound<'_, PyAny>>,
+) -> PyResult<Vec<panto::Block>> {
     let image = py.import("panto._media")?.getattr("Image")?;
     let mut native = Vec::with_capacity(parts.len());
     for (i, part) in parts.into_iter().enumerate() {

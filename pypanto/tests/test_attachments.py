@@ -6,6 +6,9 @@ image URL). Mistakes are ``ConfigError`` before anything is sent."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import threading
 
 import pytest
 
@@ -74,6 +77,32 @@ def test_what_cannot_be_sent_is_a_config_error_before_anything_is_sent(server, t
         agent.run(["x", 42])  # type: ignore[list-item]
     assert server.requests() == []
     assert agent.history == []
+
+
+def test_a_given_media_type_that_the_bytes_contradict_is_refused(server):
+    """The bytes decide an attachment's type: PDF bytes given as a PNG, or PNG bytes as
+    a JPEG, are refused naming both types — in a turn's input (``ConfigError``, nothing
+    sent) and in a host tool's parts (``ConfigError`` as for any part the core refuses,
+    the call still waiting)."""
+    from conftest import exchange, text_sse, tool_sse
+
+    agent = make_agent(server)
+    with pytest.raises(panto.ConfigError, match=r'given as "image/png", but the bytes are "application/pdf"'):
+        agent.run(["x", panto.Image.from_bytes(b"%PDF-1.4", media_type="image/png")])
+    with pytest.raises(panto.ConfigError, match=r'given as "image/jpeg", but the bytes are "image/png"'):
+        agent.run(["x", panto.Image.from_bytes(PNG, media_type="image/jpeg")])
+    assert server.requests() == [] and agent.history == []
+
+    server.scenario(exchange(tool_sse([("call_1", "camera", {})])), exchange(text_sse(["A cat."])))
+    agent = make_agent(server, tools=[{"name": "camera", "description": "Takes a picture."}])
+    with agent.stream("What do you see?") as stream:
+        for ev in stream:
+            if isinstance(ev, panto.ToolCallStart):
+                with pytest.raises(panto.ConfigError, match=r'given as "image/jpeg", but the bytes are "image/png"'):
+                    stream.submit_tool_parts(ev.call_id, [panto.Image.from_bytes(PNG, media_type="image/jpeg")])
+                stream.submit_tool_parts(ev.call_id, [panto.Image.from_bytes(PNG, media_type="image/png")])
+    messages = server.requests()[1]["body"]["messages"]
+    assert messages[3]["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgp0aW55"}}
 
 
 def test_a_tool_returns_text_and_an_image(server):
@@ -163,3 +192,50 @@ def test_a_host_tool_answered_with_parts(server, use_async):
     assert result.parts == ["one picture", panto.Image.from_bytes(PNG, media_type="image/png")]
     messages = server.requests()[1]["body"]["messages"]
     assert messages[3]["content"][1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgp0aW55"}}
+
+
+def _guarded(call, *args, **kwargs):
+    """Runs ``call`` on a daemon thread under a generous hang guard: a FIFO's open must
+    not block, /dev/zero must not be read until memory runs out. Returns what it raised."""
+    raised: list = []
+
+    def run() -> None:
+        try:
+            call(*args, **kwargs)
+            raised.append(None)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            raised.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(60)
+    assert raised, f"{call.__qualname__}{args} neither returned nor raised within the hang guard"
+    return raised[0]
+
+
+def test_from_path_refuses_fifos_devices_and_files_past_the_limit_without_reading_them(tmp_path):
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    sparse = tmp_path / "sparse.png"
+    sparse.write_bytes(PNG)
+    os.truncate(sparse, 64 << 30)  # 64 GiB by its metadata, no disk
+    cases = [
+        (fifo, r"not a regular file \(a FIFO\)", {}),
+        ("/dev/zero", r"not a regular file \(a character device\)", {}),
+        (tmp_path, r"not a regular file \(a directory\)", {}),
+        (sparse, r"more than max_message_bytes \(33554432\)", {}),
+        (sparse, r"more than max_message_bytes \(1000\)", {"max_bytes": 1000}),
+    ]
+    for path, why, kw in cases:
+        e = _guarded(panto.Image.from_path, path, **kw)
+        assert isinstance(e, panto.ConfigError), f"{path}: {e!r}"
+        assert e.kind == "config"
+        assert str(path) in str(e), str(e)
+        assert re.search(why, str(e)), str(e)
+    # Within the limit: read whole, named after the file.
+    small = tmp_path / "small.png"
+    small.write_bytes(PNG)
+    img = panto.Image.from_path(small, max_bytes=len(PNG))
+    assert img.data == PNG and img.name == "small.png"
+    e = _guarded(panto.Image.from_path, small, max_bytes=len(PNG) - 1)
+    assert isinstance(e, panto.ConfigError)

@@ -175,6 +175,26 @@ def test_stream_output_schema_and_message_complete_output(server):
     assert "response_format" not in body_of(server)
 
 
+def test_the_models_numbers_come_back_exactly(server):
+    """An integer past 64 bits is an exact ``int`` (it was the float
+    1.2345678901234568e+29); the canonical JSON keeps every number as written."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
+        "required": ["a", "b"],
+    }
+    text = '{"a": 123456789012345678901234567890, "b": 0.12345678901234567890123}'
+    server.scenario(answer(text))
+    agent = make_agent(server)
+    with agent.stream("Numbers?", output_schema=schema) as s:
+        done = list(s)[-1]
+    assert done.output["a"] == 123456789012345678901234567890
+    assert isinstance(done.output["a"], int)
+    assert '"output":{"a":123456789012345678901234567890,"b":0.12345678901234567890123}' in done.to_json()
+    server.scenario(answer(text))
+    assert agent.run("Numbers?", output=schema)["a"] == 123456789012345678901234567890
+
+
 def test_agent_level_schema_and_turning_it_off_for_one_turn(server):
     agent = make_agent(server, output_schema=panto.output_schema(CityDict))
     server.scenario(answer({"name": "Nara", "population": 350000, "districts": []}, contains=['"CityDict"']))

@@ -197,6 +197,9 @@ def attribute_form(ev):
             if not value:
                 continue
             value = [part_dict(p) for p in value]
+        if kind == "deferred_calls" and not value:
+            # Always a list as an attribute; absent from the canonical form when empty.
+            continue
         if kind in panto._vocab.RECORD_FIELDS:
             value = {f: getattr(value, f) for f in panto._vocab.RECORD_FIELDS[kind]}
         out[name] = value

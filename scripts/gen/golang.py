@@ -181,11 +181,15 @@ def member_prefix(comment_text: str) -> Optional[str]:
 # events
 
 INT_TYPES = {"u16": "uint32", "u32": "uint32", "u64": "uint64"}
+# `json_text` (a structured output) is JSON whose numbers the core kept as written: the
+# C text holds them, and a json.RawMessage keeps them.
 SCALAR_GO = {**INT_TYPES, "bool": "bool", "f64": "float64", "string": "string", "json": "json.RawMessage",
-             "json_object": "json.RawMessage", "block": "json.RawMessage", "parts": "Parts"}
+             "json_text": "json.RawMessage", "json_object": "json.RawMessage", "block": "json.RawMessage", "parts": "Parts",
+             "deferred_calls": "json.RawMessage"}
 C_OK = {"u16": {"uint16_t", "uint32_t"}, "u32": {"uint32_t"}, "u64": {"uint64_t"}, "bool": {"bool"},
-        "f64": {"double"}, "string": {"PantoStr"}, "json": {"PantoStr"}, "json_object": {"PantoStr"},
-        "block": {"PantoStr"}, "parts": {"PantoStr"}}
+        "f64": {"double"}, "string": {"PantoStr"}, "json": {"PantoStr"}, "json_text": {"PantoStr"},
+        "json_object": {"PantoStr"},
+        "block": {"PantoStr"}, "parts": {"PantoStr"}, "deferred_calls": {"PantoStr"}}
 
 
 class Events:
@@ -253,7 +257,7 @@ class Events:
             return f"float64({m})"
         if t in ("string",):
             return f"goStr({m})"
-        if t in ("json", "json_object", "block"):
+        if t in ("json", "json_text", "json_object", "block", "deferred_calls"):
             return f"goRaw({m})"
         if t == "parts":
             return f"goParts({m})"

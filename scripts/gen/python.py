@@ -216,9 +216,14 @@ SCALAR_RUST = {
     "string": "String",
     # An event's `json` field is an object or null: None is null.
     "json": "Option<serde_json::Value>",
+    # A structured output: JSON text whose numbers the core kept as written; Python
+    # reads it with `json.loads` (exact ints).
+    "json_text": "Option<panto::JsonText>",
     "block": "panto::Block",
     # A tool result's parts: an empty list when absent (no Option).
     "parts": "Vec<panto::Block>",
+    # The calls a paused turn waits for: an empty list when absent (no Option).
+    "deferred_calls": "Vec<panto::DeferredCall>",
 }
 SCALAR_PY = {
     "bool": "bool",
@@ -228,11 +233,13 @@ SCALAR_PY = {
     "f64": "float",
     "string": "str",
     "json": "Optional[Dict[str, Any]]",
+    "json_text": "Optional[Dict[str, Any]]",
     "block": "Dict[str, Any]",
     "parts": "List[Union[str, Image]]",
+    "deferred_calls": "List[Dict[str, Any]]",
 }
 # Types whose absence is their own empty value (None or an empty list), never Optional.
-SELF_ABSENT = {"json", "parts"}
+SELF_ABSENT = {"json", "json_text", "parts", "deferred_calls"}
 # Read through `#[pyo3(get)]` (a plain conversion); every other type has a getter that
 # goes through `Field::attr` (events.rs).
 PLAIN = {"bool", "u16", "u32", "u64", "f64", "string"}
@@ -443,13 +450,13 @@ def render_rust_event(v: Vocab, ev: Dict[str, Any]) -> str:
     dict_items = []
     for f in fields:
         key = f"intern!(py, {rust_str(f['name'])})"
-        if f["type"] == "parts":
+        if f["type"] in ("parts", "deferred_calls"):
             dict_items.append(
                 f"        if !self.{f['name']}.is_empty() {{\n"
                 f"            d.set_item({key}, self.{f['name']}.dict_value(py)?)?;\n"
                 "        }\n"
             )
-        elif f.get("optional") and f["type"] != "json":
+        elif f.get("optional") and f["type"] not in ("json", "json_text"):
             dict_items.append(
                 f"        if let Some(v) = &self.{f['name']} {{\n"
                 f"            d.set_item({key}, v.dict_value(py)?)?;\n"

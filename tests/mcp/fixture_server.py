@@ -26,7 +26,10 @@ each shows one behaviour a client must handle:
 Flags: --fail-start (write to stderr and exit 2 before reading anything), --linger
 (ignore SIGTERM, and stay after stdin ends: only SIGKILL stops it),
 --spawn-child (start a `sleep` in the server's process group, for reaping tests),
---require-header NAME=VALUE (HTTP: anything else is a 401), --json-response (HTTP:
+--more-tools (a fourth page: plain and plain_text, whose
+structuredContent mirrors their text as the SDK's MCPServer makes it for a tool
+returning a plain value; task_required and task_optional, whose execution.taskSupport
+is "required" and "optional"), --require-header NAME=VALUE (HTTP: anything else is a 401), --json-response (HTTP:
 JSON bodies instead of SSE streams). In HTTP mode, GET /_log answers the list of
 requests to /mcp (method, Accept, Mcp-Session-Id, MCP-Protocol-Version), and POST
 /_expire ends every session (the next request with its id gets a 404).
@@ -77,6 +80,15 @@ PAGES = [
         types.Tool(name="dotted.name", description="Has a dot in its name.", input_schema=obj()),
         types.Tool(name="pingback", description="Pings the client before answering.", input_schema=obj()),
     ],
+]
+# Listed as a fourth page with --more-tools.
+MORE = [
+    types.Tool(name="plain", description="Returns 42 as a plain value.", input_schema=obj()),
+    types.Tool(name="plain_text", description="Returns a string as a plain value.", input_schema=obj()),
+    types.Tool(name="task_required", description="Runs only as a task.", input_schema=obj(),
+               execution=types.ToolExecution(task_support="required")),
+    types.Tool(name="task_optional", description="Runs as a task or not.", input_schema=obj(),
+               execution=types.ToolExecution(task_support="optional")),
 ]
 ADDED = types.Tool(name="added", description="Listed after change.", input_schema=obj())
 state = {"changed": False}
@@ -154,6 +166,14 @@ async def call_tool(ctx, params):
     if name == "pingback":
         await ctx.session.send_ping()
         return types.CallToolResult(content=[text("the client answered a ping")])
+    if name == "plain":
+        # What the SDK's MCPServer makes of a tool returning 42: the value as text, and
+        # as structuredContent wrapped in "result".
+        return types.CallToolResult(content=[text("42")], structured_content={"result": 42})
+    if name == "plain_text":
+        return types.CallToolResult(content=[text("hello")], structured_content={"result": "hello"})
+    if name == "task_optional":
+        return types.CallToolResult(content=[text("ran without a task")])
     if name == "dotted.name":
         return types.CallToolResult(content=[text("dotted")])
     return types.CallToolResult(content=[text(f"unknown tool {name}")], is_error=True)
@@ -223,7 +243,10 @@ def main():
     p.add_argument("--require-header")
     p.add_argument("--cancel-marker")
     p.add_argument("--linger", action="store_true")
+    p.add_argument("--more-tools", action="store_true")
     args = p.parse_args()
+    if args.more_tools:
+        PAGES.append(MORE)
     if args.fail_start:
         sys.stderr.write("fixture: refusing to start (--fail-start)\n")
         sys.exit(2)

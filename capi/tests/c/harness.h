@@ -97,6 +97,16 @@ char thread_state(pid_t tid);
  * ppoll. */
 bool blocked_in_poll(pid_t tid);
 
+/* A named test; each test file lists its own (test_capi.c's main runs them all). */
+typedef struct TestCase {
+  const char *name;
+  void (*run)(void);
+} TestCase;
+/* test_durable.c: durable turns (ABI 1.3); it reads demo-weather.json's path. */
+extern const TestCase DURABLE_TESTS[];
+extern const size_t DURABLE_TESTS_COUNT;
+extern const char *durable_demo_scenario;
+
 /* PantoStr helpers. */
 bool str_eq(PantoStr s, const char *want);
 bool str_contains(PantoStr s, const char *needle);

@@ -52,7 +52,7 @@ build_tests() {
   ln -sf "$lib" "$out/lib/libpanto.so.$major"
   ln -sf "libpanto.so.$major" "$out/lib/libpanto.so"
   "$cc" -std=c11 -Wall -Wextra -Werror -g -O1 -pthread "$@" -I capi/include \
-    capi/tests/c/test_capi.c capi/tests/c/harness.c \
+    capi/tests/c/test_capi.c capi/tests/c/test_durable.c capi/tests/c/harness.c \
     -L "$out/lib" -lpanto -Wl,-rpath,"$out/lib" -o "$out/$name"
 }
 args=("$target/debug/panto-testserver" capi/tests/scenarios

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -2347,6 +2348,35 @@ out:
   if (server_up) server_stop(&srv);
 }
 
+/* Files a "path" part must not read whole: a FIFO with no writer (an ordinary open
+ * blocks forever), /dev/zero (endless), and a sparse PNG of 64 GiB apparent size. Made
+ * in a fresh directory `dir` (mkdtemp template); `paths` gets the three paths. */
+static int make_hostile_files(char *dir, char paths[3][128]) {
+  if (mkdtemp(dir) == NULL) return -1;
+  snprintf(paths[0], 128, "%s/pipe.png", dir);
+  snprintf(paths[1], 128, "/dev/zero");
+  snprintf(paths[2], 128, "%s/sparse.png", dir);
+  if (mkfifo(paths[0], 0600) != 0) return -1;
+  FILE *f = fopen(paths[2], "wb");
+  if (f == NULL) return -1;
+  fwrite("\x89PNG\r\n\x1a\n", 1, 8, f);
+  fclose(f);
+  return truncate(paths[2], (off_t)64 << 30);
+}
+
+static void remove_hostile_files(const char *dir, char paths[3][128]) {
+  unlink(paths[0]);
+  unlink(paths[2]);
+  rmdir(dir);
+}
+
+/* What each hostile file's error says (after its path). */
+static const char *const HOSTILE_WHY[3] = {
+    "not a regular file (a FIFO)",
+    "not a regular file (a character device)",
+    "more than max_message_bytes",
+};
+
 /* A turn's input as text and images: the JSON input form of panto_agent_stream_with
  * (options "input"), against attachments-openai.json, whose server answers only a
  * request carrying the three parts in order. The transcript describes the image, not
@@ -2378,6 +2408,30 @@ static void test_input_parts(void) {
          panto_error_message(err).ptr);
   panto_error_free(err);
   err = NULL;
+  /* A FIFO, /dev/zero and a 64 GiB sparse file: config errors naming the path, at
+   * once — the FIFO's open does not block, no file is read past max_message_bytes (an
+   * alarm ends the test instead of a hang or a read until memory runs out). */
+  {
+    char dir[] = "/tmp/panto-c-files-XXXXXX";
+    char paths[3][128];
+    CHECK(make_hostile_files(dir, paths) == 0);
+    for (int i = 0; i < 3; i++) {
+      char opts[512];
+      snprintf(opts, sizeof opts, "{\"input\":[{\"type\":\"image\",\"path\":\"%s\"}]}",
+               paths[i]);
+      alarm(120);
+      PantoStatus hostile = panto_agent_stream_with(agent, "", 0, opts, strlen(opts), &stream, &err);
+      alarm(0);
+      CHECK(hostile == PANTO_ERROR && stream == NULL);
+      CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
+      CHECKF(str_contains(panto_error_message(err), paths[i]) &&
+                 str_contains(panto_error_message(err), HOSTILE_WHY[i]),
+             "%s", panto_error_message(err).ptr);
+      panto_error_free(err);
+      err = NULL;
+    }
+    remove_hostile_files(dir, paths);
+  }
   /* An attachment past max_message_bytes: a config error naming the limit, nothing sent. */
   {
     char big_path[] = "/tmp/panto-c-big-XXXXXX";
@@ -2397,12 +2451,24 @@ static void test_input_parts(void) {
     panto_agent_free(small);
     CHECK(small != NULL && big_st == PANTO_ERROR && stream == NULL);
     CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
-    CHECKF(str_contains(panto_error_message(err),
-                        "the image is 2008 bytes, more than max_message_bytes (1024)"),
+    CHECKF(str_contains(panto_error_message(err), big_path) &&
+               str_contains(panto_error_message(err), "more than max_message_bytes (1024)"),
            "%s", panto_error_message(err).ptr);
     panto_error_free(err);
     err = NULL;
   }
+  /* PDF bytes given as a PNG: a config error naming both types, nothing sent. */
+  const char *pdf_as_png = "{\"input\":[{\"type\":\"image\",\"media_type\":\"image/png\","
+                           "\"data\":\"JVBERi0xLjQ=\"}]}";
+  CHECK(panto_agent_stream_with(agent, "", 0, pdf_as_png, strlen(pdf_as_png), &stream, &err) ==
+        PANTO_ERROR);
+  CHECK(stream == NULL && panto_error_kind(err) == PANTO_ERR_CONFIG);
+  CHECKF(str_contains(panto_error_message(err),
+                      "input[0]: attachment: given as \"image/png\", but the bytes are "
+                      "\"application/pdf\""),
+         "%s", panto_error_message(err).ptr);
+  panto_error_free(err);
+  err = NULL;
   CHECK(server_stat(&srv, "connections_total") == 1);
 
   const char *opts = "{\"input\":[\"What is in this picture?\","
@@ -2455,7 +2521,29 @@ static void test_tool_result_parts(void) {
           {"[\"x\",{\"type\":\"document\",\"data\":\"JVBERi0xLjQ=\"}]", "text and images only"},
           {"[{\"type\":\"image\",\"path\":\"/no/such/shot.png\"}]", "/no/such/shot.png"},
           {"[\"x\",", "parts: not valid JSON"},
+          /* A PDF given as a PNG: the bytes decide, a contradiction is refused. */
+          {"[{\"type\":\"image\",\"media_type\":\"image/png\",\"data\":\"JVBERi0xLjQ=\"}]",
+           "given as \"image/png\", but the bytes are \"application/pdf\""},
       };
+      /* A FIFO, /dev/zero, a 64 GiB sparse file: refused at once, nothing read whole. */
+      char dir[] = "/tmp/panto-c-files-XXXXXX";
+      char paths[3][128];
+      CHECK(make_hostile_files(dir, paths) == 0);
+      for (int i = 0; i < 3; i++) {
+        char parts[512];
+        snprintf(parts, sizeof parts, "[{\"type\":\"image\",\"path\":\"%s\"}]", paths[i]);
+        alarm(120);
+        PantoStatus hostile = panto_stream_submit_tool_result_parts(
+            stream, t->call_id.ptr, t->call_id.len, parts, strlen(parts), false, &err);
+        alarm(0);
+        CHECK(hostile == PANTO_ERROR && panto_error_kind(err) == PANTO_ERR_TOOL);
+        CHECKF(str_contains(panto_error_message(err), paths[i]) &&
+                   str_contains(panto_error_message(err), HOSTILE_WHY[i]),
+               "%s", panto_error_message(err).ptr);
+        panto_error_free(err);
+        err = NULL;
+      }
+      remove_hostile_files(dir, paths);
       for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         CHECK(panto_stream_submit_tool_result_parts(stream, t->call_id.ptr, t->call_id.len,
                                                     refused[i][0], strlen(refused[i][0]), false,
@@ -2493,10 +2581,46 @@ out:
   server_stop(&srv);
 }
 
-static const struct {
-  const char *name;
-  void (*run)(void);
-} TESTS[] = {
+/* panto_event_to_json escapes U+2028 and U+2029 (against line-separators.json, whose
+ * answer is "one\u2028two\u2029three"): raw they are valid JSON, but a reader that
+ * splits lines on Unicode's line breaks would cut the event. The event's own fields
+ * keep the characters. */
+static void test_event_json_line_separators(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL;
+  PantoStream *stream = NULL;
+  if (server_start(&srv, scenario("line-separators.json")) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = new_agent(&srv, "sk-c", "");
+  CHECK(agent != NULL);
+  stream = start(agent, "hi");
+  CHECK(stream != NULL);
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  int completes = 0;
+  while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+    PantoStr json;
+    CHECK(panto_event_to_json(&ev, &json) == PANTO_OK);
+    CHECKF(!str_contains(json, "\xe2\x80\xa8") && !str_contains(json, "\xe2\x80\xa9"),
+           "a raw U+2028/U+2029 in %.*s", (int)json.len, json.ptr);
+    if (ev.kind == PANTO_EV_MESSAGE_COMPLETE) {
+      completes++;
+      CHECKF(str_contains(json, "\"text\":\"one\\u2028two\\u2029three\""), "%.*s",
+             (int)json.len, json.ptr);
+      CHECK(str_eq(ev.payload.message_complete.text, "one\xe2\x80\xa8two\xe2\x80\xa9three"));
+    }
+  }
+  CHECKF(st == PANTO_DONE, "status %d", st);
+  CHECK(completes == 1);
+out:
+  panto_stream_free(stream);
+  panto_agent_free(agent);
+  server_stop(&srv);
+}
+
+static const TestCase TESTS[] = {
     {"abi_version", test_abi_version},
     {"host_tool_turn", test_host_tool_turn},
     {"mcp_server_tools", test_mcp_server_tools},
@@ -2513,6 +2637,7 @@ static const struct {
     {"structured_output", test_structured_output},
     {"input_parts", test_input_parts},
     {"tool_result_parts", test_tool_result_parts},
+    {"event_json_line_separators", test_event_json_line_separators},
     {"cancel_compaction", test_cancel_compaction},
     {"event_1_0_sized_caller", test_event_1_0_sized_caller},
     {"stale_event_copy", test_stale_event_copy},
@@ -2541,17 +2666,20 @@ int main(int argc, char **argv) {
   int passed = 0, failed = 0;
   /* PANTO_C_SKIP: names of tests not to run (comma-separated), unless named above. */
   const char *skip = getenv("PANTO_C_SKIP");
-  for (size_t i = 0; i < sizeof TESTS / sizeof TESTS[0]; i++) {
-    if (argc > 4 && strcmp(argv[4], TESTS[i].name) != 0) continue;
+  durable_demo_scenario = demo_scenario;
+  const size_t own = sizeof TESTS / sizeof TESTS[0];
+  for (size_t k = 0; k < own + DURABLE_TESTS_COUNT; k++) {
+    const TestCase *test = k < own ? &TESTS[k] : &DURABLE_TESTS[k - own];
+    if (argc > 4 && strcmp(argv[4], test->name) != 0) continue;
     if (argc <= 4 && skip != NULL) {
-      size_t len = strlen(TESTS[i].name);
-      const char *p = strstr(skip, TESTS[i].name);
+      size_t len = strlen(test->name);
+      const char *p = strstr(skip, test->name);
       if (p != NULL && (p == skip || p[-1] == ',') && (p[len] == 0 || p[len] == ',')) continue;
     }
     test_failed = 0;
     int64_t t0 = now_ms();
-    TESTS[i].run();
-    printf("test %s ... %s (%lld ms)\n", TESTS[i].name, test_failed ? "FAILED" : "ok",
+    test->run();
+    printf("test %s ... %s (%lld ms)\n", test->name, test_failed ? "FAILED" : "ok",
            (long long)(now_ms() - t0));
     fflush(stdout);
     if (test_failed)

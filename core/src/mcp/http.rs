@@ -9,8 +9,10 @@
 //!
 //! After each `initialize`, a GET opens the stream on which the server sends what
 //! belongs to no request (its pings, `list_changed`); a server may refuse it (405).
-//! Not done: opening it again when it ends, and resuming a broken SSE stream with
-//! `Last-Event-ID`.
+//! An SSE answer that ends before its result, after the server gave it event ids, is
+//! resumed with a GET and `Last-Event-ID` after the server's `retry` delay (SEP-1699),
+//! bounded in attempts. A redirect is a `config` error: no redirect is followed.
+//! Not done: opening the GET stream again when it ends.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -30,6 +32,13 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 const MAX_REPLIES: usize = 64;
 /// The most of an error body shown.
 const ERROR_BODY_SHOWN: usize = 500;
+/// Most reconnections of a broken SSE answer in a row that bring no message.
+const MAX_RESUMES: usize = 5;
+/// The wait before resuming when the server gave no `retry`.
+const DEFAULT_RETRY_DELAY: Duration = Duration::from_secs(1);
+/// The longest wait before resuming, whatever the server's `retry` says.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
+const LAST_EVENT_ID: &str = "last-event-id";
 
 struct State {
     name: String,
@@ -104,16 +113,27 @@ async fn listen(state: Arc<State>, peer: Weak<Peer>) {
         peer: peer.clone(),
     });
     drop(p);
-    let _ = read_sse(&state, &peer, &wire, resp).await;
+    let _ = read_sse(&state, &peer, &wire, resp, &mut Resume::default()).await;
+}
+
+/// What an SSE answer said about resuming it (SEP-1699): the last event id, the
+/// `retry` delay, and how many messages it carried.
+#[derive(Default)]
+struct Resume {
+    last_id: Option<String>,
+    retry_ms: Option<u64>,
+    messages: usize,
 }
 
 /// Routes every message of an SSE answer as it arrives; the server's requests are
-/// answered with POSTs of their own.
+/// answered with POSTs of their own. `resume` learns the stream's event ids and
+/// `retry` as they come, also when the stream breaks.
 async fn read_sse(
     state: &State,
     peer: &Weak<Peer>,
     wire: &Arc<dyn Wire>,
     resp: reqwest::Response,
+    resume: &mut Resume,
 ) -> Result<()> {
     let mut parser = crate::sse::SseParser::new(state.max);
     let mut body = resp.bytes_stream();
@@ -126,13 +146,20 @@ async fn read_sse(
         })?;
         let mut messages = Vec::new();
         let fed = parser.feed(&chunk, |ev| {
+            if !ev.id.is_empty() {
+                resume.last_id = Some(ev.id.to_owned());
+            }
             if !ev.data.trim().is_empty() {
-                if let Ok(v) = serde_json::from_str::<Value>(ev.data) {
+                if let Some(v) = super::rpc::parse_message(ev.data.as_bytes()) {
                     messages.push(v);
                 }
             }
             Ok(())
         });
+        if let Some(ms) = parser.retry_ms() {
+            resume.retry_ms = Some(ms);
+        }
+        resume.messages += messages.len();
         let Some(peer) = peer.upgrade() else {
             return Ok(());
         };
@@ -155,7 +182,11 @@ impl Drop for Session {
             return;
         };
         let state = self.state.clone();
+        // Counted until the DELETE is answered or given up on, so that a program about
+        // to exit (`panto mcp list`) waits for it with `wait_stopped`.
+        let stopping = super::Stopping::start();
         let delete = async move {
+            let _stopping = stopping;
             let mut req = state
                 .client
                 .delete(&state.url)
@@ -327,6 +358,9 @@ async fn exchange(state: Arc<State>, peer: Arc<Peer>, message: Value, request: O
         }
     };
     let status = resp.status().as_u16();
+    if resp.status().is_redirection() {
+        return fail(RpcError::Failed(redirect_error(&state.name, &resp)));
+    }
     if status == 404 && session.is_some() {
         // The session expired: the next initialize starts a new one.
         let mut current = State::lock(&state.session);
@@ -361,8 +395,18 @@ async fn exchange(state: Arc<State>, peer: Arc<Peer>, message: Value, request: O
             *State::lock(&state.session) = Some(s.to_owned());
         }
     }
-    if status == 202 || request.is_none() {
+    let Some(id) = request else {
         return;
+    };
+    if status == 202 {
+        // "Accepted" is an answer for notifications: a server that gives it to a
+        // request says the answer will not come on this exchange, the only place a
+        // Streamable HTTP server may send it.
+        return fail(RpcError::Failed(Error::protocol(format!(
+            "MCP server {:?} answered the request with HTTP 202 (accepted, no answer): \
+             it will not answer it",
+            state.name
+        ))));
     }
     let content_type = resp
         .headers()
@@ -380,21 +424,36 @@ async fn exchange(state: Arc<State>, peer: Arc<Peer>, message: Value, request: O
         }
     };
     if content_type.starts_with("text/event-stream") {
-        if let Err(e) = read_sse(&state, &Arc::downgrade(&peer), &wire, resp).await {
-            return fail(RpcError::Failed(e));
+        let mut resume = Resume::default();
+        let read = read_sse(&state, &Arc::downgrade(&peer), &wire, resp, &mut resume).await;
+        match read {
+            // A stream that broke or ended before the answer, after giving an event id:
+            // resumed below.
+            Err(e) if e.kind == ErrorKind::Connection && resume.last_id.is_some() => {}
+            Err(e) => return fail(RpcError::Failed(e)),
+            Ok(()) => {}
+        }
+        if peer.waiting(id) && resume.last_id.is_some() {
+            if let Err(e) = resume_sse(&state, &peer, &wire, id, session, resume).await {
+                return fail(e);
+            }
         }
     } else {
         let text = match read_limited(resp, state.max).await {
             Ok(t) => t,
             Err(e) => return fail(RpcError::Failed(e.prefixed(&state.name))),
         };
-        match serde_json::from_slice::<Value>(&text) {
-            Ok(v) => deliver(v),
-            Err(e) => {
+        match super::rpc::parse_message(&text) {
+            Some(v) => deliver(v),
+            None => {
+                let e = serde_json::from_slice::<Value>(&text)
+                    .err()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default();
                 return fail(RpcError::Failed(Error::protocol(format!(
                     "MCP server {:?} answered with invalid JSON: {e}",
                     state.name
-                ))))
+                ))));
             }
         }
     }
@@ -406,6 +465,99 @@ async fn exchange(state: Arc<State>, peer: Arc<Peer>, message: Value, request: O
             state.name
         ),
     )));
+}
+
+/// Resumes the SSE answer to request `id` after its stream ended without the answer
+/// (SEP-1699): after the server's `retry` delay (1 s if it gave none, at most
+/// [`MAX_RETRY_DELAY`]), a GET with `Last-Event-ID` carries on from the last event
+/// id, again until the answer comes, at most [`MAX_RESUMES`] times in a row without a
+/// message in between. The request's own timeout bounds it too: the exchange is
+/// aborted when the request is given up on. `Ok` when there is nothing more to try
+/// (the caller fails the request if it is still waiting).
+async fn resume_sse(
+    state: &Arc<State>,
+    peer: &Arc<Peer>,
+    wire: &Arc<dyn Wire>,
+    id: u64,
+    session: Option<String>,
+    mut resume: Resume,
+) -> std::result::Result<(), RpcError> {
+    let mut misses = 0;
+    while peer.waiting(id) && misses < MAX_RESUMES {
+        let Some(last_id) = resume.last_id.clone() else {
+            return Ok(());
+        };
+        let delay = resume
+            .retry_ms
+            .map_or(DEFAULT_RETRY_DELAY, Duration::from_millis)
+            .min(MAX_RETRY_DELAY);
+        tokio::time::sleep(delay).await;
+        let mut req = state
+            .client
+            .get(&state.url)
+            .headers(state.headers.clone())
+            .header(ACCEPT, "text/event-stream")
+            .header(LAST_EVENT_ID, last_id);
+        if let Some(s) = &session {
+            req = req.header(SESSION_HEADER, s);
+        }
+        if let Some(v) = State::lock(&state.version).clone() {
+            req = req.header(VERSION_HEADER, v);
+        }
+        misses += 1;
+        let Ok(resp) = req.send().await else {
+            continue;
+        };
+        let status = resp.status().as_u16();
+        if status == 404 && session.is_some() {
+            return Err(RpcError::SessionExpired);
+        }
+        let is_sse = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"));
+        if !resp.status().is_success() || !is_sse {
+            return Err(RpcError::Failed(Error::new(
+                ErrorKind::Incomplete,
+                format!(
+                    "MCP server {:?} ended its answer without a result, and refused to \
+                     resume it (HTTP {status})",
+                    state.name
+                ),
+            )));
+        }
+        let before = resume.messages;
+        match read_sse(state, &Arc::downgrade(peer), wire, resp, &mut resume).await {
+            Err(e) if e.kind != ErrorKind::Connection => return Err(RpcError::Failed(e)),
+            _ => {}
+        }
+        if resume.messages > before {
+            misses = 0;
+        }
+    }
+    Ok(())
+}
+
+/// A 3xx answer: panto follows no redirect of an MCP server (its requests carry the
+/// server's headers, credentials among them), so the configured URL is wrong — a
+/// `config` error, as a provider's refused redirect is.
+fn redirect_error(name: &str, resp: &reqwest::Response) -> Error {
+    let status = resp.status().as_u16();
+    let what = match resp
+        .headers()
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(to) => format!("a redirect to {:?}", crate::text::truncate(to, 300)),
+        None => "a redirect without a target".to_owned(),
+    };
+    Error::config(format!(
+        "mcp_servers.{name}.url: the MCP server answered HTTP {status}, {what}; panto \
+         follows no redirect of an MCP server (its requests carry the server's headers); \
+         set url to the address you mean"
+    ))
+    .with_status(status)
 }
 
 /// A reqwest error's words without the URL (which may hold a token of the user's).

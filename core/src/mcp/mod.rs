@@ -30,20 +30,50 @@ use crate::tool::Tool;
 
 pub use tools::McpToolInfo;
 
+/// How many servers are being stopped right now (a stdio server's stop thread, an
+/// HTTP session's DELETE), for [`wait_stopped`].
+static STOPPING: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// One server being stopped, counted by [`wait_stopped`] until it is dropped (also when
+/// the future or thread holding it is dropped before it finished).
+pub(crate) struct Stopping(());
+
+impl Stopping {
+    pub(crate) fn start() -> Stopping {
+        *STOPPING
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+        Stopping(())
+    }
+}
+
+impl Drop for Stopping {
+    fn drop(&mut self) {
+        let (lock, cv) = &STOPPING;
+        let mut n = lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *n = n.saturating_sub(1);
+        cv.notify_all();
+    }
+}
+
 /// Waits until every MCP server being stopped (its agents dropped) has exited and been
-/// reaped, at most `bound`; returns whether they all were. Call it before a program
-/// exits: stopping a server takes up to a few seconds on a thread of its own, which
-/// the process's exit would cut short.
+/// reaped, and every HTTP session being ended has had its DELETE sent and answered (or
+/// given up on), at most `bound`; returns whether they all were. Call it before a
+/// program exits: stopping a server takes up to a few seconds on a thread of its own,
+/// which the process's exit would cut short.
 pub fn wait_stopped(bound: std::time::Duration) -> bool {
-    #[cfg(unix)]
-    {
-        stdio::wait_stopped(bound)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = bound;
-        true
-    }
+    let (lock, cv) = &STOPPING;
+    let n = lock
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (n, _) = cv
+        .wait_timeout_while(n, bound, |n| *n > 0)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    *n == 0
 }
 
 /// The protocol revision panto speaks.

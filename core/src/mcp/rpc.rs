@@ -33,6 +33,18 @@ pub(crate) enum RpcError {
     Failed(Error),
 }
 
+/// One message as a server sent it, as JSON: strictly if it parses, else repaired the
+/// way panto repairs a provider's text — invalid UTF-8 and lone UTF-16 surrogate
+/// escapes (`"\ud800"`, which Node's and Python's JSON writers emit after an emoji was
+/// cut) become U+FFFD — so that no answer is dropped for one broken character. `None`
+/// if it is not JSON even then.
+pub(crate) fn parse_message(bytes: &[u8]) -> Option<Value> {
+    if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
+        return Some(v);
+    }
+    crate::provider::parse_value_lossy(&String::from_utf8_lossy(bytes))
+}
+
 /// Moves messages to a server. Answers come back through [`Peer::route`].
 pub(crate) trait Wire: Send + Sync {
     /// Sends one message. `request` is its id when it is a request (a transport that
@@ -105,6 +117,11 @@ impl Peer {
         }
     }
 
+    /// Whether request `id` still waits for its answer.
+    pub fn waiting(&self, id: u64) -> bool {
+        self.table().contains_key(&id)
+    }
+
     /// Routes one message from the server. Returns the answers to send back (to the
     /// server's own requests).
     pub fn route(&self, message: Value) -> Vec<Value> {
@@ -130,7 +147,7 @@ impl Peer {
                         let outcome = if let Some(err) = o.get("error") {
                             Err(RpcError::Remote {
                                 code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
-                                message: crate::provider::truncate(
+                                message: crate::text::truncate(
                                     err.get("message").and_then(Value::as_str).unwrap_or(""),
                                     2000,
                                 )
@@ -179,7 +196,7 @@ impl Peer {
             }
             "notifications/message" => {
                 let text = params.map(Value::to_string).unwrap_or_default();
-                debug!(server = %self.name, log = crate::provider::truncate(&text, 500), "MCP server log");
+                debug!(server = %self.name, log = crate::text::truncate(&text, 500), "MCP server log");
             }
             _ => {}
         }

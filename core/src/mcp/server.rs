@@ -112,7 +112,7 @@ impl Server {
             return Err(Error::protocol(format!(
                 "MCP server {:?} speaks protocol version {:?}; panto speaks {}",
                 self.name,
-                crate::provider::truncate(version, 40),
+                crate::text::truncate(version, 40),
                 ACCEPTED_VERSIONS.join(", ")
             )));
         }
@@ -144,7 +144,7 @@ impl Server {
                 e.message = format!(
                     "{} [command: `{}`]",
                     e.message,
-                    crate::provider::truncate(&p.command_line, 500)
+                    crate::text::truncate(&p.command_line, 500)
                 );
                 e
             }

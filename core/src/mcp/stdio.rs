@@ -79,8 +79,23 @@ impl Wire for StdioWire {
         line.push(b'\n');
         match self.tx.try_send(line) {
             Ok(()) => {}
-            // The writer is gone: the reader reports why.
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            // The writer is gone (the server closed its input, or it is stopping): the
+            // request cannot be delivered, and fails now rather than at its timeout.
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                if let (Some(id), Some(peer)) = (request, self.peer.upgrade()) {
+                    let why = peer.closed().unwrap_or_else(|| {
+                        Error::new(
+                            ErrorKind::Connection,
+                            format!(
+                                "MCP server {:?} no longer reads its input: the request \
+                                 could not be delivered",
+                                peer.name
+                            ),
+                        )
+                    });
+                    peer.fail(id, super::rpc::RpcError::Failed(why));
+                }
+            }
             Err(mpsc::error::TrySendError::Full(_)) => {
                 if let (Some(id), Some(peer)) = (request, self.peer.upgrade()) {
                     peer.fail(
@@ -194,7 +209,14 @@ pub(crate) fn spawn(
         stderr: log.clone(),
         command_line,
     };
-    let writer = tokio::spawn(write_loop(stdin, rx, closing));
+    let writer = tokio::spawn(write_loop(
+        stdin,
+        rx,
+        closing,
+        peer.clone(),
+        log.clone(),
+        pid,
+    ));
     let stderr_task = tokio::spawn(stderr_loop(stderr, log.clone()));
     let reader = tokio::spawn(read_loop(
         stdout,
@@ -218,25 +240,46 @@ pub(crate) fn spawn(
     ))
 }
 
+/// Writes the queued lines to the server's stdin. A write that fails means the server
+/// closed its input: if it exited, the reader says so (with its exit status); if it
+/// keeps running, nothing can reach it any more, and the connection ends now with that
+/// account — its requests fail at once instead of at their timeout, and the server is
+/// started again before the next step.
 async fn write_loop(
     mut stdin: tokio::process::ChildStdin,
     mut rx: mpsc::Receiver<Vec<u8>>,
     closing: CancellationToken,
+    peer: Arc<Peer>,
+    log: Arc<StderrLog>,
+    pid: i32,
 ) {
     loop {
         let line = tokio::select! {
             biased;
-            _ = closing.cancelled() => break,
+            _ = closing.cancelled() => return,
             line = rx.recv() => match line {
                 Some(line) => line,
-                None => break,
+                None => return,
             },
         };
         if stdin.write_all(&line).await.is_err() || stdin.flush().await.is_err() {
-            // The server is gone; the reader sees its stdout end and says so.
             break;
         }
     }
+    // Later sends find the channel closed and fail their requests at once.
+    drop(rx);
+    if exit_status_soon(pid).await.is_some() {
+        return;
+    }
+    peer.close(Error::new(
+        ErrorKind::Connection,
+        format!(
+            "MCP server {:?} closed its input (stdin) but keeps running: the request \
+             could not be delivered; {}",
+            peer.name,
+            stderr_note(&log)
+        ),
+    ));
     // Dropping stdin closes it: the server's signal to exit.
 }
 
@@ -282,8 +325,8 @@ async fn read_loop(
         }
         let text = line.trim_ascii();
         if !text.is_empty() {
-            match serde_json::from_slice::<Value>(text) {
-                Ok(message) => {
+            match super::rpc::parse_message(text) {
+                Some(message) => {
                     for reply in peer.route(message) {
                         let mut out = reply.to_string().into_bytes();
                         out.push(b'\n');
@@ -291,10 +334,10 @@ async fn read_loop(
                         let _ = tx.try_send(out);
                     }
                 }
-                Err(e) => {
+                None => {
                     // Servers that print to stdout break the protocol; the line is
                     // skipped, not fatal.
-                    debug!(server = %peer.name, error = %e, "a line of an MCP server's stdout is not JSON");
+                    debug!(server = %peer.name, "a line of an MCP server's stdout is not JSON");
                 }
             }
         }
@@ -374,22 +417,6 @@ impl Process {
     }
 }
 
-/// How many servers are being stopped right now (their stop threads), for
-/// [`wait_stopped`].
-static STOPPING: (Mutex<usize>, std::sync::Condvar) = (Mutex::new(0), std::sync::Condvar::new());
-
-/// Waits until every server being stopped has been reaped, at most `bound`; returns
-/// whether they all were. A program about to exit calls it after dropping its agents,
-/// so that no server outlives it (a process's exit ends the stop threads).
-pub fn wait_stopped(bound: Duration) -> bool {
-    let (lock, cv) = &STOPPING;
-    let n = lock.lock().unwrap_or_else(PoisonError::into_inner);
-    let (n, _) = cv
-        .wait_timeout_while(n, bound, |n| *n > 0)
-        .unwrap_or_else(PoisonError::into_inner);
-    *n == 0
-}
-
 impl Drop for Process {
     fn drop(&mut self) {
         self.closing.cancel();
@@ -398,12 +425,10 @@ impl Drop for Process {
         };
         let tasks = std::mem::take(&mut self.tasks);
         let pid = self.pid;
-        *STOPPING.0.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        let stopping = super::Stopping::start();
         let stop = move || {
             stop(child, pid, tasks);
-            let (lock, cv) = &STOPPING;
-            *lock.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
-            cv.notify_all();
+            drop(stopping);
         };
         if std::thread::Builder::new()
             .name("panto-mcp-stop".into())
@@ -412,7 +437,6 @@ impl Drop for Process {
         {
             // No thread to be had: kill at once rather than leave the server running.
             kill_group(pid, libc::SIGKILL);
-            *STOPPING.0.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
         }
     }
 }

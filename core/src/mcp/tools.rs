@@ -90,6 +90,13 @@ pub(crate) fn adapt(
         if config.disabled_tools.iter().any(|d| d == remote) {
             continue;
         }
+        if needs_a_task(&t) {
+            // panto does not run calls as tasks, and the server refuses any other
+            // call of this tool: offering it would only fail every call.
+            tracing::debug!(server = %server.name, tool = remote,
+                "an MCP tool that runs only as a task (execution.taskSupport: required) is not offered");
+            continue;
+        }
         let name = model_name(&prefix, remote);
         if let Some(other) = out.iter().find(|o| o.spec.name == name) {
             return Err(Error::config(format!(
@@ -107,14 +114,24 @@ pub(crate) fn adapt(
             server: server.clone(),
             spec: ToolSpec {
                 name,
-                description: crate::provider::truncate(description, 16 * 1024).to_owned(),
+                description: crate::text::truncate(description, 16 * 1024).to_owned(),
                 parameters: schema(t.get("inputSchema")),
+                needs_approval: false,
+                external: false,
             },
             remote: remote.to_owned(),
         }));
     }
     out.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
     Ok(out)
+}
+
+/// Whether a listed tool runs only as a task (`execution.taskSupport: "required"`,
+/// revision 2025-11-25), which panto does not ask for.
+fn needs_a_task(tool: &Value) -> bool {
+    tool.pointer("/execution/taskSupport")
+        .and_then(Value::as_str)
+        == Some("required")
 }
 
 /// The tool's `inputSchema`, as an object schema the providers accept.
@@ -244,22 +261,51 @@ pub(crate) fn map_result(result: &Value) -> ToolOutput {
         }
     }
     if let Some(structured) = result.get("structuredContent").filter(|v| !v.is_null()) {
-        let already = content.iter().any(|item| {
-            item.get("type").and_then(Value::as_str) == Some("text")
-                && item
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .and_then(|t| serde_json::from_str::<Value>(t).ok())
-                    .as_ref()
-                    == Some(structured)
-        });
-        if !already {
+        let texts: Vec<&str> = content
+            .iter()
+            .filter(|item| item.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|item| item.get("text").and_then(Value::as_str))
+            .collect();
+        if !mirrors(&texts, structured) {
             parts.push(structured.to_string());
         }
     }
     flush(&mut parts, &mut blocks);
     let is_error = result.get("isError").and_then(Value::as_bool) == Some(true);
     ToolOutput::with_parts(blocks, is_error)
+}
+
+/// Whether the text parts already say what `structuredContent` says, so that it is
+/// not sent twice: one text part is its JSON (`{"t":20}` for `{"t": 20}`), or it is the
+/// `{"result": value}` wrapper servers put around a plain value and the text parts are
+/// that value — one part that is its JSON or, for a string, the string itself (`42`,
+/// `hello`), or, for an array, one such part per item in order (the SDKs' text for a
+/// list). Whitespace and key order do not matter: the JSON is compared parsed.
+fn mirrors(texts: &[&str], structured: &Value) -> bool {
+    fn is(text: &str, value: &Value) -> bool {
+        value.as_str() == Some(text)
+            || serde_json::from_str::<Value>(text).is_ok_and(|parsed| &parsed == value)
+    }
+    if texts
+        .iter()
+        .any(|t| serde_json::from_str::<Value>(t).is_ok_and(|parsed| &parsed == structured))
+    {
+        return true;
+    }
+    let wrapped = match structured {
+        Value::Object(o) if o.len() == 1 => o.get("result"),
+        _ => None,
+    };
+    let Some(value) = wrapped else {
+        return false;
+    };
+    match (texts, value) {
+        ([one], value) if is(one, value) => true,
+        (texts, Value::Array(items)) => {
+            texts.len() == items.len() && texts.iter().zip(items).all(|(t, v)| is(t, v))
+        }
+        _ => false,
+    }
 }
 
 fn non_empty<'a>(s: &'a str, otherwise: &'a str) -> &'a str {
@@ -328,6 +374,54 @@ mod tests {
         let err =
             map_result(&json!({"content": [{"type": "text", "text": "no"}], "isError": true}));
         assert_eq!(err, ToolOutput::error("no"));
+    }
+
+    #[test]
+    fn structured_content_that_mirrors_the_text_is_not_repeated() {
+        let out = |r: Value| map_result(&r).output;
+        // The shapes the SDKs send for a tool returning a plain value.
+        let text = |t: &str| json!({"type": "text", "text": t});
+        assert_eq!(
+            out(json!({"content": [text("42")], "structuredContent": {"result": 42}})),
+            "42"
+        );
+        assert_eq!(
+            out(json!({"content": [text("hello")], "structuredContent": {"result": "hello"}})),
+            "hello"
+        );
+        assert_eq!(
+            out(json!({"content": [text("1"), text("two")],
+                       "structuredContent": {"result": [1, "two"]}})),
+            "1\ntwo"
+        );
+        assert_eq!(
+            out(json!({"content": [text("{ \"b\": 2, \"a\": 1 }")],
+                       "structuredContent": {"a": 1, "b": 2}})),
+            "{ \"b\": 2, \"a\": 1 }"
+        );
+        // Text that says something else keeps the structured content.
+        assert_eq!(
+            out(json!({"content": [text("the answer")], "structuredContent": {"result": 42}})),
+            "the answer\n{\"result\":42}"
+        );
+        assert_eq!(
+            out(json!({"content": [text("42")], "structuredContent": {"result": 42, "unit": "m"}})),
+            "42\n{\"result\":42,\"unit\":\"m\"}"
+        );
+    }
+
+    #[test]
+    fn task_required_tools_are_recognized() {
+        assert!(needs_a_task(
+            &json!({"name": "t", "execution": {"taskSupport": "required"}})
+        ));
+        assert!(!needs_a_task(
+            &json!({"name": "t", "execution": {"taskSupport": "optional"}})
+        ));
+        assert!(!needs_a_task(
+            &json!({"name": "t", "execution": "required"})
+        ));
+        assert!(!needs_a_task(&json!({"name": "t"})));
     }
 
     #[test]

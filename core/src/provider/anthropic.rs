@@ -14,19 +14,91 @@
 
 use std::borrow::Cow;
 
+use reqwest::header::HeaderName;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::tolerant::{clean, parse_tolerant, Count, Obj};
 use super::wire_error::stream_error;
 use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
-use super::{OutputRequest, WireMode};
+use super::{AuthHeader, Decode, OutputRequest, Wire, WireMode};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
 use crate::media::{Media, MediaSource};
-use crate::message::{Block, Role, StopReason};
+use crate::message::{Block, Role, StopReason, Usage};
 use crate::request::{Effort, Reasoning};
 use crate::sse::SseEvent;
+
+/// Anthropic's API, the default `base_url` of `anthropic` (without the version, as
+/// Anthropic's SDKs write it).
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// The header that carries the API key.
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+/// The header that names the API version ([`API_VERSION`]).
+const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+
+/// Anthropic Messages behind the seam.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Format;
+
+impl Wire for Format {
+    fn default_base_url(&self) -> &'static str {
+        DEFAULT_BASE_URL
+    }
+
+    fn api_key_env(&self) -> &'static str {
+        "ANTHROPIC_API_KEY"
+    }
+
+    fn endpoint_path(&self) -> &'static str {
+        "/v1/messages"
+    }
+
+    fn auth_headers(&self, api_key: &str) -> Vec<AuthHeader> {
+        let mut headers = Vec::with_capacity(2);
+        if !api_key.is_empty() {
+            headers.push(AuthHeader::Credential(X_API_KEY, api_key.to_owned()));
+        }
+        headers.push(AuthHeader::Fixed(ANTHROPIC_VERSION, API_VERSION));
+        headers
+    }
+
+    fn forces_output_tool(&self) -> bool {
+        true
+    }
+
+    /// Closed objects (its structured output takes no other); optional properties stay
+    /// optional.
+    fn native_output_schema(
+        &self,
+        schema: &Value,
+    ) -> std::result::Result<(Value, bool), (String, String)> {
+        Ok((super::schema::closed_objects(schema), false))
+    }
+
+    fn request_body(&self, params: &RequestParams<'_>, options: &RequestOptions<'_>) -> Value {
+        request_body(params, options)
+    }
+
+    fn decoder(&self, asm: Assembly, _message: u32) -> Box<dyn Decode> {
+        Box::new(Decoder::with_assembly(asm))
+    }
+
+    fn complete_body_events(&self, body: Value) -> Option<Vec<String>> {
+        complete_body_events(body)
+    }
+
+    /// Anthropic counts cached input apart from `input_tokens`.
+    fn request_tokens(&self, usage: &Usage) -> u64 {
+        usage
+            .input_tokens
+            .saturating_add(usage.cache_read_tokens)
+            .saturating_add(usage.cache_write_tokens)
+    }
+}
+
+super::wire::decode_by_inherent_methods!(Decoder);
 
 /// Default `max_tokens`: the Messages API requires one.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -536,7 +608,8 @@ pub const MIN_THINKING_BUDGET: u32 = 1024;
 /// (the API refuses it with thinking). With prompt caching, `cache_control` breakpoints
 /// go on the system prompt, the last tool and the last block of the latest message
 /// (three of the four the API allows): each step of a tool loop then reads the previous
-/// step's prefix from the cache.
+/// step's prefix from the cache. A message of one plain text block is sent as a string
+/// (see `plain_single_text`); the latest one keeps its list when it carries a breakpoint.
 pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
     let mut messages: Vec<Value> = Vec::with_capacity(p.messages.len());
     let mut last_role = None;
@@ -571,6 +644,7 @@ pub fn request_body(p: &RequestParams<'_>, options: &RequestOptions) -> Value {
     if cache {
         mark_latest_message(&mut messages);
     }
+    messages.iter_mut().for_each(plain_single_text);
     let mut body = json!({
         "model": p.model,
         "max_tokens": max_tokens,
@@ -645,6 +719,29 @@ fn mark_latest_message(messages: &mut [Value]) {
     if let Some(Value::Object(block)) = markable {
         block.insert("cache_control".to_owned(), ephemeral());
     }
+}
+
+/// A message whose content is one text block with nothing else on it (no
+/// `cache_control`) gets its text as a plain string, the form the official SDKs send
+/// for a string: proxies that pass Anthropic requests on to OpenAI-style servers
+/// (LiteLLM to llama.cpp) hand a list to chat templates that concatenate strings, which
+/// fail on it.
+fn plain_single_text(message: &mut Value) {
+    let Some(content) = message.get_mut("content") else {
+        return;
+    };
+    let text = match content.as_array().map(Vec::as_slice) {
+        Some([Value::Object(block)])
+            if block.len() == 2 && block.get("type").and_then(Value::as_str) == Some("text") =>
+        {
+            match block.get("text") {
+                Some(Value::String(text)) => text.clone(),
+                _ => return,
+            }
+        }
+        _ => return,
+    };
+    *content = Value::String(text);
 }
 
 /// `{type: base64, media_type, data}` or `{type: url, url}`.

@@ -37,19 +37,84 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use reqwest::header::HeaderName;
 use serde_json::{json, Map, Value};
 
-use super::wire_error::truncate;
-use super::OutputRequest;
 use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
+use super::{AuthHeader, Decode, OutputRequest, Wire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{BlockKind, DeltaKind};
 use crate::message::{Block, Message, Role, StopReason};
 use crate::request::{Effort, Reasoning};
 use crate::sse::SseEvent;
+use crate::text::truncate;
 
 /// Default base URL: the Gemini API (without the version, as in Google's SDKs).
 pub const DEFAULT_BASE_URL: &str = "https://generativelanguage.googleapis.com";
+
+/// The header that carries the API key: never the URL (`?key=`), so no logged URL
+/// holds it.
+const X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
+
+/// Gemini behind the seam.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Format;
+
+impl Wire for Format {
+    fn default_base_url(&self) -> &'static str {
+        DEFAULT_BASE_URL
+    }
+
+    fn api_key_env(&self) -> &'static str {
+        "GEMINI_API_KEY"
+    }
+
+    fn endpoint_path(&self) -> &'static str {
+        "/v1beta/models/{model}:streamGenerateContent?alt=sse"
+    }
+
+    /// The URL names the model ([`endpoint`]), which a turn or a compaction may choose.
+    fn endpoint(&self, base_url: &str, model: &str) -> String {
+        endpoint(base_url, model)
+    }
+
+    fn auth_headers(&self, api_key: &str) -> Vec<AuthHeader> {
+        if api_key.is_empty() {
+            return Vec::new();
+        }
+        vec![AuthHeader::Credential(X_GOOG_API_KEY, api_key.to_owned())]
+    }
+
+    /// Gemini's rule is narrower than the others': a function name starts with a letter
+    /// or '_' (it would answer 400 INVALID_ARGUMENT at the first request).
+    fn tool_name_problem(&self, name: &str) -> Option<&'static str> {
+        (!name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+            .then_some("Gemini accepts only names that start with a letter or '_'")
+    }
+
+    fn http_error(&self, status: u16, body: &str) -> Error {
+        http_error(status, body)
+    }
+
+    /// Google names its wait in the body (`RetryInfo.retryDelay`), not in a header.
+    fn retry_delay(&self, body: &str) -> Option<Duration> {
+        retry_delay(body)
+    }
+
+    fn request_body(&self, params: &RequestParams<'_>, options: &RequestOptions<'_>) -> Value {
+        request_body(params, options)
+    }
+
+    fn decoder(&self, asm: Assembly, message: u32) -> Box<dyn Decode> {
+        Box::new(Decoder::with_assembly(asm, message))
+    }
+
+    fn complete_body_events(&self, body: Value) -> Option<Vec<String>> {
+        complete_body_events(body)
+    }
+}
+
+super::wire::decode_by_inherent_methods!(Decoder);
 
 /// The name of the provider in opaque blocks and configuration.
 pub const PROVIDER: &str = "gemini";

@@ -1,17 +1,28 @@
-//! Owns the provider wire formats: turning SSE events of one response into panto
-//! [`Event`]s (decoding) and the conversation into a request body (encoding), for
-//! OpenAI Chat Completions (and compatible servers), Anthropic Messages, Google Gemini
-//! (`streamGenerateContent`) and OpenAI Responses. Pure: no I/O, no timers — `http`
-//! feeds it bytes, `agent` drives it.
+//! Owns the providers: each one's wire format — turning SSE events of one response into
+//! panto [`Event`]s (decoding) and the conversation into a request body (encoding) —
+//! and its API conventions (base URL, key variable, authentication, endpoint, error
+//! answers, output schemas), for OpenAI Chat Completions (and compatible servers),
+//! Anthropic Messages, Google Gemini (`streamGenerateContent`) and OpenAI Responses.
+//! Pure: no I/O, no timers — `http` feeds it bytes, `agent` drives it.
 //!
-//! One module per job:
-//! - [`openai`], [`anthropic`], [`gemini`], [`responses`] — each format's decoder and
-//!   request body.
+//! One module per provider, one per job they share:
+//! - [`openai`], [`anthropic`], [`gemini`], [`responses`] — each provider's `Format`,
+//!   its implementation of the seam (`wire::Wire`), with its decoder and request body.
+//! - `wire` — the seam: what the rest of the core asks of a provider.
 //! - `assembly` — shared by the decoders: numbers blocks, emits the block lifecycle
 //!   events, enforces [`DecodeLimits`] and assembles the final assistant [`Message`].
+//! - `schema` — an output schema in the forms the providers take (OpenAI's strict
+//!   mode, Anthropic's closed objects), and which one each gets.
 //! - `tolerant` — the repairs of sloppy JSON that keep an answer.
 //! - `wire_error` — an HTTP status and error body, or an error inside a stream, as a
 //!   typed error.
+//!
+//! **Adding a provider** is one module here (or a folder: `provider/<name>/mod.rs`)
+//! whose `Format` implements `wire::Wire`, and one line in the registration below
+//! (`registry!`): its [`ProviderKind`] variant, its configuration name and its `Format`.
+//! Nothing outside this folder changes: the configuration's `provider` key takes its
+//! values from [`NAMES`], and `config`, `http`, `output` and `agent` only ever ask the
+//! seam (`core/tests/provider_seam.rs` fails when code elsewhere names a kind).
 //!
 //! Whatever a server sends, decoding never panics and never holds more than the limits
 //! allow; defects that do not change the meaning of an answer are tolerated rather than
@@ -26,27 +37,113 @@ pub mod gemini;
 mod json_scan;
 pub mod openai;
 pub mod responses;
+pub(crate) mod schema;
 mod tolerant;
+mod wire;
 mod wire_error;
 
 use serde_json::Value;
 
 use crate::error::Result;
 use crate::event::Event;
-use crate::media::{Input, Media, MediaSource};
-use crate::message::{Block, Message};
-pub use crate::output::{OutputRequest, WireMode};
+use crate::media::Input;
+use crate::message::Message;
 use crate::request::{Dialect, Reasoning};
+pub use crate::request::{OutputRequest, WireMode};
 use crate::sse::SseEvent;
 
 pub(crate) use assembly::Assembly;
 pub use assembly::{DecodeLimits, DecodedMessage};
 pub(crate) use tolerant::parse_value_lossy;
+pub(crate) use wire::{AuthHeader, Decode, Wire};
+pub(crate) use wire_error::describe_error_body;
 pub use wire_error::http_error;
-pub(crate) use wire_error::{describe_error_body, truncate};
 
 // Kept under `provider::` too, where they were first defined.
-pub use crate::request::{uses_max_completion_tokens, ProviderKind, ToolSpec};
+pub use crate::request::{uses_max_completion_tokens, ToolSpec};
+
+/// Declares the registration: [`ProviderKind`] with one variant per provider, its
+/// configuration names ([`NAMES`], [`ProviderKind::parse`], [`ProviderKind::as_str`])
+/// and the seam of each ([`ProviderKind::wire`]), all from one line per provider.
+macro_rules! registry {
+    ($( $(#[$doc:meta])* $kind:ident = $name:literal => $format:expr, )*) => {
+        /// Which provider an agent talks to: which wire format it speaks, and the
+        /// conventions of its API (see [`provider`](self)).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ProviderKind {
+            $( $(#[$doc])* $kind, )*
+        }
+
+        /// The configuration names of the providers (the values of the `provider` key),
+        /// in the order of the registration.
+        pub const NAMES: &[&str] = &[$($name),*];
+
+        impl ProviderKind {
+            /// Every provider kind, in the order of the registration.
+            pub const ALL: &'static [ProviderKind] = &[$(ProviderKind::$kind),*];
+
+            /// The provider kind of its configuration name, or `None`.
+            pub fn parse(name: &str) -> Option<ProviderKind> {
+                match name {
+                    $($name => Some(ProviderKind::$kind),)*
+                    _ => None,
+                }
+            }
+
+            /// The configuration name of the provider kind.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ProviderKind::$kind => $name,)*
+                }
+            }
+
+            /// The provider's seam: everything the core asks of it.
+            pub(crate) fn wire(self) -> &'static dyn Wire {
+                match self {
+                    $(ProviderKind::$kind => &$format,)*
+                }
+            }
+        }
+    };
+}
+
+// The registration: one line per provider.
+registry! {
+    /// OpenAI Chat Completions and every server compatible with it.
+    OpenAi = "openai" => openai::Format,
+    /// Anthropic Messages.
+    Anthropic = "anthropic" => anthropic::Format,
+    /// Google Gemini's own API (`streamGenerateContent`).
+    Gemini = "gemini" => gemini::Format,
+    /// OpenAI's Responses API (`POST /v1/responses`), also served by vLLM, Ollama and
+    /// LiteLLM.
+    OpenAiResponses = "openai-responses" => responses::Format,
+}
+
+/// The configuration's default provider, `openai`.
+impl Default for ProviderKind {
+    fn default() -> Self {
+        ProviderKind::OpenAi
+    }
+}
+
+impl ProviderKind {
+    /// The provider's own API, the default `base_url`.
+    pub fn default_base_url(self) -> &'static str {
+        self.wire().default_base_url()
+    }
+
+    /// The environment variable the API key is read from by default.
+    pub fn api_key_env(self) -> &'static str {
+        self.wire().api_key_env()
+    }
+
+    /// The endpoint path appended to `base_url`. Gemini's names the model (see
+    /// `Config::endpoint_for`); this is its pattern, for messages.
+    pub fn endpoint_path(self) -> &'static str {
+        self.wire().endpoint_path()
+    }
+}
 
 /// Everything one request needs besides transport settings.
 #[derive(Debug, Clone, Copy)]
@@ -110,32 +207,13 @@ pub fn request_body_with(
     params: &RequestParams<'_>,
     options: &RequestOptions<'_>,
 ) -> Value {
-    match kind {
-        ProviderKind::OpenAi => openai::request_body(params, options),
-        ProviderKind::Anthropic => anthropic::request_body(params, options),
-        ProviderKind::Gemini => gemini::request_body(params, options),
-        ProviderKind::OpenAiResponses => responses::request_body(params, options),
-    }
+    kind.wire().request_body(params, options)
 }
 
 /// Refuses, before anything is sent, an input `kind`'s wire format cannot carry: OpenAI
 /// chat takes a PDF only as bytes (`file.file_data`), never by URL.
 pub fn check_input(kind: ProviderKind, input: &Input) -> Result<()> {
-    if kind == ProviderKind::OpenAi {
-        for (i, part) in input.parts().iter().enumerate() {
-            if let Block::Document(Media {
-                source: MediaSource::Url(_),
-                ..
-            }) = part
-            {
-                return Err(crate::error::Error::config(format!(
-                    "input[{i}]: OpenAI chat completions take a PDF as bytes, not by URL; \
-                     read the file and give its bytes"
-                )));
-            }
-        }
-    }
-    Ok(())
+    kind.wire().check_input(input)
 }
 
 /// Where the event callback sends decoded events; an error stops decoding.
@@ -150,18 +228,9 @@ pub enum Progress {
     Finished,
 }
 
-/// The streaming decoder of one response, for either provider.
+/// The streaming decoder of one response, for any provider.
 #[derive(Debug)]
-pub enum Decoder {
-    /// An OpenAI Chat Completions (or compatible) stream.
-    OpenAi(openai::Decoder),
-    /// An Anthropic Messages stream.
-    Anthropic(anthropic::Decoder),
-    /// A Gemini `streamGenerateContent` stream.
-    Gemini(gemini::Decoder),
-    /// An OpenAI Responses stream.
-    OpenAiResponses(responses::Decoder),
-}
+pub struct Decoder(Box<dyn Decode>);
 
 impl Decoder {
     /// A decoder with the default [`DecodeLimits`].
@@ -171,66 +240,34 @@ impl Decoder {
 
     /// A decoder of the `message`-th response of a turn, with these limits.
     pub fn with_limits(kind: ProviderKind, message: u32, limits: DecodeLimits) -> Decoder {
-        let asm = Assembly::new(message, limits);
-        match kind {
-            ProviderKind::OpenAi => Decoder::OpenAi(openai::Decoder::with_assembly(asm)),
-            ProviderKind::Anthropic => Decoder::Anthropic(anthropic::Decoder::with_assembly(asm)),
-            ProviderKind::Gemini => Decoder::Gemini(gemini::Decoder::with_assembly(asm, message)),
-            ProviderKind::OpenAiResponses => {
-                Decoder::OpenAiResponses(responses::Decoder::with_assembly(asm))
-            }
-        }
+        Decoder(kind.wire().decoder(Assembly::new(message, limits), message))
     }
 
     /// Decodes one SSE event.
     pub fn on_sse(&mut self, ev: &SseEvent<'_>, emit: Emit<'_>) -> Result<Progress> {
-        match self {
-            Decoder::OpenAi(d) => d.on_sse(ev, emit),
-            Decoder::Anthropic(d) => d.on_sse(ev, emit),
-            Decoder::Gemini(d) => d.on_sse(ev, emit),
-            Decoder::OpenAiResponses(d) => d.on_sse(ev, emit),
-        }
+        self.0.on_sse(ev, emit)
     }
 
     /// The body ended. Completes the message if the provider had said it was done,
     /// else fails with `incomplete`.
     pub fn on_eof(&mut self, emit: Emit<'_>) -> Result<()> {
-        match self {
-            Decoder::OpenAi(d) => d.on_eof(emit),
-            Decoder::Anthropic(d) => d.on_eof(emit),
-            Decoder::Gemini(d) => d.on_eof(emit),
-            Decoder::OpenAiResponses(d) => d.on_eof(emit),
-        }
+        self.0.on_eof(emit)
     }
 
     /// True once any event of this response was emitted: from then on a failure must not
     /// be retried silently (the caller has seen part of the answer).
     pub fn emitted_content(&self) -> bool {
-        self.assembly().emitted_content()
+        self.0.assembly().emitted_content()
     }
 
     /// True once the provider said the response is complete.
     pub fn is_finished(&self) -> bool {
-        self.assembly().finished
-    }
-
-    fn assembly(&self) -> &Assembly {
-        match self {
-            Decoder::OpenAi(d) => &d.asm,
-            Decoder::Anthropic(d) => &d.asm,
-            Decoder::Gemini(d) => &d.asm,
-            Decoder::OpenAiResponses(d) => &d.asm,
-        }
+        self.0.assembly().finished
     }
 
     /// The decoded message; `None` until the response finished.
     pub fn into_message(self) -> Option<DecodedMessage> {
-        match self {
-            Decoder::OpenAi(d) => d.asm.into_decoded(),
-            Decoder::Anthropic(d) => d.asm.into_decoded(),
-            Decoder::Gemini(d) => d.asm.into_decoded(),
-            Decoder::OpenAiResponses(d) => d.asm.into_decoded(),
-        }
+        self.0.into_assembly().into_decoded()
     }
 }
 
@@ -238,9 +275,8 @@ impl Decoder {
 /// (LiteLLM's `/v1/messages`, servers that ignore `stream: true`): a complete chat
 /// completion (`"object": "chat.completion"`) for [`ProviderKind::OpenAi`], a complete
 /// message (`"type": "message"`) for [`ProviderKind::Anthropic`], one
-/// `GenerateContentResponse` or an array of them for [`ProviderKind::Gemini`].
-/// message (`"type": "message"`) for [`ProviderKind::Anthropic`], a response object
-/// (`"object": "response"`) for [`ProviderKind::OpenAiResponses`].
+/// `GenerateContentResponse` or an array of them for [`ProviderKind::Gemini`], a
+/// response object (`"object": "response"`) for [`ProviderKind::OpenAiResponses`].
 ///
 /// Emits exactly the events a stream of the same message would have produced, with one
 /// `content_delta` per block carrying its whole text or arguments, and returns the
@@ -258,12 +294,7 @@ pub fn decode_complete_body(
     let Some(value) = parse_value_lossy(body) else {
         return Ok(None);
     };
-    let events = match kind {
-        ProviderKind::OpenAi => openai::complete_body_events(value),
-        ProviderKind::Anthropic => anthropic::complete_body_events(value),
-        ProviderKind::Gemini => gemini::complete_body_events(value),
-        ProviderKind::OpenAiResponses => responses::complete_body_events(value),
-    };
+    let events = kind.wire().complete_body_events(value);
     let Some(events) = events else {
         return Ok(None);
     };

@@ -23,13 +23,97 @@ use super::json_scan::Scanner;
 use super::tolerant::{clean, parse_tolerant, Count, Obj};
 use super::wire_error::stream_error;
 use super::{Assembly, DecodeLimits, Emit, Progress, RequestOptions, RequestParams};
-use super::{OutputRequest, WireMode};
+use super::{AuthHeader, Decode, OutputRequest, Wire, WireMode};
 use crate::error::{Error, Result};
 use crate::event::{BlockKind, DeltaKind};
-use crate::media::{Media, MediaSource};
+use crate::media::{Input, Media, MediaSource};
 use crate::message::{Block, Message, Role, StopReason};
 use crate::request::{Compat, Effort, Reasoning};
 use crate::sse::SseEvent;
+
+/// OpenAI's API, the default `base_url` of `openai` and `openai-responses` (the version
+/// included, as OpenAI's SDKs write it).
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Where the API key of `openai` and `openai-responses` is read from by default.
+pub const API_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// OpenAI Chat Completions behind the seam.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Format;
+
+impl Wire for Format {
+    fn default_base_url(&self) -> &'static str {
+        DEFAULT_BASE_URL
+    }
+
+    fn api_key_env(&self) -> &'static str {
+        API_KEY_ENV
+    }
+
+    fn endpoint_path(&self) -> &'static str {
+        "/chat/completions"
+    }
+
+    fn auth_headers(&self, api_key: &str) -> Vec<AuthHeader> {
+        bearer(api_key)
+    }
+
+    /// Chat completions take a PDF only as bytes (`file.file_data`), never by URL.
+    fn check_input(&self, input: &Input) -> Result<()> {
+        for (i, part) in input.parts().iter().enumerate() {
+            if let Block::Document(Media {
+                source: MediaSource::Url(_),
+                ..
+            }) = part
+            {
+                return Err(Error::config(format!(
+                    "input[{i}]: OpenAI chat completions take a PDF as bytes, not by URL; \
+                     read the file and give its bytes"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn forces_output_tool(&self) -> bool {
+        true
+    }
+
+    /// Strict mode (`json_schema.strict: true`).
+    fn native_output_schema(
+        &self,
+        schema: &Value,
+    ) -> std::result::Result<(Value, bool), (String, String)> {
+        Ok((super::schema::strict_schema(schema, "")?, true))
+    }
+
+    fn request_body(&self, params: &RequestParams<'_>, options: &RequestOptions<'_>) -> Value {
+        request_body(params, options)
+    }
+
+    fn decoder(&self, asm: Assembly, _message: u32) -> Box<dyn Decode> {
+        Box::new(Decoder::with_assembly(asm))
+    }
+
+    fn complete_body_events(&self, body: Value) -> Option<Vec<String>> {
+        complete_body_events(body)
+    }
+}
+
+super::wire::decode_by_inherent_methods!(Decoder);
+
+/// OpenAI's credential, `Authorization: Bearer <key>` (none for an empty key); the
+/// Responses API takes the same.
+pub(crate) fn bearer(api_key: &str) -> Vec<AuthHeader> {
+    if api_key.is_empty() {
+        return Vec::new();
+    }
+    vec![AuthHeader::Credential(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {api_key}"),
+    )]
+}
 
 #[derive(Deserialize)]
 struct Chunk<'a> {

@@ -24,7 +24,13 @@
 //!   verbatim as an opaque block, no events.
 //!
 //! A `.done` whose text or arguments go past what the deltas brought (a server that
-//! sends whole items) adds the rest as one more delta. Unknown event types, and fields
+//! sends whole items) adds the rest as one more delta. `response.completed`'s `output`
+//! is the whole answer and has the last word: an item the stream did not finish, or
+//! never sent (a server that answers only there), is taken from it the same way, and
+//! one that contradicts what streamed (less content than the deltas brought, another
+//! kind of item) is a `protocol` error. Function calls are told apart by their
+//! `call_id`, so two calls that a server gives one item id or one `output_index` stay
+//! two calls. Unknown event types, and fields
 //! of unexpected types, are ignored. `message_start` goes out with the first block (or
 //! at the end), so that a response failing before any output may still be retried.
 //!
@@ -44,8 +50,8 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::tolerant::{clean, parse_tolerant, Count, Obj};
-use super::OutputRequest;
 use super::{Assembly, DecodeLimits, Emit, Progress, ProviderKind, RequestOptions, RequestParams};
+use super::{AuthHeader, Decode, OutputRequest, Wire};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{BlockKind, DeltaKind};
 use crate::message::{Block, Role, StopReason};
@@ -55,6 +61,56 @@ use crate::sse::SseEvent;
 /// What `include` asks for in stateless mode: the reasoning, encrypted, so it can be
 /// sent back without the server keeping anything.
 pub const INCLUDE_ENCRYPTED_REASONING: &str = "reasoning.encrypted_content";
+
+/// OpenAI Responses behind the seam: OpenAI's base URL, key and credential.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Format;
+
+impl Wire for Format {
+    fn default_base_url(&self) -> &'static str {
+        super::openai::DEFAULT_BASE_URL
+    }
+
+    fn api_key_env(&self) -> &'static str {
+        super::openai::API_KEY_ENV
+    }
+
+    fn endpoint_path(&self) -> &'static str {
+        "/responses"
+    }
+
+    fn auth_headers(&self, api_key: &str) -> Vec<AuthHeader> {
+        super::openai::bearer(api_key)
+    }
+
+    /// Strict mode (`text.format.strict: true`).
+    fn native_output_schema(
+        &self,
+        schema: &Value,
+    ) -> std::result::Result<(Value, bool), (String, String)> {
+        Ok((super::schema::strict_schema(schema, "")?, true))
+    }
+
+    fn request_body(&self, params: &RequestParams<'_>, options: &RequestOptions<'_>) -> Value {
+        request_body(params, options)
+    }
+
+    fn decoder(&self, asm: Assembly, _message: u32) -> Box<dyn Decode> {
+        Box::new(Decoder::with_assembly(asm))
+    }
+
+    fn complete_body_events(&self, body: Value) -> Option<Vec<String>> {
+        complete_body_events(body)
+    }
+
+    /// The `store` configuration key: the server keeps each response, and the next
+    /// request names it (`previous_response_id`).
+    fn keeps_responses(&self) -> bool {
+        true
+    }
+}
+
+super::wire::decode_by_inherent_methods!(Decoder);
 
 /// A string field that counts as absent when it is anything else, so an event type
 /// added later with a differently shaped field of the same name cannot fail decoding.
@@ -148,12 +204,15 @@ struct WireEvent<'a> {
     error: Obj<WireError<'a>>,
 }
 
-/// The response object of the lifecycle events. Its `output` (every item again) is
-/// skipped unread: the items came one by one.
+/// The response object of the lifecycle events. Its `output` (every item again) is read
+/// only from `response.completed`, where it is the truth the streamed items are checked
+/// against.
 #[derive(Deserialize, Default)]
 struct WireResponse<'a> {
     #[serde(borrow, default)]
     id: Str<'a>,
+    #[serde(borrow, default)]
+    output: Option<&'a RawValue>,
     #[serde(borrow, default)]
     model: Str<'a>,
     #[serde(default)]
@@ -247,6 +306,9 @@ impl ItemKind {
 struct Item {
     id: String,
     output_index: Option<u64>,
+    /// A function call's `call_id`, once known: what tells two calls apart when a
+    /// server gives them one item id or one `output_index`.
+    call_id: String,
     kind: ItemKind,
     /// Its panto block, once opened.
     block: Option<usize>,
@@ -319,6 +381,8 @@ impl Decoder {
             }
             "response.completed" => {
                 self.terminal(&wire, marked);
+                let output = wire.response.0.as_ref().and_then(|r| r.output);
+                self.reconcile(output, marked, emit)?;
                 let stop = if self.refused {
                     StopReason::Refusal
                 } else if self.asm.has_tool_calls() {
@@ -440,7 +504,9 @@ impl Decoder {
         }
     }
 
-    /// The item an event names: by `item_id`, else by `output_index`.
+    /// The item an event names: by `item_id` (the latest item of that id), else by
+    /// `output_index` — but never an item with another id: two items sharing an
+    /// `output_index` stay two.
     fn find(&self, item_id: Option<&str>, output_index: Option<u64>) -> Option<usize> {
         let id = item_id.filter(|s| !s.is_empty());
         // Deltas nearly always belong to the item opened last: no hashing for them.
@@ -456,7 +522,35 @@ impl Decoder {
         if let Some(i) = id.and_then(|id| self.by_id.get(id)) {
             return Some(*i);
         }
-        output_index.and_then(|ix| self.by_index.get(&ix).copied())
+        output_index
+            .and_then(|ix| self.by_index.get(&ix).copied())
+            .filter(|&i| id.is_none() || self.items[i].id.is_empty())
+    }
+
+    /// The function call `call_id` names, preferring one not yet done.
+    fn find_call(&self, call_id: &str) -> Option<usize> {
+        if call_id.is_empty() {
+            return None;
+        }
+        let mut found = None;
+        for (i, item) in self.items.iter().enumerate() {
+            if item.kind == ItemKind::FunctionCall && item.call_id == call_id {
+                if !item.done {
+                    return Some(i);
+                }
+                found.get_or_insert(i);
+            }
+        }
+        found
+    }
+
+    /// Whether item `i` is a function call with a `call_id` other than `call_id` (both
+    /// known): then an item announced with the same item id or index is another call.
+    fn another_call(&self, i: usize, call_id: Option<&str>) -> bool {
+        let item = &self.items[i];
+        item.kind == ItemKind::FunctionCall
+            && !item.call_id.is_empty()
+            && call_id.is_some_and(|c| !c.is_empty() && c != item.call_id)
     }
 
     /// Registers a new item; at most `max_blocks` of them, their ids charged to the
@@ -479,15 +573,17 @@ impl Decoder {
             .unwrap_or_default();
         self.asm.hold(id.len())?;
         let pos = self.items.len();
+        // An id or index given again names the newer item from now on.
         if !id.is_empty() {
-            self.by_id.entry(id.clone()).or_insert(pos);
+            self.by_id.insert(id.clone(), pos);
         }
         if let Some(ix) = output_index {
-            self.by_index.entry(ix).or_insert(pos);
+            self.by_index.insert(ix, pos);
         }
         self.items.push(Item {
             id,
             output_index,
+            call_id: String::new(),
             kind,
             block: None,
             streamed: 0,
@@ -571,8 +667,11 @@ impl Decoder {
         };
         let kind = ItemKind::of(str_field(&item, "type").unwrap_or(""));
         let id = str_field(&item, "id");
-        if self.find(id, wire.output_index.0).is_some() {
-            return Ok(()); // announced twice: the first one stands
+        let call_id = str_field(&item, "call_id").filter(|_| kind == ItemKind::FunctionCall);
+        if let Some(i) = self.find(id, wire.output_index.0) {
+            if !self.another_call(i, call_id) {
+                return Ok(()); // announced twice: the first one stands
+            }
         }
         let i = self.add_item(id, wire.output_index.0, kind, false)?;
         if kind == ItemKind::FunctionCall {
@@ -589,6 +688,10 @@ impl Decoder {
         };
         let call_id = str_field(item, "call_id").unwrap_or("");
         let name = str_field(item, "name").unwrap_or("");
+        if self.items[i].call_id.is_empty() && !call_id.is_empty() {
+            self.asm.hold(call_id.len())?;
+            self.items[i].call_id = call_id.to_owned();
+        }
         self.asm.tool_ids(b, call_id, name, false, emit)
     }
 
@@ -596,15 +699,72 @@ impl Decoder {
         let Some(item) = parse_item(wire.item, marked) else {
             return Ok(());
         };
+        let size = wire.item.map_or(0, |raw| raw.get().len());
+        self.whole_item(item, wire.output_index.0, size, false, emit)
+    }
+
+    /// `response.completed`'s `output`, the whole answer: every item the stream did not
+    /// finish (or never announced: a server that sends the answer only there) is taken
+    /// from it, as its `.done` would have been. An item there that contradicts what was
+    /// streamed is a `protocol` error.
+    fn reconcile(&mut self, output: Option<&RawValue>, marked: bool, emit: Emit<'_>) -> Result<()> {
+        let Some(raw) = output else {
+            return Ok(());
+        };
+        let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) else {
+            return Ok(()); // not a list: nothing to take from it
+        };
+        for (ix, raw) in items.into_iter().enumerate() {
+            let Some(item) = parse_item(Some(raw), marked) else {
+                continue;
+            };
+            self.whole_item(item, Some(ix as u64), raw.get().len(), true, emit)?;
+        }
+        Ok(())
+    }
+
+    /// One whole item (a `.done`'s, or one of `response.completed`'s `output` when
+    /// `final_word`): the rest of its content beyond what streamed, then its block closed.
+    fn whole_item(
+        &mut self,
+        item: Value,
+        output_index: Option<u64>,
+        size: usize,
+        final_word: bool,
+        emit: Emit<'_>,
+    ) -> Result<()> {
         let item_type = str_field(&item, "type").unwrap_or("");
         let kind = ItemKind::of(item_type);
         let id = str_field(&item, "id");
-        let i = match self.find(id, wire.output_index.0) {
+        let call_id = str_field(&item, "call_id").filter(|_| kind == ItemKind::FunctionCall);
+        let found = match call_id.and_then(|c| self.find_call(c)) {
+            Some(i) => Some(i),
+            None => self
+                .find(id, output_index)
+                // The final output's positions are the response's own: an item there
+                // with an id the stream did not use (servers that name items anew)
+                // is the stream's item at its place.
+                .or_else(|| {
+                    output_index
+                        .filter(|_| final_word)
+                        .and_then(|ix| self.by_index.get(&ix).copied())
+                })
+                .filter(|&i| !self.another_call(i, call_id)),
+        };
+        let i = match found {
             Some(i) if self.items[i].kind == kind && !self.items[i].done => i,
-            Some(i) if self.items[i].done => return Ok(()),
+            Some(i) if self.items[i].done => {
+                if final_word && self.items[i].kind != kind {
+                    return Err(Error::protocol(format!(
+                        "response.completed's output item {} is a {item_type:?} item, but                          the stream finished it as another kind",
+                        output_index.unwrap_or_default()
+                    )));
+                }
+                return Ok(());
+            }
             // An item that changed its type between `.added` and `.done` (or was never
             // announced) is taken as `.done` describes it.
-            _ => self.add_item(id, wire.output_index.0, kind, false)?,
+            _ => self.add_item(id, output_index, kind, false)?,
         };
         let whole = match kind {
             ItemKind::Message => {
@@ -625,6 +785,13 @@ impl Decoder {
             let streamed = self.items[i].streamed;
             if whole.len() > streamed && whole.is_char_boundary(streamed) {
                 self.push(i, &whole[streamed..], false, emit)?;
+            } else if final_word && whole.len() < streamed {
+                return Err(Error::protocol(format!(
+                    "response.completed's output item {} holds {} bytes of content, fewer \
+                     than the {streamed} its deltas streamed",
+                    output_index.unwrap_or_default(),
+                    whole.len()
+                )));
             }
         }
         if let Some(b) = self.items[i].block {
@@ -632,7 +799,6 @@ impl Decoder {
         }
         self.items[i].done = true;
         if matches!(kind, ItemKind::Reasoning | ItemKind::Other) {
-            let size = wire.item.map_or(0, |raw| raw.get().len());
             self.asm.opaque(item, size)?;
         }
         Ok(())
@@ -733,7 +899,7 @@ fn failure(
         top.and_then(|t| t.1.get()),
     )
     .map(|m| clean(m, marked).into_owned())
-    .unwrap_or_else(|| super::truncate(data, 300).to_owned());
+    .unwrap_or_else(|| crate::text::truncate(data, 300).to_owned());
     let retryable = matches!(
         code.as_deref(),
         Some(

@@ -16,8 +16,7 @@ use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::wire_error::protocol_json_error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Parses `data` as `T`, strictly if possible, else from a repaired copy kept in
 /// `scratch`: lone surrogate escapes rewritten (see [`repair_surrogates`]), duplicate
@@ -355,6 +354,11 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
         }
         d.deserialize_any(V(std::marker::PhantomData))
     }
+}
+
+/// The `protocol` error of an event `what` that is not JSON even after the repairs.
+fn protocol_json_error(what: &str, e: serde_json::Error) -> Error {
+    Error::protocol(format!("malformed {what}: {e}"))
 }
 
 #[cfg(test)]

@@ -7,12 +7,15 @@ use serde_json::Value;
 
 use super::tolerant::parse_value_lossy;
 use crate::error::{Error, ErrorKind};
+use crate::sse::SseParser;
+use crate::text::truncate;
 
 /// What an error body says: (message, provider code). Understands
 /// `{"error":{"type":…,"code":…,"message":…}}` (Anthropic adds `"type":"error"` around
-/// it), `{"error":"…"}` (Ollama, vLLM) and `{"message":"…"}`.
+/// it), `{"error":"…"}` (Ollama, vLLM) and `{"message":"…"}`, as the whole body or as
+/// the first JSON object of an event-stream body ([`error_payload`]).
 pub(crate) fn describe_error_body(body: &str) -> (Option<String>, Option<String>) {
-    let Some(Value::Object(mut parsed)) = parse_value_lossy(body) else {
+    let Some(Value::Object(mut parsed)) = error_payload(body) else {
         return (None, None);
     };
     let text = |v: Option<Value>| match v {
@@ -32,6 +35,36 @@ pub(crate) fn describe_error_body(body: &str) -> (Option<String>, Option<String>
         Some(Value::String(message)) if !message.is_empty() => (Some(message), None),
         _ => (text(parsed.remove("message")), None),
     }
+}
+
+/// The JSON of an error body: the body itself, or — when a server that streams answers
+/// its error in the stream's framing, as LiteLLM's proxy does with a 500 whose body is
+/// `data: {"error": …}\n\ndata: [DONE]` — the data of its first event that is a JSON
+/// object. `None` when neither holds JSON.
+pub(crate) fn error_payload(body: &str) -> Option<Value> {
+    if let Some(v) = parse_value_lossy(body) {
+        return Some(v);
+    }
+    if !body.trim_start().starts_with("data:") && !body.trim_start().starts_with("event:") {
+        return None;
+    }
+    let mut parser = SseParser::new(body.len().saturating_add(1));
+    let mut found = None;
+    // A final event without its blank line is dispatched by the blank line added here.
+    for chunk in [body.as_bytes(), b"\n\n"] {
+        let fed = parser.feed(chunk, |event| {
+            if found.is_none() {
+                if let Some(v @ Value::Object(_)) = parse_value_lossy(event.data) {
+                    found = Some(v);
+                }
+            }
+            Ok(())
+        });
+        if fed.is_err() {
+            break;
+        }
+    }
+    found
 }
 
 /// An error payload that arrived inside a 200 stream.
@@ -74,33 +107,39 @@ pub fn http_error(status: u16, body: &str) -> Error {
         .with_provider_code(code)
 }
 
-pub(crate) fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-pub(crate) fn protocol_json_error(what: &str, e: serde_json::Error) -> Error {
-    Error::protocol(format!("malformed {what}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// LiteLLM's proxy answers a failed streaming request with a 500 whose body is in
+    /// the stream's framing; its message is read as from a JSON body.
     #[test]
-    fn truncate_cuts_at_char_boundaries() {
-        let s = "aé😀z";
-        for max in 0..=s.len() + 1 {
-            let t = truncate(s, max);
-            assert!(t.len() <= max && s.starts_with(t), "{max}: {t:?}");
+    fn an_event_stream_error_body_is_read_like_a_json_one() {
+        let body = "data: {\"error\": {\"message\": \"litellm.APIConnectionError: Ollama is down\", \
+                    \"type\": \"None\", \"param\": \"None\", \"code\": \"500\"}}\n\ndata: [DONE]\n\n";
+        let e = http_error(500, body);
+        assert_eq!(e.kind, ErrorKind::Server);
+        assert_eq!(
+            e.message,
+            "HTTP 500: litellm.APIConnectionError: Ollama is down"
+        );
+        assert_eq!(e.provider_code.as_deref(), Some("500"));
+        // Without the final blank line, with an event name, with CRLF line ends.
+        for body in [
+            "data: {\"error\": \"boom\"}",
+            "event: error\r\ndata: {\"error\": \"boom\"}\r\n\r\n",
+            "data: [DONE]\n\ndata: {\"message\": \"boom\"}\n\n",
+        ] {
+            assert_eq!(
+                describe_error_body(body).0.as_deref(),
+                Some("boom"),
+                "{body:?}"
+            );
         }
-        assert_eq!(truncate(s, 2), "a");
-        assert_eq!(truncate(s, 7), "aé😀");
+        // A stream body without JSON keeps the old fallback: the body itself.
+        assert_eq!(
+            http_error(502, "data: oops\n\n").message,
+            "HTTP 502: data: oops"
+        );
     }
 }

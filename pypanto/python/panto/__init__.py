@@ -44,12 +44,13 @@ import json
 import sys
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Type, TypeVar, Union, cast, overload
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Type, TypeVar, Union, cast, overload
 
 from . import _native, _vocab
 from ._async import WAIT_POOL, AsyncStream, loop_waits, other_async_library, require_asyncio, running_loop
 from ._errors import APIError, APIStatusError, PantoError
-from ._native import Stream
+from ._native import Checkpoint, Stream
+from ._durable import Answer, Approve, Reject, ToolOutput, native_answers
 from ._tools import TOOL_POOL, ArgumentError, Runner, Tool, as_tool, json_schema, tool
 from ._media import Document, Image, Input, Part, native_parts
 from ._output import Output, output_schema
@@ -71,6 +72,11 @@ __all__ = [
     "Agent",
     "Stream",
     "AsyncStream",
+    "Checkpoint",
+    "Approve",
+    "Reject",
+    "ToolOutput",
+    "Answer",
     "Tool",
     "tool",
     "json_schema",
@@ -299,6 +305,7 @@ class Agent:
         reasoning: ReasoningArg,
         output_schema: OutputSchemaArg,
         runner: Optional[Runner],
+        defer_tools: bool = False,
     ) -> Stream:
         parts = native_parts(prompt)
         stream = self._native.stream(
@@ -308,11 +315,70 @@ class Agent:
             _reasoning_json(reasoning),
             parts,
             _output_schema_json(output_schema),
+            defer_tools,
         )
+        return self._started(stream, runner)
+
+    def _started(self, stream: Stream, runner: Optional[Runner]) -> Stream:
         self._control = control = stream.control()
         if runner is not None:
             runner.bind(control)
         return stream
+
+    def _resume(
+        self, checkpoint: Union[Checkpoint, str], answers: Optional[Mapping[str, Answer]], runner: Optional[Runner]
+    ) -> Stream:
+        if isinstance(checkpoint, str):
+            checkpoint = Checkpoint.from_json(checkpoint)
+        elif not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"resume takes a panto.Checkpoint or its JSON text, not a {type(checkpoint).__name__}")
+        stream = self._native.resume(checkpoint, native_answers(answers), runner)
+        return self._started(stream, runner)
+
+    def resume(self, checkpoint: Union[Checkpoint, str], answers: Optional[Mapping[str, Answer]] = None) -> Stream:
+        """Continues the turn ``checkpoint`` holds (a ``panto.Checkpoint``, or its
+        ``to_json()`` text), in this process or another, and returns its ``Stream``,
+        like ``stream()``. The agent needs the tools the turn's pending calls name.
+
+        ``answers`` answers the calls the turn paused for (``MessageComplete.deferred``),
+        by call id: ``panto.Approve()`` runs a call that needed approval (or one
+        ``defer_tools`` deferred), ``panto.Reject(reason)`` gives the model an error
+        result saying the call was rejected and why, ``panto.ToolOutput(output,
+        is_error=False)`` is the result of an external or deferred call. A paused call
+        left unanswered stays paused: the resumed turn pauses again.
+
+        The agent's history becomes the checkpoint's conversation, then grows as the turn
+        goes on, so that afterwards it equals what an uninterrupted turn would have left.
+        A model response the checkpoint holds is never requested again; a call with no
+        result in it runs again (tools are at-least-once). The stream's
+        ``MessageComplete`` reports the whole turn (usage and messages of every step).
+
+        ``ConfigError`` for a checkpoint that is not one (``Checkpoint.from_json``), that
+        needs a tool this agent lacks or is past its ``max_steps``, and for answers that
+        do not fit its deferred calls; ``BusyError`` while a stream of this agent is
+        active.
+
+        .. code-block:: python
+
+            with agent.stream("Delete /tmp/x") as s:
+                done = s.final()
+                saved = s.checkpoint().to_json()
+            # later, maybe in another process, with an agent of the same tools:
+            call = done.deferred[0]["call_id"]
+            print(agent.resume(saved, {call: panto.Approve()}).text())
+        """
+        return self._resume(checkpoint, answers, self._runner(None))
+
+    def aresume(self, checkpoint: Union[Checkpoint, str], answers: Optional[Mapping[str, Answer]] = None) -> AsyncStream:
+        """``resume()`` as an ``AsyncStream`` (``async for`` / ``async with``), like
+        ``astream()``: async tools run on the loop that iterates it."""
+        loop = running_loop()
+        if loop is None and other_async_library() is not None:
+            require_asyncio("aresume()")  # raises: says asyncio only
+        runner = self._runner(loop)
+        if runner is not None and loop is None:
+            raise RuntimeError("aresume() with Python tools needs a running event loop")
+        return AsyncStream(self._resume(checkpoint, answers, runner), runner)
 
     def stream(
         self,
@@ -321,6 +387,7 @@ class Agent:
         model: Optional[str] = None,
         reasoning: ReasoningArg = None,
         output_schema: OutputSchemaArg = None,
+        defer_tools: bool = False,
     ) -> Stream:
         """Starts a turn and returns its ``Stream`` (an iterator and context manager).
         ``model`` and ``reasoning`` (an effort such as ``"high"``, or
@@ -333,8 +400,13 @@ class Agent:
         ``panto.output_schema``); ``False`` turns the agent's ``output_schema`` off for
         this turn; ``None`` keeps the agent's. The turn's ``MessageComplete.output`` is
         then the parsed, validated JSON value (``run(output=...)`` also builds the
-        type's instance)."""
-        return self._start(prompt, model, reasoning, output_schema, self._runner(None))
+        type's instance).
+
+        ``defer_tools=True`` defers every tool call: the turn pauses with them
+        (``MessageComplete.stop_reason == "deferred"``, the calls in ``.deferred``)
+        instead of running them, for an engine that runs each call as its own step and
+        continues the turn with ``resume(stream.checkpoint(), answers)``."""
+        return self._start(prompt, model, reasoning, output_schema, self._runner(None), defer_tools)
 
     def astream(
         self,
@@ -343,6 +415,7 @@ class Agent:
         model: Optional[str] = None,
         reasoning: ReasoningArg = None,
         output_schema: OutputSchemaArg = None,
+        defer_tools: bool = False,
     ) -> AsyncStream:
         """Starts a turn and returns its ``AsyncStream`` (``async for`` /
         ``async with``). Async tools run on the loop that iterates it. The keyword
@@ -353,7 +426,7 @@ class Agent:
         runner = self._runner(loop)
         if runner is not None and loop is None:
             raise RuntimeError("astream() with Python tools needs a running event loop")
-        stream = self._start(prompt, model, reasoning, output_schema, runner)
+        stream = self._start(prompt, model, reasoning, output_schema, runner, defer_tools)
         return AsyncStream(stream, runner)
 
     @overload

@@ -47,8 +47,8 @@ from ._pool import Pool
 if TYPE_CHECKING:
     import asyncio
 
-    from ._media import Image
-    from ._native import Stream
+    from ._media import Image, Input
+    from ._native import Checkpoint, Stream
     from ._vocab import Event, MessageComplete
 
 __all__ = ["AsyncStream", "WAIT_POOL"]
@@ -81,28 +81,99 @@ def _wake(fut: "asyncio.Future[None]") -> None:
 class _LoopSet:
     """The ready set of one event loop: its descriptor is watched by the loop's one
     reader for panto, registered for the loop's life (``_ready`` takes what the set
-    reported and wakes those streams' waiting tasks)."""
+    reported and wakes those streams' waiting tasks).
+
+    A loop closed while tasks still wait on it (stopped without cancelling them) will
+    never resume them: its set is then dropped (``_drop``) — its waiters let go and
+    counted out, its native set freed, which closes its descriptor — as soon as the
+    loop lets go of the reader (a selector loop does so when it closes), or else when
+    the next loop's set is made. The stranded tasks then hold the only references to
+    their streams, and the collector, closing their coroutines, closes the streams."""
 
     __slots__ = ("native", "fd", "waiters", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         from ._native import ReadySet
 
-        self.native = ReadySet()
+        self.native: Optional[ReadySet] = ReadySet()
         self.fd = self.native.fd()
         #: The futures of the tasks waiting, by stream token.
         self.waiters: Dict[int, List[asyncio.Future[None]]] = {}
         # Level-triggered: called on every loop iteration while readable, and `take`
-        # leaves it unreadable once it has taken everything.
-        loop.add_reader(self.fd, self._ready)
+        # leaves it unreadable once it has taken everything. The reader is an object of
+        # its own, so that the loop letting go of it (its close) is seen.
+        reader = _Reader(self)
+        weakref.finalize(reader, _reader_released, weakref.ref(self), weakref.ref(loop))
+        loop.add_reader(self.fd, reader)
 
     def _ready(self) -> None:
+        native = self.native
+        if native is None:
+            return
         waiters = self.waiters
-        for token in self.native.take():
+        for token in native.take():
             futs = waiters.get(token)
             if futs:
                 for fut in futs:
                     _wake(fut)
+
+    def _discard(self, token: int, fut: "asyncio.Future[None]") -> None:
+        """A wait ended: its future leaves the waiters and the count (unless the set
+        was dropped, which did both)."""
+        futs = self.waiters.get(token)
+        if futs is None or fut not in futs:
+            return
+        futs.remove(fut)
+        if not futs:
+            del self.waiters[token]
+        _count_loop_wait(-1)
+
+    def _drop(self) -> None:
+        """The loop is closed (or gone): nothing will resume its waiting tasks. Lets go
+        of their futures (and so of the loop), counts them out, and frees the native
+        set (its descriptor closes; streams still attached to it report nowhere)."""
+        gone = sum(len(futs) for futs in self.waiters.values())
+        self.waiters.clear()
+        _count_loop_wait(-gone)
+        self.native = None
+
+
+class _Reader:
+    """The callable a loop's reader holds for its set: the set's ``_ready``."""
+
+    __slots__ = ("ls", "__weakref__")
+
+    def __init__(self, ls: _LoopSet) -> None:
+        self.ls = ls
+
+    def __call__(self) -> None:
+        self.ls._ready()
+
+
+def _reader_released(
+    ls_ref: "weakref.ReferenceType[_LoopSet]", loop_ref: "weakref.ReferenceType[asyncio.AbstractEventLoop]"
+) -> None:
+    """The loop let go of a set's reader: when the loop is closed or gone, the set is
+    dropped. (A reader removed from a loop that runs on is its remover's business.)"""
+    loop = loop_ref()
+    if loop is not None and not loop.is_closed():
+        return
+    ls = ls_ref()
+    if ls is not None:
+        _forget(loop, ls)
+
+
+def _forget(loop: Optional[asyncio.AbstractEventLoop], ls: _LoopSet) -> None:
+    if loop is not None and _loop_sets.get(loop) is ls:
+        del _loop_sets[loop]
+    ls._drop()
+
+
+def _sweep_closed_loops() -> None:
+    """Drops the sets of loops closed without letting go of their reader."""
+    for loop, ls in list(_loop_sets.items()):
+        if ls is not None and loop.is_closed():
+            _forget(loop, ls)
 
 
 #: Each loop's set, or None for a loop that cannot have one (no ``add_reader``, no
@@ -119,6 +190,7 @@ def _loop_set(loop: asyncio.AbstractEventLoop) -> Optional[_LoopSet]:
         return _loop_sets[loop]
     except KeyError:
         pass
+    _sweep_closed_loops()
     ls: Optional[_LoopSet]
     try:
         ls = _LoopSet(loop)
@@ -179,8 +251,11 @@ class AsyncStream:
         ls = _loop_set(loop)
         token = next(_tokens)
         if ls is not None:
+            native = ls.native  # a set in _loop_sets is never a dropped one
             try:
-                self._stream._attach(ls.native, token)
+                if native is None:
+                    raise OSError("the loop's set was dropped")
+                self._stream._attach(native, token)
             except OSError:
                 ls = None
         self._token, self._set = token, ls
@@ -195,18 +270,14 @@ class AsyncStream:
             return await self._wait_in_thread(loop)
         fut = loop.create_future()
         token = self._token
-        futs = ls.waiters.setdefault(token, [])
-        futs.append(fut)
+        ls.waiters.setdefault(token, []).append(fut)
         self._waits += 1
         _count_loop_wait(1)
         try:
             try:
                 await fut
             finally:
-                _count_loop_wait(-1)
-                futs.remove(fut)
-                if not futs:
-                    del ls.waiters[token]
+                ls._discard(token, fut)
         except BaseException:
             # Cancelled (task cancel, Ctrl-C under asyncio.run): end the turn; close()
             # waits (briefly) for the turn to end, so the agent is free and its history
@@ -283,6 +354,19 @@ class AsyncStream:
     def submit_tool_parts(self, call_id: str, parts: "List[Union[str, Image]]", is_error: bool = False) -> None:
         """Answers a host-tool call with text and ``panto.Image`` parts, in order."""
         self._stream.submit_tool_parts(call_id, parts, is_error)
+
+    def checkpoint(self) -> Optional[Checkpoint]:
+        """The turn at its latest step boundary (``Stream.checkpoint``); never waits."""
+        return self._stream.checkpoint()
+
+    def steer(self, input: "Input") -> None:
+        """Queues a user message into the running turn (``Stream.steer``); never waits,
+        safe from any thread."""
+        self._stream.steer(input)
+
+    def undelivered(self) -> "List[Union[str, List[Any]]]":
+        """The steering messages the turn did not deliver (``Stream.undelivered``)."""
+        return self._stream.undelivered()
 
     async def final(self) -> MessageComplete:
         """Consumes the rest of the stream; returns the ``MessageComplete``."""

@@ -5,7 +5,8 @@ the text and the image in that order. An attachment is bytes (its media type sni
 from them by the core when not given: PNG, JPEG, GIF, WebP, PDF) or a URL the provider
 fetches. Whatever is wrong with one (no known type, larger than ``max_message_bytes``,
 a PDF by URL for OpenAI chat) is a ``ConfigError`` when the turn starts, before anything
-is sent; an unreadable file is a ``ConfigError`` naming the path at ``from_path``.
+is sent; an unreadable file (or a FIFO, a device, one past ``max_bytes``) is a
+``ConfigError`` naming the path at ``from_path``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from __future__ import annotations
 import os
 from typing import Any, List, Optional, Sequence, Tuple, Type, TypeVar, Union
 
+from ._native import _read_attachment
 from ._vocab import ConfigError
 
 __all__ = ["Image", "Document", "Part", "Input"]
+
+#: The default ``max_message_bytes`` (32 MiB): ``from_path``'s default limit.
+DEFAULT_MAX_MESSAGE_BYTES = 32 << 20
 
 M = TypeVar("M", bound="_Media")
 
@@ -55,14 +60,19 @@ class _Media:
         return cls(url=url, media_type=media_type)
 
     @classmethod
-    def from_path(cls: Type[M], path: Union[str, "os.PathLike[str]"]) -> M:
-        """Reads the file at ``path`` (its type is sniffed from its bytes); a file that
-        cannot be read is a ``ConfigError`` naming the path."""
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise ConfigError(f"attachment {os.fspath(path)}: {e.strerror or e}", kind="config") from None
+    def from_path(
+        cls: Type[M], path: Union[str, "os.PathLike[str]"], *, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    ) -> M:
+        """Reads the file at ``path`` (its type is sniffed from its bytes), at most
+        ``max_bytes`` of it (default: the default ``max_message_bytes``, 32 MiB; give
+        your agent's when it is larger). A file that cannot be read, one that is not a
+        regular file (a FIFO, a device such as ``/dev/zero``, a directory) and one
+        larger than ``max_bytes`` are a ``ConfigError`` naming the path; the size is
+        known by reading at most ``max_bytes + 1`` bytes, whatever the file system
+        reports."""
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ConfigError("from_path: max_bytes must be a non-negative int", kind="config")
+        data = _read_attachment(os.fspath(path), max_bytes)
         return cls(data=data, name=os.path.basename(os.fspath(path)))
 
     def _native(self) -> Tuple[str, Optional[bytes], Optional[str], Optional[str], Optional[str]]:

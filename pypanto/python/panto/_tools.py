@@ -140,6 +140,8 @@ class Tool(Generic[P, R]):
         "description": "What the tool does, for the model (the docstring's summary by default).",
         "parameters": "The JSON Schema of the arguments object (derived from the signature by default).",
         "is_async": "Whether the function is a coroutine function (run on the stream's event loop).",
+        "needs_approval": "Whether a call pauses the turn until it is approved (Agent.resume with panto.Approve()).",
+        "external": "Whether the tool runs outside panto: a call pauses the turn until its result is given on resume.",
         "_params": "How arguments are validated and converted (panto._schema).",
         "__dict__": "",
     }
@@ -151,6 +153,8 @@ class Tool(Generic[P, R]):
         name: Optional[str] = None,
         description: Optional[str] = None,
         parameters: Optional[Dict[str, Any]] = None,
+        needs_approval: bool = False,
+        external: bool = False,
     ) -> None:
         """Makes ``fn`` a tool (``@panto.tool`` and ``@panto.tool(name=...)`` call this).
         ``name``, ``description`` and ``parameters`` replace what is derived from the
@@ -186,6 +190,13 @@ class Tool(Generic[P, R]):
             parameters = self._derive_parameters(doc)
         _check_parameters(self.name, parameters)
         self.parameters = parameters
+        if needs_approval and external:
+            raise _config_error(
+                f"tool {self.name!r}: external: an external tool is answered on resume; it cannot "
+                "also need approval (needs_approval)"
+            )
+        self.needs_approval: bool = needs_approval
+        self.external: bool = external
         try:
             self.__doc__ = fn.__doc__
             self.__wrapped__ = fn
@@ -205,12 +216,18 @@ class Tool(Generic[P, R]):
         return schemas.with_defs(schema)
 
     def spec(self) -> Dict[str, Any]:
-        """The declaration the core sends to the model."""
-        return {
+        """The declaration the core sends to the model, with ``needs_approval`` /
+        ``external`` when set."""
+        spec: Dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "parameters": self.parameters,
         }
+        if self.needs_approval:
+            spec["needs_approval"] = True
+        if self.external:
+            spec["external"] = True
+        return spec
 
     def arguments(self, arguments: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         """The model's JSON arguments as keyword arguments of the function, validated
@@ -240,6 +257,8 @@ def tool(
     name: Optional[str] = None,
     description: Optional[str] = None,
     parameters: Optional[Dict[str, Any]] = None,
+    needs_approval: bool = False,
+    external: bool = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -250,6 +269,8 @@ def tool(
     name: Optional[str] = None,
     description: Optional[str] = None,
     parameters: Optional[Dict[str, Any]] = None,
+    needs_approval: bool = False,
+    external: bool = False,
 ) -> Union[Tool[P, R], Callable[[Callable[P, R]], Tool[P, R]]]:
     """Turns a typed function (sync or async) into a ``Tool``.
 
@@ -261,6 +282,13 @@ def tool(
     ``parameters`` a schema with ``"type": "object"``, as the providers require; anything
     else raises ``ConfigError`` here, not at the first request.
 
+    ``needs_approval=True``: a call pauses the turn (``MessageComplete.stop_reason ==
+    "deferred"``) until ``Agent.resume`` answers it with ``panto.Approve()`` (then it
+    runs) or ``panto.Reject(reason)``. ``external=True``: the function only declares the
+    tool (its signature gives the schema); panto never calls it: a call pauses the turn
+    until ``Agent.resume`` gives its result (``panto.ToolOutput(output)``), made by a
+    durable engine's activity, another service or a person.
+
         @panto.tool
         def weather(city: str, unit: Literal["c", "f"] = "c") -> str:
             '''Current weather in a city.
@@ -271,7 +299,14 @@ def tool(
     """
 
     def wrap(f: Callable[P, R]) -> Tool[P, R]:
-        return Tool(f, name=name, description=description, parameters=parameters)
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            parameters=parameters,
+            needs_approval=needs_approval,
+            external=external,
+        )
 
     if fn is not None:
         return wrap(fn)

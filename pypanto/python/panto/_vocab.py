@@ -19,6 +19,7 @@ from ._native import (
     MessageStart,
     OutputRepair,
     ProviderRetry,
+    SteeringDelivered,
     ToolCallStart,
     ToolDetails,
     ToolResult,
@@ -36,6 +37,7 @@ __all__ = [
     "MessageStart",
     "OutputRepair",
     "ProviderRetry",
+    "SteeringDelivered",
     "ToolCallStart",
     "ToolDetails",
     "ToolResult",
@@ -273,16 +275,17 @@ Event = Union[
     MessageComplete,
     HistoryCompacted,
     OutputRepair,
+    SteeringDelivered,
     UnknownEvent,
 ]
 Event.__doc__ = """Any event a stream yields: the union of the event classes (``MessageStart``,
 ``BlockStart``, ``ContentDelta``, ``ToolDetails``, ``BlockComplete``, ``MessageEnd``,
 ``ToolCallStart``, ``ToolResult``, ``ProviderRetry``, ``MessageComplete``,
-``HistoryCompacted``, ``OutputRepair``, and ``UnknownEvent`` for a type this version
-does not know). Every event has ``type`` (its snake_case name), ``to_dict()`` and
-``to_json()`` (the canonical JSON every binding prints); ``ev.type == "content_delta"``,
-``isinstance`` and ``match`` narrow it for a type checker. ``MessageComplete`` is always
-the last event."""
+``HistoryCompacted``, ``OutputRepair``, ``SteeringDelivered``, and ``UnknownEvent`` for
+a type this version does not know). Every event has ``type`` (its snake_case name),
+``to_dict()`` and ``to_json()`` (the canonical JSON every binding prints); ``ev.type ==
+"content_delta"``, ``isinstance`` and ``match`` narrow it for a type checker.
+``MessageComplete`` is always the last event."""
 
 #: The class of each event type, in the core's order (``Event::TYPES``).
 EVENT_CLASSES: Dict[str, type] = {
@@ -298,6 +301,7 @@ EVENT_CLASSES: Dict[str, type] = {
     "message_complete": MessageComplete,
     "history_compacted": HistoryCompacted,
     "output_repair": OutputRepair,
+    "steering_delivered": SteeringDelivered,
 }
 
 #: The attributes of each event type, in the order of its canonical JSON form:
@@ -366,7 +370,8 @@ EVENT_FIELDS: Dict[str, Tuple[Tuple[str, str, bool], ...]] = {
         ("usage", "usage", False),
         ("messages", "u32", False),
         ("text", "string", False),
-        ("output", "json", True),
+        ("output", "json_text", True),
+        ("deferred", "deferred_calls", True),
     ),
     "history_compacted": (
         ("messages_before", "u64", False),
@@ -379,6 +384,10 @@ EVENT_FIELDS: Dict[str, Tuple[Tuple[str, str, bool], ...]] = {
         ("attempt", "u32", False),
         ("max_attempts", "u32", False),
         ("error", "string", False),
+    ),
+    "steering_delivered": (
+        ("message", "u32", False),
+        ("text", "string", False),
     ),
 }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from typing import Any, Coroutine, Dict, Optional, Set, TypedDict
+from typing import Any, Coroutine, Dict, List, Optional, Set, TypedDict, Union
 
 from typing_extensions import assert_type
 
@@ -157,3 +157,41 @@ def structured_output(agent: Agent) -> str:
 
 async def structured_output_async(agent: Agent) -> City:
     return await agent.arun("Largest city of Japan?", output=City)
+
+
+def durable_turns(agent: Agent) -> str:
+    @panto.tool(needs_approval=True)
+    def rm(path: str) -> str:
+        return path
+
+    @panto.tool(external=True)
+    def lookup(sku: str) -> str:
+        raise NotImplementedError
+
+    assert_type(rm.needs_approval, bool)
+    with agent.stream("hi", defer_tools=True) as s:
+        done = s.final()
+        cp = s.checkpoint()
+        s.steer("also this")
+        s.steer(["and", panto.Image(data=b"\x89PNG\r\n\x1a\n")])
+        assert_type(s.undelivered(), List[Union[str, List[Any]]])
+    assert_type(done.deferred, List[Dict[str, Any]])
+    assert cp is not None
+    assert_type(cp, panto.Checkpoint)
+    text: str = cp.to_json()
+    again = panto.Checkpoint.from_json(text)
+    assert_type(again.steps, int)
+    answers: Dict[str, panto.Answer] = {
+        "c1": panto.Approve(),
+        "c2": panto.Reject("no"),
+        "c3": panto.ToolOutput("42"),
+        "c4": panto.ToolOutput(["seen", panto.Image(data=b"\x89PNG\r\n\x1a\n")], is_error=False),
+    }
+    return agent.resume(again, answers).text() + agent.resume(text).text()
+
+
+async def durable_turns_async(agent: Agent, cp: panto.Checkpoint) -> str:
+    async with agent.aresume(cp, {"c1": panto.Approve()}) as s:
+        s.steer("hurry")
+        assert_type(s.checkpoint(), Optional[panto.Checkpoint])
+        return await s.text()

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use panto::provider::{DecodedMessage, Decoder, Progress, ProviderKind};
+use panto::provider::{DecodeLimits, DecodedMessage, Decoder, Progress, ProviderKind};
 use panto::sse::SseParser;
 use panto::{Block, BlockKind, DeltaKind, Error, Event};
 
@@ -32,8 +32,21 @@ pub fn decode_message<'a>(
     message: u32,
     chunks: impl IntoIterator<Item = &'a [u8]>,
 ) -> Outcome {
+    decode_by(Decoder::new(kind, message), chunks)
+}
+
+/// [`decode_chunks`] under other limits than the defaults (message bytes, blocks, tool
+/// calls).
+pub fn decode_limited<'a>(
+    kind: ProviderKind,
+    limits: DecodeLimits,
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+) -> Outcome {
+    decode_by(Decoder::with_limits(kind, 0, limits), chunks)
+}
+
+fn decode_by<'a>(mut decoder: Decoder, chunks: impl IntoIterator<Item = &'a [u8]>) -> Outcome {
     let mut events = Vec::new();
-    let mut decoder = Decoder::new(kind, message);
     let mut parser = SseParser::default();
     let mut emit = |ev: Event| -> panto::Result<()> {
         events.push(ev);
@@ -368,4 +381,71 @@ pub fn check_invariants(outcome: &Outcome, message: u32) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Decodes `body` whole, panics (naming the invariant, with the body and the events)
+/// if [`check_invariants`] fails, and checks that each chunking of `piece_sizes` (bytes
+/// per piece) gives the same outcome: what the decoding test suites run every body
+/// through.
+pub fn decode_checked(kind: ProviderKind, body: &str, piece_sizes: &[usize]) -> Outcome {
+    let o = decode(kind, body.as_bytes());
+    if let Err(why) = check_invariants(&o, 0) {
+        panic!(
+            "invariant violated: {why}\nbody:\n{body}\nevents: {:#?}",
+            o.events
+        );
+    }
+    for &size in piece_sizes {
+        assert_eq!(
+            decode_sized(kind, body.as_bytes(), size),
+            o,
+            "{size}-byte chunks differ\n{body}"
+        );
+    }
+    o
+}
+
+/// The decoded message, or a panic with the error and the events.
+pub fn decoded(o: &Outcome) -> &DecodedMessage {
+    match &o.result {
+        Ok(m) => m,
+        Err(e) => panic!("decoding failed: {e}\nevents: {:#?}", o.events),
+    }
+}
+
+/// The error that ended decoding, or a panic with the message decoded instead.
+pub fn decode_error(o: &Outcome) -> &Error {
+    match &o.result {
+        Ok(m) => panic!("decoding succeeded: {m:#?}"),
+        Err(e) => e,
+    }
+}
+
+/// Response bodies as servers frame them, for the decoding test suites.
+pub mod sse {
+    use serde_json::Value;
+
+    /// One unnamed SSE event per JSON payload (OpenAI's and Gemini's framing).
+    pub fn unnamed(payloads: &[Value]) -> String {
+        payloads.iter().map(|p| format!("data: {p}\n\n")).collect()
+    }
+
+    /// One unnamed SSE event per raw data string: for JSON that `serde_json::json!`
+    /// cannot write (lone surrogates, repeated keys).
+    pub fn unnamed_raw(datas: &[&str]) -> String {
+        datas.iter().map(|d| format!("data: {d}\n\n")).collect()
+    }
+
+    /// One SSE event per JSON payload, named after its `type` (Anthropic's framing).
+    pub fn named(payloads: &[Value]) -> String {
+        payloads
+            .iter()
+            .map(|p| {
+                format!(
+                    "event: {}\ndata: {p}\n\n",
+                    p["type"].as_str().unwrap_or("message")
+                )
+            })
+            .collect()
+    }
 }

@@ -384,3 +384,107 @@ pub fn openai_chunk_scan(data: &[u8]) {
         }
     }
 }
+
+/// `output_schema`: structured output's checks and normalization on any schema and any
+/// answer. The input is a JSON Schema, a 0 byte, then the model's answer (no 0 byte: the
+/// whole input is the schema, the answer empty). For every provider and mode,
+/// `OutputSpec::new` accepts or refuses without panicking; an accepted spec's name is
+/// a valid tool name; for OpenAI's strict mode every object schema of the wire form on
+/// the paths the normalization follows is closed (`additionalProperties: false`) with
+/// every property required; reading the answer never panics, and a refusal's message
+/// is one line.
+pub fn output_schema(data: &[u8]) {
+    use panto::output::{OutputSpec, WireMode};
+    use panto::{OutputMode, ProviderKind};
+
+    let (schema, answer) = match data.iter().position(|b| *b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let Ok(schema) = serde_json::from_slice::<serde_json::Value>(schema) else {
+        return;
+    };
+    let answer = String::from_utf8_lossy(answer);
+    let providers = [
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        ProviderKind::Gemini,
+        ProviderKind::OpenAiResponses,
+    ];
+    for provider in providers {
+        for mode in [OutputMode::Auto, OutputMode::Native, OutputMode::Tool] {
+            let Ok(spec) = OutputSpec::new(&schema, provider, mode, "output_schema") else {
+                continue;
+            };
+            let name = spec.name();
+            assert!(
+                !name.is_empty()
+                    && name.len() <= 64
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+                "output name {name:?} is not a valid tool name"
+            );
+            let strict = matches!(
+                provider,
+                ProviderKind::OpenAi | ProviderKind::OpenAiResponses
+            ) && spec.mode() == WireMode::Native;
+            if strict {
+                check_strict(spec.wire_schema(), "");
+            }
+            let _ = spec.request();
+            if let Err(rejection) = spec.accept(&answer) {
+                assert!(
+                    !rejection.0.contains('\n'),
+                    "a rejection of two lines: {:?}",
+                    rejection.0
+                );
+            }
+        }
+    }
+}
+
+/// Every object schema with `properties` reached through `properties`, `items`, `anyOf`,
+/// `$defs` and `definitions` is closed and requires every property.
+fn check_strict(schema: &serde_json::Value, path: &str) {
+    use serde_json::Value;
+    let Some(o) = schema.as_object() else {
+        return;
+    };
+    if let Some(Value::Object(props)) = o.get("properties") {
+        assert_eq!(
+            o.get("additionalProperties"),
+            Some(&Value::Bool(false)),
+            "{path}: a strict object schema left open"
+        );
+        let required: Vec<&str> = o
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for key in props.keys() {
+            assert!(
+                required.contains(&key.as_str()),
+                "{path}: property {key:?} not required"
+            );
+        }
+        for (key, sub) in props {
+            check_strict(sub, &format!("{path}.properties.{key}"));
+        }
+    }
+    if let Some(items) = o.get("items") {
+        check_strict(items, &format!("{path}.items"));
+    }
+    if let Some(Value::Array(any)) = o.get("anyOf") {
+        for (i, sub) in any.iter().enumerate() {
+            check_strict(sub, &format!("{path}.anyOf[{i}]"));
+        }
+    }
+    for defs in ["$defs", "definitions"] {
+        if let Some(Value::Object(d)) = o.get(defs) {
+            for (key, sub) in d {
+                check_strict(sub, &format!("{path}.{defs}.{key}"));
+            }
+        }
+    }
+}

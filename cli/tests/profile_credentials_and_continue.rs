@@ -1,5 +1,8 @@
-//! Regression tests from an adversarial review of the CLI: each one failed before its
-//! fix. Driven against the scripted provider server; no test sleeps to synchronize.
+//! A profile's credentials go only where the profile points: its key and its credential
+//! headers are not sent to a `--base-url` given on the command line; and `--continue`
+//! with a stale or corrupt session pointer is an error, not a new conversation. Each
+//! test failed before its fix. Driven against the scripted provider server; no test
+//! sleeps to synchronize.
 
 mod support;
 
