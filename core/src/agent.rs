@@ -958,6 +958,7 @@ impl Agent {
                     }
                 }
                 Next::RunCalls => {
+                    let answered = turn.take_answered();
                     let Some(step) = turn.pending() else {
                         return Err(Error::internal("no step to run calls for"));
                     };
@@ -972,6 +973,19 @@ impl Agent {
                         calls: step.calls.clone(),
                         outputs: outputs.clone(),
                     };
+                    // Calls answered on resume (rejected, or given a result) are
+                    // reported as an approved call that runs is: by its result (after
+                    // the guard, which commits the step if the turn stops here).
+                    for (call, out) in answered {
+                        sink.emit(Event::ToolResult {
+                            message: turn.steps().saturating_sub(1),
+                            call_id: call.call_id,
+                            name: call.name,
+                            output: out.output,
+                            is_error: out.is_error,
+                            parts: out.parts,
+                        })?;
+                    }
                     let dispatch = Dispatch {
                         message: turn.steps().saturating_sub(1),
                         concurrency: config.tool_concurrency,

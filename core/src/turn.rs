@@ -284,6 +284,10 @@ pub(crate) struct Turn {
     /// The provider refused the first request as malformed: the driver takes the
     /// input back out of the history.
     input_refused: bool,
+    /// Calls of the pending step answered on resume with a result (rejected, or an
+    /// external or deferred call's result): the resumed stream reports each with a
+    /// `tool_result`, as it does an approved call that runs. Not part of a checkpoint.
+    answered: Vec<String>,
 }
 
 /// The note a deferred call's result holds in the history while the turn is paused.
@@ -340,6 +344,7 @@ impl Turn {
         Turn {
             has_output,
             input_refused: false,
+            answered: Vec::new(),
             limits,
             options,
             base: history,
@@ -378,6 +383,20 @@ impl Turn {
     }
 
     /// The pending step, while its calls are answered.
+    /// The pending step's calls answered on resume (rejected, or given a result), with
+    /// their results, in call order; each is returned once.
+    pub(crate) fn take_answered(&mut self) -> Vec<(PlannedCall, ToolOutput)> {
+        let answered = std::mem::take(&mut self.answered);
+        let Some(step) = &self.pending else {
+            return Vec::new();
+        };
+        step.calls
+            .iter()
+            .filter(|c| answered.contains(&c.call_id))
+            .filter_map(|c| Some((c.clone(), c.result.clone()?)))
+            .collect()
+    }
+
     pub(crate) fn pending(&self) -> Option<&PendingStep> {
         self.pending.as_ref()
     }
@@ -1318,6 +1337,19 @@ impl Checkpoint {
                 }
             }
         }
+        let answered: Vec<String> = d
+            .pending
+            .iter()
+            .flat_map(|s| s.calls.iter())
+            .filter(|c| c.result.is_none())
+            .filter(|c| {
+                matches!(
+                    answers.get(&c.call_id),
+                    Some(Answer::Reject(_) | Answer::Result(_))
+                )
+            })
+            .map(|c| c.call_id.clone())
+            .collect();
         let pending = d.pending.map(|step| PendingStep {
             calls: step
                 .calls
@@ -1370,6 +1402,7 @@ impl Checkpoint {
             steering: VecDeque::new(),
             has_output,
             input_refused: false,
+            answered,
         })
     }
 }

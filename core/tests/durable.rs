@@ -171,6 +171,29 @@ async fn a_rejected_call_reaches_the_model_as_an_error_result_with_the_reason() 
     assert!(!events
         .iter()
         .any(|e| matches!(e, Event::ToolCallStart { .. })));
+    // The resumed stream reports the rejection as the call's result, once, before the
+    // next request's events.
+    let results: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolResult {
+                call_id,
+                output,
+                is_error,
+                ..
+            } => Some((call_id.as_str(), output.as_str(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [(
+            "call_1",
+            "rejected: the call was not run: not in Paris today",
+            true
+        )]
+    );
+    assert!(matches!(events[0], Event::ToolResult { .. }), "{events:?}");
     let sent = bodies(&server);
     assert_eq!(sent.len(), 2);
     assert!(
@@ -204,9 +227,27 @@ async fn an_external_call_is_answered_with_its_result() {
     let answers =
         Answers::from_json(r#"{"call_1": {"output": "rain from the service", "is_error": false}}"#)
             .unwrap();
-    let (_, r) = resume(&agent, saved(&control), answers).await;
+    let (events, r) = resume(&agent, saved(&control), answers).await;
     assert_eq!(r.unwrap().stop_reason, StopReason::EndTurn);
     assert!(bodies(&server)[1].contains("rain from the service"));
+    // The result given on resume is the call's tool_result in the resumed stream.
+    let results: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolResult {
+                call_id,
+                name,
+                output,
+                is_error,
+                ..
+            } => Some((call_id.as_str(), name.as_str(), output.as_str(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        results,
+        [("call_1", "weather", "rain from the service", false)]
+    );
 }
 
 #[tokio::test]
