@@ -5,8 +5,11 @@
 # must show libpanto.so.1 for the first and no libpanto for the second) — run both
 # against panto-testserver (the demo scenario: a `weather` host tool call, then the
 # answer), and require each to print byte for byte what `panto run --json` prints for
-# the same turn. (Memory checking is the C tests' job: capi/tests/c/run.sh runs them
-# under valgrind against the debug and the release library.)
+# the same turn. Each example runs under valgrind memcheck with the installed
+# PREFIX/share/panto/valgrind.supp, as a C user would run their program: a correct
+# program using the installed (release) library must stay clean with
+# `--leak-check=full --error-exitcode` (definite and possible leaks count as errors).
+# (The C tests, capi/tests/c/run.sh, check the whole API under valgrind.)
 #
 # Then examples/poll_many.c, built the same way against the shared library: three turns
 # on one thread, driven by one poll() loop over the streams' readiness descriptors,
@@ -21,12 +24,24 @@ scenario=tests/server/scenarios/demo-weather.json
 prompt="What's the weather in Paris?"
 tool_output='{"city":"Paris","temp_c":18,"sky":"sunny"}'
 
+command -v valgrind >/dev/null || {
+  echo "valgrind is required (apt-get install valgrind)" >&2
+  exit 1
+}
 cargo build --locked -q -p panto-cli -p panto-testserver
 prefix="$target/capi-install"
 rm -rf "$prefix"
 scripts/install-capi.sh "$prefix" >/dev/null
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 libdir=$(pkg-config --variable=libdir panto)
+# What a user types to check their program with the shipped suppressions.
+vg=(valgrind --tool=memcheck --quiet --error-exitcode=99 --leak-check=full
+  --show-leak-kinds=definite,possible --errors-for-leak-kinds=definite,possible
+  --num-callers=40 --suppressions="$prefix/share/panto/valgrind.supp")
+[ -f "$prefix/share/panto/valgrind.supp" ] || {
+  echo "install-capi.sh installed no share/panto/valgrind.supp" >&2
+  exit 1
+}
 
 tmp=$(mktemp -d)
 server_pid=
@@ -78,8 +93,8 @@ run_with_server() {
 run_with_server "$tmp/cli.jsonl" "$target/debug/panto" run --json --base-url "@URL@/v1" \
   --api-key test --model gpt-4o-mini \
   --tool "weather=cat >/dev/null; printf %s '$tool_output'" "$prompt"
-run_with_server "$tmp/shared.jsonl" "$tmp/stream-shared" "@URL@/v1" "$prompt"
-run_with_server "$tmp/static.jsonl" "$tmp/stream-static" "@URL@/v1" "$prompt"
+run_with_server "$tmp/shared.jsonl" "${vg[@]}" "$tmp/stream-shared" "@URL@/v1" "$prompt"
+run_with_server "$tmp/static.jsonl" "${vg[@]}" "$tmp/stream-static" "@URL@/v1" "$prompt"
 
 grep -q '"type":"tool_result".*"is_error":false' "$tmp/cli.jsonl" || {
   echo "the reference turn has no successful tool result:" >&2
@@ -94,7 +109,7 @@ for build in shared static; do
   fi
 done
 cat "$tmp/static.jsonl"
-echo "examples/stream.c, shared and static: $(wc -l <"$tmp/cli.jsonl") events, byte for byte what panto run --json prints"
+echo "examples/stream.c, shared and static: $(wc -l <"$tmp/cli.jsonl") events, byte for byte what panto run --json prints; clean under valgrind with the installed suppressions"
 
 # shellcheck disable=SC2046
 "$cc" -std=c11 -Wall -Wextra -Werror capi/examples/poll_many.c \
@@ -111,7 +126,7 @@ check_poll_many() {
     fi
   done
 }
-run_with_server "$tmp/poll.txt" "$tmp/poll_many" "@URL@/v1" one two three
+run_with_server "$tmp/poll.txt" "${vg[@]}" "$tmp/poll_many" "@URL@/v1" one two three
 check_poll_many "$tmp/poll.txt"
 cat "$tmp/poll.txt"
-echo "examples/poll_many.c: three turns on one thread, one poll loop"
+echo "examples/poll_many.c: three turns on one thread, one poll loop; clean under valgrind"

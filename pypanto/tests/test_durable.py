@@ -462,14 +462,32 @@ def test_async_approve_and_steer(server):
 
 CRASH_CHILD = textwrap.dedent(
     """
-    import os, sys, time
+    import os, sys, threading, time
     import panto
 
     base_url, checkpoint_path, release_path = sys.argv[1:4]
+    stream = None
+    have_stream = threading.Event()
+
+    def save():
+        cp = stream.checkpoint() if stream is not None else None
+        if cp is not None:
+            # Atomically replaced: a reader sees the old document or the new one.
+            tmp = checkpoint_path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(cp.to_json())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, checkpoint_path)
 
     @panto.tool
     def measure(x: int) -> str:
         '''Measures x (slowly).'''
+        # No event follows the response's message_end until this call's result, so the
+        # checkpoint that holds the response is saved here, as the tool starts.
+        have_stream.wait()
+        save()
+        print("in tool", flush=True)
         while not os.path.exists(release_path):   # blocks until killed
             time.sleep(0.01)
         return str(x * 2)
@@ -477,18 +495,10 @@ CRASH_CHILD = textwrap.dedent(
     agent = panto.Agent(model="gpt-test", base_url=base_url, api_key="sk-test-0123456789",
                         retry={"max_retries": 0}, tools=[measure])
     with agent.stream("measure 21") as s:
+        stream = s
+        have_stream.set()
         for ev in s:
-            cp = s.checkpoint()
-            if cp is not None:
-                # Atomically replaced: a reader sees the old document or the new one.
-                tmp = checkpoint_path + ".tmp"
-                with open(tmp, "w") as f:
-                    f.write(cp.to_json())
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, checkpoint_path)
-            if isinstance(ev, panto.ToolCallStart):
-                print("in tool", flush=True)
+            save()
     print("finished", flush=True)
     """
 )
