@@ -116,11 +116,14 @@ enum Outcome {
     Failed(Error),
 }
 
+/// Runs one line's command or turn. With `lines` (the interactive chat), lines typed
+/// while the turn runs steer it.
 fn handle(
     input: Input,
     setup: &mut Setup,
     report: &mut Reporter,
     interrupt: &Interrupt,
+    lines: Option<&mut turn::TypedLines>,
 ) -> Outcome {
     let result = match input {
         Input::Nothing => Ok(()),
@@ -146,14 +149,19 @@ fn handle(
             Ok(())
         }
         Input::Message(text) => {
-            let turn = turn::run(
-                setup,
-                &text,
-                panto::TurnOptions::default(),
-                report.out.as_mut(),
-                interrupt,
-                None,
-            );
+            let turn = match lines {
+                Some(lines) => {
+                    turn::run_steered(setup, &text, report.out.as_mut(), interrupt, lines)
+                }
+                None => turn::run(
+                    setup,
+                    &text,
+                    panto::TurnOptions::default(),
+                    report.out.as_mut(),
+                    interrupt,
+                    None,
+                ),
+            };
             match (turn, setup.save()) {
                 (Ok(_), saved) => saved,
                 (Err(e), Ok(())) => Err(e),
@@ -221,7 +229,7 @@ fn scripted(setup: &mut Setup, report: &mut Reporter, interrupt: &Interrupt) -> 
             Err(e) => return report.fail(Error::config(format!("cannot read stdin: {e}"))),
         }
         let line = String::from_utf8_lossy(&line);
-        match handle(understand(&line), setup, report, interrupt) {
+        match handle(understand(&line), setup, report, interrupt, None) {
             Outcome::Continue => {}
             Outcome::Exit => return OK,
             Outcome::Failed(e) => return report.fail(e),
@@ -245,6 +253,7 @@ fn interactive(setup: &mut Setup, report: &mut Reporter, interrupt: &Interrupt) 
         let _ = editor.load_history(&history);
     }
     eprintln!("{}", greeting(setup));
+    let mut typed = turn::TypedLines::default();
     loop {
         interrupt.idle();
         let line = match editor.readline("> ") {
@@ -261,7 +270,13 @@ fn interactive(setup: &mut Setup, report: &mut Reporter, interrupt: &Interrupt) 
                 private(&history);
             }
         }
-        match handle(understand(&line), setup, report, interrupt) {
+        match handle(
+            understand(&line),
+            setup,
+            report,
+            interrupt,
+            Some(&mut typed),
+        ) {
             Outcome::Continue => {}
             Outcome::Exit => return OK,
             // The conversation goes on after a failed or cancelled turn.

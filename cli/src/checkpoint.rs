@@ -11,6 +11,14 @@
 //! each `tool_result` and `steering_delivered`, and after the last event. A process
 //! killed at any moment leaves the latest of those, from which `resume` never asks the
 //! model again for a response it holds (a tool call without a result runs again).
+//!
+//! A run with a conversation file (`--session`, `-c`, or the new conversation each run
+//! gets) and no `--checkpoint` keeps its checkpoint next to the conversation
+//! (`CONVERSATION.checkpoint`) while the turn runs, and removes it when the turn ends
+//! other than paused. A file left there is the conversation's unfinished turn: a
+//! process killed mid-turn, or a turn paused for an answer. `panto -c` (or `--session`)
+//! without a prompt resumes it; with a prompt it is refused until the turn is finished
+//! (or its file removed), so that no turn is lost.
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +34,9 @@ pub struct CheckpointFile {
     last: Option<String>,
     /// The next event is the first after a `message_end` (or the turn's first).
     boundary: bool,
+    /// The conversation to remember as the last one (for `-c`) once the file exists:
+    /// a process killed mid-turn has not saved its conversation yet.
+    conversation: Option<PathBuf>,
 }
 
 impl CheckpointFile {
@@ -34,6 +45,16 @@ impl CheckpointFile {
             path: path.to_owned(),
             last: None,
             boundary: true,
+            conversation: None,
+        }
+    }
+
+    /// The file of a conversation's unfinished turn ([`conversation_path`]): its first
+    /// write makes `conversation` the one `-c` continues.
+    pub fn of_conversation(conversation: &Path) -> CheckpointFile {
+        CheckpointFile {
+            conversation: Some(conversation.to_owned()),
+            ..CheckpointFile::new(&conversation_path(conversation))
         }
     }
 
@@ -73,17 +94,48 @@ impl CheckpointFile {
             ))
         })?;
         self.last = Some(json);
+        if let Some(conversation) = self.conversation.take() {
+            crate::setup::remember_last(&conversation);
+        }
         Ok(())
     }
+}
+
+/// Where a conversation keeps the checkpoint of its unfinished turn:
+/// `CONVERSATION.checkpoint`, next to it.
+pub fn conversation_path(conversation: &Path) -> PathBuf {
+    let mut name = conversation.as_os_str().to_owned();
+    name.push(".checkpoint");
+    PathBuf::from(name)
+}
+
+/// The conversation's unfinished turn, if it has one: its checkpoint file holds a turn
+/// that did not end (a process killed mid-turn, or a turn paused for an answer). A
+/// file that holds an ended turn is left over and removed. An unreadable one is a
+/// `config` error naming it.
+pub fn unfinished(conversation: &Path) -> Result<Option<(PathBuf, Checkpoint)>, Error> {
+    let path = conversation_path(conversation);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let checkpoint = read(&path).map_err(|e| {
+        Error::config(format!(
+            "the conversation's unfinished turn: {}; remove the file to drop the turn",
+            e.message
+        ))
+    })?;
+    if checkpoint.is_finished() {
+        let _ = std::fs::remove_file(&path);
+        return Ok(None);
+    }
+    Ok(Some((path, checkpoint)))
 }
 
 /// Where a paused turn run without `--checkpoint` leaves its checkpoint: next to its
 /// conversation file (`CONVERSATION.checkpoint`), else in the state directory.
 pub fn paused_path(setup: &crate::setup::Setup) -> PathBuf {
     if let Some(session) = &setup.session {
-        let mut name = session.path().as_os_str().to_owned();
-        name.push(".checkpoint");
-        return PathBuf::from(name);
+        return conversation_path(session.path());
     }
     let dir = crate::paths::state_dir();
     let _ = crate::paths::create_private_dir(&dir);

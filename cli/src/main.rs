@@ -182,6 +182,36 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
         Err(e) => return report.fail(e),
     };
     report.set_up(&setup);
+    // Without --checkpoint, a conversation keeps its turn's checkpoint next to it, and
+    // an unfinished turn left there (a killed process, a pause) comes first.
+    let conversation = match (&args.checkpoint, &setup.session) {
+        (None, Some(session)) => Some(session.path().to_owned()),
+        _ => None,
+    };
+    if let Some(conversation) = &conversation {
+        match checkpoint::unfinished(conversation) {
+            Ok(None) => {}
+            Ok(Some((path, from))) => {
+                return match asks_nothing(&args) {
+                    Ok(true) => {
+                        let mut file = CheckpointFile::of_conversation(conversation);
+                        let result = turn::resume(
+                            &setup,
+                            from,
+                            panto::Answers::new(),
+                            report.out.as_mut(),
+                            interrupt,
+                            Some(&mut file),
+                        );
+                        finish_conversation_turn(&mut report, &setup, result, &path)
+                    }
+                    Ok(false) => report.fail(unfinished_turn_error(&path)),
+                    Err(e) => report.fail(e),
+                };
+            }
+            Err(e) => return report.fail(e),
+        }
+    }
     let input = match prompt(&args.prompt).and_then(|p| attach(p, &args.attach, &setup)) {
         Ok(input) => input,
         Err(e) => return report.fail(e),
@@ -190,7 +220,11 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
         output_schema: schema.map_or(panto::TurnSchema::Agent, panto::TurnSchema::Schema),
         ..panto::TurnOptions::default()
     };
-    let mut file = args.checkpoint.as_deref().map(CheckpointFile::new);
+    let mut file = match (&args.checkpoint, &conversation) {
+        (Some(path), _) => Some(CheckpointFile::new(path)),
+        (None, Some(conversation)) => Some(CheckpointFile::of_conversation(conversation)),
+        (None, None) => None,
+    };
     let result = turn::run(
         &setup,
         input,
@@ -199,7 +233,54 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
         interrupt,
         file.as_mut(),
     );
-    finish(&mut report, &setup, result)
+    match (&conversation, &file) {
+        (Some(_), Some(file)) => {
+            let path = file.path().to_owned();
+            finish_conversation_turn(&mut report, &setup, result, &path)
+        }
+        _ => finish(&mut report, &setup, result),
+    }
+}
+
+/// Whether this run gives nothing to ask: no prompt words, no attachment, no schema,
+/// and nothing piped on stdin (a terminal is not read). Such a run of a conversation
+/// with an unfinished turn resumes it.
+fn asks_nothing(args: &RunArgs) -> Result<bool, Error> {
+    if !args.prompt.is_empty() || !args.attach.is_empty() || args.schema.is_some() {
+        return Ok(false);
+    }
+    if io::stdin().is_terminal() {
+        return Ok(true);
+    }
+    let piped = read_stdin(false)?;
+    Ok(piped.piped.is_none() && piped.text.trim().is_empty())
+}
+
+fn unfinished_turn_error(path: &std::path::Path) -> Error {
+    Error::config(format!(
+        "the conversation's last turn did not finish (killed, or paused for an answer); \
+         its checkpoint is {shown}. Finish it first: `panto -c` (or the same --session) \
+         without a prompt resumes it, `panto resume {shown} --approve CALL_ID` answers a \
+         paused call; or remove {shown} to drop that turn",
+        shown = path.display()
+    ))
+}
+
+/// [`finish`] for a turn whose checkpoint lives next to its conversation: the file is
+/// kept only while the turn is paused (a completed, failed or cancelled turn has left
+/// the conversation valid and saved).
+fn finish_conversation_turn(
+    report: &mut Reporter,
+    setup: &Setup,
+    result: Result<turn::Ended, Error>,
+    file: &std::path::Path,
+) -> u8 {
+    let paused = matches!(result, Ok(turn::Ended::Paused { .. }));
+    let code = finish(report, setup, result);
+    if !paused {
+        let _ = std::fs::remove_file(file);
+    }
+    code
 }
 
 /// `panto resume FILE`: the turn of the checkpoint file, with the answers given, kept in

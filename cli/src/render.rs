@@ -46,6 +46,8 @@ pub trait Render {
     fn error(&mut self, error: &Error) -> io::Result<()>;
     /// A problem worth telling but not failing for (stderr).
     fn warn(&mut self, message: &str) -> io::Result<()>;
+    /// A line about what panto did for the user, on stderr (not with --quiet).
+    fn notice(&mut self, text: &str) -> io::Result<()>;
     /// What to do about the error just reported (stderr).
     fn hint(&mut self, hint: &str) -> io::Result<()>;
 }
@@ -135,6 +137,9 @@ impl Render for Json {
     }
     fn warn(&mut self, message: &str) -> io::Result<()> {
         writeln!(io::stderr(), "panto: warning: {}", clean(message))
+    }
+    fn notice(&mut self, text: &str) -> io::Result<()> {
+        writeln!(io::stderr(), "{}", clean(text))
     }
     fn hint(&mut self, hint: &str) -> io::Result<()> {
         writeln!(io::stderr(), "hint: {}", clean(hint))
@@ -592,6 +597,9 @@ impl Render for Human {
                     tokens_after: *tokens_after,
                 })
             )),
+            Event::SteeringDelivered { text, .. } => {
+                self.note(&format!("panto: your message went in: {}", clean(text)))
+            }
             Event::OutputRepair {
                 attempt,
                 max_attempts,
@@ -650,6 +658,10 @@ impl Render for Human {
 
     fn warn(&mut self, message: &str) -> io::Result<()> {
         self.warning(&format!("panto: warning: {}", clean(message)))
+    }
+
+    fn notice(&mut self, text: &str) -> io::Result<()> {
+        self.note(&clean(text))
     }
 
     fn hint(&mut self, hint: &str) -> io::Result<()> {

@@ -490,7 +490,8 @@ fn open_session(args: &AgentArgs) -> Result<Option<Session>, Error> {
         // The pointer is written with an absolute path to an existing file; anything
         // else (a pruned conversation, a damaged pointer) would silently start an empty
         // conversation under that name while the user expects the old one.
-        if !path.is_absolute() || !path.is_file() {
+        let unfinished = crate::checkpoint::conversation_path(&path).is_file();
+        if !path.is_absolute() || !(path.is_file() || unfinished) {
             return Err(Error::config(format!(
                 "--continue: the last conversation ({}) no longer exists; start a new one without -c",
                 path.display()
@@ -527,14 +528,19 @@ fn prune_conversations(dir: &Path) {
     for name in &names[..names.len() + 1 - KEPT_CONVERSATIONS] {
         let _ = fs::remove_file(dir.join(name));
         let _ = fs::remove_file(dir.join(format!("{name}.lock")));
+        let _ = fs::remove_file(dir.join(format!("{name}.checkpoint")));
     }
 }
 
-/// Best effort: failing to remember only costs a later `--continue`.
-fn remember_last(path: &Path) {
+/// Best effort: failing to remember only costs a later `--continue`. A conversation
+/// not saved yet (its turn is running) is remembered by its directory's real path.
+pub(crate) fn remember_last(path: &Path) {
     let absolute = match path.canonicalize() {
         Ok(p) => p,
-        Err(_) => return,
+        Err(_) => match (path.parent().map(Path::canonicalize), path.file_name()) {
+            (Some(Ok(dir)), Some(name)) => dir.join(name),
+            _ => return,
+        },
     };
     let pointer = paths::last_conversation_file();
     if let Some(dir) = pointer.parent() {

@@ -3,6 +3,7 @@
 //! the outcome.
 
 use std::io;
+use std::time::Duration;
 
 use panto::{Error, Event, StopReason};
 use panto_pull::{AgentStreamExt, Next, Stream, StreamControl};
@@ -39,7 +40,77 @@ pub fn run(
     checkpoint: Option<&mut CheckpointFile>,
 ) -> Result<Ended, Error> {
     let stream = setup.agent.stream_with(prompt, options)?;
-    drive(stream, setup, out, interrupt, checkpoint)
+    drive(stream, setup, out, interrupt, checkpoint, None)
+}
+
+/// [`run`] for the interactive chat: a line typed on the terminal while the turn runs
+/// steers it (delivered at the next step boundary).
+pub fn run_steered(
+    setup: &Setup,
+    prompt: impl Into<panto::Input>,
+    out: &mut dyn Render,
+    interrupt: &Interrupt,
+    lines: &mut TypedLines,
+) -> Result<Ended, Error> {
+    let stream = setup
+        .agent
+        .stream_with(prompt, panto::TurnOptions::default())?;
+    drive(stream, setup, out, interrupt, None, Some(lines))
+}
+
+/// How often a turn that takes typed lines looks for one while no event comes.
+const TYPED_LINE_POLL: Duration = Duration::from_millis(50);
+
+/// Lines typed on the terminal (stdin) while a turn runs, read without waiting: the
+/// terminal is in its line mode between two prompts, so a read returns a whole line
+/// once Enter is pressed, and a line still being typed when the turn ends stays for the
+/// prompt.
+#[derive(Default)]
+pub struct TypedLines {
+    buffer: Vec<u8>,
+    closed: bool,
+}
+
+impl TypedLines {
+    /// The next complete line typed, if one is there now.
+    pub fn poll(&mut self) -> Option<String> {
+        loop {
+            if let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                return Some(String::from_utf8_lossy(&line[..end]).into_owned());
+            }
+            if self.closed || !stdin_readable() {
+                return None;
+            }
+            let mut chunk = [0u8; 4096];
+            // SAFETY: read(2) into a buffer this function owns, of its length.
+            let n = unsafe { libc::read(0, chunk.as_mut_ptr().cast(), chunk.len()) };
+            match n {
+                n if n > 0 => self.buffer.extend_from_slice(&chunk[..n as usize]),
+                0 => {
+                    // Ctrl-D: what was typed before it is a line.
+                    self.closed = true;
+                    if self.buffer.is_empty() {
+                        return None;
+                    }
+                    self.buffer.push(b'\n');
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Whether a read of stdin would return at once.
+fn stdin_readable() -> bool {
+    let mut fd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll(2) on one pollfd this function owns, without waiting.
+    let n = unsafe { libc::poll(&mut fd, 1, 0) };
+    n == 1 && fd.revents & (libc::POLLIN | libc::POLLHUP) != 0
 }
 
 /// Continues the turn `checkpoint` holds (`panto resume`), as [`run`] runs one.
@@ -52,7 +123,7 @@ pub fn resume(
     checkpoint: Option<&mut CheckpointFile>,
 ) -> Result<Ended, Error> {
     let stream = panto_pull::resume(&setup.agent, from, answers)?;
-    drive(stream, setup, out, interrupt, checkpoint)
+    drive(stream, setup, out, interrupt, checkpoint, None)
 }
 
 fn drive(
@@ -61,10 +132,18 @@ fn drive(
     out: &mut dyn Render,
     interrupt: &Interrupt,
     mut checkpoint: Option<&mut CheckpointFile>,
+    lines: Option<&mut TypedLines>,
 ) -> Result<Ended, Error> {
     let control = stream.control();
     interrupt.begin_turn(control.clone());
-    let mut result = pull(&mut stream, &control, setup, out, checkpoint.as_deref_mut());
+    let mut result = pull(
+        &mut stream,
+        &control,
+        setup,
+        out,
+        checkpoint.as_deref_mut(),
+        lines,
+    );
     // Whatever ended the turn (a failure, a cancel), the file keeps its latest state; a
     // paused turn without a file gets one.
     let kept = match (checkpoint, &mut result) {
@@ -101,17 +180,36 @@ fn pull(
     setup: &Setup,
     out: &mut dyn Render,
     mut checkpoint: Option<&mut CheckpointFile>,
+    mut lines: Option<&mut TypedLines>,
 ) -> Result<Ended, Error> {
     let tools = &setup.tools;
     out.turn_start().map_err(output_error)?;
     loop {
-        let next = match out.tick_interval() {
-            Some(tick) => stream.next_timeout(tick)?,
+        let wait = match (out.tick_interval(), lines.is_some()) {
+            (Some(tick), true) => Some(tick.min(TYPED_LINE_POLL)),
+            (Some(tick), false) => Some(tick),
+            (None, true) => Some(TYPED_LINE_POLL),
+            (None, false) => None,
+        };
+        let next = match wait {
+            Some(wait) => stream.next_timeout(wait)?,
             None => match stream.next()? {
                 Some(event) => Next::Event(event),
                 None => Next::Done,
             },
         };
+        if let Some(lines) = lines.as_deref_mut() {
+            while let Some(line) = lines.poll() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let note = match stream.steer(line.as_str()) {
+                    Ok(()) => "panto: noted; it goes in before the model's next answer",
+                    Err(_) => "panto: the turn has ended; send it again at the prompt",
+                };
+                out.notice(note).map_err(output_error)?;
+            }
+        }
         match next {
             Next::Done => return Ok(Ended::Complete),
             Next::Pending => {}

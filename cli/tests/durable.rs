@@ -314,3 +314,123 @@ fn a_run_killed_while_its_tool_runs_is_completed_by_resume() {
     assert_eq!(finished["steps"], 2);
     assert_eq!(mode_of(&file), 0o600);
 }
+
+/// The `.checkpoint` files of the conversation store under `home`.
+fn conversation_checkpoints(home: &Path) -> Vec<std::path::PathBuf> {
+    let dir = home.join("state/panto/conversations");
+    let mut found: Vec<_> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "checkpoint"))
+        .collect();
+    found.sort();
+    found
+}
+
+/// A run of the conversation store killed while its tool runs leaves the conversation's
+/// unfinished turn; `panto -c` without a prompt resumes it (no response asked for
+/// twice), a prompt is refused until then, and a finished turn leaves no file.
+#[test]
+fn c_resumes_the_unfinished_turn_of_a_killed_run() {
+    let home = temp_dir("durable-continue");
+    let base_of = |srv: &panto_testserver::TestServer| format!("{}/v1", srv.url());
+
+    // The uninterrupted run (its own home: it becomes nobody's last conversation).
+    let reference_home = temp_dir("durable-continue-reference");
+    let srv = server(tool_then_answer("It is sunny in Paris."));
+    let straight = run(&mut panto_in(
+        &reference_home,
+        &[
+            "--base-url",
+            &base_of(&srv),
+            "--tool",
+            "weather=echo sunny",
+            "--json",
+            "w?",
+        ],
+    ));
+    assert_eq!(straight.status.code(), Some(0), "{}", describe(&straight));
+    let expected = json_lines(&straight).pop().expect("message_complete");
+    let expected_second = srv.requests()[1].body.clone();
+    assert!(
+        conversation_checkpoints(&reference_home).is_empty(),
+        "a finished turn leaves no checkpoint next to its conversation"
+    );
+
+    // The run that dies, in a new conversation of the store.
+    let srv = server(tool_then_answer("It is sunny in Paris."));
+    let base = base_of(&srv);
+    let started = home.join("started");
+    let release = home.join("release");
+    let blocking = format!(
+        "weather=touch {}; while [ ! -e {} ]; do sleep 0.02; done; echo sunny",
+        started.display(),
+        release.display()
+    );
+    let mut child = panto_in(&home, &["--base-url", &base, "--tool", &blocking, "w?"])
+        .spawn()
+        .expect("spawn panto");
+    wait_for("the tool to start", || started.exists());
+    child.kill().expect("SIGKILL panto");
+    assert!(child.wait().expect("wait").code().is_none());
+    std::fs::write(&release, "").expect("release");
+    let left = conversation_checkpoints(&home);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(mode_of(&left[0]), 0o600);
+
+    // A new prompt is refused while the turn is unfinished: nothing is sent, nothing lost.
+    let refused = run(&mut panto_in(
+        &home,
+        &[
+            "-c",
+            "--base-url",
+            &base,
+            "--tool",
+            "weather=echo sunny",
+            "other?",
+        ],
+    ));
+    assert_eq!(refused.status.code(), Some(2), "{}", describe(&refused));
+    let said = stderr_of(&refused);
+    assert!(said.contains("did not finish"), "{said}");
+    assert!(said.contains(&left[0].display().to_string()), "{said}");
+    assert_eq!(srv.requests().len(), 1);
+    assert!(left[0].exists());
+
+    // `panto -c` resumes it.
+    let out = run(&mut panto_in(
+        &home,
+        &[
+            "-c",
+            "--base-url",
+            &base,
+            "--tool",
+            "weather=echo sunny",
+            "--json",
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(json_lines(&out).pop().expect("message_complete"), expected);
+    let requests = srv.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "a response the checkpoint held was requested again"
+    );
+    assert_eq!(requests[1].body, expected_second);
+    assert!(!left[0].exists(), "the finished turn's file is removed");
+    // The conversation holds the whole turn.
+    let conversation = left[0].with_extension("");
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(&conversation).expect("saved")).unwrap();
+    let roles: Vec<&str> = saved["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["role"].as_str())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"], "{saved}");
+    assert_eq!(saved["messages"][0]["content"][0]["text"], "w?");
+    assert_eq!(saved["messages"][2]["content"][0]["output"], "sunny");
+}

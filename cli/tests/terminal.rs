@@ -246,3 +246,46 @@ fn no_color_and_dumb_terminals_get_no_escape_sequences() {
         assert!(!text.contains('\x1b'), "{env:?}: {text:?}");
     }
 }
+
+/// A line typed while a turn runs steers it: taken at once, sent after the running
+/// tool's result and before the model's next answer, which answers it.
+#[test]
+fn a_line_typed_during_a_turn_steers_it() {
+    let home = temp_dir("pty-steer");
+    let started = home.join("started");
+    let release = home.join("release");
+    let srv = server(json!({"exchanges": [
+        {"response": {"status": 200, "sse": openai_tool_call("call_1")}},
+        {"match": {"body_contains": ["in Celsius please"]},
+         "response": {"status": 200, "sse": openai_text("18 degrees Celsius.")}},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let tool = format!(
+        "weather=touch {}; while [ ! -e {} ]; do sleep 0.02; done; echo sunny",
+        started.display(),
+        release.display()
+    );
+    let mut p = spawn(&home, &["chat", "--base-url", &base, "--tool", &tool], &[]);
+    p.expect("> ").unwrap();
+    p.send("Weather?\r").unwrap();
+    eventually("the tool to start", || started.exists());
+    p.send("in Celsius please\r").unwrap();
+    // Taken while the tool still runs.
+    p.expect("noted").unwrap();
+    std::fs::write(&release, "").unwrap();
+    p.expect("your message went in: in Celsius please").unwrap();
+    p.expect("18 degrees Celsius.").unwrap();
+    p.expect("> ").unwrap();
+    let requests = srv.requests();
+    assert_eq!(requests.len(), 2);
+    let messages = requests[1].body["messages"].as_array().unwrap().clone();
+    let roles: Vec<&str> = messages.iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "user"], "{messages:?}");
+    assert_eq!(
+        message_texts(&requests[1].body).last().map(String::as_str),
+        Some("in Celsius please")
+    );
+    p.send("exit\r").unwrap();
+    p.expect(Eof).unwrap();
+    assert_eq!(wait_exit(&p), 0);
+}

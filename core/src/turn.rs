@@ -1182,6 +1182,13 @@ impl Checkpoint {
         self.doc.steps
     }
 
+    /// Whether the turn had ended (its last checkpoint, taken after `message_complete`
+    /// was decided): resuming it requests nothing and ends at once. A turn killed,
+    /// failed or cancelled mid-way, or paused for deferred calls, is not finished.
+    pub fn is_finished(&self) -> bool {
+        self.doc.finished.is_some()
+    }
+
     /// The options of the checkpointed turn.
     pub(crate) fn options(&self) -> Result<TurnOptions> {
         TurnOptions::from_value(&self.doc.options)
@@ -1731,6 +1738,24 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_says_whether_its_turn_had_ended() {
+        let mut t = turn(TurnOptions::default(), false);
+        let unstarted = Checkpoint::of(&t.snapshot().with(None, Secrets::default()));
+        assert!(!unstarted.is_finished(), "its request is still to be made");
+        t.on_response(
+            response(vec![Block::text("done")], StopReason::EndTurn),
+            None,
+            &kinds,
+        );
+        assert!(matches!(t.next(), Next::Done(_)));
+        let ended = Checkpoint::of(&t.snapshot().with(None, Secrets::default()));
+        assert!(ended.is_finished());
+        assert!(Checkpoint::from_json(&ended.to_json())
+            .unwrap()
+            .is_finished());
+    }
+
+    #[test]
     fn a_checkpoint_resumes_where_the_turn_stood() {
         let mut t = turn(TurnOptions::default(), false);
         t.on_response(
@@ -1746,6 +1771,7 @@ mod tests {
         let snap = t.snapshot().with(Some(outputs), Secrets::default());
         let json = Checkpoint::of(&snap).to_json();
         let back = Checkpoint::from_json(&json).unwrap();
+        assert!(!back.is_finished(), "a step waits for a result");
         let r = back
             .into_turn(LIMITS, false, &Answers::new(), &kinds)
             .unwrap();
