@@ -162,7 +162,7 @@ fn body(kind: ProviderKind, request: Request) -> Option<Value> {
         messages: &history,
     };
     let options = RequestOptions {
-        reasoning: (request != Request::NoReasoning).then(|| Reasoning {
+        reasoning: (request != Request::NoReasoning).then_some(Reasoning {
             effort: Effort::High,
             budget_tokens: None,
         }),
