@@ -86,7 +86,7 @@
  *
  * Ownership. Every object the library creates has exactly one free function
  *   (panto_agent_free, panto_stream_free, panto_error_free, panto_string_free,
- *   panto_cancel_token_free); each
+ *   panto_cancel_token_free, panto_ready_set_free); each
  *   accepts NULL as a no-op. Freeing twice is undefined behaviour (except
  *   panto_string_free, which empties the PantoString it frees).
  *
@@ -118,6 +118,8 @@
  *   - PantoError and delivered events are plain data: read them from any thread.
  *   - PantoCancelToken: cancel it from any thread at any time; free it only once no call
  *     uses it.
+ *   - PantoReadySet: every function may be called from any thread, concurrently —
+ *     except panto_ready_set_free, which must not race another call on the set.
  *
  * Fork. The worker threads do not survive fork(), and the library knows it: a child
  *   starts a pool of its own on its first turn, so agents made in the child work as in
@@ -149,13 +151,15 @@
  * Undefined behaviour. Everything the library can check, it checks (NULL pointers,
  *   UTF-8, struct_size, a stale copy of an event — see each function). What it cannot
  *   check is undefined, and this is the complete list:
- *   - using a handle after its free function (agent, stream, error, cancel token), or
- *     freeing one twice (panto_string_free excepted), or a pointer the library did not
- *     return as a handle;
- *   - reading, writing or closing a stream's readiness descriptor, or using its number
- *     after panto_stream_free (it may be another file's by then);
+ *   - using a handle after its free function (agent, stream, error, cancel token,
+ *     ready set), or freeing one twice (panto_string_free excepted), or a pointer the
+ *     library did not return as a handle;
+ *   - reading, writing or closing a stream's readiness descriptor or a ready set's
+ *     descriptor, or using its number after panto_stream_free / panto_ready_set_free
+ *     (it may be another file's by then);
  *   - panto_agent_free racing another call on that agent; panto_stream_free racing
  *     another call on that stream; panto_cancel_token_free racing a call using it;
+ *     panto_ready_set_free racing another call on that set;
  *   - reading an event's strings, or passing the event (or a copy) to
  *     panto_event_to_json, after its lifetime (see PantoEvent) — in particular after
  *     panto_stream_free. Within the stream's life, panto_event_to_json on a copy of an

@@ -1,4 +1,7 @@
-//! panto — an embeddable LLM agent runtime.
+//! panto — an embeddable LLM agent runtime. It streams a tool-using turn from four
+//! providers: OpenAI Chat Completions and the services compatible with it (Ollama, vLLM,
+//! llama.cpp, DeepSeek, Azure…), Anthropic Messages, Google Gemini
+//! (`streamGenerateContent`) and OpenAI Responses; [`ProviderKind`] names them.
 //!
 //! One assistant turn, stage by stage:
 //!

@@ -556,7 +556,7 @@ fn explain_history_error(json: &str, parse_error: &serde_json::Error) -> String 
     format!("not a saved panto history: {parse_error}")
 }
 
-/// Checks the rules both providers enforce on a conversation: it starts with a user
+/// Checks the rules the providers enforce on a conversation: it starts with a user
 /// message; every assistant tool call is answered by exactly one result in the tool
 /// message that immediately follows it, with matching ids; no result without a call;
 /// tool messages hold only results and assistant messages hold no results.

@@ -2,10 +2,13 @@
 //! bytes into SSE events following the WHATWG rules (html.spec.whatwg.org,
 //! "event stream interpretation"). It knows nothing about JSON or providers.
 //!
-//! Written by hand because every published crate mishandles at least one case that
-//! matters here (a split BOM, a lone CR, quadratic re-scans of long lines — see
-//! notes/core-anchors.md §3). Lines are split on bytes (CR and LF never occur inside a
-//! multi-byte UTF-8 sequence), fields are decoded as UTF-8 with U+FFFD for invalid bytes.
+//! Written by hand for the cases where SSE parsers go wrong and that matter here: a BOM
+//! split across two reads, a lone CR ending a line (also as the last byte of a read), a
+//! CRLF split across reads, and a long line arriving in many small reads, which must
+//! not be re-scanned from its start at every read (the tests below cover each, the
+//! last one with a 4 MiB line fed 3 bytes at a time). Lines are split on bytes (CR
+//! and LF never occur inside a multi-byte UTF-8 sequence), fields are decoded as UTF-8
+//! with U+FFFD for invalid bytes.
 
 use crate::error::{Error, Result};
 

@@ -1,6 +1,12 @@
-//! Table tests of the provider decoders on hand-written SSE bodies, one per wire-format
-//! edge case of notes/core-anchors.md §1.2 and §7 (items 15–30), plus the request bodies
-//! both providers are sent.
+//! Table tests of the Chat Completions and Anthropic Messages decoders on hand-written
+//! SSE bodies, one per wire-format edge case real servers produce: tool-call fragments
+//! with, without or all on one `index`, empty or null ids on continuations, arguments as
+//! a string or an object, usage in its own chunk or never, reasoning under either field
+//! name, Mistral's array content, errors inside a 200 stream, a missing `[DONE]` or
+//! finish reason; Anthropic pings anywhere, unknown events and blocks, padded JSON,
+//! cumulative usage, thinking and redacted thinking, error events. Plus the request
+//! bodies those two providers are sent (Gemini's and Responses' are in gemini.rs and
+//! responses.rs).
 //!
 //! Every decoding here also goes through the event-order invariants and must not change
 //! when the body arrives one byte at a time.

@@ -118,8 +118,9 @@ fn sdk_quirks(label: &str, mut expected: Value) -> Value {
     if label == "openrouter/kimi-k2-tool-call-usage-cost" {
         // The server repeats the whole call (`"id":"0"`, `"name":"llm_version"`) in two
         // chunks. openai-python's accumulator concatenates every string field, giving id
-        // "00" and name "llm_versionllm_version"; panto sets id and name once per call
-        // (notes §1.2 rule 5) and only appends arguments.
+        // "00" and name "llm_versionllm_version"; panto takes a call's id and name from
+        // the first fragment that carries them and appends only the arguments of later
+        // ones (a repeated id or name is the same call, not more text).
         let call = &mut expected["tool_calls"][0];
         assert_eq!(call["id"], "00", "{label}: fixture changed");
         call["id"] = json!("0");

@@ -17,7 +17,8 @@ The self-test checks that the machinery can fail: (1) a hand edit to any generat
 makes --check fail naming that file; (2) a field added to an event and a key added to
 the configuration in a copy of the description reach every binding's rendered output
 (each renderer may add its own precise test as `selftest(vocab, rendered) -> [problems]`);
-(3) a changed code in the description makes the header check fail.
+(3) a changed code in the description makes the header check fail; (4) a free function
+left out of the header's Ownership list makes it fail.
 """
 import copy
 import importlib
@@ -152,6 +153,20 @@ def self_test(vocab):
         for want in (moved["events"][0]["name"], moved["error_kinds"][0]["name"]):
             if not any(want in p for p in found):
                 failures.append(f"header check missed a changed code of {want}")
+        # 4. The header check catches a free function left out of the Ownership list.
+        header_path = os.path.join(scratch, "capi/include/panto.h")
+        with open(header_path, encoding="utf-8") as f:
+            header_text = f.read()
+        dropped = header_text.replace(", panto_ready_set_free);", ");", 1)
+        if dropped == header_text:
+            failures.append("self-test: the Ownership list no longer ends with panto_ready_set_free")
+        else:
+            with open(header_path, "w", encoding="utf-8") as f:
+                f.write(dropped)
+            if not any("panto_ready_set_free" in p for p in header_problems(vocab, scratch)):
+                failures.append("header check missed panto_ready_set_free left out of the Ownership list")
+            with open(header_path, "w", encoding="utf-8") as f:
+                f.write(header_text)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return failures

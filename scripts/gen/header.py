@@ -10,7 +10,9 @@ crate's layout and symbols). It compares names and values:
 - every error kind has `PANTO_ERR_<NAME>` equal to its code, and the header has no other;
 - `PANTO_BLOCK_*`, `PANTO_DELTA_*` and `PANTO_CONTENT_*` are the 1-based positions of
   values of block_kind, delta_kind and content_type;
-- `PantoUsage` has exactly the fields of the usage record.
+- `PantoUsage` has exactly the fields of the usage record;
+- the Ownership paragraph names every `panto_*_free` function the header declares
+  (the list of what the caller frees with what), and only those.
 """
 import os
 import re
@@ -106,6 +108,17 @@ def check(vocab, root):
             for i, name in enumerate(values):
                 if constants.get(prefix + name.upper()) != i + 1:
                     say(f"{enum} {name}: no {prefix}{name.upper()} = {i + 1}")
+
+    declared = set(re.findall(r"^PANTO_API\s+void\s+(panto_\w+_free)\s*\(", h.text, re.M))
+    ownership = re.search(r"^ \* Ownership\.(.*?)^ \*$", h.text, re.M | re.S)
+    if ownership is None:
+        say("no Ownership paragraph in the opening comment")
+    else:
+        named = set(re.findall(r"\bpanto_\w+_free\b", ownership.group(1)))
+        for name in sorted(declared - named):
+            say(f"the Ownership paragraph does not name {name}")
+        for name in sorted(named - declared):
+            say(f"the Ownership paragraph names {name}, which the header does not declare")
 
     usage = next(r for r in vocab["records"] if r["name"] == "usage")
     if structs.get("PantoUsage") != [f["name"] for f in usage["fields"]]:

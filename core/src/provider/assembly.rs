@@ -1,7 +1,8 @@
-//! Owns the assembly of one response shared by both decoders: block numbering, the
-//! block lifecycle events, the [`DecodeLimits`], and the final assistant [`Message`]
-//! with its parsed tool-call arguments. The decoders turn wire events into calls on
-//! [`Assembly`]; they never build blocks themselves.
+//! Owns the assembly of one response shared by the decoders of all four wire formats
+//! (Chat Completions, Anthropic Messages, Gemini, Responses): block numbering, the block
+//! lifecycle events, the [`DecodeLimits`], and the final assistant [`Message`] with its
+//! parsed tool-call arguments. The decoders turn wire events into calls on [`Assembly`];
+//! they never build blocks themselves.
 
 use std::collections::HashSet;
 

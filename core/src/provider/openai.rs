@@ -2,7 +2,8 @@
 //! vLLM, llama.cpp, Ollama, Groq, DeepSeek, OpenRouter, Together, Mistral…): the
 //! streaming chunk decoder with its tool-call accumulator, and request encoding.
 //!
-//! Tolerances, each from a real server (notes/core-anchors.md §1.2): `choices` empty,
+//! Tolerances, each seen from a real server (core/tests/decoder_edge.rs has one test per
+//! case): `choices` empty,
 //! null or missing; `delta` missing; `finish_reason` absent; reasoning under
 //! `reasoning_content` or `reasoning`; content as an array of typed parts (Mistral);
 //! tool-call deltas keyed by `index`, without `index`, or all on index 0 with distinct ids

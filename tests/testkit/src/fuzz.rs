@@ -355,7 +355,7 @@ pub fn config(data: &[u8]) {
 }
 
 /// `history`: a saved history on any text. An accepted one must save and load back
-/// unchanged, and encode as a request for both providers.
+/// unchanged, and encode as a request for every provider.
 pub fn history(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let Ok(history) = history_from_json(&text) else {
