@@ -200,8 +200,9 @@ func (h *streamHandle) keepFinal() {
 // next step boundary — after the current step's tool results, before the next request —
 // and Next returns a SteeringDelivered then; if the model's message would have ended the
 // turn, the turn goes on so that the model answers it. Any goroutine, also while another
-// one is in Next. An *Error of KindConfig once the turn has ended (the message was not
-// queued), or for a part the library refuses.
+// one is in Next. The caller's parts are neither changed nor kept. An *Error of
+// KindConfig once the turn has ended (the message was not queued), or for a part the
+// library refuses; one matching ErrClosed after Close ended the stream before its end.
 func (s *Stream) Steer(text string, parts ...Part) error {
 	st := s.state()
 	if st == nil {
@@ -214,13 +215,8 @@ func (s *Stream) Steer(text string, parts ...Part) error {
 		if text != "" {
 			all = append([]Part{Text(text)}, parts...)
 		}
-		for i := range all {
-			if all[i].kind == "text" {
-				all[i].text = strings.ToValidUTF8(all[i].text, "\uFFFD")
-			}
-		}
 		var err error
-		if js, err = json.Marshal(all); err != nil {
+		if js, err = json.Marshal(validUTF8(all)); err != nil {
 			return &Error{Kind: KindConfig, Message: "cannot encode the parts: " + err.Error()}
 		}
 		text = ""

@@ -47,6 +47,12 @@ var exampleScenarios = []struct {
 			exchange(sseResponse(textSSE("1 cannot be divided by 0.")), "call_1"),
 		)
 	}},
+	{"Clean up old.log", func() obj {
+		return scenario(
+			exchange(sseResponse(toolCallSSE([3]string{"call_1", "delete_file", `{"path":"old.log"}`}))),
+			exchange(sseResponse(textSSE("I deleted ", "old.log.")), `"tool_call_id":"call_1"`),
+		)
+	}},
 	{"Name the largest city of Japan", func() obj {
 		// Only a request carrying the struct's schema is answered.
 		return scenario(exchange(sseResponse(textSSE(`{"name":"Tokyo","country":"Japan",`, `"population":14000000,"landmarks":["Tokyo Tower","Senso-ji"]}`)),

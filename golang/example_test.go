@@ -311,3 +311,74 @@ func ExampleRunAs() {
 	fmt.Printf("%s, %s: %d inhabitants; %v\n", city.Name, city.Country, city.Population, city.Landmarks)
 	// Output: Tokyo, Japan: 14000000 inhabitants; [Tokyo Tower Senso-ji]
 }
+
+func ExampleAgent_Resume() {
+	deleteFile := panto.Tool{
+		Name:          "delete_file",
+		Description:   "Deletes a file",
+		Parameters:    json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`),
+		NeedsApproval: panto.Bool(true), // a call pauses the turn until it is approved
+		Func: func(ctx context.Context, args json.RawMessage) (string, error) {
+			var in struct{ Path string }
+			if err := json.Unmarshal(args, &in); err != nil {
+				return "", err
+			}
+			return "deleted " + in.Path, nil // os.Remove(in.Path) in earnest
+		},
+	}
+	config := panto.Config{Model: "gpt-4o", BaseURL: os.Getenv("OPENAI_BASE_URL"), Tools: []panto.Tool{deleteFile}}
+	agent, err := panto.NewAgent(config)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer agent.Close()
+	s, err := agent.Stream(context.Background(), "Clean up old.log")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
+	var paused []panto.DeferredCall
+	for ev := range s.Iter() {
+		if m, ok := ev.(*panto.MessageComplete); ok && m.StopReason == panto.StopDeferred {
+			paused, _ = m.DeferredCalls()
+		}
+	}
+	saved, err := s.Checkpoint() // JSON: store it anywhere (a file, a database row)
+	if err != nil || len(paused) == 0 {
+		fmt.Println("not paused:", err, s.Err())
+		return
+	}
+	call := paused[0]
+	fmt.Printf("approve %s %s? (%s)\n", call.Name, call.Arguments, call.Reason)
+
+	// Later, in any process, with an agent that has the same tools:
+	later, err := panto.NewAgent(config)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer later.Close()
+	r, err := later.Resume(context.Background(), saved, panto.Answers{}.Approve(call.CallID))
+	if err != nil {
+		fmt.Println(err) // a checkpoint that is not one, or answers that do not fit it
+		return
+	}
+	defer r.Close()
+	for ev := range r.Iter() {
+		switch e := ev.(type) {
+		case *panto.ToolResult:
+			fmt.Println("result:", e.Output)
+		case *panto.MessageComplete:
+			fmt.Println(e.Text)
+		}
+	}
+	if err := r.Err(); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// approve delete_file {"path":"old.log"}? (approval)
+	// result: deleted old.log
+	// I deleted old.log.
+}

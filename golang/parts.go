@@ -1,6 +1,10 @@
 package panto
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+)
 
 // Part is one part of a turn's input: text, an image or a document (PDF). Make one with
 // Text, ImageFile, ImageBytes, ImageURL, DocumentFile, DocumentBytes or DocumentURL and
@@ -73,6 +77,24 @@ func (p Part) MarshalJSON() ([]byte, error) {
 		m["name"] = p.name
 	}
 	return json.Marshal(m)
+}
+
+// validUTF8 returns parts with invalid UTF-8 in their text replaced by U+FFFD, as
+// strings.ToValidUTF8 writes it (the library takes only UTF-8): a copy when a part
+// changes, never parts rewritten in place, which belong to the caller (a slice given
+// to Steer, or returned by a PartsFunc to concurrent calls, may be in use elsewhere).
+func validUTF8(parts []Part) []Part {
+	out, copied := parts, false
+	for i := range parts {
+		if parts[i].kind != "text" || utf8.ValidString(parts[i].text) {
+			continue
+		}
+		if !copied {
+			out, copied = append([]Part(nil), parts...), true
+		}
+		out[i].text = strings.ToValidUTF8(parts[i].text, "\uFFFD")
+	}
+	return out
 }
 
 // Kind is the part's kind: "text", "image" or "document".

@@ -200,3 +200,19 @@ func TestSubmitToolPartsAnswersAHostTool(t *testing.T) {
 	}
 	wantToolImage(t, evs)
 }
+
+func TestValidUTF8CopiesTheCallersPartsInsteadOfRewritingThem(t *testing.T) {
+	parts := []Part{Text("ok"), Text("a\xff\xfeb"), ImageURL("https://example.com/cat.png")}
+	out := validUTF8(parts)
+	if parts[1].text != "a\xff\xfeb" {
+		t.Fatalf("the caller's part was rewritten: %q", parts[1].text)
+	}
+	if out[0].text != "ok" || out[1].text != "a\uFFFDb" || out[2].url != parts[2].url {
+		t.Fatalf("validUTF8: %+v", out)
+	}
+	// Valid parts are passed on as they are, not copied.
+	valid := []Part{Text("fine")}
+	if got := validUTF8(valid); &got[0] != &valid[0] {
+		t.Fatal("valid parts were copied")
+	}
+}

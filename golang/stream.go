@@ -141,12 +141,7 @@ func (h *streamHandle) submit(callID, output string, isError bool) error {
 // submitParts answers a host-tool call with text and image parts, sent in the input
 // form the C ABI takes (panto_stream_submit_tool_result_parts).
 func (h *streamHandle) submitParts(callID string, parts []Part, isError bool) error {
-	for i := range parts {
-		if parts[i].kind == "text" {
-			parts[i].text = strings.ToValidUTF8(parts[i].text, "\uFFFD")
-		}
-	}
-	js, err := json.Marshal(parts)
+	js, err := json.Marshal(validUTF8(parts))
 	if err != nil {
 		return &Error{Kind: KindTool, Message: "cannot encode the parts: " + err.Error()}
 	}

@@ -4,7 +4,7 @@
  * shared scenario demo-weather.json (a call weather({"city":"Paris"}) as call_1, then —
  * once a request carries call_1's result — a text answer), so a request the checkpoint
  * already answered would find the scenario exhausted. Linked into test_capi (its TESTS
- * table lists DURABLE_TESTS). */
+ * table lists DURABLE_TESTS). durable_docs_example runs docs/durable-turns.md's C example. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -524,6 +524,66 @@ out:
   server_stop(&srv);
 }
 
+/* docs/durable-turns.md's C example, line for line (its body): a call of a tool that
+ * needs approval pauses the turn; the checkpoint, resumed by another agent with the call
+ * approved, runs it and finishes the turn. 0 with the answer in `answer`, else 1. */
+static int approve_later(PantoAgent *agent, PantoAgent *later, char *answer, size_t cap) {
+  const char *prompt = "Weather in Paris?";
+  PantoStream *stream;
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  if (panto_agent_stream(agent, prompt, strlen(prompt), &stream, NULL) != PANTO_OK) return 1;
+  while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+    if (ev.kind == PANTO_EV_MESSAGE_COMPLETE && ev.payload.message_complete.deferred.ptr) {
+      PantoStr calls = ev.payload.message_complete.deferred; /* [{"call_id": …, "name": …}] */
+      printf("paused for %.*s\n", (int)calls.len, calls.ptr);
+    }
+  }
+  /* The paused turn's checkpoint: JSON text, to store anywhere (a file, a database). */
+  PantoString saved = {NULL, 0};
+  if (st == PANTO_DONE) st = panto_stream_checkpoint(stream, &saved, NULL);
+  panto_stream_free(stream);
+  if (st != PANTO_OK) return 1;
+
+  /* Later, in any process, with an agent that has the same tools: */
+  const char *answers = "{\"call_1\": {\"approve\": true}}";
+  st = panto_agent_resume(later, saved.ptr, saved.len, answers, strlen(answers), &stream, NULL);
+  panto_string_free(&saved);
+  if (st != PANTO_OK) return 1;
+  while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+    if (ev.kind == PANTO_EV_TOOL_CALL_START && ev.payload.tool_call_start.host) {
+      PantoStr id = ev.payload.tool_call_start.call_id; /* approved: it runs now */
+      panto_stream_submit_tool_result(stream, id.ptr, id.len, "sunny", 5, false, NULL);
+    } else if (ev.kind == PANTO_EV_MESSAGE_COMPLETE) {
+      PantoStr text = ev.payload.message_complete.text;
+      snprintf(answer, cap, "%.*s", (int)text.len, text.ptr);
+    }
+  }
+  panto_stream_free(stream);
+  return st == PANTO_DONE ? 0 : 1;
+}
+
+static void test_durable_docs_example(void) {
+  TestServer srv;
+  PantoAgent *agent = NULL, *later = NULL;
+  if (server_start(&srv, durable_demo_scenario) != 0) {
+    test_failed = 1;
+    return;
+  }
+  agent = agent_with(&srv, TOOL_WEATHER(",\"needs_approval\":true"));
+  later = agent_with(&srv, TOOL_WEATHER(",\"needs_approval\":true"));
+  CHECK(agent != NULL && later != NULL);
+  char answer[128] = "";
+  CHECK(approve_later(agent, later, answer, sizeof answer) == 0);
+  CHECKF(strcmp(answer, "It is 18°C and sunny in Paris.") == 0, "%s", answer);
+  bool answered = false;
+  CHECK(chat_requests(&srv, "sunny", &answered) == 2 && answered); /* no repeated request */
+out:
+  panto_agent_free(agent);
+  panto_agent_free(later);
+  server_stop(&srv);
+}
+
 const TestCase DURABLE_TESTS[] = {
     {"durable_approve", test_durable_approve},
     {"durable_reject", test_durable_reject},
@@ -532,5 +592,6 @@ const TestCase DURABLE_TESTS[] = {
     {"durable_steer_during_host_tool", test_durable_steer_during_host_tool},
     {"durable_undelivered_after_cancel", test_durable_undelivered_after_cancel},
     {"durable_hostile_checkpoints", test_durable_hostile_checkpoints},
+    {"durable_docs_example", test_durable_docs_example},
 };
 const size_t DURABLE_TESTS_COUNT = sizeof DURABLE_TESTS / sizeof DURABLE_TESTS[0];
