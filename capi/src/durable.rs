@@ -50,6 +50,49 @@ fn on_stream<T>(
     }
 }
 
+/// The shared body of the functions that hand a stream's text to the caller: checks
+/// `out` and clears it, checks `stream`, runs `f` under the panic guard, and writes its
+/// text into `*out` (owned by the caller) — `PANTO_PENDING` with `*out` empty when `f`
+/// has none yet.
+///
+/// # Safety
+/// `err` is NULL or writable, `out` is NULL or writable, and `stream` is NULL or a live
+/// stream, during the call.
+unsafe fn string_out(
+    function: &str,
+    stream: *const PantoStream,
+    out: *mut PantoString,
+    err: *mut *mut PantoError,
+    f: impl FnOnce(&PantoStream) -> Result<Option<String>, Error>,
+) -> PantoStatus {
+    // SAFETY: `err` is NULL or writable during the call (this function's contract).
+    let err = unsafe { ErrOut::new(err) };
+    if out.is_null() {
+        return err.fail(invalid(function, "out is NULL"));
+    }
+    // SAFETY: non-NULL (checked above) and writable (this function's contract).
+    unsafe {
+        out.write(PantoString {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+        })
+    };
+    // SAFETY: `stream` is NULL or a live stream during the call (this function's contract).
+    let stream = match unsafe { usable(function, stream) } {
+        Ok(s) => s,
+        Err(e) => return err.fail(e),
+    };
+    match on_stream(function, stream, f) {
+        Ok(Some(text)) => {
+            // SAFETY: non-NULL and writable (checked and written above).
+            unsafe { out.write(crate::string::owned(text)) };
+            PANTO_OK
+        }
+        Ok(None) => PANTO_PENDING,
+        Err(e) => err.fail(e),
+    }
+}
+
 /// The turn's latest checkpoint as JSON text into `*out` (owned by the caller);
 /// `PANTO_PENDING` with `*out` empty when the turn has none yet.
 ///
@@ -62,33 +105,11 @@ pub unsafe extern "C" fn panto_stream_checkpoint(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_stream_checkpoint";
-    // SAFETY: `err` is NULL or writable during the call (panto.h, "Errors").
-    let err = unsafe { ErrOut::new(err) };
-    if out.is_null() {
-        return err.fail(invalid(F, "out is NULL"));
-    }
-    // SAFETY: non-NULL (checked above) and writable (panto.h: `out` is the caller's).
+    // SAFETY: the caller's pointers, as panto.h describes them (string_out's contract).
     unsafe {
-        out.write(PantoString {
-            ptr: std::ptr::null_mut(),
-            len: 0,
+        string_out(F, stream, out, err, |s| {
+            Ok(s.control.checkpoint().map(|c| c.to_json()))
         })
-    };
-    // SAFETY: `stream` is NULL or a live stream during the call (panto.h).
-    let stream = match unsafe { usable(F, stream) } {
-        Ok(s) => s,
-        Err(e) => return err.fail(e),
-    };
-    match on_stream(F, stream, |s| {
-        Ok(s.control.checkpoint().map(|c| c.to_json()))
-    }) {
-        Ok(Some(json)) => {
-            // SAFETY: non-NULL and writable (checked and written above).
-            unsafe { out.write(crate::string::owned(json)) };
-            PANTO_OK
-        }
-        Ok(None) => PANTO_PENDING,
-        Err(e) => err.fail(e),
     }
 }
 
@@ -223,37 +244,16 @@ pub unsafe extern "C" fn panto_stream_take_undelivered(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_stream_take_undelivered";
-    // SAFETY: `err` is NULL or writable during the call (panto.h, "Errors").
-    let err = unsafe { ErrOut::new(err) };
-    if out.is_null() {
-        return err.fail(invalid(F, "out is NULL"));
-    }
-    // SAFETY: non-NULL (checked above) and writable (panto.h: `out` is the caller's).
+    // SAFETY: the caller's pointers, as panto.h describes them (string_out's contract).
     unsafe {
-        out.write(PantoString {
-            ptr: std::ptr::null_mut(),
-            len: 0,
+        string_out(F, stream, out, err, |s| {
+            let inputs: Vec<serde_json::Value> = s
+                .control
+                .take_undelivered()
+                .into_iter()
+                .map(|i| serde_json::to_value(i.parts()).unwrap_or(serde_json::Value::Null))
+                .collect();
+            Ok(Some(serde_json::Value::from(inputs).to_string()))
         })
-    };
-    // SAFETY: `stream` is NULL or a live stream during the call (panto.h).
-    let stream = match unsafe { usable(F, stream) } {
-        Ok(s) => s,
-        Err(e) => return err.fail(e),
-    };
-    match on_stream(F, stream, |s| {
-        let inputs: Vec<serde_json::Value> = s
-            .control
-            .take_undelivered()
-            .into_iter()
-            .map(|i| serde_json::to_value(i.parts()).unwrap_or(serde_json::Value::Null))
-            .collect();
-        Ok(serde_json::Value::from(inputs).to_string())
-    }) {
-        Ok(json) => {
-            // SAFETY: non-NULL and writable (checked and written above).
-            unsafe { out.write(crate::string::owned(json)) };
-            PANTO_OK
-        }
-        Err(e) => err.fail(e),
     }
 }
