@@ -8,10 +8,16 @@
  *
  *   conformance --config JSON (--prompt TEXT | --input PARTS) [--cancel-after K]
  *               [--answer NAME DELAY_MS IS_ERROR OUTPUT | --answer-parts NAME DELAY_MS
- *                IS_ERROR PARTS]...
+ *                IS_ERROR PARTS]... [--resume (end | K) ANSWERS] [--after-resume NAME]...
+ *               [--steer-during NAME TEXT]
  *
  * --input goes to panto_agent_stream_with as options {"input": PARTS}; --answer-parts
- * answers with panto_stream_submit_tool_result_parts.
+ * answers with panto_stream_submit_tool_result_parts. With --resume, the runner takes
+ * panto_stream_checkpoint when the turn ends, or right after event K (then cancels that
+ * turn and prints no more of it), prints {"runner":"resume"}, and continues the
+ * checkpoint with panto_agent_resume on a new agent of the same configuration, with
+ * ANSWERS as its answers_json. --steer-during calls panto_stream_steer when the first
+ * turn calls host tool NAME, before answering it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -253,6 +259,15 @@ static void print_event(const PantoEvent *ev) {
       put_key_str("text", e->text);
       /* Present only when an output schema applied to the turn. */
       if (e->output.ptr != NULL) put_key_raw("output", e->output);
+      /* Present only when the turn paused (stop reason "deferred"). */
+      if (e->deferred.ptr != NULL) put_key_raw("deferred", e->deferred);
+      break;
+    }
+    case PANTO_EV_STEERING_DELIVERED: {
+      const PantoSteeringDelivered *e = &ev->payload.steering_delivered;
+      fputs("{\"type\":\"steering_delivered\"", stdout);
+      put_key_u("message", e->message);
+      put_key_str("text", e->text);
       break;
     }
     case PANTO_EV_OUTPUT_REPAIR: {
@@ -324,12 +339,15 @@ static void *answer_later(void *arg) {
   return NULL;
 }
 
+static int str_is(PantoStr s, const char *c) {
+  return strlen(c) == s.len && memcmp(c, s.ptr, s.len) == 0;
+}
+
 static void answer_call(PantoStream *stream, const PantoToolCallStart *call, const Answer *answers,
                         int n_answers) {
   for (int i = 0; i < n_answers; i++) {
     const Answer *a = &answers[i];
-    if (strlen(a->name) != call->name.len || memcmp(a->name, call->name.ptr, call->name.len) != 0)
-      continue;
+    if (!str_is(call->name, a->name)) continue;
     if (a->delay_ms < 0) return;
     if (a->delay_ms == 0) {
       PantoError *err = NULL;
@@ -353,11 +371,87 @@ static void answer_call(PantoStream *stream, const PantoToolCallStart *call, con
   }
 }
 
+/* What the runner does besides answering tools (the flags after --answer). */
+typedef struct {
+  Answer answers[MAX_ANSWERS];
+  int n_answers;
+  long cancel_after;       /* < 0: never */
+  const char *resume;      /* NULL: no resume; "end" or the index K */
+  const char *resume_answers;
+  const char *held[MAX_ANSWERS]; /* --after-resume: not answered before the resume */
+  int n_held;
+  const char *steer_tool, *steer_text; /* --steer-during */
+} Plan;
+
+static int held(const Plan *plan, PantoStr name) {
+  for (int i = 0; i < plan->n_held; i++)
+    if (str_is(name, plan->held[i])) return 1;
+  return 0;
+}
+
+/* Prints the stream's events and answers its host tools. In the first turn (`first`)
+ * it also steers and cancels as asked, and returns the checkpoint to resume from (owned
+ * by the caller) when --resume is given; NULL otherwise. */
+static char *play(PantoStream *stream, const Plan *plan, int first) {
+  long resume_at = -1; /* -1: at the end */
+  if (first && plan->resume != NULL && strcmp(plan->resume, "end") != 0)
+    resume_at = strtol(plan->resume, NULL, 10);
+  int steer = first && plan->steer_tool != NULL;
+  PantoEvent ev = PANTO_EVENT_INIT;
+  for (long index = 0;; index++) {
+    PantoStatus status = panto_next_event(stream, &ev);
+    if (status == PANTO_DONE) break;
+    print_event(&ev);
+    if (status != PANTO_EVENT) break;
+    if (first && plan->resume != NULL && index == resume_at) {
+      /* The turn is abandoned here, as if its process died: the checkpoint is what it
+       * reached, the rest of it is never seen. */
+      PantoString cp = {NULL, 0};
+      PantoError *err = NULL;
+      char *out = NULL;
+      if (panto_stream_checkpoint(stream, &cp, &err) == PANTO_OK) {
+        out = strdup(cp.ptr);
+        panto_string_free(&cp);
+      } else {
+        panto_error_free(err);
+      }
+      panto_stream_cancel(stream);
+      return out;
+    }
+    if (ev.kind == PANTO_EV_TOOL_CALL_START && ev.payload.tool_call_start.host) {
+      const PantoToolCallStart *call = &ev.payload.tool_call_start;
+      if (steer && str_is(call->name, plan->steer_tool)) {
+        steer = 0;
+        PantoError *err = NULL;
+        if (panto_stream_steer(stream, plan->steer_text, strlen(plan->steer_text), NULL, 0,
+                               &err) != PANTO_OK) {
+          PantoStr m = panto_error_message(err);
+          fprintf(stderr, "conformance: steer: %.*s\n", (int)m.len, m.ptr);
+          panto_error_free(err);
+        }
+      }
+      if (!(first && held(plan, call->name)))
+        answer_call(stream, call, plan->answers, plan->n_answers);
+    }
+    if (first && index == plan->cancel_after) panto_stream_cancel(stream);
+  }
+  if (first && plan->resume != NULL && resume_at < 0) {
+    PantoString cp = {NULL, 0};
+    PantoError *err = NULL;
+    if (panto_stream_checkpoint(stream, &cp, &err) != PANTO_OK) {
+      panto_error_free(err);
+      return NULL;
+    }
+    char *out = strdup(cp.ptr);
+    panto_string_free(&cp);
+    return out;
+  }
+  return NULL;
+}
+
 int main(int argc, char **argv) {
   const char *config = NULL, *prompt = NULL, *input = NULL;
-  long cancel_after = -1;
-  Answer answers[MAX_ANSWERS];
-  int n_answers = 0;
+  static Plan plan = {.cancel_after = -1};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
       config = argv[++i];
@@ -366,16 +460,27 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--input") == 0 && i + 1 < argc) {
       input = argv[++i];
     } else if (strcmp(argv[i], "--cancel-after") == 0 && i + 1 < argc) {
-      cancel_after = strtol(argv[++i], NULL, 10);
-    } else if (strcmp(argv[i], "--answer") == 0 && i + 4 < argc && n_answers < MAX_ANSWERS) {
-      answers[n_answers++] = (Answer){argv[i + 1], strtol(argv[i + 2], NULL, 10),
-                                      strcmp(argv[i + 3], "true") == 0, argv[i + 4], 0};
+      plan.cancel_after = strtol(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--answer") == 0 && i + 4 < argc && plan.n_answers < MAX_ANSWERS) {
+      plan.answers[plan.n_answers++] = (Answer){argv[i + 1], strtol(argv[i + 2], NULL, 10),
+                                                strcmp(argv[i + 3], "true") == 0, argv[i + 4], 0};
       i += 4;
     } else if (strcmp(argv[i], "--answer-parts") == 0 && i + 4 < argc &&
-               n_answers < MAX_ANSWERS) {
-      answers[n_answers++] = (Answer){argv[i + 1], strtol(argv[i + 2], NULL, 10),
-                                      strcmp(argv[i + 3], "true") == 0, argv[i + 4], 1};
+               plan.n_answers < MAX_ANSWERS) {
+      plan.answers[plan.n_answers++] = (Answer){argv[i + 1], strtol(argv[i + 2], NULL, 10),
+                                                strcmp(argv[i + 3], "true") == 0, argv[i + 4], 1};
       i += 4;
+    } else if (strcmp(argv[i], "--resume") == 0 && i + 2 < argc) {
+      plan.resume = argv[i + 1];
+      plan.resume_answers = argv[i + 2];
+      i += 2;
+    } else if (strcmp(argv[i], "--after-resume") == 0 && i + 1 < argc &&
+               plan.n_held < MAX_ANSWERS) {
+      plan.held[plan.n_held++] = argv[++i];
+    } else if (strcmp(argv[i], "--steer-during") == 0 && i + 2 < argc) {
+      plan.steer_tool = argv[i + 1];
+      plan.steer_text = argv[i + 2];
+      i += 2;
     } else {
       fprintf(stderr, "conformance: bad argument %s\n", argv[i]);
       return 2;
@@ -384,7 +489,8 @@ int main(int argc, char **argv) {
   if (config == NULL || (prompt == NULL) == (input == NULL)) {
     fprintf(stderr,
             "usage: %s --config JSON (--prompt TEXT | --input PARTS) [--cancel-after K] "
-            "[--answer ...]\n",
+            "[--answer ...] [--resume (end | K) ANSWERS] [--after-resume NAME]... "
+            "[--steer-during NAME TEXT]\n",
             argv[0]);
     return 2;
   }
@@ -414,15 +520,21 @@ int main(int argc, char **argv) {
     panto_agent_free(agent);
     return 0;
   }
-  PantoEvent ev = PANTO_EVENT_INIT;
-  for (long index = 0;; index++) {
-    PantoStatus status = panto_next_event(stream, &ev);
-    if (status == PANTO_DONE) break;
-    print_event(&ev);
-    if (status != PANTO_EVENT) break;
-    if (ev.kind == PANTO_EV_TOOL_CALL_START && ev.payload.tool_call_start.host)
-      answer_call(stream, &ev.payload.tool_call_start, answers, n_answers);
-    if (index == cancel_after) panto_stream_cancel(stream);
+  char *checkpoint = play(stream, &plan, 1);
+  if (checkpoint != NULL) {
+    puts("{\"runner\":\"resume\"}");
+    fflush(stdout);
+    PantoAgent *resumed = NULL;
+    PantoStream *rstream = NULL;
+    if (panto_agent_new(config, strlen(config), &resumed, &err) != PANTO_OK ||
+        panto_agent_resume(resumed, checkpoint, strlen(checkpoint), plan.resume_answers,
+                           strlen(plan.resume_answers), &rstream, &err) != PANTO_OK) {
+      print_error(err);
+      panto_error_free(err);
+    } else {
+      play(rstream, &plan, 0);
+    }
+    free(checkpoint);
   }
   /* A detached late answer may still hold the stream: leave it to process exit. */
   _exit(0);

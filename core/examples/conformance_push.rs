@@ -9,25 +9,49 @@
 //! conformance_push --config '{"model":"m","base_url":"http://127.0.0.1:PORT/v1",…}' \
 //!   (--prompt "Hi" | --input PARTS) [--cancel-after K]
 //!   [--answer NAME DELAY_MS IS_ERROR OUTPUT | --answer-parts NAME DELAY_MS IS_ERROR PARTS]…
+//!   [--resume (end | K) ANSWERS] [--after-resume NAME]… [--steer-during NAME TEXT]
 //! ```
+//!
+//! With `--resume`, the runner takes the turn's checkpoint (`TurnControl::checkpoint`)
+//! when the turn ends, or inside the callback of event K (then stops that turn with
+//! `Flow::Stop` and prints no more of it), prints `{"runner":"resume"}`, and resumes the
+//! checkpoint on a new agent of the same configuration with `Agent::resume` and
+//! `Answers::from_json(ANSWERS)`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use panto::{Agent, Config, Event, Flow, Receiver, TurnControl};
-use panto_testkit::conformance::{parse_args, Answer};
+use panto::{Agent, Answers, Checkpoint, Config, Event, Flow, Receiver, TurnControl};
+use panto_testkit::conformance::{parse_args, Answer, ResumeAt};
 
 /// Prints each event and answers host tools from inside the callback, as a push caller
-/// would; cancels through the turn's token after event `cancel_after`.
-struct Runner {
-    answers: HashMap<String, Answer>,
+/// would; cancels through the turn's token after event `cancel_after`; steers before
+/// answering the tool `steer`; takes the checkpoint after event `stop_after` and stops.
+struct Runner<'a> {
+    answers: &'a HashMap<String, Answer>,
+    /// Tools not answered in this turn (`--after-resume`, in the first turn).
+    held: HashSet<String>,
     cancel_after: Option<usize>,
+    steer: Option<(String, String)>,
+    stop_after: Option<usize>,
+    checkpoint: Option<Checkpoint>,
+    stopped: bool,
     control: TurnControl,
     index: usize,
 }
 
-impl Receiver for Runner {
+impl Receiver for Runner<'_> {
     fn on_event(&mut self, event: Event) -> Flow {
+        if self.stopped {
+            return Flow::Stop;
+        }
         println!("{}", event.to_json());
+        if self.stop_after == Some(self.index) {
+            // The turn is abandoned here, as if its process died: the checkpoint is what
+            // it reached, the rest of it is never seen.
+            self.checkpoint = self.control.checkpoint();
+            self.stopped = true;
+            return Flow::Stop;
+        }
         if let Event::ToolCallStart {
             call_id,
             name,
@@ -35,11 +59,17 @@ impl Receiver for Runner {
             ..
         } = &event
         {
+            if self.steer.as_ref().is_some_and(|(tool, _)| tool == name) {
+                let (_, text) = self.steer.take().expect("checked");
+                if let Err(e) = self.control.steer(text) {
+                    eprintln!("conformance_push: steer: {}", e.error);
+                }
+            }
             if let Some(
                 answer @ Answer {
                     delay: Some(delay), ..
                 },
-            ) = self.answers.get(name)
+            ) = self.answers.get(name).filter(|_| !self.held.contains(name))
             {
                 let submit = {
                     let (host, call_id) = (self.control.host.clone(), call_id.clone());
@@ -88,13 +118,59 @@ async fn main() {
     };
     let control = TurnControl::default();
     let mut runner = Runner {
-        answers: args.answers,
+        answers: &args.answers,
+        held: args.after_resume.clone(),
         cancel_after: args.cancel_after,
+        steer: args.steer_during.clone(),
+        stop_after: match args.resume {
+            Some((ResumeAt::After(k), _)) => Some(k),
+            _ => None,
+        },
+        checkpoint: None,
+        stopped: false,
+        control: control.clone(),
+        index: 0,
+    };
+    let result = agent
+        .run(args.input, &mut runner, &control, Default::default())
+        .await;
+    if let Err(e) = result {
+        if !runner.stopped {
+            println!("{}", e.to_json());
+        }
+    }
+    let Some((at, answers)) = &args.resume else {
+        return;
+    };
+    let checkpoint = match at {
+        ResumeAt::End => control.checkpoint(),
+        ResumeAt::After(_) => runner.checkpoint.take(),
+    };
+    let Some(checkpoint) = checkpoint else {
+        return;
+    };
+    println!("{{\"runner\":\"resume\"}}");
+    let (agent, answers) = match Config::from_json(&args.config)
+        .and_then(Agent::new)
+        .and_then(|agent| Ok((agent, Answers::from_json(answers)?)))
+    {
+        Ok(pair) => pair,
+        Err(e) => return println!("{}", e.to_json()),
+    };
+    let control = TurnControl::default();
+    let mut runner = Runner {
+        answers: &args.answers,
+        held: HashSet::new(),
+        cancel_after: None,
+        steer: None,
+        stop_after: None,
+        checkpoint: None,
+        stopped: false,
         control: control.clone(),
         index: 0,
     };
     if let Err(e) = agent
-        .run(args.input, &mut runner, &control, Default::default())
+        .resume(checkpoint, answers, &mut runner, &control)
         .await
     {
         println!("{}", e.to_json());

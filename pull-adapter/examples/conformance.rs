@@ -8,11 +8,24 @@
 //! conformance --config '{"model":"m","base_url":"http://127.0.0.1:PORT/v1",…}' \
 //!   (--prompt "Hi" | --input PARTS) [--cancel-after K]
 //!   [--answer NAME DELAY_MS IS_ERROR OUTPUT | --answer-parts NAME DELAY_MS IS_ERROR PARTS]…
+//!   [--resume (end | K) ANSWERS] [--after-resume NAME]… [--steer-during NAME TEXT]
 //! ```
+//!
+//! With `--resume`, the runner takes the stream's checkpoint (`Stream::checkpoint`) when
+//! the turn ends, or right after event K (then cancels that turn and prints no more of
+//! it), prints `{"runner":"resume"}`, and resumes the checkpoint on a new agent of the
+//! same configuration with `panto_pull::resume` and `Answers::from_json(ANSWERS)`.
 
-use panto::{Agent, Config, Event};
-use panto_pull::AgentStreamExt;
-use panto_testkit::conformance::{parse_args, Answer};
+use panto::{Agent, Answers, Checkpoint, Config, Event};
+use panto_pull::{AgentStreamExt, Stream};
+use panto_testkit::conformance::{parse_args, Answer, Args, ResumeAt};
+
+/// Which turn a stream plays: the first, or the resumed one.
+#[derive(Clone, Copy, PartialEq)]
+enum Phase {
+    First,
+    Resumed,
+}
 
 fn main() {
     let args = match parse_args() {
@@ -26,16 +39,56 @@ fn main() {
         Ok(agent) => agent,
         Err(e) => return println!("{}", e.to_json()),
     };
-    let mut stream = match agent.stream(args.input.clone()) {
+    let stream = match agent.stream(args.input.clone()) {
         Ok(stream) => stream,
         Err(e) => return println!("{}", e.to_json()),
     };
+    let Some(checkpoint) = play(stream, &args, Phase::First) else {
+        return;
+    };
+    println!("{{\"runner\":\"resume\"}}");
+    let (_, answers) = args
+        .resume
+        .as_ref()
+        .expect("a checkpoint only with --resume");
+    let resumed = Config::from_json(&args.config)
+        .and_then(Agent::new)
+        .and_then(|agent| {
+            let answers = Answers::from_json(answers)?;
+            panto_pull::resume(&agent, checkpoint, answers)
+        });
+    match resumed {
+        Ok(stream) => {
+            play(stream, &args, Phase::Resumed);
+        }
+        Err(e) => println!("{}", e.to_json()),
+    }
+}
+
+/// Prints the stream's events and answers its host tools; in the first phase, steers and
+/// cancels as asked, and returns the checkpoint to resume from when `--resume` is given.
+fn play(mut stream: Stream, args: &Args, phase: Phase) -> Option<Checkpoint> {
     let control = stream.control();
+    let resume_at = match (phase, &args.resume) {
+        (Phase::First, Some((at, _))) => Some(*at),
+        _ => None,
+    };
+    let mut steer = match phase {
+        Phase::First => args.steer_during.clone(),
+        Phase::Resumed => None,
+    };
     let mut index = 0;
     loop {
         match stream.next() {
             Ok(Some(event)) => {
                 println!("{}", event.to_json());
+                if resume_at == Some(ResumeAt::After(index)) {
+                    // The turn is abandoned here, as if its process died: the checkpoint
+                    // is what it reached, the rest of it is never seen.
+                    let checkpoint = stream.checkpoint();
+                    stream.cancel();
+                    return checkpoint;
+                }
                 if let Event::ToolCallStart {
                     call_id,
                     name,
@@ -43,11 +96,18 @@ fn main() {
                     ..
                 } = &event
                 {
+                    if steer.as_ref().is_some_and(|(tool, _)| tool == name) {
+                        let (_, text) = steer.take().expect("checked");
+                        if let Err(e) = stream.steer(text) {
+                            eprintln!("conformance: steer: {}", e.error);
+                        }
+                    }
+                    let held = phase == Phase::First && args.after_resume.contains(name);
                     if let Some(
                         answer @ Answer {
                             delay: Some(delay), ..
                         },
-                    ) = args.answers.get(name)
+                    ) = args.answers.get(name).filter(|_| !held)
                     {
                         let submit = {
                             let (control, call_id) = (control.clone(), call_id.clone());
@@ -73,13 +133,20 @@ fn main() {
                         }
                     }
                 }
-                if args.cancel_after == Some(index) {
+                if phase == Phase::First && args.cancel_after == Some(index) {
                     stream.cancel();
                 }
                 index += 1;
             }
-            Ok(None) => return,
-            Err(e) => return println!("{}", e.to_json()),
+            Ok(None) => break,
+            Err(e) => {
+                println!("{}", e.to_json());
+                break;
+            }
         }
+    }
+    match resume_at {
+        Some(ResumeAt::End) => stream.checkpoint(),
+        _ => None,
     }
 }

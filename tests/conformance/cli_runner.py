@@ -8,9 +8,16 @@ by `printf`, after `sleep` for a delayed answer, with a non-zero exit for an err
 
 Exits 77 (skipped) for what a CLI user cannot ask for: cancelling at an event, a
 configuration key without a flag, a tool that answers with images (a shell-command tool
-prints text), or an input that is not one text part followed by attachments. An input's
-attachments are written to files (under their "name", so a PDF's file name reaches the
-wire as it would from any runner) and passed with `-a`, after the prompt's text.
+prints text), or an input that is not one text part followed by attachments; a
+checkpoint taken at a given event, steering, an external tool, or approval asked for some
+tools but not others. An input's attachments are written to files (under their "name",
+so a PDF's file name reaches the wire as it would from any runner) and passed with `-a`,
+after the prompt's text.
+
+Tools that need approval are run with `--confirm` (with no terminal to ask on, their calls
+pause the turn) and `--checkpoint FILE`; `--resume end ANSWERS` then runs `panto resume
+FILE --json` with the same flags and `--approve CALL_ID` / `--reject CALL_ID=REASON` /
+`--result CALL_ID=TEXT`, after printing `{"runner":"resume"}`.
 """
 
 import base64
@@ -31,6 +38,7 @@ TIMING_ONLY = {"initial_delay_ms", "max_delay_ms", "max_elapsed_ms"}
 def main() -> int:
     panto, argv = sys.argv[1], sys.argv[2:]
     config, prompt, answers = None, None, {}
+    resume_answers = None  # --resume end ANSWERS
     attachments = []  # (file name, bytes) of --input's attachments
     i = 0
     while i < len(argv):
@@ -56,6 +64,17 @@ def main() -> int:
         elif flag == "--cancel-after":
             print("the CLI cannot cancel at a given event", file=sys.stderr)
             return SKIP
+        elif flag == "--resume":
+            if argv[i + 1] != "end":
+                print("the CLI cannot take a checkpoint at a given event (only the one a run leaves)", file=sys.stderr)
+                return SKIP
+            resume_answers, i = json.loads(argv[i + 2]), i + 3
+        elif flag == "--steer-during":
+            print("the CLI cannot steer a running turn (panto run reads no input while it runs)", file=sys.stderr)
+            return SKIP
+        elif flag == "--after-resume":
+            print("the CLI cannot hold a tool's answer until a resume", file=sys.stderr)
+            return SKIP
         elif flag == "--answer":
             name, delay, is_error, output = argv[i + 1 : i + 5]
             answers[name] = (int(delay), is_error == "true", output)
@@ -64,7 +83,7 @@ def main() -> int:
             sys.exit(f"cli_runner: bad argument {flag}")
     assert config is not None and prompt is not None
 
-    cmd = [panto, "run", "--json"]
+    cmd = []  # the agent's flags, shared by `run` and `resume`
     flags = {
         "provider": "--provider",
         "model": "--model",
@@ -128,9 +147,18 @@ def main() -> int:
             temp_files.append(schema_file)
             cmd += ["--schema", schema_file]
         elif key == "tools":
+            if any(t.get("external") for t in value):
+                print("the CLI has no external tools (a --tools entry takes no \"external\")", file=sys.stderr)
+                return SKIP
+            approval = {bool(t.get("needs_approval")) for t in value}
+            if approval == {True, False}:
+                print("the CLI's --confirm asks for every tool, not some", file=sys.stderr)
+                return SKIP
+            if approval == {True}:
+                cmd.append("--confirm")
             fd, tools_file = tempfile.mkstemp(suffix=".json")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(value, f)
+                json.dump([{k: v for k, v in t.items() if k != "needs_approval"} for t in value], f)
             cmd += ["--tools", tools_file]
             for tool in value:
                 delay, is_error, output = answers.get(tool["name"], (-1, False, ""))
@@ -148,20 +176,38 @@ def main() -> int:
             print(f"no CLI flag for {key}", file=sys.stderr)
             return SKIP
     files_dir = tempfile.mkdtemp() if attachments else None
+    run = [panto, "run", "--json", *cmd]
     for name, data in attachments:
         path = os.path.join(files_dir, name)
         with open(path, "wb") as f:
             f.write(data)
-        cmd += ["-a", path]
-    cmd.append(prompt)
+        run += ["-a", path]
+    checkpoint_dir = tempfile.mkdtemp() if resume_answers is not None else None
+    if checkpoint_dir:
+        checkpoint = os.path.join(checkpoint_dir, "turn.json")
+        run += ["--checkpoint", checkpoint]
+    run.append(prompt)
     try:
         # The exit code tells the error class; the trace's error line says more.
-        subprocess.run(cmd, stdout=sys.stdout, stderr=sys.stderr)
+        subprocess.run(run, stdout=sys.stdout, stderr=sys.stderr)
+        if checkpoint_dir and os.path.exists(checkpoint):
+            print(json.dumps({"runner": "resume"}), flush=True)
+            resume = [panto, "resume", checkpoint, "--json", *cmd]
+            for call_id, a in resume_answers.items():
+                if a.get("approve") is True:
+                    resume += ["--approve", call_id]
+                elif "reject" in a:
+                    resume += ["--reject", f"{call_id}={a['reject']}"]
+                else:
+                    resume += ["--result", f"{call_id}={a['output']}"]
+            subprocess.run(resume, stdout=sys.stdout, stderr=sys.stderr)
     finally:
         if tools_file:
             os.unlink(tools_file)
         if files_dir:
             shutil.rmtree(files_dir)
+        if checkpoint_dir:
+            shutil.rmtree(checkpoint_dir)
         for path in temp_files:
             os.unlink(path)
     return 0

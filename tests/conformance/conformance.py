@@ -104,7 +104,8 @@ def runner_args(client: dict, url: str) -> List[str]:
     tools = client.get("tools", [])
     if tools:
         config["tools"] = [
-            {k: t[k] for k in ("name", "description", "parameters") if k in t} for t in tools
+            {k: t[k] for k in ("name", "description", "parameters", "needs_approval", "external") if k in t}
+            for t in tools
         ]
     args = ["--config", json.dumps(config, ensure_ascii=False)]
     if "input" in client:  # text and attachments, in the input form
@@ -113,8 +114,22 @@ def runner_args(client: dict, url: str) -> List[str]:
         args += ["--prompt", client["prompt"]]
     if "cancel_after" in client:
         args += ["--cancel-after", str(client["cancel_after"])]
+    if "resume" in client:  # checkpoint, then resume in a new agent with these answers
+        resume = client["resume"]
+        args += [
+            "--resume",
+            str(resume.get("after", "end")),
+            json.dumps(resume.get("answers", {}), ensure_ascii=False),
+        ]
+    if "steer" in client:  # steer while the named host tool runs
+        args += ["--steer-during", client["steer"]["during"], client["steer"]["text"]]
+    for t in tools:
+        if t.get("after_resume"):  # not answered before the resume
+            args += ["--after-resume", t["name"]]
     for t in tools:
         answer = t.get("answer")
+        if t.get("external"):  # never run by panto: its result comes with the resume
+            continue
         if answer is None:
             args += ["--answer", t["name"], "-1", "false", ""]
         elif "parts" in answer:  # text and images, in the input form

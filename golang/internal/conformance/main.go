@@ -7,11 +7,20 @@
 //
 //	conformance --config JSON (--prompt TEXT | --input PARTS) [--cancel-after K]
 //	  [--answer NAME DELAY_MS IS_ERROR OUTPUT | --answer-parts NAME DELAY_MS IS_ERROR PARTS]...
+//	  [--resume (end | K) ANSWERS] [--after-resume NAME]... [--steer-during NAME TEXT]
 //
 // Tools with an answer get a Func (a PartsFunc for --answer-parts), so the binding runs
 // them itself (in goroutines) and turns a returned error into an error result; a tool
 // never answered has neither. PARTS is the input form's JSON, made into panto.Part values
 // with the package's constructors (parts.go), so a constructor that lost a part fails.
+//
+// With --resume, the runner takes Stream.Checkpoint when the turn ends, or right after
+// event K (then cancels that turn and prints no more of it), prints {"runner":"resume"},
+// and continues the checkpoint with Agent.Resume on a new agent of the same
+// configuration, ANSWERS (by call id) made into panto.Answers with Approve, Reject and
+// Result. In the first turn, a tool named by --after-resume gets a Func that waits for
+// its context (it is answered only after the resume), and the Func of the tool named by
+// --steer-during calls Stream.Steer before it returns.
 package main
 
 import (
@@ -20,7 +29,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/panto/panto/panto"
@@ -87,15 +98,45 @@ func parseParts(text string) ([]panto.Part, error) {
 
 func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 
+// firstTurn is what the first turn does besides answering tools: the tools it holds
+// until the resume, and the steering one tool's Func sends (once) before it returns.
+type firstTurn struct {
+	held      map[string]bool
+	steerTool string
+	steerText string
+	once      sync.Once
+	stream    chan *panto.Stream // the first turn's stream, once started
+}
+
+// steer sends the steering message, the first time tool name runs.
+func (f *firstTurn) steer(name string) {
+	if f == nil || f.steerTool == "" || name != f.steerTool {
+		return
+	}
+	f.once.Do(func() {
+		s := <-f.stream
+		if err := s.Steer(f.steerText); err != nil {
+			fmt.Fprintln(os.Stderr, "conformance: steer:", err)
+		}
+	})
+}
+
 // buildConfig reads the configuration JSON with panto.Config's own UnmarshalJSON (an
-// unknown key fails loudly) and gives each answered tool a Func.
-func buildConfig(text string, answers map[string]answer) (panto.Config, error) {
+// unknown key fails loudly) and gives each answered tool a Func. For the first turn of a
+// resumed scenario (first non-nil), a held tool's Func waits for its context instead.
+func buildConfig(text string, answers map[string]answer, first *firstTurn) (panto.Config, error) {
 	var cfg panto.Config
 	if err := json.Unmarshal([]byte(text), &cfg); err != nil {
 		return panto.Config{}, fmt.Errorf("--config: %w", err)
 	}
 	for i, t := range cfg.Tools {
-		if a, ok := answers[t.Name]; ok && !a.never && a.parts != nil {
+		name := t.Name
+		if a, ok := answers[name]; ok && first != nil && first.held[name] {
+			cfg.Tools[i].Func = func(ctx context.Context, _ json.RawMessage) (string, error) {
+				<-ctx.Done()
+				return "", ctx.Err()
+			}
+		} else if ok && !a.never && a.parts != nil {
 			cfg.Tools[i].PartsFunc = func(ctx context.Context, _ json.RawMessage) ([]panto.Part, error) {
 				if a.delay > 0 {
 					select {
@@ -104,10 +145,12 @@ func buildConfig(text string, answers map[string]answer) (panto.Config, error) {
 						return nil, ctx.Err()
 					}
 				}
+				first.steer(name)
 				return a.parts, nil
 			}
 		} else if ok && !a.never {
 			cfg.Tools[i].Func = func(ctx context.Context, _ json.RawMessage) (string, error) {
+				first.steer(name)
 				if a.delay > 0 {
 					select {
 					case <-time.After(a.delay):
@@ -164,11 +207,85 @@ func printJSON(v any) {
 	os.Stdout.Write(append(out, '\n'))
 }
 
+// parseAnswers makes panto.Answers of the answers JSON, by call id: {"approve": true},
+// {"reject": REASON} or {"output": TEXT, "is_error"?: BOOL}.
+func parseAnswers(text string) (panto.Answers, error) {
+	var raw map[string]struct {
+		Approve *bool   `json:"approve"`
+		Reject  *string `json:"reject"`
+		Output  *string `json:"output"`
+		IsError bool    `json:"is_error"`
+	}
+	var answers panto.Answers
+	if err := json.Unmarshal([]byte(text), &raw); err != nil {
+		return answers, err
+	}
+	ids := make([]string, 0, len(raw))
+	for id := range raw {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		a := raw[id]
+		switch {
+		case a.Approve != nil && *a.Approve:
+			answers = answers.Approve(id)
+		case a.Reject != nil:
+			answers = answers.Reject(id, *a.Reject)
+		case a.Output != nil:
+			answers = answers.Result(id, *a.Output, a.IsError)
+		default:
+			return answers, fmt.Errorf("answer to %s: none of approve, reject, output", id)
+		}
+	}
+	return answers, nil
+}
+
+// play prints the stream's events until it ends. With stopAfter >= 0 it takes the
+// checkpoint right after event stopAfter and cancels the turn (the rest of it is never
+// seen, as if its process died); with atEnd, it takes it when the turn has ended. The
+// checkpoint is nil otherwise.
+func play(s *panto.Stream, cancelAfter, stopAfter int, atEnd bool) panto.Checkpoint {
+	defer s.Close()
+	for index := 0; ; index++ {
+		ev, err := s.Next()
+		if errors.Is(err, panto.ErrDone) {
+			break
+		}
+		if err != nil {
+			printError(err)
+			break
+		}
+		printJSON(eventTrace(ev))
+		if index == stopAfter {
+			cp, err := s.Checkpoint()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "conformance: checkpoint:", err)
+			}
+			s.Cancel()
+			return cp
+		}
+		if index == cancelAfter {
+			s.Cancel()
+		}
+	}
+	if atEnd {
+		cp, err := s.Checkpoint()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conformance: checkpoint:", err)
+		}
+		return cp
+	}
+	return nil
+}
+
 func main() {
 	var configText, prompt string
 	var input []panto.Part
 	cancelAfter := -1
 	answers := map[string]answer{}
+	first := &firstTurn{held: map[string]bool{}, stream: make(chan *panto.Stream, 1)}
+	resumeAt, resumeAnswers := "", ""
 	args := os.Args[1:]
 	for i := 0; i < len(args); i++ {
 		switch {
@@ -207,12 +324,27 @@ func main() {
 			}
 			answers[args[i+1]] = answer{delay: ms(int64(delay)), never: delay < 0, isError: args[i+3] == "true", output: args[i+4]}
 			i += 4
+		case args[i] == "--resume" && i+2 < len(args):
+			resumeAt, resumeAnswers, i = args[i+1], args[i+2], i+2
+		case args[i] == "--after-resume" && i+1 < len(args):
+			first.held[args[i+1]], i = true, i+1
+		case args[i] == "--steer-during" && i+2 < len(args):
+			first.steerTool, first.steerText, i = args[i+1], args[i+2], i+2
 		default:
 			fmt.Fprintln(os.Stderr, "conformance: bad argument", args[i])
 			os.Exit(2)
 		}
 	}
-	cfg, err := buildConfig(configText, answers)
+	stopAfter := -1
+	if resumeAt != "" && resumeAt != "end" {
+		n, err := strconv.Atoi(resumeAt)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conformance: bad --resume")
+			os.Exit(2)
+		}
+		stopAfter = n
+	}
+	cfg, err := buildConfig(configText, answers, first)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(2)
@@ -233,19 +365,32 @@ func main() {
 		printError(err)
 		return
 	}
-	defer s.Close()
-	for index := 0; ; index++ {
-		ev, err := s.Next()
-		if errors.Is(err, panto.ErrDone) {
-			return
-		}
-		if err != nil {
-			printError(err)
-			return
-		}
-		printJSON(eventTrace(ev))
-		if index == cancelAfter {
-			s.Cancel()
-		}
+	first.stream <- s
+	cp := play(s, cancelAfter, stopAfter, resumeAt == "end")
+	if cp == nil {
+		return
 	}
+	fmt.Println(`{"runner":"resume"}`)
+	cfg, err = buildConfig(configText, answers, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(2)
+	}
+	resumed, err := panto.NewAgent(cfg)
+	if err != nil {
+		printError(err)
+		return
+	}
+	defer resumed.Close()
+	ans, err := parseAnswers(resumeAnswers)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance: bad --resume ANSWERS:", err)
+		os.Exit(2)
+	}
+	rs, err := resumed.Resume(context.Background(), cp, ans)
+	if err != nil {
+		printError(err)
+		return
+	}
+	play(rs, -1, -1, false)
 }
