@@ -1,6 +1,7 @@
 /* Test harness for the C ABI tests: checks, the scripted provider server
  * (panto-testserver, a subprocess), a minimal HTTP client for its control endpoints,
- * and waiting for a condition with a deadline. */
+ * waiting for a condition with a deadline, the test suites, and what most tests start
+ * from (a Turn: a server, an agent and a stream). */
 #ifndef PANTO_TEST_HARNESS_H
 #define PANTO_TEST_HARNESS_H
 
