@@ -23,6 +23,7 @@ extern char **environ;
 int test_failed;
 const char *server_bin;
 const char *scenario_dir;
+const char *demo_scenario;
 
 int64_t now_ms(void) {
   struct timespec ts;
@@ -313,3 +314,102 @@ void reset_server_stop(ResetServer *s) {
   close(s->stop_pipe[0]);
   close(s->stop_pipe[1]);
 }
+
+char *scenario(const char *name) {
+  static char path[4096];
+  snprintf(path, sizeof path, "%s/%s", scenario_dir, name);
+  return path;
+}
+
+char *shared_scenario(const char *name) {
+  static char path[4096];
+  const char *slash = strrchr(demo_scenario, '/');
+  int dir = slash ? (int)(slash - demo_scenario) : 1;
+  snprintf(path, sizeof path, "%.*s/%s", dir, slash ? demo_scenario : ".", name);
+  return path;
+}
+
+PantoAgent *new_agent(const TestServer *s, const char *key, const char *extra) {
+  char cfg[2048];
+  config_for(s, key, extra, cfg, sizeof cfg);
+  PantoAgent *agent = NULL;
+  PantoError *err = NULL;
+  if (panto_agent_new(cfg, strlen(cfg), &agent, &err) != PANTO_OK) {
+    PantoStr m = panto_error_message(err);
+    fprintf(stderr, "panto_agent_new: %.*s\n", (int)m.len, m.ptr);
+    panto_error_free(err);
+    return NULL;
+  }
+  return agent;
+}
+
+PantoStream *start_stream(PantoAgent *agent, const char *input) {
+  PantoStream *stream = NULL;
+  PantoError *err = NULL;
+  if (panto_agent_stream(agent, input, strlen(input), &stream, &err) != PANTO_OK) {
+    PantoStr m = panto_error_message(err);
+    fprintf(stderr, "panto_agent_stream: %.*s\n", (int)m.len, m.ptr);
+    panto_error_free(err);
+    return NULL;
+  }
+  return stream;
+}
+
+PantoStatus drain(PantoStream *stream, PantoUsage *usage) {
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
+    if (ev.kind == PANTO_EV_TOOL_CALL_START) {
+      PantoToolCallStart *t = &ev.payload.tool_call_start;
+      const char *out = "sunny";
+      if (panto_stream_submit_tool_result(stream, t->call_id.ptr, t->call_id.len, out,
+                                          strlen(out), false, NULL) != PANTO_OK)
+        return PANTO_ERROR;
+    }
+    if (ev.kind == PANTO_EV_MESSAGE_COMPLETE && usage) *usage = ev.payload.message_complete.usage;
+  }
+  return st;
+}
+
+int start_agent(Turn *t, const char *scenario, const char *key, const char *extra) {
+  memset(t, 0, sizeof *t);
+  if (server_start(&t->srv, scenario) != 0) return -1;
+  t->agent = new_agent(&t->srv, key, extra);
+  return t->agent != NULL ? 0 : -1;
+}
+
+int start_turn(Turn *t, const char *scenario, const char *key, const char *extra,
+               const char *prompt) {
+  if (start_agent(t, scenario, key, extra) != 0) return -1;
+  t->stream = start_stream(t->agent, prompt);
+  return t->stream != NULL ? 0 : -1;
+}
+
+void end_turn(Turn *t) {
+  panto_stream_free(t->stream);
+  t->stream = NULL;
+  panto_agent_free(t->agent);
+  t->agent = NULL;
+  server_stop(&t->srv);
+}
+
+pid_t wait_child(pid_t pid, int *status, int64_t timeout_ms) {
+  int64_t deadline = now_ms() + timeout_ms;
+  pid_t got;
+  while ((got = waitpid(pid, status, WNOHANG)) == 0 && now_ms() < deadline) {
+    struct timespec ms = {0, 5000000};
+    nanosleep(&ms, NULL);
+  }
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+  }
+  return got;
+}
+
+bool stat_is(void *stat_wait) {
+  StatWait *w = stat_wait;
+  return server_stat(w->srv, w->field) == w->want;
+}
+
+bool no_client_connection(void *srv) { return server_client_connections(srv) == 0; }

@@ -1,6 +1,7 @@
 /* Test harness for the C ABI tests: checks, the scripted provider server
  * (panto-testserver, a subprocess), a minimal HTTP client for its control endpoints,
- * and waiting for a condition with a deadline. */
+ * waiting for a condition with a deadline, the test suites, and what most tests start
+ * from (a Turn: a server, an agent and a stream). */
 #ifndef PANTO_TEST_HARNESS_H
 #define PANTO_TEST_HARNESS_H
 
@@ -51,7 +52,7 @@ extern const char *scenario_dir;
 
 /* Starts the server on port 0 with `scenario` (a path). Returns 0 on success. */
 int server_start(TestServer *s, const char *scenario);
-/* Stops it and waits for it to exit. */
+/* Stops it and waits for it to exit; nothing for a zeroed, failed or stopped server. */
 void server_stop(TestServer *s);
 /* POST (or GET) a control endpoint; returns the HTTP status, body into `body`. */
 int server_request(const TestServer *s, const char *method, const char *path, char *body,
@@ -97,15 +98,76 @@ char thread_state(pid_t tid);
  * ppoll. */
 bool blocked_in_poll(pid_t tid);
 
-/* A named test; each test file lists its own (test_capi.c's main runs them all). */
+/* A named test. Each test file lists its own in a suite (a file's test functions are
+ * static, so one missing from its list fails the build: -Werror=unused-function);
+ * test_capi.c's main runs every suite. */
 typedef struct TestCase {
   const char *name;
   void (*run)(void);
 } TestCase;
-/* test_durable.c: durable turns (ABI 1.3); it reads demo-weather.json's path. */
-extern const TestCase DURABLE_TESTS[];
-extern const size_t DURABLE_TESTS_COUNT;
-extern const char *durable_demo_scenario;
+typedef struct TestSuite {
+  const char *file;
+  const TestCase *tests;
+  size_t count;
+} TestSuite;
+extern const TestSuite TURN_TESTS;         /* test_turn.c: a turn, its events, their JSON */
+extern const TestSuite ERROR_TESTS;        /* test_errors.c: errors, misuse, limits */
+extern const TestSuite THREAD_TESTS;       /* test_threads.c: cancel, free, consumers */
+extern const TestSuite CONVERSATION_TESTS; /* test_conversation.c: reasoning, compaction */
+extern const TestSuite ATTACHMENT_TESTS;   /* test_attachments.c: images in and out */
+extern const TestSuite MCP_TESTS;          /* test_mcp.c: MCP servers from the config */
+extern const TestSuite FORK_TESTS;         /* test_fork.c: the pre-fork server pattern */
+extern const TestSuite READINESS_TESTS;    /* test_readiness.c: descriptors, ready sets */
+extern const TestSuite DURABLE_TESTS;      /* test_durable.c: durable turns (ABI 1.3) */
+
+/* ---- What a test starts from ------------------------------------------------------ */
+
+/* The scenarios named on the command line: SCENARIO_DIR/`name` (the C tests' own), and
+ * `name` beside DEMO_SCENARIO (tests/server/scenarios, shared with the other languages).
+ * Each returns a static buffer, valid until its next call. */
+extern const char *demo_scenario;
+char *scenario(const char *name);
+char *shared_scenario(const char *name);
+
+/* An agent for `s` (config_for(s, key, extra)), or NULL after printing why. */
+PantoAgent *new_agent(const TestServer *s, const char *key, const char *extra);
+/* A stream of `input` on `agent` (panto_agent_stream), or NULL after printing why. */
+PantoStream *start_stream(PantoAgent *agent, const char *input);
+/* Drains a turn to its end, answering every host tool call "sunny". Returns the last
+ * status (PANTO_DONE when the turn completed); message_complete's usage into *usage. */
+PantoStatus drain(PantoStream *stream, PantoUsage *usage);
+
+/* A server running a scenario, an agent configured for it and a stream: what most tests
+ * start from. end_turn frees whichever of them was made, so a test that fails half-way
+ * (or whose start failed) jumps to `out:` and calls it. */
+typedef struct Turn {
+  TestServer srv;
+  PantoAgent *agent;
+  PantoStream *stream; /* NULL after start_agent */
+} Turn;
+/* Starts a server with `scenario` and makes an agent for it (new_agent(key, extra)).
+ * 0 on success; else -1, having said why on stderr. */
+int start_agent(Turn *t, const char *scenario, const char *key, const char *extra);
+/* start_agent, then starts a stream of `prompt`. 0 on success, else -1. */
+int start_turn(Turn *t, const char *scenario, const char *key, const char *extra,
+               const char *prompt);
+/* Frees the stream, then the agent, then stops the server. Safe after a failed start,
+ * twice, and on a zeroed Turn (`Turn t = {0}`: one a test may leave unstarted). */
+void end_turn(Turn *t);
+
+/* Waits up to `timeout_ms` for child `pid` to exit (its status into *status); a child
+ * still running then is killed. Returns waitpid's answer: pid if it exited in time. */
+pid_t wait_child(pid_t pid, int *status, int64_t timeout_ms);
+
+/* Statistic `field` of the server (GET /_panto/stats) equals `want`: for wait_until. */
+typedef struct StatWait {
+  const TestServer *srv;
+  const char *field;
+  long want;
+} StatWait;
+bool stat_is(void *stat_wait);
+/* No connection from panto to the server (a TestServer *) is left open. */
+bool no_client_connection(void *srv);
 
 /* PantoStr helpers. */
 bool str_eq(PantoStr s, const char *want);

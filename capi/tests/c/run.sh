@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the C tests (capi/tests/c) with the system compiler against the shared
-# libpanto.so (linked by capi/tools/link-shared.sh, symbol versions included) and runs:
+# Builds the C tests (capi/tests/c: every test_*.c, one subject each, and harness.c,
+# into one program, test_capi) with the system compiler against the shared libpanto.so
+# (linked by capi/tools/link-shared.sh, symbol versions included) and runs:
 #
 #   1. a compile check: the header, PANTO_EVENT_INIT included, as C++98 (the oldest
 #      C++ it supports) with -Wall -Wextra -Werror -pedantic;
@@ -52,15 +53,28 @@ build_tests() {
   ln -sf "$lib" "$out/lib/libpanto.so.$major"
   ln -sf "libpanto.so.$major" "$out/lib/libpanto.so"
   "$cc" -std=c11 -Wall -Wextra -Werror -g -O1 -pthread "$@" -I capi/include \
-    capi/tests/c/test_capi.c capi/tests/c/test_durable.c capi/tests/c/harness.c \
+    capi/tests/c/test_*.c capi/tests/c/harness.c \
     -L "$out/lib" -lpanto -Wl,-rpath,"$out/lib" -o "$out/$name"
 }
 args=("$target/debug/panto-testserver" capi/tests/scenarios
       tests/server/scenarios/demo-weather.json "$@")
+# test_capi refuses a name no test has, in PANTO_C_SKIP or as TEST_NAME: a test renamed
+# without these lists fails the run instead of running where it must not, or nowhere.
 slow=server_reset_while_writing_is_no_sigpipe
 forks=fork,ready_set_fork
 
 build_tests debug test_capi
+# Every test is run. A file's test functions are static: one its TESTS table leaves out
+# fails the build (-Werror=unused-function). A file's suite left out of test_capi.c's
+# SUITES would not, so the program must list as many tests as the files define.
+defined=$(cat capi/tests/c/test_*.c | grep -c '^static void test_[a-z0-9_]*(void) {$')
+registered=$("$target/capi-c/debug/test_capi" --list | wc -l)
+if [ "$defined" -ne "$registered" ]; then
+  echo "capi/tests/c: $defined test functions, $registered tests registered" \
+    "(is a suite missing from SUITES in test_capi.c?)" >&2
+  exit 1
+fi
+echo "$registered tests registered, as many as defined: OK"
 if [ -n "${PANTO_NO_VALGRIND:-}" ]; then
   exec "$target/capi-c/debug/test_capi" "${args[@]}"
 fi

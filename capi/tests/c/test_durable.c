@@ -3,8 +3,8 @@
  * during a host-tool call, undelivered steering, and hostile checkpoints. Against the
  * shared scenario demo-weather.json (a call weather({"city":"Paris"}) as call_1, then —
  * once a request carries call_1's result — a text answer), so a request the checkpoint
- * already answered would find the scenario exhausted. Linked into test_capi (its TESTS
- * table lists DURABLE_TESTS). durable_docs_example runs docs/durable-turns.md's C example. */
+ * already answered would find the scenario exhausted. Linked into test_capi (its main
+ * runs DURABLE_TESTS). durable_docs_example runs docs/durable-turns.md's C example. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -14,25 +14,12 @@
 #include "harness.h"
 #include "panto.h"
 
-const char *durable_demo_scenario; /* set by test_capi's main: demo-weather.json */
-
 #define TOOL_WEATHER(flags)                                                              \
   ",\"retry\":{\"max_retries\":0},\"tools\":[{\"name\":\"weather\",\"parameters\":"   \
   "{\"type\":\"object\"}" flags "}]"
 
-static PantoAgent *agent_with(const TestServer *srv, const char *extra) {
-  char cfg[2048];
-  config_for(srv, "sk-durable", extra, cfg, sizeof cfg);
-  PantoAgent *agent = NULL;
-  PantoError *err = NULL;
-  if (panto_agent_new(cfg, strlen(cfg), &agent, &err) != PANTO_OK) {
-    PantoStr m = panto_error_message(err);
-    fprintf(stderr, "panto_agent_new: %.*s\n", (int)m.len, m.ptr);
-    panto_error_free(err);
-    return NULL;
-  }
-  return agent;
-}
+/* The agents' API key: a checkpoint must not contain it. */
+#define KEY "sk-durable"
 
 /* What a drained stream showed. */
 typedef struct Seen {
@@ -154,17 +141,10 @@ static Seen first_turn(PantoAgent *agent, const char *options, char **checkpoint
  * approved on resume, it arrives as a host call and the turn completes, the first
  * response never requested again. */
 static void test_durable_approve(void) {
-  TestServer srv;
-  PantoAgent *agent = NULL;
-  PantoStream *stream = NULL;
+  Turn turn;
   char *cp = NULL;
-  if (server_start(&srv, durable_demo_scenario) != 0) {
-    test_failed = 1;
-    return;
-  }
-  agent = agent_with(&srv, TOOL_WEATHER(",\"needs_approval\":true"));
-  CHECK(agent != NULL);
-  Seen first = first_turn(agent, NULL, &cp);
+  CHECK(start_agent(&turn, demo_scenario, KEY, TOOL_WEATHER(",\"needs_approval\":true")) == 0);
+  Seen first = first_turn(turn.agent, NULL, &cp);
   CHECK(first.status == PANTO_DONE);
   CHECKF(strcmp(first.stop_reason, "deferred") == 0, "%s", first.stop_reason);
   CHECK(first.host_calls == 0); /* not run before approval */
@@ -173,12 +153,12 @@ static void test_durable_approve(void) {
              strstr(first.deferred, "\"city\":\"Paris\""),
          "%s", first.deferred);
   CHECK(cp != NULL && strstr(cp, "\"panto_checkpoint\":1") != NULL);
-  CHECK(strstr(cp, "sk-durable") == NULL); /* no secret in a checkpoint */
-  CHECK(chat_requests(&srv, NULL, NULL) == 1);
+  CHECK(strstr(cp, KEY) == NULL); /* no secret in a checkpoint */
+  CHECK(chat_requests(&turn.srv, NULL, NULL) == 1);
 
-  stream = resume(agent, cp, "{\"call_1\":{\"approve\":true}}", NULL);
-  CHECK(stream != NULL);
-  Seen done = drain_stream(stream, true, NULL, NULL);
+  turn.stream = resume(turn.agent, cp, "{\"call_1\":{\"approve\":true}}", NULL);
+  CHECK(turn.stream != NULL);
+  Seen done = drain_stream(turn.stream, true, NULL, NULL);
   CHECK(done.status == PANTO_DONE);
   CHECK(done.host_calls == 1);
   CHECKF(strcmp(done.stop_reason, "end_turn") == 0, "%s", done.stop_reason);
@@ -187,51 +167,38 @@ static void test_durable_approve(void) {
   CHECK(done.messages == 2);             /* the whole turn */
   CHECK(done.input_tokens == 61 + 92);   /* usage of every step */
   bool answered = false;
-  CHECK(chat_requests(&srv, "sunny", &answered) == 2 && answered);
+  CHECK(chat_requests(&turn.srv, "sunny", &answered) == 2 && answered);
 out:
   free(cp);
-  panto_stream_free(stream);
-  panto_agent_free(agent);
-  server_stop(&srv);
+  end_turn(&turn);
 }
 
 /* Rejected on resume, the call does not run: the model reads an error result with the
  * reason. */
 static void test_durable_reject(void) {
-  TestServer srv;
-  PantoAgent *agent = NULL;
-  PantoStream *stream = NULL;
+  Turn turn;
   char *cp = NULL;
-  if (server_start(&srv, durable_demo_scenario) != 0) {
-    test_failed = 1;
-    return;
-  }
-  agent = agent_with(&srv, TOOL_WEATHER(",\"needs_approval\":true"));
-  CHECK(agent != NULL);
-  Seen first = first_turn(agent, NULL, &cp);
+  CHECK(start_agent(&turn, demo_scenario, KEY, TOOL_WEATHER(",\"needs_approval\":true")) == 0);
+  Seen first = first_turn(turn.agent, NULL, &cp);
   CHECK(first.status == PANTO_DONE && strcmp(first.stop_reason, "deferred") == 0 && cp);
-  stream = resume(agent, cp, "{\"call_1\":{\"reject\":\"not on weekends\"}}", NULL);
-  CHECK(stream != NULL);
-  Seen done = drain_stream(stream, true, NULL, NULL);
+  turn.stream = resume(turn.agent, cp, "{\"call_1\":{\"reject\":\"not on weekends\"}}", NULL);
+  CHECK(turn.stream != NULL);
+  Seen done = drain_stream(turn.stream, true, NULL, NULL);
   CHECK(done.status == PANTO_DONE);
   CHECK(done.host_calls == 0);
   CHECK(strcmp(done.stop_reason, "end_turn") == 0);
   /* The next request carries the rejection as call_1's error result. */
   bool sent = false;
-  CHECK(chat_requests(&srv, "not on weekends", &sent) == 2 && sent);
+  CHECK(chat_requests(&turn.srv, "not on weekends", &sent) == 2 && sent);
 out:
   free(cp);
-  panto_stream_free(stream);
-  panto_agent_free(agent);
-  server_stop(&srv);
+  end_turn(&turn);
 }
 
 /* An external tool's result is given on resume (and is what the model reads); so is a
  * call the defer_tools option deferred. */
 static void test_durable_external_and_defer_tools(void) {
-  TestServer srv;
-  PantoAgent *agent = NULL;
-  PantoStream *stream = NULL;
+  Turn turn;
   char *cp = NULL;
   PantoError *err = NULL;
   const char *variants[][3] = {
@@ -239,46 +206,35 @@ static void test_durable_external_and_defer_tools(void) {
       {TOOL_WEATHER(""), "{\"defer_tools\":true}", "deferred"},
   };
   for (size_t i = 0; i < 2; i++) {
-    if (server_start(&srv, durable_demo_scenario) != 0) {
-      test_failed = 1;
-      return;
-    }
-    agent = agent_with(&srv, variants[i][0]);
-    CHECK(agent != NULL);
-    Seen first = first_turn(agent, variants[i][1], &cp);
+    CHECK(start_agent(&turn, demo_scenario, KEY, variants[i][0]) == 0);
+    Seen first = first_turn(turn.agent, variants[i][1], &cp);
     CHECK(first.status == PANTO_DONE && strcmp(first.stop_reason, "deferred") == 0 && cp);
     char reason[64];
     snprintf(reason, sizeof reason, "\"reason\":\"%s\"", variants[i][2]);
     CHECKF(strstr(first.deferred, reason) != NULL, "%s", first.deferred);
     CHECK(first.host_calls == 0);
     /* An answer for a call that is not deferred is a config error, nothing started. */
-    CHECK(resume(agent, cp, "{\"call_9\":{\"output\":\"x\"}}", &err) == NULL);
+    CHECK(resume(turn.agent, cp, "{\"call_9\":{\"output\":\"x\"}}", &err) == NULL);
     CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
     panto_error_free(err);
     err = NULL;
-    stream = resume(agent, cp, "{\"call_1\":{\"output\":\"drizzle, 12C\"}}", NULL);
-    CHECK(stream != NULL);
-    Seen done = drain_stream(stream, true, NULL, NULL);
+    turn.stream = resume(turn.agent, cp, "{\"call_1\":{\"output\":\"drizzle, 12C\"}}", NULL);
+    CHECK(turn.stream != NULL);
+    Seen done = drain_stream(turn.stream, true, NULL, NULL);
     CHECKF(done.status == PANTO_DONE && strcmp(done.stop_reason, "end_turn") == 0, "%s",
            done.stop_reason);
     CHECK(done.host_calls == 0);
     bool sent = false;
-    CHECK(chat_requests(&srv, "drizzle, 12C", &sent) == 2 && sent);
+    CHECK(chat_requests(&turn.srv, "drizzle, 12C", &sent) == 2 && sent);
     free(cp);
     cp = NULL;
-    panto_stream_free(stream);
-    stream = NULL;
-    panto_agent_free(agent);
-    agent = NULL;
-    server_stop(&srv);
+    end_turn(&turn);
   }
   return;
 out:
   panto_error_free(err);
   free(cp);
-  panto_stream_free(stream);
-  panto_agent_free(agent);
-  server_stop(&srv);
+  end_turn(&turn);
 }
 
 /* A checkpoint taken when the host call starts (the first response complete), the
@@ -291,41 +247,35 @@ static void save_checkpoint(PantoStream *stream, void *arg) {
 }
 
 static void test_durable_resume_in_new_agent(void) {
-  TestServer srv;
-  PantoAgent *agent = NULL, *again = NULL;
-  PantoStream *stream = NULL;
+  Turn turn;
+  PantoAgent *again = NULL;
   char *cp = NULL;
   PantoString history = {NULL, 0};
-  if (server_start(&srv, durable_demo_scenario) != 0) {
-    test_failed = 1;
-    return;
-  }
-  agent = agent_with(&srv, TOOL_WEATHER(""));
-  CHECK(agent != NULL);
+  CHECK(start_agent(&turn, demo_scenario, KEY, TOOL_WEATHER("")) == 0);
   const char *in = "Weather in Paris?";
-  CHECK(panto_agent_stream(agent, in, strlen(in), &stream, NULL) == PANTO_OK);
+  CHECK(panto_agent_stream(turn.agent, in, strlen(in), &turn.stream, NULL) == PANTO_OK);
   PantoEvent ev = PANTO_EVENT_INIT;
-  while (cp == NULL && panto_next_event(stream, &ev) == PANTO_EVENT)
-    if (ev.kind == PANTO_EV_TOOL_CALL_START) save_checkpoint(stream, &cp);
+  while (cp == NULL && panto_next_event(turn.stream, &ev) == PANTO_EVENT)
+    if (ev.kind == PANTO_EV_TOOL_CALL_START) save_checkpoint(turn.stream, &cp);
   CHECK(cp != NULL);
   CHECK(strstr(cp, "call_1") != NULL);
-  panto_stream_free(stream); /* the process "dies": nothing answered */
-  stream = NULL;
-  panto_agent_free(agent);
-  agent = NULL;
-  CHECK(chat_requests(&srv, NULL, NULL) == 1);
+  panto_stream_free(turn.stream); /* the process "dies": nothing answered */
+  turn.stream = NULL;
+  panto_agent_free(turn.agent);
+  turn.agent = NULL;
+  CHECK(chat_requests(&turn.srv, NULL, NULL) == 1);
 
-  again = agent_with(&srv, TOOL_WEATHER(""));
+  again = new_agent(&turn.srv, KEY, TOOL_WEATHER(""));
   CHECK(again != NULL);
-  stream = resume(again, cp, NULL, NULL);
-  CHECK(stream != NULL);
-  Seen done = drain_stream(stream, true, NULL, NULL);
+  turn.stream = resume(again, cp, NULL, NULL);
+  CHECK(turn.stream != NULL);
+  Seen done = drain_stream(turn.stream, true, NULL, NULL);
   CHECK(done.status == PANTO_DONE);
   CHECK(done.host_calls == 1); /* the call with no result runs again */
   CHECK(done.message_starts == 1);
   CHECK(strcmp(done.text, "It is 18°C and sunny in Paris.") == 0);
   CHECK(done.messages == 2 && done.input_tokens == 61 + 92);
-  CHECK(chat_requests(&srv, NULL, NULL) == 2); /* no repeated request */
+  CHECK(chat_requests(&turn.srv, NULL, NULL) == 2); /* no repeated request */
   /* The history is the whole turn: user, assistant call, tool result, answer. */
   CHECK(panto_agent_save_history(again, &history, NULL) == PANTO_OK);
   CHECK(strstr(history.ptr, "Weather in Paris?") && strstr(history.ptr, "sunny") &&
@@ -333,10 +283,8 @@ static void test_durable_resume_in_new_agent(void) {
 out:
   panto_string_free(&history);
   free(cp);
-  panto_stream_free(stream);
-  panto_agent_free(agent);
   panto_agent_free(again);
-  server_stop(&srv);
+  end_turn(&turn);
 }
 
 /* Steering from another thread while a host call runs: delivered after the tool
@@ -365,45 +313,36 @@ static void steer_from_thread(PantoStream *stream, void *arg) {
 }
 
 static void test_durable_steer_during_host_tool(void) {
-  TestServer srv;
-  PantoAgent *agent = NULL;
-  PantoStream *stream = NULL;
+  Turn turn;
   PantoString left = {NULL, 0};
   PantoError *err = NULL;
-  if (server_start(&srv, durable_demo_scenario) != 0) {
-    test_failed = 1;
-    return;
-  }
-  agent = agent_with(&srv, TOOL_WEATHER(""));
-  CHECK(agent != NULL);
+  CHECK(start_agent(&turn, demo_scenario, KEY, TOOL_WEATHER("")) == 0);
   const char *in = "Weather in Paris?";
-  CHECK(panto_agent_stream(agent, in, strlen(in), &stream, NULL) == PANTO_OK);
+  CHECK(panto_agent_stream(turn.agent, in, strlen(in), &turn.stream, NULL) == PANTO_OK);
   Steer steer = {NULL, PANTO_ERROR, "", "[\"And in Rome?\"]"};
-  Seen done = drain_stream(stream, true, steer_from_thread, &steer);
+  Seen done = drain_stream(turn.stream, true, steer_from_thread, &steer);
   CHECK(steer.status == PANTO_OK);
   CHECK(done.status == PANTO_DONE);
   CHECK(done.steering == 1 && done.steering_before_2nd == 1);
   CHECKF(strcmp(done.steered_text, "And in Rome?") == 0, "%s", done.steered_text);
   bool carried = false;
-  CHECK(chat_requests(&srv, "And in Rome?", &carried) == 2 && carried);
+  CHECK(chat_requests(&turn.srv, "And in Rome?", &carried) == 2 && carried);
   /* The turn is over: steering fails, the input stays the caller's. */
-  CHECK(panto_stream_steer(stream, "late", 4, NULL, 0, &err) == PANTO_ERROR);
+  CHECK(panto_stream_steer(turn.stream, "late", 4, NULL, 0, &err) == PANTO_ERROR);
   CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
   panto_error_free(err);
   err = NULL;
   /* Text and input_json together, and bad JSON, are config errors too. */
-  CHECK(panto_stream_steer(stream, "x", 1, "\"y\"", 3, &err) == PANTO_ERROR);
+  CHECK(panto_stream_steer(turn.stream, "x", 1, "\"y\"", 3, &err) == PANTO_ERROR);
   CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
   panto_error_free(err);
   err = NULL;
-  CHECK(panto_stream_take_undelivered(stream, &left, NULL) == PANTO_OK);
+  CHECK(panto_stream_take_undelivered(turn.stream, &left, NULL) == PANTO_OK);
   CHECKF(strcmp(left.ptr, "[]") == 0, "%s", left.ptr);
 out:
   panto_string_free(&left);
   panto_error_free(err);
-  panto_stream_free(stream);
-  panto_agent_free(agent);
-  server_stop(&srv);
+  end_turn(&turn);
 }
 
 /* A message steered into a turn that is then cancelled is given back, once. */
@@ -414,51 +353,35 @@ static void steer_then_cancel(PantoStream *stream, void *arg) {
 }
 
 static void test_durable_undelivered_after_cancel(void) {
-  TestServer srv;
-  PantoAgent *agent = NULL;
-  PantoStream *stream = NULL;
+  Turn turn;
   PantoString left = {NULL, 0};
-  if (server_start(&srv, durable_demo_scenario) != 0) {
-    test_failed = 1;
-    return;
-  }
-  agent = agent_with(&srv, TOOL_WEATHER(""));
-  CHECK(agent != NULL);
+  CHECK(start_agent(&turn, demo_scenario, KEY, TOOL_WEATHER("")) == 0);
   const char *in = "Weather in Paris?";
-  CHECK(panto_agent_stream(agent, in, strlen(in), &stream, NULL) == PANTO_OK);
+  CHECK(panto_agent_stream(turn.agent, in, strlen(in), &turn.stream, NULL) == PANTO_OK);
   Steer steer = {NULL, PANTO_ERROR, "never mind", NULL};
-  Seen done = drain_stream(stream, false, steer_then_cancel, &steer);
+  Seen done = drain_stream(turn.stream, false, steer_then_cancel, &steer);
   CHECK(steer.status == PANTO_OK);
   CHECK(done.status == PANTO_ERROR && done.steering == 0);
-  CHECK(panto_stream_take_undelivered(stream, &left, NULL) == PANTO_OK);
+  CHECK(panto_stream_take_undelivered(turn.stream, &left, NULL) == PANTO_OK);
   CHECKF(strcmp(left.ptr, "[[{\"text\":\"never mind\",\"type\":\"text\"}]]") == 0, "%s",
          left.ptr);
   panto_string_free(&left);
-  CHECK(panto_stream_take_undelivered(stream, &left, NULL) == PANTO_OK);
+  CHECK(panto_stream_take_undelivered(turn.stream, &left, NULL) == PANTO_OK);
   CHECK(strcmp(left.ptr, "[]") == 0); /* given once */
 out:
   panto_string_free(&left);
-  panto_stream_free(stream);
-  panto_agent_free(agent);
-  server_stop(&srv);
+  end_turn(&turn);
 }
 
 /* Hostile checkpoints and answers are PANTO_ERR_CONFIG naming the problem, with nothing
  * started; so are the argument errors. */
 static void test_durable_hostile_checkpoints(void) {
-  TestServer srv;
-  PantoAgent *agent = NULL;
-  PantoStream *stream = NULL;
+  Turn turn;
   PantoError *err = NULL;
   char *cp = NULL;
   PantoString none = {NULL, 0};
-  if (server_start(&srv, durable_demo_scenario) != 0) {
-    test_failed = 1;
-    return;
-  }
-  agent = agent_with(&srv, TOOL_WEATHER(",\"needs_approval\":true"));
-  CHECK(agent != NULL);
-  Seen first = first_turn(agent, NULL, &cp);
+  CHECK(start_agent(&turn, demo_scenario, KEY, TOOL_WEATHER(",\"needs_approval\":true")) == 0);
+  Seen first = first_turn(turn.agent, NULL, &cp);
   CHECK(first.status == PANTO_DONE && cp != NULL);
   size_t half = strlen(cp) / 2;
   char truncated[4096];
@@ -482,8 +405,8 @@ static void test_durable_hostile_checkpoints(void) {
       {cp, "{\"call_1\":{\"output\":\"x\"}}", "call_1"}, /* a result for an approval */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    stream = resume(agent, cases[i].checkpoint, cases[i].answers, &err);
-    CHECKF(stream == NULL, "case %zu", i);
+    turn.stream = resume(turn.agent, cases[i].checkpoint, cases[i].answers, &err);
+    CHECKF(turn.stream == NULL, "case %zu", i);
     CHECKF(panto_error_kind(err) == PANTO_ERR_CONFIG, "case %zu: kind %u", i,
            panto_error_kind(err));
     PantoStr m = panto_error_message(err);
@@ -491,16 +414,16 @@ static void test_durable_hostile_checkpoints(void) {
     panto_error_free(err);
     err = NULL;
   }
-  CHECK(chat_requests(&srv, NULL, NULL) == 1); /* nothing was sent */
+  CHECK(chat_requests(&turn.srv, NULL, NULL) == 1); /* nothing was sent */
   /* Arguments: NULL checkpoint, agent, out; invalid UTF-8. */
-  CHECK(panto_agent_resume(agent, NULL, 0, NULL, 0, &stream, &err) == PANTO_ERROR);
+  CHECK(panto_agent_resume(turn.agent, NULL, 0, NULL, 0, &turn.stream, &err) == PANTO_ERROR);
   CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG);
   panto_error_free(err);
   err = NULL;
-  CHECK(panto_agent_resume(NULL, cp, strlen(cp), NULL, 0, &stream, NULL) == PANTO_ERROR);
-  CHECK(panto_agent_resume(agent, cp, strlen(cp), NULL, 0, NULL, NULL) == PANTO_ERROR);
-  CHECK(panto_agent_resume(agent, "\xff", 1, NULL, 0, &stream, &err) == PANTO_ERROR);
-  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG && stream == NULL);
+  CHECK(panto_agent_resume(NULL, cp, strlen(cp), NULL, 0, &turn.stream, NULL) == PANTO_ERROR);
+  CHECK(panto_agent_resume(turn.agent, cp, strlen(cp), NULL, 0, NULL, NULL) == PANTO_ERROR);
+  CHECK(panto_agent_resume(turn.agent, "\xff", 1, NULL, 0, &turn.stream, &err) == PANTO_ERROR);
+  CHECK(panto_error_kind(err) == PANTO_ERR_CONFIG && turn.stream == NULL);
   panto_error_free(err);
   err = NULL;
   CHECK(panto_stream_checkpoint(NULL, &none, &err) == PANTO_ERROR && none.ptr == NULL);
@@ -510,18 +433,17 @@ static void test_durable_hostile_checkpoints(void) {
   CHECK(panto_stream_steer(NULL, "x", 1, NULL, 0, NULL) == PANTO_ERROR);
   CHECK(panto_stream_take_undelivered(NULL, &none, NULL) == PANTO_ERROR);
   /* A tool can not be both external and need approval. */
-  CHECK(agent_with(&srv, TOOL_WEATHER(",\"needs_approval\":true,\"external\":true")) == NULL);
+  CHECK(new_agent(&turn.srv, KEY, TOOL_WEATHER(",\"needs_approval\":true,\"external\":true")) ==
+        NULL);
   /* The valid checkpoint still resumes after all that. */
-  stream = resume(agent, cp, "{\"call_1\":{\"approve\":true}}", NULL);
-  CHECK(stream != NULL);
-  Seen done = drain_stream(stream, true, NULL, NULL);
+  turn.stream = resume(turn.agent, cp, "{\"call_1\":{\"approve\":true}}", NULL);
+  CHECK(turn.stream != NULL);
+  Seen done = drain_stream(turn.stream, true, NULL, NULL);
   CHECK(done.status == PANTO_DONE && strcmp(done.stop_reason, "end_turn") == 0);
 out:
   panto_error_free(err);
   free(cp);
-  panto_stream_free(stream);
-  panto_agent_free(agent);
-  server_stop(&srv);
+  end_turn(&turn);
 }
 
 /* docs/durable-turns.md's C example, line for line (its body): a call of a tool that
@@ -564,27 +486,22 @@ static int approve_later(PantoAgent *agent, PantoAgent *later, char *answer, siz
 }
 
 static void test_durable_docs_example(void) {
-  TestServer srv;
-  PantoAgent *agent = NULL, *later = NULL;
-  if (server_start(&srv, durable_demo_scenario) != 0) {
-    test_failed = 1;
-    return;
-  }
-  agent = agent_with(&srv, TOOL_WEATHER(",\"needs_approval\":true"));
-  later = agent_with(&srv, TOOL_WEATHER(",\"needs_approval\":true"));
-  CHECK(agent != NULL && later != NULL);
+  Turn turn;
+  PantoAgent *later = NULL;
+  CHECK(start_agent(&turn, demo_scenario, KEY, TOOL_WEATHER(",\"needs_approval\":true")) == 0);
+  later = new_agent(&turn.srv, KEY, TOOL_WEATHER(",\"needs_approval\":true"));
+  CHECK(turn.agent != NULL && later != NULL);
   char answer[128] = "";
-  CHECK(approve_later(agent, later, answer, sizeof answer) == 0);
+  CHECK(approve_later(turn.agent, later, answer, sizeof answer) == 0);
   CHECKF(strcmp(answer, "It is 18°C and sunny in Paris.") == 0, "%s", answer);
   bool answered = false;
-  CHECK(chat_requests(&srv, "sunny", &answered) == 2 && answered); /* no repeated request */
+  CHECK(chat_requests(&turn.srv, "sunny", &answered) == 2 && answered); /* no repeated request */
 out:
-  panto_agent_free(agent);
   panto_agent_free(later);
-  server_stop(&srv);
+  end_turn(&turn);
 }
 
-const TestCase DURABLE_TESTS[] = {
+static const TestCase TESTS[] = {
     {"durable_approve", test_durable_approve},
     {"durable_reject", test_durable_reject},
     {"durable_external_and_defer_tools", test_durable_external_and_defer_tools},
@@ -594,4 +511,4 @@ const TestCase DURABLE_TESTS[] = {
     {"durable_hostile_checkpoints", test_durable_hostile_checkpoints},
     {"durable_docs_example", test_durable_docs_example},
 };
-const size_t DURABLE_TESTS_COUNT = sizeof DURABLE_TESTS / sizeof DURABLE_TESTS[0];
+const TestSuite DURABLE_TESTS = {"test_durable.c", TESTS, sizeof TESTS / sizeof TESTS[0]};
