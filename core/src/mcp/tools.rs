@@ -73,11 +73,30 @@ pub(crate) fn adapt(
     config: &McpServer,
     listed: Vec<Value>,
 ) -> Result<Vec<Arc<McpTool>>> {
+    Ok(specs(&server.name, config, listed)?
+        .into_iter()
+        .map(|(spec, remote)| {
+            Arc::new(McpTool {
+                server: server.clone(),
+                spec,
+                remote,
+            })
+        })
+        .collect())
+}
+
+/// What [`adapt`] makes of the listed tools of the server `server`: each offered tool's
+/// spec and its name on the server, sorted by the model's name for it.
+pub(crate) fn specs(
+    server: &str,
+    config: &McpServer,
+    listed: Vec<Value>,
+) -> Result<Vec<(ToolSpec, String)>> {
     let prefix = config
         .tool_prefix
         .clone()
-        .unwrap_or_else(|| format!("{}__", server.name));
-    let mut out: Vec<Arc<McpTool>> = Vec::new();
+        .unwrap_or_else(|| format!("{server}__"));
+    let mut out: Vec<(ToolSpec, String)> = Vec::new();
     for t in listed {
         let Some(remote) = t.get("name").and_then(Value::as_str) else {
             continue;
@@ -93,16 +112,15 @@ pub(crate) fn adapt(
         if needs_a_task(&t) {
             // panto does not run calls as tasks, and the server refuses any other
             // call of this tool: offering it would only fail every call.
-            tracing::debug!(server = %server.name, tool = remote,
+            tracing::debug!(server = %server, tool = remote,
                 "an MCP tool that runs only as a task (execution.taskSupport: required) is not offered");
             continue;
         }
         let name = model_name(&prefix, remote);
-        if let Some(other) = out.iter().find(|o| o.spec.name == name) {
+        if let Some((_, other)) = out.iter().find(|(spec, _)| spec.name == name) {
             return Err(Error::config(format!(
-                "mcp_servers.{}: the tools {:?} and {:?} would both be called {name:?}; \
-                 filter one out (disabled_tools)",
-                server.name, other.remote, remote
+                "mcp_servers.{server}: the tools {other:?} and {remote:?} would both be called \
+                 {name:?}; filter one out (disabled_tools)"
             )));
         }
         let description = t
@@ -110,19 +128,18 @@ pub(crate) fn adapt(
             .and_then(Value::as_str)
             .or_else(|| t.get("title").and_then(Value::as_str))
             .unwrap_or("");
-        out.push(Arc::new(McpTool {
-            server: server.clone(),
-            spec: ToolSpec {
+        out.push((
+            ToolSpec {
                 name,
                 description: crate::text::truncate(description, 16 * 1024).to_owned(),
                 parameters: schema(t.get("inputSchema")),
                 needs_approval: false,
                 external: false,
             },
-            remote: remote.to_owned(),
-        }));
+            remote.to_owned(),
+        ));
     }
-    out.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     Ok(out)
 }
 
