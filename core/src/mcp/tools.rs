@@ -151,7 +151,10 @@ fn needs_a_task(tool: &Value) -> bool {
         == Some("required")
 }
 
-/// The tool's `inputSchema`, as an object schema the providers accept.
+/// The tool's `inputSchema`, as an object schema the providers accept: of type
+/// `object`, with an object of `properties` (one that is not an object is dropped, as
+/// is a `required` that is not a list of names: a provider refuses the whole request
+/// for either, so one broken tool would fail every turn).
 fn schema(input: Option<&Value>) -> Value {
     let mut o = match input {
         Some(Value::Object(o)) => o.clone(),
@@ -160,8 +163,12 @@ fn schema(input: Option<&Value>) -> Value {
     if o.get("type").and_then(Value::as_str) != Some("object") {
         o.insert("type".into(), "object".into());
     }
-    if !o.contains_key("properties") {
+    if !o.get("properties").is_some_and(Value::is_object) {
         o.insert("properties".into(), Value::Object(Map::new()));
+    }
+    let names = |r: &Value| r.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+    if o.get("required").is_some_and(|r| !names(r)) {
+        o.remove("required");
     }
     Value::Object(o)
 }
@@ -447,6 +454,25 @@ mod tests {
         assert_eq!(
             schema(Some(&json!({"properties": {"a": {"type": "string"}}}))),
             json!({"type": "object", "properties": {"a": {"type": "string"}}})
+        );
+        // Found by the mcp fuzz target's property (core/tests/fuzz_regressions/mcp/):
+        // `properties` that is no object, or a `required` that is no list of names, made
+        // every request carrying the tool one the providers refuse.
+        assert_eq!(
+            schema(Some(
+                &json!({"type": "object", "properties": 5, "required": "a"})
+            )),
+            json!({"type": "object", "properties": {}})
+        );
+        assert_eq!(
+            schema(Some(
+                &json!({"properties": {"a": {}}, "required": ["a", 1]})
+            )),
+            json!({"type": "object", "properties": {"a": {}}})
+        );
+        assert_eq!(
+            schema(Some(&json!({"properties": {"a": {}}, "required": ["a"]}))),
+            json!({"type": "object", "properties": {"a": {}}, "required": ["a"]})
         );
     }
 }

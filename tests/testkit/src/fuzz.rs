@@ -689,6 +689,12 @@ fn check_mcp_messages(messages: Vec<serde_json::Value>) {
                 "{}",
                 spec.parameters
             );
+            let names = |r: &Value| r.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+            assert!(
+                spec.parameters.get("required").is_none_or(names),
+                "{}",
+                spec.parameters
+            );
             assert!(remote != "a" || config.disabled_tools.is_empty());
         }
     }
