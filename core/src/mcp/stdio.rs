@@ -548,6 +548,46 @@ mod tests {
         env.keys().filter_map(|k| k.to_str()).collect()
     }
 
+    /// Feeds `chunks` to a framing with a cap of `max`: the lines given out, and
+    /// whether it refused one.
+    fn frame(chunks: &[&[u8]], max: usize) -> (Vec<String>, bool) {
+        let mut lines = Lines::new(max);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            let mut rest = *chunk;
+            while !rest.is_empty() {
+                let Ok((took, line)) = lines.take(rest) else {
+                    return (out, true);
+                };
+                out.extend(line.map(|l| String::from_utf8_lossy(l).into_owned()));
+                assert!(lines.buffered() <= max + 1);
+                rest = &rest[took..];
+            }
+        }
+        (out, false)
+    }
+
+    #[test]
+    fn lines_up_to_the_cap_pass_and_a_longer_one_is_refused() {
+        // Exactly 8 bytes before the newline: accepted, whatever the chunking.
+        assert_eq!(
+            frame(&[b"12345678\n", b" \r\n", b"abc"], 8),
+            (vec!["12345678".to_owned(), String::new()], false)
+        );
+        assert_eq!(
+            frame(&[b"1234", b"5678", b"\nab", b"c\n"], 8),
+            (vec!["12345678".to_owned(), "abc".to_owned()], false)
+        );
+        // 9 bytes: refused, also when it comes in pieces, after the lines before it.
+        assert_eq!(
+            frame(&[b"ok\n123456789\nnever"], 8),
+            (vec!["ok".to_owned()], true)
+        );
+        assert_eq!(frame(&[b"12345", b"6789", b"\n"], 8), (Vec::new(), true));
+        // No newline yet: refused as soon as it cannot fit any more.
+        assert_eq!(frame(&[b"1234567890"], 8), (Vec::new(), true));
+    }
+
     #[test]
     fn a_server_gets_only_the_default_variables() {
         let env = environment(&BTreeMap::new(), &[], panto_env);
