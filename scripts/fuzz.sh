@@ -85,6 +85,9 @@ done
 for t in config history output_schema; do
   for f in fuzz/seeds/"$t"/*; do seed "$t" "$f"; done
 done
+# The MCP framings (stdio lines, SSE and JSON answers) behind the mcp target's chunking
+# header: one piece, a message cap of 16 + 4 * 64 bytes (see panto_testkit::fuzz::mcp).
+for f in fuzz/seeds/mcp/*; do seed mcp "$f" 100; done
 
 echo "==> fuzz: building ${#targets[@]} targets (cargo +nightly fuzz build)"
 build_started=$SECONDS

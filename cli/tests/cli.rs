@@ -37,8 +37,33 @@ fn panto(args: &[&str]) -> Output {
     run(&mut panto_cmd(args))
 }
 
-fn panto_with_stdin(args: &[&str], stdin: &str) -> Output {
-    run_with_stdin(&mut panto_cmd(args), stdin)
+/// `srv`'s address as an OpenAI-compatible provider's base URL.
+fn base_of(srv: &TestServer) -> String {
+    format!("{}/v1", srv.url())
+}
+
+/// `panto <command>` pointed at `srv` as an OpenAI-compatible provider (key `k`), with
+/// `rest` after those flags.
+fn panto_on(srv: &TestServer, command: &str, rest: &[&str]) -> Command {
+    let base = base_of(srv);
+    let mut args = vec![command, "--base-url", &base, "--api-key", "k"];
+    args.extend_from_slice(rest);
+    panto_cmd(&args)
+}
+
+/// `panto run …rest` against `srv`, run to its end.
+fn run_on(srv: &TestServer, rest: &[&str]) -> Output {
+    run(&mut panto_on(srv, "run", rest))
+}
+
+/// `panto run --json …rest` against `srv`, run to its end.
+fn run_json_on(srv: &TestServer, rest: &[&str]) -> Output {
+    run(&mut panto_on(srv, "run", &[&["--json"], rest].concat()))
+}
+
+/// `panto chat …rest` against `srv`, with `stdin` as its input.
+fn chat_on(srv: &TestServer, rest: &[&str], stdin: &str) -> Output {
+    run_with_stdin(&mut panto_on(srv, "chat", rest), stdin)
 }
 
 fn types(lines: &[Value]) -> Vec<&str> {
@@ -202,18 +227,7 @@ fn openai_two_step_turn_runs_the_shell_tool() {
         openai_exchange(&[], openai_tool_calls(&["call_1"])),
         openai_exchange(&["temp_c"], openai_text("It is 18°C in Paris.")),
     ]}));
-    let base = format!("{}/v1", srv.url());
-    let out = panto(&[
-        "run",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "sk-test",
-        "--tool",
-        WEATHER_TOOL,
-        "Weather in Paris?",
-    ]);
+    let out = run_json_on(&srv, &["--tool", WEATHER_TOOL, "Weather in Paris?"]);
     assert_weather_turn(&out, "call_1", "It is 18°C in Paris.");
     let reqs = srv.requests();
     assert_eq!(reqs.len(), 2);
@@ -278,38 +292,15 @@ fn tools_file_describes_the_tool_and_orphans_are_usage_errors() {
     .expect("write tools file");
     let srv =
         server(json!({"exchanges": [openai_exchange(&["Current weather"], openai_text("ok"))]}));
-    let base = format!("{}/v1", srv.url());
     let file_arg = file.to_string_lossy().into_owned();
-    let out = panto(&[
-        "run",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--tool",
-        WEATHER_TOOL,
-        "--tools",
-        &file_arg,
-        "hi",
-    ]);
+    let out = run_json_on(&srv, &["--tool", WEATHER_TOOL, "--tools", &file_arg, "hi"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let tools = &srv.requests()[0].body["tools"];
     assert_eq!(tools[0]["function"]["description"], "Current weather");
     assert_eq!(tools[0]["function"]["parameters"], schema);
 
     // Described, but no --tool command for it.
-    let out = panto(&[
-        "run",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--tools",
-        &file_arg,
-        "hi",
-    ]);
+    let out = run_json_on(&srv, &["--tools", &file_arg, "hi"]);
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     let last = json_lines(&out).pop().expect("an error line");
     assert_eq!(last["kind"], "config");
@@ -336,18 +327,7 @@ fn concurrent_tool_calls_run_at_the_same_time() {
         openai_exchange(&[], openai_tool_calls(&["call_a", "call_b"])),
         openai_exchange(&["together call_a", "together call_b"], openai_text("done")),
     ]}));
-    let base = format!("{}/v1", srv.url());
-    let out = panto(&[
-        "run",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--tool",
-        &command,
-        "go",
-    ]);
+    let out = run_json_on(&srv, &["--tool", &command, "go"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let results: Vec<Value> = json_lines(&out)
         .into_iter()
@@ -367,11 +347,7 @@ fn concurrent_tool_calls_run_at_the_same_time() {
 
 /// Runs a one-turn `--json` request against `srv` and returns (exit code, last line).
 fn fail_run(srv: &TestServer, extra: &[&str]) -> (Option<i32>, Value, Output) {
-    let base = format!("{}/v1", srv.url());
-    let mut args = vec!["run", "--json", "--base-url", &base, "--api-key", "k"];
-    args.extend_from_slice(extra);
-    args.push("hello");
-    let out = panto(&args);
+    let out = run_json_on(srv, &[extra, &["hello"]].concat());
     let lines = json_lines(&out);
     let last = lines.last().cloned().unwrap_or(Value::Null);
     assert_eq!(last["type"], "error", "{}", describe(&out));
@@ -503,18 +479,8 @@ fn session_file_carries_history_between_runs() {
         openai_exchange(&["first question"], openai_text("The capital is Paris.")),
         openai_exchange(&["The capital is Paris.", "second question"], openai_text("Yes.")),
     ]}));
-    let base = format!("{}/v1", srv.url());
     for prompt in ["first question", "second question"] {
-        let out = panto(&[
-            "run",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "--session",
-            &session_arg,
-            prompt,
-        ]);
+        let out = run_on(&srv, &["--session", &session_arg, prompt]);
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     }
     let reqs = srv.requests();
@@ -540,7 +506,7 @@ fn api_key_never_appears_in_output() {
         "type": "invalid_request_error", "code": "invalid_api_key"}}});
     for json_mode in [true, false] {
         let srv = answering(echo.clone());
-        let base = format!("{}/v1", srv.url());
+        let base = base_of(&srv);
         let mut args = vec!["run", "--base-url", &base, "--api-key", KEY, "hello"];
         if json_mode {
             args.insert(1, "--json");
@@ -561,11 +527,7 @@ fn api_key_never_appears_in_output() {
 fn prompt_is_read_from_stdin_when_absent() {
     let srv =
         server(json!({"exchanges": [openai_exchange(&["What's up?"], openai_text("Not much."))]}));
-    let base = format!("{}/v1", srv.url());
-    let out = panto_with_stdin(
-        &["run", "--base-url", &base, "--api-key", "k"],
-        "What's up?\n",
-    );
+    let out = run_with_stdin(&mut panto_on(&srv, "run", &[]), "What's up?\n");
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     // Not a terminal: plain text, no ANSI escape anywhere.
     assert_eq!(stdout_of(&out), "Not much.\n");
@@ -577,7 +539,7 @@ fn prompt_is_read_from_stdin_when_absent() {
         Some(json!("What's up?"))
     );
 
-    let out = panto_with_stdin(&["run", "--base-url", &base, "--api-key", "k"], "\n");
+    let out = run_with_stdin(&mut panto_on(&srv, "run", &[]), "\n");
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
 }
 
@@ -589,17 +551,7 @@ fn piped_stdout_is_only_the_answer() {
         openai_exchange(&[], openai_tool_calls(&["call_1"])),
         openai_exchange(&["temp_c"], openai_text("Warm.")),
     ]}));
-    let base = format!("{}/v1", srv.url());
-    let out = panto(&[
-        "run",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--tool",
-        WEATHER_TOOL,
-        "w?",
-    ]);
+    let out = run_on(&srv, &["--tool", WEATHER_TOOL, "w?"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout_of(&out), "Warm.\n");
     assert_eq!(
@@ -607,17 +559,7 @@ fn piped_stdout_is_only_the_answer() {
         "→ weather {\"city\":\"Paris\"}\n← weather: {\"temp_c\":18}\n"
     );
     srv.reset();
-    let out = panto(&[
-        "run",
-        "-q",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--tool",
-        WEATHER_TOOL,
-        "w?",
-    ]);
+    let out = run_on(&srv, &["-q", "--tool", WEATHER_TOOL, "w?"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout_of(&out), "Warm.\n");
     assert_eq!(stderr_of(&out), "", "-q leaves stderr to errors");
@@ -635,18 +577,11 @@ fn ctrl_c_cancels_the_turn_saves_the_session_and_exits_130() {
         "sse": [openai_chunk(json!({"role": "assistant", "content": "Thinking"}), None)],
         "fault": {"kind": "stall", "after_bytes": 1_000_000}
     }));
-    let base = format!("{}/v1", srv.url());
-    let mut child = panto_cmd(&[
+    let mut child = panto_on(
+        &srv,
         "run",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--session",
-        &session_arg,
-        "long task",
-    ])
+        &["--json", "--session", &session_arg, "long task"],
+    )
     .spawn()
     .expect("spawn panto");
     let stdout = child.stdout.take().expect("stdout pipe");
@@ -695,17 +630,9 @@ fn chat_runs_one_turn_per_line_and_clear_forgets() {
         openai_exchange(&["Noted.", "what fruit"], openai_text("Banana.")),
         openai_exchange(&["fresh start"], openai_text("Hello again.")),
     ]}));
-    let base = format!("{}/v1", srv.url());
-    let out = panto_with_stdin(
-        &[
-            "chat",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "--session",
-            &session_arg,
-        ],
+    let out = chat_on(
+        &srv,
+        &["--session", &session_arg],
         "remember banana\nwhat fruit\n/clear\nfresh start\n/exit\nnever sent\n",
     );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
@@ -720,11 +647,7 @@ fn chat_runs_one_turn_per_line_and_clear_forgets() {
 #[test]
 fn chat_from_a_script_stops_at_the_first_failure() {
     let srv = answering(json!({"status": 401, "json": {"error": {"message": "nope"}}}));
-    let base = format!("{}/v1", srv.url());
-    let out = panto_with_stdin(
-        &["chat", "--json", "--base-url", &base, "--api-key", "k"],
-        "hello\nagain\n",
-    );
+    let out = chat_on(&srv, &["--json"], "hello\nagain\n");
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
     assert_eq!(json_lines(&out).len(), 1);
     assert_eq!(srv.requests().len(), 1);
@@ -749,18 +672,7 @@ fn calls_with_invalid_arguments_are_never_executed() {
         openai_exchange(&[], sse),
         openai_exchange(&["call_bad"], openai_text("Sorry.")),
     ]}));
-    let base = format!("{}/v1", srv.url());
-    let out = panto(&[
-        "run",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--tool",
-        &command,
-        "w?",
-    ]);
+    let out = run_json_on(&srv, &["--tool", &command, "w?"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let lines = json_lines(&out);
     let result = lines
@@ -780,20 +692,10 @@ fn chat_ctrl_c_cancels_the_turn_then_exits_130_at_the_prompt() {
         "sse": [openai_chunk(json!({"role": "assistant", "content": "Hmm"}), None)],
         "fault": {"kind": "stall", "after_bytes": 1_000_000}
     }));
-    let base = format!("{}/v1", srv.url());
-    let mut child = panto_cmd(&[
-        "chat",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--session",
-        &session_arg,
-    ])
-    .stdin(Stdio::piped())
-    .spawn()
-    .expect("spawn panto");
+    let mut child = panto_on(&srv, "chat", &["--json", "--session", &session_arg])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn panto");
     // Kept open: the chat must not see end of input.
     let mut stdin = child.stdin.take().expect("stdin pipe");
     stdin.write_all(b"long task\n").expect("write stdin");
@@ -868,8 +770,7 @@ fn human_output_neutralises_control_sequences_even_split_across_deltas() {
     let srv = server(json!({"exchanges": [
         {"response": {"sse": sse}, "times": 2},
     ]}));
-    let base = format!("{}/v1", srv.url());
-    let out = panto(&["run", "--base-url", &base, "--api-key", "k", "hi"]);
+    let out = run_on(&srv, &["hi"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(
         stdout_of(&out),
@@ -877,7 +778,7 @@ fn human_output_neutralises_control_sequences_even_split_across_deltas() {
     );
 
     // --json keeps every byte: the deltas carry the text exactly as sent.
-    let out = panto(&["run", "--json", "--base-url", &base, "--api-key", "k", "hi"]);
+    let out = run_json_on(&srv, &["hi"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert!(!out.stdout.contains(&0x1b), "raw ESC in --json output");
     let text: String = json_lines(&out)
@@ -915,18 +816,8 @@ fn human_output_neutralises_tool_names_arguments_output_and_errors() {
         openai_exchange(&[], sse),
         openai_exchange(&[], openai_text("Done.")),
     ]}));
-    let base = format!("{}/v1", srv.url());
     let tool = r"weather=cat >/dev/null; printf 'ok\033[2J\033]52;c;eA==\007 done\n'";
-    let out = panto(&[
-        "run",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--tool",
-        tool,
-        "w?",
-    ]);
+    let out = run_on(&srv, &["--tool", tool, "w?"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_inert(&stdout_of(&out), "stdout");
     // The tool trace is on stderr.
@@ -945,12 +836,11 @@ fn human_output_neutralises_tool_names_arguments_output_and_errors() {
     let message = "bad \x1b]0;pwned\x07request\x1b[2J";
     for json_mode in [false, true] {
         let srv = answering(json!({"status": 400, "json": {"error": {"message": message}}}));
-        let base = format!("{}/v1", srv.url());
-        let mut args = vec!["run", "--base-url", &base, "--api-key", "k", "hi"];
-        if json_mode {
-            args.insert(1, "--json");
-        }
-        let out = panto(&args);
+        let out = if json_mode {
+            run_json_on(&srv, &["hi"])
+        } else {
+            run_on(&srv, &["hi"])
+        };
         assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
         let stderr = stderr_of(&out);
         assert_inert(&stderr, "stderr");
@@ -1039,12 +929,8 @@ fn run_tool_then(tool: &str, pid_file: &Path, extra: &[&str], signal_name: &str)
     let srv = server(json!({"exchanges": [
         openai_exchange(&[], openai_tool_calls(&["call_1"])),
     ]}));
-    let base = format!("{}/v1", srv.url());
-    let mut args = vec!["run", "--json", "--base-url", &base, "--api-key", "k"];
-    args.extend_from_slice(&["--tool", tool]);
-    args.extend_from_slice(extra);
-    args.push("w?");
-    let mut child = panto_cmd(&args).spawn().expect("spawn panto");
+    let args = [&["--json", "--tool", tool], extra, &["w?"]].concat();
+    let mut child = panto_on(&srv, "run", &args).spawn().expect("spawn panto");
     let pids = wait_for_pids(pid_file, &mut child);
     signal(child.id(), signal_name);
     let out = finish(child);
@@ -1067,20 +953,10 @@ fn tool_output_past_the_cap_is_cut_and_the_command_stopped() {
         openai_exchange(&[], openai_tool_calls(&["call_1"])),
         openai_exchange(&["[output truncated"], openai_text("Too much.")),
     ]}));
-    let base = format!("{}/v1", srv.url());
-    let out = panto(&[
-        "run",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--max-tool-output-bytes",
-        "1000",
-        "--tool",
-        &tool,
-        "w?",
-    ]);
+    let out = run_json_on(
+        &srv,
+        &["--max-tool-output-bytes", "1000", "--tool", &tool, "w?"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let result = json_lines(&out)
         .into_iter()
@@ -1140,21 +1016,8 @@ fn a_timed_out_tool_is_killed_with_its_children() {
         openai_exchange(&[], openai_tool_calls(&["call_1"])),
         openai_exchange(&["call_1"], openai_text("It timed out.")),
     ]}));
-    let base = format!("{}/v1", srv.url());
     let tool = grandchild_tool(&pid_file);
-    let out = panto(&[
-        "run",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--tool-timeout-ms",
-        "3000",
-        "--tool",
-        &tool,
-        "w?",
-    ]);
+    let out = run_json_on(&srv, &["--tool-timeout-ms", "3000", "--tool", &tool, "w?"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let result = json_lines(&out)
         .into_iter()
@@ -1199,18 +1062,8 @@ fn session_saves_are_atomic_and_private() {
     let srv = server(json!({"exchanges": [
         {"response": {"sse": openai_text("Hi.")}, "times": 2},
     ]}));
-    let base = format!("{}/v1", srv.url());
     let run = |prompt: &str| {
-        let out = panto(&[
-            "run",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "--session",
-            &session_arg,
-            prompt,
-        ]);
+        let out = run_on(&srv, &["--session", &session_arg, prompt]);
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     };
     run("one");
@@ -1236,19 +1089,10 @@ fn session_save_never_follows_a_planted_link() {
     std::fs::write(&victim, "precious").expect("victim");
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let srv = server(json!({"exchanges": [openai_exchange(&[], openai_text("Hi."))]}));
-    let base = format!("{}/v1", srv.url());
-    let mut child = panto_cmd(&[
-        "chat",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--session",
-        &session_arg,
-    ])
-    .stdin(Stdio::piped())
-    .spawn()
-    .expect("spawn panto");
+    let mut child = panto_on(&srv, "chat", &["--session", &session_arg])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn panto");
     // Links under every name derived from the pid, planted before the first save.
     for name in [
         format!(".s.json.tmp-{}", child.id()),
@@ -1285,18 +1129,8 @@ fn a_session_path_that_is_a_link_updates_its_target() {
     let srv = server(json!({"exchanges": [
         {"response": {"sse": openai_text("Hi.")}, "times": 2},
     ]}));
-    let base = format!("{}/v1", srv.url());
     for prompt in ["one", "two"] {
-        let out = panto(&[
-            "run",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "--session",
-            &link_arg,
-            prompt,
-        ]);
+        let out = run_on(&srv, &["--session", &link_arg, prompt]);
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     }
     let meta = std::fs::symlink_metadata(&link).expect("link");
@@ -1314,19 +1148,12 @@ fn stalled_session_run(
     session: &Path,
     env: &[(&str, &Path)],
 ) -> (Child, mpsc::Receiver<String>) {
-    let base = format!("{}/v1", srv.url());
     let session_arg = session.to_string_lossy().into_owned();
-    let mut cmd = panto_cmd(&[
+    let mut cmd = panto_on(
+        srv,
         "run",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--session",
-        &session_arg,
-        "long task",
-    ]);
+        &["--json", "--session", &session_arg, "long task"],
+    );
     for (key, value) in env {
         cmd.env(key, value);
     }
@@ -1359,21 +1186,17 @@ fn a_session_in_use_by_another_process_is_refused() {
     let session = dir.join("s.json");
     let srv = stalling_server();
     let (first, _lines) = stalled_session_run(&srv, &session, &[]);
-    let base = format!("{}/v1", srv.url());
     let session_arg = session.to_string_lossy().into_owned();
-    let out = panto(&[
-        "run",
-        "--json",
-        "--base-url",
-        &base,
-        "--api-key",
-        "k",
-        "--idle-timeout-ms",
-        "2000",
-        "--session",
-        &session_arg,
-        "second",
-    ]);
+    let out = run_json_on(
+        &srv,
+        &[
+            "--idle-timeout-ms",
+            "2000",
+            "--session",
+            &session_arg,
+            "second",
+        ],
+    );
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     let last = json_lines(&out).pop().expect("an error line");
     assert_eq!(last["kind"], "config");

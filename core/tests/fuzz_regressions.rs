@@ -42,6 +42,7 @@ fn check_for(target: &str) -> Option<fn(&[u8])> {
         "history" => harness::history,
         "openai_chunk_scan" => harness::openai_chunk_scan,
         "output_schema" => harness::output_schema,
+        "mcp" => harness::mcp,
         _ => return None,
     })
 }
@@ -251,4 +252,17 @@ fn harness_accepts_the_seeds() {
             );
         }
     }
+    // The MCP framings, behind the chunking header scripts/fuzz.sh gives them: one
+    // piece, and a message cap of 16 + 4 * 64 bytes (the high nibble).
+    let mut k = 0;
+    for file in std::fs::read_dir(repo.join("fuzz/seeds/mcp")).expect("mcp seeds") {
+        let mut framed = vec![MCP_SEED_HEADER];
+        framed.extend(std::fs::read(file.expect("directory entry").path()).expect("seed"));
+        harness_of("mcp")(&framed);
+        k += 1;
+    }
+    assert!(k > 0, "no MCP seeds");
 }
+
+/// The chunking header scripts/fuzz.sh puts before each MCP seed (octal 100 there).
+const MCP_SEED_HEADER: u8 = 0o100;

@@ -118,11 +118,11 @@ async fn listen(state: Arc<State>, peer: Weak<Peer>) {
 
 /// What an SSE answer said about resuming it (SEP-1699): the last event id, the
 /// `retry` delay, and how many messages it carried.
-#[derive(Default)]
-struct Resume {
-    last_id: Option<String>,
-    retry_ms: Option<u64>,
-    messages: usize,
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Resume {
+    pub last_id: Option<String>,
+    pub retry_ms: Option<u64>,
+    pub messages: usize,
 }
 
 /// Routes every message of an SSE answer as it arrives; the server's requests are
@@ -144,22 +144,7 @@ async fn read_sse(
                 format!("MCP server {:?}: {}", state.name, without_url(&e)),
             )
         })?;
-        let mut messages = Vec::new();
-        let fed = parser.feed(&chunk, |ev| {
-            if !ev.id.is_empty() {
-                resume.last_id = Some(ev.id.to_owned());
-            }
-            if !ev.data.trim().is_empty() {
-                if let Some(v) = super::rpc::parse_message(ev.data.as_bytes()) {
-                    messages.push(v);
-                }
-            }
-            Ok(())
-        });
-        if let Some(ms) = parser.retry_ms() {
-            resume.retry_ms = Some(ms);
-        }
-        resume.messages += messages.len();
+        let (messages, fed) = sse_chunk(&mut parser, resume, &chunk);
         let Some(peer) = peer.upgrade() else {
             return Ok(());
         };
@@ -171,6 +156,34 @@ async fn read_sse(
         fed.map_err(|e| Error::protocol(format!("MCP server {:?}: {}", state.name, e.message)))?;
     }
     Ok(())
+}
+
+/// Reads one chunk of an SSE answer: the messages it completed (routed even when the
+/// chunk then broke the stream: they came before), and the parser's error if it did
+/// (an event over the message cap, among others). `resume` learns the event ids,
+/// `retry` and the count of messages. An event whose data is not JSON is skipped.
+pub(crate) fn sse_chunk(
+    parser: &mut crate::sse::SseParser,
+    resume: &mut Resume,
+    chunk: &[u8],
+) -> (Vec<Value>, Result<()>) {
+    let mut messages = Vec::new();
+    let fed = parser.feed(chunk, |ev| {
+        if !ev.id.is_empty() {
+            resume.last_id = Some(ev.id.to_owned());
+        }
+        if !ev.data.trim().is_empty() {
+            if let Some(v) = super::rpc::parse_message(ev.data.as_bytes()) {
+                messages.push(v);
+            }
+        }
+        Ok(())
+    });
+    if let Some(ms) = parser.retry_ms() {
+        resume.retry_ms = Some(ms);
+    }
+    resume.messages += messages.len();
+    (messages, fed.map(|_| ()))
 }
 
 impl Drop for Session {
@@ -443,17 +456,13 @@ async fn exchange(state: Arc<State>, peer: Arc<Peer>, message: Value, request: O
             Ok(t) => t,
             Err(e) => return fail(RpcError::Failed(e.prefixed(&state.name))),
         };
-        match super::rpc::parse_message(&text) {
-            Some(v) => deliver(v),
-            None => {
-                let e = serde_json::from_slice::<Value>(&text)
-                    .err()
-                    .map(|e| e.to_string())
-                    .unwrap_or_default();
+        match json_answer(&text) {
+            Ok(v) => deliver(v),
+            Err(e) => {
                 return fail(RpcError::Failed(Error::protocol(format!(
                     "MCP server {:?} answered with invalid JSON: {e}",
                     state.name
-                ))));
+                ))))
             }
         }
     }
@@ -604,14 +613,32 @@ async fn read_limited(resp: reqwest::Response, max: usize) -> Result<Vec<u8>> {
     while let Some(chunk) = body.next().await {
         let chunk = chunk
             .map_err(|_| Error::new(ErrorKind::Connection, "the answer broke off".to_owned()))?;
-        if out.len() + chunk.len() > max {
-            return Err(Error::protocol(format!(
-                "an answer larger than {max} bytes"
-            )));
-        }
-        out.extend_from_slice(&chunk);
+        append_capped(&mut out, &chunk, max)?;
     }
     Ok(out)
+}
+
+/// Adds one chunk of a JSON answer to `out`, refusing an answer larger than `max`
+/// bytes before holding it.
+pub(crate) fn append_capped(out: &mut Vec<u8>, chunk: &[u8], max: usize) -> Result<()> {
+    if out.len() + chunk.len() > max {
+        return Err(Error::protocol(format!(
+            "an answer larger than {max} bytes"
+        )));
+    }
+    out.extend_from_slice(chunk);
+    Ok(())
+}
+
+/// A whole JSON answer (`application/json`) as the message it carries; `Err` says why
+/// it is not JSON.
+pub(crate) fn json_answer(body: &[u8]) -> std::result::Result<Value, String> {
+    super::rpc::parse_message(body).ok_or_else(|| {
+        serde_json::from_slice::<Value>(body)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    })
 }
 
 async fn read_capped(resp: reqwest::Response, max: usize) -> String {

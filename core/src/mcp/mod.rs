@@ -10,6 +10,9 @@
 //! The JSON-RPC layer is panto's own rather than the official SDK's (`rmcp`): see
 //! DESIGN.md, "MCP servers as tools", for why, for the lifecycle and for the limits.
 
+// The fuzz target's way in (see the module's doc); not part of the API.
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod rpc;
 mod server;

@@ -55,6 +55,9 @@ pub(crate) trait Wire: Send + Sync {
     fn abandon(&self, _id: u64) {}
 }
 
+/// Where the answer to one request comes.
+pub(crate) type Answer = oneshot::Receiver<Result<Value, RpcError>>;
+
 struct Pending {
     tx: oneshot::Sender<Result<Value, RpcError>>,
     progress: Arc<Notify>,
@@ -202,6 +205,32 @@ impl Peer {
         }
     }
 
+    /// Enters a new request into the table of those waiting for an answer: its id, where
+    /// its answer will come, and what its progress notifications wake.
+    pub fn register(&self) -> Result<(u64, Answer, Arc<Notify>), RpcError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let progress = Arc::new(Notify::new());
+        let mut table = self.table();
+        if table.len() >= MAX_PENDING {
+            return Err(RpcError::Failed(Error::new(
+                ErrorKind::Tool,
+                format!(
+                    "MCP server {:?}: more than {MAX_PENDING} requests waiting",
+                    self.name
+                ),
+            )));
+        }
+        table.insert(
+            id,
+            Pending {
+                tx,
+                progress: progress.clone(),
+            },
+        );
+        Ok((id, rx, progress))
+    }
+
     /// Sends a request and waits for its answer. The wait fails after `timeout` without
     /// an answer or a progress notification (each one re-arms it); a request given up
     /// on — timed out, or its future dropped because the turn was cancelled — is
@@ -217,28 +246,7 @@ impl Peer {
         if let Some(why) = self.closed() {
             return Err(RpcError::Failed(why));
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, mut rx) = oneshot::channel();
-        let progress = Arc::new(Notify::new());
-        {
-            let mut table = self.table();
-            if table.len() >= MAX_PENDING {
-                return Err(RpcError::Failed(Error::new(
-                    ErrorKind::Tool,
-                    format!(
-                        "MCP server {:?}: more than {MAX_PENDING} requests waiting",
-                        self.name
-                    ),
-                )));
-            }
-            table.insert(
-                id,
-                Pending {
-                    tx,
-                    progress: progress.clone(),
-                },
-            );
-        }
+        let (id, mut rx, progress) = self.register()?;
         let mut params = params;
         if method == "tools/call" {
             if let Value::Object(o) = &mut params {

@@ -188,28 +188,12 @@ impl Server {
                 None => json!({}),
             };
             let page = self.request_again_on_404("tools/list", params).await?;
-            if let Some(items) = page.get("tools").and_then(Value::as_array) {
-                for t in items {
-                    if tools.len() >= MAX_TOOLS {
-                        return Err(Error::protocol(format!(
-                            "MCP server {:?} lists more than {MAX_TOOLS} tools",
-                            self.name
-                        )));
-                    }
-                    tools.push(t.clone());
-                }
-            }
-            match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if !next.is_empty() && cursor.as_deref() != Some(next) => {
-                    cursor = Some(next.to_owned());
-                }
-                _ => return Ok(tools),
+            match take_page(&self.name, &mut tools, &page, cursor.as_deref())? {
+                Some(next) => cursor = Some(next),
+                None => return Ok(tools),
             }
         }
-        Err(Error::protocol(format!(
-            "MCP server {:?} lists its tools over more than {MAX_PAGES} pages",
-            self.name
-        )))
+        Err(too_many_pages(&self.name))
     }
 
     async fn request_again_on_404(&self, method: &str, params: Value) -> Result<Value> {
@@ -251,6 +235,38 @@ impl Server {
             r => r,
         }
     }
+}
+
+/// Adds the tools of one `tools/list` page (`cursor`: the one that asked for it) to
+/// `tools`: the cursor of the next page, or `None` for the last one (no cursor, or the
+/// same again). More than [`MAX_TOOLS`] tools are a `protocol` error.
+pub(crate) fn take_page(
+    server: &str,
+    tools: &mut Vec<Value>,
+    page: &Value,
+    cursor: Option<&str>,
+) -> Result<Option<String>> {
+    if let Some(items) = page.get("tools").and_then(Value::as_array) {
+        for t in items {
+            if tools.len() >= MAX_TOOLS {
+                return Err(Error::protocol(format!(
+                    "MCP server {server:?} lists more than {MAX_TOOLS} tools"
+                )));
+            }
+            tools.push(t.clone());
+        }
+    }
+    Ok(match page.get("nextCursor").and_then(Value::as_str) {
+        Some(next) if !next.is_empty() && cursor != Some(next) => Some(next.to_owned()),
+        _ => None,
+    })
+}
+
+/// The error for a listing longer than [`MAX_PAGES`] pages.
+pub(crate) fn too_many_pages(server: &str) -> Error {
+    Error::protocol(format!(
+        "MCP server {server:?} lists its tools over more than {MAX_PAGES} pages"
+    ))
 }
 
 /// A configured server and what it is now.

@@ -293,6 +293,56 @@ async fn stderr_loop(mut stderr: tokio::process::ChildStderr, log: Arc<StderrLog
     }
 }
 
+/// The newline-delimited framing of a server's stdout: bytes in as they arrive, whole
+/// lines out. A line longer than `max` bytes (its newline not counted) ends the
+/// connection rather than memory: at most `max + 1` bytes are ever held.
+pub(crate) struct Lines {
+    line: Vec<u8>,
+    /// Whether `line` holds a whole line, given out by the last [`Lines::take`].
+    complete: bool,
+    max: usize,
+}
+
+impl Lines {
+    pub fn new(max: usize) -> Lines {
+        Lines {
+            line: Vec::new(),
+            complete: false,
+            max,
+        }
+    }
+
+    /// Takes the start of `available`, up to and including its first newline: how many
+    /// bytes it took, and the line they completed (without the whitespace around it;
+    /// maybe empty), if they did. `Err` says that the line is longer than `max`.
+    pub fn take(
+        &mut self,
+        available: &[u8],
+    ) -> std::result::Result<(usize, Option<&[u8]>), String> {
+        if std::mem::take(&mut self.complete) {
+            self.line.clear();
+        }
+        let (take, complete) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        if self.line.len() + take > self.max.saturating_add(1) {
+            return Err(format!("it sent a message larger than {} bytes", self.max));
+        }
+        self.line.extend_from_slice(&available[..take]);
+        if !complete {
+            return Ok((take, None));
+        }
+        self.complete = true;
+        Ok((take, Some(self.line.trim_ascii())))
+    }
+
+    /// How many bytes are held (of the line being read, or the last one given out).
+    pub fn buffered(&self) -> usize {
+        self.line.len()
+    }
+}
+
 async fn read_loop(
     stdout: tokio::process::ChildStdout,
     peer: Arc<Peer>,
@@ -302,46 +352,36 @@ async fn read_loop(
     max: usize,
 ) {
     let mut reader = BufReader::new(stdout);
-    let mut line: Vec<u8> = Vec::new();
+    let mut lines = Lines::new(max);
     let why = loop {
-        // One line, at most `max` bytes: a longer one ends the connection rather
-        // than memory.
         let available = match reader.fill_buf().await {
             Ok([]) => break None,
             Ok(b) => b,
             Err(e) => break Some(format!("reading its output failed: {e}")),
         };
-        let (take, complete) = match memchr::memchr(b'\n', available) {
-            Some(i) => (i + 1, true),
-            None => (available.len(), false),
+        let (took, line) = match lines.take(available) {
+            Ok(t) => t,
+            Err(why) => break Some(why),
         };
-        if line.len() + take > max.saturating_add(1) {
-            break Some(format!("it sent a message larger than {max} bytes"));
-        }
-        line.extend_from_slice(&available[..take]);
-        reader.consume(take);
-        if !complete {
+        reader.consume(took);
+        let Some(text) = line.filter(|t| !t.is_empty()) else {
             continue;
-        }
-        let text = line.trim_ascii();
-        if !text.is_empty() {
-            match super::rpc::parse_message(text) {
-                Some(message) => {
-                    for reply in peer.route(message) {
-                        let mut out = reply.to_string().into_bytes();
-                        out.push(b'\n');
-                        // A server that asks without reading the answers loses them.
-                        let _ = tx.try_send(out);
-                    }
-                }
-                None => {
-                    // Servers that print to stdout break the protocol; the line is
-                    // skipped, not fatal.
-                    debug!(server = %peer.name, "a line of an MCP server's stdout is not JSON");
+        };
+        match super::rpc::parse_message(text) {
+            Some(message) => {
+                for reply in peer.route(message) {
+                    let mut out = reply.to_string().into_bytes();
+                    out.push(b'\n');
+                    // A server that asks without reading the answers loses them.
+                    let _ = tx.try_send(out);
                 }
             }
+            None => {
+                // Servers that print to stdout break the protocol; the line is
+                // skipped, not fatal.
+                debug!(server = %peer.name, "a line of an MCP server's stdout is not JSON");
+            }
         }
-        line.clear();
     };
     drop(tx);
     let status = match why {
@@ -506,6 +546,46 @@ mod tests {
     fn names(env: &BTreeMap<OsString, OsString>) -> Vec<&str> {
         // Test data: every name above is ASCII.
         env.keys().filter_map(|k| k.to_str()).collect()
+    }
+
+    /// Feeds `chunks` to a framing with a cap of `max`: the lines given out, and
+    /// whether it refused one.
+    fn frame(chunks: &[&[u8]], max: usize) -> (Vec<String>, bool) {
+        let mut lines = Lines::new(max);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            let mut rest = *chunk;
+            while !rest.is_empty() {
+                let Ok((took, line)) = lines.take(rest) else {
+                    return (out, true);
+                };
+                out.extend(line.map(|l| String::from_utf8_lossy(l).into_owned()));
+                assert!(lines.buffered() <= max + 1);
+                rest = &rest[took..];
+            }
+        }
+        (out, false)
+    }
+
+    #[test]
+    fn lines_up_to_the_cap_pass_and_a_longer_one_is_refused() {
+        // Exactly 8 bytes before the newline: accepted, whatever the chunking.
+        assert_eq!(
+            frame(&[b"12345678\n", b" \r\n", b"abc"], 8),
+            (vec!["12345678".to_owned(), String::new()], false)
+        );
+        assert_eq!(
+            frame(&[b"1234", b"5678", b"\nab", b"c\n"], 8),
+            (vec!["12345678".to_owned(), "abc".to_owned()], false)
+        );
+        // 9 bytes: refused, also when it comes in pieces, after the lines before it.
+        assert_eq!(
+            frame(&[b"ok\n123456789\nnever"], 8),
+            (vec!["ok".to_owned()], true)
+        );
+        assert_eq!(frame(&[b"12345", b"6789", b"\n"], 8), (Vec::new(), true));
+        // No newline yet: refused as soon as it cannot fit any more.
+        assert_eq!(frame(&[b"1234567890"], 8), (Vec::new(), true));
     }
 
     #[test]

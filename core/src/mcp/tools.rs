@@ -73,11 +73,30 @@ pub(crate) fn adapt(
     config: &McpServer,
     listed: Vec<Value>,
 ) -> Result<Vec<Arc<McpTool>>> {
+    Ok(specs(&server.name, config, listed)?
+        .into_iter()
+        .map(|(spec, remote)| {
+            Arc::new(McpTool {
+                server: server.clone(),
+                spec,
+                remote,
+            })
+        })
+        .collect())
+}
+
+/// What [`adapt`] makes of the listed tools of the server `server`: each offered tool's
+/// spec and its name on the server, sorted by the model's name for it.
+pub(crate) fn specs(
+    server: &str,
+    config: &McpServer,
+    listed: Vec<Value>,
+) -> Result<Vec<(ToolSpec, String)>> {
     let prefix = config
         .tool_prefix
         .clone()
-        .unwrap_or_else(|| format!("{}__", server.name));
-    let mut out: Vec<Arc<McpTool>> = Vec::new();
+        .unwrap_or_else(|| format!("{server}__"));
+    let mut out: Vec<(ToolSpec, String)> = Vec::new();
     for t in listed {
         let Some(remote) = t.get("name").and_then(Value::as_str) else {
             continue;
@@ -93,16 +112,15 @@ pub(crate) fn adapt(
         if needs_a_task(&t) {
             // panto does not run calls as tasks, and the server refuses any other
             // call of this tool: offering it would only fail every call.
-            tracing::debug!(server = %server.name, tool = remote,
+            tracing::debug!(server = %server, tool = remote,
                 "an MCP tool that runs only as a task (execution.taskSupport: required) is not offered");
             continue;
         }
         let name = model_name(&prefix, remote);
-        if let Some(other) = out.iter().find(|o| o.spec.name == name) {
+        if let Some((_, other)) = out.iter().find(|(spec, _)| spec.name == name) {
             return Err(Error::config(format!(
-                "mcp_servers.{}: the tools {:?} and {:?} would both be called {name:?}; \
-                 filter one out (disabled_tools)",
-                server.name, other.remote, remote
+                "mcp_servers.{server}: the tools {other:?} and {remote:?} would both be called \
+                 {name:?}; filter one out (disabled_tools)"
             )));
         }
         let description = t
@@ -110,19 +128,18 @@ pub(crate) fn adapt(
             .and_then(Value::as_str)
             .or_else(|| t.get("title").and_then(Value::as_str))
             .unwrap_or("");
-        out.push(Arc::new(McpTool {
-            server: server.clone(),
-            spec: ToolSpec {
+        out.push((
+            ToolSpec {
                 name,
                 description: crate::text::truncate(description, 16 * 1024).to_owned(),
                 parameters: schema(t.get("inputSchema")),
                 needs_approval: false,
                 external: false,
             },
-            remote: remote.to_owned(),
-        }));
+            remote.to_owned(),
+        ));
     }
-    out.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+    out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     Ok(out)
 }
 
@@ -134,7 +151,10 @@ fn needs_a_task(tool: &Value) -> bool {
         == Some("required")
 }
 
-/// The tool's `inputSchema`, as an object schema the providers accept.
+/// The tool's `inputSchema`, as an object schema the providers accept: of type
+/// `object`, with an object of `properties` (one that is not an object is dropped, as
+/// is a `required` that is not a list of names: a provider refuses the whole request
+/// for either, so one broken tool would fail every turn).
 fn schema(input: Option<&Value>) -> Value {
     let mut o = match input {
         Some(Value::Object(o)) => o.clone(),
@@ -143,8 +163,12 @@ fn schema(input: Option<&Value>) -> Value {
     if o.get("type").and_then(Value::as_str) != Some("object") {
         o.insert("type".into(), "object".into());
     }
-    if !o.contains_key("properties") {
+    if !o.get("properties").is_some_and(Value::is_object) {
         o.insert("properties".into(), Value::Object(Map::new()));
+    }
+    let names = |r: &Value| r.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+    if o.get("required").is_some_and(|r| !names(r)) {
+        o.remove("required");
     }
     Value::Object(o)
 }
@@ -430,6 +454,25 @@ mod tests {
         assert_eq!(
             schema(Some(&json!({"properties": {"a": {"type": "string"}}}))),
             json!({"type": "object", "properties": {"a": {"type": "string"}}})
+        );
+        // Found by the mcp fuzz target's property (core/tests/fuzz_regressions/mcp/):
+        // `properties` that is no object, or a `required` that is no list of names, made
+        // every request carrying the tool one the providers refuse.
+        assert_eq!(
+            schema(Some(
+                &json!({"type": "object", "properties": 5, "required": "a"})
+            )),
+            json!({"type": "object", "properties": {}})
+        );
+        assert_eq!(
+            schema(Some(
+                &json!({"properties": {"a": {}}, "required": ["a", 1]})
+            )),
+            json!({"type": "object", "properties": {"a": {}}})
+        );
+        assert_eq!(
+            schema(Some(&json!({"properties": {"a": {}}, "required": ["a"]}))),
+            json!({"type": "object", "properties": {"a": {}}, "required": ["a"]})
         );
     }
 }

@@ -488,3 +488,214 @@ fn check_strict(schema: &serde_json::Value, path: &str) {
         }
     }
 }
+
+/// The stdio framing as a model: the lines of `body` as the transport gives them out
+/// (trimmed, empty ones left out) under a cap of `max` bytes, and whether the cap ended
+/// the stream. A whole line over `max` bytes ends it; so does an unfinished last line
+/// over `max + 1` (one byte more may still be its newline's, a cheap slack).
+fn stdio_model(body: &[u8], max: usize) -> (Vec<Vec<u8>>, bool) {
+    let mut lines = Vec::new();
+    let mut segments = body.split(|b| *b == b'\n').peekable();
+    while let Some(segment) = segments.next() {
+        let whole = segments.peek().is_some();
+        if whole && segment.len() > max || !whole && segment.len() > max.saturating_add(1) {
+            return (lines, true);
+        }
+        let line = segment.trim_ascii();
+        if whole && !line.is_empty() {
+            lines.push(line.to_vec());
+        }
+    }
+    (lines, false)
+}
+
+/// `mcp`: the MCP client's reading of what a server sends, on any bytes. The input is
+/// framed as for `sse` (a chunking header, see [`split_sse_input`]; its high nibble
+/// also picks a small message cap), the rest read as a stdio server's stdout, as an SSE
+/// answer and as a JSON answer of a Streamable HTTP server. Nothing may panic; the stdio
+/// framing must give out the same lines whatever the chunking, exactly the lines of a
+/// model of it, none over the cap, must refuse a line over the cap and never hold more
+/// than the cap and a byte; the SSE answer's messages must not depend on the chunking,
+/// and a small cap may only cut them short; a JSON answer over the cap is refused
+/// before it is read. Every message is then routed (with requests waiting: only well
+/// formed replies, each answer taken once), and read as a tool listing and a tool
+/// result, whose names and schemas must be ones the providers take.
+pub fn mcp(data: &[u8]) {
+    use panto::mcp::fuzzing;
+
+    let (head, sizes, body) = split_sse_input(data);
+    let chunks = chunk_body(body, sizes);
+    let small = 16 + usize::from(head >> 4) * 64;
+
+    // stdio: newline-delimited messages.
+    #[cfg(unix)]
+    let lines = {
+        let mut lines = Vec::new();
+        for max in [DEFAULT_MAX_EVENT_SIZE, small] {
+            let run = fuzzing::stdio_lines(chunks.iter().copied(), max);
+            let whole = fuzzing::stdio_lines([body], max);
+            assert_eq!(
+                (&run.lines, &run.error),
+                (&whole.lines, &whole.error),
+                "chunking changed the stdio lines (chunk sizes {sizes:?})"
+            );
+            let (expected, refused) = stdio_model(body, max);
+            assert_eq!(run.lines, expected, "the stdio lines under a cap of {max}");
+            assert_eq!(
+                run.error.is_some(),
+                refused,
+                "a cap of {max}: refused {:?}, expected {refused}",
+                run.error
+            );
+            assert!(
+                run.peak_buffered <= max + 1,
+                "held {} bytes under a cap of {max}",
+                run.peak_buffered
+            );
+            if max == DEFAULT_MAX_EVENT_SIZE {
+                lines = run.lines;
+            }
+        }
+        lines
+    };
+    #[cfg(not(unix))]
+    let lines: Vec<Vec<u8>> = body.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+    let mut messages: Vec<serde_json::Value> = lines
+        .iter()
+        .filter_map(|l| fuzzing::parse_message(l))
+        .collect();
+
+    // Streamable HTTP: an SSE answer, then a JSON one.
+    let sse = fuzzing::sse_answer(chunks.iter().copied(), DEFAULT_MAX_EVENT_SIZE);
+    assert_eq!(
+        sse,
+        fuzzing::sse_answer([body], DEFAULT_MAX_EVENT_SIZE),
+        "chunking changed the SSE answer (chunk sizes {sizes:?})"
+    );
+    let capped = fuzzing::sse_answer(chunks.iter().copied(), small);
+    assert!(
+        sse.messages.starts_with(&capped.messages),
+        "a cap of {small} changed the SSE answer's messages instead of only stopping early"
+    );
+    for answer in [&sse, &capped] {
+        if let Some((kind, message)) = &answer.error {
+            assert_eq!(*kind, ErrorKind::Protocol, "{message}");
+        }
+    }
+    if capped.error.is_none() {
+        assert_eq!(capped.messages, sse.messages);
+    }
+    messages.extend(sse.messages);
+    for max in [DEFAULT_MAX_EVENT_SIZE, small] {
+        let json = fuzzing::json_answer(chunks.iter().copied(), max);
+        if body.len() > max {
+            let why = json.expect_err("a JSON answer over the cap was read");
+            assert!(why.contains("larger than"), "{why}");
+        } else {
+            assert_eq!(
+                json.as_ref().ok(),
+                fuzzing::parse_message(body).as_ref(),
+                "the JSON answer was read differently"
+            );
+            if max == DEFAULT_MAX_EVENT_SIZE {
+                messages.extend(json.ok());
+            }
+        }
+    }
+    check_mcp_messages(messages);
+}
+
+/// Routes `messages` and reads each one as a tool listing and a tool result.
+fn check_mcp_messages(messages: Vec<serde_json::Value>) {
+    use panto::mcp::{fuzzing, McpServer};
+    use serde_json::Value;
+
+    const REQUESTS: usize = 3;
+    let routed = fuzzing::route(messages.iter().cloned(), REQUESTS);
+    for reply in &routed.replies {
+        assert_eq!(reply["jsonrpc"], "2.0", "{reply}");
+        assert!(reply.get("id").is_some(), "a reply without id: {reply}");
+        assert!(
+            reply.get("result").is_some() != reply.get("error").is_some(),
+            "a reply with neither or both of result and error: {reply}"
+        );
+    }
+    assert_eq!(routed.answers.len(), REQUESTS);
+    for (i, answer) in routed.answers.iter().enumerate() {
+        let id = i as u64 + 1;
+        assert_eq!(
+            routed.waiting.contains(&id),
+            answer.is_none(),
+            "request {id}: waiting and answered disagree"
+        );
+        if let Some(Err((_, message))) = answer {
+            assert!(
+                message.len() <= 2000,
+                "an error message of {} bytes",
+                message.len()
+            );
+        }
+    }
+
+    let results: Vec<&Value> = messages
+        .iter()
+        .map(|m| m.get("result").unwrap_or(m))
+        .collect();
+    for result in &results {
+        let out = fuzzing::tool_result(result);
+        assert_eq!(
+            out.is_error,
+            result.get("isError").and_then(Value::as_bool) == Some(true),
+            "isError was not carried over"
+        );
+    }
+    let pages: Vec<Value> = results.into_iter().cloned().collect();
+    let configs = [
+        McpServer::stdio("server", Vec::<String>::new()),
+        McpServer::http("http://localhost/mcp")
+            .with_tool_prefix("")
+            .with_disabled_tools(["a"]),
+    ];
+    for config in &configs {
+        let Ok(tools) = fuzzing::tool_list("srv", config, &pages) else {
+            continue;
+        };
+        for pair in tools.windows(2) {
+            assert!(
+                pair[0].0.name < pair[1].0.name,
+                "tool names not unique and sorted: {:?} {:?}",
+                pair[0].0.name,
+                pair[1].0.name
+            );
+        }
+        for (spec, remote) in &tools {
+            assert!(
+                !spec.name.is_empty()
+                    && spec.name.len() <= 64
+                    && spec
+                        .name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+                "a tool name the providers refuse: {:?}",
+                spec.name
+            );
+            assert_eq!(
+                spec.name,
+                fuzzing::model_name(config.tool_prefix.as_deref().unwrap_or("srv__"), remote)
+            );
+            assert_eq!(spec.parameters["type"], "object", "{}", spec.parameters);
+            assert!(
+                spec.parameters["properties"].is_object(),
+                "{}",
+                spec.parameters
+            );
+            let names = |r: &Value| r.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+            assert!(
+                spec.parameters.get("required").is_none_or(names),
+                "{}",
+                spec.parameters
+            );
+            assert!(remote != "a" || config.disabled_tools.is_empty());
+        }
+    }
+}
