@@ -102,6 +102,15 @@ pub fn chat(mut args: AgentArgs, interrupt: &Interrupt) -> u8 {
         Err(e) => return report.fail(e),
     };
     report.set_up(&setup);
+    // A conversation whose last turn is unfinished is finished first (`panto -c`): a
+    // chat turn saved past it would be replaced by the resume of that turn.
+    if let Some(session) = &setup.session {
+        match crate::checkpoint::unfinished(session.path()) {
+            Ok(None) => {}
+            Ok(Some((path, _))) => return report.fail(crate::unfinished_turn_error(&path)),
+            Err(e) => return report.fail(e),
+        }
+    }
     if io::stdin().is_terminal() {
         interactive(&mut setup, &mut report, interrupt)
     } else {

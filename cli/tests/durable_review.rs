@@ -1,0 +1,235 @@
+//! The edges of the conversation's unfinished turn (`CONVERSATION.checkpoint`) and of
+//! `panto resume`: every way of going on with a conversation respects the turn it left
+//! unfinished (no later resume replaces newer turns with an older checkpoint), a resume
+//! refused before it starts keeps the turn, the pause note's command saves the turn in
+//! its own conversation, a checkpoint path that is not a regular file is refused
+//! without hanging, and `panto resume` with a stray word is not sent as a prompt.
+
+mod support;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+use support::*;
+
+/// No controlling terminal, whatever runs the tests: `--confirm` has nobody to ask.
+fn without_terminal(cmd: &mut Command) -> &mut Command {
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// The model calls `weather`, then answers `answer` as many times as asked.
+fn tool_then_answers(answer: &str) -> Value {
+    json!({"exchanges": [
+        {"response": {"status": 200, "sse": openai_tool_call("call_1")}},
+        answer_text(answer, 10),
+    ]})
+}
+
+/// The roles and first texts (or tool outputs) of the saved conversation `path`.
+fn saved(path: &Path) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(path).expect("the conversation file");
+    let doc: Value = serde_json::from_str(&text).expect("JSON");
+    doc["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let first = &m["content"][0];
+            let shown = first["text"]
+                .as_str()
+                .or(first["output"].as_str())
+                .unwrap_or_default();
+            (
+                m["role"].as_str().unwrap_or_default().to_owned(),
+                shown.to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// `--session s.json --confirm` with no terminal: the turn pauses (exit 8), leaving
+/// `s.json.checkpoint`. Returns the session and its checkpoint.
+fn paused_session(home: &Path, base: &str) -> (PathBuf, PathBuf) {
+    let session = home.join("s.json");
+    let s = session.to_str().expect("utf-8 path");
+    let out = run(without_terminal(&mut panto_in(
+        home,
+        &[
+            "--confirm",
+            "--session",
+            s,
+            "--base-url",
+            base,
+            "--tool",
+            "weather=echo sunny",
+            "w?",
+        ],
+    )));
+    assert_eq!(out.status.code(), Some(8), "{}", describe(&out));
+    let checkpoint = home.join("s.json.checkpoint");
+    assert!(checkpoint.is_file(), "{}", describe(&out));
+    (session, checkpoint)
+}
+
+/// `panto chat` and `run --checkpoint F` on a conversation with an unfinished turn are
+/// refused as a run with a prompt is: otherwise their turns are saved, and the later
+/// `panto -c` that finishes the old turn replaces them with the checkpoint's older
+/// conversation.
+#[test]
+fn chat_and_run_with_checkpoint_respect_the_unfinished_turn() {
+    let home = temp_dir("review-unfinished");
+    let srv = server(tool_then_answers("Sunny."));
+    let base = format!("{}/v1", srv.url());
+    let (session, checkpoint) = paused_session(&home, &base);
+    let s = session.to_str().expect("utf-8 path");
+    let before = std::fs::read_to_string(&session).expect("saved");
+
+    let out = run_with_stdin(
+        &mut panto_in(
+            &home,
+            &[
+                "chat",
+                "--session",
+                s,
+                "--base-url",
+                &base,
+                "--tool",
+                "weather=echo sunny",
+            ],
+        ),
+        "another question\n",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr_of(&out).contains(&checkpoint.display().to_string()),
+        "{}",
+        describe(&out)
+    );
+
+    let other = home.join("other.checkpoint");
+    let out = run(&mut panto_in(
+        &home,
+        &[
+            "--session",
+            s,
+            "--checkpoint",
+            other.to_str().expect("utf-8 path"),
+            "--base-url",
+            &base,
+            "--tool",
+            "weather=echo sunny",
+            "another question",
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr_of(&out).contains(&checkpoint.display().to_string()),
+        "{}",
+        describe(&out)
+    );
+
+    // Nothing was sent, nothing changed.
+    assert_eq!(srv.requests().len(), 1);
+    assert_eq!(std::fs::read_to_string(&session).expect("saved"), before);
+    assert!(checkpoint.is_file());
+}
+
+/// A resume of the conversation's unfinished turn refused before it starts (here: the
+/// `--tool` flag forgotten) keeps the turn: the file stays for the run with the flag.
+#[test]
+fn a_refused_resume_keeps_the_unfinished_turn() {
+    let home = temp_dir("review-refused");
+    let srv = server(tool_then_answers("Sunny."));
+    let base = format!("{}/v1", srv.url());
+    let (session, checkpoint) = paused_session(&home, &base);
+    let s = session.to_str().expect("utf-8 path");
+    let kept = std::fs::read_to_string(&checkpoint).expect("checkpoint");
+
+    let out = run(&mut panto_in(&home, &["--session", s, "--base-url", &base]));
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(stderr_of(&out).contains("weather"), "{}", describe(&out));
+    assert_eq!(
+        std::fs::read_to_string(&checkpoint).ok().as_deref(),
+        Some(kept.as_str()),
+        "the unfinished turn was dropped"
+    );
+
+    // With the flag the turn goes on (still paused: -c gives no answers).
+    let out = run(without_terminal(&mut panto_in(
+        &home,
+        &[
+            "--confirm",
+            "--session",
+            s,
+            "--base-url",
+            &base,
+            "--tool",
+            "weather=echo sunny",
+        ],
+    )));
+    assert_eq!(out.status.code(), Some(8), "{}", describe(&out));
+    assert_eq!(srv.requests().len(), 1);
+}
+
+/// The pause note of a conversation's turn gives a command that finishes the turn in
+/// that conversation: following it saves the approved call's result and the answer in
+/// the `--session` file, and the next prompt goes on from there.
+#[test]
+fn the_pause_note_finishes_the_turn_in_its_own_conversation() {
+    let home = temp_dir("review-note");
+    let srv = server(tool_then_answers("Sunny."));
+    let base = format!("{}/v1", srv.url());
+    let session = home.join("s.json");
+    let s = session.to_str().expect("utf-8 path");
+    let flags = [
+        "--confirm",
+        "--base-url",
+        &base,
+        "--tool",
+        "weather=echo sunny",
+    ];
+    let mut first = vec!["--session", s, "w?"];
+    first.extend(flags);
+    let out = run(without_terminal(&mut panto_in(&home, &first)));
+    assert_eq!(out.status.code(), Some(8), "{}", describe(&out));
+    // "continue with: panto resume …, with the same tool flags"
+    let note = stderr_of(&out);
+    let command = note
+        .split("continue with: panto ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (or --reject").next())
+        .unwrap_or_else(|| panic!("no command in: {note}"));
+    let mut words: Vec<&str> = command.split(' ').collect();
+    words.extend(flags);
+    let out = run(without_terminal(&mut panto_in(&home, &words)));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout_of(&out), "Sunny.\n");
+
+    let roles: Vec<(String, String)> = saved(&session);
+    assert_eq!(
+        roles,
+        [
+            ("user".to_owned(), "w?".to_owned()),
+            ("assistant".to_owned(), "Let me check.".to_owned()),
+            ("tool".to_owned(), "sunny".to_owned()),
+            ("assistant".to_owned(), "Sunny.".to_owned()),
+        ],
+        "the session file does not hold the finished turn"
+    );
+    assert!(!home.join("s.json.checkpoint").exists());
+
+    let mut next = vec!["--session", s, "and tomorrow?"];
+    next.extend(flags);
+    let out = run(without_terminal(&mut panto_in(&home, &next)));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let texts = message_texts(&srv.requests().last().expect("a request").body);
+    assert!(texts.contains(&"sunny".to_owned()), "{texts:?}");
+}
