@@ -181,17 +181,36 @@ pub fn paused_note(
 }
 
 /// Reads the checkpoint of `resume FILE`: `config` errors name the file and the problem.
+/// Only a regular file is read (opened without waiting, so that a FIFO cannot hold the
+/// process, nor a device feed it without end), and at most [`MAX_BYTES`] of it.
 pub fn read(path: &Path) -> Result<Checkpoint, Error> {
+    use std::io::Read;
     let shown = path.display();
-    let size = std::fs::metadata(path)
-        .map_err(|e| Error::config(format!("{shown}: {e}")))?
-        .len();
+    let fail = |e: std::io::Error| Error::config(format!("{shown}: {e}"));
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(fail)?;
+    let meta = file.metadata().map_err(fail)?;
+    if !meta.is_file() {
+        return Err(Error::config(format!(
+            "{shown}: not a regular file (a checkpoint is a file panto wrote)"
+        )));
+    }
+    let size = meta.len();
     if size > MAX_BYTES {
         return Err(Error::config(format!(
             "{shown}: {size} bytes, more than a checkpoint may have ({MAX_BYTES})"
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| Error::config(format!("{shown}: {e}")))?;
+    let mut text = String::new();
+    file.take(MAX_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(fail)?;
     Checkpoint::from_json(&text).map_err(|e| Error::config(format!("{shown}: {}", e.message)))
 }
 

@@ -233,3 +233,36 @@ fn the_pause_note_finishes_the_turn_in_its_own_conversation() {
     let texts = message_texts(&srv.requests().last().expect("a request").body);
     assert!(texts.contains(&"sunny".to_owned()), "{texts:?}");
 }
+
+/// A checkpoint path that is a FIFO (or a device) is refused at once, as a directory
+/// is: reading it would wait for a writer (or never end).
+#[test]
+fn a_checkpoint_that_is_not_a_regular_file_is_refused() {
+    let home = temp_dir("review-fifo");
+    let fifo = home.join("s.json.checkpoint");
+    let path = std::ffi::CString::new(fifo.to_str().expect("utf-8 path")).expect("no NUL");
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let session = home.join("s.json");
+    let s = session.to_str().expect("utf-8 path");
+    let base = "http://127.0.0.1:9/v1";
+
+    let out = run(&mut panto_in(
+        &home,
+        &["--session", s, "--base-url", base, "hi"],
+    ));
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr_of(&out).contains("not a regular file"),
+        "{}",
+        describe(&out)
+    );
+    for file in [fifo.to_str().expect("utf-8 path"), "/dev/zero"] {
+        let out = run(&mut panto_in(&home, &["resume", file, "--base-url", base]));
+        assert_eq!(out.status.code(), Some(2), "{file}: {}", describe(&out));
+        assert!(
+            stderr_of(&out).contains("not a regular file"),
+            "{}",
+            describe(&out)
+        );
+    }
+}
