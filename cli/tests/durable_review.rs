@@ -266,3 +266,27 @@ fn a_checkpoint_that_is_not_a_regular_file_is_refused() {
         );
     }
 }
+
+/// A word after `panto resume FILE` (an answer without its flag) is a usage error, not
+/// the prompt of a new run.
+#[test]
+fn a_stray_word_after_resume_is_a_usage_error() {
+    let home = temp_dir("review-stray");
+    let srv = server(tool_then_answers("Sunny."));
+    let base = format!("{}/v1", srv.url());
+    let (_, checkpoint) = paused_session(&home, &base);
+    let out = run(&mut panto_in(
+        &home,
+        &[
+            "resume",
+            checkpoint.to_str().expect("utf-8 path"),
+            "call_1",
+            "--base-url",
+            &base,
+            "--tool",
+            "weather=echo sunny",
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert_eq!(srv.requests().len(), 1, "a request was sent");
+}
