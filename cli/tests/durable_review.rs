@@ -290,3 +290,87 @@ fn a_stray_word_after_resume_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     assert_eq!(srv.requests().len(), 1, "a request was sent");
 }
+
+/// `panto chat` without a terminal and `--confirm`: a turn that pauses ends the chat
+/// with exit code 8 and the pause note, as `run` does; it used to go on silently to the
+/// next line, past a turn a later `panto -c` would resume over it.
+#[test]
+fn a_scripted_chat_stops_at_a_paused_turn() {
+    let home = temp_dir("review-chat-pause");
+    let srv = server(tool_then_answers("Sunny."));
+    let base = format!("{}/v1", srv.url());
+    let session = home.join("s.json");
+    let s = session.to_str().expect("utf-8 path");
+    let out = run_with_stdin(
+        without_terminal(&mut panto_in(
+            &home,
+            &[
+                "chat",
+                "--confirm",
+                "--session",
+                s,
+                "--base-url",
+                &base,
+                "--tool",
+                "weather=echo sunny",
+            ],
+        )),
+        "w?\nsecond question\n",
+    );
+    assert_eq!(out.status.code(), Some(8), "{}", describe(&out));
+    let note = stderr_of(&out);
+    let checkpoint = home.join("s.json.checkpoint");
+    assert!(
+        note.contains(&format!("panto resume {}", checkpoint.display())),
+        "{note}"
+    );
+    assert!(checkpoint.is_file());
+    assert_eq!(srv.requests().len(), 1, "the chat went on past the pause");
+}
+
+/// Without a terminal, `panto chat` reads each line as a message: a line arriving
+/// while a turn runs is the next turn's message, never steering.
+#[test]
+fn a_scripted_chat_does_not_steer() {
+    let home = temp_dir("review-chat-no-steer");
+    let started = home.join("started");
+    let release = home.join("release");
+    let srv = server(json!({"exchanges": [
+        {"response": {"status": 200, "sse": openai_tool_call("call_1")}},
+        answer_text("Sunny.", 1),
+        answer_text("In Celsius: 18.", 1),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let tool = format!(
+        "weather=touch {}; while [ ! -e {} ]; do sleep 0.02; done; echo sunny",
+        started.display(),
+        release.display()
+    );
+    let mut child = panto_in(&home, &["chat", "--base-url", &base, "--tool", &tool])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn panto");
+    let mut stdin = child.stdin.take().expect("stdin");
+    use std::io::Write;
+    stdin.write_all(b"Weather?\n").expect("write");
+    stdin.flush().expect("flush");
+    panto_testkit::eventually("the tool to start", || started.exists());
+    stdin.write_all(b"in Celsius please\n").expect("write");
+    stdin.flush().expect("flush");
+    std::fs::write(&release, "").expect("release");
+    drop(stdin);
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout_of(&out), "Sunny.\nIn Celsius: 18.\n");
+    let requests = srv.requests();
+    assert_eq!(requests.len(), 3);
+    let second = message_texts(&requests[1].body);
+    assert!(
+        !second.iter().any(|t| t.contains("in Celsius please")),
+        "{second:?}"
+    );
+    assert_eq!(
+        message_texts(&requests[2].body).last().map(String::as_str),
+        Some("in Celsius please")
+    );
+}
