@@ -374,3 +374,61 @@ fn a_scripted_chat_does_not_steer() {
         Some("in Celsius please")
     );
 }
+
+/// Every file files a paused turn leaves (the `--checkpoint` file, the conversation,
+/// its unfinished turn, the state directory) is free of the API key and of a
+/// credential header's value.
+#[test]
+fn no_file_a_paused_turn_leaves_holds_the_key() {
+    let home = temp_dir("review-key");
+    let srv = server(json!({"exchanges": [
+        {"times": 2, "response": {"status": 200, "sse": openai_tool_call("call_1")}},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let key = "sk-review-0123456789abcdef";
+    let token = "tok-review-fedcba9876543210";
+    let header = format!("X-Auth-Token: {token}");
+    for checkpoint in [Some("turn.checkpoint"), None] {
+        let mut args = vec![
+            "--confirm",
+            "--api-key",
+            key,
+            "--header",
+            &header,
+            "--base-url",
+            &base,
+            "--tool",
+            "weather=echo sunny",
+        ];
+        let path = home.join("turn.checkpoint");
+        if checkpoint.is_some() {
+            args.extend(["--checkpoint", path.to_str().expect("utf-8 path")]);
+        }
+        args.push("w?");
+        let out = run(without_terminal(&mut panto_in(&home, &args)));
+        assert_eq!(out.status.code(), Some(8), "{}", describe(&out));
+    }
+    let mut files = Vec::new();
+    let mut dirs = vec![home.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    let checkpoints = files
+        .iter()
+        .filter(|p| p.to_string_lossy().ends_with(".checkpoint"))
+        .count();
+    assert_eq!(checkpoints, 2, "{files:?}");
+    for file in &files {
+        let bytes = std::fs::read(file).expect("read");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains(key), "{} holds the key", file.display());
+        assert!(!text.contains(token), "{} holds the header", file.display());
+    }
+}
