@@ -482,7 +482,18 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
         error.kind(),
         ClapErrorKind::InvalidSubcommand | ClapErrorKind::UnknownArgument
     );
-    if !no_subcommand || args.len() < 2 {
+    // A line that starts with a subcommand is that subcommand's, errors included: a
+    // stray word after `resume FILE` (an answer without its flag) must not become the
+    // prompt of a new run.
+    let names_a_subcommand = args
+        .get(1)
+        .and_then(|word| word.to_str())
+        .is_some_and(|word| {
+            command()
+                .get_subcommands()
+                .any(|sub| sub.get_name() == word)
+        });
+    if !no_subcommand || args.len() < 2 || names_a_subcommand {
         return Err(error);
     }
     let mut as_run = args;
@@ -558,5 +569,7 @@ mod tests {
             Command::Chat(_)
         ));
         assert!(parse_words(&["panto", "--bogus-flag", "hi"]).is_err());
+        // Not `run "resume turn.json call_1"`.
+        assert!(parse_words(&["panto", "resume", "turn.json", "call_1"]).is_err());
     }
 }

@@ -3,7 +3,7 @@
 //! a bracketed paste or a `"""` block as one message; Ctrl-C clears the line or cancels
 //! the running turn and never quits; Ctrl-D, `exit`, `quit`, `/exit` quit. Without a
 //! terminal each line of stdin is a message and the first failure ends the program
-//! with its exit code, as a script expects.
+//! with its exit code, as a script expects; so does a turn that pauses (exit code 8).
 
 use std::fs::OpenOptions;
 use std::io::{self, BufRead, IsTerminal, Write};
@@ -19,7 +19,7 @@ use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{Behavior, Config, Editor, Helper};
 
 use crate::args::AgentArgs;
-use crate::exit::OK;
+use crate::exit::{OK, PAUSED};
 use crate::interrupt::Interrupt;
 use crate::paths;
 use crate::setup::Setup;
@@ -102,6 +102,15 @@ pub fn chat(mut args: AgentArgs, interrupt: &Interrupt) -> u8 {
         Err(e) => return report.fail(e),
     };
     report.set_up(&setup);
+    // A conversation whose last turn is unfinished is finished first (`panto -c`): a
+    // chat turn saved past it would be replaced by the resume of that turn.
+    if let Some(session) = &setup.session {
+        match crate::checkpoint::unfinished(session.path()) {
+            Ok(None) => {}
+            Ok(Some((path, _))) => return report.fail(crate::unfinished_turn_error(&path)),
+            Err(e) => return report.fail(e),
+        }
+    }
     if io::stdin().is_terminal() {
         interactive(&mut setup, &mut report, interrupt)
     } else {
@@ -114,6 +123,10 @@ enum Outcome {
     Continue,
     Exit,
     Failed(Error),
+    /// The turn paused for answers (`--confirm` with nobody to ask): what to tell the
+    /// user. The chat ends there (exit code 8), as `run` does: a turn typed past it
+    /// would be replaced by the resume of the paused one.
+    Paused(String),
 }
 
 /// Runs one line's command or turn. With `lines` (the interactive chat), lines typed
@@ -163,6 +176,14 @@ fn handle(
                 ),
             };
             match (turn, setup.save()) {
+                (Ok(turn::Ended::Paused { calls, file }), Ok(())) => {
+                    let conversation = setup.session.as_ref().map(|s| s.path());
+                    return Outcome::Paused(crate::checkpoint::paused_note(
+                        &calls,
+                        &file,
+                        conversation,
+                    ));
+                }
                 (Ok(_), saved) => saved,
                 (Err(e), Ok(())) => Err(e),
                 (Err(e), Err(save_error)) => {
@@ -233,6 +254,10 @@ fn scripted(setup: &mut Setup, report: &mut Reporter, interrupt: &Interrupt) -> 
             Outcome::Continue => {}
             Outcome::Exit => return OK,
             Outcome::Failed(e) => return report.fail(e),
+            Outcome::Paused(note) => {
+                report.note(&note);
+                return PAUSED;
+            }
         }
     }
 }
@@ -279,6 +304,10 @@ fn interactive(setup: &mut Setup, report: &mut Reporter, interrupt: &Interrupt) 
         ) {
             Outcome::Continue => {}
             Outcome::Exit => return OK,
+            Outcome::Paused(note) => {
+                report.note(&note);
+                return PAUSED;
+            }
             // The conversation goes on after a failed or cancelled turn.
             Outcome::Failed(e) => {
                 if e.kind == ErrorKind::Cancelled {

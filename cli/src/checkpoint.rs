@@ -62,6 +62,11 @@ impl CheckpointFile {
         &self.path
     }
 
+    /// Whether this process wrote the file (the turn started and got this far).
+    pub fn written(&self) -> bool {
+        self.last.is_some()
+    }
+
     /// Called with each event pulled from `stream`, after it was pulled: writes the
     /// checkpoint when `event` is at or after a step boundary.
     pub fn after(&mut self, stream: &Stream, event: &Event) -> Result<(), Error> {
@@ -142,8 +147,13 @@ pub fn paused_path(setup: &crate::setup::Setup) -> PathBuf {
     dir.join(format!("paused-{}.checkpoint", std::process::id()))
 }
 
-/// What to tell the user about a paused turn: each call, and the command that goes on.
-pub fn paused_note(calls: &[panto::DeferredCall], file: &Path) -> String {
+/// What to tell the user about a paused turn: each call, and the command that goes on
+/// (with `--session CONVERSATION` for a conversation's turn, which is saved there).
+pub fn paused_note(
+    calls: &[panto::DeferredCall],
+    file: &Path,
+    conversation: Option<&Path>,
+) -> String {
     use crate::sanitize::clean;
     let mut note = String::from("the turn paused; these calls wait for an answer:\n");
     for c in calls {
@@ -160,8 +170,9 @@ pub fn paused_note(calls: &[panto::DeferredCall], file: &Path) -> String {
         ));
     }
     let first = calls.first().map_or("CALL_ID", |c| c.call_id.as_str());
+    let session = conversation.map_or_else(String::new, |c| format!(" --session {}", c.display()));
     note.push_str(&format!(
-        "continue with: panto resume {} --approve {} (or --reject {}=REASON), with the same tool flags",
+        "continue with: panto resume {} --approve {}{session} (or --reject {}=REASON), with the same tool flags",
         file.display(),
         clean(first),
         clean(first)
@@ -170,17 +181,36 @@ pub fn paused_note(calls: &[panto::DeferredCall], file: &Path) -> String {
 }
 
 /// Reads the checkpoint of `resume FILE`: `config` errors name the file and the problem.
+/// Only a regular file is read (opened without waiting, so that a FIFO cannot hold the
+/// process, nor a device feed it without end), and at most [`MAX_BYTES`] of it.
 pub fn read(path: &Path) -> Result<Checkpoint, Error> {
+    use std::io::Read;
     let shown = path.display();
-    let size = std::fs::metadata(path)
-        .map_err(|e| Error::config(format!("{shown}: {e}")))?
-        .len();
+    let fail = |e: std::io::Error| Error::config(format!("{shown}: {e}"));
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(fail)?;
+    let meta = file.metadata().map_err(fail)?;
+    if !meta.is_file() {
+        return Err(Error::config(format!(
+            "{shown}: not a regular file (a checkpoint is a file panto wrote)"
+        )));
+    }
+    let size = meta.len();
     if size > MAX_BYTES {
         return Err(Error::config(format!(
             "{shown}: {size} bytes, more than a checkpoint may have ({MAX_BYTES})"
         )));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| Error::config(format!("{shown}: {e}")))?;
+    let mut text = String::new();
+    file.take(MAX_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(fail)?;
     Checkpoint::from_json(&text).map_err(|e| Error::config(format!("{shown}: {}", e.message)))
 }
 

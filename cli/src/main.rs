@@ -182,19 +182,24 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
         Err(e) => return report.fail(e),
     };
     report.set_up(&setup);
-    // Without --checkpoint, a conversation keeps its turn's checkpoint next to it, and
-    // an unfinished turn left there (a killed process, a pause) comes first.
+    // Without --checkpoint, a conversation keeps its turn's checkpoint next to it. An
+    // unfinished turn left there (a killed process, a pause) comes first, with or
+    // without --checkpoint: a turn run past it would be replaced by the one resuming it.
     let conversation = match (&args.checkpoint, &setup.session) {
         (None, Some(session)) => Some(session.path().to_owned()),
         _ => None,
     };
-    if let Some(conversation) = &conversation {
-        match checkpoint::unfinished(conversation) {
+    if let Some(session) = &setup.session {
+        match checkpoint::unfinished(session.path()) {
             Ok(None) => {}
             Ok(Some((path, from))) => {
-                return match asks_nothing(&args) {
+                let resumes = match &args.checkpoint {
+                    Some(_) => Ok(false),
+                    None => asks_nothing(&args),
+                };
+                return match resumes {
                     Ok(true) => {
-                        let mut file = CheckpointFile::of_conversation(conversation);
+                        let mut file = CheckpointFile::of_conversation(session.path());
                         let result = turn::resume(
                             &setup,
                             from,
@@ -203,7 +208,7 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
                             interrupt,
                             Some(&mut file),
                         );
-                        finish_conversation_turn(&mut report, &setup, result, &path)
+                        finish_conversation_turn(&mut report, &setup, result, &file)
                     }
                     Ok(false) => report.fail(unfinished_turn_error(&path)),
                     Err(e) => report.fail(e),
@@ -234,10 +239,7 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
         file.as_mut(),
     );
     match (&conversation, &file) {
-        (Some(_), Some(file)) => {
-            let path = file.path().to_owned();
-            finish_conversation_turn(&mut report, &setup, result, &path)
-        }
+        (Some(_), Some(file)) => finish_conversation_turn(&mut report, &setup, result, file),
         _ => finish(&mut report, &setup, result),
     }
 }
@@ -256,7 +258,9 @@ fn asks_nothing(args: &RunArgs) -> Result<bool, Error> {
     Ok(piped.piped.is_none() && piped.text.trim().is_empty())
 }
 
-fn unfinished_turn_error(path: &std::path::Path) -> Error {
+/// The refusal of a new turn (a prompt, `chat`) on a conversation whose last turn is
+/// unfinished.
+pub fn unfinished_turn_error(path: &std::path::Path) -> Error {
     Error::config(format!(
         "the conversation's last turn did not finish (killed, or paused for an answer); \
          its checkpoint is {shown}. Finish it first: `panto -c` (or the same --session) \
@@ -267,18 +271,20 @@ fn unfinished_turn_error(path: &std::path::Path) -> Error {
 }
 
 /// [`finish`] for a turn whose checkpoint lives next to its conversation: the file is
-/// kept only while the turn is paused (a completed, failed or cancelled turn has left
-/// the conversation valid and saved).
+/// kept while the turn is paused (a completed, failed or cancelled turn has left the
+/// conversation valid and saved), and when this process never wrote it: a resume
+/// refused before it started (a tool flag forgotten, a lower --max-steps) left the
+/// history as it was, and the turn only in the file.
 fn finish_conversation_turn(
     report: &mut Reporter,
     setup: &Setup,
     result: Result<turn::Ended, Error>,
-    file: &std::path::Path,
+    file: &CheckpointFile,
 ) -> u8 {
     let paused = matches!(result, Ok(turn::Ended::Paused { .. }));
     let code = finish(report, setup, result);
-    if !paused {
-        let _ = std::fs::remove_file(file);
+    if !paused && file.written() {
+        let _ = std::fs::remove_file(file.path());
     }
     code
 }
@@ -296,8 +302,23 @@ fn resume(args: ResumeArgs, interrupt: &Interrupt) -> u8 {
         Err(e) => return report.fail(e),
     };
     report.set_up(&setup);
+    // With the conversation FILE belongs to (`--session`, `-c`), the turn is that
+    // conversation's: saved there, and its file removed once the turn ends unpaused.
+    // Another conversation's own unfinished turn comes first.
+    let conversation = match &setup.session {
+        Some(session) => match checkpoint::unfinished(session.path()) {
+            Ok(None) => None,
+            Ok(Some((path, _))) if same_file(&path, &args.file) => Some(session.path()),
+            Ok(Some((path, _))) => return report.fail(unfinished_turn_error(&path)),
+            Err(e) => return report.fail(e),
+        },
+        None => None,
+    };
     let answers = checkpoint::answers(&args.approve, &args.reject, &args.result);
-    let mut file = CheckpointFile::new(&args.file);
+    let mut file = match conversation {
+        Some(conversation) => CheckpointFile::of_conversation(conversation),
+        None => CheckpointFile::new(&args.file),
+    };
     let result = turn::resume(
         &setup,
         from,
@@ -306,7 +327,18 @@ fn resume(args: ResumeArgs, interrupt: &Interrupt) -> u8 {
         interrupt,
         Some(&mut file),
     );
-    finish(&mut report, &setup, result)
+    match conversation {
+        Some(_) => finish_conversation_turn(&mut report, &setup, result, &file),
+        None => finish(&mut report, &setup, result),
+    }
+}
+
+/// Whether two paths name the same existing file.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// Saves the conversation after a turn and picks the exit code.
@@ -315,7 +347,9 @@ fn finish(report: &mut Reporter, setup: &Setup, result: Result<turn::Ended, Erro
     match (result, saved) {
         (Ok(turn::Ended::Complete), Ok(())) => OK,
         (Ok(turn::Ended::Paused { calls, file }), Ok(())) => {
-            report.note(&checkpoint::paused_note(&calls, &file));
+            // The turn is resumed with its conversation, so that it is saved there.
+            let conversation = setup.session.as_ref().map(|s| s.path());
+            report.note(&checkpoint::paused_note(&calls, &file, conversation));
             PAUSED
         }
         (Ok(_), Err(e)) | (Err(e), Ok(())) => report.fail(e),

@@ -68,7 +68,6 @@ const TYPED_LINE_POLL: Duration = Duration::from_millis(50);
 #[derive(Default)]
 pub struct TypedLines {
     buffer: Vec<u8>,
-    closed: bool,
 }
 
 impl TypedLines {
@@ -79,7 +78,7 @@ impl TypedLines {
                 let line: Vec<u8> = self.buffer.drain(..=end).collect();
                 return Some(String::from_utf8_lossy(&line[..end]).into_owned());
             }
-            if self.closed || !stdin_readable() {
+            if !stdin_readable() {
                 return None;
             }
             let mut chunk = [0u8; 4096];
@@ -87,14 +86,11 @@ impl TypedLines {
             let n = unsafe { libc::read(0, chunk.as_mut_ptr().cast(), chunk.len()) };
             match n {
                 n if n > 0 => self.buffer.extend_from_slice(&chunk[..n as usize]),
-                0 => {
-                    // Ctrl-D: what was typed before it is a line.
-                    self.closed = true;
-                    if self.buffer.is_empty() {
-                        return None;
-                    }
-                    self.buffer.push(b'\n');
-                }
+                // Ctrl-D: what was typed before it is a line. A terminal's end of input
+                // is one keypress, not the end of the terminal: later lines still steer
+                // (the next poll reads again, once per poll however stdin ends).
+                0 if self.buffer.is_empty() => return None,
+                0 => self.buffer.push(b'\n'),
                 _ => return None,
             }
         }
@@ -136,6 +132,7 @@ fn drive(
 ) -> Result<Ended, Error> {
     let control = stream.control();
     interrupt.begin_turn(control.clone());
+    let steered = lines.is_some();
     let mut result = pull(
         &mut stream,
         &control,
@@ -144,6 +141,25 @@ fn drive(
         checkpoint.as_deref_mut(),
         lines,
     );
+    if steered {
+        // A line said to be noted that the turn did not deliver (cancelled, failed,
+        // paused, at a limit) is not dropped in silence.
+        for input in stream.take_undelivered() {
+            let text: Vec<&str> = input
+                .parts()
+                .iter()
+                .filter_map(|part| match part {
+                    panto::Block::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let note = format!(
+                "panto: not delivered, the turn ended first (send it again at the prompt): {}",
+                text.join(" ")
+            );
+            let _ = out.notice(&note);
+        }
+    }
     // Whatever ended the turn (a failure, a cancel), the file keeps its latest state; a
     // paused turn without a file gets one.
     let kept = match (checkpoint, &mut result) {

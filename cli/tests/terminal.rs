@@ -289,3 +289,71 @@ fn a_line_typed_during_a_turn_steers_it() {
     p.expect(Eof).unwrap();
     assert_eq!(wait_exit(&p), 0);
 }
+
+/// A blocking `weather` tool for the steering tests: it announces itself with
+/// `started`, waits for `release`, then removes both (so a later call waits again).
+fn blocking_tool(home: &Path) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    let started = home.join("started");
+    let release = home.join("release");
+    let tool = format!(
+        "weather=touch {s}; while [ ! -e {r} ]; do sleep 0.02; done; rm -f {s} {r}; echo sunny",
+        s = started.display(),
+        r = release.display()
+    );
+    (tool, started, release)
+}
+
+/// A steering line the turn takes but never delivers (Ctrl-C cancels the turn while
+/// its tool runs) is said to be lost, not dropped in silence after "noted".
+#[test]
+fn a_noted_line_the_turn_did_not_deliver_is_reported() {
+    let home = temp_dir("pty-steer-undelivered");
+    let (tool, started, _release) = blocking_tool(&home);
+    let srv = server(json!({"exchanges": [
+        {"response": {"status": 200, "sse": openai_tool_call("call_1")}},
+        answer_text("Afterwards.", 5),
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let mut p = spawn(&home, &["chat", "--base-url", &base, "--tool", &tool], &[]);
+    p.expect("> ").unwrap();
+    p.send("Weather?\r").unwrap();
+    eventually("the tool to start", || started.exists());
+    p.send("in Celsius please\r").unwrap();
+    p.expect("noted").unwrap();
+    p.send(CTRL_C).unwrap();
+    p.expect("not delivered").unwrap();
+    p.expect("in Celsius please").unwrap();
+    p.expect("cancelled").unwrap();
+    p.expect("> ").unwrap();
+    assert_eq!(srv.requests().len(), 1);
+    p.send("exit\r").unwrap();
+    p.expect(Eof).unwrap();
+    assert_eq!(wait_exit(&p), 0);
+}
+
+/// Ctrl-D typed while a turn runs does not end steering: a line typed after it still
+/// steers the turn.
+#[test]
+fn ctrl_d_during_a_turn_leaves_steering_on() {
+    let home = temp_dir("pty-steer-ctrl-d");
+    let (tool, started, release) = blocking_tool(&home);
+    let srv = server(json!({"exchanges": [
+        {"response": {"status": 200, "sse": openai_tool_call("call_1")}},
+        {"match": {"body_contains": ["in Celsius please"]},
+         "response": {"status": 200, "sse": openai_text("18 degrees Celsius.")}},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let mut p = spawn(&home, &["chat", "--base-url", &base, "--tool", &tool], &[]);
+    p.expect("> ").unwrap();
+    p.send("Weather?\r").unwrap();
+    eventually("the tool to start", || started.exists());
+    p.send(CTRL_D).unwrap();
+    p.send("in Celsius please\r").unwrap();
+    p.expect("noted").unwrap();
+    std::fs::write(&release, "").unwrap();
+    p.expect("18 degrees Celsius.").unwrap();
+    p.expect("> ").unwrap();
+    p.send("exit\r").unwrap();
+    p.expect(Eof).unwrap();
+    assert_eq!(wait_exit(&p), 0);
+}
