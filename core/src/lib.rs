@@ -126,14 +126,16 @@ pub use config::{CompactionConfig, Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use http::close_idle_connections;
-pub use mcp::{McpServer, McpServers, McpToolInfo, McpTransport, DEFAULT_INHERITED_ENV};
+pub use mcp::{
+    McpLogLevel, McpServer, McpServers, McpToolInfo, McpTransport, DEFAULT_INHERITED_ENV,
+};
 pub use media::{Input, Media, MediaSource};
 pub use message::{Block, Message, Role, StopReason, Usage};
 pub use output::{JsonText, OutputSpec};
 pub use provider::ProviderKind;
 pub use request::{Compat, Dialect, Effort, OutputMode, Reasoning, ToolSpec};
 pub use secret::Secrets;
-pub use tool::{ExternalTool, FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
+pub use tool::{CallProgress, ExternalTool, FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
 pub use transcript::{EntryKind, TranscriptEntry};
 pub use turn::{Answer, Answers, Checkpoint, DeferReason, DeferredCall, NotSteered};
 

@@ -14,11 +14,18 @@ use serde_json::{json, Value};
 use tokio::sync::{oneshot, Notify};
 use tracing::debug;
 
+use super::McpLogLevel;
 use crate::error::{Error, ErrorKind};
+use crate::tool::{CallProgress, LogLine};
 
 /// Most requests of one server waiting at once: a bound on the table, far above what
 /// `tool_concurrency` lets an agent start.
 const MAX_PENDING: usize = 4096;
+
+/// Most bytes of a server log line's `data` that reach a turn.
+const MAX_LOG_DATA: usize = 2000;
+/// Most bytes of a server log line's `logger`.
+const MAX_LOGGER: usize = 100;
 
 /// Why a request got no result.
 #[derive(Debug)]
@@ -58,6 +65,8 @@ pub(crate) trait Wire: Send + Sync {
 struct Pending {
     tx: oneshot::Sender<Result<Value, RpcError>>,
     progress: Arc<Notify>,
+    /// Where a tool call's progress and the server's log lines go, for `tools/call`.
+    reporter: Option<CallProgress>,
 }
 
 /// One connection's requests and notifications.
@@ -70,6 +79,8 @@ pub(crate) struct Peer {
     pub list_changed: AtomicBool,
     /// Why the connection ended, once it did.
     closed: Mutex<Option<Error>>,
+    /// The least level of the server's log lines that reach a turn (`None`: none do).
+    pub log_level: Option<McpLogLevel>,
 }
 
 impl Peer {
@@ -80,6 +91,7 @@ impl Peer {
             pending: Mutex::new(HashMap::new()),
             list_changed: AtomicBool::new(false),
             closed: Mutex::new(None),
+            log_level: None,
         }
     }
 
@@ -186,20 +198,76 @@ impl Peer {
                     Some(Value::String(s)) => s.parse().ok(),
                     _ => None,
                 };
-                if let Some(p) = id.and_then(|id| self.table().get(&id).map(|p| p.progress.clone()))
-                {
-                    p.notify_one();
+                let found = id.and_then(|id| {
+                    self.table()
+                        .get(&id)
+                        .map(|p| (p.progress.clone(), p.reporter.clone()))
+                });
+                if let Some((rearm, reporter)) = found {
+                    rearm.notify_one();
+                    if let (Some(reporter), Some(params)) = (reporter, params) {
+                        // Not a number: no report (the timeout is re-armed all the same).
+                        if let Some(progress) = params.get("progress").and_then(Value::as_f64) {
+                            reporter.report(
+                                progress,
+                                params.get("total").and_then(Value::as_f64),
+                                params.get("message").and_then(Value::as_str),
+                            );
+                        }
+                    }
                 }
             }
             "notifications/tools/list_changed" => {
                 self.list_changed.store(true, Ordering::SeqCst);
             }
-            "notifications/message" => {
-                let text = params.map(Value::to_string).unwrap_or_default();
-                debug!(server = %self.name, log = crate::text::truncate(&text, 500), "MCP server log");
-            }
+            "notifications/message" => self.log(params),
             _ => {}
         }
+    }
+
+    /// A log line of the server: to a running tool call of this server that takes
+    /// reports (the oldest), when its level is at least `log_level`; else only to the
+    /// debug log.
+    fn log(&self, params: Option<&Value>) {
+        let text = params.map(Value::to_string).unwrap_or_default();
+        debug!(server = %self.name, log = crate::text::truncate(&text, 500), "MCP server log");
+        let (Some(min), Some(params)) = (self.log_level, params) else {
+            return;
+        };
+        let level = params
+            .get("level")
+            .and_then(Value::as_str)
+            .and_then(McpLogLevel::parse);
+        // A level panto does not know ranks as debug.
+        let level = level.unwrap_or(McpLogLevel::Debug);
+        if level < min {
+            return;
+        }
+        let reporter = {
+            let table = self.table();
+            table
+                .iter()
+                .filter_map(|(id, p)| p.reporter.as_ref().map(|r| (*id, r.clone())))
+                .min_by_key(|(id, _)| *id)
+                .map(|(_, r)| r)
+        };
+        let Some(reporter) = reporter else {
+            return;
+        };
+        let data = match params.get("data") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+            None => String::new(),
+        };
+        reporter.log(LogLine {
+            server: self.name.clone(),
+            level: level.as_str(),
+            logger: params
+                .get("logger")
+                .and_then(Value::as_str)
+                .map(|l| crate::text::truncate(l, MAX_LOGGER).to_owned()),
+            data: crate::text::truncate(&data, MAX_LOG_DATA).to_owned(),
+        });
     }
 
     /// Sends a request and waits for its answer. The wait fails after `timeout` without
@@ -213,6 +281,20 @@ impl Peer {
         method: &str,
         params: Value,
         timeout: Duration,
+    ) -> Result<Value, RpcError> {
+        self.request_reporting(wire, method, params, timeout, None)
+            .await
+    }
+
+    /// [`Peer::request`], with the request's progress notifications (and the server's
+    /// log lines while it runs) passed to `reporter`.
+    pub async fn request_reporting(
+        self: &Arc<Peer>,
+        wire: &Arc<dyn Wire>,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        reporter: Option<CallProgress>,
     ) -> Result<Value, RpcError> {
         if let Some(why) = self.closed() {
             return Err(RpcError::Failed(why));
@@ -236,6 +318,7 @@ impl Peer {
                 Pending {
                     tx,
                     progress: progress.clone(),
+                    reporter: reporter.filter(CallProgress::reports),
                 },
             );
         }
