@@ -827,6 +827,88 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn progress_reports_are_checked_coalesced_and_end_with_the_result() {
+        let notes = BatchNotes::new(2);
+        let p = CallProgress {
+            notes: Some(notes.clone()),
+            idx: 1,
+        };
+        // Not a finite number: no report.
+        p.report(f64::NAN, Some(1.0), None);
+        p.report(f64::INFINITY, None, None);
+        assert!(notes.take_due(None).is_empty());
+        // A total that is not positive is left out; the text is one line, bounded.
+        let long = format!("{}\nsecond line", "é".repeat(400));
+        p.report(1.0, Some(-3.0), Some(&long));
+        let started = tokio::time::Instant::now();
+        let due = notes.take_due(None);
+        assert_eq!(due.len(), 1);
+        let (idx, logs, report) = &due[0];
+        let report = report.clone().unwrap();
+        assert_eq!(
+            (*idx, logs.len(), report.progress, report.total),
+            (1, 0, 1.0, None)
+        );
+        let text = report.text.unwrap();
+        assert!(text.len() <= MAX_PROGRESS_TEXT && !text.contains('\n') && text.starts_with('é'));
+        // Reports within the interval are coalesced: the latest waits, then wins.
+        p.report(2.0, Some(f64::INFINITY), None);
+        p.report(3.0, Some(4.0), Some("three"));
+        let early = notes.take_due(None);
+        if started.elapsed() < PROGRESS_INTERVAL {
+            assert!(early.is_empty(), "a report within 100 ms of the last one");
+            assert!(notes.next_due().is_some());
+        }
+        // The call's result is next: its latest report goes now, then nothing more.
+        let last = notes.take_due(Some(1));
+        let report = last
+            .iter()
+            .chain(&early)
+            .find_map(|(_, _, r)| r.clone())
+            .unwrap();
+        assert_eq!(
+            (report.progress, report.total, report.text.as_deref()),
+            (3.0, Some(4.0), Some("three"))
+        );
+        p.report(5.0, None, None);
+        p.log(LogLine {
+            server: "s".into(),
+            level: "error",
+            logger: None,
+            data: "late".into(),
+        });
+        assert!(notes.take_due(None).is_empty());
+        assert!(notes.next_due().is_none());
+        // A reporter outside a turn reports nowhere.
+        CallProgress::none().report(1.0, None, None);
+        assert!(!CallProgress::none().reports());
+    }
+
+    #[test]
+    fn log_lines_of_a_call_are_bounded() {
+        let notes = BatchNotes::new(1);
+        let p = CallProgress {
+            notes: Some(notes.clone()),
+            idx: 0,
+        };
+        for i in 0..MAX_LOGS_PER_CALL + 50 {
+            p.log(LogLine {
+                server: "s".into(),
+                level: "error",
+                logger: None,
+                data: i.to_string(),
+            });
+        }
+        let due = notes.take_due(Some(0));
+        let logs = &due[0].1;
+        assert_eq!(logs.len(), MAX_LOGS_PER_CALL);
+        assert_eq!(
+            logs.last().unwrap().data,
+            (MAX_LOGS_PER_CALL - 1).to_string()
+        );
+    }
+
     #[test]
     fn submit_unknown_or_twice_is_a_tool_error() {
         let host = HostToolResults::default();

@@ -325,7 +325,12 @@ impl Peer {
         let mut params = params;
         if method == "tools/call" {
             if let Value::Object(o) = &mut params {
-                o.insert("_meta".into(), json!({"progressToken": id}));
+                let mut meta = json!({"progressToken": id});
+                // The per-request form of logging/setLevel (revisions after 2025-11-25).
+                if let Some(level) = self.log_level {
+                    meta["io.modelcontextprotocol/logLevel"] = level.as_str().into();
+                }
+                o.insert("_meta".into(), meta);
             }
         }
         let mut guard = Withdraw {
@@ -450,7 +455,8 @@ mod tests {
 
     #[test]
     fn whatever_a_server_sends_is_routed_without_panic() {
-        let peer = Peer::new("s");
+        let mut peer = Peer::new("s");
+        peer.log_level = Some(McpLogLevel::Debug);
         let hostile = [
             json!(null),
             json!(3),
@@ -462,6 +468,10 @@ mod tests {
             json!({"method": "notifications/progress", "params": {"progressToken": {"a": 1}}}),
             json!({"method": "notifications/progress", "params": "x"}),
             json!({"method": "notifications/message", "params": {"data": "y".repeat(10_000)}}),
+            json!({"method": "notifications/message", "params": {"level": 7, "data": {"a": [1]}}}),
+            json!({"method": "notifications/message", "params": "not an object"}),
+            json!({"method": "notifications/progress", "params": {"progressToken": 1, "progress": "x"}}),
+            json!({"method": "notifications/progress", "params": {"progressToken": 1, "progress": 1e308, "total": -1}}),
             json!({"jsonrpc": "2.0", "id": {"nested": true}, "method": "roots/list"}),
         ];
         for m in hostile {
