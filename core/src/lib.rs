@@ -13,6 +13,7 @@
 //!    ├─► bytes ─► SseParser ─► SSE events                             (sse)
 //!    ├─► SSE events ─► provider Decoder ─► Events ─► Receiver         (provider, event)
 //!    ├─► complete tool calls ─► concurrent dispatch ─► tool_result    (tool)
+//!    │     (tool_progress / server_log of a running call, coalesced, before its result)
 //!    └─► append assistant message + results in call order ─► next request
 //!  message_complete (once, last)
 //! ```
@@ -30,7 +31,7 @@
 //! - [`retry`] — which failures are retried, and how long to wait.
 //! - [`http`] — the process's shared HTTP clients (per runtime and settings), streaming a response into a decoder under timeouts, backpressure and cancellation.
 //! - [`secret`] — the API key and credential headers, and their removal from everything panto reports.
-//! - [`tool`] — the `Tool` trait, host tools and concurrent dispatch.
+//! - [`tool`] — the `Tool` trait, host tools, concurrent dispatch, and running calls' progress.
 //! - [`turn`] — the turn as an I/O-free state machine, its checkpoints, deferred calls and steering.
 //! - [`transcript`] — the flat, provider-neutral view of the conversation for a UI.
 //! - [`compaction`] — summarizing older history: the cut, the prompt, the rebuilt history.

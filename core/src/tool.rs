@@ -1,6 +1,8 @@
 //! Owns tools: the [`Tool`] trait for tools written in Rust, host tools (declared in
-//! the configuration, answered from outside the loop through [`HostToolResults`]), and
-//! the concurrent dispatch of one message's tool calls. It does not decide when tools
+//! the configuration, answered from outside the loop through [`HostToolResults`]), the
+//! concurrent dispatch of one message's tool calls, and what running calls report on
+//! the way ([`CallProgress`]: progress, and MCP servers' log lines), which the dispatch
+//! turns into coalesced events before each call's result. It does not decide when tools
 //! run (that is `agent`).
 
 use std::collections::{HashMap, HashSet};

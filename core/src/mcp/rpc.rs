@@ -1,7 +1,9 @@
 //! Owns the JSON-RPC 2.0 layer both transports share: request ids, the table of
 //! requests waiting for an answer, routing what a server sends (answers, progress,
-//! `list_changed`, its own requests such as `ping`), the per-request timeout that
-//! progress re-arms, and `notifications/cancelled` for a request given up on. A
+//! log lines, `list_changed`, its own requests such as `ping`), the per-request timeout
+//! that progress re-arms, and `notifications/cancelled` for a request given up on.
+//! Progress and log lines at or above the server's `log_level` go to the
+//! [`CallProgress`] of the running `tools/call` they belong to. A
 //! transport only moves messages: it implements [`Wire`] and feeds what arrives to
 //! [`Peer::route`].
 
