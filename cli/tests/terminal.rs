@@ -1,7 +1,7 @@
 //! The chat prompt and the terminal-only behaviour, driven through a pseudo-terminal
 //! (expectrl): arrows and history across runs, Ctrl-R, a bracketed paste and a `"""`
 //! block as one message, Ctrl-C at the prompt and during a turn, `/model`, `exit`, the
-//! startup line, `--confirm`, and NO_COLOR.
+//! startup line, `--confirm`, NO_COLOR, and a running tool's progress on the spinner's line.
 //!
 //! Every step waits for the text it needs (the prompt before typing); the expect
 //! timeout is a hang guard only.
