@@ -567,6 +567,11 @@ type MCPServer struct {
 	EnabledTools []string
 	// DisabledTools ("disabled_tools"): Never these tools, by the server's names.
 	DisabledTools []string
+	// LogLevel ("log_level"): The least level of the server's log lines that become server_log
+	// events while its tools run (off: none); sent to the server as logging/setLevel when it
+	// offers logging. One of "off", "debug", "info", "notice", "warning", "error", "critical",
+	// "alert", "emergency". Default: "off".
+	LogLevel string
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -605,6 +610,9 @@ func (m MCPServer) MarshalJSON() ([]byte, error) {
 	if len(m.DisabledTools) != 0 {
 		o.put("disabled_tools", m.DisabledTools)
 	}
+	if m.LogLevel != "" {
+		o.put("log_level", m.LogLevel)
+	}
 	return o.end()
 }
 
@@ -635,6 +643,8 @@ func (m *MCPServer) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &m.EnabledTools)
 		case "disabled_tools":
 			return json.Unmarshal(v, &m.DisabledTools)
+		case "log_level":
+			return json.Unmarshal(v, &m.LogLevel)
 		}
 		return errUnknownKey
 	})

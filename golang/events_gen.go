@@ -27,6 +27,8 @@ var eventTypes = [...]string{
 	"history_compacted",
 	"output_repair",
 	"steering_delivered",
+	"tool_progress",
+	"server_log",
 }
 
 // EventTypes returns every event type name, in the order of the C ABI's event codes
@@ -397,6 +399,62 @@ func (e *SteeringDelivered) MarshalJSON() ([]byte, error) {
 	return typed(e.Type(), (*plainSteeringDelivered)(e))
 }
 
+// ToolProgress is the tool_progress event. A running tool call reported progress (an MCP
+// server's `notifications/progress` for the call, or a Rust tool through its
+// `CallProgress`). Coalesced: at most one per call every 100 ms, and the latest report is
+// always delivered before the call's `tool_result`.
+type ToolProgress struct {
+	// 0-based index of the assistant message within the turn.
+	Message uint32 `json:"message"`
+	// The call's id.
+	CallID string `json:"call_id"`
+	// The tool's name.
+	Name string `json:"name"`
+	// Progress so far, in the tool's own unit (a finite number).
+	Progress float64 `json:"progress"`
+	// The total the progress goes to, when the tool knows it (a positive finite number). The
+	// zero value means absent.
+	Total float64 `json:"total,omitempty"`
+	// What the tool is doing, when it said (one line, at most 500 bytes). The zero value means
+	// absent.
+	Text string `json:"text,omitempty"`
+}
+
+func (*ToolProgress) isEvent() {}
+
+// Type returns "tool_progress".
+func (*ToolProgress) Type() string { return "tool_progress" }
+
+type plainToolProgress ToolProgress
+
+// MarshalJSON writes the canonical JSON of the event.
+func (e *ToolProgress) MarshalJSON() ([]byte, error) { return typed(e.Type(), (*plainToolProgress)(e)) }
+
+// ServerLog is the server_log event. An MCP server sent a log line
+// (`notifications/message`) at or above its `log_level`, while one of its tools ran in this
+// turn.
+type ServerLog struct {
+	// The MCP server's name (its key in mcp_servers).
+	Server string `json:"server"`
+	// The line's level: debug, info, notice, warning, error, critical, alert or emergency.
+	Level string `json:"level"`
+	// The logger's name, when the server gave one (at most 100 bytes). The zero value means
+	// absent.
+	Logger string `json:"logger,omitempty"`
+	// The line (a string as sent, anything else as its JSON; at most 2000 bytes).
+	Data string `json:"data"`
+}
+
+func (*ServerLog) isEvent() {}
+
+// Type returns "server_log".
+func (*ServerLog) Type() string { return "server_log" }
+
+type plainServerLog ServerLog
+
+// MarshalJSON writes the canonical JSON of the event.
+func (e *ServerLog) MarshalJSON() ([]byte, error) { return typed(e.Type(), (*plainServerLog)(e)) }
+
 // convert copies an event out of C memory; nil for a kind this package does not know
 // (a newer library's: skipped).
 func convert(ev *C.PantoEvent) Event {
@@ -527,6 +585,24 @@ func convert(ev *C.PantoEvent) Event {
 		return &SteeringDelivered{
 			Message: uint32(p.message),
 			Text:    goStr(p.text),
+		}
+	case 14: // tool_progress
+		p := (*C.PantoToolProgress)(pl)
+		return &ToolProgress{
+			Message:  uint32(p.message),
+			CallID:   goStr(p.call_id),
+			Name:     goStr(p.name),
+			Progress: float64(p.progress),
+			Total:    float64(p.total),
+			Text:     goStr(p.text),
+		}
+	case 15: // server_log
+		p := (*C.PantoServerLog)(pl)
+		return &ServerLog{
+			Server: goStr(p.server),
+			Level:  goStr(p.level),
+			Logger: goStr(p.logger),
+			Data:   goStr(p.data),
 		}
 	}
 	return nil

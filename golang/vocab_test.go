@@ -174,31 +174,93 @@ func TestEventsFromTheCRecordEqualThoseFromTheirJSON(t *testing.T) {
 		"openai-compaction-auto", "openai-tool-parallel", "openai-tool-error", "anthropic-tool-image", "openai-output-repair",
 		"openai-tool-single"} {
 		evs, canon := conformanceTurnSteered(t, name, steered[name])
-		if len(evs) != len(canon) {
-			t.Fatalf("%s: %d events, %d canonical lines", name, len(evs), len(canon))
-		}
-		for i, ev := range evs {
-			seen[ev.Type()] = true
-			fromJS := reflect.New(reflect.TypeOf(ev).Elem())
-			if err := json.Unmarshal([]byte(canon[i]), fromJS.Interface()); err != nil {
-				t.Fatalf("%s: %s: %v", name, canon[i], err)
-			}
-			if bc, ok := fromJS.Interface().(*BlockComplete); ok {
-				bc.setBlockParts(bc.Content)
-			}
-			if diff := fieldDiff(reflect.ValueOf(ev).Elem(), fromJS.Elem()); diff != "" {
-				t.Errorf("%s: event %d (%s): the C record and the JSON differ in %s", name, i, canon[i], diff)
-			}
-			if js := mustJSON(t, ev); !sameJSON(js, canon[i]) {
-				t.Errorf("%s: json.Marshal %s, library %s", name, js, canon[i])
-			}
-		}
+		compareRecordAndJSON(t, name, evs, canon, seen)
 	}
+	// tool_progress and server_log come from an MCP server (no conformance scenario has
+	// one): the fixture's report tool, its warnings let through by LogLevel.
+	evs, canon := mcpProgressTurn(t)
+	compareRecordAndJSON(t, "mcp progress", evs, canon, seen)
 	for _, typ := range EventTypes() {
 		if !seen[typ] {
 			t.Errorf("no scenario produced %s", typ)
 		}
 	}
+}
+
+// compareRecordAndJSON checks that each event read from the C record equals the one
+// decoded from the library's canonical JSON, and that json.Marshal writes that JSON; it
+// notes each event type in seen.
+func compareRecordAndJSON(t *testing.T, name string, evs []Event, canon []string, seen map[string]bool) {
+	t.Helper()
+	if len(evs) != len(canon) {
+		t.Fatalf("%s: %d events, %d canonical lines", name, len(evs), len(canon))
+	}
+	for i, ev := range evs {
+		seen[ev.Type()] = true
+		fromJS := reflect.New(reflect.TypeOf(ev).Elem())
+		if err := json.Unmarshal([]byte(canon[i]), fromJS.Interface()); err != nil {
+			t.Fatalf("%s: %s: %v", name, canon[i], err)
+		}
+		if bc, ok := fromJS.Interface().(*BlockComplete); ok {
+			bc.setBlockParts(bc.Content)
+		}
+		if diff := fieldDiff(reflect.ValueOf(ev).Elem(), fromJS.Elem()); diff != "" {
+			t.Errorf("%s: event %d (%s): the C record and the JSON differ in %s", name, i, canon[i], diff)
+		}
+		if js := mustJSON(t, ev); !sameJSON(js, canon[i]) {
+			t.Errorf("%s: json.Marshal %s, library %s", name, js, canon[i])
+		}
+	}
+}
+
+// mcpProgressTurn runs a turn whose model calls the fixture MCP server's report tool
+// (two steps, each a progress notification and a warning log line) with the server's
+// LogLevel "warning"; it returns the events, the library's canonical JSON of each, and
+// checks the last progress and log events' values.
+func mcpProgressTurn(t *testing.T) ([]Event, []string) {
+	t.Helper()
+	srv := startServer(t, scenario(
+		exchange(sseResponse(toolCallSSE([3]string{"c1", "fx__report", `{"steps":2,"interval_ms":150}`}))),
+		exchange(sseResponse(textSSE("done")), "c1"),
+	))
+	cfg := testConfig(srv)
+	fx := mcpFixture(t, "--progress-tools")
+	fx.LogLevel = "warning"
+	cfg.MCPServers = map[string]MCPServer{"fx": fx}
+	agent := newTestAgent(t, cfg)
+	var canon []string
+	canonicalHook.Store(&canonicalRecorder{fn: func(js string) { canon = append(canon, js) }})
+	defer canonicalHook.Store(nil)
+	s, err := agent.Stream(context.Background(), "go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := drainTurn(t, s)
+	var progress *ToolProgress
+	var log *ServerLog
+	resultAt, lastAt := -1, -1
+	for i, ev := range evs {
+		switch e := ev.(type) {
+		case *ToolProgress:
+			progress, lastAt = e, i
+		case *ServerLog:
+			log, lastAt = e, i
+		case *ToolResult:
+			resultAt = i
+		}
+	}
+	want := ToolProgress{Message: 0, CallID: "c1", Name: "fx__report", Progress: 2, Total: 2, Text: "step 2"}
+	if progress == nil || *progress != want {
+		t.Errorf("last tool_progress: %+v, want %+v", progress, want)
+	}
+	wantLog := ServerLog{Server: "fx", Level: "warning", Logger: "fixture", Data: "warn 2"}
+	if log == nil || *log != wantLog {
+		t.Errorf("last server_log: %+v, want %+v", log, wantLog)
+	}
+	if resultAt < lastAt {
+		t.Errorf("a progress or log event after the tool_result (%d > %d)", lastAt, resultAt)
+	}
+	return evs, canon
 }
 
 // fieldDiff names the first field that differs; JSON fields compare as JSON values

@@ -230,7 +230,10 @@
  *     the turn option "defer_tools", the stop reason "deferred",
  *     PantoMessageComplete.deferred), and steering a running turn (panto_stream_steer,
  *     panto_stream_take_undelivered, PANTO_EV_STEERING_DELIVERED). A turn that uses none
- *     of them behaves exactly as in 1.2.
+ *     of them behaves exactly as in 1.2. It also added the progress of running tool
+ *     calls (PANTO_EV_TOOL_PROGRESS) and MCP servers' log lines (PANTO_EV_SERVER_LOG,
+ *     only for a server whose "log_level" is set); a reader that ignores kinds it does
+ *     not know is unaffected.
  */
 #ifndef PANTO_H
 #define PANTO_H
@@ -288,6 +291,8 @@ typedef int32_t PantoStatus;
 #define PANTO_EV_HISTORY_COMPACTED 11 /* since ABI 1.1 */
 #define PANTO_EV_OUTPUT_REPAIR 12     /* since ABI 1.2 (structured output) */
 #define PANTO_EV_STEERING_DELIVERED 13 /* since ABI 1.3 (durable turns) */
+#define PANTO_EV_TOOL_PROGRESS 14      /* since ABI 1.3 (tool progress) */
+#define PANTO_EV_SERVER_LOG 15         /* since ABI 1.3 (MCP server logs) */
 #define PANTO_EV_ERROR 256 /* with PANTO_ERROR: payload.error holds the failure */
 
 /* ---------------------------------------------------------------------------------- */
@@ -556,6 +561,32 @@ typedef struct PantoSteeringDelivered {
                     shown here) */
 } PantoSteeringDelivered;
 
+/* PANTO_EV_TOOL_PROGRESS (since ABI 1.3): a running tool call reported progress (an
+ * MCP server's notifications/progress for the call, or a Rust tool's report). Coalesced:
+ * at most one per call every 100 ms, carrying the latest report; the last report is
+ * always delivered before the call's PANTO_EV_TOOL_RESULT. */
+typedef struct PantoToolProgress {
+  uint32_t message; /* 0-based index of the assistant message within the turn */
+  uint32_t _reserved0;
+  PantoStr call_id;
+  PantoStr name;
+  double progress; /* progress so far, in the tool's own unit (finite) */
+  double total;    /* the total it goes to (positive); 0 when the tool gave none */
+  PantoStr text;   /* what the tool is doing (one line, at most 500 bytes); absent if
+                      it said nothing */
+} PantoToolProgress;
+
+/* PANTO_EV_SERVER_LOG (since ABI 1.3): an MCP server sent a log line at or above its
+ * "log_level" (default "off": none) while one of its tools ran in this turn; at most
+ * 100 per call. */
+typedef struct PantoServerLog {
+  PantoStr server; /* the server's name (its key in "mcp_servers") */
+  PantoStr level;  /* debug, info, notice, warning, error, critical, alert, emergency */
+  PantoStr logger; /* the logger's name (at most 100 bytes); absent if none */
+  PantoStr data;   /* the line: a string as sent, anything else as its JSON (at most
+                      2000 bytes) */
+} PantoServerLog;
+
 /* PANTO_EV_ERROR (status PANTO_ERROR): the failure; the same fields as PantoError. */
 typedef struct PantoErrorInfo {
   uint32_t kind;   /* PANTO_ERR_* */
@@ -598,6 +629,8 @@ typedef union PantoEventPayload {
   PantoHistoryCompacted history_compacted; /* since ABI 1.1 */
   PantoOutputRepair output_repair;         /* since ABI 1.2 */
   PantoSteeringDelivered steering_delivered; /* since ABI 1.3 */
+  PantoToolProgress tool_progress;            /* since ABI 1.3 */
+  PantoServerLog server_log;                  /* since ABI 1.3 */
   uint64_t _reserved[32];
 } PantoEventPayload;
 

@@ -550,6 +550,48 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
                 text: view(text),
             };
         }
+        Event::ToolProgress {
+            message,
+            call_id,
+            name,
+            progress,
+            total,
+            text,
+        } => {
+            terminate(call_id);
+            terminate(name);
+            if let Some(t) = text {
+                terminate(t);
+            }
+            payload.tool_progress = PantoToolProgress {
+                message: *message,
+                _reserved0: 0,
+                call_id: view(call_id),
+                name: view(name),
+                progress: *progress,
+                total: total.unwrap_or(0.0),
+                text: opt_view(text),
+            };
+        }
+        Event::ServerLog {
+            server,
+            level,
+            logger,
+            data,
+        } => {
+            terminate(server);
+            terminate(level);
+            if let Some(l) = logger {
+                terminate(l);
+            }
+            terminate(data);
+            payload.server_log = PantoServerLog {
+                server: view(server),
+                level: view(level),
+                logger: opt_view(logger),
+                data: view(data),
+            };
+        }
         // `Event` is non-exhaustive, so this arm must exist; an event that reaches it is
         // one added to the core without its payload here. It would be delivered with its
         // code and an all-zero payload (its JSON complete), which a C reader cannot tell

@@ -163,9 +163,11 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoMessageComplete { messages, _reserved0, stop_reason, text, usage, output, deferred }
         PantoOutputRepair { message, attempt, max_attempts, _reserved0, error }
         PantoSteeringDelivered { message, _reserved0, text }
+        PantoToolProgress { message, _reserved0, call_id, name, progress, total, text }
+        PantoServerLog { server, level, logger, data }
         PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code, retry_after_ms, output }
         PantoHistoryCompacted { messages_before, messages_after, tokens_before, tokens_after }
-        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, steering_delivered, _reserved }
+        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, steering_delivered, tool_progress, server_log, _reserved }
         PantoEvent { struct_size, kind, flags, _private_gen, _private, payload }
     }
     out
@@ -389,6 +391,34 @@ fn sample_events() -> Vec<Event> {
             message: 2,
             text: "stop after this".into(),
         },
+        Event::ToolProgress {
+            message: 1,
+            call_id: "call_4".into(),
+            name: "fx__slow".into(),
+            progress: 2.5,
+            total: Some(10.0),
+            text: Some("fetching".into()),
+        },
+        Event::ToolProgress {
+            message: 0,
+            call_id: "call_5".into(),
+            name: "fx__slow".into(),
+            progress: 7.0,
+            total: None,
+            text: None,
+        },
+        Event::ServerLog {
+            server: "fx".into(),
+            level: "warning".into(),
+            logger: Some("db".into()),
+            data: "disk almost full".into(),
+        },
+        Event::ServerLog {
+            server: "fx".into(),
+            level: "error".into(),
+            logger: None,
+            data: "{\"code\":5}".into(),
+        },
     ];
     for (i, b) in sample_blocks().into_iter().enumerate() {
         v.push(Event::BlockComplete {
@@ -460,6 +490,7 @@ fn sample_field(vocab: &serde_json::Value, ty: &str) -> Option<serde_json::Value
     };
     Some(match ty {
         "u16" | "u32" | "u64" => json!(1),
+        "f64" => json!(1.5),
         "bool" => json!(true),
         "string" => json!("s"),
         "json" => json!({"k": 1}),
@@ -755,6 +786,34 @@ fn payloads_carry_every_field() {
                     assert_eq!(d.message, *message);
                     assert_eq!(text(d.text).as_ref(), Some(t));
                 }
+                Event::ToolProgress {
+                    message,
+                    call_id,
+                    name,
+                    progress,
+                    total,
+                    text: t,
+                } => {
+                    let g = p.tool_progress;
+                    assert_eq!(g.message, *message);
+                    assert_eq!(text(g.call_id).as_ref(), Some(call_id));
+                    assert_eq!(text(g.name).as_ref(), Some(name));
+                    assert_eq!(g.progress, *progress);
+                    assert_eq!(g.total, total.unwrap_or(0.0));
+                    assert_eq!(text(g.text), *t);
+                }
+                Event::ServerLog {
+                    server,
+                    level,
+                    logger,
+                    data,
+                } => {
+                    let l = p.server_log;
+                    assert_eq!(text(l.server).as_ref(), Some(server));
+                    assert_eq!(text(l.level).as_ref(), Some(level));
+                    assert_eq!(text(l.logger), *logger);
+                    assert_eq!(text(l.data).as_ref(), Some(data));
+                }
                 other => panic!("{}: add the checks of its payload here", other.type_name()),
             }
             // Nothing past the arm is set: the rest of the union is zero.
@@ -780,13 +839,15 @@ fn arm_size(kind: u32) -> usize {
         PANTO_EV_HISTORY_COMPACTED => size_of::<PantoHistoryCompacted>(),
         PANTO_EV_OUTPUT_REPAIR => size_of::<PantoOutputRepair>(),
         PANTO_EV_STEERING_DELIVERED => size_of::<PantoSteeringDelivered>(),
+        PANTO_EV_TOOL_PROGRESS => size_of::<PantoToolProgress>(),
+        PANTO_EV_SERVER_LOG => size_of::<PantoServerLog>(),
         _ => size_of::<PantoErrorInfo>(),
     }
 }
 
 #[test]
 fn every_payload_fits_the_reserved_union() {
-    for kind in 1..=13 {
+    for kind in 1..=Event::TYPES.len() as u32 {
         assert!(arm_size(kind) <= size_of::<[u64; 32]>());
     }
     assert_eq!(size_of::<PantoEventPayload>(), 256);

@@ -40,6 +40,10 @@ pub const PANTO_EV_HISTORY_COMPACTED: u32 = 11;
 pub const PANTO_EV_OUTPUT_REPAIR: u32 = 12;
 /// Durable turns: a steered message was delivered.
 pub const PANTO_EV_STEERING_DELIVERED: u32 = 13;
+/// Progress of a running tool call.
+pub const PANTO_EV_TOOL_PROGRESS: u32 = 14;
+/// A log line of an MCP server.
+pub const PANTO_EV_SERVER_LOG: u32 = 15;
 /// `PantoEvent::kind` with `PANTO_ERROR`: the payload is the failure. Far above the
 /// core's event codes, so new event types never collide with it.
 pub const PANTO_EV_ERROR: u32 = 256;
@@ -260,6 +264,32 @@ pub struct PantoSteeringDelivered {
     pub text: PantoStr,
 }
 
+/// A running tool call reported progress.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PantoToolProgress {
+    pub message: u32,
+    pub _reserved0: u32,
+    pub call_id: PantoStr,
+    pub name: PantoStr,
+    pub progress: f64,
+    /// 0 when absent (a total is positive).
+    pub total: f64,
+    /// Absent when the tool gave none.
+    pub text: PantoStr,
+}
+
+/// A log line of an MCP server.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PantoServerLog {
+    pub server: PantoStr,
+    pub level: PantoStr,
+    /// Absent when the server named none.
+    pub logger: PantoStr,
+    pub data: PantoStr,
+}
+
 /// Added after ABI 1.1.0: an answer did not match the output schema and a repair is
 /// asked for.
 #[repr(C)]
@@ -307,6 +337,8 @@ pub union PantoEventPayload {
     pub history_compacted: PantoHistoryCompacted,
     pub output_repair: PantoOutputRepair,
     pub steering_delivered: PantoSteeringDelivered,
+    pub tool_progress: PantoToolProgress,
+    pub server_log: PantoServerLog,
     pub _reserved: [u64; 32],
 }
 

@@ -223,6 +223,9 @@ struct Human {
     /// tool-argument fragments, must not freeze it).
     last_frame: Instant,
     tools_running: usize,
+    /// The latest progress of a running tool (its call id and the line to show), drawn
+    /// in place of the spinner's label on a terminal.
+    progress: Option<(String, String)>,
     /// Filters streamed text and reasoning; its state spans fragments, so an escape
     /// sequence split between two deltas is still removed.
     filter: Sanitizer,
@@ -250,6 +253,7 @@ impl Human {
             frame: 0,
             last_frame: Instant::now(),
             tools_running: 0,
+            progress: None,
             filter: Sanitizer::new(),
             filtering: None,
         }
@@ -447,6 +451,21 @@ impl Human {
         self.note(&format!("{head} {args}"))
     }
 
+    /// A running tool's progress: on a terminal, the spinner's line shows it (replaced
+    /// by each update); elsewhere one line per update (at most ten a second per call:
+    /// the core coalesces them).
+    fn tool_progress(&mut self, call_id: &str, line: String) -> io::Result<()> {
+        if self.spinner {
+            self.progress = Some((call_id.to_owned(), line));
+            // Drawn now, not at the next tick, so a quick update is seen.
+            let now = Instant::now();
+            self.last_frame = now.checked_sub(SPINNER_TICK).unwrap_or(now);
+            self.tick()
+        } else {
+            self.note(&line)
+        }
+    }
+
     fn tool_result(&mut self, name: &str, output: &str, is_error: bool) -> io::Result<()> {
         self.tools_running = self.tools_running.saturating_sub(1);
         self.waiting = true;
@@ -529,6 +548,7 @@ impl Render for Human {
     fn turn_start(&mut self) -> io::Result<()> {
         self.waiting = true;
         self.tools_running = 0;
+        self.progress = None;
         self.frame = 0;
         self.held.clear();
         self.last_frame = Instant::now();
@@ -567,11 +587,41 @@ impl Render for Human {
                 self.tool_call(name, &shown)
             }
             Event::ToolResult {
+                call_id,
                 name,
                 output,
                 is_error,
                 ..
-            } => self.tool_result(name, output, *is_error),
+            } => {
+                if self.progress.as_ref().is_some_and(|(id, _)| id == call_id) {
+                    self.progress = None;
+                }
+                self.tool_result(name, output, *is_error)
+            }
+            Event::ToolProgress {
+                call_id,
+                name,
+                progress,
+                total,
+                text,
+                ..
+            } => {
+                let line = progress_line(name, *progress, *total, text.as_deref());
+                self.tool_progress(call_id, line)
+            }
+            Event::ServerLog {
+                server,
+                level,
+                logger,
+                data,
+            } => {
+                let from = match logger {
+                    Some(l) => format!("{} ({})", clean(server), clean(l)),
+                    None => clean(server),
+                };
+                let line = format!("{from} [{}]: {}", clean(level), clean(data));
+                self.note(&shorten(&line, LINE_CHARS))
+            }
             Event::ProviderRetry {
                 attempt,
                 max_attempts,
@@ -641,10 +691,11 @@ impl Render for Human {
         self.last_frame = Instant::now();
         let frame = SPINNER_FRAMES[self.frame % SPINNER_FRAMES.len()];
         self.frame += 1;
-        let label = match self.tools_running {
-            0 => "thinking".to_owned(),
-            1 => "running 1 tool".to_owned(),
-            n => format!("running {n} tools"),
+        let label = match (self.tools_running, &self.progress) {
+            (0, _) => "thinking".to_owned(),
+            (_, Some((_, line))) => line.clone(),
+            (1, None) => "running 1 tool".to_owned(),
+            (n, None) => format!("running {n} tools"),
         };
         self.spinner_shown = true;
         let _ = write!(io::stderr(), "{CLEAR_LINE}{frame} {DIM}{label}{RESET}");
@@ -688,6 +739,20 @@ fn unusual_stop(stop: &StopReason) -> Option<String> {
     }
 }
 
+/// A running tool's progress as one line: `weather: 40% fetching` with a total,
+/// `weather: 3 fetching` without (sanitized, cut to [`LINE_CHARS`]).
+fn progress_line(name: &str, progress: f64, total: Option<f64>, text: Option<&str>) -> String {
+    let amount = match total {
+        Some(t) if t > 0.0 => format!("{:.0}%", (progress / t * 100.0).clamp(0.0, 100.0)),
+        _ => format!("{progress}"),
+    };
+    let line = match text {
+        Some(t) if !t.is_empty() => format!("{}: {amount} {}", clean(name), clean(t)),
+        _ => format!("{}: {amount}", clean(name)),
+    };
+    shorten(&line, LINE_CHARS)
+}
+
 /// `text` cut to `max` characters, with an ellipsis when cut.
 fn shorten(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
@@ -704,6 +769,20 @@ mod tests {
     fn shorten_respects_char_boundaries() {
         assert_eq!(shorten("héllo", 2), "hé…");
         assert_eq!(shorten("hé", 2), "hé");
+    }
+
+    #[test]
+    fn progress_lines() {
+        assert_eq!(
+            progress_line("weather", 2.0, Some(5.0), Some("fetching")),
+            "weather: 40% fetching"
+        );
+        assert_eq!(progress_line("w", 3.0, None, None), "w: 3");
+        assert_eq!(progress_line("w", 2.5, None, Some("")), "w: 2.5");
+        assert_eq!(progress_line("w", 9.0, Some(4.0), None), "w: 100%");
+        let hostile = progress_line("w\x1b[31m", 1.0, Some(2.0), Some("a\x1b]0;t\x07b"));
+        assert!(!hostile.contains(['\x1b', '\x07']), "{hostile:?}");
+        assert!(hostile.contains("50%"));
     }
 
     #[test]

@@ -327,3 +327,77 @@ fn mcp_list_ends_an_http_servers_session() {
         "no DELETE: {log:?}"
     );
 }
+
+/// A long MCP tool's progress and its server's log lines (the profile's `log_level`):
+/// human output shows both on stderr, before the tool's result line, stdout holding
+/// only the answer; `--json` prints them as events, before the tool_result.
+#[test]
+fn progress_and_server_logs_are_shown_on_stderr_and_printed_with_json() {
+    let home = temp_dir("mcp-progress");
+    let config = home.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[profiles.t.mcp_servers.fx]\ncommand = {:?}\nargs = [{:?}, \"--progress-tools\"]\n\
+             log_level = \"warning\"\n",
+            python(),
+            fixture()
+        ),
+    )
+    .unwrap();
+    let cfg = config.to_string_lossy().into_owned();
+    let turn = |extra: &[&str]| {
+        let server = server(json!({"exchanges": [
+            script::exchange(script::openai_tool_calls(&[(
+                "c", "fx__report", r#"{"steps":2,"interval_ms":150}"#
+            )])),
+            script::exchange(script::openai_text(&["done"])),
+        ]}));
+        let base = format!("{}/v1", server.url());
+        let mut args = vec![
+            "run",
+            "--base-url",
+            &base,
+            "--api-key",
+            "k",
+            "--config",
+            &cfg,
+            "-p",
+            "t",
+        ];
+        args.extend_from_slice(extra);
+        args.push("go");
+        let out = run(&mut panto_in(&home, &args));
+        assert!(out.status.success(), "{}", describe(&out));
+        out
+    };
+    let out = turn(&[]);
+    assert_eq!(stdout_of(&out), "done\n");
+    let err = stderr_of(&out);
+    // Not a terminal: one line per update; the last report is always shown.
+    let last = err
+        .find("fx__report: 100% step 2\n")
+        .unwrap_or_else(|| panic!("{err}"));
+    let log = err
+        .find("fx (fixture) [warning]: warn 2\n")
+        .unwrap_or_else(|| panic!("{err}"));
+    let result = err
+        .find("← fx__report: reported 2 steps")
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(last < result && log < result, "{err}");
+    let out = turn(&["--json"]);
+    let evs = json_lines(&out);
+    let at = |ty: &str| evs.iter().rposition(|e| e["type"] == ty).unwrap();
+    let progress = &evs[at("tool_progress")];
+    assert_eq!(
+        progress,
+        &json!({"type": "tool_progress", "message": 0, "call_id": "c", "name": "fx__report",
+                "progress": 2.0, "total": 2.0, "text": "step 2"})
+    );
+    assert_eq!(
+        evs[at("server_log")],
+        json!({"type": "server_log", "server": "fx", "level": "warning", "logger": "fixture",
+               "data": "warn 2"})
+    );
+    assert!(at("tool_progress") < at("tool_result") && at("server_log") < at("tool_result"));
+}

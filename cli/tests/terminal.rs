@@ -1,7 +1,7 @@
 //! The chat prompt and the terminal-only behaviour, driven through a pseudo-terminal
 //! (expectrl): arrows and history across runs, Ctrl-R, a bracketed paste and a `"""`
 //! block as one message, Ctrl-C at the prompt and during a turn, `/model`, `exit`, the
-//! startup line, `--confirm`, and NO_COLOR.
+//! startup line, `--confirm`, NO_COLOR, and a running tool's progress on the spinner's line.
 //!
 //! Every step waits for the text it needs (the prompt before typing); the expect
 //! timeout is a hang guard only.
@@ -355,5 +355,46 @@ fn ctrl_d_during_a_turn_leaves_steering_on() {
     p.expect("> ").unwrap();
     p.send("exit\r").unwrap();
     p.expect(Eof).unwrap();
+    assert_eq!(wait_exit(&p), 0);
+}
+
+/// On a terminal, a running MCP tool's progress replaces the spinner's label on one
+/// line of stderr ("fx__report: 50% step 1"), redrawn in place, and the result line
+/// follows.
+#[test]
+fn a_running_tools_progress_is_drawn_on_the_spinners_line() {
+    let home = temp_dir("pty-progress");
+    let srv = server(json!({"exchanges": [
+        {"response": {"status": 200, "sse": panto_testserver::script::openai_tool_calls_events(
+            &[("c", "fx__report", r#"{"steps":2,"interval_ms":300}"#)])}},
+        {"response": {"status": 200, "sse": openai_text("Reported.")}},
+    ]}));
+    let base = format!("{}/v1", srv.url());
+    let mcp = format!(
+        "fx={} {} --progress-tools",
+        panto_testkit::mcp::python(),
+        panto_testkit::mcp::fixture()
+    );
+    let mut p = spawn(&home, &["--base-url", &base, "--mcp", &mcp, "go"], &[]);
+    let seen = p.expect(Eof).unwrap();
+    let text = String::from_utf8_lossy(seen.get(0).unwrap_or_default()).into_owned();
+    // Each report is drawn right after a clear-line, as the spinner is: one line,
+    // redrawn in place, never a new line per update.
+    for report in ["fx__report: 50% step 1", "fx__report: 100% step 2"] {
+        let at = text
+            .find(report)
+            .unwrap_or_else(|| panic!("{report}: {text:?}"));
+        let line_start = text[..at].rfind("\r\x1b[2K").expect("a clear-line");
+        assert!(
+            !text[line_start..at].contains('\n'),
+            "{report} not on the spinner's line: {text:?}"
+        );
+    }
+    let last = text.find("fx__report: 100% step 2").unwrap();
+    let result = text.find("reported 2 steps").expect("the result line");
+    assert!(
+        last < result && result < text.find("Reported.").unwrap(),
+        "{text:?}"
+    );
     assert_eq!(wait_exit(&p), 0);
 }

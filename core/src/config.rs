@@ -130,6 +130,14 @@ pub const MCP_SERVER_KEYS: &[Key] = &[
         || json!([]),
         "Never these tools, by the server's names.",
     ),
+    Key::new(
+        "log_level",
+        KeyType::Enum(&[
+            "off", "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency",
+        ]),
+        || json!("off"),
+        "The least level of the server's log lines that become server_log events while its tools run (off: none); sent to the server as logging/setLevel when it offers logging.",
+    ),
 ];
 
 /// The largest `output_retries` accepted.
@@ -658,6 +666,9 @@ fn mcp_server_from_value(name: &str, v: &Value) -> Result<McpServer> {
         tool_prefix: string("tool_prefix"),
         enabled_tools: strings("enabled_tools"),
         disabled_tools: strings("disabled_tools").unwrap_or_default(),
+        log_level: string("log_level")
+            .as_deref()
+            .and_then(crate::mcp::McpLogLevel::parse),
     })
 }
 
@@ -703,6 +714,10 @@ fn mcp_server_to_value(s: &McpServer) -> Value {
     o.insert("tool_prefix".into(), s.tool_prefix.clone().into());
     o.insert("enabled_tools".into(), s.enabled_tools.clone().into());
     o.insert("disabled_tools".into(), s.disabled_tools.clone().into());
+    o.insert(
+        "log_level".into(),
+        s.log_level.map_or("off", |l| l.as_str()).into(),
+    );
     Value::Object(o)
 }
 
@@ -858,7 +873,8 @@ mod tests {
             r#"{"model":"m","mcp_servers":{
                 "time":{"command":"uvx","args":["mcp-server-time"],"env":{"GH_TOKEN":"tok-123456","LANG":"C"},"inherit_env":["TZ"],"cwd":"/tmp"},
                 "docs":{"url":"https://h/mcp","headers":{"Authorization":"Bearer sec-123456"},
-                        "timeout_ms":5,"tool_prefix":"d_","enabled_tools":["a"],"disabled_tools":["b"]}}}"#,
+                        "timeout_ms":5,"tool_prefix":"d_","enabled_tools":["a"],"disabled_tools":["b"],
+                        "log_level":"warning"}}}"#,
         )
         .unwrap();
         assert_eq!(
@@ -877,7 +893,10 @@ mod tests {
                 .with_tool_prefix("d_")
                 .with_enabled_tools(["a"])
                 .with_disabled_tools(["b"])
+                .with_log_level(Some(crate::McpLogLevel::Warning))
         );
+        assert_eq!(c.mcp_servers["time"].log_level, None);
+        assert_eq!(c.to_value()["mcp_servers"]["docs"]["log_level"], "warning");
         let shown = format!("{:?} {}", c, c.to_value());
         assert!(
             !shown.contains("tok-123456") && !shown.contains("sec-123456"),

@@ -258,7 +258,7 @@ impl<T: Redact> Redact for Option<T> {
 macro_rules! no_strings {
     ($($t:ty),*) => { $(impl Redact for $t { fn redact(&mut self, _: &Secrets) {} })* };
 }
-no_strings!(bool, u16, u32, u64, BlockKind, DeltaKind, StopReason, Usage);
+no_strings!(bool, u16, u32, u64, f64, BlockKind, DeltaKind, StopReason, Usage);
 impl Redact for Vec<DeferredCall> {
     fn redact(&mut self, secrets: &Secrets) {
         for c in self {
@@ -508,6 +508,39 @@ events! {
         message: u32,
         /// The message's text (its text parts, joined).
         text: String,
+    }
+    /// A running tool call reported progress (an MCP server's `notifications/progress`
+    /// for the call, or a Rust tool through its `CallProgress`). Coalesced: at
+    /// most one per call every 100 ms, and the latest report is always delivered before
+    /// the call's `tool_result`.
+    14 ToolProgress "tool_progress" {
+        /// 0-based index of the assistant message within the turn.
+        message: u32,
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// Progress so far, in the tool's own unit (a finite number).
+        progress: f64,
+        /// The total the progress goes to, when the tool knows it (a positive finite number).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        /// What the tool is doing, when it said (one line, at most 500 bytes).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+    }
+    /// An MCP server sent a log line (`notifications/message`) at or above its
+    /// `log_level`, while one of its tools ran in this turn.
+    15 ServerLog "server_log" {
+        /// The MCP server's name (its key in mcp_servers).
+        server: String,
+        /// The line's level: debug, info, notice, warning, error, critical, alert or emergency.
+        level: String,
+        /// The logger's name, when the server gave one (at most 100 bytes).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        logger: Option<String>,
+        /// The line (a string as sent, anything else as its JSON; at most 2000 bytes).
+        data: String,
     }
 }
 
@@ -786,7 +819,7 @@ mod tests {
         };
         assert_eq!(Event::type_name_of_code(ev.code()), Some(ev.type_name()));
         assert_eq!(Event::type_name_of_code(0), None);
-        assert_eq!(Event::type_name_of_code(14), None);
+        assert_eq!(Event::type_name_of_code(16), None);
         let compacted = Event::HistoryCompacted {
             messages_before: 0,
             messages_after: 0,

@@ -13,6 +13,7 @@
 //!    ├─► bytes ─► SseParser ─► SSE events                             (sse)
 //!    ├─► SSE events ─► provider Decoder ─► Events ─► Receiver         (provider, event)
 //!    ├─► complete tool calls ─► concurrent dispatch ─► tool_result    (tool)
+//!    │     (tool_progress / server_log of a running call, coalesced, before its result)
 //!    └─► append assistant message + results in call order ─► next request
 //!  message_complete (once, last)
 //! ```
@@ -30,7 +31,7 @@
 //! - [`retry`] — which failures are retried, and how long to wait.
 //! - [`http`] — the process's shared HTTP clients (per runtime and settings), streaming a response into a decoder under timeouts, backpressure and cancellation.
 //! - [`secret`] — the API key and credential headers, and their removal from everything panto reports.
-//! - [`tool`] — the `Tool` trait, host tools and concurrent dispatch.
+//! - [`tool`] — the `Tool` trait, host tools, concurrent dispatch, and running calls' progress.
 //! - [`turn`] — the turn as an I/O-free state machine, its checkpoints, deferred calls and steering.
 //! - [`transcript`] — the flat, provider-neutral view of the conversation for a UI.
 //! - [`compaction`] — summarizing older history: the cut, the prompt, the rebuilt history.
@@ -126,14 +127,16 @@ pub use config::{CompactionConfig, Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use http::close_idle_connections;
-pub use mcp::{McpServer, McpServers, McpToolInfo, McpTransport, DEFAULT_INHERITED_ENV};
+pub use mcp::{
+    McpLogLevel, McpServer, McpServers, McpToolInfo, McpTransport, DEFAULT_INHERITED_ENV,
+};
 pub use media::{Input, Media, MediaSource};
 pub use message::{Block, Message, Role, StopReason, Usage};
 pub use output::{JsonText, OutputSpec};
 pub use provider::ProviderKind;
 pub use request::{Compat, Dialect, Effort, OutputMode, Reasoning, ToolSpec};
 pub use secret::Secrets;
-pub use tool::{ExternalTool, FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
+pub use tool::{CallProgress, ExternalTool, FnTool, HostToolResults, Tool, ToolFuture, ToolOutput};
 pub use transcript::{EntryKind, TranscriptEntry};
 pub use turn::{Answer, Answers, Checkpoint, DeferReason, DeferredCall, NotSteered};
 

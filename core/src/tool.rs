@@ -1,6 +1,8 @@
 //! Owns tools: the [`Tool`] trait for tools written in Rust, host tools (declared in
-//! the configuration, answered from outside the loop through [`HostToolResults`]), and
-//! the concurrent dispatch of one message's tool calls. It does not decide when tools
+//! the configuration, answered from outside the loop through [`HostToolResults`]), the
+//! concurrent dispatch of one message's tool calls, and what running calls report on
+//! the way ([`CallProgress`]: progress, and MCP servers' log lines), which the dispatch
+//! turns into coalesced events before each call's result. It does not decide when tools
 //! run (that is `agent`).
 
 use std::collections::{HashMap, HashSet};
@@ -102,6 +104,20 @@ pub trait Tool: Send + Sync + 'static {
     fn spec(&self) -> ToolSpec;
     /// Runs one call with the model's arguments; the future's output is the result.
     fn call(&self, arguments: Value, cancel: CancellationToken) -> ToolFuture;
+    /// Runs one call like [`Tool::call`], with a [`CallProgress`] through which the
+    /// running call reports its progress (each report becomes a `tool_progress` event
+    /// of the turn, before the call's `tool_result`). The turn's dispatch calls this
+    /// one; the default ignores `progress` and calls [`Tool::call`], so a tool that has
+    /// no progress to report implements only `call`.
+    fn call_with_progress(
+        &self,
+        arguments: Value,
+        cancel: CancellationToken,
+        progress: CallProgress,
+    ) -> ToolFuture {
+        let _ = progress;
+        self.call(arguments, cancel)
+    }
     /// True when a call must be approved before it runs: the turn pauses with it
     /// (stop reason `deferred`, reason `approval`) and is resumed with an answer.
     fn needs_approval(&self) -> bool {
@@ -112,6 +128,197 @@ pub trait Tool: Send + Sync + 'static {
     fn is_external(&self) -> bool {
         false
     }
+}
+
+/// Least time between two `tool_progress` events of one call: reports arriving faster
+/// are coalesced (the latest wins), so a tool or an MCP server that reports in a tight
+/// loop cannot flood the turn's events.
+pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+/// Most bytes of a progress report's text (cut on a character boundary).
+pub(crate) const MAX_PROGRESS_TEXT: usize = 500;
+/// Most `server_log` events one call carries; later lines are dropped (and counted in
+/// the debug log).
+pub(crate) const MAX_LOGS_PER_CALL: usize = 100;
+
+/// A log line of an MCP server, routed to a call of that server that is running.
+#[derive(Debug, Clone)]
+pub(crate) struct LogLine {
+    pub server: String,
+    pub level: &'static str,
+    pub logger: Option<String>,
+    pub data: String,
+}
+
+/// The latest progress report of a call not yet delivered.
+#[derive(Debug, Clone, PartialEq)]
+struct Report {
+    progress: f64,
+    total: Option<f64>,
+    text: Option<String>,
+}
+
+/// What the calls of one batch reported and the dispatch has not delivered yet.
+#[derive(Default)]
+struct CallNotes {
+    latest: Option<Report>,
+    last_emit: Option<tokio::time::Instant>,
+    logs: Vec<LogLine>,
+    logs_taken: usize,
+    logs_dropped: usize,
+    /// The call's result was delivered: later reports are too late.
+    done: bool,
+}
+
+/// The reports of one batch's calls, shared by their [`CallProgress`] handles and the
+/// dispatch that turns them into events.
+#[derive(Default)]
+pub(crate) struct BatchNotes {
+    calls: Mutex<Vec<CallNotes>>,
+    wake: tokio::sync::Notify,
+}
+
+impl BatchNotes {
+    fn new(calls: usize) -> Arc<BatchNotes> {
+        Arc::new(BatchNotes {
+            calls: Mutex::new((0..calls).map(|_| CallNotes::default()).collect()),
+            wake: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn with_call(&self, idx: usize, f: impl FnOnce(&mut CallNotes) -> bool) {
+        let woke = {
+            let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+            match calls.get_mut(idx) {
+                Some(c) if !c.done => f(c),
+                _ => false,
+            }
+        };
+        if woke {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The earliest time a coalesced report becomes due, if one waits.
+    fn next_due(&self) -> Option<tokio::time::Instant> {
+        let calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        calls
+            .iter()
+            .filter(|c| c.latest.is_some())
+            .filter_map(|c| c.last_emit.map(|t| t + PROGRESS_INTERVAL))
+            .min()
+    }
+
+    /// Takes the events due now: every call's log lines and its latest report unless
+    /// one was delivered less than [`PROGRESS_INTERVAL`] ago — or, for the call `last`
+    /// whose result is next, everything it has, after which it takes no more.
+    fn take_due(&self, last: Option<usize>) -> Vec<(usize, Vec<LogLine>, Option<Report>)> {
+        let now = tokio::time::Instant::now();
+        let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = Vec::new();
+        for (idx, c) in calls.iter_mut().enumerate() {
+            let finishing = last == Some(idx);
+            let due = finishing
+                || c.last_emit
+                    .is_none_or(|t| now.duration_since(t) >= PROGRESS_INTERVAL);
+            let report = if due { c.latest.take() } else { None };
+            if report.is_some() {
+                c.last_emit = Some(now);
+            }
+            let logs = std::mem::take(&mut c.logs);
+            if finishing {
+                c.done = true;
+                if c.logs_dropped > 0 {
+                    tracing::debug!(
+                        dropped = c.logs_dropped,
+                        "MCP server log lines beyond {MAX_LOGS_PER_CALL} for one call were dropped"
+                    );
+                }
+            }
+            if report.is_some() || !logs.is_empty() {
+                out.push((idx, logs, report));
+            }
+        }
+        out
+    }
+}
+
+/// Where a running tool call reports its progress (see [`Tool::call_with_progress`]).
+/// Each report becomes a `tool_progress` event of the turn. Reports are coalesced: at
+/// most one event per call every 100 ms carries the latest report, and the last report
+/// is always delivered before the call's `tool_result`; a report after the result is
+/// dropped. Cheap to clone; a call run outside a turn gets one that reports nowhere
+/// ([`CallProgress::none`]).
+#[derive(Clone)]
+pub struct CallProgress {
+    notes: Option<Arc<BatchNotes>>,
+    idx: usize,
+}
+
+impl std::fmt::Debug for CallProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallProgress")
+            .field("reports", &self.notes.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallProgress {
+    /// A reporter whose reports go nowhere.
+    pub fn none() -> CallProgress {
+        CallProgress {
+            notes: None,
+            idx: 0,
+        }
+    }
+
+    /// Reports `progress` (in the tool's own unit) of `total`, when known, with a short
+    /// text saying what the tool is doing. A `progress` that is not a finite number is
+    /// ignored; a `total` that is not a positive finite number is left out; the text is
+    /// cut to its first line and to 500 bytes.
+    pub fn report(&self, progress: f64, total: Option<f64>, text: Option<&str>) {
+        let Some(notes) = &self.notes else {
+            return;
+        };
+        if !progress.is_finite() {
+            return;
+        }
+        let report = Report {
+            progress,
+            total: total.filter(|t| t.is_finite() && *t > 0.0),
+            text: text.map(one_line),
+        };
+        notes.with_call(self.idx, |c| {
+            c.latest = Some(report);
+            true
+        });
+    }
+
+    /// Passes a server's log line to the turn (at most [`MAX_LOGS_PER_CALL`] per call).
+    pub(crate) fn log(&self, line: LogLine) {
+        let Some(notes) = &self.notes else {
+            return;
+        };
+        notes.with_call(self.idx, |c| {
+            if c.logs_taken >= MAX_LOGS_PER_CALL {
+                c.logs_dropped += 1;
+                return false;
+            }
+            c.logs_taken += 1;
+            c.logs.push(line);
+            true
+        });
+    }
+
+    /// Whether reports go anywhere (a call of a turn's dispatch).
+    pub(crate) fn reports(&self) -> bool {
+        self.notes.is_some()
+    }
+}
+
+/// The first line of `text`, cut to [`MAX_PROGRESS_TEXT`] bytes.
+fn one_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    crate::text::truncate(line, MAX_PROGRESS_TEXT).to_owned()
 }
 
 /// A tool declared to the model but run outside panto (by a durable engine's activity,
@@ -417,6 +624,7 @@ pub(crate) async fn dispatch(
         host: d.host,
         call_ids: calls.iter().map(|(r, _)| r.call_id.as_str()).collect(),
     };
+    let notes = BatchNotes::new(calls.len());
     let mut failure = None;
     loop {
         while running.len() < d.concurrency && next < calls.len() && failure.is_none() {
@@ -446,7 +654,18 @@ pub(crate) async fn dispatch(
                 failure = Some(e);
                 break;
             }
-            let fut = start_call(req, runner, host_rx, d.timeout, guard.cancel.child_token());
+            let progress = CallProgress {
+                notes: Some(notes.clone()),
+                idx: next,
+            };
+            let fut = start_call(
+                req,
+                runner,
+                host_rx,
+                d.timeout,
+                guard.cancel.child_token(),
+                progress,
+            );
             let handle = tokio::spawn(fut);
             guard.aborts.push(handle.abort_handle());
             let idx = next;
@@ -456,14 +675,29 @@ pub(crate) async fn dispatch(
         if running.is_empty() || failure.is_some() {
             break;
         }
-        let (idx, joined) = tokio::select! {
+        let due = notes.next_due();
+        let finished = tokio::select! {
             biased;
             _ = d.cancel.cancelled() => {
                 failure = Some(Error::cancelled());
                 break;
             }
-            Some(done) = running.next() => done,
+            Some(done) = running.next() => Some(done),
+            _ = notes.wake.notified() => None,
+            _ = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => None,
         };
+        let Some((idx, joined)) = finished else {
+            if let Err(e) = deliver_notes(&d, calls, &notes, None, emit) {
+                failure = Some(e);
+                break;
+            }
+            continue;
+        };
+        // The call's last report and log lines come before its result.
+        if let Err(e) = deliver_notes(&d, calls, &notes, Some(idx), emit) {
+            failure = Some(e);
+            break;
+        }
         let out = match joined {
             Ok(out) => out,
             Err(e) if e.is_panic() => ToolOutput::error(format!(
@@ -499,12 +733,47 @@ pub(crate) async fn dispatch(
     failure
 }
 
+/// Emits the progress and log events due now (see [`BatchNotes::take_due`]).
+fn deliver_notes(
+    d: &Dispatch<'_>,
+    calls: &[(CallRequest, Runner)],
+    notes: &BatchNotes,
+    finishing: Option<usize>,
+    emit: Emit<'_>,
+) -> Result<()> {
+    for (idx, logs, report) in notes.take_due(finishing) {
+        let Some((req, _)) = calls.get(idx) else {
+            continue;
+        };
+        for line in logs {
+            emit(Event::ServerLog {
+                server: line.server,
+                level: line.level.to_owned(),
+                logger: line.logger,
+                data: line.data,
+            })?;
+        }
+        if let Some(r) = report {
+            emit(Event::ToolProgress {
+                message: d.message,
+                call_id: req.call_id.clone(),
+                name: req.name.clone(),
+                progress: r.progress,
+                total: r.total,
+                text: r.text,
+            })?;
+        }
+    }
+    Ok(())
+}
+
 fn start_call(
     req: &CallRequest,
     runner: &Runner,
     host_rx: Option<oneshot::Receiver<ToolOutput>>,
     timeout: Duration,
     cancel: CancellationToken,
+    progress: CallProgress,
 ) -> impl Future<Output = ToolOutput> + Send + 'static {
     let name = req.name.clone();
     let work: ToolFuture = match (runner, &req.arguments, host_rx) {
@@ -523,7 +792,9 @@ fn start_call(
         (Runner::Host, Ok(_), None) => {
             Box::pin(async { ToolOutput::error("the host-tool call has no result slot") })
         }
-        (Runner::Rust(tool), Ok(args), _) => tool.call(args.clone(), cancel.clone()),
+        (Runner::Rust(tool), Ok(args), _) => {
+            tool.call_with_progress(args.clone(), cancel.clone(), progress)
+        }
         (Runner::Skip, _, _) => Box::pin(async { ToolOutput::error("the call was not run") }),
     };
     async move {
@@ -557,6 +828,88 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn progress_reports_are_checked_coalesced_and_end_with_the_result() {
+        let notes = BatchNotes::new(2);
+        let p = CallProgress {
+            notes: Some(notes.clone()),
+            idx: 1,
+        };
+        // Not a finite number: no report.
+        p.report(f64::NAN, Some(1.0), None);
+        p.report(f64::INFINITY, None, None);
+        assert!(notes.take_due(None).is_empty());
+        // A total that is not positive is left out; the text is one line, bounded.
+        let long = format!("{}\nsecond line", "é".repeat(400));
+        p.report(1.0, Some(-3.0), Some(&long));
+        let started = tokio::time::Instant::now();
+        let due = notes.take_due(None);
+        assert_eq!(due.len(), 1);
+        let (idx, logs, report) = &due[0];
+        let report = report.clone().unwrap();
+        assert_eq!(
+            (*idx, logs.len(), report.progress, report.total),
+            (1, 0, 1.0, None)
+        );
+        let text = report.text.unwrap();
+        assert!(text.len() <= MAX_PROGRESS_TEXT && !text.contains('\n') && text.starts_with('é'));
+        // Reports within the interval are coalesced: the latest waits, then wins.
+        p.report(2.0, Some(f64::INFINITY), None);
+        p.report(3.0, Some(4.0), Some("three"));
+        let early = notes.take_due(None);
+        if started.elapsed() < PROGRESS_INTERVAL {
+            assert!(early.is_empty(), "a report within 100 ms of the last one");
+            assert!(notes.next_due().is_some());
+        }
+        // The call's result is next: its latest report goes now, then nothing more.
+        let last = notes.take_due(Some(1));
+        let report = last
+            .iter()
+            .chain(&early)
+            .find_map(|(_, _, r)| r.clone())
+            .unwrap();
+        assert_eq!(
+            (report.progress, report.total, report.text.as_deref()),
+            (3.0, Some(4.0), Some("three"))
+        );
+        p.report(5.0, None, None);
+        p.log(LogLine {
+            server: "s".into(),
+            level: "error",
+            logger: None,
+            data: "late".into(),
+        });
+        assert!(notes.take_due(None).is_empty());
+        assert!(notes.next_due().is_none());
+        // A reporter outside a turn reports nowhere.
+        CallProgress::none().report(1.0, None, None);
+        assert!(!CallProgress::none().reports());
+    }
+
+    #[test]
+    fn log_lines_of_a_call_are_bounded() {
+        let notes = BatchNotes::new(1);
+        let p = CallProgress {
+            notes: Some(notes.clone()),
+            idx: 0,
+        };
+        for i in 0..MAX_LOGS_PER_CALL + 50 {
+            p.log(LogLine {
+                server: "s".into(),
+                level: "error",
+                logger: None,
+                data: i.to_string(),
+            });
+        }
+        let due = notes.take_due(Some(0));
+        let logs = &due[0].1;
+        assert_eq!(logs.len(), MAX_LOGS_PER_CALL);
+        assert_eq!(
+            logs.last().unwrap().data,
+            (MAX_LOGS_PER_CALL - 1).to_string()
+        );
+    }
 
     #[test]
     fn submit_unknown_or_twice_is_a_tool_error() {

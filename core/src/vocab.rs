@@ -45,7 +45,7 @@ macro_rules! describe_optional {
         })*
     };
 }
-describe_optional! { String => "string", u16 => "u16", u32 => "u32", u64 => "u64" }
+describe_optional! { String => "string", u16 => "u16", u32 => "u32", u64 => "u64", f64 => "f64" }
 
 /// A tool result's parts: absent from the canonical JSON when there are none.
 impl Describe for Vec<crate::message::Block> {
@@ -665,6 +665,20 @@ mod tests {
             Event::SteeringDelivered {
                 message: 1,
                 text: "t".into(),
+            },
+            Event::ToolProgress {
+                message: 0,
+                call_id: "c".into(),
+                name: "n".into(),
+                progress: 0.5,
+                total: Some(1.0),
+                text: Some("t".into()),
+            },
+            Event::ServerLog {
+                server: "s".into(),
+                level: "warning".into(),
+                logger: Some("l".into()),
+                data: "d".into(),
             },
         ];
         assert_eq!(samples.len(), EVENTS.len(), "a sample for every event");

@@ -1183,3 +1183,83 @@ async fn input_and_history_limits_are_config_errors_before_anything_is_sent() {
     assert_eq!(r.expect_err("refused").kind, ErrorKind::Config);
     assert_eq!(agent.history_json(), near);
 }
+
+/// A Rust tool reporting progress through `Tool::call_with_progress`.
+struct Downloader;
+
+impl panto::Tool for Downloader {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "download".into(),
+            description: "Downloads".into(),
+            parameters: json!({"type":"object"}),
+            needs_approval: false,
+            external: false,
+        }
+    }
+    fn call(&self, _: Value, _: panto::CancellationToken) -> panto::ToolFuture {
+        Box::pin(async { ToolOutput::ok("called without progress") })
+    }
+    fn call_with_progress(
+        &self,
+        _: Value,
+        _: panto::CancellationToken,
+        progress: panto::CallProgress,
+    ) -> panto::ToolFuture {
+        Box::pin(async move {
+            progress.report(f64::NAN, None, Some("ignored"));
+            for i in 1..=50 {
+                progress.report(f64::from(i), Some(50.0), Some(&format!("chunk {i}\nmore")));
+            }
+            ToolOutput::ok("downloaded")
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_rust_tools_progress_reaches_the_turn_before_its_result() {
+    let server = TestServer::start(script::scenario(vec![
+        exchange(script::openai_tool_calls(&[
+            ("call_1", "download", "{}"),
+            ("call_2", "weather", r#"{"city":"Paris"}"#),
+        ])),
+        exchange(script::openai_text(&["done"])),
+    ]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
+    agent.add_tool(Downloader).unwrap();
+    agent.add_tool(weather_tool()).unwrap();
+    let (events, r) = run(&agent, "go", &TurnControl::default()).await;
+    assert_eq!(r.unwrap().text, "done");
+    check_invariants(&events);
+    let result_at = events
+        .iter()
+        .position(|e| matches!(e, Event::ToolResult { call_id, .. } if call_id == "call_1"))
+        .unwrap();
+    let result = &events[result_at];
+    assert!(matches!(result, Event::ToolResult { output, .. } if output == "downloaded"));
+    let progress: Vec<(usize, &Event)> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, Event::ToolProgress { .. }))
+        .collect();
+    // Fifty reports at once: coalesced, the last one delivered, before the result; the
+    // weather tool (which has only `call`) reports nothing.
+    assert!(!progress.is_empty() && progress.len() < 50, "{progress:?}");
+    let (at, last) = progress.last().unwrap();
+    assert!(*at < result_at);
+    assert_eq!(
+        *last,
+        &Event::ToolProgress {
+            message: 0,
+            call_id: "call_1".into(),
+            name: "download".into(),
+            progress: 50.0,
+            total: Some(50.0),
+            text: Some("chunk 50".into()),
+        }
+    );
+    assert!(progress
+        .iter()
+        .all(|(_, e)| matches!(e, Event::ToolProgress { call_id, .. } if call_id == "call_1")));
+}

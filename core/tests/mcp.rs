@@ -1269,3 +1269,221 @@ async fn a_plain_value_result_is_sent_once() {
     assert_eq!(got[0], ("fx__plain".into(), "42".into(), false));
     assert_eq!(got[1], ("fx__plain_text".into(), "hello".into(), false));
 }
+
+/// Keeps every event with the time it arrived.
+#[derive(Default)]
+struct Timed(Vec<(std::time::Instant, Event)>);
+
+impl Receiver for Timed {
+    fn on_event(&mut self, event: Event) -> Flow {
+        self.0.push((std::time::Instant::now(), event));
+        Flow::Continue
+    }
+}
+
+/// An agent with the fixture's progress tools (`--progress-tools`), its log level
+/// `level`, running a turn that calls `tool` with `arguments` once.
+async fn progress_turn(
+    tool: &str,
+    arguments: &str,
+    level: Option<panto::McpLogLevel>,
+) -> Vec<(std::time::Instant, Event)> {
+    let server = model(vec![
+        script::openai_tool_calls(&[("c1", &format!("fx__{tool}"), arguments)]),
+        script::openai_text(&["ok"]),
+    ]);
+    let agent = Agent::new(config(&server).with_mcp_server(
+        "fx",
+        fixture_server(&["--progress-tools"]).with_log_level(level),
+    ))
+    .unwrap();
+    let mut rx = Timed::default();
+    let r = tokio::time::timeout(
+        HANG_GUARD,
+        agent.run("go", &mut rx, &TurnControl::default(), Default::default()),
+    )
+    .await
+    .expect("the turn hung");
+    assert_eq!(r.unwrap().text, "ok");
+    rx.0
+}
+
+/// The position of the call's tool_result, and its output.
+fn result_of(events: &[(std::time::Instant, Event)]) -> (usize, String) {
+    events
+        .iter()
+        .enumerate()
+        .find_map(|(i, (_, e))| match e {
+            Event::ToolResult { output, .. } => Some((i, output.clone())),
+            _ => None,
+        })
+        .expect("a tool_result")
+}
+
+/// `(position, progress, total, text)` of every tool_progress, checked to be the call's.
+fn progress_of(
+    events: &[(std::time::Instant, Event)],
+) -> Vec<(usize, f64, Option<f64>, Option<String>)> {
+    events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, e))| match e {
+            Event::ToolProgress {
+                message,
+                call_id,
+                name,
+                progress,
+                total,
+                text,
+            } => {
+                assert_eq!((*message, call_id.as_str()), (0, "c1"));
+                assert!(name.starts_with("fx__"), "{name}");
+                Some((i, *progress, *total, text.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// `(position, level, logger, data)` of every server_log.
+fn logs_of(events: &[(std::time::Instant, Event)]) -> Vec<(usize, String, Option<String>, String)> {
+    events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, e))| match e {
+            Event::ServerLog {
+                server,
+                level,
+                logger,
+                data,
+            } => {
+                assert_eq!(server, "fx");
+                Some((i, level.clone(), logger.clone(), data.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn progress_and_log_lines_arrive_in_order_before_the_result() {
+    let events = progress_turn(
+        "report",
+        r#"{"steps":3,"interval_ms":150}"#,
+        Some(panto::McpLogLevel::Warning),
+    )
+    .await;
+    let (result_at, output) = result_of(&events);
+    assert_eq!(output, "reported 3 steps");
+    let progress = progress_of(&events);
+    // Coalescing may merge reports, never reorder or invent them, and the last one
+    // always comes through.
+    assert!(!progress.is_empty(), "no tool_progress");
+    let mut seen = 0.0;
+    for (at, p, total, text) in &progress {
+        assert!(*at < result_at, "a tool_progress after the result");
+        assert!(*p > seen && [1.0, 2.0, 3.0].contains(p), "{progress:?}");
+        assert_eq!(*total, Some(3.0));
+        assert_eq!(text.as_deref(), Some(format!("step {p}").as_str()));
+        seen = *p;
+    }
+    assert_eq!(seen, 3.0);
+    // Log lines are not coalesced: every one, in order, before the result.
+    let logs = logs_of(&events);
+    let got: Vec<(&str, Option<&str>, &str)> = logs
+        .iter()
+        .map(|(at, level, logger, data)| {
+            assert!(*at < result_at);
+            (level.as_str(), logger.as_deref(), data.as_str())
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("warning", Some("fixture"), "warn 1"),
+            ("warning", Some("fixture"), "warn 2"),
+            ("warning", Some("fixture"), "warn 3"),
+        ]
+    );
+    // The canonical JSON of a progress event.
+    let json = events
+        .iter()
+        .find(|(_, e)| matches!(e, Event::ToolProgress { progress, .. } if *progress == 3.0))
+        .unwrap()
+        .1
+        .to_json();
+    assert_eq!(
+        json,
+        r#"{"type":"tool_progress","message":0,"call_id":"c1","name":"fx__report","progress":3.0,"total":3.0,"text":"step 3"}"#
+    );
+}
+
+#[tokio::test]
+async fn log_lines_below_the_level_or_with_logging_off_are_dropped() {
+    let events = progress_turn("levels", "{}", Some(panto::McpLogLevel::Warning)).await;
+    // The level reached the server (logging/setLevel).
+    assert_eq!(result_of(&events).1, "level set: warning");
+    let logs: Vec<(String, Option<String>, String)> = logs_of(&events)
+        .into_iter()
+        .map(|(_, l, g, d)| (l, g, d))
+        .collect();
+    let want: Vec<(String, Option<String>, String)> =
+        ["warning", "error", "critical", "alert", "emergency"]
+            .iter()
+            .map(|l| (l.to_string(), None, l.to_string()))
+            .chain([(
+                "error".to_string(),
+                Some("obj".to_string()),
+                r#"{"code":5,"why":"an object"}"#.to_string(),
+            )])
+            .collect();
+    assert_eq!(logs, want);
+    // Off (the default): no setLevel, no server_log.
+    let events = progress_turn("levels", "{}", None).await;
+    assert_eq!(result_of(&events).1, "level set: None");
+    assert!(logs_of(&events).is_empty());
+}
+
+#[tokio::test]
+async fn a_flood_of_progress_and_log_lines_is_bounded() {
+    let count = 3000;
+    let events = progress_turn(
+        "flood",
+        &format!(r#"{{"count":{count}}}"#),
+        Some(panto::McpLogLevel::Debug),
+    )
+    .await;
+    let (result_at, output) = result_of(&events);
+    assert_eq!(output, "flooded");
+    let started = events
+        .iter()
+        .find(|(_, e)| matches!(e, Event::ToolCallStart { .. }))
+        .unwrap()
+        .0;
+    let elapsed = events[result_at].0.duration_since(started);
+    let progress = progress_of(&events);
+    // At most one per 100 ms, plus the last one before the result, whatever the server
+    // sent: n - 1 events 100 ms apart fit in the call's time.
+    let bound = 2 + (elapsed.as_millis() / 100) as usize;
+    assert!(
+        progress.len() <= bound,
+        "{} tool_progress events in {elapsed:?} (bound {bound})",
+        progress.len()
+    );
+    let last = progress.last().expect("the last report");
+    assert_eq!(
+        (last.1, last.2, last.3.as_deref()),
+        (count as f64, Some(count as f64), Some("flood 3000"))
+    );
+    assert!(last.0 < result_at);
+    // The first 100 log lines of the call, in order; the rest dropped.
+    let logs = logs_of(&events);
+    assert_eq!(logs.len(), 100);
+    for (i, (at, level, _, data)) in logs.iter().enumerate() {
+        assert!(*at < result_at);
+        assert_eq!(
+            (level.as_str(), data.as_str()),
+            ("error", format!("line {}", i + 1).as_str())
+        );
+    }
+}

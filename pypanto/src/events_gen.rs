@@ -1295,6 +1295,187 @@ impl SteeringDelivered {
     }
 }
 
+/// A running tool call reported progress (an MCP server's `notifications/progress` for
+/// the call, or a Rust tool through its `CallProgress`). Coalesced: at most one per call
+/// every 100 ms, and the latest report is always delivered before the call's
+/// `tool_result`.
+/// (`tool_progress`)
+#[pyclass(frozen, module = "panto", name = "ToolProgress")]
+pub struct ToolProgress {
+    /// 0-based index of the assistant message within the turn.
+    #[pyo3(get)]
+    message: u32,
+    /// The call's id.
+    #[pyo3(get)]
+    call_id: String,
+    /// The tool's name.
+    #[pyo3(get)]
+    name: String,
+    /// Progress so far, in the tool's own unit (a finite number).
+    #[pyo3(get)]
+    progress: f64,
+    /// The total the progress goes to, when the tool knows it (a positive finite number).
+    #[pyo3(get)]
+    total: Option<f64>,
+    /// What the tool is doing, when it said (one line, at most 500 bytes).
+    #[pyo3(get)]
+    text: Option<String>,
+}
+
+#[pymethods]
+impl ToolProgress {
+    /// The canonical `type` of this event (also a class attribute).
+    #[classattr]
+    #[pyo3(name = "type")]
+    fn type_name() -> &'static str {
+        "tool_progress"
+    }
+    /// Positional patterns in `match` (`case ToolProgress(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "call_id", "name", "progress", "total", "text"])
+    }
+    /// The canonical JSON of this event, exactly as the core writes it.
+    fn to_json(&self) -> String {
+        self.event().to_json()
+    }
+    /// The canonical JSON form as a dict (what `json.loads(self.to_json())` gives).
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "type"), intern!(py, "tool_progress"))?;
+        d.set_item(intern!(py, "message"), self.message.dict_value(py)?)?;
+        d.set_item(intern!(py, "call_id"), self.call_id.dict_value(py)?)?;
+        d.set_item(intern!(py, "name"), self.name.dict_value(py)?)?;
+        d.set_item(intern!(py, "progress"), self.progress.dict_value(py)?)?;
+        if let Some(v) = &self.total {
+            d.set_item(intern!(py, "total"), v.dict_value(py)?)?;
+        }
+        if let Some(v) = &self.text {
+            d.set_item(intern!(py, "text"), v.dict_value(py)?)?;
+        }
+        Ok(d)
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr_of(py, "ToolProgress", &self.to_dict(py)?)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.cast::<ToolProgress>() {
+            Ok(o) => {
+                let o = o.get();
+                self.message == o.message && self.call_id == o.call_id && self.name == o.name && self.progress == o.progress && self.total == o.total && self.text == o.text
+            }
+            Err(_) => false,
+        }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
+    }
+}
+
+impl ToolProgress {
+    /// The core's event, for its canonical JSON.
+    fn event(&self) -> Event {
+        Event::ToolProgress {
+            message: self.message.clone(),
+            call_id: self.call_id.clone(),
+            name: self.name.clone(),
+            progress: self.progress.clone(),
+            total: self.total.clone(),
+            text: self.text.clone(),
+        }
+    }
+}
+
+/// An MCP server sent a log line (`notifications/message`) at or above its `log_level`,
+/// while one of its tools ran in this turn.
+/// (`server_log`)
+#[pyclass(frozen, module = "panto", name = "ServerLog")]
+pub struct ServerLog {
+    /// The MCP server's name (its key in mcp_servers).
+    #[pyo3(get)]
+    server: String,
+    /// The line's level: debug, info, notice, warning, error, critical, alert or
+    /// emergency.
+    #[pyo3(get)]
+    level: String,
+    /// The logger's name, when the server gave one (at most 100 bytes).
+    #[pyo3(get)]
+    logger: Option<String>,
+    /// The line (a string as sent, anything else as its JSON; at most 2000 bytes).
+    #[pyo3(get)]
+    data: String,
+}
+
+#[pymethods]
+impl ServerLog {
+    /// The canonical `type` of this event (also a class attribute).
+    #[classattr]
+    #[pyo3(name = "type")]
+    fn type_name() -> &'static str {
+        "server_log"
+    }
+    /// Positional patterns in `match` (`case ServerLog(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["server", "level", "logger", "data"])
+    }
+    /// The canonical JSON of this event, exactly as the core writes it.
+    fn to_json(&self) -> String {
+        self.event().to_json()
+    }
+    /// The canonical JSON form as a dict (what `json.loads(self.to_json())` gives).
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "type"), intern!(py, "server_log"))?;
+        d.set_item(intern!(py, "server"), self.server.dict_value(py)?)?;
+        d.set_item(intern!(py, "level"), self.level.dict_value(py)?)?;
+        if let Some(v) = &self.logger {
+            d.set_item(intern!(py, "logger"), v.dict_value(py)?)?;
+        }
+        d.set_item(intern!(py, "data"), self.data.dict_value(py)?)?;
+        Ok(d)
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr_of(py, "ServerLog", &self.to_dict(py)?)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.cast::<ServerLog>() {
+            Ok(o) => {
+                let o = o.get();
+                self.server == o.server && self.level == o.level && self.logger == o.logger && self.data == o.data
+            }
+            Err(_) => false,
+        }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
+    }
+}
+
+impl ServerLog {
+    /// The core's event, for its canonical JSON.
+    fn event(&self) -> Event {
+        Event::ServerLog {
+            server: self.server.clone(),
+            level: self.level.clone(),
+            logger: self.logger.clone(),
+            data: self.data.clone(),
+        }
+    }
+}
+
 /// The Python object for an event (moves its fields, no copy of its strings).
 pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
     Ok(match ev {
@@ -1337,6 +1518,12 @@ pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
         Event::SteeringDelivered { message, text } => {
             Py::new(py, SteeringDelivered { message, text })?.into_any()
         }
+        Event::ToolProgress { message, call_id, name, progress, total, text } => {
+            Py::new(py, ToolProgress { message, call_id, name, progress, total, text })?.into_any()
+        }
+        Event::ServerLog { server, level, logger, data } => {
+            Py::new(py, ServerLog { server, level, logger, data })?.into_any()
+        }
         // `Event` is non-exhaustive: a core newer than this description.
         other => Py::new(py, UnknownEvent::new(other))?.into_any(),
     })
@@ -1358,5 +1545,7 @@ pub fn register_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<HistoryCompacted>()?;
     m.add_class::<OutputRepair>()?;
     m.add_class::<SteeringDelivered>()?;
+    m.add_class::<ToolProgress>()?;
+    m.add_class::<ServerLog>()?;
     Ok(())
 }

@@ -157,3 +157,37 @@ def test_a_dropped_agent_takes_its_servers_with_it(server, mcp_venv):
 
     gc.collect()
     wait_until(lambda: group_members(pgid) == 0, timeout=60, what="the server's processes to end")
+
+
+def test_progress_and_server_logs_arrive_as_events_before_the_result(server, mcp_venv):
+    server.scenario(
+        exchange(tool_sse([("c1", "fx__report", {"steps": 2, "interval_ms": 150})])),
+        text_exchange(["done"]),
+    )
+    fx = fixture_server(mcp_venv, "--progress-tools")
+    fx["log_level"] = "warning"
+    agent = make_agent(server, mcp_servers={"fx": fx})
+    events = list(agent.stream("go"))
+    assert events[-1].text == "done"
+    kinds = [type(e).__name__ for e in events]
+    result_at = kinds.index("ToolResult")
+    progress = [e for e in events if isinstance(e, panto.ToolProgress)]
+    logs = [e for e in events if isinstance(e, panto.ServerLog)]
+    # Coalescing may merge reports, never lose the last; every log line comes through.
+    last = progress[-1]
+    assert (last.message, last.call_id, last.name) == (0, "c1", "fx__report")
+    assert (last.progress, last.total, last.text) == (2.0, 2.0, "step 2")
+    assert [(e.server, e.level, e.logger, e.data) for e in logs] == [
+        ("fx", "warning", "fixture", "warn 1"),
+        ("fx", "warning", "fixture", "warn 2"),
+    ]
+    assert max(i for i, k in enumerate(kinds) if k in ("ToolProgress", "ServerLog")) < result_at
+    # The typed event and its canonical JSON agree.
+    assert json.loads(last.to_json()) == {
+        "type": "tool_progress", "message": 0, "call_id": "c1", "name": "fx__report",
+        "progress": 2.0, "total": 2.0, "text": "step 2",
+    }
+    assert last.to_dict() == json.loads(last.to_json())
+    assert json.loads(logs[0].to_json()) == {
+        "type": "server_log", "server": "fx", "level": "warning", "logger": "fixture", "data": "warn 1",
+    }

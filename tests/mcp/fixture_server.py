@@ -23,6 +23,21 @@ each shows one behaviour a client must handle:
           pingback              sends the client a ping request, answers once it is
                                 answered
 
+With --progress-tools, a fifth page (after --more-tools' fourth, if given):
+
+          report {steps, interval_ms}  per step: progress (step, steps, "step <i>") and
+                                a warning log line "warn <i>" (logger "fixture"), then
+                                text "reported <steps> steps"
+          flood {count}         count progress notifications (i, count, "flood <i>") and
+                                count error log lines "line <i>" as fast as it can,
+                                then text "flooded"
+          levels                one log line at each level (its data the level's
+                                name), then one whose data is an object; answers
+                                "level set: <the level of logging/setLevel, or None>"
+
+The server declares the logging capability (a logging/setLevel handler that keeps the
+level); as a server of a handshake revision it sends every level all the same.
+
 Flags: --fail-start (write to stderr and exit 2 before reading anything), --linger
 (ignore SIGTERM, and stay after stdin ends: only SIGKILL stops it),
 --spawn-child (start a `sleep` in the server's process group, for reaping tests),
@@ -43,6 +58,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 
 import anyio
 import mcp_types as types
@@ -90,8 +106,16 @@ MORE = [
     types.Tool(name="task_optional", description="Runs as a task or not.", input_schema=obj(),
                execution=types.ToolExecution(task_support="optional")),
 ]
+# Listed as the last page with --progress-tools.
+PROGRESS = [
+    types.Tool(name="report", description="Reports progress and logs per step.",
+               input_schema=obj(steps={"type": "integer"}, interval_ms={"type": "integer"})),
+    types.Tool(name="flood", description="Floods progress and log lines.", input_schema=obj(count={"type": "integer"})),
+    types.Tool(name="levels", description="Logs at every level.", input_schema=obj()),
+]
+LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 ADDED = types.Tool(name="added", description="Listed after change.", input_schema=obj())
-state = {"changed": False}
+state = {"changed": False, "log_level": None}
 args = None
 
 
@@ -135,6 +159,25 @@ async def call_tool(ctx, params):
             await anyio.sleep(interval)
             await ctx.session.report_progress(i + 1, steps, f"step {i + 1}")
         return types.CallToolResult(content=[text(f"done after {steps} steps")])
+    if name == "report":
+        steps = int(a.get("steps", 3))
+        interval = int(a.get("interval_ms", 100)) / 1000
+        for i in range(steps):
+            await ctx.session.report_progress(i + 1, steps, f"step {i + 1}")
+            await ctx.session.send_log_message("warning", f"warn {i + 1}", logger="fixture")
+            await anyio.sleep(interval)
+        return types.CallToolResult(content=[text(f"reported {steps} steps")])
+    if name == "flood":
+        count = int(a.get("count", 1000))
+        for i in range(count):
+            await ctx.session.report_progress(i + 1, count, f"flood {i + 1}")
+            await ctx.session.send_log_message("error", f"line {i + 1}")
+        return types.CallToolResult(content=[text("flooded")])
+    if name == "levels":
+        for level in LEVELS:
+            await ctx.session.send_log_message(level, level)
+        await ctx.session.send_log_message("error", {"code": 5, "why": "an object"}, logger="obj")
+        return types.CallToolResult(content=[text(f"level set: {state['log_level']}")])
     if name == "hang":
         if args.cancel_marker:
             with open(args.cancel_marker + ".started", "w") as f:
@@ -179,8 +222,17 @@ async def call_tool(ctx, params):
     return types.CallToolResult(content=[text(f"unknown tool {name}")], is_error=True)
 
 
+async def set_level(ctx, params):
+    state["log_level"] = params.level
+    return types.EmptyResult()
+
+
 def build():
-    return Server("panto-fixture", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool)
+    with warnings.catch_warnings():
+        # The logging capability is deprecated in a revision panto does not speak yet.
+        warnings.simplefilter("ignore")
+        return Server("panto-fixture", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool,
+                      on_set_logging_level=set_level)
 
 
 async def serve_stdio(server):
@@ -244,9 +296,12 @@ def main():
     p.add_argument("--cancel-marker")
     p.add_argument("--linger", action="store_true")
     p.add_argument("--more-tools", action="store_true")
+    p.add_argument("--progress-tools", action="store_true")
     args = p.parse_args()
     if args.more_tools:
         PAGES.append(MORE)
+    if args.progress_tools:
+        PAGES.append(PROGRESS)
     if args.fail_start:
         sys.stderr.write("fixture: refusing to start (--fail-start)\n")
         sys.exit(2)

@@ -8,7 +8,7 @@ calls with the text "said: <text>". Flags pick the misbehaviour:
   --surrogate-call   the call's answer holds a lone surrogate escape ("\\ud800")
   --invalid-utf8-call  the call's answer holds a byte that is not UTF-8 (0xff)
   --surrogate-list   the tool's description holds a lone surrogate escape
-  --close-stdin      after answering tools/list, close stdin and keep running (stdout
+  --close-stdin      on tools/list, close stdin, answer, and keep running (stdout
                      open) until killed
 """
 
@@ -47,11 +47,15 @@ def main():
             }))
         elif method == "tools/list":
             desc = "Says it \\ud800 back." if "--surrogate-list" in args else "Says it back."
-            answer(id_, '{"tools":[{"name":"say","description":"%s",'
-                        '"inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}}]}' % desc)
-            if "--close-stdin" in args:
+            closing = "--close-stdin" in args
+            if closing:
+                # Closed before the answer, so that it is closed before panto can send a
+                # call (closed after, a busy machine could let the call into the pipe first).
                 sys.stdin.close()
                 os.close(0)
+            answer(id_, '{"tools":[{"name":"say","description":"%s",'
+                        '"inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}}]}' % desc)
+            if closing:
                 while True:
                     time.sleep(3600)
         elif method == "tools/call":

@@ -81,7 +81,7 @@ pub fn route(messages: impl IntoIterator<Item = Value>, requests: usize) -> Rout
     let peer = Peer::new("fuzz");
     let mut pending = Vec::new();
     for _ in 0..requests {
-        match peer.register() {
+        match peer.register(None) {
             Ok((id, rx, _progress)) => pending.push((id, rx)),
             Err(_) => break,
         }

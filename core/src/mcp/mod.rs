@@ -122,6 +122,61 @@ pub enum McpTransport {
     },
 }
 
+/// The level of an MCP server's log line (`notifications/message`), the syslog
+/// severities of RFC 5424 that MCP uses, least severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum McpLogLevel {
+    /// Debugging detail.
+    Debug,
+    /// Information.
+    Info,
+    /// A normal but significant event.
+    Notice,
+    /// A warning.
+    Warning,
+    /// An error.
+    Error,
+    /// A critical condition.
+    Critical,
+    /// Action must be taken at once.
+    Alert,
+    /// The system is unusable.
+    Emergency,
+}
+
+impl McpLogLevel {
+    /// Every level, least severe first.
+    pub const ALL: [McpLogLevel; 8] = [
+        McpLogLevel::Debug,
+        McpLogLevel::Info,
+        McpLogLevel::Notice,
+        McpLogLevel::Warning,
+        McpLogLevel::Error,
+        McpLogLevel::Critical,
+        McpLogLevel::Alert,
+        McpLogLevel::Emergency,
+    ];
+
+    /// The level's name in MCP (`warning`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpLogLevel::Debug => "debug",
+            McpLogLevel::Info => "info",
+            McpLogLevel::Notice => "notice",
+            McpLogLevel::Warning => "warning",
+            McpLogLevel::Error => "error",
+            McpLogLevel::Critical => "critical",
+            McpLogLevel::Alert => "alert",
+            McpLogLevel::Emergency => "emergency",
+        }
+    }
+
+    /// The level of this name, if MCP has it.
+    pub fn parse(name: &str) -> Option<McpLogLevel> {
+        McpLogLevel::ALL.into_iter().find(|l| l.as_str() == name)
+    }
+}
+
 /// One MCP server of the configuration (`mcp_servers.<name>`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct McpServer {
@@ -135,6 +190,11 @@ pub struct McpServer {
     pub enabled_tools: Option<Vec<String>>,
     /// Never these tools (by the server's own names).
     pub disabled_tools: Vec<String>,
+    /// The least level of the server's log lines that become `server_log` events of a
+    /// turn (while one of its tools runs); `None` (the default, `"off"` in the
+    /// configuration): none do. When set, it is also sent to a server that declares the
+    /// logging capability (`logging/setLevel`).
+    pub log_level: Option<McpLogLevel>,
 }
 
 impl fmt::Debug for McpServer {
@@ -161,6 +221,7 @@ impl fmt::Debug for McpServer {
             .field("tool_prefix", &self.tool_prefix)
             .field("enabled_tools", &self.enabled_tools)
             .field("disabled_tools", &self.disabled_tools)
+            .field("log_level", &self.log_level)
             .finish()
     }
 }
@@ -173,6 +234,7 @@ impl McpServer {
             tool_prefix: None,
             enabled_tools: None,
             disabled_tools: Vec::new(),
+            log_level: None,
         }
     }
 
@@ -261,6 +323,13 @@ impl McpServer {
         S: Into<String>,
     {
         self.disabled_tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Makes the server's log lines at `level` and above `server_log` events (see
+    /// [`McpServer::log_level`]); `None` turns them off.
+    pub fn with_log_level(mut self, level: Option<McpLogLevel>) -> McpServer {
+        self.log_level = level;
         self
     }
 

@@ -1,7 +1,9 @@
 //! Owns the JSON-RPC 2.0 layer both transports share: request ids, the table of
 //! requests waiting for an answer, routing what a server sends (answers, progress,
-//! `list_changed`, its own requests such as `ping`), the per-request timeout that
-//! progress re-arms, and `notifications/cancelled` for a request given up on. A
+//! log lines, `list_changed`, its own requests such as `ping`), the per-request timeout
+//! that progress re-arms, and `notifications/cancelled` for a request given up on.
+//! Progress and log lines at or above the server's `log_level` go to the
+//! [`CallProgress`] of the running `tools/call` they belong to. A
 //! transport only moves messages: it implements [`Wire`] and feeds what arrives to
 //! [`Peer::route`].
 
@@ -14,11 +16,18 @@ use serde_json::{json, Value};
 use tokio::sync::{oneshot, Notify};
 use tracing::debug;
 
+use super::McpLogLevel;
 use crate::error::{Error, ErrorKind};
+use crate::tool::{CallProgress, LogLine};
 
 /// Most requests of one server waiting at once: a bound on the table, far above what
 /// `tool_concurrency` lets an agent start.
 const MAX_PENDING: usize = 4096;
+
+/// Most bytes of a server log line's `data` that reach a turn.
+const MAX_LOG_DATA: usize = 2000;
+/// Most bytes of a server log line's `logger`.
+const MAX_LOGGER: usize = 100;
 
 /// Why a request got no result.
 #[derive(Debug)]
@@ -61,6 +70,8 @@ pub(crate) type Answer = oneshot::Receiver<Result<Value, RpcError>>;
 struct Pending {
     tx: oneshot::Sender<Result<Value, RpcError>>,
     progress: Arc<Notify>,
+    /// Where a tool call's progress and the server's log lines go, for `tools/call`.
+    reporter: Option<CallProgress>,
 }
 
 /// One connection's requests and notifications.
@@ -73,6 +84,8 @@ pub(crate) struct Peer {
     pub list_changed: AtomicBool,
     /// Why the connection ended, once it did.
     closed: Mutex<Option<Error>>,
+    /// The least level of the server's log lines that reach a turn (`None`: none do).
+    pub log_level: Option<McpLogLevel>,
 }
 
 impl Peer {
@@ -83,6 +96,7 @@ impl Peer {
             pending: Mutex::new(HashMap::new()),
             list_changed: AtomicBool::new(false),
             closed: Mutex::new(None),
+            log_level: None,
         }
     }
 
@@ -189,25 +203,40 @@ impl Peer {
                     Some(Value::String(s)) => s.parse().ok(),
                     _ => None,
                 };
-                if let Some(p) = id.and_then(|id| self.table().get(&id).map(|p| p.progress.clone()))
-                {
-                    p.notify_one();
+                let found = id.and_then(|id| {
+                    self.table()
+                        .get(&id)
+                        .map(|p| (p.progress.clone(), p.reporter.clone()))
+                });
+                if let Some((rearm, reporter)) = found {
+                    rearm.notify_one();
+                    if let (Some(reporter), Some(params)) = (reporter, params) {
+                        // Not a number: no report (the timeout is re-armed all the same).
+                        if let Some(progress) = params.get("progress").and_then(Value::as_f64) {
+                            reporter.report(
+                                progress,
+                                params.get("total").and_then(Value::as_f64),
+                                params.get("message").and_then(Value::as_str),
+                            );
+                        }
+                    }
                 }
             }
             "notifications/tools/list_changed" => {
                 self.list_changed.store(true, Ordering::SeqCst);
             }
-            "notifications/message" => {
-                let text = params.map(Value::to_string).unwrap_or_default();
-                debug!(server = %self.name, log = crate::text::truncate(&text, 500), "MCP server log");
-            }
+            "notifications/message" => self.log(params),
             _ => {}
         }
     }
 
     /// Enters a new request into the table of those waiting for an answer: its id, where
-    /// its answer will come, and what its progress notifications wake.
-    pub fn register(&self) -> Result<(u64, Answer, Arc<Notify>), RpcError> {
+    /// its answer will come, what its progress notifications wake, and where a tool
+    /// call's progress and log lines are reported.
+    pub fn register(
+        &self,
+        reporter: Option<CallProgress>,
+    ) -> Result<(u64, Answer, Arc<Notify>), RpcError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let progress = Arc::new(Notify::new());
@@ -226,9 +255,55 @@ impl Peer {
             Pending {
                 tx,
                 progress: progress.clone(),
+                reporter,
             },
         );
         Ok((id, rx, progress))
+    }
+
+    /// A log line of the server: to a running tool call of this server that takes
+    /// reports (the oldest), when its level is at least `log_level`; else only to the
+    /// debug log.
+    fn log(&self, params: Option<&Value>) {
+        let text = params.map(Value::to_string).unwrap_or_default();
+        debug!(server = %self.name, log = crate::text::truncate(&text, 500), "MCP server log");
+        let (Some(min), Some(params)) = (self.log_level, params) else {
+            return;
+        };
+        let level = params
+            .get("level")
+            .and_then(Value::as_str)
+            .and_then(McpLogLevel::parse);
+        // A level panto does not know ranks as debug.
+        let level = level.unwrap_or(McpLogLevel::Debug);
+        if level < min {
+            return;
+        }
+        let reporter = {
+            let table = self.table();
+            table
+                .iter()
+                .filter_map(|(id, p)| p.reporter.as_ref().map(|r| (*id, r.clone())))
+                .min_by_key(|(id, _)| *id)
+                .map(|(_, r)| r)
+        };
+        let Some(reporter) = reporter else {
+            return;
+        };
+        let data = match params.get("data") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+            None => String::new(),
+        };
+        reporter.log(LogLine {
+            server: self.name.clone(),
+            level: level.as_str(),
+            logger: params
+                .get("logger")
+                .and_then(Value::as_str)
+                .map(|l| crate::text::truncate(l, MAX_LOGGER).to_owned()),
+            data: crate::text::truncate(&data, MAX_LOG_DATA).to_owned(),
+        });
     }
 
     /// Sends a request and waits for its answer. The wait fails after `timeout` without
@@ -243,14 +318,33 @@ impl Peer {
         params: Value,
         timeout: Duration,
     ) -> Result<Value, RpcError> {
+        self.request_reporting(wire, method, params, timeout, None)
+            .await
+    }
+
+    /// [`Peer::request`], with the request's progress notifications (and the server's
+    /// log lines while it runs) passed to `reporter`.
+    pub async fn request_reporting(
+        self: &Arc<Peer>,
+        wire: &Arc<dyn Wire>,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        reporter: Option<CallProgress>,
+    ) -> Result<Value, RpcError> {
         if let Some(why) = self.closed() {
             return Err(RpcError::Failed(why));
         }
-        let (id, mut rx, progress) = self.register()?;
+        let (id, mut rx, progress) = self.register(reporter.filter(CallProgress::reports))?;
         let mut params = params;
         if method == "tools/call" {
             if let Value::Object(o) = &mut params {
-                o.insert("_meta".into(), json!({"progressToken": id}));
+                let mut meta = json!({"progressToken": id});
+                // The per-request form of logging/setLevel (revisions after 2025-11-25).
+                if let Some(level) = self.log_level {
+                    meta["io.modelcontextprotocol/logLevel"] = level.as_str().into();
+                }
+                o.insert("_meta".into(), meta);
             }
         }
         let mut guard = Withdraw {
@@ -375,7 +469,8 @@ mod tests {
 
     #[test]
     fn whatever_a_server_sends_is_routed_without_panic() {
-        let peer = Peer::new("s");
+        let mut peer = Peer::new("s");
+        peer.log_level = Some(McpLogLevel::Debug);
         let hostile = [
             json!(null),
             json!(3),
@@ -387,6 +482,10 @@ mod tests {
             json!({"method": "notifications/progress", "params": {"progressToken": {"a": 1}}}),
             json!({"method": "notifications/progress", "params": "x"}),
             json!({"method": "notifications/message", "params": {"data": "y".repeat(10_000)}}),
+            json!({"method": "notifications/message", "params": {"level": 7, "data": {"a": [1]}}}),
+            json!({"method": "notifications/message", "params": "not an object"}),
+            json!({"method": "notifications/progress", "params": {"progressToken": 1, "progress": "x"}}),
+            json!({"method": "notifications/progress", "params": {"progressToken": 1, "progress": 1e308, "total": -1}}),
             json!({"jsonrpc": "2.0", "id": {"nested": true}, "method": "roots/list"}),
         ];
         for m in hostile {

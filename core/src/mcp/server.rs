@@ -14,7 +14,7 @@ use super::rpc::{Peer, RpcError, Wire};
 use super::tools::{self, McpTool, McpToolInfo};
 use super::{Limits, McpServer, McpTransport, ACCEPTED_VERSIONS, PROTOCOL_VERSION};
 use crate::error::{Error, ErrorKind, Result};
-use crate::tool::Tool;
+use crate::tool::{CallProgress, Tool};
 
 /// The least time a server gets to start (its `initialize` and first listing), whatever
 /// its `timeout_ms`: an interpreter importing its SDK on a loaded machine takes seconds,
@@ -45,7 +45,9 @@ impl Server {
     /// Starts the server and completes the handshake. An error names the server, and
     /// for a command, the command and the end of its stderr.
     async fn start(name: &str, config: &McpServer, limits: Limits) -> Result<Arc<Server>> {
-        let peer = Arc::new(Peer::new(name));
+        let mut peer = Peer::new(name);
+        peer.log_level = config.log_level;
+        let peer = Arc::new(peer);
         let timeout = Duration::from_millis(config.timeout_ms);
         let (keep, wire) = match &config.transport {
             #[cfg(unix)]
@@ -122,6 +124,24 @@ impl Server {
         Peer::notify(&self.wire, "notifications/initialized", None);
         if let Keep::Http(s) = &self.keep {
             s.listen(&self.peer);
+        }
+        // Lines below the level would be dropped here anyway: ask the server not to
+        // send them. A server without the capability sends what it likes (filtered
+        // all the same); a refusal changes nothing else.
+        let logging = result.pointer("/capabilities/logging").is_some();
+        if let (Some(level), true) = (self.peer.log_level, logging) {
+            let set = self
+                .peer
+                .request(
+                    &self.wire,
+                    "logging/setLevel",
+                    json!({"level": level.as_str()}),
+                    self.timeout,
+                )
+                .await;
+            if let Err(e) = set {
+                tracing::debug!(server = %self.name, error = ?e, "logging/setLevel failed");
+            }
         }
         Ok(())
     }
@@ -219,17 +239,30 @@ impl Server {
         &self,
         tool: &str,
         arguments: Value,
+        progress: CallProgress,
     ) -> std::result::Result<Value, RpcError> {
         let params = json!({"name": tool, "arguments": arguments});
         match self
             .peer
-            .request(&self.wire, "tools/call", params.clone(), self.timeout)
+            .request_reporting(
+                &self.wire,
+                "tools/call",
+                params.clone(),
+                self.timeout,
+                Some(progress.clone()),
+            )
             .await
         {
             Err(RpcError::SessionExpired) => {
                 self.initialize().await.map_err(RpcError::Failed)?;
                 self.peer
-                    .request(&self.wire, "tools/call", params, self.timeout)
+                    .request_reporting(
+                        &self.wire,
+                        "tools/call",
+                        params,
+                        self.timeout,
+                        Some(progress),
+                    )
                     .await
             }
             r => r,

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::media::Media;
 use crate::message::Block;
 use crate::request::ToolSpec;
-use crate::tool::{Tool, ToolFuture, ToolOutput};
+use crate::tool::{CallProgress, Tool, ToolFuture, ToolOutput};
 
 /// One tool of a server, as `panto mcp list` shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -178,13 +178,22 @@ impl Tool for McpTool {
         self.spec.clone()
     }
 
-    fn call(&self, arguments: Value, _cancel: CancellationToken) -> ToolFuture {
+    fn call(&self, arguments: Value, cancel: CancellationToken) -> ToolFuture {
+        self.call_with_progress(arguments, cancel, CallProgress::none())
+    }
+
+    fn call_with_progress(
+        &self,
+        arguments: Value,
+        _cancel: CancellationToken,
+        progress: CallProgress,
+    ) -> ToolFuture {
         // Cancelling drops this future: the request is withdrawn with
         // notifications/cancelled (see rpc::Peer::request).
         let server = self.server.clone();
         let remote = self.remote.clone();
         Box::pin(async move {
-            match server.call(&remote, arguments).await {
+            match server.call(&remote, arguments, progress).await {
                 Ok(result) => map_result(&result),
                 Err(e) => ToolOutput::error(call_error(&server.name, &remote, e)),
             }

@@ -384,6 +384,68 @@ class SteeringDelivered(_Event):
         ...
 
 @final
+class ToolProgress(_Event):
+    """A running tool call reported progress (an MCP server's `notifications/progress`
+    for the call, or a Rust tool through its `CallProgress`). Coalesced: at most one
+    per call every 100 ms, and the latest report is always delivered before the
+    call's `tool_result`.
+    """
+    type: ClassVar[Literal["tool_progress"]]
+    __match_args__ = ("message", "call_id", "name", "progress", "total", "text")
+    @property
+    def message(self) -> int:
+        """0-based index of the assistant message within the turn."""
+        ...
+    @property
+    def call_id(self) -> str:
+        """The call's id."""
+        ...
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        ...
+    @property
+    def progress(self) -> float:
+        """Progress so far, in the tool's own unit (a finite number)."""
+        ...
+    @property
+    def total(self) -> Optional[float]:
+        """The total the progress goes to, when the tool knows it (a positive finite
+        number).
+        """
+        ...
+    @property
+    def text(self) -> Optional[str]:
+        """What the tool is doing, when it said (one line, at most 500 bytes)."""
+        ...
+
+@final
+class ServerLog(_Event):
+    """An MCP server sent a log line (`notifications/message`) at or above its
+    `log_level`, while one of its tools ran in this turn.
+    """
+    type: ClassVar[Literal["server_log"]]
+    __match_args__ = ("server", "level", "logger", "data")
+    @property
+    def server(self) -> str:
+        """The MCP server's name (its key in mcp_servers)."""
+        ...
+    @property
+    def level(self) -> str:
+        """The line's level: debug, info, notice, warning, error, critical, alert or
+        emergency.
+        """
+        ...
+    @property
+    def logger(self) -> Optional[str]:
+        """The logger's name, when the server gave one (at most 100 bytes)."""
+        ...
+    @property
+    def data(self) -> str:
+        """The line (a string as sent, anything else as its JSON; at most 2000 bytes)."""
+        ...
+
+@final
 class UnknownEvent(_Event):
     """An event of a type this version of the package does not know (a newer core).
     Its ``type`` is ``"unknown"`` (so ``ev.type`` narrows a union of events); the
@@ -407,6 +469,8 @@ _AnyEvent = Union[
     HistoryCompacted,
     OutputRepair,
     SteeringDelivered,
+    ToolProgress,
+    ServerLog,
     UnknownEvent,
 ]
 # --- end of the generated part ---

@@ -19,9 +19,11 @@ from ._native import (
     MessageStart,
     OutputRepair,
     ProviderRetry,
+    ServerLog,
     SteeringDelivered,
     ToolCallStart,
     ToolDetails,
+    ToolProgress,
     ToolResult,
     UnknownEvent,
     Usage,
@@ -37,9 +39,11 @@ __all__ = [
     "MessageStart",
     "OutputRepair",
     "ProviderRetry",
+    "ServerLog",
     "SteeringDelivered",
     "ToolCallStart",
     "ToolDetails",
+    "ToolProgress",
     "ToolResult",
     "UnknownEvent",
     "Usage",
@@ -276,16 +280,18 @@ Event = Union[
     HistoryCompacted,
     OutputRepair,
     SteeringDelivered,
+    ToolProgress,
+    ServerLog,
     UnknownEvent,
 ]
 Event.__doc__ = """Any event a stream yields: the union of the event classes (``MessageStart``,
 ``BlockStart``, ``ContentDelta``, ``ToolDetails``, ``BlockComplete``, ``MessageEnd``,
 ``ToolCallStart``, ``ToolResult``, ``ProviderRetry``, ``MessageComplete``,
-``HistoryCompacted``, ``OutputRepair``, ``SteeringDelivered``, and ``UnknownEvent`` for
-a type this version does not know). Every event has ``type`` (its snake_case name),
-``to_dict()`` and ``to_json()`` (the canonical JSON every binding prints); ``ev.type ==
-"content_delta"``, ``isinstance`` and ``match`` narrow it for a type checker.
-``MessageComplete`` is always the last event."""
+``HistoryCompacted``, ``OutputRepair``, ``SteeringDelivered``, ``ToolProgress``,
+``ServerLog``, and ``UnknownEvent`` for a type this version does not know). Every event
+has ``type`` (its snake_case name), ``to_dict()`` and ``to_json()`` (the canonical JSON
+every binding prints); ``ev.type == "content_delta"``, ``isinstance`` and ``match``
+narrow it for a type checker. ``MessageComplete`` is always the last event."""
 
 #: The class of each event type, in the core's order (``Event::TYPES``).
 EVENT_CLASSES: Dict[str, type] = {
@@ -302,6 +308,8 @@ EVENT_CLASSES: Dict[str, type] = {
     "history_compacted": HistoryCompacted,
     "output_repair": OutputRepair,
     "steering_delivered": SteeringDelivered,
+    "tool_progress": ToolProgress,
+    "server_log": ServerLog,
 }
 
 #: The attributes of each event type, in the order of its canonical JSON form:
@@ -388,6 +396,20 @@ EVENT_FIELDS: Dict[str, Tuple[Tuple[str, str, bool], ...]] = {
     "steering_delivered": (
         ("message", "u32", False),
         ("text", "string", False),
+    ),
+    "tool_progress": (
+        ("message", "u32", False),
+        ("call_id", "string", False),
+        ("name", "string", False),
+        ("progress", "f64", False),
+        ("total", "f64", True),
+        ("text", "string", True),
+    ),
+    "server_log": (
+        ("server", "string", False),
+        ("level", "string", False),
+        ("logger", "string", True),
+        ("data", "string", False),
     ),
 }
 
@@ -569,6 +591,12 @@ class McpServerOptions(TypedDict, total=False):
 
     disabled_tools: Optional[List[str]]
     """Never these tools, by the server's names."""
+
+    log_level: Optional[Literal["off", "debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]]
+    """The least level of the server's log lines that become server_log events while its
+    tools run (off: none); sent to the server as logging/setLevel when it offers
+    logging. (default "off")
+    """
 
 
 class AgentOptions(TypedDict, total=False):
