@@ -549,6 +549,14 @@ impl Future for Pump {
         };
         this.shared.producer_running.store(true, Ordering::SeqCst);
         let done = turn.as_mut().poll(cx).is_ready();
+        if done {
+            // Cleared before the last hand-off, not after: a consumer that saw the turn
+            // running went to wait and is woken by this flush; one that looks after it
+            // finds the turn stopped and takes what the queue could not hold itself.
+            // Cleared after the flush, a consumer could see the turn running just
+            // before it stopped for good, and wait with events left in the outbox.
+            this.shared.producer_running.store(false, Ordering::SeqCst);
+        }
         let mut outbox = this.shared.outbox();
         if done {
             outbox.finished = true;
@@ -557,7 +565,12 @@ impl Future for Pump {
             if !this.started {
                 this.started = true;
                 outbox.flush();
-            } else if !outbox.listed {
+            }
+            // Whatever the queue could not take (the first burst included, on a full
+            // queue) waits on the worker's list: a consumer that saw the turn running
+            // is waiting for the flush that list guarantees, and the turn may not be
+            // polled again for a long time (a slow tool, a quiet network).
+            if !outbox.items.is_empty() && !outbox.listed {
                 outbox.listed = true;
                 let since = outbox.since.unwrap_or_else(Instant::now);
                 let shared = this.shared.clone();
@@ -565,7 +578,9 @@ impl Future for Pump {
             }
         }
         drop(outbox);
-        this.shared.producer_running.store(false, Ordering::SeqCst);
+        if !done {
+            this.shared.producer_running.store(false, Ordering::SeqCst);
+        }
         if any_pending() {
             flush_expired(Instant::now());
         }

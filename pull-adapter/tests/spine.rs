@@ -397,6 +397,28 @@ fn two_agents_stream_at_once() {
     assert_eq!(final_text(&eb), words.concat());
 }
 
+/// Many short turns on a one-slot queue: the turn ends right after its burst, while
+/// the consumer decides whether to wait for the worker's hand-off or take the rest
+/// itself. A hand-off that could be missed in that window (the consumer seeing the turn
+/// still running just before it stopped for good) leaves a stream stalled with its last
+/// events in the outbox; over hundreds of turns that window is hit.
+#[test]
+fn short_turns_on_a_one_slot_queue_all_end() {
+    let _g = serial();
+    const TURNS: usize = 400;
+    let server = TestServer::start(script::scenario(vec![json!({
+        "times": TURNS,
+        "response": {"sse": script::openai_text_events(&["one ", "two ", "three"])}
+    })]))
+    .unwrap();
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_queue_capacity(1)).unwrap();
+    for i in 0..TURNS {
+        let mut s = agent.stream("x").unwrap();
+        let events = drain(&mut s);
+        assert_eq!(final_text(&events), "one two three", "turn {i}");
+    }
+}
+
 #[test]
 fn a_thousand_streams_at_once_on_a_bounded_number_of_threads() {
     let _g = serial();
