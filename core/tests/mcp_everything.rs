@@ -144,7 +144,7 @@ async fn plain_tools(server: McpServer) {
     assert!(body.contains("data:image/png;base64,"), "{body}");
 }
 
-/// A long operation of three steps of one second under a 1.5 s timeout: only its
+/// A long operation of three steps of 1.5 s under a 3 s timeout: only its
 /// progress notifications keep the call alive, and each becomes a tool_progress event
 /// before the call's tool_result.
 async fn long_operation(server: McpServer) {
@@ -152,16 +152,16 @@ async fn long_operation(server: McpServer) {
         script::openai_tool_calls(&[(
             "c1",
             "ev__trigger-long-running-operation",
-            r#"{"duration":3,"steps":3}"#,
+            r#"{"duration":4.5,"steps":3}"#,
         )]),
         script::openai_text(&["done"]),
     ]);
-    let (_agent, events, text) = turn(&model, server.with_timeout_ms(1500)).await;
+    let (_agent, events, text) = turn(&model, server.with_timeout_ms(3000)).await;
     assert_eq!(text, "done");
     let (_, out, is_error) = result(&events, "c1");
     assert!(!is_error, "{out}");
     assert!(
-        out.starts_with("Long running operation completed. Duration: 3 seconds, Steps: 3."),
+        out.starts_with("Long running operation completed. Duration: 4.5 seconds, Steps: 3."),
         "{out}"
     );
     let result_at = events
