@@ -116,6 +116,7 @@ extern const TestSuite THREAD_TESTS;       /* test_threads.c: cancel, free, cons
 extern const TestSuite CONVERSATION_TESTS; /* test_conversation.c: reasoning, compaction */
 extern const TestSuite ATTACHMENT_TESTS;   /* test_attachments.c: images in and out */
 extern const TestSuite MCP_TESTS;          /* test_mcp.c: MCP servers from the config */
+extern const TestSuite MCP_EVERYTHING_TESTS; /* test_mcp_everything.c: the MCP reference server */
 extern const TestSuite FORK_TESTS;         /* test_fork.c: the pre-fork server pattern */
 extern const TestSuite READINESS_TESTS;    /* test_readiness.c: descriptors, ready sets */
 extern const TestSuite DURABLE_TESTS;      /* test_durable.c: durable turns (ABI 1.3) */

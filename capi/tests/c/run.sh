@@ -32,6 +32,14 @@ cargo build --locked -q -p panto-capi -p panto-testserver
 # The MCP fixture server and its pinned `mcp` package (test mcp_server_tools).
 PANTO_MCP_VENV="$(tests/mcp/venv.sh)"
 export PANTO_MCP_VENV
+# The MCP reference server (test mcp_everything_progress): its entry point, or empty
+# without node and npm outside CI (the test then says it skipped; in CI it fails).
+if PANTO_EVERYTHING="$(tests/mcp/everything.sh)"; then :; else
+  rc=$?
+  if [ "$rc" -ne 3 ] || [ "${CI:-}" = true ]; then exit "$rc"; fi
+  PANTO_EVERYTHING=
+fi
+export PANTO_EVERYTHING
 if [ -z "${PANTO_NO_VALGRIND:-}" ]; then
   cargo build --locked -q --release -p panto-capi
 fi

@@ -22,6 +22,7 @@ static const TestSuite *const SUITES[] = {
     &CONVERSATION_TESTS,
     &ATTACHMENT_TESTS,
     &MCP_TESTS,
+    &MCP_EVERYTHING_TESTS,
     &FORK_TESTS,
     &READINESS_TESTS,
     &DURABLE_TESTS,

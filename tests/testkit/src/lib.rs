@@ -11,11 +11,13 @@
 //! - [`threads`] — counting panto's own threads, for leak checks and the benchmarks.
 //! - [`conformance`] — the command line of the Rust conformance runners.
 //! - [`mcp`] — the MCP servers of the tests (a pinned venv) and process-group counts.
+//! - [`everything`] — the MCP reference server (server-everything, pinned, from npm).
 //! - [`turn`](mod@turn) (feature `server`) — running one agent turn under a hang guard,
 //!   its events collected.
 
 pub mod conformance;
 pub mod decode;
+pub mod everything;
 pub mod fuzz;
 pub mod mcp;
 #[cfg(feature = "bench")]
