@@ -330,10 +330,13 @@ impl TurnTelemetry {
                 ..
             } => {
                 // A call answered on resume (or never started here) gets its span now.
-                let (span, started) = self
-                    .tools
-                    .remove(call_id)
-                    .unwrap_or_else(|| (self.tool_span(call_id, name, "answered"), Instant::now()));
+                let (span, started) = self.tools.remove(call_id).unwrap_or_else(|| {
+                    let runner = match self.runners.get(call_id) {
+                        Some(&"refused") => "refused",
+                        _ => "answered",
+                    };
+                    (self.tool_span(call_id, name, runner), Instant::now())
+                });
                 if self.content {
                     span.record(
                         "gen_ai.tool.call.result",
