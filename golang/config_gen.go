@@ -99,6 +99,11 @@ type Config struct {
 	// that lack the field; no other tool can be used then); auto is native. One of "auto",
 	// "native", "tool". Default: "auto".
 	OutputMode string
+	// CaptureMessageContent ("capture_message_content"): Record message content (prompts,
+	// answers, tool arguments and results, each at most 16 KiB, secrets removed) on the turn's
+	// OpenTelemetry spans; also on when OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is
+	// true. Default: false.
+	CaptureMessageContent *bool
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -189,6 +194,9 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	if c.OutputMode != "" {
 		o.put("output_mode", c.OutputMode)
 	}
+	if c.CaptureMessageContent != nil {
+		o.put("capture_message_content", *c.CaptureMessageContent)
+	}
 	return o.end()
 }
 
@@ -255,6 +263,8 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &c.OutputRetries)
 		case "output_mode":
 			return json.Unmarshal(v, &c.OutputMode)
+		case "capture_message_content":
+			return json.Unmarshal(v, &c.CaptureMessageContent)
 		}
 		return errUnknownKey
 	})
@@ -702,6 +712,7 @@ var configFields = map[string]string{
 	"output_schema":               "OutputSchema",
 	"output_retries":              "OutputRetries",
 	"output_mode":                 "OutputMode",
+	"capture_message_content":     "CaptureMessageContent",
 }
 
 // configMaps holds the paths of the keys that are maps: an error names an entry by the

@@ -315,5 +315,5 @@ func (a *Agent) Resume(ctx context.Context, cp Checkpoint, answers Answers) (*St
 	}); e != nil {
 		return nil, e
 	}
-	return a.remember(newStream(ctx, out, a.tools)), nil
+	return a.observed(a.remember(newStream(ctx, out, a.tools)), "", true), nil
 }

@@ -50,6 +50,7 @@ import (
 	"encoding/json"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 	"weak"
 )
@@ -67,6 +68,11 @@ type Agent struct {
 	lastMu  sync.Mutex
 	last    *stream
 	lastRef weak.Pointer[Stream]
+
+	// Instrument's providers, and what the spans say of the agent.
+	instr        atomic.Pointer[instruments]
+	model        string
+	providerName string
 }
 
 type agentHandle struct {
@@ -153,7 +159,7 @@ func NewAgent(cfg Config) (*Agent, error) {
 		return nil, withGoField(takeError(cerr), "Config", "")
 	}
 	h := &agentHandle{p: out}
-	a := &Agent{h: h, tools: tools}
+	a := &Agent{h: h, tools: tools, model: cfg.Model, providerName: otelProviderName(cfg.Provider, cfg.BaseURL)}
 	runtime.AddCleanup(a, func(h *agentHandle) { h.free() }, h)
 	return a, nil
 }
@@ -288,6 +294,14 @@ func (a *Agent) retryBusy(call func(**C.PantoError) C.PantoStatus) *Error {
 }
 
 // remember records s as the agent's latest stream (see reclaim).
+// observed gives the stream its observer when the agent is instrumented.
+func (a *Agent) observed(s *Stream, input string, resumed bool) *Stream {
+	if ins := a.instr.Load(); ins != nil {
+		s.s.obs = ins.start(s.s.userCtx, input, resumed)
+	}
+	return s
+}
+
 func (a *Agent) remember(s *Stream) *Stream {
 	a.lastMu.Lock()
 	a.last, a.lastRef = s.s, weak.Make(s)
@@ -362,7 +376,7 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 		}); e != nil {
 			return nil, e
 		}
-		return a.remember(newStream(ctx, out, a.tools)), nil
+		return a.observed(a.remember(newStream(ctx, out, a.tools)), input, false), nil
 	}
 	m := map[string]any{}
 	if opts.Model != "" {
@@ -390,7 +404,7 @@ func (a *Agent) StreamWith(ctx context.Context, input string, opts TurnOptions) 
 	}); e != nil {
 		return nil, withGoField(e, "TurnOptions", "options.")
 	}
-	return a.remember(newStream(ctx, out, a.tools)), nil
+	return a.observed(a.remember(newStream(ctx, out, a.tools)), input, false), nil
 }
 
 // CompactOptions configure Agent.Compact: keep the last KeepLast messages verbatim (0:

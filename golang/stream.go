@@ -200,6 +200,9 @@ type stream struct {
 	closedCh  chan struct{}
 	closed    atomic.Bool
 	used      atomic.Bool
+
+	// The turn's spans when the agent is instrumented (Agent.Instrument).
+	obs *observer
 }
 
 func newStream(ctx context.Context, p *C.PantoStream, tools map[string]Tool) *Stream {
@@ -249,7 +252,14 @@ func (s *stream) next() (Event, error) {
 	ev, err := s.pull()
 	if err != nil {
 		// The library says the stream has ended: free it, and answer this from now on.
-		return nil, s.h.finish(err)
+		err = s.h.finish(err)
+		if s.obs != nil {
+			s.obs.end(err)
+		}
+		return nil, err
+	}
+	if s.obs != nil {
+		s.obs.observe(ev)
 	}
 	if _, ok := ev.(*MessageComplete); ok {
 		// The last event (the contract's rule 1): the library has already ended the
@@ -461,6 +471,9 @@ func (s *stream) close() {
 		close(s.closedCh)
 	})
 	s.h.release()
+	if s.obs != nil {
+		s.obs.end(nil)
+	}
 }
 
 // Err returns the failure that ended Iter, All or Chan (All also yields it last): nil

@@ -31,6 +31,7 @@ pub use crate::options::{TurnOptions, TurnSchema};
 use crate::output::{self, OutputSpec};
 use crate::provider::{self, RequestOptions, RequestParams};
 use crate::request::{Dialect, ToolSpec};
+use crate::telemetry::TurnTelemetry;
 use crate::tool::{self, CallRequest, Dispatch, HostToolResults, Outputs, Runner, Tool};
 use crate::transcript::{self, TranscriptEntry};
 use crate::turn::{
@@ -769,6 +770,9 @@ impl Agent {
                 parts
             },
         };
+        if let Some(t) = sink.telemetry() {
+            t.input(&user.text());
+        }
         let history = {
             let mut history = self.history_lock();
             history.push(user.clone());
@@ -922,14 +926,25 @@ impl Agent {
                         publish(turn, None);
                     }
                     let body = self.request_body(&model, &specs, &request_options)?;
+                    if let Some(t) = sink.telemetry() {
+                        t.request_start(config, turn.steps());
+                    }
                     let decoded = match self
                         .inner
                         .transport
                         .stream_message(config, &model, body, turn.steps(), &control.cancel, sink)
                         .await
                     {
-                        Ok(decoded) => decoded,
+                        Ok(decoded) => {
+                            if let Some(t) = sink.telemetry() {
+                                t.request_end(None);
+                            }
+                            decoded
+                        }
                         Err(e) => {
+                            if let Some(t) = sink.telemetry() {
+                                t.request_end(Some(&e));
+                            }
                             turn.on_request_error(&e);
                             return Err(e);
                         }
@@ -963,6 +978,20 @@ impl Agent {
                         return Err(Error::internal("no step to run calls for"));
                     };
                     let calls = self.plan_calls(step, &mcp);
+                    if let Some(t) = sink.telemetry() {
+                        t.runners(calls.iter().map(|(req, runner)| {
+                            let how = match runner {
+                                Runner::Rust(tool) if mcp.iter().any(|m| Arc::ptr_eq(m, tool)) => {
+                                    "mcp"
+                                }
+                                Runner::Rust(_) => "rust",
+                                Runner::Host => "host",
+                                Runner::Refuse(_) => "refused",
+                                Runner::Skip => "skipped",
+                            };
+                            (req.call_id.clone(), how)
+                        }));
+                    }
                     let outputs: Outputs = Arc::new(Mutex::new(
                         step.calls.iter().map(|c| c.result.clone()).collect(),
                     ));
@@ -1309,12 +1338,15 @@ impl TurnSlot {
         let span = info_span!("turn", provider = agent.inner.config.provider.as_str());
         let secrets = agent.inner.transport.secrets();
         let mut sink = TurnSink::new(receiver, control.cancel.clone(), secrets);
+        let config = &agent.inner.config;
+        let model = options.model.as_deref().unwrap_or(&config.model);
+        sink.set_telemetry(TurnTelemetry::start(config, model, false, secrets));
         let result = agent
             .turn(input, &mut sink, control, options)
             .instrument(span)
             .await;
         drop(self);
-        match result {
+        let result = match result {
             // A failure caused by cancelling (a cut read, an aborted tool) is reported
             // as what it is: a cancellation.
             Err(e) if control.cancel.is_cancelled() && e.kind != ErrorKind::Cancelled => {
@@ -1323,7 +1355,11 @@ impl TurnSlot {
             }
             Err(e) => Err(e.redact(secrets)),
             ok => ok,
+        };
+        if let Some(t) = sink.telemetry() {
+            t.finish(result.as_ref().err());
         }
+        result
     }
 
     /// Resumes a turn from a checkpoint on the reserved agent (see [`Agent::resume`]).
@@ -1338,18 +1374,26 @@ impl TurnSlot {
         let span = info_span!("resume", provider = agent.inner.config.provider.as_str());
         let secrets = agent.inner.transport.secrets();
         let mut sink = TurnSink::new(receiver, control.cancel.clone(), secrets);
+        let config = &agent.inner.config;
+        let model = checkpoint.options().ok().and_then(|o| o.model);
+        let model = model.as_deref().unwrap_or(&config.model);
+        sink.set_telemetry(TurnTelemetry::start(config, model, true, secrets));
         let result = agent
             .resume_turn(checkpoint, answers, &mut sink, control)
             .instrument(span)
             .await;
         drop(self);
-        match result {
+        let result = match result {
             Err(e) if control.cancel.is_cancelled() && e.kind != ErrorKind::Cancelled => {
                 Err(Error::cancelled())
             }
             Err(e) => Err(e.redact(secrets)),
             ok => ok,
+        };
+        if let Some(t) = sink.telemetry() {
+            t.finish(result.as_ref().err());
         }
+        result
     }
 }
 

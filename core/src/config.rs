@@ -366,6 +366,11 @@ config_keys! {
             with set with_output_retries;
         /// How the answer is asked for: native uses the provider's structured-output field, tool forces one call of an output tool (for compatible servers that lack the field; no other tool can be used then); auto is native.
         pub output_mode: OutputMode = OutputMode::Auto, with set with_output_mode;
+        /// Record message content (prompts, answers, tool arguments and results, each at most 16 KiB, secrets removed) on the turn's OpenTelemetry spans; also on when OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is true.
+        ///
+        /// See docs/observability.md. Off by default: spans then carry names, ids,
+        /// models, token counts and timings, never content.
+        pub capture_message_content: bool = false, with set with_capture_message_content;
     }
 }
 

@@ -67,6 +67,8 @@ pub(crate) struct TurnSink<'a> {
     receiver: &'a mut dyn Receiver,
     cancel: CancellationToken,
     secrets: &'a Secrets,
+    /// The turn's spans, when a subscriber wants them: they see every event delivered.
+    telemetry: Option<crate::telemetry::TurnTelemetry>,
 }
 
 impl<'a> TurnSink<'a> {
@@ -79,7 +81,18 @@ impl<'a> TurnSink<'a> {
             receiver,
             cancel,
             secrets,
+            telemetry: None,
         }
+    }
+
+    /// Records the turn's spans (see [`crate::telemetry`]).
+    pub(crate) fn set_telemetry(&mut self, telemetry: Option<crate::telemetry::TurnTelemetry>) {
+        self.telemetry = telemetry;
+    }
+
+    /// The turn's spans, when they are recorded.
+    pub(crate) fn telemetry(&mut self) -> Option<&mut crate::telemetry::TurnTelemetry> {
+        self.telemetry.as_mut()
     }
 
     pub(crate) fn emit(&mut self, mut event: Event) -> Result<()> {
@@ -88,6 +101,9 @@ impl<'a> TurnSink<'a> {
         }
         if !self.secrets.is_empty() {
             event.redact(self.secrets);
+        }
+        if let Some(t) = &mut self.telemetry {
+            t.observe(&event);
         }
         match self.receiver.on_event(event) {
             Flow::Continue => Ok(()),

@@ -114,6 +114,7 @@ pub mod retry;
 pub mod secret;
 #[doc(hidden)]
 pub mod sse;
+pub mod telemetry;
 mod text;
 pub mod tool;
 pub mod transcript;

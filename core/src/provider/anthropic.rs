@@ -47,6 +47,10 @@ impl Wire for Format {
         DEFAULT_BASE_URL
     }
 
+    fn telemetry_name(&self, _base_url: &str) -> &'static str {
+        "anthropic"
+    }
+
     fn api_key_env(&self) -> &'static str {
         "ANTHROPIC_API_KEY"
     }

@@ -65,6 +65,10 @@ impl Wire for Format {
         DEFAULT_BASE_URL
     }
 
+    fn telemetry_name(&self, _base_url: &str) -> &'static str {
+        "gcp.gemini"
+    }
+
     fn api_key_env(&self) -> &'static str {
         "GEMINI_API_KEY"
     }

@@ -138,6 +138,13 @@ impl ProviderKind {
         self.wire().api_key_env()
     }
 
+    /// The provider's name in OpenTelemetry's GenAI conventions (`gen_ai.provider.name`:
+    /// `openai`, `anthropic`, `gcp.gemini`, `azure.ai.openai`) for a server at
+    /// `base_url`.
+    pub fn telemetry_name(self, base_url: &str) -> &'static str {
+        self.wire().telemetry_name(base_url)
+    }
+
     /// The endpoint path appended to `base_url`. Gemini's names the model (see
     /// `Config::endpoint_for`); this is its pattern, for messages.
     pub fn endpoint_path(self) -> &'static str {

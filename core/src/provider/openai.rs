@@ -48,6 +48,15 @@ impl Wire for Format {
         DEFAULT_BASE_URL
     }
 
+    fn telemetry_name(&self, base_url: &str) -> &'static str {
+        // Azure OpenAI speaks Chat Completions at its own hosts.
+        if base_url.contains(".openai.azure.com") || base_url.contains(".services.ai.azure.com") {
+            "azure.ai.openai"
+        } else {
+            "openai"
+        }
+    }
+
     fn api_key_env(&self) -> &'static str {
         API_KEY_ENV
     }

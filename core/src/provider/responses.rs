@@ -71,6 +71,14 @@ impl Wire for Format {
         super::openai::DEFAULT_BASE_URL
     }
 
+    fn telemetry_name(&self, base_url: &str) -> &'static str {
+        if base_url.contains(".openai.azure.com") || base_url.contains(".services.ai.azure.com") {
+            "azure.ai.openai"
+        } else {
+            "openai"
+        }
+    }
+
     fn api_key_env(&self) -> &'static str {
         super::openai::API_KEY_ENV
     }

@@ -31,6 +31,10 @@ pub(crate) trait Wire: Sync {
     /// The environment variable the API key is read from by default.
     fn api_key_env(&self) -> &'static str;
 
+    /// The provider's `gen_ai.provider.name` in OpenTelemetry's GenAI conventions, for a
+    /// server at `base_url`.
+    fn telemetry_name(&self, _base_url: &str) -> &'static str;
+
     /// The path appended to `base_url`; where the URL names the model, its pattern.
     fn endpoint_path(&self) -> &'static str;
 

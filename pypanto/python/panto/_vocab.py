@@ -456,6 +456,7 @@ CONFIG_KEYS: Tuple[str, ...] = (
     "output_schema",
     "output_retries",
     "output_mode",
+    "capture_message_content",
 )
 
 
@@ -694,6 +695,12 @@ class AgentOptions(TypedDict, total=False):
     """How the answer is asked for: native uses the provider's structured-output field,
     tool forces one call of an output tool (for compatible servers that lack the
     field; no other tool can be used then); auto is native. (default "auto")
+    """
+
+    capture_message_content: Optional[bool]
+    """Record message content (prompts, answers, tool arguments and results, each at
+    most 16 KiB, secrets removed) on the turn's OpenTelemetry spans; also on when
+    OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is true. (default False)
     """
 
 
