@@ -162,7 +162,7 @@ func TestMCPServerThatCannotStart(t *testing.T) {
 // cancelled by its ctx (the server is told).
 func TestCallMCPToolOutsideATurn(t *testing.T) {
 	defer verifyNoLeaks(t)
-	srv := startServer(t, scenario())
+	srv := startServer(t, obj{"exchanges": []obj{}})
 	marker := filepath.Join(t.TempDir(), "hang")
 	cfg := testConfig(srv)
 	cfg.MCPServers = map[string]MCPServer{"fx": mcpFixture(t, "--cancel-marker", marker)}
