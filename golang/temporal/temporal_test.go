@@ -463,3 +463,39 @@ func TestA401FailsTheTurnAtOnce(t *testing.T) {
 		t.Fatalf("%d requests: retried", n)
 	}
 }
+
+// The examples: the worker, and start printing the streamed text and the answer on its
+// last line.
+func TestTheExamplesRun(t *testing.T) {
+	m := startModel(t)
+	dir := t.TempDir()
+	for _, name := range []string{"worker", "start"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./examples/"+name).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", name, err, out)
+		}
+	}
+	m.scenario(t, exchange(toolSSE("call_1", "weather", `{"city":"Paris"}`)), exchange(textSSE("It is 18°C in Paris."), "18"))
+	queue := fmt.Sprintf("go-examples-%d", time.Now().UnixNano())
+	common := []string{"--address", temporalAddress, "--task-queue", queue, "--base-url", m.url + "/v1"}
+	w := exec.Command(filepath.Join(dir, "worker"), common...)
+	w.Env = append(os.Environ(), "OPENAI_API_KEY=sk-test-0123456789")
+	out, _ := w.StdoutPipe()
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Process.Signal(syscall.SIGTERM); _ = w.Wait() }()
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "worker ready" {
+		t.Fatalf("the worker said %q", lines.Text())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	start := exec.Command(filepath.Join(dir, "start"), append(common, "What is the weather in Paris?")...)
+	got, err := start.Output()
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	printed := strings.Split(strings.TrimRight(string(got), "\n"), "\n")
+	if printed[len(printed)-1] != "It is 18°C in Paris." {
+		t.Fatalf("start printed %q", got)
+	}
+}
