@@ -128,6 +128,22 @@ func runWorker() {
 			logLine("delete_file " + in.Path)
 			return "deleted " + in.Path, nil
 		}}
+	var running, peak int
+	work := panto.Tool{Name: "work", Description: "Does one piece of work.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"i":{"type":"integer"}}}`),
+		Func: func(ctx context.Context, args json.RawMessage) (string, error) {
+			mu.Lock()
+			running++
+			peak = max(peak, running)
+			mu.Unlock()
+			time.Sleep(100 * time.Millisecond)
+			mu.Lock()
+			running--
+			p := peak
+			mu.Unlock()
+			logLine(fmt.Sprintf("work max %d", p))
+			return "done", nil
+		}}
 	c, err := client.Dial(client.Options{HostPort: temporalAddress})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -136,7 +152,7 @@ func runWorker() {
 	defer c.Close()
 	w := worker.New(c, queue, worker.Options{})
 	RegisterTurn(w, map[string]AgentFactory{
-		"plain": cfg(), "crash": cfg(slowAdd), "approval": cfg(deleteFile), "mcp": cfg(),
+		"plain": cfg(), "crash": cfg(slowAdd), "approval": cfg(deleteFile), "mcp": cfg(), "fanout": cfg(work),
 	})
 	if err := w.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -497,5 +513,67 @@ func TestTheExamplesRun(t *testing.T) {
 	printed := strings.Split(strings.TrimRight(string(got), "\n"), "\n")
 	if printed[len(printed)-1] != "It is 18°C in Paris." {
 		t.Fatalf("start printed %q", got)
+	}
+}
+
+// A 50-call fan-out stays within the bound of 4; an oversized checkpoint is panto's
+// config error; a 503 is retried by Temporal.
+func TestFanOutBoundCheckpointSizeAndRetries(t *testing.T) {
+	m := startModel(t)
+	c := dial(t)
+	ctx := context.Background()
+	queue := fmt.Sprintf("go-fan-%d", time.Now().UnixNano())
+	log := filepath.Join(t.TempDir(), "tools.log")
+	startWorker(t, m, queue, log)
+
+	calls := []any{chunk(map[string]any{"role": "assistant", "content": nil}, nil)}
+	for i := range 50 {
+		calls = append(calls, chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": fmt.Sprintf("call_%d", i),
+			"type": "function", "function": map[string]any{"name": "work", "arguments": fmt.Sprintf(`{"i":%d}`, i)}}}}, nil))
+	}
+	calls = append(calls, chunk(map[string]any{}, "tool_calls"), map[string]any{"data": "[DONE]"})
+	m.scenario(t, exchange(calls), exchange(textSSE("All done."), "call_49"))
+	req := request("fanout")
+	req.MaxConcurrentTools = 4
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: queue, TaskQueue: queue}, TurnWorkflowName, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r TurnResult
+	if err := run.Get(ctx, &r); err != nil || r.Text != "All done." {
+		t.Fatalf("%+v %v", r, err)
+	}
+	lines := logLines(log)
+	if count(lines, "work_max") != 50 {
+		t.Fatalf("%d calls ran", count(lines, "work_max"))
+	}
+	for _, l := range lines {
+		var n int
+		if _, err := fmt.Sscanf(l, "work_max_%d", &n); err == nil && (n > 4 || n < 1) {
+			t.Fatalf("%d calls at once", n)
+		}
+	}
+
+	m.scenario(t, exchange(textSSE("ok")))
+	big := request("plain")
+	big.Input, big.MaxCheckpointBytes = strings.Repeat("x", 5000), 2000
+	run, err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: queue + "-big", TaskQueue: queue}, TurnWorkflowName, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var app *temporal.ApplicationError
+	if err := run.Get(ctx, nil); !errors.As(err, &app) || app.Type() != "config" || !strings.Contains(app.Error(), "past the bound of 2000") {
+		t.Fatalf("oversized checkpoint: %v", err)
+	}
+
+	m.scenario(t, map[string]any{"match": map[string]any{"method": "POST", "path": "/v1/chat/completions"},
+		"response": map[string]any{"status": 503, "json": map[string]any{"error": map[string]any{"message": "overloaded"}}}},
+		exchange(textSSE("Fine.")))
+	run, err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: queue + "-503", TaskQueue: queue}, TurnWorkflowName, request("plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, &r); err != nil || r.Text != "Fine." || len(m.requests(t)) != 2 {
+		t.Fatalf("503: %+v %v, %d requests", r, err, len(m.requests(t)))
 	}
 }
