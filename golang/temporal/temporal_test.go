@@ -120,6 +120,8 @@ func runWorker() {
 			logLine("slow_add end")
 			return fmt.Sprint(in.A + in.B), nil
 		}}
+	lookup := panto.Tool{Name: "lookup", Description: "Looks a key up in the host's records.", External: panto.Bool(true),
+		Parameters: json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"}}}`)}
 	deleteFile := panto.Tool{Name: "delete_file", Description: "Deletes a file.", NeedsApproval: panto.Bool(true),
 		Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}}}`),
 		Func: func(ctx context.Context, args json.RawMessage) (string, error) {
@@ -152,7 +154,7 @@ func runWorker() {
 	defer c.Close()
 	w := worker.New(c, queue, worker.Options{})
 	RegisterTurn(w, map[string]AgentFactory{
-		"plain": cfg(), "crash": cfg(slowAdd), "approval": cfg(deleteFile), "mcp": cfg(), "fanout": cfg(work),
+		"plain": cfg(), "crash": cfg(slowAdd), "approval": cfg(deleteFile), "mcp": cfg(), "fanout": cfg(work), "external": cfg(lookup),
 	})
 	if err := w.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -576,4 +578,87 @@ func TestFanOutBoundCheckpointSizeAndRetries(t *testing.T) {
 	if err := run.Get(ctx, &r); err != nil || r.Text != "Fine." || len(m.requests(t)) != 2 {
 		t.Fatalf("503: %+v %v, %d requests", r, err, len(m.requests(t)))
 	}
+}
+
+// An external call answered by signal, a turn started from a history, and cancelling
+// the workflow mid-stream (the streamed text reached the "text" query first).
+func TestExternalAnswerHistoryAndCancel(t *testing.T) {
+	m := startModel(t)
+	c := dial(t)
+	ctx := context.Background()
+	queue := fmt.Sprintf("go-ext-%d", time.Now().UnixNano())
+	startWorker(t, m, queue, filepath.Join(t.TempDir(), "log"))
+
+	m.scenario(t, exchange(toolSSE("call_1", "lookup", `{"key":"k"}`)), exchange(textSSE("It is 42."), "v=42"))
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: queue, TaskQueue: queue}, TurnWorkflowName, request("external"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var waiting []DeferredCall
+	waitFor(t, "the external call to wait", func() bool {
+		v, err := c.QueryWorkflow(ctx, queue, "", "waiting")
+		return err == nil && v.Get(&waiting) == nil && len(waiting) == 1
+	})
+	if waiting[0].Reason != "external" {
+		t.Fatalf("waiting: %+v", waiting)
+	}
+	answer := "v=42"
+	if err := c.SignalWorkflow(ctx, queue, "", "decide", Decision{CallID: "call_1", Output: &answer}); err != nil {
+		t.Fatal(err)
+	}
+	var r TurnResult
+	if err := run.Get(ctx, &r); err != nil || r.Text != "It is 42." {
+		t.Fatalf("%+v %v", r, err)
+	}
+
+	// The finished turn's conversation is the next turn's history.
+	var doc struct {
+		Conversation json.RawMessage `json:"conversation"`
+	}
+	if err := json.Unmarshal([]byte(r.Checkpoint), &doc); err != nil {
+		t.Fatal(err)
+	}
+	m.scenario(t, exchange(textSSE("Still 42."), "v=42"))
+	req := request("plain")
+	req.History = fmt.Sprintf(`{"version":1,"messages":%s}`, doc.Conversation)
+	run, err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: queue + "-hist", TaskQueue: queue}, TurnWorkflowName, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Get(ctx, &r); err != nil || r.Text != "Still 42." {
+		t.Fatalf("from a history: %+v %v", r, err)
+	}
+
+	sse := textSSE("before ")
+	sse = append(sse[:2:2], chunk(map[string]any{"content": "after"}, nil), sse[2], sse[3])
+	first, _ := json.Marshal(sse[0].(map[string]any)["data"])
+	second, _ := json.Marshal(sse[1].(map[string]any)["data"])
+	cut := len("data: ")*2 + len(first) + len(second) + 4
+	m.scenario(t, map[string]any{"match": map[string]any{"method": "POST", "path": "/v1/chat/completions"},
+		"response": map[string]any{"sse": sse, "fault": map[string]any{"kind": "hold", "after_bytes": cut}}})
+	run, err = c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: queue + "-cancel", TaskQueue: queue}, TurnWorkflowName, request("plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the streamed text", func() bool {
+		v, err := c.QueryWorkflow(ctx, run.GetID(), "", "text")
+		var text string
+		return err == nil && v.Get(&text) == nil && text == "before "
+	})
+	if err := c.CancelWorkflow(ctx, run.GetID(), ""); err != nil {
+		t.Fatal(err)
+	}
+	var cancelled *temporal.CanceledError
+	if err := run.Get(ctx, nil); !errors.As(err, &cancelled) {
+		t.Fatalf("cancelled workflow: %v", err)
+	}
+	waitFor(t, "the model request to be dropped", func() bool {
+		resp, err := http.Get(m.url + "/_panto/stats")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var stats map[string]any
+		return json.NewDecoder(resp.Body).Decode(&stats) == nil && stats["held"] == float64(0)
+	})
 }

@@ -242,7 +242,7 @@ func TurnWorkflow(ctx workflow.Context, req TurnRequest) (TurnResult, error) {
 	for {
 		var out StepOutput
 		if err := workflow.ExecuteActivity(modelCtx, ModelStepActivity, in).Get(ctx, &out); err != nil {
-			return TurnResult{}, turnError(err)
+			return TurnResult{}, turnError(ctx, err)
 		}
 		if out.Finished {
 			return TurnResult{Text: out.Text, StopReason: out.StopReason, Steps: out.Steps, Checkpoint: out.Checkpoint}, nil
@@ -317,7 +317,7 @@ func TurnWorkflow(ctx workflow.Context, req TurnRequest) (TurnResult, error) {
 			return TurnResult{}, err
 		}
 		if firstErr != nil {
-			return TurnResult{}, turnError(firstErr)
+			return TurnResult{}, turnError(ctx, firstErr)
 		}
 		cp := out.Checkpoint
 		in = StepInput{
@@ -328,8 +328,12 @@ func TurnWorkflow(ctx workflow.Context, req TurnRequest) (TurnResult, error) {
 }
 
 // turnError is an activity's failure as the turn's: panto's kind as the error's type,
-// non-retryable.
-func turnError(err error) error {
+// non-retryable; a cancelled workflow's own cancellation.
+func turnError(ctx workflow.Context, err error) error {
+	if ctx.Err() != nil {
+		// The workflow was cancelled: it ends cancelled, whatever its activity said.
+		return ctx.Err()
+	}
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {
 		return temporal.NewApplicationErrorWithOptions(app.Error(), app.Type(), temporal.ApplicationErrorOptions{NonRetryable: true})
