@@ -155,3 +155,78 @@ func TestMCPServerThatCannotStart(t *testing.T) {
 		t.Fatalf("NewAgent: %v", err)
 	}
 }
+
+// CallMCPTool: the fixture server's tools called outside a turn, the result given back as
+// an answer's JSON, the tool's failure as a result, an unknown tool as KindConfig, the
+// conversation untouched and nothing sent to the model, and a call blocked in the server
+// cancelled by its ctx (the server is told).
+func TestCallMCPToolOutsideATurn(t *testing.T) {
+	defer verifyNoLeaks(t)
+	srv := startServer(t, obj{"exchanges": []obj{}})
+	marker := filepath.Join(t.TempDir(), "hang")
+	cfg := testConfig(srv)
+	cfg.MCPServers = map[string]MCPServer{"fx": mcpFixture(t, "--cancel-marker", marker)}
+	agent := newTestAgent(t, cfg)
+	ctx := context.Background()
+	r, err := agent.CallMCPTool(ctx, "fx__echo", map[string]string{"text": "from go"})
+	if err != nil || r.Output != "echo: from go" || r.IsError || r.Parts != nil {
+		t.Fatalf("echo: %+v %v", r, err)
+	}
+	img, err := agent.CallMCPTool(ctx, "fx__image", nil)
+	if err != nil || img.IsError || !strings.Contains(string(img.Parts), `"type":"image"`) {
+		t.Fatalf("image: %+v %v", img, err)
+	}
+	if r, err := agent.CallMCPTool(ctx, "fx__fail", nil); err != nil || !r.IsError || r.Output != "the fixture failed on purpose" {
+		t.Fatalf("fail: %+v %v", r, err)
+	}
+	var pe *Error
+	if _, err := agent.CallMCPTool(ctx, "fx__nope", nil); !errors.As(err, &pe) || pe.Kind != KindConfig {
+		t.Fatalf("unknown tool: %v", err)
+	}
+	if _, err := agent.CallMCPTool(ctx, "fx__echo", []int{1}); !errors.As(err, &pe) || pe.Kind != KindConfig {
+		t.Fatalf("arguments that are not an object: %v", err)
+	}
+	// The JSON of an answer: a paused turn would read it back as the same result.
+	if a := (Answers{}).CallResult("c", img); a.Len() != 1 {
+		t.Fatal("CallResult added no answer")
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := agent.CallMCPTool(cctx, "fx__hang", nil)
+		done <- err
+	}()
+	eventually(t, "the server has the call", func() bool {
+		_, err := os.Stat(marker + ".started")
+		return err == nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the call returned before it was cancelled: %v", err)
+	default:
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.As(err, &pe) || pe.Kind != KindCancelled || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled call: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the cancelled call hung")
+	}
+	eventually(t, "the server saw the cancellation", func() bool {
+		_, err := os.Stat(marker)
+		return err == nil
+	})
+	if h, err := agent.SaveHistory(); err != nil || strings.Contains(string(h), "echo") {
+		t.Fatalf("history: %s %v", h, err)
+	}
+	if n := len(srv.requests(t)); n != 0 {
+		t.Fatalf("the model got %d requests", n)
+	}
+	if err := agent.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

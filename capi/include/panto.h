@@ -233,7 +233,8 @@
  *     of them behaves exactly as in 1.2. It also added the progress of running tool
  *     calls (PANTO_EV_TOOL_PROGRESS) and MCP servers' log lines (PANTO_EV_SERVER_LOG,
  *     only for a server whose "log_level" is set); a reader that ignores kinds it does
- *     not know is unaffected.
+ *     not know is unaffected. And calling an MCP tool outside a turn
+ *     (panto_agent_call_mcp_tool), for engines that run each call as a step.
  */
 #ifndef PANTO_H
 #define PANTO_H
@@ -819,6 +820,31 @@ PANTO_API PantoStatus panto_agent_stream_with(PantoAgent *agent, const char *inp
 PANTO_API PantoStatus panto_agent_compact(PantoAgent *agent, const char *options_json,
                                           size_t options_len, const PantoCancelToken *cancel,
                                           PantoString *out, PantoError **err);
+
+/* Since ABI 1.3. Calls one tool of the agent's MCP servers ("mcp_servers") outside a
+ * turn, for an engine that runs each tool call as its own step: a turn paused with
+ * "defer_tools", whose call is then answered (panto_agent_resume) with this result.
+ * `name` (`name_len` bytes of UTF-8) is the tool's name as the model sees it (with the
+ * server's prefix, e.g. "fx__echo"); `arguments_json` (`arguments_len` bytes; NULL with
+ * length 0: {}) is a JSON object. The servers are started if they were not. On success
+ * *out (owned by the caller, panto_string_free) is {"output": "…", "is_error": bool,
+ * "parts"?: […]}, exactly the form of an answer's result; the tool's own failure (its
+ * error result, a timeout, a crashed server) is such a result with "is_error": true, and
+ * the agent's secrets are redacted from it. PANTO_ERR_CONFIG when no MCP server of the
+ * agent has that tool or the arguments are not a JSON object; a server that cannot start
+ * fails as in a turn. The conversation is untouched and no turn is reserved: calls may
+ * run at the same time as each other and as a stream of the agent. BLOCKS until the
+ * server answers (bounded by the server's "timeout_ms"). Any thread but a callback of
+ * panto's (PANTO_ERR_CONFIG there).
+ * `cancel` (NULL: not cancellable) is borrowed for the call: panto_cancel_token_cancel
+ * from another thread makes the call return promptly with PANTO_ERR_CANCELLED (the
+ * server is sent its cancellation). A token already cancelled fails at once, sending
+ * nothing. The token must outlive the call. */
+PANTO_API PantoStatus panto_agent_call_mcp_tool(PantoAgent *agent, const char *name,
+                                                size_t name_len, const char *arguments_json,
+                                                size_t arguments_len,
+                                                const PantoCancelToken *cancel,
+                                                PantoString *out, PantoError **err);
 
 /* Since ABI 1.1. The transcript: a flat, provider-neutral JSON array of the
  * conversation, [{"role", "kind": "text"|"reasoning"|"tool_call"|"tool_result", "text",

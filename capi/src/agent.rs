@@ -367,6 +367,45 @@ pub unsafe extern "C" fn panto_agent_compact(
     unsafe { string_out(F, agent, out, err, compact) }
 }
 
+/// Calls one MCP tool of the agent outside a turn (blocking) and reports its result as
+/// JSON; `cancel` (NULL: not cancellable) stops it from another thread.
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_call_mcp_tool(
+    agent: *mut PantoAgent,
+    name: *const c_char,
+    name_len: usize,
+    arguments_json: *const c_char,
+    arguments_len: usize,
+    cancel: *const PantoCancelToken,
+    out: *mut PantoString,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_agent_call_mcp_tool";
+    let call = |a: &Agent| {
+        // SAFETY: `name_len` readable bytes, unchanged during the call (panto.h).
+        let name = unsafe { input_str(F, "name", name, name_len) }?;
+        let arguments = if arguments_json.is_null() && arguments_len == 0 {
+            serde_json::Value::Object(Default::default())
+        } else {
+            // SAFETY: `arguments_len` readable bytes, unchanged during the call (panto.h).
+            let text = unsafe { input_str(F, "arguments_json", arguments_json, arguments_len) }?;
+            serde_json::from_str(text)
+                .map_err(|e| Error::config(format!("{F}: arguments_json is not valid JSON: {e}")))?
+        };
+        // SAFETY: NULL or a live token that outlives the call (panto.h).
+        let cancel = match unsafe { cancel.as_ref() } {
+            Some(c) => c.token.clone(),
+            None => CancellationToken::new(),
+        };
+        panto_pull::call_mcp_tool(a, name, arguments, &cancel).map(|out| out.to_json())
+    };
+    // SAFETY: the pointers are as panto.h documents them (string_out's contract).
+    unsafe { string_out(F, agent, out, err, call) }
+}
+
 /// The conversation's transcript as a JSON array.
 ///
 /// # Safety

@@ -1115,6 +1115,67 @@ impl Agent {
         Ok(tools)
     }
 
+    /// Calls one tool of the agent's MCP servers outside a turn, with `arguments` (a
+    /// JSON object, as the model would give them): for an engine that runs each tool
+    /// call as its own step (a turn paused with `defer_tools`, then resumed with the
+    /// result as the call's answer). The servers are started if they were not. The
+    /// agent's conversation is untouched, and no turn is reserved: calls may run
+    /// concurrently with each other and with a turn.
+    ///
+    /// A failure of the tool itself (the server's error result, a timeout, a crashed
+    /// server) is a result with `is_error`, as the model would read it in a turn.
+    /// Errors: `config` when no MCP server of the agent has a tool of that name (or the
+    /// arguments are not an object), a server that cannot start as in a turn, and
+    /// `cancelled` once `cancel` is cancelled (the call is abandoned). The agent's
+    /// secrets are redacted from the result and the errors, as in a turn's events.
+    pub async fn call_mcp_tool(
+        &self,
+        name: &str,
+        arguments: serde_json::Value,
+        cancel: &CancellationToken,
+    ) -> Result<tool::ToolOutput> {
+        if !arguments.is_object() {
+            return Err(Error::config(format!(
+                "call_mcp_tool: the arguments of {name:?} must be a JSON object"
+            )));
+        }
+        let secrets = self.inner.transport.secrets();
+        let tools = self
+            .mcp_tools(cancel)
+            .await
+            .map_err(|e| e.redact(secrets))?;
+        let tool = tools
+            .into_iter()
+            .find(|t| t.spec().name == name)
+            .ok_or_else(|| {
+                Error::config(format!(
+                    "call_mcp_tool: no MCP server of the agent has a tool named {name:?}"
+                ))
+            })?;
+        // The call gets a child token: cancelling it abandons the call (the MCP client
+        // sends the server its cancellation), and the token is gone with the call.
+        let call = cancel.child_token();
+        let run = tool.call(arguments, call.clone());
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                call.cancel();
+                Err(Error::cancelled())
+            }
+            out = run => {
+                // What a tool echoed of the agent's secrets never leaves the agent.
+                let mut out = out;
+                secrets.redact_in_place(&mut out.output);
+                for part in &mut out.parts {
+                    if let Block::Text { text } = part {
+                        secrets.redact_in_place(text);
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+
     /// The agent's MCP servers, if it has any.
     pub fn mcp_servers(&self) -> Option<&McpServers> {
         self.inner.mcp.as_ref()

@@ -81,6 +81,19 @@ impl ToolOutput {
     }
 }
 
+impl ToolOutput {
+    /// The result as JSON, `{"output": "…", "is_error": bool, "parts"?: […]}`: the form
+    /// an answer to a deferred call takes ([`crate::Answers::from_json`]), so a result
+    /// got outside the turn (`Agent::call_mcp_tool`) is given back to it as is.
+    pub fn to_json(&self) -> String {
+        let mut v = serde_json::json!({"output": self.output, "is_error": self.is_error});
+        if !self.parts.is_empty() {
+            v["parts"] = serde_json::to_value(&self.parts).unwrap_or(serde_json::Value::Null);
+        }
+        v.to_string()
+    }
+}
+
 /// The text parts of a tool result, joined with newlines.
 pub fn parts_text(parts: &[Block]) -> String {
     let texts: Vec<&str> = parts

@@ -1487,3 +1487,109 @@ async fn a_flood_of_progress_and_log_lines_is_bounded() {
         );
     }
 }
+
+/// `Agent::call_mcp_tool`: one MCP tool called outside a turn (what a durable engine
+/// does with a deferred call): the result in the answer's JSON form, the tool's own
+/// failure as a result, an unknown name or non-object arguments as `config`, the
+/// conversation untouched and nothing sent to the model, cancellation reaching the
+/// server, and a secret the tool echoes redacted.
+#[tokio::test]
+async fn an_mcp_tool_is_called_outside_a_turn() {
+    let secret = "ghp_panto_secret_token_9876543210";
+    let marker = unique("call-cancel");
+    let server = model(vec![]);
+    let agent = Agent::new(config(&server).with_mcp_server(
+        "fx",
+        fixture_server(&["--cancel-marker", &marker]).with_env("GITHUB_TOKEN", secret),
+    ))
+    .unwrap();
+    let cancel = panto::CancellationToken::new();
+
+    let out = agent
+        .call_mcp_tool("fx__echo", serde_json::json!({"text": "hi"}), &cancel)
+        .await
+        .unwrap();
+    assert_eq!((out.output.as_str(), out.is_error), ("echo: hi", false));
+    let answer: Value = serde_json::from_str(&out.to_json()).unwrap();
+    assert_eq!(
+        answer,
+        serde_json::json!({"output": "echo: hi", "is_error": false})
+    );
+
+    let image = agent
+        .call_mcp_tool("fx__image", serde_json::json!({}), &cancel)
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_str(&image.to_json()).unwrap();
+    assert_eq!(answer["parts"][1]["type"], "image", "{answer}");
+    // The JSON form is an answer the core reads back as the same result.
+    let answers = panto::Answers::from_json(&format!(r#"{{"c": {}}}"#, image.to_json())).unwrap();
+    assert_eq!(
+        answers.get("c"),
+        Some(&panto::Answer::Result(image.clone()))
+    );
+
+    let failed = agent
+        .call_mcp_tool("fx__fail", serde_json::json!({}), &cancel)
+        .await
+        .unwrap();
+    assert!(failed.is_error, "{failed:?}");
+    assert!(failed.output.contains("failed on purpose"), "{failed:?}");
+
+    let echoed = agent
+        .call_mcp_tool(
+            "fx__env",
+            serde_json::json!({"name": "GITHUB_TOKEN"}),
+            &cancel,
+        )
+        .await
+        .unwrap();
+    assert!(
+        echoed.output.starts_with("GITHUB_TOKEN=[REDACTED]"),
+        "{echoed:?}"
+    );
+
+    let e = agent
+        .call_mcp_tool("fx__nope", serde_json::json!({}), &cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Config, "{e}");
+    assert!(e.message.contains("fx__nope"), "{e}");
+    let e = agent
+        .call_mcp_tool("fx__echo", serde_json::json!("text"), &cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Config, "{e}");
+
+    // Cancelled once the server has the call: `cancelled`, and the server is told.
+    let hang = {
+        let agent = agent.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            agent
+                .call_mcp_tool("fx__hang", serde_json::json!({}), &cancel)
+                .await
+        })
+    };
+    let started = format!("{marker}.started");
+    eventually("the server has the call", || {
+        std::path::Path::new(&started).exists()
+    })
+    .await;
+    assert!(!hang.is_finished());
+    cancel.cancel();
+    let r = tokio::time::timeout(HANG_GUARD, hang)
+        .await
+        .expect("the cancelled call hung")
+        .unwrap();
+    assert_eq!(r.unwrap_err().kind, ErrorKind::Cancelled);
+    eventually("the server saw notifications/cancelled", || {
+        std::path::Path::new(&marker).exists()
+    })
+    .await;
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(&started);
+
+    assert!(agent.history().is_empty(), "the conversation is untouched");
+    assert_eq!(server.requests().len(), 0, "nothing was sent to the model");
+}

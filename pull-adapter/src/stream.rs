@@ -16,7 +16,7 @@ use crossbeam_channel::{bounded, Receiver as QueueRx, RecvTimeoutError, TryRecvE
 use futures_util::FutureExt;
 use panto::{
     Agent, Answers, CancellationToken, Checkpoint, CompactOptions, Compaction, Error, Event, Input,
-    NotSteered, TurnControl, TurnOptions,
+    NotSteered, ToolOutput, TurnControl, TurnOptions,
 };
 
 use crate::handoff::{Forward, Item, Pump, Shared};
@@ -286,6 +286,42 @@ pub fn compact_cancellable(
             "the compaction task ended without a result",
         ))
     })
+}
+
+/// Calls one tool of `agent`'s MCP servers outside a turn (see
+/// `panto::Agent::call_mcp_tool`), blocking the calling thread until it answers. The
+/// call runs on the agent's worker thread, like its turns, and does not reserve the
+/// agent (no `busy`). Cancelling `cancel` from another thread ends it with a `cancelled`
+/// error. Must not be called from a panto worker thread (a `config` error rather than a
+/// deadlock).
+pub fn call_mcp_tool(
+    agent: &Agent,
+    name: &str,
+    arguments: serde_json::Value,
+    cancel: &CancellationToken,
+) -> Result<ToolOutput, Error> {
+    if on_worker() {
+        return Err(Error::config(
+            "call_mcp_tool: called on a panto worker thread, which would wait for itself",
+        ));
+    }
+    if cancel.is_cancelled() {
+        return Err(Error::cancelled());
+    }
+    let worker = worker_for(agent)?;
+    let (tx, rx) = bounded::<Result<ToolOutput, Error>>(1);
+    let agent = agent.clone();
+    let name = name.to_owned();
+    let cancel = cancel.clone();
+    drop(worker.spawn(async move {
+        let run = AssertUnwindSafe(agent.call_mcp_tool(&name, arguments, &cancel))
+            .catch_unwind()
+            .await;
+        let result = run.unwrap_or_else(|_| Err(Error::internal("the MCP tool call panicked")));
+        let _ = tx.send(result);
+    }));
+    rx.recv()
+        .unwrap_or_else(|_| Err(Error::internal("the MCP tool call ended without a result")))
 }
 
 /// `agent.stream(input)`: starts a turn as a pull [`Stream`].

@@ -266,6 +266,33 @@ impl Agent {
         Ok(done.to_json())
     }
 
+    /// Calls one tool of the agent's MCP servers outside a turn (see
+    /// `panto::Agent::call_mcp_tool`), with the GIL released while the server works;
+    /// returns the result as JSON, `{"output", "is_error", "parts"?}`. `arguments_json`
+    /// is a JSON object. Cancelling `cancel` from another thread ends the call with
+    /// `CancelledError`; a token already cancelled sends nothing.
+    #[pyo3(signature = (name, arguments_json, cancel = None))]
+    fn call_mcp_tool(
+        &self,
+        py: Python<'_>,
+        name: Text<'_>,
+        arguments_json: Text<'_>,
+        cancel: Option<&CancelToken>,
+    ) -> PyResult<String> {
+        let agent = self.usable(py)?.clone();
+        let arguments: serde_json::Value = serde_json::from_str(&arguments_json)
+            .map_err(|e| {
+                panto::Error::config(format!("call_mcp_tool: the arguments are not JSON: {e}"))
+            })
+            .py_err(py)?;
+        let cancel = cancel.map(|c| c.token.clone()).unwrap_or_default();
+        let name = String::from(&*name);
+        let out = py
+            .detach(move || panto_pull::call_mcp_tool(&agent, &name, arguments, &cancel))
+            .py_err(py)?;
+        Ok(out.to_json())
+    }
+
     /// The transcript as the core's JSON array.
     fn transcript_json(&self, py: Python<'_>) -> PyResult<String> {
         Ok(self.usable(py)?.transcript_json())

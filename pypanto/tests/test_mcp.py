@@ -191,3 +191,42 @@ def test_progress_and_server_logs_arrive_as_events_before_the_result(server, mcp
     assert json.loads(logs[0].to_json()) == {
         "type": "server_log", "server": "fx", "level": "warning", "logger": "fixture", "data": "warn 1",
     }
+
+
+def test_an_mcp_tool_is_called_outside_a_turn(server, mcp_venv, tmp_path):
+    """``call_mcp_tool`` / ``acall_mcp_tool``: the answer-shaped ``ToolOutput`` (text,
+    text and an image, the tool's failure), ``ConfigError`` for an unknown tool, the
+    conversation untouched and nothing sent to the model, and a call blocked in the
+    server cancelled by cancelling its task (the server is told)."""
+    import asyncio
+
+    marker = str(tmp_path / "hang")
+    agent = make_agent(server, mcp_servers={"fx": fixture_server(mcp_venv, "--cancel-marker", marker)})
+    assert agent.call_mcp_tool("fx__echo", {"text": "hi"}) == panto.ToolOutput("echo: hi")
+    image = agent.call_mcp_tool("fx__image")
+    assert not image.is_error and isinstance(image.output, list)
+    assert image.output[0] == "a pixel:"
+    assert isinstance(image.output[1], panto.Image) and image.output[1].media_type == "image/png"
+    failed = agent.call_mcp_tool("fx__fail", {})
+    assert failed.is_error and "failed on purpose" in str(failed.output)
+    with pytest.raises(panto.ConfigError) as info:
+        agent.call_mcp_tool("fx__nope")
+    assert "fx__nope" in str(info.value)
+    with pytest.raises(panto.ConfigError):
+        agent.call_mcp_tool("fx__echo", ["not", "a", "mapping"])  # type: ignore[arg-type]
+
+    async def cancelled() -> None:
+        assert await agent.acall_mcp_tool("fx__echo", {"text": "async"}) == panto.ToolOutput("echo: async")
+        task = asyncio.ensure_future(agent.acall_mcp_tool("fx__hang"))
+        while not os.path.exists(marker + ".started"):
+            assert not task.done()
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 60)
+
+    asyncio.run(cancelled())
+    wait_until(lambda: os.path.exists(marker), timeout=60, what="the server to see the cancellation")
+    assert agent.history == []
+    assert server.requests() == []
+    agent.close()

@@ -39,6 +39,7 @@ name) and ``CONFIG_KEYS`` (every top-level configuration key, in the core's orde
 from __future__ import annotations
 
 import atexit
+import base64
 import concurrent.futures
 import json
 import sys
@@ -207,6 +208,39 @@ as the class describes it)."""
 def _compact_options(keep_last: Optional[int], model: Optional[str], prompt: Optional[str]) -> str:
     options = {k: v for k, v in (("keep_last", keep_last), ("model", model), ("prompt", prompt)) if v is not None}
     return json.dumps(options, ensure_ascii=False)
+
+
+def _mcp_arguments(name: str, arguments: Optional[Mapping[str, Any]]) -> str:
+    if not isinstance(name, str):
+        raise ConfigError(f"call_mcp_tool: the name must be a str (got {type(name).__name__})", kind="config")
+    if arguments is None:
+        return "{}"
+    if not isinstance(arguments, Mapping):
+        raise ConfigError(
+            f"call_mcp_tool: the arguments of {name!r} must be a mapping (got {type(arguments).__name__})",
+            kind="config",
+        )
+    try:
+        return json.dumps(dict(arguments), ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"call_mcp_tool: the arguments of {name!r} are not JSON-able: {e}", kind="config") from None
+
+
+def _tool_output(result_json: str) -> ToolOutput:
+    """The core's result JSON as a ``panto.ToolOutput`` (text, or text and images)."""
+    result = json.loads(result_json)
+    parts = result.get("parts")
+    if not parts:
+        return ToolOutput(result["output"], bool(result["is_error"]))
+    out: List[Union[str, Image]] = []
+    for p in parts:
+        if p.get("type") == "image" and p.get("data") is not None:
+            out.append(Image(data=base64.b64decode(p["data"]), media_type=p.get("media_type"), name=p.get("name")))
+        elif p.get("type") == "image":
+            out.append(Image(url=p["url"], media_type=p.get("media_type")))
+        else:
+            out.append(str(p.get("text", "")))
+    return ToolOutput(out, bool(result["is_error"]))
 
 
 def _compact_result(result_json: str) -> "CompactResult":
@@ -605,6 +639,51 @@ class Agent:
                 await asyncio.gather(asyncio.wrap_future(job), return_exceptions=True)
             raise
         return _compact_result(result)
+
+    def call_mcp_tool(self, name: str, arguments: Optional[Mapping[str, Any]] = None) -> ToolOutput:
+        """Calls one tool of this agent's MCP servers outside a turn: ``name`` as the
+        model sees it (with the server's prefix, e.g. ``"fx__echo"``), ``arguments`` a
+        JSON-able mapping (default ``{}``). For an engine that runs each tool call as its
+        own step (a turn paused with ``defer_tools=True``): the result is a
+        ``panto.ToolOutput``, the answer to give ``Agent.resume`` for that call. The
+        servers are started if they were not; the conversation is untouched, and calls
+        may run while a turn runs. The tool's own failure (its error result, a timeout,
+        a crashed server) is a result with ``is_error=True``. ``ConfigError`` when no MCP
+        server of the agent has the tool; blocks (without the GIL) until the server
+        answers. On the main thread, Ctrl-C cancels the call (the server is told), waits
+        for it to end, and propagates."""
+        arguments_json = _mcp_arguments(name, arguments)
+        if threading.current_thread() is not threading.main_thread():
+            return _tool_output(self._native.call_mcp_tool(name, arguments_json))
+        token = _native.CancelToken()
+        job: Optional["concurrent.futures.Future[str]"] = None
+        try:
+            job = WAIT_POOL.submit(self._native.call_mcp_tool, name, arguments_json, token)
+            return _tool_output(job.result())
+        except BaseException:
+            token.cancel()
+            if job is not None:
+                concurrent.futures.wait([job])
+            raise
+
+    async def acall_mcp_tool(self, name: str, arguments: Optional[Mapping[str, Any]] = None) -> ToolOutput:
+        """``call_mcp_tool()`` for coroutines: the wait happens in a thread of panto's
+        own wait pool, never on the event loop. Cancelling the awaiting task cancels the
+        call (the server is told), and the cancellation propagates once it has ended."""
+        require_asyncio("acall_mcp_tool()")
+        import asyncio
+
+        arguments_json = _mcp_arguments(name, arguments)
+        token = _native.CancelToken()
+        job = WAIT_POOL.submit(self._native.call_mcp_tool, name, arguments_json, token)
+        try:
+            result = await asyncio.wrap_future(job)
+        except BaseException:
+            if not job.done():
+                token.cancel()
+                await asyncio.gather(asyncio.wrap_future(job), return_exceptions=True)
+            raise
+        return _tool_output(result)
 
     def transcript(self) -> List[Dict[str, Any]]:
         """A flat, provider-neutral view of the conversation for repainting a UI:
