@@ -76,16 +76,20 @@ fn the_cli_signs_in_through_the_browser_and_keeps_the_tokens_private() {
     let out = run(panto_in(&home, &args).env("BROWSER", &browser));
     assert!(out.status.success(), "{}", describe(&out));
     let events = json_lines(&out);
-    let results: Vec<&serde_json::Value> = events
-        .iter()
-        .filter(|e| e["type"] == "tool_result")
-        .collect();
-    let who = results[0]["output"].as_str().unwrap();
+    let result = |id: &str| {
+        events
+            .iter()
+            .find(|e| e["type"] == "tool_result" && e["call_id"] == id)
+            .unwrap_or_else(|| panic!("no result of {id}: {}", describe(&out)))["output"]
+            .clone()
+    };
+    let who = result("w");
+    let who = who.as_str().unwrap();
     assert!(
         who.starts_with("client ") && who.ends_with(&format!(" resource {}", fx.url())),
         "{who}"
     );
-    assert_eq!(results[1]["output"], "your token is [REDACTED]");
+    assert_eq!(result("l"), "your token is [REDACTED]");
     assert!(
         stderr_of(&out).contains("asks you to sign in; opening http://127.0.0.1:"),
         "{}",
@@ -152,7 +156,9 @@ fn mcp_list_signs_in_with_client_credentials() {
     assert_eq!(fx.grants(), ["client_credentials"]);
     assert!(!text.contains("cc-secret-0123456789"));
 
-    // A wrong secret: the authentication exit code, the secret not shown.
+    // A wrong secret (and no token kept from before): the authentication exit code, the
+    // secret not shown.
+    let home = temp_dir("mcp-oauth-cc-wrong");
     let cfg = profile(
         &home,
         &fx,

@@ -130,8 +130,13 @@ GO_TYPE_NOTES: Dict[str, str] = {}
 # ---------------------------------------------------------------------------------------
 # names and text
 
+# Words Go spells their own way (not all capitals, not just the first).
+SPELLED = {"oauth": "OAuth"}
+
+
 def camel(name: str) -> str:
-    return "".join(p.upper() if p in INITIALISMS else p[:1].upper() + p[1:] for p in name.split("_") if p)
+    return "".join(SPELLED[p] if p in SPELLED else p.upper() if p in INITIALISMS else p[:1].upper() + p[1:]
+                   for p in name.split("_") if p)
 
 
 def sentence(s: str) -> str:
@@ -655,6 +660,8 @@ class ConfigGen:
             out.append(f"\t{gname} {gtype}")
         out += ["}", ""]
         recv = name[0].lower()
+        if recv == "o":  # the JSON object the methods build is `o`
+            recv = "x"
         out += comment(f"MarshalJSON writes the JSON form the library reads, leaving out what is not set.")
         out.append(f"func ({recv} {name}) MarshalJSON() ([]byte, error) {{")
         out.append("\tvar o jsonObject")

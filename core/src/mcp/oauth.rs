@@ -918,27 +918,42 @@ impl OAuth {
             }
         }
         let shown = url.to_string();
-        let opened = off_runtime(move || open_url(&shown)).await;
-        match opened {
-            Some(Ok(())) => {}
-            Some(Err(e)) => return Err(e),
-            None => {
-                return Err(self.error(
-                    ErrorKind::Internal,
-                    "the hook that opens the authorization URL failed",
-                ))
+        // The host's hook may wait for the browser (or for the whole sign-in): the
+        // redirect is taken while it runs.
+        let mut opening = tokio::task::spawn_blocking(move || open_url(&shown));
+        let waiting = wait_redirect(listener, &state);
+        tokio::pin!(waiting);
+        let signed_in = async {
+            let mut opened = false;
+            loop {
+                tokio::select! {
+                    r = &mut opening, if !opened => {
+                        opened = true;
+                        match r {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => return Err(e),
+                            Err(_) => {
+                                return Err(self.error(
+                                    ErrorKind::Internal,
+                                    "the hook that opens the authorization URL failed",
+                                ))
+                            }
+                        }
+                    }
+                    code = &mut waiting => {
+                        return code.map_err(|why| self.error(ErrorKind::Authentication, why));
+                    }
+                }
             }
-        }
-        let code = tokio::time::timeout(AUTHORIZE_TIMEOUT, wait_redirect(&listener, &state))
+        };
+        let code = tokio::time::timeout(AUTHORIZE_TIMEOUT, signed_in)
             .await
             .map_err(|_| {
                 self.error(
                     ErrorKind::Authentication,
                     format!("no one signed in within {} s", AUTHORIZE_TIMEOUT.as_secs()),
                 )
-            })?
-            .map_err(|why| self.error(ErrorKind::Authentication, why))?;
-        drop(listener);
+            })??;
         let form = vec![
             ("grant_type", "authorization_code".to_owned()),
             ("code", code),
@@ -960,7 +975,7 @@ impl OAuth {
 /// Waits for the browser's redirect to `/callback` with this `state`: the code, or why
 /// the sign-in failed. Any other request is answered 404 and waited past.
 async fn wait_redirect(
-    listener: &tokio::net::TcpListener,
+    listener: tokio::net::TcpListener,
     state: &str,
 ) -> std::result::Result<String, String> {
     loop {
