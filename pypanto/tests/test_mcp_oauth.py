@@ -36,6 +36,8 @@ def oauth_server() -> Iterator[str]:
     finally:
         proc.kill()
         proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def fixture_get(base: str, path: str) -> List[str]:

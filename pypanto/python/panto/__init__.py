@@ -160,6 +160,9 @@ class MCPTokenStore(Protocol):
     panto's own JSON text (tokens, expiry, the registered client): a secret, to be kept
     as such and handed back unchanged. Called on panto's threads."""
 
+    def __init__(self) -> None:
+        """A store is any object with these two methods; nothing to set up here."""
+
     def load(self, server_url: str) -> Optional[str]:
         """The text last saved for ``server_url``, or ``None``."""
         ...
