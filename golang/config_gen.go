@@ -99,6 +99,16 @@ type Config struct {
 	// that lack the field; no other tool can be used then); auto is native. One of "auto",
 	// "native", "tool". Default: "auto".
 	OutputMode string
+	// MCPTokenStore, when set, keeps the OAuth tokens of the MCP servers that sign in with
+	// OAuth (MCPServer.OAuth) between runs, keyed by the server's URL; without it they
+	// live as long as the agent's servers. Called from the library's threads. Not part
+	// of the JSON.
+	MCPTokenStore MCPTokenStore
+	// MCPOpenURL, when set, is called with the authorization URL a person must open to
+	// sign in to an MCP server (the authorization_code grant, which fails without it);
+	// it may block until the sign-in is done. A returned error fails the sign-in.
+	// Called from the library's threads. Not part of the JSON.
+	MCPOpenURL func(url string) error
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
