@@ -221,7 +221,9 @@ def main():
         await app(scope, receive, send)
 
     print(f"PORT {port}", flush=True)
-    config = uvicorn.Config(wrapped, log_level="warning", lifespan="on")
+    # Connections kept open longer than any pause of a slow client (valgrind): uvicorn's
+    # 5 s default closes an idle connection just as a client may reuse it.
+    config = uvicorn.Config(wrapped, log_level="warning", lifespan="on", timeout_keep_alive=300)
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -167,7 +167,8 @@ static int oauth_turn(const TestServer *srv, const char *url, char *who, size_t 
   who[0] = 0;
   while ((st = panto_next_event(stream, &ev)) == PANTO_EVENT) {
     if (ev.kind == PANTO_EV_TOOL_RESULT) {
-      CHECK(!ev.payload.tool_result.is_error);
+      CHECKF(!ev.payload.tool_result.is_error, "%.*s", (int)ev.payload.tool_result.output.len,
+             ev.payload.tool_result.output.ptr);
       snprintf(who, cap, "%.*s", (int)ev.payload.tool_result.output.len,
                ev.payload.tool_result.output.ptr);
     }

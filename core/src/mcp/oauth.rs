@@ -328,9 +328,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Runs a host's hook off the async threads (it may block: a file, a prompt, a lock of
-/// the host's).
+/// the host's, a browser), on a thread of its own that ends with the call: nothing of
+/// the host's runs on a pool that outlives it. `None` if the thread could not start or
+/// the hook panicked.
 async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    tokio::task::spawn_blocking(f).await.ok()
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("panto-mcp-oauth".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .ok()?;
+    rx.await.ok()
 }
 
 impl OAuth {
@@ -920,7 +929,8 @@ impl OAuth {
         let shown = url.to_string();
         // The host's hook may wait for the browser (or for the whole sign-in): the
         // redirect is taken while it runs.
-        let mut opening = tokio::task::spawn_blocking(move || open_url(&shown));
+        let opening = off_runtime(move || open_url(&shown));
+        tokio::pin!(opening);
         let waiting = wait_redirect(listener, &state);
         tokio::pin!(waiting);
         let signed_in = async {
@@ -930,9 +940,9 @@ impl OAuth {
                     r = &mut opening, if !opened => {
                         opened = true;
                         match r {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => return Err(e),
-                            Err(_) => {
+                            Some(Ok(())) => {}
+                            Some(Err(e)) => return Err(e),
+                            None => {
                                 return Err(self.error(
                                     ErrorKind::Internal,
                                     "the hook that opens the authorization URL failed",
