@@ -104,6 +104,16 @@ type Config struct {
 	// OpenTelemetry spans; also on when OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is
 	// true. Default: false.
 	CaptureMessageContent *bool
+	// MCPTokenStore, when set, keeps the OAuth tokens of the MCP servers that sign in with
+	// OAuth (MCPServer.OAuth) between runs, keyed by the server's URL; without it they
+	// live as long as the agent's servers. Called from the library's threads. Not part
+	// of the JSON.
+	MCPTokenStore MCPTokenStore
+	// MCPOpenURL, when set, is called with the authorization URL a person must open to
+	// sign in to an MCP server (the authorization_code grant, which fails without it);
+	// it may block until the sign-in is done. A returned error fails the sign-in.
+	// Called from the library's threads. Not part of the JSON.
+	MCPOpenURL func(url string) error
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -546,6 +556,68 @@ func (c *Compaction) UnmarshalJSON(data []byte) error {
 	})
 }
 
+// OAuth is the "oauth" configuration key. Streamable HTTP: sign in with OAuth 2.1 when the
+// server asks (discovery, registration, PKCE or client credentials, refresh); tokens are
+// secrets.
+type OAuth struct {
+	// Grant ("grant"): authorization_code: a person signs in in a browser (PKCE, loopback
+	// redirect); client_credentials: unattended, with client_id and client_secret. One of
+	// "authorization_code", "client_credentials". Default: "authorization_code".
+	Grant string
+	// ClientID ("client_id"): The client's id at the authorization server (default: panto
+	// registers itself, for authorization_code).
+	ClientID string
+	// ClientSecret ("client_secret"): The client's secret, for a confidential client; a
+	// secret.
+	ClientSecret string
+	// Scope ("scope"): The scopes asked for, space-separated (default: what the server names).
+	Scope string
+	// RedirectPort ("redirect_port"): The loopback port of the authorization_code redirect (0:
+	// any free port). At most 65535. Default: 0.
+	RedirectPort int
+}
+
+// MarshalJSON writes the JSON form the library reads, leaving out what is not set.
+func (x OAuth) MarshalJSON() ([]byte, error) {
+	var o jsonObject
+	if x.Grant != "" {
+		o.put("grant", x.Grant)
+	}
+	if x.ClientID != "" {
+		o.put("client_id", x.ClientID)
+	}
+	if x.ClientSecret != "" {
+		o.put("client_secret", x.ClientSecret)
+	}
+	if x.Scope != "" {
+		o.put("scope", x.Scope)
+	}
+	if x.RedirectPort != 0 {
+		o.put("redirect_port", x.RedirectPort)
+	}
+	return o.end()
+}
+
+// UnmarshalJSON reads the JSON form (the inverse of MarshalJSON): null leaves a field as it
+// is, and an unknown key or a wrong type is an error naming the key.
+func (x *OAuth) UnmarshalJSON(data []byte) error {
+	return readObject(data, func(key string, v json.RawMessage) error {
+		switch key {
+		case "grant":
+			return json.Unmarshal(v, &x.Grant)
+		case "client_id":
+			return json.Unmarshal(v, &x.ClientID)
+		case "client_secret":
+			return json.Unmarshal(v, &x.ClientSecret)
+		case "scope":
+			return json.Unmarshal(v, &x.Scope)
+		case "redirect_port":
+			return json.Unmarshal(v, &x.RedirectPort)
+		}
+		return errUnknownKey
+	})
+}
+
 // MCPServer is one item of the "mcp_servers" configuration key. MCP servers whose tools the
 // model may call, by name: started at the agent's first turn, stopped when it is dropped.
 type MCPServer struct {
@@ -582,6 +654,9 @@ type MCPServer struct {
 	// offers logging. One of "off", "debug", "info", "notice", "warning", "error", "critical",
 	// "alert", "emergency". Default: "off".
 	LogLevel string
+	// OAuth ("oauth"): Streamable HTTP: sign in with OAuth 2.1 when the server asks
+	// (discovery, registration, PKCE or client credentials, refresh); tokens are secrets.
+	OAuth *OAuth
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -623,6 +698,9 @@ func (m MCPServer) MarshalJSON() ([]byte, error) {
 	if m.LogLevel != "" {
 		o.put("log_level", m.LogLevel)
 	}
+	if m.OAuth != nil {
+		o.put("oauth", m.OAuth)
+	}
 	return o.end()
 }
 
@@ -655,6 +733,8 @@ func (m *MCPServer) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &m.DisabledTools)
 		case "log_level":
 			return json.Unmarshal(v, &m.LogLevel)
+		case "oauth":
+			return json.Unmarshal(v, &m.OAuth)
 		}
 		return errUnknownKey
 	})

@@ -24,6 +24,7 @@
 //! - [`ready_set`] — `PantoReadySet` (ABI 1.2): one readiness descriptor for many
 //!   streams (`panto_stream_attach`).
 //! - [`durable`] — durable turns (ABI 1.3): checkpoint, resume with answers, steering.
+//! - [`mcp_oauth`] — the host's OAuth callbacks for MCP servers (ABI 1.3).
 //! - [`record`] — the memory behind a delivered event, and its canonical JSON.
 //! - [`string`] — `PantoString`, the owned string the caller frees.
 //!
@@ -35,6 +36,7 @@ pub mod boundary;
 pub mod cancel;
 pub mod durable;
 pub mod error;
+pub mod mcp_oauth;
 pub mod ready_set;
 pub mod record;
 pub mod stream;

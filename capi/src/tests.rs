@@ -135,6 +135,7 @@ fn abi_version_is_the_crate_version() {
 
 /// `name -> (size, align)` and `name.field -> offset`, as Rust lays them out.
 fn rust_layout() -> BTreeMap<String, (usize, usize)> {
+    use crate::mcp_oauth::PantoMcpOAuthHooks;
     let mut out = BTreeMap::new();
     macro_rules! layout {
         ($($ty:ident { $($field:ident),* $(,)? })*) => {$(
@@ -169,6 +170,7 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoHistoryCompacted { messages_before, messages_after, tokens_before, tokens_after }
         PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, steering_delivered, tool_progress, server_log, _reserved }
         PantoEvent { struct_size, kind, flags, _private_gen, _private, payload }
+        PantoMcpOAuthHooks { load_tokens, save_tokens, open_url, user_data, free_user_data }
     }
     out
 }

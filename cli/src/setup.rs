@@ -256,6 +256,9 @@ impl Setup {
         }
         // Validates the whole configuration (URL, zero limits, …) as `config` errors.
         let agent = Agent::new(config)?;
+        if let Some(set) = agent.mcp_servers() {
+            crate::mcp::lend_oauth(set);
+        }
         // Locked before loading: what is loaded is what this process will save over.
         let session = open_session(args)?;
         if let Some(session) = &session {
@@ -292,6 +295,9 @@ impl Setup {
         let mut config = self.agent.config().clone();
         config.model = model.to_owned();
         let agent = Agent::new(config)?;
+        if let Some(set) = agent.mcp_servers() {
+            crate::mcp::lend_oauth(set);
+        }
         agent.set_history(self.agent.history())?;
         self.agent = agent;
         Ok(())

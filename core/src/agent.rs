@@ -233,7 +233,10 @@ impl Agent {
     }
 
     fn build(config: Config, mcp: Option<McpServers>) -> Result<Agent> {
-        let transport = Transport::new(&config)?;
+        let mut transport = Transport::new(&config)?;
+        if let Some(m) = &mcp {
+            transport.attach_live_secrets(m.live_secrets());
+        }
         let output = config
             .output_schema
             .as_ref()

@@ -138,6 +138,47 @@ pub const MCP_SERVER_KEYS: &[Key] = &[
         || json!("off"),
         "The least level of the server's log lines that become server_log events while its tools run (off: none); sent to the server as logging/setLevel when it offers logging.",
     ),
+    Key::new(
+        "oauth",
+        KeyType::Object(MCP_OAUTH_KEYS),
+        || Value::Null,
+        "Streamable HTTP: sign in with OAuth 2.1 when the server asks (discovery, registration, PKCE or client credentials, refresh); tokens are secrets.",
+    ),
+];
+
+/// The keys of an MCP server's OAuth (`mcp_servers.<name>.oauth`).
+pub const MCP_OAUTH_KEYS: &[Key] = &[
+    Key::new(
+        "grant",
+        KeyType::Enum(&["authorization_code", "client_credentials"]),
+        || json!("authorization_code"),
+        "authorization_code: a person signs in in a browser (PKCE, loopback redirect); client_credentials: unattended, with client_id and client_secret.",
+    ),
+    Key::new(
+        "client_id",
+        KeyType::String,
+        || Value::Null,
+        "The client's id at the authorization server (default: panto registers itself, for authorization_code).",
+    ),
+    Key::new(
+        "client_secret",
+        KeyType::String,
+        || Value::Null,
+        "The client's secret, for a confidential client; a secret.",
+    ),
+    Key::new(
+        "scope",
+        KeyType::String,
+        || Value::Null,
+        "The scopes asked for, space-separated (default: what the server names).",
+    ),
+    Key::new(
+        "redirect_port",
+        KeyType::U32,
+        || json!(0),
+        "The loopback port of the authorization_code redirect (0: any free port).",
+    )
+    .max(65535),
 ];
 
 /// The largest `output_retries` accepted.
@@ -674,6 +715,28 @@ fn mcp_server_from_value(name: &str, v: &Value) -> Result<McpServer> {
         log_level: string("log_level")
             .as_deref()
             .and_then(crate::mcp::McpLogLevel::parse),
+        oauth: get("oauth").map(|o| {
+            let s = |k: &str| {
+                o.get(k)
+                    .and_then(Value::as_str)
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_owned)
+            };
+            crate::mcp::McpOAuth {
+                grant: s("grant")
+                    .as_deref()
+                    .and_then(crate::mcp::McpOAuthGrant::parse)
+                    .unwrap_or(crate::mcp::McpOAuthGrant::AuthorizationCode),
+                client_id: s("client_id"),
+                client_secret: s("client_secret"),
+                scope: s("scope"),
+                redirect_port: o
+                    .get("redirect_port")
+                    .and_then(Value::as_u64)
+                    .and_then(|p| u16::try_from(p).ok())
+                    .unwrap_or(0),
+            }
+        }),
     })
 }
 
@@ -723,6 +786,18 @@ fn mcp_server_to_value(s: &McpServer) -> Value {
         "log_level".into(),
         s.log_level.map_or("off", |l| l.as_str()).into(),
     );
+    if let Some(oauth) = &s.oauth {
+        o.insert(
+            "oauth".into(),
+            json!({
+                "grant": oauth.grant.as_str(),
+                "client_id": oauth.client_id,
+                "client_secret": oauth.client_secret.as_ref().map(|_| "[REDACTED]"),
+                "scope": oauth.scope,
+                "redirect_port": oauth.redirect_port,
+            }),
+        );
+    }
     Value::Object(o)
 }
 

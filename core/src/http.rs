@@ -303,6 +303,11 @@ impl Transport {
         Ok(transport)
     }
 
+    /// Also removes the secrets `live` learns (an MCP server's OAuth tokens).
+    pub(crate) fn attach_live_secrets(&mut self, live: std::sync::Arc<crate::secret::LiveSecrets>) {
+        self.secrets = std::mem::take(&mut self.secrets).with_live(live);
+    }
+
     /// The agent's secrets (its API key and credential headers), for redaction.
     pub(crate) fn secrets(&self) -> &Secrets {
         &self.secrets

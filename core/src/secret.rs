@@ -3,6 +3,7 @@
 //! decide what is secret beyond the header-name rule in [`is_secret_header`].
 
 use std::borrow::Cow;
+use std::sync::{Arc, Mutex, PoisonError};
 
 const MARK: &str = "[REDACTED]";
 
@@ -14,13 +15,64 @@ const MIN_SECRET: usize = 6;
 /// by chance, short enough that what is left cannot be used.
 const MIN_PIECE: usize = 6;
 
-/// The secrets of one agent.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secrets(Vec<String>);
+/// The most secrets learnt while running that are kept (the oldest go first).
+const MAX_LIVE: usize = 256;
+
+/// The secrets of one agent: those of its configuration, and those learnt while it runs
+/// (its MCP servers' OAuth tokens, shared with the place that learns them).
+#[derive(Clone, Default)]
+pub struct Secrets(Vec<String>, Option<Arc<LiveSecrets>>);
+
+impl PartialEq for Secrets {
+    fn eq(&self, other: &Secrets) -> bool {
+        self.0 == other.0
+            && match (&self.1, &other.1) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for Secrets {}
 
 impl std::fmt::Debug for Secrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Secrets({} redacted)", self.0.len())
+    }
+}
+
+/// Secrets learnt while running (OAuth tokens as they are issued), at most
+/// [`MAX_LIVE`] of them; every [`Secrets`] they are attached to removes them too.
+#[derive(Default)]
+pub(crate) struct LiveSecrets(Mutex<Vec<String>>);
+
+impl LiveSecrets {
+    /// Learns one more secret (values shorter than 6 bytes are not kept).
+    pub(crate) fn add(&self, secret: &str) {
+        if secret.len() < MIN_SECRET {
+            return;
+        }
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if all.iter().any(|s| s == secret) {
+            return;
+        }
+        if all.len() >= MAX_LIVE {
+            all.remove(0);
+        }
+        all.push(secret.to_owned());
+    }
+
+    fn all(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Removes every secret learnt so far from `text`.
+    pub(crate) fn redact_in_place(&self, text: &mut String) {
+        Secrets::new(self.all()).redact_in_place(text);
     }
 }
 
@@ -40,19 +92,33 @@ impl Secrets {
         // Longest first, so a secret that contains another is removed whole.
         v.sort_by_key(|s| std::cmp::Reverse(s.len()));
         v.dedup();
-        Secrets(v)
+        Secrets(v, None)
+    }
+
+    /// The same secrets, and those `live` learns from now on.
+    pub(crate) fn with_live(mut self, live: Arc<LiveSecrets>) -> Secrets {
+        self.1 = Some(live);
+        self
     }
 
     /// Whether there is no secret to remove.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_empty() && self.1.as_ref().is_none_or(|l| l.all().is_empty())
     }
 
     /// `text` without any secret: every whole occurrence, plus a piece of one at either
     /// end of the text (what a truncation leaves of a secret it cut).
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let learnt = self.1.as_ref().map(|l| l.all()).unwrap_or_default();
+        let merged;
+        let secrets = if learnt.is_empty() {
+            &self.0
+        } else {
+            merged = Secrets::new(self.0.iter().cloned().chain(learnt)).0;
+            &merged
+        };
         let mut out = Cow::Borrowed(text);
-        for secret in &self.0 {
+        for secret in secrets {
             if out.contains(secret.as_str()) {
                 out = Cow::Owned(out.replace(secret.as_str(), MARK));
             }
@@ -71,7 +137,7 @@ impl Secrets {
 
     /// Removes every secret from `text`, as [`Secrets::redact`] does.
     pub fn redact_in_place(&self, text: &mut String) {
-        if self.0.is_empty() {
+        if self.is_empty() {
             return;
         }
         if let Cow::Owned(s) = self.redact(text) {

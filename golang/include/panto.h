@@ -92,7 +92,8 @@
  *
  * Threads. The library runs every turn on its own small pool of worker threads (about
  *   one per core, whatever the number of streams); it never calls back into the caller
- *   and never runs on the caller's thread except inside the calls below.
+ *   (except the MCP OAuth callbacks a host lends it, see "MCP OAuth") and never runs on
+ *   the caller's thread except inside the calls below.
  *   - PantoAgent: every function may be called from any thread, concurrently, on the
  *     same agent — except panto_agent_free, which must not race another call on it.
  *     Streams keep what they need of their agent: freeing the agent while one of its
@@ -1210,6 +1211,59 @@ PANTO_API PantoStatus panto_stream_steer(PantoStream *stream, const char *input,
  * panto_stream_checkpoint. Never blocks; any thread. */
 PANTO_API PantoStatus panto_stream_take_undelivered(PantoStream *stream, PantoString *out,
                                                     PantoError **err);
+
+/* ---------------------------------------------------------------------------------- */
+/* MCP OAuth (since ABI 1.3)                                                           */
+/*                                                                                     */
+/* A Streamable HTTP MCP server whose configuration has "oauth" (docs/mcp.md) is signed */
+/* in to with OAuth 2.1 when it asks: client credentials need nothing more; the         */
+/* authorization code grant needs someone to open an authorization URL (open_url). The  */
+/* tokens live as long as the agent's servers unless the host keeps them (load_tokens, */
+/* save_tokens): what is saved is the library's own JSON text, a secret, keyed by the  */
+/* server's URL, to be handed back unchanged.                                          */
+/*                                                                                     */
+/* The callbacks are the one place the library calls into the host: on the library's   */
+/* own threads (never the caller's), possibly several at once, while a turn starts an */
+/* MCP server or renews its token. They may block (a file, a prompt). Every string   */
+/* they get is valid during the call only, UTF-8, with its length and a NUL after it. */
+/* Host state they touch must be synchronized by the host (a mutex), also where the   */
+/* host's own threads read it.                                                        */
+/* ---------------------------------------------------------------------------------- */
+
+/* The host's OAuth callbacks; any of them may be NULL.
+ *   load_tokens  writes at most `cap` bytes of the text last saved for `server_url`
+ *                into `buf` and returns its whole length (0: nothing saved); when that
+ *                length is larger than `cap`, the library calls again with a buffer of
+ *                that size. Texts over 1 MiB are ignored.
+ *   save_tokens  keeps `tokens` for `server_url`, replacing what was there.
+ *   open_url     opens (or shows) the authorization URL `url` for a person, and
+ *                returns 0; anything else fails the sign-in (PANTO_ERR_AUTHENTICATION).
+ *                The browser's redirect comes to a loopback listener of the library's,
+ *                which waits at most 300 s.
+ *   user_data    passed to every callback.
+ *   free_user_data  called exactly once with user_data, on a thread of the library's,
+ *                after the last callback returned and when none can run any more (the
+ *                agent, its streams and its MCP servers are gone); NULL: not called. */
+typedef struct PantoMcpOAuthHooks {
+  size_t (*load_tokens)(void *user_data, const char *server_url, size_t server_url_len,
+                        char *buf, size_t cap);
+  void (*save_tokens)(void *user_data, const char *server_url, size_t server_url_len,
+                      const char *tokens, size_t tokens_len);
+  int (*open_url)(void *user_data, const char *url, size_t url_len);
+  void *user_data;
+  void (*free_user_data)(void *user_data);
+} PantoMcpOAuthHooks;
+
+/* Since ABI 1.3. Lends the OAuth of `agent`'s MCP servers the host's callbacks
+ * (`hooks` is copied; the callbacks and user_data must stay usable until
+ * free_user_data). Call it before the agent's first turn: a server keeps the callbacks
+ * it first started with. On PANTO_OK the library owns user_data (free_user_data);
+ * on PANTO_ERROR it stays the caller's: PANTO_ERR_CONFIG for a NULL agent or hooks, or
+ * an agent without MCP servers; PANTO_ERR_INTERNAL for a poisoned agent. Never blocks;
+ * any thread. */
+PANTO_API PantoStatus panto_agent_set_mcp_oauth(PantoAgent *agent,
+                                                const PantoMcpOAuthHooks *hooks,
+                                                PantoError **err);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -4,6 +4,8 @@
 
 use panto::TurnOptions;
 use panto_pull::AgentStreamExt;
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 
 use crate::durable::{Checkpoint, NativeAnswer};
@@ -33,6 +35,30 @@ impl Agent {
             ));
         }
         Ok(&self.agent)
+    }
+}
+
+/// A Python token store (`panto.MCPTokenStore`) as the core's.
+struct PyTokenStore(Py<PyAny>);
+
+impl panto::McpTokenStore for PyTokenStore {
+    fn load(&self, server_url: &str) -> Option<String> {
+        Python::attach(|py| {
+            self.0
+                .bind(py)
+                .call_method1("load", (server_url,))
+                .ok()
+                .and_then(|v| v.extract::<Option<String>>().ok())
+                .flatten()
+        })
+    }
+
+    fn save(&self, server_url: &str, tokens: &str) {
+        Python::attach(|py| {
+            if let Err(e) = self.0.bind(py).call_method1("save", (server_url, tokens)) {
+                e.write_unraisable(py, Some(self.0.bind(py)));
+            }
+        });
     }
 }
 
@@ -158,6 +184,44 @@ impl Agent {
             }
         };
         Ok(Agent { agent })
+    }
+
+    /// Lends the OAuth of the agent's MCP servers a token store (an object with
+    /// `load(url) -> str | None` and `save(url, text)`) and a URL opener (a callable
+    /// taking the URL). They are called on the library's threads, with the GIL taken
+    /// there; an exception of `load` counts as nothing saved, of `save` is ignored, and
+    /// of `open_url` fails the sign-in (`AuthenticationError`).
+    #[pyo3(signature = (store = None, open_url = None))]
+    fn set_mcp_oauth(
+        &self,
+        py: Python<'_>,
+        store: Option<Py<PyAny>>,
+        open_url: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let agent = self.usable(py)?;
+        let Some(set) = agent.mcp_servers() else {
+            return Err(to_pyerr(
+                py,
+                panto::Error::config(
+                    "mcp_token_store, mcp_open_url: the agent has no MCP servers (mcp_servers)",
+                ),
+            ));
+        };
+        let store = store.map(|s| Arc::new(PyTokenStore(s)) as Arc<dyn panto::McpTokenStore>);
+        let open_url = open_url.map(|f| {
+            Arc::new(move |url: &str| {
+                Python::attach(|py| {
+                    f.bind(py).call1((url,)).map(|_| ()).map_err(|e| {
+                        panto::Error::new(
+                            panto::ErrorKind::Authentication,
+                            format!("mcp_open_url raised {e}: no one could sign in"),
+                        )
+                    })
+                })
+            }) as panto::McpOpenUrl
+        });
+        set.set_oauth_hooks(panto::McpOAuthHooks { store, open_url });
+        Ok(())
     }
 
     /// Starts a turn: appends `input` as a user message and returns its stream.

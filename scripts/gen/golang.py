@@ -98,6 +98,20 @@ BLOCK_PARTS: List[Tuple[str, str, str]] = [
 
 # Go-only fields of config structs, by the key of the struct: (Go field, Go type, doc).
 GO_EXTRA_FIELDS: Dict[str, List[Tuple[str, str, str]]] = {
+    # The root Config's own ("").
+    "": [(
+        "MCPTokenStore", "MCPTokenStore",
+        "MCPTokenStore, when set, keeps the OAuth tokens of the MCP servers that sign in with\n"
+        "OAuth (MCPServer.OAuth) between runs, keyed by the server's URL; without it they\n"
+        "live as long as the agent's servers. Called from the library's threads. Not part\n"
+        "of the JSON.",
+    ), (
+        "MCPOpenURL", "func(url string) error",
+        "MCPOpenURL, when set, is called with the authorization URL a person must open to\n"
+        "sign in to an MCP server (the authorization_code grant, which fails without it);\n"
+        "it may block until the sign-in is done. A returned error fails the sign-in.\n"
+        "Called from the library's threads. Not part of the JSON.",
+    )],
     "tools": [(
         "Func", "func(ctx context.Context, args json.RawMessage) (string, error)",
         "Func, when set, implements the tool in Go: the stream runs it in its own goroutine\n"
@@ -130,8 +144,13 @@ GO_TYPE_NOTES: Dict[str, str] = {}
 # ---------------------------------------------------------------------------------------
 # names and text
 
+# Words Go spells their own way (not all capitals, not just the first).
+SPELLED = {"oauth": "OAuth"}
+
+
 def camel(name: str) -> str:
-    return "".join(p.upper() if p in INITIALISMS else p[:1].upper() + p[1:] for p in name.split("_") if p)
+    return "".join(SPELLED[p] if p in SPELLED else p.upper() if p in INITIALISMS else p[:1].upper() + p[1:]
+                   for p in name.split("_") if p)
 
 
 def sentence(s: str) -> str:
@@ -655,6 +674,8 @@ class ConfigGen:
             out.append(f"\t{gname} {gtype}")
         out += ["}", ""]
         recv = name[0].lower()
+        if recv == "o":  # the JSON object the methods build is `o`
+            recv = "x"
         out += comment(f"MarshalJSON writes the JSON form the library reads, leaving out what is not set.")
         out.append(f"func ({recv} {name}) MarshalJSON() ([]byte, error) {{")
         out.append("\tvar o jsonObject")
@@ -730,7 +751,7 @@ class ConfigGen:
                "value is an *Error of kind config whose message names the field and the key "
                "(\"Config.Retry.MaxRetries (retry.max_retries): …\"). Durations are sent in whole "
                "milliseconds.")
-        body = self.render_struct("Config", doc, self.keys, [], False)
+        body = self.render_struct("Config", doc, self.keys, GO_EXTRA_FIELDS.get("", []), False)
         out: List[str] = []
         out += body
         for t in self.types:

@@ -120,6 +120,7 @@ extern const TestSuite MCP_EVERYTHING_TESTS; /* test_mcp_everything.c: the MCP r
 extern const TestSuite FORK_TESTS;         /* test_fork.c: the pre-fork server pattern */
 extern const TestSuite READINESS_TESTS;    /* test_readiness.c: descriptors, ready sets */
 extern const TestSuite DURABLE_TESTS;      /* test_durable.c: durable turns (ABI 1.3) */
+extern const TestSuite MCP_OAUTH_TESTS;    /* test_mcp_oauth.c: OAuth callbacks (ABI 1.3) */
 
 /* ---- What a test starts from ------------------------------------------------------ */
 

@@ -26,6 +26,7 @@ static const TestSuite *const SUITES[] = {
     &FORK_TESTS,
     &READINESS_TESTS,
     &DURABLE_TESTS,
+    &MCP_OAUTH_TESTS,
 };
 enum { SUITE_COUNT = sizeof SUITES / sizeof SUITES[0] };
 

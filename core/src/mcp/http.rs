@@ -22,6 +22,7 @@ use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use serde_json::Value;
 
+use super::oauth::OAuth;
 use super::rpc::{Peer, RpcError, Wire};
 use super::Limits;
 use crate::error::{Error, ErrorKind, Result};
@@ -53,11 +54,30 @@ struct State {
     /// Answers to the server's own requests being posted.
     replies: std::sync::atomic::AtomicUsize,
     max: usize,
+    /// The server's OAuth, when it is configured.
+    oauth: Option<Arc<OAuth>>,
 }
 
 impl State {
     fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         m.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The request with the OAuth token, if there is one; and the token sent.
+    fn authorized(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> (reqwest::RequestBuilder, Option<String>) {
+        let Some(token) = self.oauth.as_ref().and_then(|o| o.token()) else {
+            return (req, None);
+        };
+        match HeaderValue::from_str(&format!("Bearer {token}")) {
+            Ok(mut v) => {
+                v.set_sensitive(true);
+                (req.header(reqwest::header::AUTHORIZATION, v), Some(token))
+            }
+            Err(_) => (req, None),
+        }
     }
 }
 
@@ -93,6 +113,7 @@ async fn listen(state: Arc<State>, peer: Weak<Peer>) {
     if let Some(v) = State::lock(&state.version).clone() {
         req = req.header(VERSION_HEADER, v);
     }
+    let (req, _) = state.authorized(req);
     let Ok(resp) = req.send().await else {
         return;
     };
@@ -208,6 +229,7 @@ impl Drop for Session {
             if let Some(v) = State::lock(&state.version).clone() {
                 req = req.header(VERSION_HEADER, v);
             }
+            let (req, _) = state.authorized(req);
             // Best effort: a server may refuse (405) or be gone.
             let _ = tokio::time::timeout(Duration::from_secs(2), req.send()).await;
         };
@@ -277,6 +299,7 @@ pub(crate) fn connect(
     url: &str,
     headers: &BTreeMap<String, String>,
     limits: Limits,
+    oauth: Option<Arc<OAuth>>,
 ) -> Result<(Session, Arc<dyn Wire>)> {
     let mut map = HeaderMap::new();
     for (name, value) in headers {
@@ -311,6 +334,7 @@ pub(crate) fn connect(
         listener: Mutex::new(None),
         replies: std::sync::atomic::AtomicUsize::new(0),
         max: limits.max_message_bytes,
+        oauth,
     });
     let wire = HttpWire {
         state: state.clone(),
@@ -340,35 +364,60 @@ async fn exchange(state: Arc<State>, peer: Arc<Peer>, message: Value, request: O
     };
     let initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
     let body = message.to_string();
-    let mut req = state
-        .client
-        .post(&state.url)
-        .headers(state.headers.clone())
-        .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "application/json, text/event-stream")
-        .body(body);
     let session = if initialize {
         None
     } else {
         State::lock(&state.session).clone()
     };
-    if let Some(s) = &session {
-        req = req.header(SESSION_HEADER, s);
+    if let Some(o) = state.oauth.as_ref().filter(|o| o.expiring()) {
+        // Refreshed before it is refused; if that fails, the server's 401 says so.
+        let _ = o.renew(o.token().as_deref()).await;
     }
-    if !initialize {
-        if let Some(v) = State::lock(&state.version).clone() {
-            req = req.header(VERSION_HEADER, v);
+    let mut renewed = false;
+    let resp = loop {
+        let mut req = state
+            .client
+            .post(&state.url)
+            .headers(state.headers.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json, text/event-stream")
+            .body(body.clone());
+        if let Some(s) = &session {
+            req = req.header(SESSION_HEADER, s);
         }
-    }
-    let resp = match req.send().await {
-        Ok(r) => r,
-        Err(e) => {
-            let e = Error::new(
-                ErrorKind::Connection,
-                format!("MCP server {:?}: {}", state.name, without_url(&e)),
-            );
-            return fail(RpcError::Failed(e));
+        if !initialize {
+            if let Some(v) = State::lock(&state.version).clone() {
+                req = req.header(VERSION_HEADER, v);
+            }
         }
+        let (req, used) = state.authorized(req);
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let e = Error::new(
+                    ErrorKind::Connection,
+                    format!("MCP server {:?}: {}", state.name, without_url(&e)),
+                );
+                return fail(RpcError::Failed(e));
+            }
+        };
+        if resp.status().as_u16() == 401 && !renewed {
+            if let Some(o) = &state.oauth {
+                o.note_challenge(
+                    resp.headers()
+                        .get(reqwest::header::WWW_AUTHENTICATE)
+                        .and_then(|v| v.to_str().ok()),
+                );
+                renewed = true;
+                match o.renew(used.as_deref()).await {
+                    Ok(true) => continue,
+                    // Only a person can sign in: the server's start does that.
+                    Ok(false) => {}
+                    Err(e) => return fail(RpcError::Failed(e)),
+                }
+            }
+        }
+        break resp;
     };
     let status = resp.status().as_u16();
     if resp.status().is_redirection() {
@@ -513,6 +562,7 @@ async fn resume_sse(
         if let Some(v) = State::lock(&state.version).clone() {
             req = req.header(VERSION_HEADER, v);
         }
+        let (req, _) = state.authorized(req);
         misses += 1;
         let Ok(resp) = req.send().await else {
             continue;

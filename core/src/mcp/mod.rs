@@ -14,6 +14,7 @@
 #[doc(hidden)]
 pub mod fuzzing;
 mod http;
+mod oauth;
 mod rpc;
 mod server;
 #[cfg(unix)]
@@ -31,6 +32,10 @@ use crate::error::{Error, Result};
 use crate::secret::is_secret_header;
 use crate::tool::Tool;
 
+pub use oauth::{
+    McpOAuth, McpOAuthGrant, McpOAuthHooks, McpOpenUrl, McpTokenFile, McpTokenStore,
+    AUTHORIZE_TIMEOUT,
+};
 pub use tools::McpToolInfo;
 
 /// How many servers are being stopped right now (a stdio server's stop thread, an
@@ -195,6 +200,9 @@ pub struct McpServer {
     /// configuration): none do. When set, it is also sent to a server that declares the
     /// logging capability (`logging/setLevel`).
     pub log_level: Option<McpLogLevel>,
+    /// OAuth for a Streamable HTTP server that asks for it (see [`McpOAuth`]); `None`:
+    /// requests carry only the configured headers.
+    pub oauth: Option<McpOAuth>,
 }
 
 impl fmt::Debug for McpServer {
@@ -222,6 +230,7 @@ impl fmt::Debug for McpServer {
             .field("enabled_tools", &self.enabled_tools)
             .field("disabled_tools", &self.disabled_tools)
             .field("log_level", &self.log_level)
+            .field("oauth", &self.oauth)
             .finish()
     }
 }
@@ -235,6 +244,7 @@ impl McpServer {
             enabled_tools: None,
             disabled_tools: Vec::new(),
             log_level: None,
+            oauth: None,
         }
     }
 
@@ -333,6 +343,12 @@ impl McpServer {
         self
     }
 
+    /// Signs in to the server with OAuth (Streamable HTTP servers; see [`McpOAuth`]).
+    pub fn with_oauth(mut self, oauth: McpOAuth) -> McpServer {
+        self.oauth = Some(oauth);
+        self
+    }
+
     /// The values panto must never show: every header value of an HTTP server (and
     /// the token of a `Bearer` one), and environment values whose names look like
     /// credentials.
@@ -355,6 +371,9 @@ impl McpServer {
                 }
             }
         }
+        if let Some(secret) = self.oauth.as_ref().and_then(|o| o.client_secret.clone()) {
+            out.push(secret);
+        }
         out
     }
 
@@ -370,6 +389,26 @@ impl McpServer {
             return Err(Error::config(format!(
                 "{path}.timeout_ms: must be at least 1"
             )));
+        }
+        if let Some(oauth) = &self.oauth {
+            match &self.transport {
+                McpTransport::Stdio { .. } => {
+                    return Err(Error::config(format!(
+                        "{path}.oauth: only for a server with a url"
+                    )))
+                }
+                McpTransport::Http { headers, .. } => {
+                    if headers
+                        .keys()
+                        .any(|h| h.eq_ignore_ascii_case("authorization"))
+                    {
+                        return Err(Error::config(format!(
+                            "{path}.oauth: the headers already set Authorization; give one of them"
+                        )));
+                    }
+                }
+            }
+            oauth.check(&format!("{path}.oauth"))?;
         }
         match &self.transport {
             McpTransport::Stdio { command, .. } if command.trim().is_empty() => {
@@ -437,6 +476,9 @@ pub struct McpServers {
 struct SetInner {
     configs: BTreeMap<String, McpServer>,
     limits: Limits,
+    /// What the host lends OAuth, and the tokens it learnt (shared with the agents'
+    /// redaction).
+    auth: Arc<server::AuthContext>,
     closed: std::sync::atomic::AtomicBool,
     state: AsyncMutex<Vec<server::Slot>>,
 }
@@ -463,18 +505,37 @@ impl McpServers {
         for (name, server) in &configs {
             server.check(name)?;
         }
+        let auth = Arc::new(server::AuthContext::default());
         let slots = configs
             .iter()
-            .map(|(name, config)| server::Slot::new(name, config.clone()))
+            .map(|(name, config)| server::Slot::new(name, config.clone(), auth.clone()))
             .collect();
         Ok(McpServers {
             inner: Arc::new(SetInner {
                 configs,
                 limits,
+                auth,
                 closed: std::sync::atomic::AtomicBool::new(false),
                 state: AsyncMutex::new(slots),
             }),
         })
+    }
+
+    /// Lends the servers' OAuth a token store and a way to open an authorization URL
+    /// (see [`McpOAuthHooks`]). Call it before the first turn: a server keeps the hooks
+    /// it was first started with.
+    pub fn set_oauth_hooks(&self, hooks: McpOAuthHooks) {
+        *self
+            .inner
+            .auth
+            .hooks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = hooks;
+    }
+
+    /// The OAuth tokens learnt so far, for an agent's redaction.
+    pub(crate) fn live_secrets(&self) -> Arc<crate::secret::LiveSecrets> {
+        self.inner.auth.live.clone()
     }
 
     /// Stops the servers now (rather than when the last clone is dropped); a later turn

@@ -25,6 +25,13 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_PAGES: usize = 100;
 const MAX_TOOLS: usize = 2000;
 
+/// What the servers of a set share for OAuth: the host's hooks and the tokens learnt.
+#[derive(Default)]
+pub(crate) struct AuthContext {
+    pub hooks: std::sync::Mutex<super::McpOAuthHooks>,
+    pub live: Arc<crate::secret::LiveSecrets>,
+}
+
 /// What keeps a server's connection alive; dropping it stops the server.
 enum Keep {
     #[cfg(unix)]
@@ -39,12 +46,19 @@ pub(crate) struct Server {
     wire: Arc<dyn Wire>,
     pub timeout: Duration,
     keep: Keep,
+    /// The server's OAuth: its tokens are removed from what it answers.
+    oauth: Option<Arc<super::oauth::OAuth>>,
 }
 
 impl Server {
     /// Starts the server and completes the handshake. An error names the server, and
     /// for a command, the command and the end of its stderr.
-    async fn start(name: &str, config: &McpServer, limits: Limits) -> Result<Arc<Server>> {
+    async fn start(
+        name: &str,
+        config: &McpServer,
+        limits: Limits,
+        oauth: Option<Arc<super::oauth::OAuth>>,
+    ) -> Result<Arc<Server>> {
         let mut peer = Peer::new(name);
         peer.log_level = config.log_level;
         let peer = Arc::new(peer);
@@ -75,7 +89,10 @@ impl Server {
                 )))
             }
             McpTransport::Http { url, headers } => {
-                let (s, wire) = super::http::connect(&peer, url, headers, limits)?;
+                if let Some(o) = &oauth {
+                    o.load().await;
+                }
+                let (s, wire) = super::http::connect(&peer, url, headers, limits, oauth.clone())?;
                 (Keep::Http(s), wire)
             }
         };
@@ -85,11 +102,17 @@ impl Server {
             wire,
             timeout,
             keep,
+            oauth: oauth.clone(),
         };
-        server
-            .initialize()
-            .await
-            .map_err(|e| server.start_error(e))?;
+        let started = match (server.initialize().await, &oauth) {
+            // Refused, and no token could be had without a person: sign in, then again.
+            (Err(e), Some(o)) if e.kind == ErrorKind::Authentication => {
+                o.authorize().await?;
+                server.initialize().await
+            }
+            (r, _) => r,
+        };
+        started.map_err(|e| server.start_error(e))?;
         Ok(Arc::new(server))
     }
 
@@ -242,7 +265,7 @@ impl Server {
         progress: CallProgress,
     ) -> std::result::Result<Value, RpcError> {
         let params = json!({"name": tool, "arguments": arguments});
-        match self
+        let mut result = match self
             .peer
             .request_reporting(
                 &self.wire,
@@ -266,7 +289,11 @@ impl Server {
                     .await
             }
             r => r,
+        };
+        if let (Ok(v), Some(o)) = (&mut result, &self.oauth) {
+            o.redact_value(v);
         }
+        result
     }
 }
 
@@ -306,15 +333,20 @@ pub(crate) fn too_many_pages(server: &str) -> Error {
 pub(crate) struct Slot {
     name: String,
     config: McpServer,
+    auth: Arc<AuthContext>,
+    /// The server's OAuth (its tokens outlive a restart of the server).
+    oauth: Option<Arc<super::oauth::OAuth>>,
     server: Option<Arc<Server>>,
     tools: Vec<Arc<McpTool>>,
 }
 
 impl Slot {
-    pub fn new(name: &str, config: McpServer) -> Slot {
+    pub fn new(name: &str, config: McpServer, auth: Arc<AuthContext>) -> Slot {
         Slot {
             name: name.to_owned(),
             config,
+            auth,
+            oauth: None,
             server: None,
             tools: Vec::new(),
         }
@@ -342,7 +374,8 @@ impl Slot {
             None => {
                 self.server = None;
                 self.tools.clear();
-                let s = Server::start(&self.name, &self.config, limits).await?;
+                let oauth = self.oauth()?;
+                let s = Server::start(&self.name, &self.config, limits, oauth).await?;
                 self.server = Some(s.clone());
                 s
             }
@@ -350,6 +383,30 @@ impl Slot {
         let listed = server.list_tools().await?;
         self.tools = tools::adapt(&server, &self.config, listed)?;
         Ok(())
+    }
+
+    /// The server's OAuth, made at its first start.
+    fn oauth(&mut self) -> Result<Option<Arc<super::oauth::OAuth>>> {
+        if self.oauth.is_none() {
+            if let (Some(config), McpTransport::Http { url, .. }) =
+                (&self.config.oauth, &self.config.transport)
+            {
+                let hooks = self
+                    .auth
+                    .hooks
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone();
+                self.oauth = Some(Arc::new(super::oauth::OAuth::new(
+                    &self.name,
+                    url,
+                    config.clone(),
+                    hooks,
+                    self.auth.live.clone(),
+                )?));
+            }
+        }
+        Ok(self.oauth.clone())
     }
 
     /// Lets go of the server (stopped once no call of it is running).

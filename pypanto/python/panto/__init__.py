@@ -45,7 +45,22 @@ import json
 import sys
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Type, TypeVar, Union, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Type,
+    TypeVar,
+    Union,
+    cast,
+    overload,
+)
 
 from . import _native, _vocab
 from ._async import WAIT_POOL, AsyncStream, loop_waits, other_async_library, require_asyncio, running_loop
@@ -86,6 +101,7 @@ __all__ = [
     "diagnostics",
     "CompactResult",
     "MCPServers",
+    "MCPTokenStore",
     "PantoError",
     "APIError",
     "APIStatusError",
@@ -137,6 +153,24 @@ def _output_schema_json(value: OutputSchemaArg) -> Optional[str]:
         return json.dumps(schema, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"output_schema: not representable as JSON ({e})", kind="config") from None
+
+
+class MCPTokenStore(Protocol):
+    """Where a host keeps the OAuth tokens of its MCP servers between runs
+    (``Agent(mcp_token_store=...)``), keyed by the server's URL. What is saved is
+    panto's own JSON text (tokens, expiry, the registered client): a secret, to be kept
+    as such and handed back unchanged. Called on panto's threads."""
+
+    def __init__(self) -> None:
+        """A store is any object with these two methods; nothing to set up here."""
+
+    def load(self, server_url: str) -> Optional[str]:
+        """The text last saved for ``server_url``, or ``None``."""
+        ...
+
+    def save(self, server_url: str, tokens: str) -> None:
+        """Keeps ``tokens`` for ``server_url``, replacing what was there."""
+        ...
 
 
 class MCPServers:
@@ -279,12 +313,19 @@ class Agent:
         system: Optional[str] = None,
         tools: Iterable[Any] = (),
         mcp_servers: Union[Dict[str, McpServerOptions], "MCPServers", None] = None,
+        mcp_token_store: Optional[MCPTokenStore] = None,
+        mcp_open_url: Optional[Callable[[str], object]] = None,
         **options: Unpack[AgentOptions],
     ) -> None:
         """Makes the agent; nothing is sent until its first turn. ``model`` is required
         (``ConfigError`` without it). ``system`` is the system prompt. ``tools``: see the
         class. ``mcp_servers`` is a dict of MCP servers of this agent's own (started at
-        its first turn, stopped with it) or a shared ``panto.MCPServers``. Every other
+        its first turn, stopped with it) or a shared ``panto.MCPServers``. For MCP servers
+        that sign in with OAuth (their ``oauth`` key), ``mcp_token_store`` keeps the tokens
+        between runs (``panto.MCPTokenStore``; without one they live as long as the
+        servers) and ``mcp_open_url`` is called with the authorization URL a person must
+        open (the authorization code grant fails without it); both run on panto's
+        threads, and the URL opener may block until the sign-in is done. Every other
         keyword is a configuration key (``max_steps=4``, ``retry={"max_retries": 1}``,
         ``timeouts={"idle_ms": 30_000}``, ``reasoning="high"``…: ``panto.AgentOptions``
         lists them with their types). The core validates the whole configuration here:
@@ -326,6 +367,8 @@ class Agent:
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"{key}: not representable as JSON ({e})", kind="config") from None
         self._native = _native.Agent("{" + ",".join(parts) + "}", shared._native if shared else None)
+        if mcp_token_store is not None or mcp_open_url is not None:
+            self._native.set_mcp_oauth(mcp_token_store, mcp_open_url)
         self._tools = python_tools
         # The latest stream's control handle (it keeps no stream alive): what close()
         # cancels. One stream at a time, so the latest is the only one that may run.

@@ -557,6 +557,7 @@ class McpServers:
 
 class Agent:
     def __new__(cls, config_json: str, mcp: Optional[McpServers] = None) -> "Agent": ...
+    def set_mcp_oauth(self, store: Optional[Any] = None, open_url: Optional[Callable[[str], object]] = None) -> None: ...
     def stream(
         self,
         input: str,

@@ -75,6 +75,7 @@ __all__ = [
     "TimeoutsOptions",
     "ReasoningOptions",
     "CompactionOptions",
+    "McpServerOauthOptions",
     "McpServerOptions",
     "AgentOptions",
     "Event",
@@ -545,6 +546,36 @@ class CompactionOptions(TypedDict, total=False):
     """Replaces the summarization instructions."""
 
 
+class McpServerOauthOptions(TypedDict, total=False):
+    """Streamable HTTP: sign in with OAuth 2.1 when the server asks (discovery,
+    registration, PKCE or client credentials, refresh); tokens are secrets.
+
+    The ``oauth`` configuration key.
+    """
+
+    grant: Optional[Literal["authorization_code", "client_credentials"]]
+    """authorization_code: a person signs in in a browser (PKCE, loopback redirect);
+    client_credentials: unattended, with client_id and client_secret. (default
+    "authorization_code")
+    """
+
+    client_id: Optional[str]
+    """The client's id at the authorization server (default: panto registers itself, for
+    authorization_code).
+    """
+
+    client_secret: Optional[str]
+    """The client's secret, for a confidential client; a secret."""
+
+    scope: Optional[str]
+    """The scopes asked for, space-separated (default: what the server names)."""
+
+    redirect_port: Optional[int]
+    """The loopback port of the authorization_code redirect (0: any free port). (default
+    0; at most 65535)
+    """
+
+
 class McpServerOptions(TypedDict, total=False):
     """MCP servers whose tools the model may call, by name: started at the agent's first
     turn, stopped when it is dropped.
@@ -597,6 +628,11 @@ class McpServerOptions(TypedDict, total=False):
     """The least level of the server's log lines that become server_log events while its
     tools run (off: none); sent to the server as logging/setLevel when it offers
     logging. (default "off")
+    """
+
+    oauth: Optional[McpServerOauthOptions]
+    """Streamable HTTP: sign in with OAuth 2.1 when the server asks (discovery,
+    registration, PKCE or client credentials, refresh); tokens are secrets.
     """
 
 

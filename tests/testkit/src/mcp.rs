@@ -91,3 +91,98 @@ pub fn group_members(pgid: i32) -> usize {
     }
     n
 }
+
+/// The OAuth-protected MCP server `tests/mcp/oauth_server.py` (the `mcp` package's
+/// resource server and authorization server in one process on 127.0.0.1), stopped when
+/// dropped.
+pub struct OAuthFixture {
+    child: std::process::Child,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+}
+
+impl OAuthFixture {
+    /// Starts the server with these flags (`--token-ttl N`).
+    pub fn start(extra: &[&str]) -> OAuthFixture {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(python())
+            .arg(
+                root()
+                    .join("tests/mcp/oauth_server.py")
+                    .canonicalize()
+                    .expect("tests/mcp/oauth_server.py"),
+            )
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the OAuth fixture server");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the OAuth fixture's port");
+        let port = line
+            .strip_prefix("PORT ")
+            .unwrap_or_else(|| panic!("the OAuth fixture said {line:?}"))
+            .trim()
+            .to_owned();
+        OAuthFixture {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// The MCP endpoint (the protected resource).
+    pub fn url(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    /// The grant types the token endpoint granted, in order.
+    pub fn grants(&self) -> Vec<String> {
+        serde_json::from_str(&self.call("GET", "/_grants")).expect("a JSON list")
+    }
+
+    /// Every access and refresh token issued so far.
+    pub fn tokens(&self) -> Vec<String> {
+        serde_json::from_str(&self.call("GET", "/_tokens")).expect("a JSON list")
+    }
+
+    /// Makes every access token issued so far invalid.
+    pub fn revoke_access(&self) {
+        self.call("POST", "/_revoke_access");
+    }
+
+    /// One request to a test endpoint: the body of the answer.
+    fn call(&self, method: &str, path: &str) -> String {
+        get_or_post(method, &self.base, path)
+    }
+}
+
+impl Drop for OAuthFixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A plain HTTP/1.1 request with no body to `base` (`http://host:port`): the answer's
+/// body. For the test endpoints of the fixtures, without an HTTP client of its own.
+pub fn get_or_post(method: &str, base: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let host = base.trim_start_matches("http://");
+    let mut conn = std::net::TcpStream::connect(host).expect("connect to the fixture");
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("a read timeout");
+    write!(
+        conn,
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    )
+    .expect("send the request");
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer).expect("read the answer");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    assert!(head.starts_with("HTTP/1.1 200"), "{method} {path}: {head}");
+    body.to_owned()
+}
