@@ -138,6 +138,12 @@ pub const MCP_SERVER_KEYS: &[Key] = &[
         || json!("off"),
         "The least level of the server's log lines that become server_log events while its tools run (off: none); sent to the server as logging/setLevel when it offers logging.",
     ),
+    Key::new(
+        "read_resource",
+        KeyType::Bool,
+        || json!(false),
+        "Offer the model the built-in tool <prefix>read_resource, which reads one of the server's resources by its URI (to follow a resource_link a tool returned).",
+    ),
 ];
 
 /// The largest `output_retries` accepted.
@@ -669,6 +675,7 @@ fn mcp_server_from_value(name: &str, v: &Value) -> Result<McpServer> {
         log_level: string("log_level")
             .as_deref()
             .and_then(crate::mcp::McpLogLevel::parse),
+        read_resource: get("read_resource").and_then(Value::as_bool) == Some(true),
     })
 }
 
@@ -718,6 +725,7 @@ fn mcp_server_to_value(s: &McpServer) -> Value {
         "log_level".into(),
         s.log_level.map_or("off", |l| l.as_str()).into(),
     );
+    o.insert("read_resource".into(), s.read_resource.into());
     Value::Object(o)
 }
 
@@ -874,7 +882,7 @@ mod tests {
                 "time":{"command":"uvx","args":["mcp-server-time"],"env":{"GH_TOKEN":"tok-123456","LANG":"C"},"inherit_env":["TZ"],"cwd":"/tmp"},
                 "docs":{"url":"https://h/mcp","headers":{"Authorization":"Bearer sec-123456"},
                         "timeout_ms":5,"tool_prefix":"d_","enabled_tools":["a"],"disabled_tools":["b"],
-                        "log_level":"warning"}}}"#,
+                        "log_level":"warning","read_resource":true}}}"#,
         )
         .unwrap();
         assert_eq!(
@@ -894,8 +902,11 @@ mod tests {
                 .with_enabled_tools(["a"])
                 .with_disabled_tools(["b"])
                 .with_log_level(Some(crate::McpLogLevel::Warning))
+                .with_read_resource(true)
         );
         assert_eq!(c.mcp_servers["time"].log_level, None);
+        assert!(!c.mcp_servers["time"].read_resource);
+        assert_eq!(c.to_value()["mcp_servers"]["docs"]["read_resource"], true);
         assert_eq!(c.to_value()["mcp_servers"]["docs"]["log_level"], "warning");
         let shown = format!("{:?} {}", c, c.to_value());
         assert!(

@@ -128,7 +128,9 @@ pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use http::close_idle_connections;
 pub use mcp::{
-    McpLogLevel, McpServer, McpServers, McpToolInfo, McpTransport, DEFAULT_INHERITED_ENV,
+    McpLogLevel, McpPrompt, McpPromptArgument, McpPromptMessage, McpPromptResult, McpResource,
+    McpResourceBody, McpResourceContents, McpResourceTemplate, McpServer, McpServers, McpToolInfo,
+    McpTransport, DEFAULT_INHERITED_ENV,
 };
 pub use media::{Input, Media, MediaSource};
 pub use message::{Block, Message, Role, StopReason, Usage};

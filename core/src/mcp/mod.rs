@@ -4,8 +4,10 @@
 //! ([`McpServers`]: started lazily at the first turn, shared by the agent's turns, shut
 //! down when the last agent using them is dropped), the JSON-RPC layer (`rpc`), the
 //! two transports (`stdio`, `http`), and the tools they become (`tools`: naming,
-//! filters, result mapping, timeouts). The agent sees only [`crate::Tool`]s; no type of
-//! this module's dependencies is public.
+//! filters, result mapping, timeouts), and what a host asks a server outside a turn
+//! (`resources`: resources, resource templates, prompts, and the opt-in
+//! `read_resource` tool). The agent sees only [`crate::Tool`]s; no type of this
+//! module's dependencies is public.
 //!
 //! The JSON-RPC layer is panto's own rather than the official SDK's (`rmcp`): see
 //! DESIGN.md, "MCP servers as tools", for why, for the lifecycle and for the limits.
@@ -14,6 +16,7 @@
 #[doc(hidden)]
 pub mod fuzzing;
 mod http;
+mod resources;
 mod rpc;
 mod server;
 #[cfg(unix)]
@@ -31,6 +34,11 @@ use crate::error::{Error, Result};
 use crate::secret::is_secret_header;
 use crate::tool::Tool;
 
+pub use resources::resource_contents_to_value;
+pub use resources::{
+    McpPrompt, McpPromptArgument, McpPromptMessage, McpPromptResult, McpResource, McpResourceBody,
+    McpResourceContents, McpResourceTemplate, READ_RESOURCE_TOOL,
+};
 pub use tools::McpToolInfo;
 
 /// How many servers are being stopped right now (a stdio server's stop thread, an
@@ -195,6 +203,10 @@ pub struct McpServer {
     /// configuration): none do. When set, it is also sent to a server that declares the
     /// logging capability (`logging/setLevel`).
     pub log_level: Option<McpLogLevel>,
+    /// Whether the model is offered the built-in tool `<prefix>read_resource`, which
+    /// reads one of the server's resources by its URI (`resources/read`), so that it can
+    /// follow a `resource_link` a tool gave it (default: off).
+    pub read_resource: bool,
 }
 
 impl fmt::Debug for McpServer {
@@ -222,6 +234,7 @@ impl fmt::Debug for McpServer {
             .field("enabled_tools", &self.enabled_tools)
             .field("disabled_tools", &self.disabled_tools)
             .field("log_level", &self.log_level)
+            .field("read_resource", &self.read_resource)
             .finish()
     }
 }
@@ -235,6 +248,7 @@ impl McpServer {
             enabled_tools: None,
             disabled_tools: Vec::new(),
             log_level: None,
+            read_resource: false,
         }
     }
 
@@ -330,6 +344,13 @@ impl McpServer {
     /// [`McpServer::log_level`]); `None` turns them off.
     pub fn with_log_level(mut self, level: Option<McpLogLevel>) -> McpServer {
         self.log_level = level;
+        self
+    }
+
+    /// Offers the model the built-in tool `<prefix>read_resource` (see
+    /// [`McpServer::read_resource`]).
+    pub fn with_read_resource(mut self, on: bool) -> McpServer {
+        self.read_resource = on;
         self
     }
 
