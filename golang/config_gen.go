@@ -572,6 +572,10 @@ type MCPServer struct {
 	// offers logging. One of "off", "debug", "info", "notice", "warning", "error", "critical",
 	// "alert", "emergency". Default: "off".
 	LogLevel string
+	// ReadResource ("read_resource"): Offer the model the built-in tool <prefix>read_resource,
+	// which reads one of the server's resources by its URI (to follow a resource_link a tool
+	// returned). Default: false.
+	ReadResource *bool
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -613,6 +617,9 @@ func (m MCPServer) MarshalJSON() ([]byte, error) {
 	if m.LogLevel != "" {
 		o.put("log_level", m.LogLevel)
 	}
+	if m.ReadResource != nil {
+		o.put("read_resource", *m.ReadResource)
+	}
 	return o.end()
 }
 
@@ -645,6 +652,8 @@ func (m *MCPServer) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &m.DisabledTools)
 		case "log_level":
 			return json.Unmarshal(v, &m.LogLevel)
+		case "read_resource":
+			return json.Unmarshal(v, &m.ReadResource)
 		}
 		return errUnknownKey
 	})
