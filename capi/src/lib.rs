@@ -35,6 +35,7 @@ pub mod boundary;
 pub mod cancel;
 pub mod durable;
 pub mod error;
+pub mod mcp_resources;
 pub mod ready_set;
 pub mod record;
 pub mod stream;
