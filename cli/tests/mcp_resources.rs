@@ -56,7 +56,11 @@ fn resources_are_listed_and_read() {
     assert_eq!(out.stdout, b"the notes");
     let out = mcp("mcp-read-bin", &[&fx], &["read", "fixture://data.bin"]);
     assert_eq!(out.stdout, [0u8, 1, 2], "{}", describe(&out));
-    let out = mcp("mcp-read-json", &[&fx], &["read", "--json", "fixture://greeting/Bo"]);
+    let out = mcp(
+        "mcp-read-json",
+        &[&fx],
+        &["read", "--json", "fixture://greeting/Bo"],
+    );
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["contents"][0]["text"], "hello Bo");
     assert_eq!(
@@ -83,13 +87,21 @@ fn prompts_are_listed_and_filled_in() {
         "fx: 2 prompts\n  greet  Greets someone.\n    name (required)  Who to greet.\n    \
          style  How.\n  picture  Shows a picture.\n"
     );
-    let out = mcp("mcp-prompt", &[&fx], &["prompt", "greet", "name=Ann", "style=dry"]);
+    let out = mcp(
+        "mcp-prompt",
+        &[&fx],
+        &["prompt", "greet", "name=Ann", "style=dry"],
+    );
     assert!(out.status.success(), "{}", describe(&out));
     assert_eq!(
         stdout_of(&out),
         "user: Say hello to Ann in a dry way\nassistant: Hello, Ann!\n"
     );
-    let out = mcp("mcp-prompt-json", &[&fx], &["prompt", "--json", "greet", "name=Ann"]);
+    let out = mcp(
+        "mcp-prompt-json",
+        &[&fx],
+        &["prompt", "--json", "greet", "name=Ann"],
+    );
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(
         v["messages"][1],
@@ -132,7 +144,11 @@ fn the_server_is_the_one_named_the_only_one_or_the_one_that_lists_it() {
     // An unknown --server names the servers there are.
     let out = mcp("mcp-unknown", &[&fx], &["prompts", "-s", "nope"]);
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
-    assert!(stdout_of(&out).contains("(the servers: fx)"), "{}", describe(&out));
+    assert!(
+        stdout_of(&out).contains("(the servers: fx)"),
+        "{}",
+        describe(&out)
+    );
 }
 
 #[test]
@@ -141,7 +157,10 @@ fn an_http_servers_session_is_ended() {
     let url = format!("web={}", web.url());
     let out = mcp("mcp-http", &[&url], &["prompt", "greet", "name=Web"]);
     assert!(out.status.success(), "{}", describe(&out));
-    assert_eq!(stdout_of(&out), "user: Say hello to Web\nassistant: Hello, Web!\n");
+    assert_eq!(
+        stdout_of(&out),
+        "user: Say hello to Web\nassistant: Hello, Web!\n"
+    );
     let log = web.log();
     let session = log
         .iter()
