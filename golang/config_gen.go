@@ -657,6 +657,10 @@ type MCPServer struct {
 	// OAuth ("oauth"): Streamable HTTP: sign in with OAuth 2.1 when the server asks
 	// (discovery, registration, PKCE or client credentials, refresh); tokens are secrets.
 	OAuth *OAuth
+	// ReadResource ("read_resource"): Offer the model the built-in tool <prefix>read_resource,
+	// which reads one of the server's resources by its URI (to follow a resource_link a tool
+	// returned). Default: false.
+	ReadResource *bool
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -701,6 +705,9 @@ func (m MCPServer) MarshalJSON() ([]byte, error) {
 	if m.OAuth != nil {
 		o.put("oauth", m.OAuth)
 	}
+	if m.ReadResource != nil {
+		o.put("read_resource", *m.ReadResource)
+	}
 	return o.end()
 }
 
@@ -735,6 +742,8 @@ func (m *MCPServer) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &m.LogLevel)
 		case "oauth":
 			return json.Unmarshal(v, &m.OAuth)
+		case "read_resource":
+			return json.Unmarshal(v, &m.ReadResource)
 		}
 		return errUnknownKey
 	})

@@ -856,6 +856,68 @@ PANTO_API PantoStatus panto_agent_transcript_json(PantoAgent *agent, PantoString
                                                   PantoError **err);
 
 /* ---------------------------------------------------------------------------------- */
+/* MCP resources and prompts (since ABI 1.3)                                           */
+/*                                                                                     */
+/* What the host asks the agent's MCP servers (the "mcp_servers" config key) outside a  */
+/* turn. Each call starts the servers if they are not running (as a turn would),        */
+/* BLOCKS until the server answers (each request bounded by the server's timeout_ms),   */
+/* and on success puts JSON text into *out, owned by the caller (panto_string_free).    */
+/* Any thread, also while a turn of the agent runs (the servers serve both). `server`   */
+/* (UTF-8, `server_len` bytes) names a server of                                        */
+/* the configuration; NULL means every server for the listings, and for a read or a     */
+/* prompt the only server, else the one whose listing has the URI or prompt (none or    */
+/* several: PANTO_ERR_CONFIG, name one). An agent without MCP servers, or an unknown     */
+/* server, is PANTO_ERR_CONFIG. The server's own errors keep their meaning:             */
+/* PANTO_ERR_NOT_FOUND for an unknown resource (JSON-RPC -32002) or a server without    */
+/* the method, PANTO_ERR_BAD_REQUEST for bad arguments (-32602), PANTO_ERR_SERVER for   */
+/* its internal error, PANTO_ERR_TIMEOUT past timeout_ms; secrets of the server's       */
+/* declaration (header values, credential-like env values) never appear in an error.    */
+/* `cancel` (NULL: not cancellable) is borrowed for the call: panto_cancel_token_cancel  */
+/* from another thread makes it return promptly with PANTO_ERR_CANCELLED (the request   */
+/* is withdrawn from the server with notifications/cancelled); a token already          */
+/* cancelled fails at once, sending nothing. The token must outlive the call.           */
+/* ---------------------------------------------------------------------------------- */
+
+/* Since ABI 1.3. The resources the server lists (every page; NULL: every server's, in
+ * the servers' order), as a JSON array of {"server", "uri", "name", "title"?,
+ * "description"?, "mime_type"?, "size"?}. A server without resources lists none. */
+PANTO_API PantoStatus panto_agent_mcp_resources(PantoAgent *agent, const char *server,
+                                                size_t server_len,
+                                                const PantoCancelToken *cancel,
+                                                PantoString *out, PantoError **err);
+
+/* Since ABI 1.3. Reads the resource `uri` (UTF-8, `uri_len` bytes; resources/read):
+ * {"contents": [{"uri", "mime_type"?, "text": "…" | "blob": "<base64>", "part"}]}.
+ * "part" is the content as a part of a turn's input ("input" of
+ * panto_agent_stream_with), ready to attach: text as {"type": "text"} headed by
+ * "[resource: URI]", a PNG, JPEG, GIF or WebP blob as {"type": "image"}, a PDF as
+ * {"type": "document"}, other bytes as a text part naming their type and size. */
+PANTO_API PantoStatus panto_agent_mcp_read_resource(PantoAgent *agent, const char *server,
+                                                    size_t server_len, const char *uri,
+                                                    size_t uri_len,
+                                                    const PantoCancelToken *cancel,
+                                                    PantoString *out, PantoError **err);
+
+/* Since ABI 1.3. The prompts the server lists (NULL: every server's), as a JSON array
+ * of {"server", "name", "title"?, "description"?, "arguments": [{"name",
+ * "description"?, "required": bool}]}. A server without prompts lists none. */
+PANTO_API PantoStatus panto_agent_mcp_prompts(PantoAgent *agent, const char *server,
+                                              size_t server_len, const PantoCancelToken *cancel,
+                                              PantoString *out, PantoError **err);
+
+/* Since ABI 1.3. The prompt `name` (UTF-8, `name_len` bytes) filled in with
+ * `arguments_json` (a JSON object of strings, {"lang": "rust"}; NULL: none; anything
+ * else is PANTO_ERR_CONFIG with nothing sent) — prompts/get —, as {"description"?,
+ * "messages": [{"role": "user" | "assistant", "content": [parts]}]}, the parts in the
+ * form of a turn's "input" (text, images, documents; other content as text naming it). */
+PANTO_API PantoStatus panto_agent_mcp_get_prompt(PantoAgent *agent, const char *server,
+                                                 size_t server_len, const char *name,
+                                                 size_t name_len, const char *arguments_json,
+                                                 size_t arguments_len,
+                                                 const PantoCancelToken *cancel,
+                                                 PantoString *out, PantoError **err);
+
+/* ---------------------------------------------------------------------------------- */
 /* Cancel tokens (since ABI 1.1)                                                        */
 /*                                                                                     */
 /* A stream is cancelled through its handle. A blocking call such as                   */

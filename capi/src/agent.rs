@@ -431,7 +431,7 @@ pub unsafe extern "C" fn panto_agent_transcript_json(
 /// # Safety
 /// `agent` is NULL or a live agent; `out` is NULL or writable; `err` is NULL or
 /// writable during the call.
-unsafe fn string_out(
+pub(crate) unsafe fn string_out(
     function: &str,
     agent: *mut PantoAgent,
     out: *mut PantoString,

@@ -37,6 +37,7 @@ pub mod cancel;
 pub mod durable;
 pub mod error;
 pub mod mcp_oauth;
+pub mod mcp_resources;
 pub mod ready_set;
 pub mod record;
 pub mod stream;

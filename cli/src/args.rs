@@ -41,6 +41,70 @@ pub enum McpCommand {
     /// Start the MCP servers of the profile and the --mcp flags, and print each one's
     /// tools (as the model sees their names), or why it could not start.
     List(McpListArgs),
+    /// List the resources (and resource templates) of each server, or of --server.
+    Resources(McpResourcesArgs),
+    /// Read a resource by its URI: text to stdout as it is; binary contents to stdout
+    /// when it is not a terminal (redirect it to a file), else a line naming them.
+    Read(McpReadArgs),
+    /// List the prompts of each server, or of --server, with their arguments.
+    Prompts(McpResourcesArgs),
+    /// Fill in a prompt with its arguments (NAME=VALUE) and print its messages.
+    Prompt(McpPromptArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpResourcesArgs {
+    #[command(flatten)]
+    pub servers: McpListArgs,
+    /// Only this server [default: every server].
+    #[arg(short = 's', long, value_name = "NAME")]
+    pub server: Option<String>,
+    /// One JSON object per line (each with its "server"; a server's failure as
+    /// {"server","error"}).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct McpReadArgs {
+    #[command(flatten)]
+    pub servers: McpListArgs,
+    /// The server [default: the only one, else the one that lists the URI].
+    #[arg(short = 's', long, value_name = "NAME")]
+    pub server: Option<String>,
+    /// The contents as one JSON object: {"contents":[{"uri","mime_type"?,"text"|"blob",
+    /// "part"}]} (blob in base64).
+    #[arg(long)]
+    pub json: bool,
+    /// The resource's URI.
+    #[arg(value_name = "URI")]
+    pub uri: String,
+}
+
+#[derive(Debug, Args)]
+pub struct McpPromptArgs {
+    #[command(flatten)]
+    pub servers: McpListArgs,
+    /// The server [default: the only one, else the one that lists the prompt].
+    #[arg(short = 's', long, value_name = "NAME")]
+    pub server: Option<String>,
+    /// The messages as one JSON object: {"description"?,"messages":[{"role","content"}]}.
+    #[arg(long)]
+    pub json: bool,
+    /// The prompt's name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Its arguments.
+    #[arg(value_name = "ARG=VALUE", value_parser = parse_prompt_argument)]
+    pub arguments: Vec<(String, String)>,
+}
+
+/// One `NAME=VALUE` argument of `panto mcp prompt`.
+fn parse_prompt_argument(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("{s:?}: a prompt's argument is NAME=VALUE")),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -73,7 +137,8 @@ pub enum Command {
     /// An interactive conversation: line editing, history, /help for commands.
     #[command(after_help = EXIT_CODES_HELP)]
     Chat(AgentArgs),
-    /// MCP servers: `panto mcp list [-p PROFILE]`.
+    /// MCP servers: `panto mcp list [-p PROFILE]`; their resources (`mcp resources`,
+    /// `mcp read URI`) and prompts (`mcp prompts`, `mcp prompt NAME [ARG=VALUE…]`).
     #[command(subcommand)]
     Mcp(McpCommand),
     /// Print a shell completion script: `panto completions bash > ~/.local/share/bash-completion/completions/panto`.

@@ -20,6 +20,7 @@ mod exit;
 mod hint;
 mod interrupt;
 mod mcp;
+mod mcp_resources;
 mod paths;
 mod profile;
 mod render;
@@ -59,6 +60,10 @@ fn main() -> ExitCode {
         Command::Resume(args) => resume(args, &interrupt),
         Command::Chat(args) => chat::chat(args, &interrupt),
         Command::Mcp(args::McpCommand::List(args)) => mcp::list(&args),
+        Command::Mcp(args::McpCommand::Resources(args)) => mcp_resources::resources(&args),
+        Command::Mcp(args::McpCommand::Read(args)) => mcp_resources::read(&args),
+        Command::Mcp(args::McpCommand::Prompts(args)) => mcp_resources::prompts(&args),
+        Command::Mcp(args::McpCommand::Prompt(args)) => mcp_resources::prompt(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut args::command(), "panto", &mut io::stdout());
             OK

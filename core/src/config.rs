@@ -144,6 +144,12 @@ pub const MCP_SERVER_KEYS: &[Key] = &[
         || Value::Null,
         "Streamable HTTP: sign in with OAuth 2.1 when the server asks (discovery, registration, PKCE or client credentials, refresh); tokens are secrets.",
     ),
+    Key::new(
+        "read_resource",
+        KeyType::Bool,
+        || json!(false),
+        "Offer the model the built-in tool <prefix>read_resource, which reads one of the server's resources by its URI (to follow a resource_link a tool returned).",
+    ),
 ];
 
 /// The keys of an MCP server's OAuth (`mcp_servers.<name>.oauth`).
@@ -737,6 +743,7 @@ fn mcp_server_from_value(name: &str, v: &Value) -> Result<McpServer> {
                     .unwrap_or(0),
             }
         }),
+        read_resource: get("read_resource").and_then(Value::as_bool) == Some(true),
     })
 }
 
@@ -798,6 +805,7 @@ fn mcp_server_to_value(s: &McpServer) -> Value {
             }),
         );
     }
+    o.insert("read_resource".into(), s.read_resource.into());
     Value::Object(o)
 }
 
@@ -954,7 +962,7 @@ mod tests {
                 "time":{"command":"uvx","args":["mcp-server-time"],"env":{"GH_TOKEN":"tok-123456","LANG":"C"},"inherit_env":["TZ"],"cwd":"/tmp"},
                 "docs":{"url":"https://h/mcp","headers":{"Authorization":"Bearer sec-123456"},
                         "timeout_ms":5,"tool_prefix":"d_","enabled_tools":["a"],"disabled_tools":["b"],
-                        "log_level":"warning"}}}"#,
+                        "log_level":"warning","read_resource":true}}}"#,
         )
         .unwrap();
         assert_eq!(
@@ -974,8 +982,11 @@ mod tests {
                 .with_enabled_tools(["a"])
                 .with_disabled_tools(["b"])
                 .with_log_level(Some(crate::McpLogLevel::Warning))
+                .with_read_resource(true)
         );
         assert_eq!(c.mcp_servers["time"].log_level, None);
+        assert!(!c.mcp_servers["time"].read_resource);
+        assert_eq!(c.to_value()["mcp_servers"]["docs"]["read_resource"], true);
         assert_eq!(c.to_value()["mcp_servers"]["docs"]["log_level"], "warning");
         let shown = format!("{:?} {}", c, c.to_value());
         assert!(

@@ -70,13 +70,16 @@
 
 #![warn(missing_docs)]
 
+mod blocking;
 mod handoff;
+pub mod mcp;
 mod pool;
 mod readiness;
 #[cfg(unix)]
 mod ready_set;
 mod stream;
 
+pub use blocking::block_on_worker;
 pub use pool::{active_streams, agent_from_parent_process, fork_generation, worker_threads};
 #[cfg(unix)]
 pub use ready_set::ReadySet;

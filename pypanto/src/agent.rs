@@ -23,7 +23,7 @@ impl Agent {
     /// belonged to threads that do not exist there (agents made in the child work: the
     /// pull adapter starts a pool of its own there). Checked before anything takes one of
     /// the agent's locks.
-    fn usable(&self, py: Python<'_>) -> PyResult<&panto::Agent> {
+    pub(crate) fn usable(&self, py: Python<'_>) -> PyResult<&panto::Agent> {
         if panto_pull::agent_from_parent_process(&self.agent) {
             return Err(to_pyerr(
                 py,
@@ -399,12 +399,12 @@ impl Agent {
     }
 }
 
-/// Cancels a blocking native call (`Agent.compact`) from any thread. Made before the
+/// Cancels a blocking native call (`Agent.compact`, the MCP calls) from any thread. Made before the
 /// call, so a cancel that races the call's start is not lost; cancelling is for good.
 #[pyclass(frozen, module = "panto._native", name = "CancelToken")]
 #[derive(Default)]
 pub struct CancelToken {
-    token: panto::CancellationToken,
+    pub(crate) token: panto::CancellationToken,
 }
 
 #[pymethods]

@@ -35,6 +35,29 @@ With --progress-tools, a fifth page (after --more-tools' fourth, if given):
                                 name), then one whose data is an object; answers
                                 "level set: <the level of logging/setLevel, or None>"
 
+Resources (resources/list over two pages, resources/templates/list, resources/read):
+
+  page 1: fixture://notes       text/plain "the notes"
+          fixture://pixel.png   image/png, a 1x1 PNG (a blob)
+  page 2: file:///tmp/report.txt  text/plain "the report" (what the resource tool
+                                links to)
+          fixture://data.bin    application/octet-stream, the bytes 00 01 02
+  template: fixture://greeting/{name}   reads as "hello <name>"
+  fixture://hang                never answers; on cancellation it writes the file
+                                --cancel-marker names (+ ".started" when the read
+                                arrives), as the hang tool does
+  fixture://env-error/<VAR>     answers an error (-32603) whose message holds the
+                                value of the server's environment variable VAR
+  anything else                 error -32002 (resource not found)
+
+Prompts (prompts/list, prompts/get):
+
+  greet {name (required), style}  a user message "Say hello to <name>[ in a <style>
+                                way]" and an assistant message "Hello, <name>!"
+  picture                       a user message of the PNG image, then one of the
+                                embedded resource fixture://notes
+  anything else, or greet without a name: error -32602 (invalid params)
+
 The server declares the logging capability (a logging/setLevel handler that keeps the
 level); as a server of a handshake revision it sends every level all the same.
 
@@ -63,6 +86,7 @@ import warnings
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.shared.exceptions import MCPError
 
 PNG_1X1 = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -222,6 +246,101 @@ async def call_tool(ctx, params):
     return types.CallToolResult(content=[text(f"unknown tool {name}")], is_error=True)
 
 
+RESOURCE_PAGES = [
+    [
+        types.Resource(uri="fixture://notes", name="notes", title="The notes", description="Some notes.",
+                       mime_type="text/plain"),
+        types.Resource(uri="fixture://pixel.png", name="pixel", mime_type="image/png", size=70),
+    ],
+    [
+        types.Resource(uri="file:///tmp/report.txt", name="report", mime_type="text/plain"),
+        types.Resource(uri="fixture://data.bin", name="data", mime_type="application/octet-stream", size=3),
+    ],
+]
+
+
+async def list_resources(ctx, params):
+    cursor = getattr(params, "cursor", None) if params else None
+    page = int(cursor) if cursor else 0
+    next_cursor = str(page + 1) if page + 1 < len(RESOURCE_PAGES) else None
+    return types.ListResourcesResult(resources=RESOURCE_PAGES[page], next_cursor=next_cursor)
+
+
+async def list_resource_templates(ctx, params):
+    return types.ListResourceTemplatesResult(resource_templates=[
+        types.ResourceTemplate(uri_template="fixture://greeting/{name}", name="greeting",
+                               description="A greeting for a name.", mime_type="text/plain"),
+    ])
+
+
+async def read_resource(ctx, params):
+    uri = str(params.uri)
+    if uri == "fixture://notes":
+        return types.ReadResourceResult(contents=[
+            types.TextResourceContents(uri=uri, text="the notes", mime_type="text/plain")])
+    if uri == "file:///tmp/report.txt":
+        return types.ReadResourceResult(contents=[
+            types.TextResourceContents(uri=uri, text="the report", mime_type="text/plain")])
+    if uri == "fixture://pixel.png":
+        return types.ReadResourceResult(contents=[
+            types.BlobResourceContents(uri=uri, blob=PNG_1X1, mime_type="image/png")])
+    if uri == "fixture://data.bin":
+        return types.ReadResourceResult(contents=[
+            types.BlobResourceContents(uri=uri, blob="AAEC", mime_type="application/octet-stream")])
+    if uri.startswith("fixture://greeting/"):
+        name = uri[len("fixture://greeting/"):]
+        return types.ReadResourceResult(contents=[
+            types.TextResourceContents(uri=uri, text=f"hello {name}", mime_type="text/plain")])
+    if uri == "fixture://hang":
+        if args.cancel_marker:
+            with open(args.cancel_marker + ".started", "w") as f:
+                f.write("started\n")
+        try:
+            await anyio.sleep_forever()
+        finally:
+            if args.cancel_marker:
+                with open(args.cancel_marker, "w") as f:
+                    f.write("cancelled\n")
+    if uri.startswith("fixture://env-error/"):
+        var = uri[len("fixture://env-error/"):]
+        raise MCPError(-32603, f"cannot read: the value is {os.environ.get(var)}")
+    raise MCPError(-32002, f"no resource {uri}")
+
+
+PROMPTS = [
+    types.Prompt(name="greet", title="Greeting", description="Greets someone.", arguments=[
+        types.PromptArgument(name="name", description="Who to greet.", required=True),
+        types.PromptArgument(name="style", description="How."),
+    ]),
+    types.Prompt(name="picture", description="Shows a picture."),
+]
+
+
+async def list_prompts(ctx, params):
+    return types.ListPromptsResult(prompts=PROMPTS)
+
+
+async def get_prompt(ctx, params):
+    a = params.arguments or {}
+    if params.name == "greet":
+        if "name" not in a:
+            raise MCPError(-32602, "greet needs the argument name")
+        style = f" in a {a['style']} way" if a.get("style") else ""
+        return types.GetPromptResult(description="A greeting.", messages=[
+            types.PromptMessage(role="user", content=text(f"Say hello to {a['name']}{style}")),
+            types.PromptMessage(role="assistant", content=text(f"Hello, {a['name']}!")),
+        ])
+    if params.name == "picture":
+        return types.GetPromptResult(messages=[
+            types.PromptMessage(role="user", content=types.ImageContent(
+                type="image", data=PNG_1X1, mime_type="image/png")),
+            types.PromptMessage(role="user", content=types.EmbeddedResource(
+                type="resource", resource=types.TextResourceContents(
+                    uri="fixture://notes", text="the notes", mime_type="text/plain"))),
+        ])
+    raise MCPError(-32602, f"no prompt {params.name}")
+
+
 async def set_level(ctx, params):
     state["log_level"] = params.level
     return types.EmptyResult()
@@ -232,7 +351,9 @@ def build():
         # The logging capability is deprecated in a revision panto does not speak yet.
         warnings.simplefilter("ignore")
         return Server("panto-fixture", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool,
-                      on_set_logging_level=set_level)
+                      on_set_logging_level=set_level, on_list_resources=list_resources,
+                      on_list_resource_templates=list_resource_templates, on_read_resource=read_resource,
+                      on_list_prompts=list_prompts, on_get_prompt=get_prompt)
 
 
 async def serve_stdio(server):

@@ -3,6 +3,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -413,3 +414,46 @@ bool stat_is(void *stat_wait) {
 }
 
 bool no_client_connection(void *srv) { return server_client_connections(srv) == 0; }
+
+/* ---- MCP servers ------------------------------------------------------------------ */
+
+bool mcp_no_process_with(void *marker) {
+  DIR *d = opendir("/proc");
+  if (d == NULL) return true;
+  bool none = true;
+  struct dirent *e;
+  while (none && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char path[300], cmd[4096];
+    snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue;
+    size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+      if (cmd[i] == 0) cmd[i] = ' ';
+    cmd[n] = 0;
+    if (strstr(cmd, (const char *)marker) != NULL) none = false;
+  }
+  closedir(d);
+  return none;
+}
+
+bool mcp_no_stop_thread(void *unused) {
+  (void)unused;
+  DIR *d = opendir("/proc/self/task");
+  if (d == NULL) return true;
+  bool none = true;
+  struct dirent *e;
+  while (none && (e = readdir(d)) != NULL) {
+    char path[300], comm[64] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue;
+    if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "panto-mcp-stop", 14) == 0)
+      none = false;
+    fclose(f);
+  }
+  closedir(d);
+  return none;
+}

@@ -121,6 +121,7 @@ extern const TestSuite FORK_TESTS;         /* test_fork.c: the pre-fork server p
 extern const TestSuite READINESS_TESTS;    /* test_readiness.c: descriptors, ready sets */
 extern const TestSuite DURABLE_TESTS;      /* test_durable.c: durable turns (ABI 1.3) */
 extern const TestSuite MCP_OAUTH_TESTS;    /* test_mcp_oauth.c: OAuth callbacks (ABI 1.3) */
+extern const TestSuite MCP_RESOURCE_TESTS; /* test_mcp_resources.c: resources, prompts */
 
 /* ---- What a test starts from ------------------------------------------------------ */
 
@@ -170,6 +171,13 @@ typedef struct StatWait {
 bool stat_is(void *stat_wait);
 /* No connection from panto to the server (a TestServer *) is left open. */
 bool no_client_connection(void *srv);
+
+/* No process's command line holds `marker` (a const char *): an MCP server started with
+ * it is gone. For wait_until. */
+bool mcp_no_process_with(void *marker);
+/* No thread of this process is a "panto-mcp-stop" thread (stopping an MCP server).
+ * For wait_until; the argument is unused. */
+bool mcp_no_stop_thread(void *unused);
 
 /* PantoStr helpers. */
 bool str_eq(PantoStr s, const char *want);

@@ -27,6 +27,7 @@ static const TestSuite *const SUITES[] = {
     &READINESS_TESTS,
     &DURABLE_TESTS,
     &MCP_OAUTH_TESTS,
+    &MCP_RESOURCE_TESTS,
 };
 enum { SUITE_COUNT = sizeof SUITES / sizeof SUITES[0] };
 

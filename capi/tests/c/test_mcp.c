@@ -2,7 +2,6 @@
  * turn that calls the fixture server's tool, whose process and stop thread end when the
  * agent is freed, and a tool called outside a turn (panto_agent_call_mcp_tool). */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,47 +29,6 @@ out:
 /* MCP servers through the config JSON: the fixture server (tests/mcp/fixture_server.py,
  * from the venv run.sh makes with tests/mcp/venv.sh, $PANTO_MCP_VENV) answers fx__echo;
  * freeing the agent stops it and its stop thread. */
-static bool no_process_with(void *marker) {
-  DIR *d = opendir("/proc");
-  if (d == NULL) return true;
-  bool none = true;
-  struct dirent *e;
-  while (none && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    char path[300], cmd[4096];
-    snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) continue;
-    size_t n = fread(cmd, 1, sizeof cmd - 1, f);
-    fclose(f);
-    for (size_t i = 0; i < n; i++)
-      if (cmd[i] == 0) cmd[i] = ' ';
-    cmd[n] = 0;
-    if (strstr(cmd, (const char *)marker) != NULL) none = false;
-  }
-  closedir(d);
-  return none;
-}
-
-static bool no_stop_thread(void *unused) {
-  (void)unused;
-  DIR *d = opendir("/proc/self/task");
-  if (d == NULL) return true;
-  bool none = true;
-  struct dirent *e;
-  while (none && (e = readdir(d)) != NULL) {
-    char path[300], comm[64] = {0};
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) continue;
-    if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "panto-mcp-stop", 14) == 0)
-      none = false;
-    fclose(f);
-  }
-  closedir(d);
-  return none;
-}
-
 static void test_mcp_server_tools(void) {
   const char *venv = getenv("PANTO_MCP_VENV");
   Turn turn = {0}; /* ended at out: even if never started */
@@ -103,14 +61,14 @@ static void test_mcp_server_tools(void) {
   }
   CHECKF(st == PANTO_DONE, "status %d", (int)st);
   CHECK(started && result);
-  CHECK(!no_process_with(marker));
+  CHECK(!mcp_no_process_with(marker));
   panto_stream_free(turn.stream);
   turn.stream = NULL;
   panto_agent_free(turn.agent);
   turn.agent = NULL;
   /* Freeing the agent stops its server, and the thread that stops it ends. */
-  CHECKF(wait_until(no_process_with, marker, 60000), "%s", "the MCP server outlived its agent");
-  CHECK(wait_until(no_stop_thread, NULL, 60000));
+  CHECKF(wait_until(mcp_no_process_with, marker, 60000), "%s", "the MCP server outlived its agent");
+  CHECK(wait_until(mcp_no_stop_thread, NULL, 60000));
 out:
   end_turn(&turn);
 }

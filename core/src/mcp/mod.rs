@@ -4,8 +4,10 @@
 //! ([`McpServers`]: started lazily at the first turn, shared by the agent's turns, shut
 //! down when the last agent using them is dropped), the JSON-RPC layer (`rpc`), the
 //! two transports (`stdio`, `http`), and the tools they become (`tools`: naming,
-//! filters, result mapping, timeouts). The agent sees only [`crate::Tool`]s; no type of
-//! this module's dependencies is public.
+//! filters, result mapping, timeouts), and what a host asks a server outside a turn
+//! (`resources`: resources, resource templates, prompts, and the opt-in
+//! `read_resource` tool). The agent sees only [`crate::Tool`]s; no type of this
+//! module's dependencies is public.
 //!
 //! The JSON-RPC layer is panto's own rather than the official SDK's (`rmcp`): see
 //! DESIGN.md, "MCP servers as tools", for why, for the lifecycle and for the limits.
@@ -15,6 +17,7 @@
 pub mod fuzzing;
 mod http;
 mod oauth;
+mod resources;
 mod rpc;
 mod server;
 #[cfg(unix)]
@@ -35,6 +38,11 @@ use crate::tool::Tool;
 pub use oauth::{
     McpOAuth, McpOAuthGrant, McpOAuthHooks, McpOpenUrl, McpTokenFile, McpTokenStore,
     AUTHORIZE_TIMEOUT,
+};
+pub use resources::resource_contents_to_value;
+pub use resources::{
+    McpPrompt, McpPromptArgument, McpPromptMessage, McpPromptResult, McpResource, McpResourceBody,
+    McpResourceContents, McpResourceTemplate, READ_RESOURCE_TOOL,
 };
 pub use tools::McpToolInfo;
 
@@ -203,6 +211,10 @@ pub struct McpServer {
     /// OAuth for a Streamable HTTP server that asks for it (see [`McpOAuth`]); `None`:
     /// requests carry only the configured headers.
     pub oauth: Option<McpOAuth>,
+    /// Whether the model is offered the built-in tool `<prefix>read_resource`, which
+    /// reads one of the server's resources by its URI (`resources/read`), so that it can
+    /// follow a `resource_link` a tool gave it (default: off).
+    pub read_resource: bool,
 }
 
 impl fmt::Debug for McpServer {
@@ -231,6 +243,7 @@ impl fmt::Debug for McpServer {
             .field("disabled_tools", &self.disabled_tools)
             .field("log_level", &self.log_level)
             .field("oauth", &self.oauth)
+            .field("read_resource", &self.read_resource)
             .finish()
     }
 }
@@ -245,6 +258,7 @@ impl McpServer {
             disabled_tools: Vec::new(),
             log_level: None,
             oauth: None,
+            read_resource: false,
         }
     }
 
@@ -346,6 +360,13 @@ impl McpServer {
     /// Signs in to the server with OAuth (Streamable HTTP servers; see [`McpOAuth`]).
     pub fn with_oauth(mut self, oauth: McpOAuth) -> McpServer {
         self.oauth = Some(oauth);
+        self
+    }
+
+    /// Offers the model the built-in tool `<prefix>read_resource` (see
+    /// [`McpServer::read_resource`]).
+    pub fn with_read_resource(mut self, on: bool) -> McpServer {
+        self.read_resource = on;
         self
     }
 

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::resources::ReadResourceTool;
 use super::rpc::{Peer, RpcError, Wire};
 use super::tools::{self, McpTool, McpToolInfo};
 use super::{Limits, McpServer, McpTransport, ACCEPTED_VERSIONS, PROTOCOL_VERSION};
@@ -297,6 +298,30 @@ impl Server {
     }
 }
 
+impl Server {
+    /// One request of the host's own (resources, prompts: see `resources`); an HTTP
+    /// session that expired is initialized again and the request sent once more.
+    pub(crate) async fn host_request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> std::result::Result<Value, RpcError> {
+        match self
+            .peer
+            .request(&self.wire, method, params.clone(), self.timeout)
+            .await
+        {
+            Err(RpcError::SessionExpired) => {
+                self.initialize().await.map_err(RpcError::Failed)?;
+                self.peer
+                    .request(&self.wire, method, params, self.timeout)
+                    .await
+            }
+            r => r,
+        }
+    }
+}
+
 /// Adds the tools of one `tools/list` page (`cursor`: the one that asked for it) to
 /// `tools`: the cursor of the next page, or `None` for the last one (no cursor, or the
 /// same again). More than [`MAX_TOOLS`] tools are a `protocol` error.
@@ -415,14 +440,31 @@ impl Slot {
         self.tools.clear();
     }
 
+    /// The running server, if it is.
+    pub fn server(&self) -> Option<Arc<Server>> {
+        self.server.clone()
+    }
+
+    /// The built-in `read_resource` tool, when the server runs and its declaration
+    /// turns it on.
+    fn read_tool(&self) -> Option<ReadResourceTool> {
+        let server = self.server.as_ref().filter(|_| self.config.read_resource)?;
+        Some(ReadResourceTool::new(server, &self.config))
+    }
+
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        self.tools
+        let mut out: Vec<Arc<dyn Tool>> = self
+            .tools
             .iter()
             .map(|t| t.clone() as Arc<dyn Tool>)
-            .collect()
+            .collect();
+        out.extend(self.read_tool().map(|t| Arc::new(t) as Arc<dyn Tool>));
+        out
     }
 
     pub fn infos(&self) -> Vec<McpToolInfo> {
-        self.tools.iter().map(|t| t.info()).collect()
+        let mut out: Vec<McpToolInfo> = self.tools.iter().map(|t| t.info()).collect();
+        out.extend(self.read_tool().map(|t| t.info()));
+        out
     }
 }

@@ -70,6 +70,8 @@ from ._durable import Answer, Approve, Reject, ToolOutput, native_answers
 from ._tools import TOOL_POOL, ArgumentError, Runner, Tool, as_tool, json_schema, tool
 from ._media import Document, Image, Input, Part, native_parts
 from ._output import Output, output_schema
+from . import _mcp
+from ._mcp import MCPPrompt, MCPPromptResult, MCPResource, MCPResourceContents
 
 # The event and record classes, the exception class of every error kind, ERROR_CLASSES,
 # EVENT_CLASSES and the typed keyword arguments of Agent: generated from the core's
@@ -727,6 +729,106 @@ class Agent:
                 await asyncio.gather(asyncio.wrap_future(job), return_exceptions=True)
             raise
         return _tool_output(result)
+
+    def _open(self) -> "_native.Agent":
+        """The native agent; ``ConfigError`` once the agent is closed."""
+        if isinstance(self._native, _Closed):
+            raise ConfigError("this Agent is closed", kind="config")
+        return self._native
+
+    def mcp_resources(self, server: Optional[str] = None) -> List[MCPResource]:
+        """The resources the agent's MCP server ``server`` lists (every server's, in
+        order, when ``None``), starting the servers if they are not running. Blocks
+        (without the GIL) for the servers' answers; Ctrl-C on the main thread cancels.
+        ``ConfigError`` for an agent without MCP servers or an unknown server."""
+        native = self._open()
+        return cast(
+            List[MCPResource],
+            _mcp.blocking(lambda token: _native.mcp_resources(native, server, token)),
+        )
+
+    async def amcp_resources(self, server: Optional[str] = None) -> List[MCPResource]:
+        """``mcp_resources()`` for coroutines: cancelling the awaiting task cancels the call."""
+        native = self._open()
+        return cast(
+            List[MCPResource],
+            await _mcp.ablocking(
+                "amcp_resources()", lambda token: _native.mcp_resources(native, server, token)
+            ),
+        )
+
+    def mcp_read_resource(self, uri: str, *, server: Optional[str] = None) -> MCPResourceContents:
+        """Reads the resource ``uri`` from ``server`` (default: the only server, else the
+        one that lists it): ``{"contents": [{"uri", "mime_type"?, "text" | "blob",
+        "part"}]}``, ``part`` a ``str``, ``panto.Image`` or ``panto.Document`` that
+        attaches the content to a turn:
+        ``agent.run(["Summarize this:", read["contents"][0]["part"]])``.
+        ``NotFoundError`` for a resource the server does not have."""
+        native = self._open()
+        return cast(
+            MCPResourceContents,
+            _mcp.read_parts(_mcp.blocking(lambda token: _native.mcp_read_resource(native, uri, server, token))),
+        )
+
+    async def amcp_read_resource(self, uri: str, *, server: Optional[str] = None) -> MCPResourceContents:
+        """``mcp_read_resource()`` for coroutines."""
+        native = self._open()
+        return cast(
+            MCPResourceContents,
+            _mcp.read_parts(
+                await _mcp.ablocking(
+                    "amcp_read_resource()",
+                    lambda token: _native.mcp_read_resource(native, uri, server, token),
+                )
+            ),
+        )
+
+    def mcp_prompts(self, server: Optional[str] = None) -> List[MCPPrompt]:
+        """The prompts the agent's MCP server ``server`` lists (every server's when
+        ``None``), with their arguments."""
+        native = self._open()
+        return cast(
+            List[MCPPrompt],
+            _mcp.blocking(lambda token: _native.mcp_prompts(native, server, token)),
+        )
+
+    async def amcp_prompts(self, server: Optional[str] = None) -> List[MCPPrompt]:
+        """``mcp_prompts()`` for coroutines."""
+        native = self._open()
+        return cast(
+            List[MCPPrompt],
+            await _mcp.ablocking("amcp_prompts()", lambda token: _native.mcp_prompts(native, server, token)),
+        )
+
+    def mcp_get_prompt(
+        self, name: str, arguments: Optional[Dict[str, str]] = None, *, server: Optional[str] = None
+    ) -> MCPPromptResult:
+        """The prompt ``name`` filled in with ``arguments`` (from ``server``; default: the
+        only server, else the one that lists it): ``{"description"?, "messages":
+        [{"role", "content": [parts]}]}``. ``BadRequestError`` when the server refuses
+        the arguments."""
+        native = self._open()
+        args = _mcp.arguments_json(arguments)
+        return cast(
+            MCPPromptResult,
+            _mcp.prompt_parts(_mcp.blocking(lambda token: _native.mcp_get_prompt(native, name, args, server, token))),
+        )
+
+    async def amcp_get_prompt(
+        self, name: str, arguments: Optional[Dict[str, str]] = None, *, server: Optional[str] = None
+    ) -> MCPPromptResult:
+        """``mcp_get_prompt()`` for coroutines."""
+        native = self._open()
+        args = _mcp.arguments_json(arguments)
+        return cast(
+            MCPPromptResult,
+            _mcp.prompt_parts(
+                await _mcp.ablocking(
+                    "amcp_get_prompt()",
+                    lambda token: _native.mcp_get_prompt(native, name, args, server, token),
+                )
+            ),
+        )
 
     def transcript(self) -> List[Dict[str, Any]]:
         """A flat, provider-neutral view of the conversation for repainting a UI:

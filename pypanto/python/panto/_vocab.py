@@ -635,6 +635,12 @@ class McpServerOptions(TypedDict, total=False):
     registration, PKCE or client credentials, refresh); tokens are secrets.
     """
 
+    read_resource: Optional[bool]
+    """Offer the model the built-in tool <prefix>read_resource, which reads one of the
+    server's resources by its URI (to follow a resource_link a tool returned).
+    (default False)
+    """
+
 
 class AgentOptions(TypedDict, total=False):
     """The keyword arguments of ``Agent(...)``: every configuration key of the core

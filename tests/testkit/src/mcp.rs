@@ -186,3 +186,69 @@ pub fn get_or_post(method: &str, base: &str, path: &str) -> String {
     assert!(head.starts_with("HTTP/1.1 200"), "{method} {path}: {head}");
     body.to_owned()
 }
+
+/// The fixture server in Streamable HTTP mode (`--http`), on a port of its own choosing;
+/// killed when dropped.
+pub struct HttpFixture {
+    child: std::process::Child,
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+}
+
+impl HttpFixture {
+    /// Starts the fixture with `--http` and `extra`, and reads back its port.
+    pub fn start(extra: &[&str]) -> HttpFixture {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(python())
+            .arg(fixture())
+            .arg("--http")
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the fixture server");
+        let stdout = child.stdout.take().expect("the fixture's stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the fixture's port");
+        let Some(port) = line.strip_prefix("PORT ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the fixture said {line:?}");
+        };
+        HttpFixture {
+            base: format!("http://127.0.0.1:{}", port.trim()),
+            child,
+        }
+    }
+
+    /// The MCP endpoint.
+    pub fn url(&self) -> String {
+        format!("{}/mcp", self.base)
+    }
+
+    /// The requests the server got at /mcp (`GET /_log`): method, Accept,
+    /// Mcp-Session-Id, MCP-Protocol-Version of each.
+    pub fn log(&self) -> Vec<serde_json::Value> {
+        use std::io::{Read, Write};
+        let addr = self.base.trim_start_matches("http://");
+        let mut s = std::net::TcpStream::connect(addr).expect("connect to the fixture");
+        write!(
+            s,
+            "GET /_log HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("ask the fixture for its log");
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("the fixture's log");
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("the log {body:?}: {e}"))
+    }
+}
+
+impl Drop for HttpFixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
