@@ -81,6 +81,6 @@ pub use pool::{active_streams, agent_from_parent_process, fork_generation, worke
 #[cfg(unix)]
 pub use ready_set::ReadySet;
 pub use stream::{
-    compact, compact_cancellable, resume, AgentStreamExt, Events, Next, NextEvent, Stream,
-    StreamControl, StreamState,
+    compact, compact_cancellable, count_tokens, resume, AgentStreamExt, Events, Next, NextEvent,
+    Stream, StreamControl, StreamState,
 };

@@ -119,6 +119,7 @@ extern const TestSuite MCP_TESTS;          /* test_mcp.c: MCP servers from the c
 extern const TestSuite FORK_TESTS;         /* test_fork.c: the pre-fork server pattern */
 extern const TestSuite READINESS_TESTS;    /* test_readiness.c: descriptors, ready sets */
 extern const TestSuite DURABLE_TESTS;      /* test_durable.c: durable turns (ABI 1.3) */
+extern const TestSuite PRODUCTION_TESTS;   /* test_production.c: token counts, limits */
 
 /* ---- What a test starts from ------------------------------------------------------ */
 

@@ -25,6 +25,7 @@ static const TestSuite *const SUITES[] = {
     &FORK_TESTS,
     &READINESS_TESTS,
     &DURABLE_TESTS,
+    &PRODUCTION_TESTS,
 };
 enum { SUITE_COUNT = sizeof SUITES / sizeof SUITES[0] };
 
