@@ -173,7 +173,9 @@ impl TestServer {
         self.shared.in_flight()
     }
 
-    /// The most scripted responses ever sent at once (see [`in_flight`](Self::in_flight)).
+    /// The most scripted responses sent at once (see [`in_flight`](Self::in_flight)) since
+    /// the server started or the last [`set_scenario`](Self::set_scenario) /
+    /// [`reset`](Self::reset).
     pub fn max_in_flight(&self) -> usize {
         self.shared.max_in_flight()
     }

@@ -156,7 +156,14 @@ impl Shared {
         st.used = 0;
         st.record.clear();
         drop(st);
+        self.restart_max_in_flight();
         self.close_gate();
+    }
+
+    /// The high-water mark starts again from what is in flight now.
+    fn restart_max_in_flight(&self) {
+        self.max_in_flight
+            .store(self.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 
     pub(crate) fn reset(&self) {
@@ -165,6 +172,7 @@ impl Shared {
         st.used = 0;
         st.record.clear();
         drop(st);
+        self.restart_max_in_flight();
         self.close_gate();
     }
 
