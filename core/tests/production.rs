@@ -352,3 +352,55 @@ async fn max_history_tokens_refuses_a_turn_before_any_request() {
     assert_eq!(r.unwrap().text, "fine");
     assert_eq!(server.requests().len(), 2);
 }
+
+#[tokio::test]
+async fn provider_token_counts_decide_whether_compaction_runs() {
+    // The estimate of this history is far past 10 tokens; the provider counts 5, so no
+    // summary request is made: the count, then the answer.
+    let server = TestServer::start(
+        Scenario::from_value(&json!({"exchanges": [
+            {"match": {"path": "/v1/messages/count_tokens"},
+             "response": {"status": 200, "json": {"input_tokens": 5}}},
+            {"match": {"path": "/v1/messages", "body_contains": ["word word"]},
+             "response": script::anthropic_text(&["fine"])},
+        ]}))
+        .unwrap(),
+    )
+    .unwrap();
+    let c = config(ProviderKind::Anthropic, &server)
+        .with_provider_token_counts(true)
+        .with_compaction(panto::CompactionConfig {
+            threshold_tokens: 10,
+            keep_last: 1,
+            model: None,
+            prompt: None,
+        });
+    let agent = Agent::new(c.clone()).unwrap();
+    // An older exchange that compaction could summarize (keep_last 1).
+    let earlier = vec![
+        panto::Message::user("word ".repeat(100)),
+        panto::Message {
+            role: panto::Role::Assistant,
+            content: vec![panto::Block::text("word ".repeat(100))],
+        },
+    ];
+    agent.set_history(earlier.clone()).unwrap();
+    let (_, r) = turn(&agent, "word word").await;
+    assert_eq!(r.unwrap().text, "fine");
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs.iter().all(|r| r.matched), "{reqs:?}");
+
+    // Without the provider's count the estimate passes the threshold: a summary request
+    // comes first (the scenario's count exchange does not match it).
+    server.reset();
+    let agent = Agent::new(c.with_provider_token_counts(false)).unwrap();
+    agent.set_history(earlier).unwrap();
+    let _ = turn(&agent, "word word").await;
+    let reqs = server.requests();
+    assert!(
+        !reqs[0].matched,
+        "the first request is the summary: {:?}",
+        reqs[0].path
+    );
+}
