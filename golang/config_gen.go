@@ -36,6 +36,26 @@ type Config struct {
 	Tools []Tool
 	// MaxSteps ("max_steps"): Most model requests in one turn. At least 1. Default: 16.
 	MaxSteps int
+	// MaxToolCalls ("max_tool_calls"): Most tool calls the model may ask for in one turn
+	// (default: no bound but max_steps); past it the turn fails with kind tool and none of
+	// that step's calls runs. At least 1.
+	MaxToolCalls int
+	// MaxConcurrentRequests ("max_concurrent_requests"): Most model requests in flight at once
+	// to this endpoint (base URL and API key), shared by every agent of the process with the
+	// same limits (default: no limit). At least 1.
+	MaxConcurrentRequests int
+	// MaxQueuedRequests ("max_queued_requests"): Most requests waiting for
+	// max_concurrent_requests at once; one more fails at once with kind rate_limited. Default:
+	// 1024. nil means the default; Int(0) sends 0.
+	MaxQueuedRequests *int
+	// MaxHistoryTokens ("max_history_tokens"): Cap on the tokens of the conversation a request
+	// sends (the provider's count with provider_token_counts, else the estimate); past it a
+	// turn fails with kind config before any request (default: no cap). At least 1.
+	MaxHistoryTokens int
+	// ProviderTokenCounts ("provider_token_counts"): Ask the provider's token-count endpoint
+	// (where it has one) for compaction's and max_history_tokens' counts, instead of the local
+	// estimate. Default: false.
+	ProviderTokenCounts *bool
 	// ToolConcurrency ("tool_concurrency"): Most tool calls running at once. At least 1.
 	// Default: 4.
 	ToolConcurrency int
@@ -144,6 +164,21 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	if c.MaxSteps != 0 {
 		o.put("max_steps", c.MaxSteps)
 	}
+	if c.MaxToolCalls != 0 {
+		o.put("max_tool_calls", c.MaxToolCalls)
+	}
+	if c.MaxConcurrentRequests != 0 {
+		o.put("max_concurrent_requests", c.MaxConcurrentRequests)
+	}
+	if c.MaxQueuedRequests != nil {
+		o.put("max_queued_requests", *c.MaxQueuedRequests)
+	}
+	if c.MaxHistoryTokens != 0 {
+		o.put("max_history_tokens", c.MaxHistoryTokens)
+	}
+	if c.ProviderTokenCounts != nil {
+		o.put("provider_token_counts", *c.ProviderTokenCounts)
+	}
 	if c.ToolConcurrency != 0 {
 		o.put("tool_concurrency", c.ToolConcurrency)
 	}
@@ -233,6 +268,16 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &c.Tools)
 		case "max_steps":
 			return json.Unmarshal(v, &c.MaxSteps)
+		case "max_tool_calls":
+			return json.Unmarshal(v, &c.MaxToolCalls)
+		case "max_concurrent_requests":
+			return json.Unmarshal(v, &c.MaxConcurrentRequests)
+		case "max_queued_requests":
+			return json.Unmarshal(v, &c.MaxQueuedRequests)
+		case "max_history_tokens":
+			return json.Unmarshal(v, &c.MaxHistoryTokens)
+		case "provider_token_counts":
+			return json.Unmarshal(v, &c.ProviderTokenCounts)
 		case "tool_concurrency":
 			return json.Unmarshal(v, &c.ToolConcurrency)
 		case "tool_timeout_ms":
@@ -767,6 +812,11 @@ var configFields = map[string]string{
 	"tools[].needs_approval":      "Tools[].NeedsApproval",
 	"tools[].external":            "Tools[].External",
 	"max_steps":                   "MaxSteps",
+	"max_tool_calls":              "MaxToolCalls",
+	"max_concurrent_requests":     "MaxConcurrentRequests",
+	"max_queued_requests":         "MaxQueuedRequests",
+	"max_history_tokens":          "MaxHistoryTokens",
+	"provider_token_counts":       "ProviderTokenCounts",
 	"tool_concurrency":            "ToolConcurrency",
 	"tool_timeout_ms":             "ToolTimeout",
 	"retry":                       "Retry",

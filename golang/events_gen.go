@@ -62,6 +62,9 @@ type MessageStart struct {
 	Model string `json:"model"`
 	// The provider's id of the response, when it sent one. The zero value means absent.
 	ResponseID string `json:"response_id,omitempty"`
+	// Milliseconds the request waited for the endpoint's max_concurrent_requests (absent when
+	// the agent sets none). The zero value means absent.
+	QueuedMS uint64 `json:"queued_ms,omitempty"`
 }
 
 func (*MessageStart) isEvent() {}
@@ -466,6 +469,7 @@ func convert(ev *C.PantoEvent) Event {
 			Message:    uint32(p.message),
 			Model:      goStr(p.model),
 			ResponseID: goStr(p.response_id),
+			QueuedMS:   uint64(p.queued_ms),
 		}
 	case 2: // block_start
 		p := (*C.PantoBlockStart)(pl)

@@ -491,6 +491,38 @@ func (a *Agent) Compact(ctx context.Context, opts CompactOptions) (CompactResult
 	return r, nil
 }
 
+// TokenCount is the size of a request in tokens (Agent.CountTokens). Estimated is true
+// when panto estimated it because the provider has no count endpoint (Chat Completions).
+type TokenCount struct {
+	Tokens    uint64 `json:"tokens"`
+	Estimated bool   `json:"estimated"`
+}
+
+// CountTokens returns how many tokens the request of a turn with input would be now:
+// the conversation, the tools, the system prompt and the input. The provider counts
+// where it has a count endpoint (Anthropic, Gemini, OpenAI Responses); otherwise it is
+// an estimate and nothing is sent. Nothing enters the conversation. It blocks for the
+// provider's answer (bounded by the agent's timeouts); allowed during a turn.
+func (a *Agent) CountTokens(input string) (TokenCount, error) {
+	h, uerr := a.use()
+	if uerr != nil {
+		return TokenCount{}, uerr
+	}
+	defer h.mu.RUnlock()
+	in, n := cString(input)
+	var s C.PantoString
+	var cerr *C.PantoError
+	if C.panto_agent_count_tokens(a.h.p, in, n, &s, &cerr) != C.PANTO_OK {
+		return TokenCount{}, takeError(cerr)
+	}
+	defer C.panto_string_free(&s)
+	var out TokenCount
+	if err := json.Unmarshal(C.GoBytes(unsafe.Pointer(s.ptr), C.int(s.len)), &out); err != nil {
+		return TokenCount{}, &Error{Kind: KindInternal, Message: "unreadable token count: " + err.Error()}
+	}
+	return out, nil
+}
+
 // TranscriptEntry is one entry of Agent.Transcript. Kind is "text", "reasoning",
 // "tool_call", "tool_result" or "attachment"; Role "user", "assistant" or "tool". For a
 // tool call Text holds the arguments JSON, for a result the output. An attachment says

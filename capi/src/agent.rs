@@ -406,6 +406,28 @@ pub unsafe extern "C" fn panto_agent_call_mcp_tool(
     unsafe { string_out(F, agent, out, err, call) }
 }
 
+/// The tokens of the request a turn with `input` would send now, as JSON.
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_agent_count_tokens(
+    agent: *mut PantoAgent,
+    input: *const c_char,
+    len: usize,
+    out: *mut PantoString,
+    err: *mut *mut PantoError,
+) -> PantoStatus {
+    const F: &str = "panto_agent_count_tokens";
+    let count = |a: &Agent| {
+        // SAFETY: NULL with len 0, or `len` bytes unchanged during the call (panto.h).
+        let text = unsafe { input_str(F, "input", input, len) }?;
+        panto_pull::count_tokens(a, text).map(|c| c.to_json())
+    };
+    // SAFETY: the pointers are as panto.h documents them (string_out's contract).
+    unsafe { string_out(F, agent, out, err, count) }
+}
+
 /// The conversation's transcript as a JSON array.
 ///
 /// # Safety

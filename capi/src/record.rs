@@ -284,6 +284,7 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
             message,
             model,
             response_id,
+            queued_ms,
         } => {
             terminate(model);
             if let Some(r) = response_id {
@@ -294,6 +295,7 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
                 _reserved0: 0,
                 model: view(model),
                 response_id: opt_view(response_id),
+                queued_ms: queued_ms.unwrap_or(0),
             };
         }
         Event::BlockStart {

@@ -152,7 +152,7 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoStr { ptr, len }
         PantoString { ptr, len }
         PantoUsage { input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, reported, _reserved0 }
-        PantoMessageStart { message, _reserved0, model, response_id }
+        PantoMessageStart { message, _reserved0, model, response_id, queued_ms }
         PantoBlockStart { message, block, kind, _reserved0 }
         PantoContentDelta { message, block, kind, _reserved0, text }
         PantoToolDetails { message, block, call_id, name }
@@ -287,11 +287,13 @@ fn sample_events() -> Vec<Event> {
             message: 0,
             model: "gpt-4o".into(),
             response_id: Some("resp_1".into()),
+            queued_ms: Some(7),
         },
         Event::MessageStart {
             message: 1,
             model: String::new(),
             response_id: None,
+            queued_ms: None,
         },
         Event::BlockStart {
             message: 0,
@@ -606,7 +608,9 @@ fn payloads_carry_every_field() {
                     message,
                     model,
                     response_id,
+                    queued_ms,
                 } => {
+                    assert_eq!(p.message_start.queued_ms, queued_ms.unwrap_or(0));
                     assert_eq!(p.message_start.message, *message);
                     assert_eq!(text(p.message_start.model).as_ref(), Some(model));
                     assert_eq!(text(p.message_start.response_id), *response_id);

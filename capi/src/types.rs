@@ -139,6 +139,9 @@ pub struct PantoMessageStart {
     pub _reserved0: u32,
     pub model: PantoStr,
     pub response_id: PantoStr,
+    /// Since ABI 1.3: milliseconds the request waited for the endpoint's
+    /// `max_concurrent_requests` (0: it did not wait, or the agent sets no limit).
+    pub queued_ms: u64,
 }
 
 #[repr(C)]

@@ -141,6 +141,13 @@ pub enum Command {
     /// `mcp read URI`) and prompts (`mcp prompts`, `mcp prompt NAME [ARG=VALUE…]`).
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Print how many tokens the next request would be: the conversation (with
+    /// --session or -c), the tools, the system prompt and PROMPT. The provider counts
+    /// where it has a count endpoint (Anthropic, Gemini, OpenAI Responses); otherwise
+    /// the number is an estimate, followed by "(estimated)". With --json:
+    /// {"tokens": N, "estimated": BOOL}. Nothing is sent to the model.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Tokens(TokensArgs),
     /// Print a shell completion script: `panto completions bash > ~/.local/share/bash-completion/completions/panto`.
     Completions {
         #[arg(value_enum)]
@@ -172,6 +179,16 @@ pub struct RunArgs {
     /// the turn if this process dies or the turn pauses.
     #[arg(long, value_name = "FILE")]
     pub checkpoint: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct TokensArgs {
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// The prompt; several words are joined with spaces. `-` (or none) reads it from
+    /// stdin.
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -311,6 +328,11 @@ pub struct AgentArgs {
     /// Cap on assistant messages (model calls) per turn [default: 16].
     #[arg(long, value_name = "N")]
     pub max_steps: Option<u32>,
+
+    /// Cap on the tool calls of one turn: past it the turn fails (exit code for a tool
+    /// error) and none of that step's calls runs [default: no cap].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tool_calls: Option<u32>,
 
     /// Retries of a request that fails before its first byte [default: 2].
     #[arg(long, value_name = "N")]

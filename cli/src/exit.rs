@@ -30,7 +30,7 @@ Exit codes:
        not match the schema after its repair, was refused, or was cut at max_tokens)
   8    the turn paused: tool calls wait for approval (--confirm without a terminal);
        its checkpoint file is left for `panto resume FILE --approve CALL_ID`
-  70   internal (also tool and busy, which the CLI should never see)
+  70   internal, tool (the turn passed --max-tool-calls), busy (never seen)
   130  cancelled by Ctrl-C, SIGTERM or SIGHUP (the --session file is still saved and
        valid; tool processes are killed)
   141  stdout was closed by its reader (as in `panto … | head`); nothing is printed";

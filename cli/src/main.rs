@@ -30,7 +30,7 @@ mod setup;
 mod shell_tool;
 mod turn;
 
-use std::io::{self, IsTerminal, Read};
+use std::io::{self, IsTerminal, Read, Write};
 use std::process::ExitCode;
 
 use panto::{Error, Input};
@@ -52,6 +52,7 @@ fn main() -> ExitCode {
         Command::Run(args) => args.agent.json,
         Command::Resume(args) => args.agent.json,
         Command::Chat(args) => args.json,
+        Command::Tokens(args) => args.agent.json,
         Command::Completions { .. } | Command::Mcp(_) => false,
     };
     let interrupt = Interrupt::install(json);
@@ -64,6 +65,7 @@ fn main() -> ExitCode {
         Command::Mcp(args::McpCommand::Read(args)) => mcp_resources::read(&args),
         Command::Mcp(args::McpCommand::Prompts(args)) => mcp_resources::prompts(&args),
         Command::Mcp(args::McpCommand::Prompt(args)) => mcp_resources::prompt(&args),
+        Command::Tokens(args) => tokens(&args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut args::command(), "panto", &mut io::stdout());
             OK
@@ -246,6 +248,36 @@ fn run(args: RunArgs, interrupt: &Interrupt) -> u8 {
     match (&conversation, &file) {
         (Some(_), Some(file)) => finish_conversation_turn(&mut report, &setup, result, file),
         _ => finish(&mut report, &setup, result),
+    }
+}
+
+/// `panto tokens`: the count of the request a turn with the prompt would send.
+fn tokens(args: &args::TokensArgs) -> u8 {
+    let mut report = Reporter::new(&args.agent);
+    let setup = match Setup::build(&args.agent) {
+        Ok(setup) => setup,
+        Err(e) => return report.fail(e),
+    };
+    report.set_up(&setup);
+    let count = prompt(&args.prompt)
+        .and_then(|p| attach(p, &[], &setup))
+        .and_then(|input| panto_pull::count_tokens(&setup.agent, input));
+    match count {
+        Ok(count) => {
+            let line = if args.agent.json {
+                count.to_json()
+            } else if count.estimated {
+                format!("{} (estimated)", count.tokens)
+            } else {
+                count.tokens.to_string()
+            };
+            let mut out = io::stdout().lock();
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                return STDOUT_CLOSED;
+            }
+            OK
+        }
+        Err(e) => report.fail(e),
     }
 }
 

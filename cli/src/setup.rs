@@ -151,6 +151,9 @@ impl Setup {
         if let Some(n) = args.max_steps.or(prof.and_then(|p| p.max_steps)) {
             config = config.with_max_steps(n);
         }
+        if let Some(n) = args.max_tool_calls {
+            config = config.with_max_tool_calls(n);
+        }
         let effort = args
             .reasoning
             .clone()

@@ -84,6 +84,23 @@ impl TurnSummary {
     }
 }
 
+/// The size in tokens of the request a turn would send ([`Agent::count_tokens`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct TokenCount {
+    /// Tokens of the request: the history, the tools, the system prompt and the input.
+    pub tokens: u64,
+    /// True when panto estimated it (the request's bytes divided by 4) because the
+    /// provider has no count endpoint (Chat Completions); false for the provider's count.
+    pub estimated: bool,
+}
+
+impl TokenCount {
+    /// The count as JSON (`{"tokens": n, "estimated": bool}`), as the bindings return it.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
 /// How a turn ended, when it ended well (the same data as `message_complete`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnSummary {
@@ -615,9 +632,14 @@ impl Agent {
     /// history's tokens stands in for it: a conversation saved past the threshold
     /// compacts before its first request, not after a request its context window may
     /// refuse; one with a server that never counts still compacts.
-    fn wants_compaction(&self) -> bool {
+    async fn wants_compaction(
+        &self,
+        model: &str,
+        specs: &[ToolSpec],
+        cancel: &CancellationToken,
+    ) -> Result<bool> {
         let Some(c) = &self.inner.config.compaction else {
-            return false;
+            return Ok(false);
         };
         let last = self
             .inner
@@ -630,9 +652,17 @@ impl Agent {
             // A reported count of 0 input tokens for a request that had a history is no
             // count either (a server that fills the fields without counting).
             Some(input_tokens) if input_tokens > 0 => input_tokens,
+            // No count of this history yet: the provider's, when the agent opts in.
+            _ if self.inner.config.provider_token_counts => {
+                let history = self.history();
+                self.request_tokens(&history, model, specs, true, cancel)
+                    .await?
+                    .tokens
+            }
             _ => compaction::estimate_tokens(&self.history_lock()),
         };
-        tokens > c.threshold_tokens && tokens > self.inner.compaction_floor.load(Ordering::SeqCst)
+        Ok(tokens > c.threshold_tokens
+            && tokens > self.inner.compaction_floor.load(Ordering::SeqCst))
     }
 
     /// Keeps the provider's count of the request just answered, for compaction; a
@@ -749,6 +779,117 @@ impl Agent {
         self.run_output(input, output::schema_for::<T>()).await
     }
 
+    /// The tokens of the request a turn with `input` would send now: the history, the
+    /// tools, the system prompt and the input (nothing enters the history). Asks the
+    /// provider's count endpoint where it has one (Anthropic `messages/count_tokens`,
+    /// Gemini `countTokens`, OpenAI Responses `input_tokens`); otherwise estimates it
+    /// and says so (`estimated`). The input is checked as a turn checks it (`config`);
+    /// the provider's errors are typed as a turn's. The tools of MCP servers are not
+    /// counted (a count does not start them).
+    pub async fn count_tokens(&self, input: impl Into<Input>) -> Result<TokenCount> {
+        let input = input.into();
+        self.check_input(&input)?;
+        let mut messages = self.history();
+        messages.push(user_message(input));
+        let model = self.inner.config.model.clone();
+        let specs = self.tool_specs();
+        self.request_tokens(&messages, &model, &specs, true, &CancellationToken::new())
+            .await
+    }
+
+    /// The tokens of a request with `messages`: the provider's count when `ask` and it
+    /// has a count endpoint, else the estimate.
+    async fn request_tokens(
+        &self,
+        messages: &[Message],
+        model: &str,
+        specs: &[ToolSpec],
+        ask: bool,
+        cancel: &CancellationToken,
+    ) -> Result<TokenCount> {
+        let config = &self.inner.config;
+        let output = self.inner.output.clone();
+        let params = RequestParams {
+            model,
+            system: config.system.as_deref(),
+            max_tokens: config.max_tokens,
+            temperature: config.temperature,
+            tools: specs,
+            messages,
+        };
+        let request_options = RequestOptions {
+            reasoning: config.reasoning,
+            prompt_caching: config.prompt_caching,
+            dialect: self.inner.dialect,
+            store: false,
+            previous_response: None,
+            output: output.as_ref().map(OutputSpec::request),
+        };
+        let body = provider::request_body_with(config.provider, &params, &request_options);
+        let wire = config.provider.wire();
+        if ask {
+            if let Some((url, count_body)) =
+                wire.token_count_request(&config.base_url, model, &body)
+            {
+                let tokens = self
+                    .inner
+                    .transport
+                    .count_tokens(config, &url, &count_body, cancel)
+                    .await?;
+                return Ok(TokenCount {
+                    tokens,
+                    estimated: false,
+                });
+            }
+        }
+        let bytes = serde_json::to_vec(&body).map_or(0, |b| b.len() as u64);
+        Ok(TokenCount {
+            tokens: bytes.div_ceil(4),
+            estimated: true,
+        })
+    }
+
+    /// Refuses a turn whose first request would pass `max_history_tokens` (before any
+    /// model request).
+    async fn check_history_tokens(
+        &self,
+        user: &Message,
+        model: &str,
+        mcp: &[Arc<dyn Tool>],
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        let config = &self.inner.config;
+        let Some(max) = config.max_history_tokens else {
+            return Ok(());
+        };
+        let mut messages = self.history();
+        messages.push(user.clone());
+        let mut specs = self.tool_specs();
+        specs.extend(mcp.iter().map(|t| t.spec()));
+        let count = self
+            .request_tokens(
+                &messages,
+                model,
+                &specs,
+                config.provider_token_counts,
+                cancel,
+            )
+            .await?;
+        if count.tokens > max {
+            let how = if count.estimated {
+                "estimated"
+            } else {
+                "counted by the provider"
+            };
+            return Err(Error::config(format!(
+                "input: the request with this input would be {} tokens ({how}), more than \
+                 max_history_tokens ({max}); compact or clear the conversation first",
+                count.tokens
+            )));
+        }
+        Ok(())
+    }
+
     /// Appends the input and runs the steps. A request the provider refused as
     /// malformed (`bad_request`: a text-only model sent an image, an attachment it does
     /// not take) before anything answered the input takes the input back out: it would
@@ -764,18 +905,16 @@ impl Agent {
         let output = self.turn_output(&options)?;
         // MCP servers start (or fail, naming the server) before anything is sent.
         let mcp = self.mcp_tools(&control.cancel).await?;
-        let parts = input.into_parts();
-        let user = Message {
-            role: Role::User,
-            content: if parts.is_empty() {
-                vec![Block::text("")]
-            } else {
-                parts
-            },
-        };
+        let user = user_message(input);
         if let Some(t) = sink.telemetry() {
             t.input(&user.text());
         }
+        let model = options
+            .model
+            .clone()
+            .unwrap_or_else(|| self.inner.config.model.clone());
+        self.check_history_tokens(&user, &model, &mcp, &control.cancel)
+            .await?;
         let history = {
             let mut history = self.history_lock();
             history.push(user.clone());
@@ -799,6 +938,7 @@ impl Agent {
         Limits {
             max_steps: self.inner.config.max_steps,
             output_retries: self.inner.config.output_retries,
+            max_tool_calls: self.inner.config.max_tool_calls,
         }
     }
 
@@ -924,7 +1064,11 @@ impl Agent {
                     }
                     let mut specs = self.tool_specs();
                     specs.extend(mcp.iter().map(|t| t.spec()));
-                    if self.wants_compaction() && self.auto_compact(&model, sink, control).await? {
+                    if self
+                        .wants_compaction(&model, &specs, &control.cancel)
+                        .await?
+                        && self.auto_compact(&model, sink, control).await?
+                    {
                         turn.rebase(Arc::new(self.history()));
                         publish(turn, None);
                     }
@@ -1501,5 +1645,18 @@ impl Drop for StepGuard<'_> {
                 content: results,
             });
         }
+    }
+}
+
+/// A turn's input as the user message it enters the history as.
+fn user_message(input: Input) -> Message {
+    let parts = input.into_parts();
+    Message {
+        role: Role::User,
+        content: if parts.is_empty() {
+            vec![Block::text("")]
+        } else {
+            parts
+        },
     }
 }

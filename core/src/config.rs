@@ -293,6 +293,9 @@ config_keys! {
     }
 }
 
+/// Default of `max_queued_requests`.
+pub const DEFAULT_MAX_QUEUED_REQUESTS: u32 = 1024;
+
 /// Default of `max_message_bytes`.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 32 << 20;
 /// Default of `max_tool_output_bytes`.
@@ -335,6 +338,23 @@ config_keys! {
         pub tools: Vec<ToolSpec> = Vec::new(), with push with_host_tool(ToolSpec);
         /// Most model requests in one turn.
         pub max_steps: u32 = 16, key(min(1)), with set with_max_steps;
+        /// Most tool calls the model may ask for in one turn (default: no bound but max_steps); past it the turn fails with kind tool and none of that step's calls runs.
+        pub max_tool_calls: Option<u32> = None, key(min(1)), with some with_max_tool_calls(u32);
+        /// Most model requests in flight at once to this endpoint (base URL and API key), shared by every agent of the process with the same limits (default: no limit).
+        ///
+        /// A request over the limit waits (asynchronously, holding no thread) for one
+        /// to finish; `message_start.queued_ms` says how long it waited. Retries and
+        /// compaction requests count too.
+        pub max_concurrent_requests: Option<u32> = None, key(min(1)),
+            with some with_max_concurrent_requests(u32);
+        /// Most requests waiting for max_concurrent_requests at once; one more fails at once with kind rate_limited.
+        pub max_queued_requests: u32 = DEFAULT_MAX_QUEUED_REQUESTS,
+            with set with_max_queued_requests;
+        /// Cap on the tokens of the conversation a request sends (the provider's count with provider_token_counts, else the estimate); past it a turn fails with kind config before any request (default: no cap).
+        pub max_history_tokens: Option<u64> = None, key(min(1)),
+            with some with_max_history_tokens(u64);
+        /// Ask the provider's token-count endpoint (where it has one) for compaction's and max_history_tokens' counts, instead of the local estimate.
+        pub provider_token_counts: bool = false, with set with_provider_token_counts;
         /// Most tool calls running at once.
         pub tool_concurrency: usize = 4, key(min(1), shown_as(KeyType::U32)),
             with set with_tool_concurrency;

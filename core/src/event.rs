@@ -353,6 +353,9 @@ events! {
         /// The provider's id of the response, when it sent one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         response_id: Option<String>,
+        /// Milliseconds the request waited for the endpoint's max_concurrent_requests (absent when the agent sets none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queued_ms: Option<u64>,
     }
     /// A content block opens.
     2 BlockStart "block_start" {
@@ -654,6 +657,7 @@ mod tests {
                     message: 0,
                     model: "m".into(),
                     response_id: None,
+                    queued_ms: None,
                 },
                 json!({"type":"message_start","message":0,"model":"m"}),
             ),

@@ -34,6 +34,7 @@ use tracing::{debug, debug_span, Instrument};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, Flow, Receiver};
+use crate::limit::{LimitKey, LimitTable, RequestLimit};
 use crate::provider::{AuthHeader, DecodeLimits, DecodedMessage, Decoder, Progress};
 use crate::retry::{self, RetryHints};
 use crate::secret::{is_secret_header, Secrets};
@@ -69,6 +70,9 @@ pub(crate) struct TurnSink<'a> {
     secrets: &'a Secrets,
     /// The turn's spans, when a subscriber wants them: they see every event delivered.
     telemetry: Option<crate::telemetry::TurnTelemetry>,
+    /// What the next `message_start` says the request waited for the endpoint's
+    /// bound (`None`: the agent has none).
+    queued_ms: Option<u64>,
 }
 
 impl<'a> TurnSink<'a> {
@@ -82,6 +86,7 @@ impl<'a> TurnSink<'a> {
             cancel,
             secrets,
             telemetry: None,
+            queued_ms: None,
         }
     }
 
@@ -101,6 +106,9 @@ impl<'a> TurnSink<'a> {
         }
         if !self.secrets.is_empty() {
             event.redact(self.secrets);
+        }
+        if let Event::MessageStart { queued_ms, .. } = &mut event {
+            *queued_ms = self.queued_ms;
         }
         if let Some(t) = &mut self.telemetry {
             t.observe(&event);
@@ -167,6 +175,8 @@ struct Registry {
     /// The process the table belongs to: a forked child starts a table of its own.
     pid: u32,
     clients: Mutex<Vec<(tokio::runtime::Id, ClientSettings, Arc<SharedClient>)>>,
+    /// The process's bounds on model requests per endpoint (`max_concurrent_requests`).
+    limits: Mutex<LimitTable>,
 }
 
 static REGISTRY: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
@@ -190,6 +200,7 @@ fn registry() -> &'static Registry {
         let fresh = Box::into_raw(Box::new(Registry {
             pid,
             clients: Mutex::new(Vec::new()),
+            limits: Mutex::new(LimitTable::default()),
         }));
         match REGISTRY.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
             // SAFETY: just made from a box, published, and never freed.
@@ -217,12 +228,30 @@ pub fn close_idle_connections() {
     drop(dropped);
 }
 
+/// How many requests of agents with `config`'s endpoint, API key and limits wait for
+/// its `max_concurrent_requests` right now (0 when no agent holds such a bound): for
+/// tests and diagnostics.
+pub fn queued_requests(config: &Config) -> u32 {
+    let Some(key) = LimitKey::of(config) else {
+        return 0;
+    };
+    registry()
+        .limits
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .find(&key)
+        .map_or(0, |limit| limit.waiting())
+}
+
 /// The HTTP side of an agent: its client settings, the request headers, the secrets.
 pub struct Transport {
     settings: ClientSettings,
     headers: HeaderMap,
     endpoint: String,
     secrets: Secrets,
+    /// The endpoint's bound on requests in flight, shared with the process's other
+    /// agents (`max_concurrent_requests`).
+    limit: Option<Arc<RequestLimit>>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -290,6 +319,13 @@ impl Transport {
             headers,
             endpoint: config.endpoint(),
             secrets: Secrets::new(secrets),
+            limit: LimitKey::of(config).map(|key| {
+                registry()
+                    .limits
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(key)
+            }),
         };
         // A client is built once per process before any turn, so an HTTP stack that
         // cannot start (no TLS roots) is reported when an agent is created rather than
@@ -364,9 +400,23 @@ impl Transport {
         let endpoint = config.endpoint_for(model);
         client.let_drain_finish().await;
         let mut retry_no = 0;
+        // Time this message waited for the endpoint's max_concurrent_requests, over
+        // all its attempts.
+        let mut queued = Duration::ZERO;
         loop {
             let span = debug_span!("provider_request", message, attempt = retry_no + 1);
+            let slot = match &self.limit {
+                Some(limit) => {
+                    let (slot, waited) = limit.acquire(cancel).await?;
+                    queued += waited;
+                    Some(slot)
+                }
+                None => None,
+            };
             let mut decoder = Decoder::with_limits(config.provider, message, limits(config));
+            if self.limit.is_some() {
+                sink.queued_ms = Some(u64::try_from(queued.as_millis()).unwrap_or(u64::MAX));
+            }
             // The id of the response this attempt got, also for an error that comes
             // inside a successful (200) stream: what the provider's support asks for.
             let mut response_id = None;
@@ -383,6 +433,7 @@ impl Transport {
                 )
                 .instrument(span)
                 .await;
+            drop(slot);
             let (err, hints) = match outcome {
                 Ok(Some(decoded)) => return Ok(decoded),
                 Ok(None) => {
@@ -448,6 +499,68 @@ impl Transport {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
+    }
+
+    /// Asks the provider's token-count endpoint (`url`, with `body`) and returns its
+    /// count. Not a model request: it does not wait for `max_concurrent_requests` and
+    /// is not retried. Errors are typed as the provider's other answers are.
+    pub(crate) async fn count_tokens(
+        &self,
+        config: &Config,
+        url: &str,
+        body: &serde_json::Value,
+        cancel: &CancellationToken,
+    ) -> Result<u64> {
+        // Polled through a vtable, so never inlined into its caller: its request's
+        // connection stays in the shared pool after the call, and
+        // capi/tests/c/valgrind.supp knows the pool's memory by this module's frames.
+        let counted: std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64>> + Send + '_>> =
+            Box::pin(self.count_request(config, url, body, cancel));
+        counted.await
+    }
+
+    async fn count_request(
+        &self,
+        config: &Config,
+        url: &str,
+        body: &serde_json::Value,
+        cancel: &CancellationToken,
+    ) -> Result<u64> {
+        let client = self.client()?;
+        let body = serde_json::to_vec(body)
+            .map_err(|e| Error::internal(format!("cannot serialize the request: {e}")))?;
+        let mut headers = self.headers.clone();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        let deadline = Instant::now() + config.timeouts.request();
+        let request_ms = config.timeouts.request_ms;
+        let sent = client.client.post(url).headers(headers).body(body).send();
+        let response = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(Error::cancelled()),
+            _ = sleep_until(deadline) => return Err(request_timeout(request_ms)),
+            r = sent => r.map_err(|e| transport_error(&e, "sending the request").redact(&self.secrets))?,
+        };
+        let status = response.status().as_u16();
+        let ok = response.status().is_success();
+        let text = read_bounded(response, MAX_ERROR_BODY, cancel, deadline).await;
+        if cancel.is_cancelled() {
+            return Err(Error::cancelled());
+        }
+        let text = self.secrets.redact(&text);
+        let wire = config.provider.wire();
+        if !ok {
+            return Err(wire.http_error(status, &text));
+        }
+        serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| wire.token_count(&v))
+            .ok_or_else(|| {
+                Error::protocol(format!(
+                    "the token-count endpoint answered without a count: {:?}",
+                    crate::text::truncate(text.trim(), 200)
+                ))
+                .with_status(status)
+            })
     }
 
     /// One HTTP attempt. `Ok(Some(_))` when the server answered with a complete message

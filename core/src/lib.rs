@@ -30,6 +30,7 @@
 //! - [`config`] — the configuration schema (builder and JSON), shared by every binding; it asks `provider` for each kind's defaults and rules, and `provider` never depends on it.
 //! - [`retry`] — which failures are retried, and how long to wait.
 //! - [`http`] — the process's shared HTTP clients (per runtime and settings), streaming a response into a decoder under timeouts, backpressure and cancellation.
+//! - `limit` — the process-wide bound on model requests per endpoint (`max_concurrent_requests`, `max_queued_requests`): an asynchronous queue, never a thread.
 //! - [`secret`] — the API key and credential headers, and their removal from everything panto reports.
 //! - [`tool`] — the `Tool` trait, host tools, concurrent dispatch, and running calls' progress.
 //! - [`turn`] — the turn as an I/O-free state machine, its checkpoints, deferred calls and steering.
@@ -102,6 +103,7 @@ pub mod event;
 // scripts/test.sh) covers. docs/rust.md, "What the API covers".
 #[doc(hidden)]
 pub mod http;
+mod limit;
 pub mod mcp;
 pub mod media;
 pub mod message;
@@ -122,7 +124,7 @@ pub mod turn;
 #[doc(hidden)]
 pub mod vocab;
 
-pub use agent::{Agent, TurnControl, TurnOptions, TurnSchema, TurnSlot, TurnSummary};
+pub use agent::{Agent, TokenCount, TurnControl, TurnOptions, TurnSchema, TurnSlot, TurnSummary};
 pub use compaction::{CompactOptions, Compaction};
 pub use config::{CompactionConfig, Config, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};

@@ -58,6 +58,8 @@ config_keys! {
         pub output_schema: TurnSchema = TurnSchema::Agent;
         /// Defer every tool call: the turn pauses with them (stop reason deferred) instead of running them, for an engine that runs each call as its own step and resumes the turn with the results.
         pub defer_tools: bool = false;
+        /// Most tool calls the model may ask for in this turn (replaces the configuration's max_tool_calls); past it the turn fails with kind tool.
+        pub max_tool_calls: Option<u32> = None, key(min(1));
     }
 }
 
@@ -163,7 +165,7 @@ mod tests {
             TurnSchema::Agent
         );
         for (json, want) in [
-            (r#"{"colour":1}"#, "options.colour: unknown key (known: model, reasoning, output_schema, defer_tools)"),
+            (r#"{"colour":1}"#, "options.colour: unknown key (known: model, reasoning, output_schema, defer_tools, max_tool_calls)"),
             (r#"{"model":3}"#, "options.model: must be a string"),
             (r#"{"reasoning":{"effort":"max"}}"#, "options.reasoning.effort: must be"),
             (

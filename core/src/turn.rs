@@ -252,6 +252,8 @@ pub(crate) struct Applied {
 pub(crate) struct Limits {
     pub max_steps: u32,
     pub output_retries: u32,
+    /// Most tool calls in one turn (`max_tool_calls`; a turn's option replaces it).
+    pub max_tool_calls: Option<u32>,
 }
 
 /// The end of a turn, kept until it is reported.
@@ -273,6 +275,8 @@ pub(crate) struct Turn {
     /// What the turn added to the conversation after `base`.
     added: Vec<Message>,
     steps: u32,
+    /// Tool calls the model asked for so far in this turn (`max_tool_calls`).
+    tool_calls: u32,
     usage: Usage,
     repairs: u32,
     text: String,
@@ -350,6 +354,7 @@ impl Turn {
             base: history,
             added: Vec::new(),
             steps: 0,
+            tool_calls: 0,
             usage: Usage::TOTAL,
             repairs: 0,
             text: String::new(),
@@ -370,6 +375,11 @@ impl Turn {
     /// Whether the input must leave the history (see [`Turn::on_request_error`]).
     pub(crate) fn input_refused(&self) -> bool {
         self.input_refused
+    }
+
+    /// The turn's bound on tool calls: its option, else the agent's.
+    fn max_tool_calls(&self) -> Option<u32> {
+        self.options.max_tool_calls.or(self.limits.max_tool_calls)
     }
 
     /// The options of the turn.
@@ -577,6 +587,24 @@ impl Turn {
             self.plan(&msg, &decoded.cut_off_calls, kind)
         };
         if !calls.is_empty() {
+            let asked = u32::try_from(calls.len()).unwrap_or(u32::MAX);
+            let total = self.tool_calls.saturating_add(asked);
+            if let Some(max) = self.max_tool_calls().filter(|max| total > *max) {
+                // Nothing of this step runs: its calls get results saying why, which
+                // keeps the history valid for the next turn.
+                let results = refused_results(&msg, max);
+                self.commit(&mut applied, msg, results);
+                applied.error = Some(Error::new(
+                    ErrorKind::Tool,
+                    format!(
+                        "the model asked for {asked} more tool call(s) after {}, past the \
+                         turn's max_tool_calls ({max}); none of them was run",
+                        self.tool_calls
+                    ),
+                ));
+                return applied;
+            }
+            self.tool_calls = total;
             self.pending = Some(PendingStep {
                 assistant: msg,
                 calls,
@@ -852,6 +880,23 @@ fn unrun_results(msg: &Message) -> Vec<Block> {
         .collect()
 }
 
+/// The results of a message's calls when the turn's `max_tool_calls` refuses them.
+fn refused_results(msg: &Message, max: u32) -> Vec<Block> {
+    msg.content
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolCall { call_id, name, .. } => Some(Block::ToolResult {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                output: format!("not run: the turn reached its limit of {max} tool calls"),
+                is_error: true,
+                parts: Vec::new(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The turn at its latest step boundary, as the checkpoint cell keeps it: the state
 /// plus, while calls run, the slots their results land in (read when a checkpoint is
 /// asked for, so a result counts from the moment it arrived).
@@ -1004,6 +1049,9 @@ struct Doc {
     conversation: Vec<Message>,
     options: Value,
     steps: u32,
+    /// Absent in checkpoints of builds before `max_tool_calls`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    tool_calls: u32,
     usage: Usage,
     repairs: u32,
     text: String,
@@ -1090,6 +1138,7 @@ impl Checkpoint {
             conversation: t.conversation(),
             options: t.options.to_value(),
             steps: t.steps,
+            tool_calls: t.tool_calls,
             usage: t.usage,
             repairs: t.repairs,
             text: t.text.clone(),
@@ -1397,6 +1446,7 @@ impl Checkpoint {
             base: Arc::new(d.conversation),
             added: Vec::new(),
             steps: d.steps,
+            tool_calls: d.tool_calls,
             usage: d.usage,
             repairs: d.repairs,
             text: d.text,
@@ -1412,6 +1462,10 @@ impl Checkpoint {
             answered,
         })
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn redact_doc(doc: &mut Doc, secrets: &Secrets) {
@@ -1447,6 +1501,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_steps: 3,
         output_retries: 1,
+        max_tool_calls: None,
     };
 
     fn turn(options: TurnOptions, has_output: bool) -> Turn {
@@ -1784,7 +1839,7 @@ mod tests {
         // A checkpoint past the resuming agent's max_steps is refused.
         let tight = Limits {
             max_steps: 0,
-            output_retries: 1,
+            ..LIMITS
         };
         let e = Checkpoint::from_json(&json)
             .unwrap()

@@ -583,6 +583,7 @@ mod tests {
                 message: 0,
                 model: "m".into(),
                 response_id: Some("r".into()),
+                queued_ms: Some(3),
             },
             Event::BlockStart {
                 message: 0,
@@ -698,6 +699,7 @@ mod tests {
             message: 0,
             model: "m".into(),
             response_id: None,
+            queued_ms: None,
         };
         assert!(serde_json::to_value(&bare)
             .unwrap()

@@ -410,6 +410,9 @@ typedef struct PantoMessageStart {
   uint32_t _reserved0;
   PantoStr model;
   PantoStr response_id; /* absent if the provider sent none */
+  /* Since ABI 1.3: milliseconds the request waited for the endpoint's
+   * max_concurrent_requests (0: it did not wait, or the agent sets no limit). */
+  uint64_t queued_ms;
 } PantoMessageStart;
 
 /* PANTO_EV_BLOCK_START: a content block opens. */
@@ -659,7 +662,7 @@ typedef struct PantoEvent {
  * first arm so that -Wmissing-field-initializers has nothing to say. */
 #ifdef __cplusplus
 #define PANTO_EVENT_INIT                                                               \
-  {static_cast<uint32_t>(sizeof(PantoEvent)), 0, 0, 0, 0, {{0, 0, {0, 0}, {0, 0}}}}
+  {static_cast<uint32_t>(sizeof(PantoEvent)), 0, 0, 0, 0, {{0, 0, {0, 0}, {0, 0}, 0}}}
 #else
 #define PANTO_EVENT_INIT {.struct_size = (uint32_t)sizeof(PantoEvent)}
 #endif
@@ -846,6 +849,18 @@ PANTO_API PantoStatus panto_agent_call_mcp_tool(PantoAgent *agent, const char *n
                                                 size_t arguments_len,
                                                 const PantoCancelToken *cancel,
                                                 PantoString *out, PantoError **err);
+
+/* Since ABI 1.3. How many tokens the request of a turn with `input` (UTF-8, `len`
+ * bytes; NULL with len 0 is empty) would be now: the conversation, the tools, the system
+ * prompt and the input. Nothing enters the conversation. On success *out (owned by the
+ * caller, panto_string_free) is {"tokens": n, "estimated": bool}: the provider's count
+ * where it has a count endpoint (anthropic, gemini, openai-responses), else an estimate
+ * (estimated: true; nothing is sent). Errors are typed as a turn's (PANTO_ERR_CONFIG for
+ * an input past max_input_bytes, the provider's kinds for its answer). BLOCKS for the
+ * provider's answer (bounded by the timeouts); allowed during a turn. Any thread but a
+ * panto callback's (PANTO_ERR_CONFIG there). */
+PANTO_API PantoStatus panto_agent_count_tokens(PantoAgent *agent, const char *input, size_t len,
+                                               PantoString *out, PantoError **err);
 
 /* Since ABI 1.1. The transcript: a flat, provider-neutral JSON array of the
  * conversation, [{"role", "kind": "text"|"reasoning"|"tool_call"|"tool_result", "text",

@@ -84,6 +84,6 @@ pub use pool::{active_streams, agent_from_parent_process, fork_generation, worke
 #[cfg(unix)]
 pub use ready_set::ReadySet;
 pub use stream::{
-    call_mcp_tool, compact, compact_cancellable, resume, AgentStreamExt, Events, Next, NextEvent,
-    Stream, StreamControl, StreamState,
+    call_mcp_tool, compact, compact_cancellable, count_tokens, resume, AgentStreamExt, Events,
+    Next, NextEvent, Stream, StreamControl, StreamState,
 };

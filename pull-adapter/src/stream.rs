@@ -16,7 +16,7 @@ use crossbeam_channel::{bounded, Receiver as QueueRx, RecvTimeoutError, TryRecvE
 use futures_util::FutureExt;
 use panto::{
     Agent, Answers, CancellationToken, Checkpoint, CompactOptions, Compaction, Error, Event, Input,
-    NotSteered, ToolOutput, TurnControl, TurnOptions,
+    NotSteered, TokenCount, ToolOutput, TurnControl, TurnOptions,
 };
 
 use crate::handoff::{Forward, Item, Pump, Shared};
@@ -322,6 +322,32 @@ pub fn call_mcp_tool(
     }));
     rx.recv()
         .unwrap_or_else(|_| Err(Error::internal("the MCP tool call ended without a result")))
+}
+
+/// The tokens of the request a turn of `agent` with `input` would send now (see
+/// `panto::Agent::count_tokens`: the provider's count where it has a count endpoint,
+/// else an estimate marked `estimated`), blocking the calling thread until it is known.
+/// The count request runs on the agent's worker thread, like its turns; must not be
+/// called from a panto worker thread (a `config` error rather than a deadlock).
+pub fn count_tokens(agent: &Agent, input: impl Into<Input>) -> Result<TokenCount, Error> {
+    if on_worker() {
+        return Err(Error::config(
+            "count_tokens: called on a panto worker thread, which would wait for itself",
+        ));
+    }
+    let worker = worker_for(agent)?;
+    let (tx, rx) = bounded::<Result<TokenCount, Error>>(1);
+    let agent = agent.clone();
+    let input = input.into();
+    drop(worker.spawn(async move {
+        let run = AssertUnwindSafe(agent.count_tokens(input))
+            .catch_unwind()
+            .await;
+        let result = run.unwrap_or_else(|_| Err(Error::internal("the token count panicked")));
+        let _ = tx.send(result);
+    }));
+    rx.recv()
+        .unwrap_or_else(|_| Err(Error::internal("the token count ended without a result")))
 }
 
 /// `agent.stream(input)`: starts a turn as a pull [`Stream`].

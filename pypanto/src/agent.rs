@@ -357,6 +357,18 @@ impl Agent {
         Ok(out.to_json())
     }
 
+    /// The tokens of the request a turn with `input` would send now, as the core's JSON
+    /// (`{"tokens": n, "estimated": bool}`); blocks without the GIL for the provider's
+    /// count.
+    fn count_tokens(&self, py: Python<'_>, input: Text<'_>) -> PyResult<String> {
+        let agent = self.usable(py)?.clone();
+        let input = input.to_string();
+        let count = py
+            .detach(move || panto_pull::count_tokens(&agent, input))
+            .py_err(py)?;
+        Ok(count.to_json())
+    }
+
     /// The transcript as the core's JSON array.
     fn transcript_json(&self, py: Python<'_>) -> PyResult<String> {
         Ok(self.usable(py)?.transcript_json())

@@ -197,6 +197,10 @@ pub struct MessageStart {
     /// The provider's id of the response, when it sent one.
     #[pyo3(get)]
     response_id: Option<String>,
+    /// Milliseconds the request waited for the endpoint's max_concurrent_requests (absent
+    /// when the agent sets none).
+    #[pyo3(get)]
+    queued_ms: Option<u64>,
 }
 
 #[pymethods]
@@ -210,7 +214,7 @@ impl MessageStart {
     /// Positional patterns in `match` (`case MessageStart(a, b)`), in field order.
     #[classattr]
     fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
-        PyTuple::new(py, ["message", "model", "response_id"])
+        PyTuple::new(py, ["message", "model", "response_id", "queued_ms"])
     }
     /// The canonical JSON of this event, exactly as the core writes it.
     fn to_json(&self) -> String {
@@ -225,6 +229,9 @@ impl MessageStart {
         if let Some(v) = &self.response_id {
             d.set_item(intern!(py, "response_id"), v.dict_value(py)?)?;
         }
+        if let Some(v) = &self.queued_ms {
+            d.set_item(intern!(py, "queued_ms"), v.dict_value(py)?)?;
+        }
         Ok(d)
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -234,7 +241,7 @@ impl MessageStart {
         match other.cast::<MessageStart>() {
             Ok(o) => {
                 let o = o.get();
-                self.message == o.message && self.model == o.model && self.response_id == o.response_id
+                self.message == o.message && self.model == o.model && self.response_id == o.response_id && self.queued_ms == o.queued_ms
             }
             Err(_) => false,
         }
@@ -257,6 +264,7 @@ impl MessageStart {
             message: self.message.clone(),
             model: self.model.clone(),
             response_id: self.response_id.clone(),
+            queued_ms: self.queued_ms.clone(),
         }
     }
 }
@@ -1479,8 +1487,8 @@ impl ServerLog {
 /// The Python object for an event (moves its fields, no copy of its strings).
 pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
     Ok(match ev {
-        Event::MessageStart { message, model, response_id } => {
-            Py::new(py, MessageStart { message, model, response_id })?.into_any()
+        Event::MessageStart { message, model, response_id, queued_ms } => {
+            Py::new(py, MessageStart { message, model, response_id, queued_ms })?.into_any()
         }
         Event::BlockStart { message, block, kind } => {
             Py::new(py, BlockStart { message, block, kind })?.into_any()

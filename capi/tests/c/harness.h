@@ -122,6 +122,7 @@ extern const TestSuite READINESS_TESTS;    /* test_readiness.c: descriptors, rea
 extern const TestSuite DURABLE_TESTS;      /* test_durable.c: durable turns (ABI 1.3) */
 extern const TestSuite MCP_OAUTH_TESTS;    /* test_mcp_oauth.c: OAuth callbacks (ABI 1.3) */
 extern const TestSuite MCP_RESOURCE_TESTS; /* test_mcp_resources.c: resources, prompts */
+extern const TestSuite PRODUCTION_TESTS;   /* test_production.c: token counts, limits */
 
 /* ---- What a test starts from ------------------------------------------------------ */
 

@@ -28,6 +28,7 @@ static const TestSuite *const SUITES[] = {
     &DURABLE_TESTS,
     &MCP_OAUTH_TESTS,
     &MCP_RESOURCE_TESTS,
+    &PRODUCTION_TESTS,
 };
 enum { SUITE_COUNT = sizeof SUITES / sizeof SUITES[0] };
 

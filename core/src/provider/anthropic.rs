@@ -59,6 +59,33 @@ impl Wire for Format {
         "/v1/messages"
     }
 
+    /// `POST /v1/messages/count_tokens`: the request's model, system, messages, tools
+    /// and thinking, answered with `{"input_tokens": n}`.
+    fn token_count_request(
+        &self,
+        base_url: &str,
+        _model: &str,
+        body: &Value,
+    ) -> Option<(String, Value)> {
+        let url = format!(
+            "{}/v1/messages/count_tokens",
+            base_url.trim_end_matches('/')
+        );
+        let keep = [
+            "model",
+            "system",
+            "messages",
+            "tools",
+            "tool_choice",
+            "thinking",
+        ];
+        Some((url, super::wire::only_keys(body, &keep)))
+    }
+
+    fn token_count(&self, answer: &Value) -> Option<u64> {
+        answer.get("input_tokens")?.as_u64()
+    }
+
     fn auth_headers(&self, api_key: &str) -> Vec<AuthHeader> {
         let mut headers = Vec::with_capacity(2);
         if !api_key.is_empty() {

@@ -154,6 +154,7 @@ impl Assembly {
             message: self.message,
             model: self.model.clone(),
             response_id: self.response_id.clone(),
+            queued_ms: None,
         })
     }
 

@@ -82,6 +82,31 @@ impl Wire for Format {
         endpoint(base_url, model)
     }
 
+    /// `POST /v1beta/models/{model}:countTokens` with the whole request as its
+    /// `generateContentRequest`, answered with `{"totalTokens": n}`.
+    fn token_count_request(
+        &self,
+        base_url: &str,
+        model: &str,
+        body: &Value,
+    ) -> Option<(String, Value)> {
+        let url =
+            endpoint(base_url, model).replace(":streamGenerateContent?alt=sse", ":countTokens");
+        let name = model.strip_prefix("models/").unwrap_or(model);
+        let mut request = body.clone();
+        if let Some(obj) = request.as_object_mut() {
+            obj.insert("model".into(), Value::from(format!("models/{name}")));
+        }
+        Some((
+            url,
+            serde_json::json!({ "generateContentRequest": request }),
+        ))
+    }
+
+    fn token_count(&self, answer: &Value) -> Option<u64> {
+        answer.get("totalTokens")?.as_u64()
+    }
+
     fn auth_headers(&self, api_key: &str) -> Vec<AuthHeader> {
         if api_key.is_empty() {
             return Vec::new();

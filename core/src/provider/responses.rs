@@ -91,6 +91,32 @@ impl Wire for Format {
         super::openai::bearer(api_key)
     }
 
+    /// `POST /responses/input_tokens`: the request without its streaming and output
+    /// settings, answered with `{"object": "response.input_tokens", "input_tokens": n}`.
+    fn token_count_request(
+        &self,
+        base_url: &str,
+        _model: &str,
+        body: &Value,
+    ) -> Option<(String, Value)> {
+        let url = format!("{}/responses/input_tokens", base_url.trim_end_matches('/'));
+        let keep = [
+            "model",
+            "instructions",
+            "input",
+            "tools",
+            "tool_choice",
+            "reasoning",
+            "text",
+            "previous_response_id",
+        ];
+        Some((url, super::wire::only_keys(body, &keep)))
+    }
+
+    fn token_count(&self, answer: &Value) -> Option<u64> {
+        answer.get("input_tokens")?.as_u64()
+    }
+
     /// Strict mode (`text.format.strict: true`).
     fn native_output_schema(
         &self,

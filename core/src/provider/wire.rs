@@ -113,6 +113,36 @@ pub(crate) trait Wire: Sync {
     fn keeps_responses(&self) -> bool {
         false
     }
+
+    /// The provider's token-count endpoint for a request `body` (as
+    /// [`Wire::request_body`] wrote it): its URL and what to send it. `None` when the
+    /// provider has none (the count is then estimated).
+    fn token_count_request(
+        &self,
+        _base_url: &str,
+        _model: &str,
+        _body: &Value,
+    ) -> Option<(String, Value)> {
+        None
+    }
+
+    /// The count in the token-count endpoint's answer.
+    fn token_count(&self, _answer: &Value) -> Option<u64> {
+        None
+    }
+}
+
+/// `body` with only the keys `keep` names: what a count endpoint takes of a request.
+pub(crate) fn only_keys(body: &Value, keep: &[&str]) -> Value {
+    let mut out = serde_json::Map::new();
+    if let Some(obj) = body.as_object() {
+        for (k, v) in obj {
+            if keep.contains(&k.as_str()) {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
 }
 
 /// A header [`Wire::auth_headers`] asks for. Names are constants (`HeaderName::

@@ -102,6 +102,7 @@ __all__ = [
     "ArgumentError",
     "diagnostics",
     "CompactResult",
+    "TokenCount",
     "MCPServers",
     "MCPTokenStore",
     "PantoError",
@@ -239,6 +240,19 @@ class CompactResult:
 
 CompactResult.__init__.__doc__ = """Made by ``Agent.compact`` / ``acompact`` from the core's report (every field
 as the class describes it)."""
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """The size of a request in tokens (``Agent.count_tokens``). ``estimated`` is true
+    when panto estimated it (the request's bytes / 4) because the provider has no count
+    endpoint (Chat Completions); false for the provider's own count."""
+
+    tokens: int
+    estimated: bool
+
+
+TokenCount.__init__.__doc__ = """Made by ``Agent.count_tokens`` / ``acount_tokens`` from the core's answer."""
 
 
 def _compact_options(keep_last: Optional[int], model: Optional[str], prompt: Optional[str]) -> str:
@@ -829,6 +843,24 @@ class Agent:
                 )
             ),
         )
+
+    def count_tokens(self, input: str) -> TokenCount:
+        """How many tokens the request of a turn with ``input`` would be now: the
+        conversation, the tools, the system prompt and the input. The provider counts
+        where it has a count endpoint (Anthropic, Gemini, OpenAI Responses); otherwise it
+        is an estimate (``estimated``) and nothing is sent. Nothing enters the
+        conversation. Blocks (without the GIL) for the provider's answer, bounded by the
+        agent's timeouts; errors are raised as a turn's."""
+        return TokenCount(**json.loads(self._native.count_tokens(input)))
+
+    async def acount_tokens(self, input: str) -> TokenCount:
+        """``count_tokens()`` for coroutines: the wait happens in a thread of panto's
+        own wait pool, never on the event loop."""
+        require_asyncio("acount_tokens()")
+        import asyncio
+
+        job = WAIT_POOL.submit(self._native.count_tokens, input)
+        return TokenCount(**json.loads(await asyncio.wrap_future(job)))
 
     def transcript(self) -> List[Dict[str, Any]]:
         """A flat, provider-neutral view of the conversation for repainting a UI:

@@ -66,7 +66,7 @@ class _Event:
 class MessageStart(_Event):
     """A provider response begins."""
     type: ClassVar[Literal["message_start"]]
-    __match_args__ = ("message", "model", "response_id")
+    __match_args__ = ("message", "model", "response_id", "queued_ms")
     @property
     def message(self) -> int:
         """0-based index of the assistant message within the turn."""
@@ -78,6 +78,12 @@ class MessageStart(_Event):
     @property
     def response_id(self) -> Optional[str]:
         """The provider's id of the response, when it sent one."""
+        ...
+    @property
+    def queued_ms(self) -> Optional[int]:
+        """Milliseconds the request waited for the endpoint's max_concurrent_requests
+        (absent when the agent sets none).
+        """
         ...
 
 @final
@@ -576,6 +582,7 @@ class Agent:
     ) -> Stream: ...
     def compact(self, options_json: str, cancel: Optional[CancelToken] = None) -> str: ...
     def call_mcp_tool(self, name: str, arguments_json: str, cancel: Optional[CancelToken] = None) -> str: ...
+    def count_tokens(self, input: str) -> str: ...
     def transcript_json(self) -> str: ...
     def history_json(self) -> str: ...
     def load_history_json(self, json: str) -> None: ...

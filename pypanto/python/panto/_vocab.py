@@ -322,6 +322,7 @@ EVENT_FIELDS: Dict[str, Tuple[Tuple[str, str, bool], ...]] = {
         ("message", "u32", False),
         ("model", "string", False),
         ("response_id", "string", True),
+        ("queued_ms", "u64", True),
     ),
     "block_start": (
         ("message", "u32", False),
@@ -437,6 +438,11 @@ CONFIG_KEYS: Tuple[str, ...] = (
     "temperature",
     "tools",
     "max_steps",
+    "max_tool_calls",
+    "max_concurrent_requests",
+    "max_queued_requests",
+    "max_history_tokens",
+    "provider_token_counts",
     "tool_concurrency",
     "tool_timeout_ms",
     "retry",
@@ -658,6 +664,34 @@ class AgentOptions(TypedDict, total=False):
 
     max_steps: Optional[int]
     """Most model requests in one turn. (default 16; at least 1)"""
+
+    max_tool_calls: Optional[int]
+    """Most tool calls the model may ask for in one turn (default: no bound but
+    max_steps); past it the turn fails with kind tool and none of that step's calls
+    runs. (at least 1)
+    """
+
+    max_concurrent_requests: Optional[int]
+    """Most model requests in flight at once to this endpoint (base URL and API key),
+    shared by every agent of the process with the same limits (default: no limit).
+    (at least 1)
+    """
+
+    max_queued_requests: Optional[int]
+    """Most requests waiting for max_concurrent_requests at once; one more fails at once
+    with kind rate_limited. (default 1024)
+    """
+
+    max_history_tokens: Optional[int]
+    """Cap on the tokens of the conversation a request sends (the provider's count with
+    provider_token_counts, else the estimate); past it a turn fails with kind config
+    before any request (default: no cap). (at least 1)
+    """
+
+    provider_token_counts: Optional[bool]
+    """Ask the provider's token-count endpoint (where it has one) for compaction's and
+    max_history_tokens' counts, instead of the local estimate. (default False)
+    """
 
     tool_concurrency: Optional[int]
     """Most tool calls running at once. (default 4; at least 1)"""

@@ -166,6 +166,20 @@ impl TestServer {
         self.shared.held()
     }
 
+    /// Scripted responses being sent right now (from the request's match until all but
+    /// the response's last bytes are written; control requests and mismatches are not
+    /// counted).
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight()
+    }
+
+    /// The most scripted responses sent at once (see [`in_flight`](Self::in_flight)) since
+    /// the server started or the last [`set_scenario`](Self::set_scenario) /
+    /// [`reset`](Self::reset).
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight()
+    }
+
     /// Shuts down (sends FIN on) every keep-alive connection that is idle right now, i.e.
     /// has finished a response and has not received any byte of a next request, and returns
     /// how many. Connections in the middle of a request or response, and new connections

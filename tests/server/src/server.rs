@@ -66,6 +66,9 @@ pub(crate) struct Shared {
     gate: watch::Sender<Gate>,
     /// Responses waiting at a `hold` or running a `flood` right now.
     held: AtomicUsize,
+    /// Scripted responses being sent right now, and the most ever at once.
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
 }
 
 /// The gate that `hold` and `flood` faults wait for.
@@ -127,6 +130,8 @@ impl Shared {
                 opened: 0,
             }),
             held: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
         }
     }
 
@@ -151,7 +156,14 @@ impl Shared {
         st.used = 0;
         st.record.clear();
         drop(st);
+        self.restart_max_in_flight();
         self.close_gate();
+    }
+
+    /// The high-water mark starts again from what is in flight now.
+    fn restart_max_in_flight(&self) {
+        self.max_in_flight
+            .store(self.in_flight.load(Ordering::SeqCst), Ordering::SeqCst);
     }
 
     pub(crate) fn reset(&self) {
@@ -160,6 +172,7 @@ impl Shared {
         st.used = 0;
         st.record.clear();
         drop(st);
+        self.restart_max_in_flight();
         self.close_gate();
     }
 
@@ -176,6 +189,14 @@ impl Shared {
 
     pub(crate) fn held(&self) -> usize {
         self.held.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn max_in_flight(&self) -> usize {
+        self.max_in_flight.load(Ordering::SeqCst)
     }
 
     pub(crate) fn connections_open(&self) -> usize {
@@ -400,6 +421,24 @@ impl Drop for HeldGuard<'_> {
     }
 }
 
+/// Counts a scripted response in `in_flight` (and the high-water mark `max_in_flight`)
+/// while it is being sent, however that ends.
+struct InFlightGuard<'a>(&'a Shared);
+
+impl<'a> InFlightGuard<'a> {
+    fn new(shared: &'a Shared) -> InFlightGuard<'a> {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlightGuard(shared)
+    }
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Accepts connections until `shutdown` fires (or its sender is dropped).
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -472,7 +511,13 @@ async fn handle_connection(conn: &mut Conn, id: usize, shared: &Shared) {
             Ok(control(shared, &req))
         } else {
             match shared.take_exchange(id, &req) {
-                Ok(response) => send_response(conn, shared, &response, &req).await,
+                Ok(response) => {
+                    // Counted until all but the response's last bytes are written: the
+                    // client cannot have seen its end yet, so the count never includes a
+                    // request the client already considers finished.
+                    let _in_flight = InFlightGuard::new(shared);
+                    send_response(conn, shared, &response, &req).await
+                }
                 Err(why) => {
                     let body = error_body("testserver_mismatch", &why);
                     let close = req.wants_close();
@@ -580,6 +625,8 @@ fn control(shared: &Shared, req: &Request) -> (After, Vec<u8>) {
                 "connections_open": shared.connections_open(),
                 "connections_total": shared.connections_total(),
                 "held": shared.held(),
+                "in_flight": shared.in_flight(),
+                "max_in_flight": shared.max_in_flight(),
             })
             .to_string()
             .into_bytes(),

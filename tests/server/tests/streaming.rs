@@ -355,7 +355,7 @@ fn control_endpoints() {
     let stats = c.get("/_panto/stats").json();
     assert_eq!(
         stats,
-        json!({"connections_open": 1, "connections_total": 1, "held": 0})
+        json!({"connections_open": 1, "connections_total": 1, "held": 0, "in_flight": 0, "max_in_flight": 0})
     );
 
     let new = json!({"exchanges": [{"match": {"path": "/v1/models"}, "response": {"json": {"data": []}}}]});
