@@ -83,7 +83,13 @@ class Instrumentation:
     Made by ``panto.instrument()`` (every agent) or given to one agent as
     ``Agent(instrument=...)``."""
 
-    __slots__ = ("_tracer", "_duration", "_tokens", "_ttfc", "capture_content")
+    __slots__ = {
+        "_tracer": "The tracer of the spans.",
+        "_duration": "gen_ai.client.operation.duration",
+        "_tokens": "gen_ai.client.token.usage",
+        "_ttfc": "gen_ai.client.operation.time_to_first_chunk",
+        "capture_content": "Whether message content (prompts, answers, tool arguments and results) is recorded.",
+    }
 
     def __init__(
         self,
@@ -112,7 +118,6 @@ class Instrumentation:
             unit="s",
             description="Time to the first chunk of a streamed response",
         )
-        #: Whether message content is recorded.
         self.capture_content: bool = bool(capture_content) or _capture_env()
 
     def __repr__(self) -> str:
