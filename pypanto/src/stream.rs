@@ -117,6 +117,10 @@ pub struct Stream {
     /// the stream fails or is closed before its end.
     on_host_call: Option<Py<PyAny>>,
     hook_cancelled: AtomicBool,
+    /// The package's instrumentation of this turn (`panto.instrument`), if any: its
+    /// `event(ev)` is called with each event handed out, its `end(error)` when the
+    /// stream fails (the exception) or is closed before its end (`None`).
+    observer: OnceLock<Py<PyAny>>,
     /// How many times a consumer released the GIL to wait (diagnostics: with bursts,
     /// far fewer than the events).
     waits: AtomicU64,
@@ -136,6 +140,7 @@ impl Stream {
             control,
             on_host_call,
             hook_cancelled: AtomicBool::new(false),
+            observer: OnceLock::new(),
             waits: AtomicU64::new(0),
             id,
         }
@@ -198,12 +203,29 @@ impl Stream {
                 hook.bind(py).call1((obj.bind(py),))?;
             }
         }
+        if let Some(observer) = self.observer.get() {
+            // Telemetry never changes the turn: its failure is reported, not raised.
+            if let Err(e) = observer.bind(py).call_method1("event", (obj.bind(py),)) {
+                e.write_unraisable(py, Some(observer.bind(py)));
+            }
+        }
         Ok(obj)
     }
 
     fn fail(&self, py: Python<'_>, e: panto::Error) -> PyErr {
         self.cancel_hook(py);
-        to_pyerr(py, e)
+        let err = to_pyerr(py, e);
+        self.observe_end(py, Some(err.value(py).as_any()));
+        err
+    }
+
+    /// Tells the observer, if any, that the stream ended without `MessageComplete`.
+    fn observe_end(&self, py: Python<'_>, error: Option<&Bound<'_, PyAny>>) {
+        if let Some(observer) = self.observer.get() {
+            if let Err(e) = observer.bind(py).call_method1("end", (error,)) {
+                e.write_unraisable(py, Some(observer.bind(py)));
+            }
+        }
     }
 
     /// Tells the tool runner that no more results will be taken (once).
@@ -257,6 +279,7 @@ impl Stream {
         self.control.cancel();
         self.end(py);
         self.cancel_hook(py);
+        self.observe_end(py, None);
     }
 
     /// Ends the pull stream, waiting for its turn without the GIL: a stream that has not
@@ -282,6 +305,9 @@ impl Stream {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         if let Some(hook) = &self.on_host_call {
             visit.call(hook)?;
+        }
+        if let Some(observer) = self.observer.get() {
+            visit.call(observer)?;
         }
         Ok(())
     }
@@ -335,7 +361,14 @@ impl Stream {
         self.control.cancel();
         if !self.end(py) {
             self.cancel_hook(py);
+            self.observe_end(py, None);
         }
+    }
+
+    /// Gives the stream its instrumentation (the package's `panto.instrument`): an
+    /// object with `event(ev)` and `end(error)`. Once; later calls are ignored.
+    fn _observe(&self, observer: Py<PyAny>) {
+        let _ = self.observer.set(observer);
     }
 
     /// Answers the host-tool call `call_id` (announced by `ToolCallStart(host=True)`).

@@ -72,6 +72,8 @@ from ._media import Document, Image, Input, Part, native_parts
 from ._output import Output, output_schema
 from . import _mcp
 from ._mcp import MCPPrompt, MCPPromptResult, MCPResource, MCPResourceContents
+from ._otel import InstrumentArg, Instrumentation, instrument, uninstrument
+from . import _otel
 
 # The event and record classes, the exception class of every error kind, ERROR_CLASSES,
 # EVENT_CLASSES and the typed keyword arguments of Agent: generated from the core's
@@ -112,6 +114,9 @@ __all__ = [
     "Document",
     "Part",
     "Input",
+    "Instrumentation",
+    "instrument",
+    "uninstrument",
 ]
 __all__ += _vocab.__all__
 
@@ -318,7 +323,7 @@ class Agent:
     turn, if any, and lets go of the conversation; later calls raise ``ConfigError``.
     """
 
-    __slots__ = ("_native", "_tools", "_control", "__weakref__")
+    __slots__ = ("_native", "_tools", "_control", "_instrument", "__weakref__")
 
     def __init__(
         self,
@@ -331,6 +336,7 @@ class Agent:
         mcp_servers: Union[Dict[str, McpServerOptions], "MCPServers", None] = None,
         mcp_token_store: Optional[MCPTokenStore] = None,
         mcp_open_url: Optional[Callable[[str], object]] = None,
+        instrument: InstrumentArg = None,
         **options: Unpack[AgentOptions],
     ) -> None:
         """Makes the agent; nothing is sent until its first turn. ``model`` is required
@@ -346,7 +352,13 @@ class Agent:
         ``timeouts={"idle_ms": 30_000}``, ``reasoning="high"``…: ``panto.AgentOptions``
         lists them with their types). The core validates the whole configuration here:
         ``ConfigError`` names the first bad key, or the tool whose declaration is not
-        one the providers accept."""
+        one the providers accept.
+
+        ``instrument`` records OpenTelemetry spans and metrics of this agent's turns
+        (docs/observability.md): ``None`` (the default) follows ``panto.instrument()``,
+        ``True`` uses OpenTelemetry's global providers, a ``panto.Instrumentation`` its
+        own, ``False`` never."""
+        kept_instrument = _otel.resolve(instrument)
         config: Dict[str, Any] = {"provider": provider, "model": model}
         shared: Optional[MCPServers] = None
         if isinstance(mcp_servers, MCPServers):
@@ -386,6 +398,7 @@ class Agent:
         if mcp_token_store is not None or mcp_open_url is not None:
             self._native.set_mcp_oauth(mcp_token_store, mcp_open_url)
         self._tools = python_tools
+        self._instrument = kept_instrument
         # The latest stream's control handle (it keeps no stream alive): what close()
         # cancels. One stream at a time, so the latest is the only one that may run.
         self._control: Optional[_native.StreamControl] = None
@@ -410,9 +423,13 @@ class Agent:
             _output_schema_json(output_schema),
             defer_tools,
         )
-        return self._started(stream, runner)
+        text = prompt if isinstance(prompt, str) else " ".join(p for p in prompt if isinstance(p, str))
+        return self._started(stream, runner, model, text, False)
 
-    def _started(self, stream: Stream, runner: Optional[Runner]) -> Stream:
+    def _started(self, stream: Stream, runner: Optional[Runner], model: Optional[str], text: str, resumed: bool) -> Stream:
+        ins = _otel.for_agent(self._instrument)
+        if ins is not None:
+            stream._observe(ins._observer(self.provider, self.base_url, model or self.model, text, resumed))
         self._control = control = stream.control()
         if runner is not None:
             runner.bind(control)
@@ -426,7 +443,7 @@ class Agent:
         elif not isinstance(checkpoint, Checkpoint):
             raise TypeError(f"resume takes a panto.Checkpoint or its JSON text, not a {type(checkpoint).__name__}")
         stream = self._native.resume(checkpoint, native_answers(answers), runner)
-        return self._started(stream, runner)
+        return self._started(stream, runner, None, "", True)
 
     def resume(self, checkpoint: Union[Checkpoint, str], answers: Optional[Mapping[str, Answer]] = None) -> Stream:
         """Continues the turn ``checkpoint`` holds (a ``panto.Checkpoint``, or its
