@@ -794,7 +794,7 @@ class Agent:
         "part"}]}``, ``part`` a ``str``, ``panto.Image`` or ``panto.Document`` that
         attaches the content to a turn:
         ``agent.run(["Summarize this:", read["contents"][0]["part"]])``.
-        ``NotFoundError`` for a resource the server does not have."""
+        A resource the server does not have raises the error of kind not_found."""
         native = self._open()
         return cast(
             MCPResourceContents,
@@ -836,8 +836,8 @@ class Agent:
     ) -> MCPPromptResult:
         """The prompt ``name`` filled in with ``arguments`` (from ``server``; default: the
         only server, else the one that lists it): ``{"description"?, "messages":
-        [{"role", "content": [parts]}]}``. ``BadRequestError`` when the server refuses
-        the arguments."""
+        [{"role", "content": [parts]}]}``. Arguments the server refuses raise the error of
+        kind bad_request."""
         native = self._open()
         args = _mcp.arguments_json(arguments)
         return cast(

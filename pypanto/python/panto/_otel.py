@@ -314,97 +314,110 @@ class _Observer:
                 self._event(ev)
 
     def _event(self, ev: Any) -> None:
-        kind = ev.type
-        if kind == "provider_retry":
-            self._chat_span(ev.message)
-            attrs: "Attributes" = {
-                "panto.retry.attempt": ev.attempt,
-                "panto.retry.delay_ms": ev.delay_ms,
-                "panto.retry.reason": ev.reason,
-            }
-            if ev.status:
-                attrs["http.response.status_code"] = ev.status
-            assert self._chat is not None
-            self._chat.add_event("retry", attrs)
-        elif kind == "message_start":
-            self._chat_span(ev.message)
-            assert self._chat is not None
-            self._response_model = ev.model
-            self._chat.set_attribute("gen_ai.response.model", ev.model)
-            if ev.response_id:
-                self._chat.set_attribute("gen_ai.response.id", ev.response_id)
-        elif kind in ("block_start", "content_delta"):
-            self._first_chunk(ev.message)
-        elif kind == "message_end":
-            if self._chat is not None and self._chat_msg == ev.message:
-                self._chat.set_attribute("gen_ai.response.finish_reasons", [ev.stop_reason])
-                self._chat.set_attributes(self._usage(ev.usage))
-                if ev.usage.reported:
-                    rm = self._response_model
-                    for token_type, n in (("input", ev.usage.input_tokens), ("output", ev.usage.output_tokens)):
-                        self._ins._tokens.record(
-                            n,
-                            self._metric_attrs("chat", gen_ai__response__model=rm, gen_ai__token__type=token_type),
-                            context=self._ctx,
-                        )
-                self._end_chat(None)
-        elif kind == "tool_call_start":
-            attrs = {
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.provider.name": self._provider,
-                "gen_ai.tool.name": ev.name,
-                "gen_ai.tool.call.id": ev.call_id,
-                "gen_ai.tool.type": "function",
-                "panto.tool.runner": "python" if ev.host else "rust",
-            }
-            if self._ins.capture_content:
-                args = ev.arguments_raw
-                if ev.arguments is not None:
-                    args = json.dumps(ev.arguments, ensure_ascii=False)
-                attrs["gen_ai.tool.call.arguments"] = _bounded(args or "")
-            span = self._ins._tracer.start_span(
-                f"execute_tool {ev.name}", context=self._ctx, kind=self._trace.SpanKind.INTERNAL, attributes=attrs
-            )
-            self._tools[ev.call_id] = _Tool(span, time.monotonic())
-        elif kind == "tool_result":
-            tool = self._tools.pop(ev.call_id, None)
-            if tool is None:
-                tool = _Tool(
-                    self._ins._tracer.start_span(
-                        f"execute_tool {ev.name}",
+        # One method per event type this records, ``_on_<type>``; the others pass by.
+        handler = getattr(self, "_on_" + ev.type, None)
+        if handler is not None:
+            handler(ev)
+
+    def _on_provider_retry(self, ev: Any) -> None:
+        self._chat_span(ev.message)
+        attrs: "Attributes" = {
+            "panto.retry.attempt": ev.attempt,
+            "panto.retry.delay_ms": ev.delay_ms,
+            "panto.retry.reason": ev.reason,
+        }
+        if ev.status:
+            attrs["http.response.status_code"] = ev.status
+        assert self._chat is not None
+        self._chat.add_event("retry", attrs)
+
+    def _on_message_start(self, ev: Any) -> None:
+        self._chat_span(ev.message)
+        assert self._chat is not None
+        self._response_model = ev.model
+        self._chat.set_attribute("gen_ai.response.model", ev.model)
+        if ev.response_id:
+            self._chat.set_attribute("gen_ai.response.id", ev.response_id)
+
+    def _on_block_start(self, ev: Any) -> None:
+        self._first_chunk(ev.message)
+
+    def _on_content_delta(self, ev: Any) -> None:
+        self._first_chunk(ev.message)
+
+    def _on_message_end(self, ev: Any) -> None:
+        if self._chat is not None and self._chat_msg == ev.message:
+            self._chat.set_attribute("gen_ai.response.finish_reasons", [ev.stop_reason])
+            self._chat.set_attributes(self._usage(ev.usage))
+            if ev.usage.reported:
+                rm = self._response_model
+                for token_type, n in (("input", ev.usage.input_tokens), ("output", ev.usage.output_tokens)):
+                    self._ins._tokens.record(
+                        n,
+                        self._metric_attrs("chat", gen_ai__response__model=rm, gen_ai__token__type=token_type),
                         context=self._ctx,
-                        attributes={
-                            "gen_ai.operation.name": "execute_tool",
-                            "gen_ai.provider.name": self._provider,
-                            "gen_ai.tool.name": ev.name,
-                            "gen_ai.tool.call.id": ev.call_id,
-                            "gen_ai.tool.type": "function",
-                            "panto.tool.runner": "answered",
-                        },
-                    ),
-                    time.monotonic(),
-                )
-            assert tool.span is not None
-            if self._ins.capture_content:
-                tool.span.set_attribute("gen_ai.tool.call.result", _bounded(ev.output))
-            if ev.is_error:
-                self._fail(tool.span, "tool_error", "the tool reported a failure")
-            tool.span.end()
-            extra = {"error__type": "tool_error"} if ev.is_error else {}
-            self._ins._duration.record(
-                time.monotonic() - tool.at, self._metric_attrs("execute_tool", **extra), context=self._ctx
-            )
-        elif kind == "message_complete":
+                    )
             self._end_chat(None)
-            self._agent.set_attribute("gen_ai.response.finish_reasons", [ev.stop_reason])
-            self._agent.set_attribute("panto.turn.messages", ev.messages)
-            if self._response_model:
-                self._agent.set_attribute("gen_ai.response.model", self._response_model)
-            self._agent.set_attributes(self._usage(ev.usage))
-            if self._ins.capture_content:
-                self._agent.set_attribute("gen_ai.output.messages", _message_json("assistant", _bounded(ev.text)))
-            self._done = True
-            self._agent.end()
+
+    def _on_tool_call_start(self, ev: Any) -> None:
+        attrs = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.provider.name": self._provider,
+            "gen_ai.tool.name": ev.name,
+            "gen_ai.tool.call.id": ev.call_id,
+            "gen_ai.tool.type": "function",
+            "panto.tool.runner": "python" if ev.host else "rust",
+        }
+        if self._ins.capture_content:
+            args = ev.arguments_raw
+            if ev.arguments is not None:
+                args = json.dumps(ev.arguments, ensure_ascii=False)
+            attrs["gen_ai.tool.call.arguments"] = _bounded(args or "")
+        span = self._ins._tracer.start_span(
+            f"execute_tool {ev.name}", context=self._ctx, kind=self._trace.SpanKind.INTERNAL, attributes=attrs
+        )
+        self._tools[ev.call_id] = _Tool(span, time.monotonic())
+
+    def _on_tool_result(self, ev: Any) -> None:
+        tool = self._tools.pop(ev.call_id, None)
+        if tool is None:
+            tool = _Tool(
+                self._ins._tracer.start_span(
+                    f"execute_tool {ev.name}",
+                    context=self._ctx,
+                    attributes={
+                        "gen_ai.operation.name": "execute_tool",
+                        "gen_ai.provider.name": self._provider,
+                        "gen_ai.tool.name": ev.name,
+                        "gen_ai.tool.call.id": ev.call_id,
+                        "gen_ai.tool.type": "function",
+                        "panto.tool.runner": "answered",
+                    },
+                ),
+                time.monotonic(),
+            )
+        assert tool.span is not None
+        if self._ins.capture_content:
+            tool.span.set_attribute("gen_ai.tool.call.result", _bounded(ev.output))
+        if ev.is_error:
+            self._fail(tool.span, "tool_error", "the tool reported a failure")
+        tool.span.end()
+        extra = {"error__type": "tool_error"} if ev.is_error else {}
+        self._ins._duration.record(
+            time.monotonic() - tool.at, self._metric_attrs("execute_tool", **extra), context=self._ctx
+        )
+
+    def _on_message_complete(self, ev: Any) -> None:
+        self._end_chat(None)
+        self._agent.set_attribute("gen_ai.response.finish_reasons", [ev.stop_reason])
+        self._agent.set_attribute("panto.turn.messages", ev.messages)
+        if self._response_model:
+            self._agent.set_attribute("gen_ai.response.model", self._response_model)
+        self._agent.set_attributes(self._usage(ev.usage))
+        if self._ins.capture_content:
+            self._agent.set_attribute("gen_ai.output.messages", _message_json("assistant", _bounded(ev.text)))
+        self._done = True
+        self._agent.end()
 
     def end(self, error: Optional[BaseException]) -> None:
         """The stream ended without ``MessageComplete``: ``error`` is its exception, or

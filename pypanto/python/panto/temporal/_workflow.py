@@ -14,6 +14,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
+from .._vocab import ERROR_CLASSES
+
 #: The activities' names: stable across deploys (a renamed activity strands running turns).
 MODEL_STEP = "panto.model_step"
 TOOL_CALL = "panto.tool_call"
@@ -26,20 +28,12 @@ DEFAULT_MAX_CONCURRENT_TOOLS = 4
 #: default payload limit (2 MB), with room for the rest of the event.
 DEFAULT_MAX_CHECKPOINT_BYTES = 1_500_000
 
-#: panto's error kinds that no retry can fix: the activity fails at once.
-NON_RETRYABLE_KINDS = (
-    "config",
-    "authentication",
-    "permission",
-    "not_found",
-    "bad_request",
-    "output_invalid",
-    "output_refused",
-    "output_truncated",
-    "cancelled",
-    "busy",
-    "internal",
-)
+#: panto's error kinds a retry may fix (a busy or failing server, a lost connection, a cut
+#: or malformed stream, a tool's failure): Temporal retries them with its backoff.
+RETRYABLE_KINDS = ("rate_limited", "server", "connection", "timeout", "protocol", "provider", "tool", "incomplete")
+#: Every other kind (one added to panto later included) is one no retry can fix: the
+#: activity fails at once.
+NON_RETRYABLE_KINDS = tuple(kind for kind in ERROR_CLASSES if kind not in RETRYABLE_KINDS)
 
 
 @dataclass
@@ -52,7 +46,7 @@ class TurnRequest:
     is the conversation the turn starts from. ``needs_approval`` names tools whose calls
     wait for an approval signal besides those that declare it (MCP tools, for example).
     ``max_concurrent_tools`` bounds a step's fan-out; ``max_checkpoint_bytes`` the
-    checkpoint a step may hand back (past it the turn fails with a ``config`` error).
+    checkpoint a step may hand back (past it the turn fails with a configuration error).
     The timeouts and the retry policy's first interval are the activities'."""
 
     agent: str
