@@ -91,7 +91,14 @@ impl Client {
 
     fn fill(&mut self) -> io::Result<usize> {
         let mut tmp = [0u8; 8192];
-        let n = self.stream.read(&mut tmp)?;
+        // A signal to the test process (a child server stopping or ending) may cut a
+        // read short with EINTR: that is no answer yet, read again.
+        let n = loop {
+            match self.stream.read(&mut tmp) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r?,
+            }
+        };
         self.buf.extend_from_slice(&tmp[..n]);
         Ok(n)
     }
