@@ -168,12 +168,12 @@ static void test_mcp_call_tool_outside_a_turn(void) {
   CHECK(panto_error_kind(err) == PANTO_ERR_CANCELLED);
   panto_error_free(err);
   err = NULL;
-  CHECK(!no_process_with(marker));
+  CHECK(!mcp_no_process_with(marker));
   panto_agent_free(agent);
   agent = NULL;
   /* Freeing the agent stops its server, and the thread that stops it ends. */
-  CHECKF(wait_until(no_process_with, marker, 60000), "%s", "the MCP server outlived its agent");
-  CHECK(wait_until(no_stop_thread, NULL, 60000));
+  CHECKF(wait_until(mcp_no_process_with, marker, 60000), "%s", "the MCP server outlived its agent");
+  CHECK(wait_until(mcp_no_stop_thread, NULL, 60000));
 out:
   if (!joined) {
     panto_cancel_token_cancel(token);
