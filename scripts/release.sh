@@ -344,8 +344,11 @@ require $go_module v0.0.0
 
 replace $go_module => $go_dir
 EOF
-# The module's own checksums (goleak, its test-only requirement) are all it needs.
+# The module's own checksums (goleak, its test-only requirement; OpenTelemetry's API)
+# are all it needs; `go mod tidy` lists the module's requirements in the consumer's
+# go.mod, as a user's `go get` would.
 cp "$go_dir/go.sum" "$go_mod/go.sum"
+(cd "$go_mod" && go mod tidy)
 # shellcheck disable=SC2016
 clean PANTO_TESTSERVER="$testserver" PANTO_SCENARIO="$scenario" sh -ec '
     cd "$1"
