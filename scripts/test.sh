@@ -85,6 +85,17 @@ background_wait() { # background_wait <name> <command...> (the command: for PANT
   return "$status"
 }
 
+# Every committed Cargo.lock (the workspace's, pypanto's, the fuzz targets', the peers'
+# benchmark's) must already hold what its manifest needs: a build that rewrites one leaves
+# the checkout changed, which the last step fails on half an hour later. Checked first.
+step "every committed Cargo.lock is up to date with its manifest (cargo metadata --locked)"
+for lock in $(git ls-files '*Cargo.lock' 2>/dev/null || echo Cargo.lock); do
+  if ! cargo metadata --locked --format-version 1 --manifest-path "$(dirname "$lock")/Cargo.toml" >/dev/null; then
+    echo "$lock is out of date: run 'cargo metadata --manifest-path $(dirname "$lock")/Cargo.toml' and commit it" >&2
+    exit 1
+  fi
+done
+
 if [ -z "${PANTO_SKIP_LINT:-}" ]; then
   step "cargo fmt --check"
   cargo fmt --all -- --check
@@ -116,9 +127,6 @@ cargo test --locked -p panto --features schemars --test structured_output
 
 step "benchmarks compile"
 cargo bench --workspace --no-run --locked
-# scripts/bench.sh builds the peers' clients with --locked: their lock file must follow
-# the workspace's crates (a new dependency of panto-pull broke it once, unnoticed).
-cargo metadata --locked --format-version 1 --manifest-path tests/peers-bench/Cargo.toml >/dev/null
 
 step "push example and 'panto run --json' print the same turn"
 scripts/check-push-pull-equivalence.sh
