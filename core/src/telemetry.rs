@@ -106,26 +106,29 @@ pub(crate) struct TurnTelemetry {
     finished: bool,
 }
 
-impl TurnTelemetry {
-    /// The `invoke_agent` span of a turn (a child of the caller's current span), or
-    /// `None` when no subscriber wants it: then the turn records nothing.
-    pub(crate) fn start(
-        config: &Config,
-        model: &str,
-        resumed: bool,
-        secrets: &Secrets,
-    ) -> Option<TurnTelemetry> {
-        let agent = tracing::span!(
+/// A span of operation `$op` (`invoke_agent`, `chat`) with the attributes both carry
+/// declared once, empty until recorded: status, request, server, response, usage and
+/// `error.type`. The span's own fields follow the `;` (a `tracing` span declares every
+/// field where it is made).
+macro_rules! gen_ai_span {
+    ($(parent: $parent:expr,)? $op:literal,
+     otel.name = $name:expr,
+     otel.kind = $kind:literal,
+     gen_ai.provider.name = $provider:expr,
+     gen_ai.request.model = $model:expr;
+     $($own:tt)*) => {
+        tracing::span!(
             target: TARGET,
+            $(parent: $parent,)?
             Level::INFO,
-            "invoke_agent",
-            otel.name = "invoke_agent",
-            otel.kind = "internal",
+            $op,
+            otel.name = $name,
+            otel.kind = $kind,
             otel.status_code = Empty,
             otel.status_description = Empty,
-            gen_ai.operation.name = "invoke_agent",
-            gen_ai.provider.name = Empty,
-            gen_ai.request.model = model,
+            gen_ai.operation.name = $op,
+            gen_ai.provider.name = $provider,
+            gen_ai.request.model = $model,
             gen_ai.request.max_tokens = Empty,
             gen_ai.request.temperature = Empty,
             server.address = Empty,
@@ -138,6 +141,26 @@ impl TurnTelemetry {
             gen_ai.usage.cache_creation.input_tokens = Empty,
             gen_ai.usage.reasoning.output_tokens = Empty,
             error.type = Empty,
+            $($own)*
+        )
+    };
+}
+
+impl TurnTelemetry {
+    /// The `invoke_agent` span of a turn (a child of the caller's current span), or
+    /// `None` when no subscriber wants it: then the turn records nothing.
+    pub(crate) fn start(
+        config: &Config,
+        model: &str,
+        resumed: bool,
+        secrets: &Secrets,
+    ) -> Option<TurnTelemetry> {
+        let agent = gen_ai_span!(
+            "invoke_agent",
+            otel.name = "invoke_agent",
+            otel.kind = "internal",
+            gen_ai.provider.name = Empty,
+            gen_ai.request.model = model;
             gen_ai.input.messages = Empty,
             gen_ai.output.messages = Empty,
             panto.turn.resumed = resumed,
@@ -183,32 +206,15 @@ impl TurnTelemetry {
     /// A model request starts: its `chat {model}` span.
     pub(crate) fn request_start(&mut self, config: &Config, message: u32) {
         let c = &self.common;
-        let span = tracing::span!(
-            target: TARGET,
+        let span = gen_ai_span!(
             parent: &self.agent,
-            Level::INFO,
             "chat",
             otel.name = format!("chat {}", c.model).as_str(),
             otel.kind = "client",
-            otel.status_code = Empty,
-            otel.status_description = Empty,
-            gen_ai.operation.name = "chat",
             gen_ai.provider.name = c.provider,
-            gen_ai.request.model = c.model.as_str(),
-            gen_ai.request.max_tokens = Empty,
-            gen_ai.request.temperature = Empty,
-            server.address = Empty,
-            server.port = Empty,
+            gen_ai.request.model = c.model.as_str();
             gen_ai.response.id = Empty,
-            gen_ai.response.model = Empty,
-            gen_ai.response.finish_reasons = Empty,
             gen_ai.response.time_to_first_chunk = Empty,
-            gen_ai.usage.input_tokens = Empty,
-            gen_ai.usage.output_tokens = Empty,
-            gen_ai.usage.cache_read.input_tokens = Empty,
-            gen_ai.usage.cache_creation.input_tokens = Empty,
-            gen_ai.usage.reasoning.output_tokens = Empty,
-            error.type = Empty,
             panto.message = i64::from(message),
             panto.attempts = Empty,
         );
