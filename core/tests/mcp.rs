@@ -6,60 +6,21 @@
 //! its agent.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use panto::{
     Agent, Config, ErrorKind, Event, Flow, McpServer, McpServers, ProviderKind, Receiver,
     TurnControl,
 };
-use panto_testkit::mcp::{fixture, group_members, pids_with, python, time_server};
-use panto_testkit::turn_with;
-use panto_testserver::script::{self, exchange};
+use panto_testkit::mcp::{
+    fixture_server, group_members, pids_with, python, time_server, unique, HttpFixture,
+};
+use panto_testkit::{eventually_async, model, offered, turn_with};
+use panto_testserver::script;
 use panto_testserver::TestServer;
 use serde_json::Value;
 
 const HANG_GUARD: Duration = Duration::from_secs(90);
-
-/// A path no other test uses, to tell this test's server processes and marker files apart.
-fn unique(tag: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    std::env::temp_dir()
-        .join(format!(
-            "panto-mcp-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ))
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Waits for `cond` while the test's runtime keeps running (the servers' pipes are
-/// driven by its tasks), under a hang guard.
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + HANG_GUARD;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-fn fixture_server(extra: &[&str]) -> McpServer {
-    let mut args = vec![fixture()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    McpServer::stdio(python(), args)
-}
-
-/// A model scripted to answer with `responses` in turn (built with `script`).
-fn model(responses: Vec<Value>) -> TestServer {
-    TestServer::start(script::scenario(
-        responses.into_iter().map(exchange).collect(),
-    ))
-    .expect("test server starts")
-}
 
 /// An agent on `server` with the fixture server, named `fx`, started with `extra`.
 fn fx_agent(server: &TestServer, extra: &[&str]) -> Agent {
@@ -105,19 +66,6 @@ fn results(events: &[Event]) -> Vec<(String, String, bool)> {
         .collect();
     out.sort_by_key(|(i, _)| *i);
     out.into_iter().map(|(_, r)| r).collect()
-}
-
-/// The tool names offered in the model request `i`.
-fn offered(server: &TestServer, i: usize) -> Vec<String> {
-    let reqs = server.requests();
-    reqs[i].body["tools"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|t| t["function"]["name"].as_str().unwrap_or("").to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -291,7 +239,7 @@ async fn progress_keeps_a_call_alive_and_a_hung_server_costs_one_call() {
         "MCP server \"fx\" did not answer the call of \"hang\" within 1500 ms"
     );
     // The hung call was withdrawn with notifications/cancelled.
-    eventually("the server saw notifications/cancelled", || {
+    eventually_async("the server saw notifications/cancelled", || {
         std::path::Path::new(&marker).exists()
     })
     .await;
@@ -343,7 +291,7 @@ async fn a_cancelled_turn_withdraws_its_calls() {
     .await
     .expect("the turn hung");
     assert_eq!(r.unwrap_err().kind, ErrorKind::Cancelled);
-    eventually("the server saw notifications/cancelled", || {
+    eventually_async("the server saw notifications/cancelled", || {
         std::path::Path::new(&marker).exists()
     })
     .await;
@@ -446,7 +394,7 @@ async fn no_server_process_outlives_its_agent() {
     assert_eq!(pids.len(), 1, "one server, shared by the agent's turns");
     let pgid = pids[0];
     // The server and the `sleep` it started, in the server's own process group.
-    eventually("the server's child started", || group_members(pgid) == 2).await;
+    eventually_async("the server's child started", || group_members(pgid) == 2).await;
     assert_eq!(run(&agent, &TurnControl::default()).await.1.unwrap(), "two");
     assert_eq!(
         pids_with(&marker),
@@ -454,7 +402,7 @@ async fn no_server_process_outlives_its_agent() {
         "the second turn reused the server"
     );
     drop(agent);
-    eventually("every process of the server's group is gone", || {
+    eventually_async("every process of the server's group is gone", || {
         group_members(pgid) == 0
     })
     .await;
@@ -470,7 +418,7 @@ async fn a_server_that_ignores_eof_and_sigterm_is_killed() {
     assert_eq!(pids.len(), 1);
     drop(agent);
     // Stdin closed, SIGTERM ignored: SIGKILL after the two grace periods.
-    eventually("the lingering server was killed", || {
+    eventually_async("the lingering server was killed", || {
         group_members(pids[0]) == 0
     })
     .await;
@@ -624,62 +572,6 @@ async fn mcp_server_time_over_stdio() {
     assert!(v["datetime"].as_str().unwrap_or("").contains('T'), "{out}");
 }
 
-/// The fixture server in Streamable HTTP mode, on a port of its own choosing.
-struct HttpFixture {
-    child: std::process::Child,
-    base: String,
-}
-
-impl HttpFixture {
-    fn start(extra: &[&str]) -> HttpFixture {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(python())
-            .arg(fixture())
-            .arg("--http")
-            .args(extra)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the fixture server");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .strip_prefix("PORT ")
-            .unwrap_or_else(|| panic!("the fixture said {line:?}"))
-            .trim()
-            .to_owned();
-        HttpFixture {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("{}/mcp", self.base)
-    }
-
-    /// The requests the server got at /mcp.
-    async fn log(&self) -> Vec<Value> {
-        let text = reqwest::get(format!("{}/_log", self.base))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        serde_json::from_str::<Vec<Value>>(&text).unwrap()
-    }
-}
-
-impl Drop for HttpFixture {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 async fn streamable_http_keeps_the_session_and_routes_progress() {
     let fx = HttpFixture::start(&[]);
@@ -721,7 +613,7 @@ async fn streamable_http_keeps_the_session_and_routes_progress() {
     );
     // The server pinged panto while the call ran; panto answered.
     assert_eq!(got[4].1, "the client answered a ping");
-    let log = fx.log().await;
+    let log = fx.log();
     assert!(log.len() >= 4, "{log:?}");
     let session = log[1]["session"].as_str().expect("a session id").to_owned();
     // The stream for messages outside requests (the server's ping came there).
@@ -746,7 +638,7 @@ async fn streamable_http_keeps_the_session_and_routes_progress() {
         }
     }
     drop(agent);
-    eventually("the session was deleted", || {
+    eventually_async("the session was deleted", || {
         // A blocking read is fine here: the DELETE runs on this runtime, so poll it
         // from another thread.
         let base = fx.base.clone();
@@ -787,7 +679,7 @@ async fn an_expired_http_session_is_initialized_again() {
     let (events, r) = run(&agent, &TurnControl::default()).await;
     assert_eq!(r.unwrap(), "first");
     assert_eq!(results(&events)[0].1, "echo: one");
-    let first = fx.log().await[1]["session"].clone();
+    let first = fx.log()[1]["session"].clone();
     assert!(!first.is_null());
     reqwest::Client::new()
         .post(format!("{}/_expire", fx.base))
@@ -800,7 +692,7 @@ async fn an_expired_http_session_is_initialized_again() {
         results(&events)[0],
         ("web__echo".into(), "echo: two".into(), false)
     );
-    let log = fx.log().await;
+    let log = fx.log();
     let initializes = log
         .iter()
         .filter(|r| r["method"] == "POST" && r["session"].is_null())
@@ -1572,7 +1464,7 @@ async fn an_mcp_tool_is_called_outside_a_turn() {
         })
     };
     let started = format!("{marker}.started");
-    eventually("the server has the call", || {
+    eventually_async("the server has the call", || {
         std::path::Path::new(&started).exists()
     })
     .await;
@@ -1583,7 +1475,7 @@ async fn an_mcp_tool_is_called_outside_a_turn() {
         .expect("the cancelled call hung")
         .unwrap();
     assert_eq!(r.unwrap_err().kind, ErrorKind::Cancelled);
-    eventually("the server saw notifications/cancelled", || {
+    eventually_async("the server saw notifications/cancelled", || {
         std::path::Path::new(&marker).exists()
     })
     .await;

@@ -9,17 +9,10 @@
 
 use panto::{Agent, Event, McpServer, ProviderKind, TurnControl};
 use panto_testkit::everything::{self, HttpEverything};
-use panto_testserver::script::{self, exchange};
+use panto_testkit::model;
+use panto_testserver::script;
 use panto_testserver::TestServer;
 use serde_json::Value;
-
-/// A model scripted to answer with `responses` in turn.
-fn model(responses: Vec<Value>) -> TestServer {
-    TestServer::start(script::scenario(
-        responses.into_iter().map(exchange).collect(),
-    ))
-    .expect("test server starts")
-}
 
 fn stdio_server(entry: &str) -> McpServer {
     McpServer::stdio("node", everything::stdio_args(entry))

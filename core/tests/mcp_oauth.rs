@@ -15,20 +15,12 @@ use panto::{
     ProviderKind, TurnControl,
 };
 use panto_testkit::mcp::OAuthFixture;
-use panto_testkit::turn_with;
-use panto_testserver::script::{self, exchange};
+use panto_testkit::{model, turn_with};
+use panto_testserver::script;
 use panto_testserver::TestServer;
-use serde_json::Value;
 
 const CC_CLIENT: &str = "panto-cc";
 const CC_SECRET: &str = "cc-secret-0123456789";
-
-fn model(responses: Vec<Value>) -> TestServer {
-    TestServer::start(script::scenario(
-        responses.into_iter().map(exchange).collect(),
-    ))
-    .expect("test server starts")
-}
 
 fn config(server: &TestServer) -> Config {
     panto_testkit::config(ProviderKind::OpenAi, server)

@@ -6,25 +6,18 @@
 //! `read_resource` tool the model follows a `resource_link` with.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use panto::{
     Agent, Block, CancellationToken, ErrorKind, McpResourceBody, McpServer, McpServers,
     ProviderKind, Role, TurnControl,
 };
-use panto_testkit::mcp::{fixture, python, HttpFixture};
-use panto_testserver::script::{self, exchange};
-use panto_testserver::TestServer;
-use serde_json::{json, Value};
+use panto_testkit::mcp::{fixture_server, unique, HttpFixture};
+use panto_testkit::{eventually_async, model, offered};
+use panto_testserver::script;
+use serde_json::json;
 
 const HANG_GUARD: Duration = Duration::from_secs(90);
-
-fn fixture_server(extra: &[&str]) -> McpServer {
-    let mut args = vec![fixture()];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    McpServer::stdio(python(), args)
-}
 
 fn set(servers: Vec<(&str, McpServer)>) -> McpServers {
     McpServers::new(
@@ -34,30 +27,6 @@ fn set(servers: Vec<(&str, McpServer)>) -> McpServers {
             .collect(),
     )
     .unwrap()
-}
-
-/// A path no other test uses, for marker files.
-fn unique(tag: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    std::env::temp_dir()
-        .join(format!(
-            "panto-mcp-res-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ))
-        .to_string_lossy()
-        .into_owned()
-}
-
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + HANG_GUARD;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// What every transport must show of the fixture's resources.
@@ -266,7 +235,7 @@ async fn a_cancelled_read_is_withdrawn_and_a_silent_one_times_out() {
         tokio::spawn(async move { servers.read_resource("fx", "fixture://hang", &cancel).await })
     };
     let started = format!("{marker}.started");
-    eventually("the server got the read", || {
+    eventually_async("the server got the read", || {
         std::path::Path::new(&started).exists()
     })
     .await;
@@ -281,7 +250,7 @@ async fn a_cancelled_read_is_withdrawn_and_a_silent_one_times_out() {
         .unwrap()
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Cancelled);
-    eventually("the server saw notifications/cancelled", || {
+    eventually_async("the server saw notifications/cancelled", || {
         std::path::Path::new(&marker).exists()
     })
     .await;
@@ -346,25 +315,6 @@ async fn secrets_stay_out_of_a_servers_errors() {
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Authentication, "{e:?}");
     assert!(!format!("{e:?}").contains(wrong));
-}
-
-fn model(responses: Vec<Value>) -> TestServer {
-    TestServer::start(script::scenario(
-        responses.into_iter().map(exchange).collect(),
-    ))
-    .expect("test server starts")
-}
-
-/// The tool names offered in the model request `i`.
-fn offered(server: &TestServer, i: usize) -> Vec<String> {
-    server.requests()[i].body["tools"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|t| t["function"]["name"].as_str().unwrap_or("").to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[tokio::test]

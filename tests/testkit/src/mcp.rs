@@ -4,6 +4,7 @@
 //! group (Linux `/proc`), to prove none outlives its agent.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// The repository's root.
@@ -41,6 +42,29 @@ pub fn fixture() -> String {
         .join("tests/mcp/fixture_server.py")
         .canonicalize()
         .expect("tests/mcp/fixture_server.py")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The fixture server over stdio, started with the flags `extra`
+/// (`--cancel-marker PATH` and the rest: see the fixture's usage).
+pub fn fixture_server(extra: &[&str]) -> panto::McpServer {
+    let mut args = vec![fixture()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    panto::McpServer::stdio(python(), args)
+}
+
+/// A path in the temporary directory that no other test uses (`tag`, the process and a
+/// counter): a marker file the fixture writes, and on a server's command line what tells
+/// its processes apart from other tests'.
+pub fn unique(tag: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    std::env::temp_dir()
+        .join(format!(
+            "panto-mcp-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ))
         .to_string_lossy()
         .into_owned()
 }

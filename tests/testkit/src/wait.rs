@@ -35,3 +35,18 @@ pub fn poll_until(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(POLL);
     }
 }
+
+/// [`eventually`] on tokio's runtime, for a condition the runtime's own tasks bring about
+/// (an MCP server's pipes are driven by them): between polls it yields to the runtime
+/// instead of blocking its thread.
+#[cfg(feature = "server")]
+pub async fn eventually_async(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
