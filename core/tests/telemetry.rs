@@ -12,15 +12,15 @@ use std::time::Duration;
 
 use opentelemetry::trace::{SpanKind, Status, TracerProvider as _};
 use opentelemetry::Value as OtelValue;
-use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Histogram, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use panto::{
     Agent, Answers, Collect, Config, ErrorKind, Event, Flow, FnTool, ProviderKind, Receiver,
     ToolOutput, TurnControl, TurnOptions,
 };
-use panto_testkit::API_KEY;
-use panto_testserver::script::{self, exchange};
+use panto_testkit::{model, API_KEY};
+use panto_testserver::script;
 use panto_testserver::TestServer;
 use serde_json::{json, Value};
 use tracing::Instrument;
@@ -107,6 +107,17 @@ fn attr_str(span: &SpanData, key: &str) -> Option<String> {
     attr(span, key).map(|v| v.as_str().into_owned())
 }
 
+/// Asserts that `span`'s attribute `key` is the string `want`.
+#[track_caller]
+fn assert_attr(span: &SpanData, key: &str, want: &str) {
+    assert_eq!(
+        attr_str(span, key).as_deref(),
+        Some(want),
+        "{key} of {}",
+        span.name
+    );
+}
+
 fn attr_i64(span: &SpanData, key: &str) -> Option<i64> {
     match attr(span, key)? {
         OtelValue::I64(n) => Some(n),
@@ -156,15 +167,10 @@ fn weather(calls: Arc<AtomicUsize>, needs_approval: bool) -> impl panto::Tool {
 }
 
 fn tool_turn_server() -> TestServer {
-    TestServer::start(script::scenario(vec![
-        exchange(script::openai_tool_calls(&[(
-            "call_1",
-            "weather",
-            r#"{"city":"Paris"}"#,
-        )])),
-        exchange(script::openai_text(&["It is ", "sunny."])),
-    ]))
-    .unwrap()
+    model(vec![
+        script::openai_tool_calls(&[("call_1", "weather", r#"{"city":"Paris"}"#)]),
+        script::openai_text(&["It is ", "sunny."]),
+    ])
 }
 
 /// Runs a turn under the caller's span `caller`.
@@ -186,20 +192,27 @@ async fn run_under(
     .expect("the turn hung")
 }
 
-async fn tool_turn(config: Config) -> (Pipeline, Vec<SpanData>) {
-    let pipeline = Pipeline::new();
-    let agent = Agent::new(config).unwrap();
-    let calls = Arc::new(AtomicUsize::new(0));
-    agent.add_tool(weather(calls.clone(), false)).unwrap();
+/// Runs a turn under the caller's span, with no control or options and its events
+/// collected.
+async fn run(agent: &Agent, input: &str) -> panto::Result<panto::TurnSummary> {
     run_under(
-        &agent,
-        &format!("Weather in Paris? my key is {API_KEY}"),
+        agent,
+        input,
         &TurnControl::default(),
         TurnOptions::default(),
         &mut Collect::default(),
     )
     .await
-    .unwrap();
+}
+
+async fn tool_turn(config: Config) -> (Pipeline, Vec<SpanData>) {
+    let pipeline = Pipeline::new();
+    let agent = Agent::new(config).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    agent.add_tool(weather(calls.clone(), false)).unwrap();
+    run(&agent, &format!("Weather in Paris? my key is {API_KEY}"))
+        .await
+        .unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     let spans = pipeline.spans();
     (pipeline, spans)
@@ -216,22 +229,10 @@ async fn a_tool_turn_makes_the_conventions_span_tree_under_the_callers_span() {
         agent.span_context.trace_id(),
         caller.span_context.trace_id()
     );
-    assert_eq!(
-        attr_str(agent, "gen_ai.operation.name").as_deref(),
-        Some("invoke_agent")
-    );
-    assert_eq!(
-        attr_str(agent, "gen_ai.provider.name").as_deref(),
-        Some("openai")
-    );
-    assert_eq!(
-        attr_str(agent, "gen_ai.request.model").as_deref(),
-        Some("scripted-model")
-    );
-    assert_eq!(
-        attr_str(agent, "gen_ai.response.finish_reasons").as_deref(),
-        Some("end_turn")
-    );
+    assert_attr(agent, "gen_ai.operation.name", "invoke_agent");
+    assert_attr(agent, "gen_ai.provider.name", "openai");
+    assert_attr(agent, "gen_ai.request.model", "scripted-model");
+    assert_attr(agent, "gen_ai.response.finish_reasons", "end_turn");
     assert!(attr_i64(agent, "gen_ai.usage.input_tokens").is_some());
     assert_eq!(agent.status, Status::Unset);
 
@@ -240,23 +241,11 @@ async fn a_tool_turn_makes_the_conventions_span_tree_under_the_callers_span() {
     for chat in &chats {
         assert_eq!(chat.parent_span_id, agent.span_context.span_id());
         assert_eq!(chat.span_kind, SpanKind::Client);
-        assert_eq!(
-            attr_str(chat, "gen_ai.operation.name").as_deref(),
-            Some("chat")
-        );
-        assert_eq!(
-            attr_str(chat, "gen_ai.provider.name").as_deref(),
-            Some("openai")
-        );
-        assert_eq!(
-            attr_str(chat, "gen_ai.response.model").as_deref(),
-            Some("scripted-model")
-        );
+        assert_attr(chat, "gen_ai.operation.name", "chat");
+        assert_attr(chat, "gen_ai.provider.name", "openai");
+        assert_attr(chat, "gen_ai.response.model", "scripted-model");
         assert!(attr_str(chat, "gen_ai.response.id").is_some());
-        assert_eq!(
-            attr_str(chat, "server.address").as_deref(),
-            Some("127.0.0.1")
-        );
+        assert_attr(chat, "server.address", "127.0.0.1");
         assert_eq!(
             attr_i64(chat, "server.port"),
             Some(i64::from(reqwest_port(&server)))
@@ -275,23 +264,11 @@ async fn a_tool_turn_makes_the_conventions_span_tree_under_the_callers_span() {
 
     let tool = one(&spans, "execute_tool weather");
     assert_eq!(tool.parent_span_id, agent.span_context.span_id());
-    assert_eq!(
-        attr_str(tool, "gen_ai.operation.name").as_deref(),
-        Some("execute_tool")
-    );
-    assert_eq!(
-        attr_str(tool, "gen_ai.tool.name").as_deref(),
-        Some("weather")
-    );
-    assert_eq!(
-        attr_str(tool, "gen_ai.tool.call.id").as_deref(),
-        Some("call_1")
-    );
-    assert_eq!(
-        attr_str(tool, "gen_ai.tool.type").as_deref(),
-        Some("function")
-    );
-    assert_eq!(attr_str(tool, "panto.tool.runner").as_deref(), Some("rust"));
+    assert_attr(tool, "gen_ai.operation.name", "execute_tool");
+    assert_attr(tool, "gen_ai.tool.name", "weather");
+    assert_attr(tool, "gen_ai.tool.call.id", "call_1");
+    assert_attr(tool, "gen_ai.tool.type", "function");
+    assert_attr(tool, "panto.tool.runner", "rust");
     // The tool ran between the two requests.
     let first = chats.iter().map(|c| c.end_time).min().unwrap();
     let last = chats.iter().map(|c| c.start_time).max().unwrap();
@@ -337,10 +314,7 @@ async fn content_is_recorded_when_asked_without_any_secret() {
     let output = attr_str(agent, "gen_ai.output.messages").expect("the answer");
     assert!(output.contains("It is sunny."), "{output}");
     let tool = one(&spans, "execute_tool weather");
-    assert_eq!(
-        attr_str(tool, "gen_ai.tool.call.arguments").as_deref(),
-        Some(r#"{"city":"Paris"}"#)
-    );
+    assert_attr(tool, "gen_ai.tool.call.arguments", r#"{"city":"Paris"}"#);
     assert!(attr_str(tool, "gen_ai.tool.call.result")
         .unwrap()
         .starts_with("sunny in Paris"));
@@ -354,22 +328,11 @@ async fn content_is_recorded_when_asked_without_any_secret() {
 
 #[tokio::test]
 async fn content_is_cut_at_16_kib() {
-    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
-        "ok",
-    ]))]))
-    .unwrap();
+    let server = model(vec![script::openai_text(&["ok"])]);
     let pipeline = Pipeline::new();
     let agent = Agent::new(config(&server).with_capture_message_content(true)).unwrap();
     let long = "é".repeat(20_000);
-    run_under(
-        &agent,
-        &long,
-        &TurnControl::default(),
-        TurnOptions::default(),
-        &mut Collect::default(),
-    )
-    .await
-    .unwrap();
+    run(&agent, &long).await.unwrap();
     let spans = pipeline.spans();
     let input = attr_str(one(&spans, "invoke_agent"), "gen_ai.input.messages").unwrap();
     assert!(input.len() < 16 * 1024 + 200, "{}", input.len());
@@ -379,22 +342,13 @@ async fn content_is_cut_at_16_kib() {
 
 #[tokio::test]
 async fn a_retry_is_an_event_of_the_chat_span() {
-    let server = TestServer::start(script::scenario(vec![
-        exchange(script::http_error(503, "overloaded", json!({}))),
-        exchange(script::openai_text(&["fine"])),
-    ]))
-    .unwrap();
+    let server = model(vec![
+        script::http_error(503, "overloaded", json!({})),
+        script::openai_text(&["fine"]),
+    ]);
     let pipeline = Pipeline::new();
     let agent = Agent::new(config(&server).with_retry(panto_testkit::quick_retries(2))).unwrap();
-    run_under(
-        &agent,
-        "hi",
-        &TurnControl::default(),
-        TurnOptions::default(),
-        &mut Collect::default(),
-    )
-    .await
-    .unwrap();
+    run(&agent, "hi").await.unwrap();
     let spans = pipeline.spans();
     let chat = one(&spans, "chat scripted-model");
     assert_eq!(chat.status, Status::Unset);
@@ -419,32 +373,15 @@ async fn a_retry_is_an_event_of_the_chat_span() {
 
 #[tokio::test]
 async fn a_401_fails_the_spans_with_its_error_type() {
-    let server = TestServer::start(script::scenario(vec![exchange(script::http_error(
-        401,
-        "invalid_api_key",
-        json!({}),
-    ))]))
-    .unwrap();
+    let server = model(vec![script::http_error(401, "invalid_api_key", json!({}))]);
     let pipeline = Pipeline::new();
     let agent = Agent::new(config(&server)).unwrap();
-    let err = run_under(
-        &agent,
-        "hi",
-        &TurnControl::default(),
-        TurnOptions::default(),
-        &mut Collect::default(),
-    )
-    .await
-    .unwrap_err();
+    let err = run(&agent, "hi").await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Authentication);
     let spans = pipeline.spans();
     for name in ["invoke_agent", "chat scripted-model"] {
         let s = one(&spans, name);
-        assert_eq!(
-            attr_str(s, "error.type").as_deref(),
-            Some("authentication"),
-            "{name}"
-        );
+        assert_attr(s, "error.type", "authentication");
         assert!(
             matches!(s.status, Status::Error { .. }),
             "{name}: {:?}",
@@ -480,10 +417,7 @@ impl Receiver for StopAtText {
 
 #[tokio::test]
 async fn a_cancel_is_the_spans_status() {
-    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
-        "one", "two", "three",
-    ]))]))
-    .unwrap();
+    let server = model(vec![script::openai_text(&["one", "two", "three"])]);
     let pipeline = Pipeline::new();
     let agent = Agent::new(config(&server)).unwrap();
     let err = run_under(
@@ -499,22 +433,17 @@ async fn a_cancel_is_the_spans_status() {
     let spans = pipeline.spans();
     for name in ["invoke_agent", "chat scripted-model"] {
         let s = one(&spans, name);
-        assert_eq!(
-            attr_str(s, "error.type").as_deref(),
-            Some("cancelled"),
-            "{name}"
-        );
+        assert_attr(s, "error.type", "cancelled");
         assert!(matches!(s.status, Status::Error { .. }), "{name}");
     }
 }
 
 #[tokio::test]
 async fn a_dropped_turn_closes_its_spans_as_cancelled() {
-    let server = TestServer::start(script::scenario(vec![exchange(json!({
+    let server = model(vec![json!({
         "sse": script::openai_text_events(&["one"]),
         "fault": {"kind": "hold", "after_bytes": 5}
-    }))]))
-    .unwrap();
+    })]);
     let pipeline = Pipeline::new();
     let agent = Agent::new(config(&server)).unwrap();
     let mut events = Collect::default();
@@ -528,7 +457,7 @@ async fn a_dropped_turn_closes_its_spans_as_cancelled() {
     assert!(r.is_err(), "the held turn finished: {r:?}");
     let spans = pipeline.spans();
     let s = one(&spans, "invoke_agent");
-    assert_eq!(attr_str(s, "error.type").as_deref(), Some("cancelled"));
+    assert_attr(s, "error.type", "cancelled");
 }
 
 #[tokio::test]
@@ -577,10 +506,7 @@ async fn a_resumed_turn_has_its_own_invoke_agent_span() {
         .find(|s| attr(s, "panto.turn.resumed") == Some(OtelValue::Bool(true)))
         .unwrap();
     assert_eq!(attr_i64(first, "panto.tool.deferred"), Some(1));
-    assert_eq!(
-        attr_str(first, "gen_ai.response.finish_reasons").as_deref(),
-        Some("deferred")
-    );
+    assert_attr(first, "gen_ai.response.finish_reasons", "deferred");
     let tools = named(&spans, "execute_tool weather");
     let runners: Vec<_> = tools
         .iter()
@@ -608,35 +534,30 @@ fn histogram_points(metrics: &[ResourceMetrics], name: &str) -> Vec<Vec<(String,
                 if m.name() != name {
                     continue;
                 }
-                let attrs = |it: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
-                    let mut v: Vec<_> = it
-                        .map(|kv| (kv.key.to_string(), kv.value.as_str().into_owned()))
-                        .collect();
-                    v.sort();
-                    v
-                };
                 match m.data() {
-                    AggregatedMetrics::F64(MetricData::Histogram(h)) => {
-                        for p in h.data_points() {
-                            points.push(attrs(&mut p.attributes()));
-                        }
-                    }
-                    AggregatedMetrics::U64(MetricData::Histogram(h)) => {
-                        for p in h.data_points() {
-                            points.push(attrs(&mut p.attributes()));
-                        }
-                    }
-                    AggregatedMetrics::I64(MetricData::Histogram(h)) => {
-                        for p in h.data_points() {
-                            points.push(attrs(&mut p.attributes()));
-                        }
-                    }
+                    AggregatedMetrics::F64(MetricData::Histogram(h)) => points.extend(attr_sets(h)),
+                    AggregatedMetrics::U64(MetricData::Histogram(h)) => points.extend(attr_sets(h)),
+                    AggregatedMetrics::I64(MetricData::Histogram(h)) => points.extend(attr_sets(h)),
                     other => panic!("{name} is not a histogram: {other:?}"),
                 }
             }
         }
     }
     points
+}
+
+/// The attributes of each data point of `h`, sorted.
+fn attr_sets<T>(h: &Histogram<T>) -> Vec<Vec<(String, String)>> {
+    h.data_points()
+        .map(|p| {
+            let mut v: Vec<_> = p
+                .attributes()
+                .map(|kv| (kv.key.to_string(), kv.value.as_str().into_owned()))
+                .collect();
+            v.sort();
+            v
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -673,20 +594,9 @@ async fn the_turn_records_the_conventions_metrics() {
 async fn without_a_subscriber_a_turn_records_nothing() {
     // No pipeline: the turn runs as before, and a pipeline installed afterwards saw
     // nothing of it.
-    let server = TestServer::start(script::scenario(vec![exchange(script::openai_text(&[
-        "ok",
-    ]))]))
-    .unwrap();
+    let server = model(vec![script::openai_text(&["ok"])]);
     let agent = Agent::new(config(&server)).unwrap();
-    run_under(
-        &agent,
-        "hi",
-        &TurnControl::default(),
-        TurnOptions::default(),
-        &mut Collect::default(),
-    )
-    .await
-    .unwrap();
+    run(&agent, "hi").await.unwrap();
     let pipeline = Pipeline::new();
     assert!(pipeline.spans().is_empty());
 }
