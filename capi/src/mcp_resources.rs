@@ -43,6 +43,36 @@ unsafe fn token(cancel: *const PantoCancelToken) -> CancellationToken {
     }
 }
 
+/// What the four calls share: their checks and hand-off by `string_out`, then the
+/// optional `server` (a pointer and its length; NULL is every server) and the token of
+/// `cancel` read inside the agent's call, in that order, before `call` blocks on
+/// `panto_pull::mcp` with them.
+///
+/// # Safety
+/// As `string_out`; `server` is NULL or points to its length's bytes unchanged during the
+/// call, and `cancel` is NULL or a live token that outlives the call.
+unsafe fn server_call(
+    function: &str,
+    agent: *mut PantoAgent,
+    server: (*const c_char, usize),
+    cancel: *const PantoCancelToken,
+    out: *mut PantoString,
+    err: *mut *mut PantoError,
+    call: impl FnOnce(&panto_core::Agent, Option<&str>, &CancellationToken) -> Result<String, Error>,
+) -> PantoStatus {
+    let (server, server_len) = server;
+    let blocking = |a: &panto_core::Agent| {
+        // SAFETY: NULL or `server_len` bytes unchanged during the call (this function's
+        // contract).
+        let server = unsafe { optional_str(function, "server", server, server_len) }?;
+        // SAFETY: NULL or a live token that outlives the call (this function's contract).
+        let cancel = unsafe { token(cancel) };
+        call(a, server, &cancel)
+    };
+    // SAFETY: the pointers are as string_out's contract wants (this function's contract).
+    unsafe { string_out(function, agent, out, err, blocking) }
+}
+
 /// The resources of the agent's MCP servers as a JSON array.
 ///
 /// # Safety
@@ -57,15 +87,9 @@ pub unsafe extern "C" fn panto_agent_mcp_resources(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_mcp_resources";
-    let call = |a: &panto_core::Agent| {
-        // SAFETY: the pointers are as panto.h documents them.
-        let server = unsafe { optional_str(F, "server", server, server_len) }?;
-        // SAFETY: NULL or a live token that outlives the call (panto.h).
-        let cancel = unsafe { token(cancel) };
-        panto_pull::mcp::mcp_resources(a, server, &cancel)
-    };
-    // SAFETY: the pointers are as panto.h documents them (string_out's contract).
-    unsafe { string_out(F, agent, out, err, call) }
+    let call = panto_pull::mcp::mcp_resources;
+    // SAFETY: the pointers are as panto.h documents them (server_call's contract).
+    unsafe { server_call(F, agent, (server, server_len), cancel, out, err, call) }
 }
 
 /// Reads one resource of the agent's MCP servers, as JSON.
@@ -84,17 +108,13 @@ pub unsafe extern "C" fn panto_agent_mcp_read_resource(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_mcp_read_resource";
-    let call = |a: &panto_core::Agent| {
-        // SAFETY: the pointers are as panto.h documents them.
-        let server = unsafe { optional_str(F, "server", server, server_len) }?;
+    let call = |a: &panto_core::Agent, server: Option<&str>, cancel: &CancellationToken| {
         // SAFETY: the pointers are as panto.h documents them.
         let uri = unsafe { input_str(F, "uri", uri, uri_len) }?;
-        // SAFETY: NULL or a live token that outlives the call (panto.h).
-        let cancel = unsafe { token(cancel) };
-        panto_pull::mcp::mcp_read_resource(a, server, uri, &cancel)
+        panto_pull::mcp::mcp_read_resource(a, server, uri, cancel)
     };
-    // SAFETY: the pointers are as panto.h documents them (string_out's contract).
-    unsafe { string_out(F, agent, out, err, call) }
+    // SAFETY: the pointers are as panto.h documents them (server_call's contract).
+    unsafe { server_call(F, agent, (server, server_len), cancel, out, err, call) }
 }
 
 /// The prompts of the agent's MCP servers as a JSON array.
@@ -111,15 +131,9 @@ pub unsafe extern "C" fn panto_agent_mcp_prompts(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_mcp_prompts";
-    let call = |a: &panto_core::Agent| {
-        // SAFETY: the pointers are as panto.h documents them.
-        let server = unsafe { optional_str(F, "server", server, server_len) }?;
-        // SAFETY: NULL or a live token that outlives the call (panto.h).
-        let cancel = unsafe { token(cancel) };
-        panto_pull::mcp::mcp_prompts(a, server, &cancel)
-    };
-    // SAFETY: the pointers are as panto.h documents them (string_out's contract).
-    unsafe { string_out(F, agent, out, err, call) }
+    let call = panto_pull::mcp::mcp_prompts;
+    // SAFETY: the pointers are as panto.h documents them (server_call's contract).
+    unsafe { server_call(F, agent, (server, server_len), cancel, out, err, call) }
 }
 
 /// One prompt of the agent's MCP servers, filled in with its arguments, as JSON.
@@ -140,18 +154,14 @@ pub unsafe extern "C" fn panto_agent_mcp_get_prompt(
     err: *mut *mut PantoError,
 ) -> PantoStatus {
     const F: &str = "panto_agent_mcp_get_prompt";
-    let call = |a: &panto_core::Agent| {
-        // SAFETY: the pointers are as panto.h documents them.
-        let server = unsafe { optional_str(F, "server", server, server_len) }?;
+    let call = |a: &panto_core::Agent, server: Option<&str>, cancel: &CancellationToken| {
         // SAFETY: the pointers are as panto.h documents them.
         let name = unsafe { input_str(F, "name", name, name_len) }?;
         // SAFETY: the pointers are as panto.h documents them.
         let arguments =
             unsafe { optional_str(F, "arguments_json", arguments_json, arguments_len) }?;
-        // SAFETY: NULL or a live token that outlives the call (panto.h).
-        let cancel = unsafe { token(cancel) };
-        panto_pull::mcp::mcp_get_prompt(a, server, name, arguments, &cancel)
+        panto_pull::mcp::mcp_get_prompt(a, server, name, arguments, cancel)
     };
-    // SAFETY: the pointers are as panto.h documents them (string_out's contract).
-    unsafe { string_out(F, agent, out, err, call) }
+    // SAFETY: the pointers are as panto.h documents them (server_call's contract).
+    unsafe { server_call(F, agent, (server, server_len), cancel, out, err, call) }
 }
