@@ -53,25 +53,11 @@ func (a *Agent) CallMCPTool(ctx context.Context, name string, arguments any) (Ca
 		return CallResult{}, uerr
 	}
 	defer h.mu.RUnlock()
-	var token *C.PantoCancelToken
-	if ctx.Done() != nil {
-		token = C.panto_cancel_token_new()
-		if token == nil {
-			return CallResult{}, &Error{Kind: KindInternal, Message: "cannot create a cancel token"}
-		}
-		defer C.panto_cancel_token_free(token)
-		cancelled := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
-			C.panto_cancel_token_cancel(token)
-			close(cancelled)
-		})
-		// Runs before the token is freed: a cancel already under way finishes first.
-		defer func() {
-			if !stop() {
-				<-cancelled
-			}
-		}()
+	token, release, terr := cancelToken(ctx)
+	if terr != nil {
+		return CallResult{}, terr
 	}
+	defer release()
 	n, nn := cString(name)
 	js := string(args)
 	j, jn := cString(js)

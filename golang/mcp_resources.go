@@ -103,25 +103,11 @@ func (a *Agent) mcpCall(ctx context.Context, what string, out any,
 		return uerr
 	}
 	defer h.mu.RUnlock()
-	var token *C.PantoCancelToken
-	if ctx.Done() != nil {
-		token = C.panto_cancel_token_new()
-		if token == nil {
-			return &Error{Kind: KindInternal, Message: "cannot create a cancel token"}
-		}
-		defer C.panto_cancel_token_free(token)
-		cancelled := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
-			C.panto_cancel_token_cancel(token)
-			close(cancelled)
-		})
-		// Runs before the token is freed: a cancel already under way finishes first.
-		defer func() {
-			if !stop() {
-				<-cancelled
-			}
-		}()
+	token, release, terr := cancelToken(ctx)
+	if terr != nil {
+		return terr
 	}
+	defer release()
 	var s C.PantoString
 	var cerr *C.PantoError
 	// A blocking call (the server's answer): not one of the bounded short calls.

@@ -452,27 +452,11 @@ func (a *Agent) Compact(ctx context.Context, opts CompactOptions) (CompactResult
 		return CompactResult{}, uerr
 	}
 	defer h.mu.RUnlock()
-	// The token exists before the call starts, so a ctx that ends while the call is
-	// starting still cancels it. A ctx that can never end needs none.
-	var token *C.PantoCancelToken
-	if ctx.Done() != nil {
-		token = C.panto_cancel_token_new()
-		if token == nil {
-			return CompactResult{}, &Error{Kind: KindInternal, Message: "cannot create a cancel token"}
-		}
-		defer C.panto_cancel_token_free(token)
-		cancelled := make(chan struct{})
-		stop := context.AfterFunc(ctx, func() {
-			C.panto_cancel_token_cancel(token)
-			close(cancelled)
-		})
-		// Runs before the token is freed: a cancel already under way finishes first.
-		defer func() {
-			if !stop() {
-				<-cancelled
-			}
-		}()
+	token, release, terr := cancelToken(ctx)
+	if terr != nil {
+		return CompactResult{}, terr
 	}
+	defer release()
 	o, on := cString(string(js))
 	var s C.PantoString
 	if e := a.retryBusy(func(cerr **C.PantoError) C.PantoStatus {
@@ -489,6 +473,35 @@ func (a *Agent) Compact(ctx context.Context, opts CompactOptions) (CompactResult
 		return CompactResult{}, &Error{Kind: KindInternal, Message: "unreadable compaction result: " + err.Error()}
 	}
 	return r, nil
+}
+
+// cancelToken makes the library's cancel token for one long blocking call (Compact,
+// CallMCPTool, the MCP resource and prompt calls), cancelled when ctx is done: nil, and
+// a release that does nothing, for a ctx that can never end. The token exists before
+// the call starts, so a ctx that ends while the call is starting still cancels it. The
+// caller defers release once the token exists: it waits for a cancel already under way,
+// then frees the token.
+func cancelToken(ctx context.Context) (*C.PantoCancelToken, func(), *Error) {
+	if ctx.Done() == nil {
+		return nil, func() {}, nil
+	}
+	token := C.panto_cancel_token_new()
+	if token == nil {
+		return nil, nil, &Error{Kind: KindInternal, Message: "cannot create a cancel token"}
+	}
+	cancelled := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		C.panto_cancel_token_cancel(token)
+		close(cancelled)
+	})
+	release := func() {
+		// A cancel already under way finishes before the token is freed.
+		if !stop() {
+			<-cancelled
+		}
+		C.panto_cancel_token_free(token)
+	}
+	return token, release, nil
 }
 
 // TokenCount is the size of a request in tokens (Agent.CountTokens). Estimated is true
