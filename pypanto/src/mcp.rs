@@ -20,6 +20,24 @@ fn token(py: Python<'_>, cancel: Option<&CancelToken>) -> PyResult<panto::Cancel
     Ok(token)
 }
 
+/// What the four calls share: the agent checked usable, `server` copied out of Python,
+/// the token of `cancel`, then `call` blocking on `panto_pull::mcp` with the GIL
+/// released, its error raised as the Python exception of its kind.
+fn blocking(
+    py: Python<'_>,
+    agent: &Agent,
+    server: Option<Text<'_>>,
+    cancel: Option<&CancelToken>,
+    call: impl FnOnce(&panto::Agent, Option<&str>, &panto::CancellationToken) -> panto::Result<String>
+        + Send,
+) -> PyResult<String> {
+    let agent = agent.usable(py)?.clone();
+    let server = server.map(|s| s.to_string());
+    let cancel = token(py, cancel)?;
+    py.detach(move || call(&agent, server.as_deref(), &cancel))
+        .py_err(py)
+}
+
 /// The resources of the agent's MCP server `server` (every server's when `None`), as
 /// the core's JSON array.
 #[pyfunction]
@@ -30,11 +48,7 @@ fn mcp_resources(
     server: Option<Text<'_>>,
     cancel: Option<&CancelToken>,
 ) -> PyResult<String> {
-    let agent = agent.usable(py)?.clone();
-    let server = server.map(|s| s.to_string());
-    let cancel = token(py, cancel)?;
-    py.detach(move || panto_pull::mcp::mcp_resources(&agent, server.as_deref(), &cancel))
-        .py_err(py)
+    blocking(py, agent, server, cancel, panto_pull::mcp::mcp_resources)
 }
 
 /// Reads the resource `uri`, as the core's JSON (`{"contents": [...]}`).
@@ -47,12 +61,10 @@ fn mcp_read_resource(
     server: Option<Text<'_>>,
     cancel: Option<&CancelToken>,
 ) -> PyResult<String> {
-    let agent = agent.usable(py)?.clone();
     let uri = uri.to_string();
-    let server = server.map(|s| s.to_string());
-    let cancel = token(py, cancel)?;
-    py.detach(move || panto_pull::mcp::mcp_read_resource(&agent, server.as_deref(), &uri, &cancel))
-        .py_err(py)
+    blocking(py, agent, server, cancel, move |agent, server, cancel| {
+        panto_pull::mcp::mcp_read_resource(agent, server, &uri, cancel)
+    })
 }
 
 /// The prompts of the agent's MCP server `server` (every server's when `None`), as the
@@ -65,11 +77,7 @@ fn mcp_prompts(
     server: Option<Text<'_>>,
     cancel: Option<&CancelToken>,
 ) -> PyResult<String> {
-    let agent = agent.usable(py)?.clone();
-    let server = server.map(|s| s.to_string());
-    let cancel = token(py, cancel)?;
-    py.detach(move || panto_pull::mcp::mcp_prompts(&agent, server.as_deref(), &cancel))
-        .py_err(py)
+    blocking(py, agent, server, cancel, panto_pull::mcp::mcp_prompts)
 }
 
 /// The prompt `name` filled in with `arguments_json` (a JSON object of strings), as the
@@ -84,21 +92,11 @@ fn mcp_get_prompt(
     server: Option<Text<'_>>,
     cancel: Option<&CancelToken>,
 ) -> PyResult<String> {
-    let agent = agent.usable(py)?.clone();
     let name = name.to_string();
     let arguments = arguments_json.map(|a| a.to_string());
-    let server = server.map(|s| s.to_string());
-    let cancel = token(py, cancel)?;
-    py.detach(move || {
-        panto_pull::mcp::mcp_get_prompt(
-            &agent,
-            server.as_deref(),
-            &name,
-            arguments.as_deref(),
-            &cancel,
-        )
+    blocking(py, agent, server, cancel, move |agent, server, cancel| {
+        panto_pull::mcp::mcp_get_prompt(agent, server, &name, arguments.as_deref(), cancel)
     })
-    .py_err(py)
 }
 
 /// Adds the functions to the native module.
