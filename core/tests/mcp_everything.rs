@@ -9,7 +9,7 @@
 
 use panto::{Agent, Event, McpServer, ProviderKind, TurnControl};
 use panto_testkit::everything::{self, HttpEverything};
-use panto_testkit::model;
+use panto_testkit::{model, offered};
 use panto_testserver::script;
 use panto_testserver::TestServer;
 use serde_json::Value;
@@ -47,18 +47,6 @@ fn result(events: &[Event], id: &str) -> (String, String, bool) {
         .unwrap_or_else(|| panic!("no result for {id}"))
 }
 
-/// The tool names offered in the first model request.
-fn offered(model: &TestServer) -> Vec<String> {
-    model.requests()[0].body["tools"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|t| t["function"]["name"].as_str().unwrap_or("").to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// One turn calling the server's plain tools, and what must hold of it, whatever the
 /// transport.
 async fn plain_tools(server: McpServer) {
@@ -78,7 +66,7 @@ async fn plain_tools(server: McpServer) {
     ]);
     let (agent, events, text) = turn(&model, server).await;
     assert_eq!(text, "done");
-    let offered = offered(&model);
+    let offered = offered(&model, 0);
     for tool in [
         "ev__echo",
         "ev__get-sum",
