@@ -63,6 +63,31 @@ pub struct McpSamplingRequest {
     pub summary: String,
 }
 
+impl McpSamplingRequest {
+    /// The request as JSON, for hooks across a language boundary: `{"server", "summary",
+    /// "max_tokens", "system_prompt" (string or null), "temperature" (number or null),
+    /// "messages": [{"role": "user" | "assistant", "text"}]}`.
+    pub fn to_json(&self) -> String {
+        let messages: Vec<Value> = self
+            .messages
+            .iter()
+            .map(|m| {
+                let role = if m.role == Role::Assistant { "assistant" } else { "user" };
+                json!({"role": role, "text": m.text()})
+            })
+            .collect();
+        json!({
+            "server": self.server,
+            "summary": self.summary,
+            "max_tokens": self.max_tokens,
+            "system_prompt": self.system_prompt,
+            "temperature": self.temperature,
+            "messages": messages,
+        })
+        .to_string()
+    }
+}
+
 /// A server's `elicitation/create` (form mode), as the host's hook sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct McpElicitationRequest {
@@ -73,6 +98,19 @@ pub struct McpElicitationRequest {
     /// The JSON Schema of the answer: an object of flat properties (strings, numbers,
     /// integers, booleans, enums and arrays of enum strings).
     pub requested_schema: Value,
+}
+
+impl McpElicitationRequest {
+    /// The request as JSON, for hooks across a language boundary: `{"server",
+    /// "message", "requested_schema"}`.
+    pub fn to_json(&self) -> String {
+        json!({
+            "server": self.server,
+            "message": self.message,
+            "requested_schema": self.requested_schema,
+        })
+        .to_string()
+    }
 }
 
 /// The host's answer to an elicitation.
@@ -93,6 +131,30 @@ impl McpElicitationAnswer {
             McpElicitationAnswer::Accept(_) => "accept",
             McpElicitationAnswer::Decline => "decline",
             McpElicitationAnswer::Cancel => "cancel",
+        }
+    }
+}
+
+impl McpElicitationAnswer {
+    /// An answer from its JSON, as a hook across a language boundary gives it:
+    /// `{"action": "accept", "content": {…}}`, `{"action": "decline"}` or
+    /// `{"action": "cancel"}`. A `config` error says what is wrong with another text.
+    pub fn from_json(text: &str) -> Result<McpElicitationAnswer> {
+        let v: Value = serde_json::from_str(text).map_err(|e| {
+            crate::error::Error::config(format!("an elicitation answer is not JSON: {e}"))
+        })?;
+        match (v.get("action").and_then(Value::as_str), v.get("content")) {
+            (Some("accept"), Some(Value::Object(content))) => {
+                Ok(McpElicitationAnswer::Accept(content.clone()))
+            }
+            (Some("accept"), _) => Err(crate::error::Error::config(
+                "an accepted elicitation answer needs a content object",
+            )),
+            (Some("decline"), _) => Ok(McpElicitationAnswer::Decline),
+            (Some("cancel"), _) => Ok(McpElicitationAnswer::Cancel),
+            _ => Err(crate::error::Error::config(
+                "an elicitation answer's action is accept, decline or cancel",
+            )),
         }
     }
 }
@@ -698,6 +760,44 @@ mod tests {
         ] {
             let e = sampling_request("s", Some(&bad), 100).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn requests_and_answers_cross_a_language_boundary_as_json() {
+        let params = json!({"messages": [
+            {"role": "user", "content": {"type": "text", "text": "q"}},
+            {"role": "assistant", "content": {"type": "text", "text": "a"}}],
+            "maxTokens": 9});
+        let r = sampling_request("s", Some(&params), 100).unwrap();
+        let v: Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(
+            v,
+            json!({"server": "s", "summary": "a", "max_tokens": 9, "system_prompt": null,
+                   "temperature": null,
+                   "messages": [{"role": "user", "text": "q"}, {"role": "assistant", "text": "a"}]})
+        );
+        let e = McpElicitationRequest {
+            server: "s".into(),
+            message: "m".into(),
+            requested_schema: json!({"type": "object"}),
+        };
+        let v: Value = serde_json::from_str(&e.to_json()).unwrap();
+        assert_eq!(v["requested_schema"], json!({"type": "object"}));
+        assert_eq!(
+            McpElicitationAnswer::from_json(r#"{"action":"accept","content":{"a":1}}"#).unwrap(),
+            McpElicitationAnswer::Accept(json!({"a": 1}).as_object().unwrap().clone())
+        );
+        assert_eq!(
+            McpElicitationAnswer::from_json(r#"{"action":"decline"}"#).unwrap(),
+            McpElicitationAnswer::Decline
+        );
+        assert_eq!(
+            McpElicitationAnswer::from_json(r#"{"action":"cancel"}"#).unwrap(),
+            McpElicitationAnswer::Cancel
+        );
+        for bad in ["", "[]", r#"{"action":"accept"}"#, r#"{"action":"maybe"}"#] {
+            assert!(McpElicitationAnswer::from_json(bad).is_err(), "{bad}");
         }
     }
 
