@@ -623,6 +623,9 @@ class McpServers:
 class Agent:
     def __new__(cls, config_json: str, mcp: Optional[McpServers] = None) -> "Agent": ...
     def set_mcp_oauth(self, store: Optional[Any] = None, open_url: Optional[Callable[[str], object]] = None) -> None: ...
+    def set_mcp_client_hooks(
+        self, approve_sampling: Optional[Callable[[str], bool]] = None, elicit: Optional[Callable[[str], str]] = None
+    ) -> None: ...
     def stream(
         self,
         input: str,
