@@ -848,7 +848,10 @@ mod tests {
         };
         assert_eq!(Event::type_name_of_code(ev.code()), Some(ev.type_name()));
         assert_eq!(Event::type_name_of_code(0), None);
-        assert_eq!(Event::type_name_of_code(Event::TYPES.len() as u32 + 1), None);
+        assert_eq!(
+            Event::type_name_of_code(Event::TYPES.len() as u32 + 1),
+            None
+        );
         let compacted = Event::HistoryCompacted {
             messages_before: 0,
             messages_after: 0,

@@ -72,7 +72,11 @@ impl McpSamplingRequest {
             .messages
             .iter()
             .map(|m| {
-                let role = if m.role == Role::Assistant { "assistant" } else { "user" };
+                let role = if m.role == Role::Assistant {
+                    "assistant"
+                } else {
+                    "user"
+                };
                 json!({"role": role, "text": m.text()})
             })
             .collect();
