@@ -706,6 +706,18 @@ type MCPServer struct {
 	// which reads one of the server's resources by its URI (to follow a resource_link a tool
 	// returned). Default: false.
 	ReadResource *bool
+	// Sampling ("sampling"): Answer the server's sampling/createMessage requests through the
+	// agent's own provider while its tools run (each approved by the host's hook when it has
+	// one; usage counted in the turn's); declares the sampling capability. Default: false.
+	Sampling *bool
+	// SamplingMaxTokens ("sampling_max_tokens"): The most output tokens one sampling request
+	// of the server may ask for (a larger maxTokens is cut to this). At least 1. Default:
+	// 1024.
+	SamplingMaxTokens int
+	// Elicitation ("elicitation"): Answer the server's elicitation/create requests through the
+	// host's hook (the CLI asks on the terminal; declined without one); declares the
+	// elicitation capability. Default: false.
+	Elicitation *bool
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.
@@ -753,6 +765,15 @@ func (m MCPServer) MarshalJSON() ([]byte, error) {
 	if m.ReadResource != nil {
 		o.put("read_resource", *m.ReadResource)
 	}
+	if m.Sampling != nil {
+		o.put("sampling", *m.Sampling)
+	}
+	if m.SamplingMaxTokens != 0 {
+		o.put("sampling_max_tokens", m.SamplingMaxTokens)
+	}
+	if m.Elicitation != nil {
+		o.put("elicitation", *m.Elicitation)
+	}
 	return o.end()
 }
 
@@ -789,6 +810,12 @@ func (m *MCPServer) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &m.OAuth)
 		case "read_resource":
 			return json.Unmarshal(v, &m.ReadResource)
+		case "sampling":
+			return json.Unmarshal(v, &m.Sampling)
+		case "sampling_max_tokens":
+			return json.Unmarshal(v, &m.SamplingMaxTokens)
+		case "elicitation":
+			return json.Unmarshal(v, &m.Elicitation)
 		}
 		return errUnknownKey
 	})

@@ -29,6 +29,8 @@ var eventTypes = [...]string{
 	"steering_delivered",
 	"tool_progress",
 	"server_log",
+	"mcp_sampling_request",
+	"mcp_elicitation_request",
 }
 
 // EventTypes returns every event type name, in the order of the C ABI's event codes
@@ -458,6 +460,60 @@ type plainServerLog ServerLog
 // MarshalJSON writes the canonical JSON of the event.
 func (e *ServerLog) MarshalJSON() ([]byte, error) { return typed(e.Type(), (*plainServerLog)(e)) }
 
+// McpSamplingRequest is the mcp_sampling_request event. An MCP server asked the agent's
+// model for a message (`sampling/createMessage`, answered only for a server whose
+// `sampling` is enabled) while one of its tools ran in this turn; its usage is counted in
+// the turn's. Emitted once the request is settled, before the call's `tool_result`.
+type McpSamplingRequest struct {
+	// The MCP server's name (its key in mcp_servers).
+	Server string `json:"server"`
+	// What was asked: the first line of the last message's text (at most 200 bytes).
+	Summary string `json:"summary"`
+	// The output limit of the request (the server's maxTokens, at most sampling_max_tokens).
+	MaxTokens uint64 `json:"max_tokens"`
+	// answered (the model's answer went to the server), denied (the host's hook refused it) or
+	// failed (the model request failed).
+	Outcome string `json:"outcome"`
+}
+
+func (*McpSamplingRequest) isEvent() {}
+
+// Type returns "mcp_sampling_request".
+func (*McpSamplingRequest) Type() string { return "mcp_sampling_request" }
+
+type plainMcpSamplingRequest McpSamplingRequest
+
+// MarshalJSON writes the canonical JSON of the event.
+func (e *McpSamplingRequest) MarshalJSON() ([]byte, error) {
+	return typed(e.Type(), (*plainMcpSamplingRequest)(e))
+}
+
+// McpElicitationRequest is the mcp_elicitation_request event. An MCP server asked the host
+// a question (`elicitation/create`, answered only for a server whose `elicitation` is
+// enabled) while one of its tools ran in this turn. Emitted once the question is settled,
+// before the call's `tool_result`.
+type McpElicitationRequest struct {
+	// The MCP server's name (its key in mcp_servers).
+	Server string `json:"server"`
+	// The server's message to the person (at most 200 bytes).
+	Message string `json:"message"`
+	// accept, decline or cancel (the host's answer; decline without a hook), or invalid (an
+	// accepted answer did not match the requested schema: the server got an error).
+	Outcome string `json:"outcome"`
+}
+
+func (*McpElicitationRequest) isEvent() {}
+
+// Type returns "mcp_elicitation_request".
+func (*McpElicitationRequest) Type() string { return "mcp_elicitation_request" }
+
+type plainMcpElicitationRequest McpElicitationRequest
+
+// MarshalJSON writes the canonical JSON of the event.
+func (e *McpElicitationRequest) MarshalJSON() ([]byte, error) {
+	return typed(e.Type(), (*plainMcpElicitationRequest)(e))
+}
+
 // convert copies an event out of C memory; nil for a kind this package does not know
 // (a newer library's: skipped).
 func convert(ev *C.PantoEvent) Event {
@@ -607,6 +663,21 @@ func convert(ev *C.PantoEvent) Event {
 			Level:  goStr(p.level),
 			Logger: goStr(p.logger),
 			Data:   goStr(p.data),
+		}
+	case 16: // mcp_sampling_request
+		p := (*C.PantoMcpSamplingRequest)(pl)
+		return &McpSamplingRequest{
+			Server:    goStr(p.server),
+			Summary:   goStr(p.summary),
+			MaxTokens: uint64(p.max_tokens),
+			Outcome:   goStr(p.outcome),
+		}
+	case 17: // mcp_elicitation_request
+		p := (*C.PantoMcpElicitationRequest)(pl)
+		return &McpElicitationRequest{
+			Server:  goStr(p.server),
+			Message: goStr(p.message),
+			Outcome: goStr(p.outcome),
 		}
 	}
 	return nil

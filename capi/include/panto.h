@@ -235,7 +235,11 @@
  *     calls (PANTO_EV_TOOL_PROGRESS) and MCP servers' log lines (PANTO_EV_SERVER_LOG,
  *     only for a server whose "log_level" is set); a reader that ignores kinds it does
  *     not know is unaffected. And calling an MCP tool outside a turn
- *     (panto_agent_call_mcp_tool), for engines that run each call as a step.
+ *     (panto_agent_call_mcp_tool), for engines that run each call as a step. And MCP
+ *     servers' own requests, each only for a server whose configuration enables it:
+ *     sampling through the agent's provider ("sampling", PANTO_EV_MCP_SAMPLING_REQUEST)
+ *     and elicitation ("elicitation", PANTO_EV_MCP_ELICITATION_REQUEST, declined unless
+ *     the host answers it).
  */
 #ifndef PANTO_H
 #define PANTO_H
@@ -295,6 +299,8 @@ typedef int32_t PantoStatus;
 #define PANTO_EV_STEERING_DELIVERED 13 /* since ABI 1.3 (durable turns) */
 #define PANTO_EV_TOOL_PROGRESS 14      /* since ABI 1.3 (tool progress) */
 #define PANTO_EV_SERVER_LOG 15         /* since ABI 1.3 (MCP server logs) */
+#define PANTO_EV_MCP_SAMPLING_REQUEST 16    /* since ABI 1.3 (MCP sampling) */
+#define PANTO_EV_MCP_ELICITATION_REQUEST 17 /* since ABI 1.3 (MCP elicitation) */
 #define PANTO_EV_ERROR 256 /* with PANTO_ERROR: payload.error holds the failure */
 
 /* ---------------------------------------------------------------------------------- */
@@ -592,6 +598,27 @@ typedef struct PantoServerLog {
                       2000 bytes) */
 } PantoServerLog;
 
+/* PANTO_EV_MCP_SAMPLING_REQUEST (since ABI 1.3): an MCP server whose "sampling" is
+ * enabled asked the agent's model for a message (sampling/createMessage) while one of
+ * its tools ran in this turn; the request's usage is counted in the turn's. Delivered
+ * once it was settled, before the call's PANTO_EV_TOOL_RESULT. */
+typedef struct PantoMcpSamplingRequest {
+  PantoStr server;     /* the server's name (its key in "mcp_servers") */
+  PantoStr summary;    /* the first line of the last message's text (at most 200 bytes) */
+  uint64_t max_tokens; /* the request's output limit (at most "sampling_max_tokens") */
+  PantoStr outcome;    /* "answered", "denied" (the host refused it) or "failed" */
+} PantoMcpSamplingRequest;
+
+/* PANTO_EV_MCP_ELICITATION_REQUEST (since ABI 1.3): an MCP server whose "elicitation"
+ * is enabled asked the host a question (elicitation/create) while one of its tools ran
+ * in this turn. Delivered once it was settled, before the call's PANTO_EV_TOOL_RESULT. */
+typedef struct PantoMcpElicitationRequest {
+  PantoStr server;  /* the server's name (its key in "mcp_servers") */
+  PantoStr message; /* the server's message to the person (at most 200 bytes) */
+  PantoStr outcome; /* "accept", "decline", "cancel", or "invalid" (an accepted answer
+                       did not match the requested schema: the server got an error) */
+} PantoMcpElicitationRequest;
+
 /* PANTO_EV_ERROR (status PANTO_ERROR): the failure; the same fields as PantoError. */
 typedef struct PantoErrorInfo {
   uint32_t kind;   /* PANTO_ERR_* */
@@ -636,6 +663,8 @@ typedef union PantoEventPayload {
   PantoSteeringDelivered steering_delivered; /* since ABI 1.3 */
   PantoToolProgress tool_progress;            /* since ABI 1.3 */
   PantoServerLog server_log;                  /* since ABI 1.3 */
+  PantoMcpSamplingRequest mcp_sampling_request;       /* since ABI 1.3 */
+  PantoMcpElicitationRequest mcp_elicitation_request; /* since ABI 1.3 */
   uint64_t _reserved[32];
 } PantoEventPayload;
 

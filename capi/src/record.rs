@@ -594,6 +594,36 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
                 data: view(data),
             };
         }
+        Event::McpSamplingRequest {
+            server,
+            summary,
+            max_tokens,
+            outcome,
+        } => {
+            terminate(server);
+            terminate(summary);
+            terminate(outcome);
+            payload.mcp_sampling_request = PantoMcpSamplingRequest {
+                server: view(server),
+                summary: view(summary),
+                max_tokens: *max_tokens,
+                outcome: view(outcome),
+            };
+        }
+        Event::McpElicitationRequest {
+            server,
+            message,
+            outcome,
+        } => {
+            terminate(server);
+            terminate(message);
+            terminate(outcome);
+            payload.mcp_elicitation_request = PantoMcpElicitationRequest {
+                server: view(server),
+                message: view(message),
+                outcome: view(outcome),
+            };
+        }
         // `Event` is non-exhaustive, so this arm must exist; an event that reaches it is
         // one added to the core without its payload here. It would be delivered with its
         // code and an all-zero payload (its JSON complete), which a C reader cannot tell

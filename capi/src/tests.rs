@@ -166,9 +166,11 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoSteeringDelivered { message, _reserved0, text }
         PantoToolProgress { message, _reserved0, call_id, name, progress, total, text }
         PantoServerLog { server, level, logger, data }
+        PantoMcpSamplingRequest { server, summary, max_tokens, outcome }
+        PantoMcpElicitationRequest { server, message, outcome }
         PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code, retry_after_ms, output }
         PantoHistoryCompacted { messages_before, messages_after, tokens_before, tokens_after }
-        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, steering_delivered, tool_progress, server_log, _reserved }
+        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, steering_delivered, tool_progress, server_log, mcp_sampling_request, mcp_elicitation_request, _reserved }
         PantoEvent { struct_size, kind, flags, _private_gen, _private, payload }
         PantoMcpOAuthHooks { load_tokens, save_tokens, open_url, user_data, free_user_data }
     }
@@ -422,6 +424,17 @@ fn sample_events() -> Vec<Event> {
             level: "error".into(),
             logger: None,
             data: "{\"code\":5}".into(),
+        },
+        Event::McpSamplingRequest {
+            server: "fx".into(),
+            summary: "name a colour".into(),
+            max_tokens: 64,
+            outcome: "answered".into(),
+        },
+        Event::McpElicitationRequest {
+            server: "fx".into(),
+            message: "Your name?".into(),
+            outcome: "decline".into(),
         },
     ];
     for (i, b) in sample_blocks().into_iter().enumerate() {
@@ -820,6 +833,28 @@ fn payloads_carry_every_field() {
                     assert_eq!(text(l.logger), *logger);
                     assert_eq!(text(l.data).as_ref(), Some(data));
                 }
+                Event::McpSamplingRequest {
+                    server,
+                    summary,
+                    max_tokens,
+                    outcome,
+                } => {
+                    let r = p.mcp_sampling_request;
+                    assert_eq!(text(r.server).as_ref(), Some(server));
+                    assert_eq!(text(r.summary).as_ref(), Some(summary));
+                    assert_eq!(r.max_tokens, *max_tokens);
+                    assert_eq!(text(r.outcome).as_ref(), Some(outcome));
+                }
+                Event::McpElicitationRequest {
+                    server,
+                    message,
+                    outcome,
+                } => {
+                    let r = p.mcp_elicitation_request;
+                    assert_eq!(text(r.server).as_ref(), Some(server));
+                    assert_eq!(text(r.message).as_ref(), Some(message));
+                    assert_eq!(text(r.outcome).as_ref(), Some(outcome));
+                }
                 other => panic!("{}: add the checks of its payload here", other.type_name()),
             }
             // Nothing past the arm is set: the rest of the union is zero.
@@ -847,6 +882,8 @@ fn arm_size(kind: u32) -> usize {
         PANTO_EV_STEERING_DELIVERED => size_of::<PantoSteeringDelivered>(),
         PANTO_EV_TOOL_PROGRESS => size_of::<PantoToolProgress>(),
         PANTO_EV_SERVER_LOG => size_of::<PantoServerLog>(),
+        PANTO_EV_MCP_SAMPLING_REQUEST => size_of::<PantoMcpSamplingRequest>(),
+        PANTO_EV_MCP_ELICITATION_REQUEST => size_of::<PantoMcpElicitationRequest>(),
         _ => size_of::<PantoErrorInfo>(),
     }
 }

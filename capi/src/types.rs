@@ -44,6 +44,10 @@ pub const PANTO_EV_STEERING_DELIVERED: u32 = 13;
 pub const PANTO_EV_TOOL_PROGRESS: u32 = 14;
 /// A log line of an MCP server.
 pub const PANTO_EV_SERVER_LOG: u32 = 15;
+/// An MCP server's sampling request was settled.
+pub const PANTO_EV_MCP_SAMPLING_REQUEST: u32 = 16;
+/// An MCP server's elicitation was settled.
+pub const PANTO_EV_MCP_ELICITATION_REQUEST: u32 = 17;
 /// `PantoEvent::kind` with `PANTO_ERROR`: the payload is the failure. Far above the
 /// core's event codes, so new event types never collide with it.
 pub const PANTO_EV_ERROR: u32 = 256;
@@ -293,6 +297,25 @@ pub struct PantoServerLog {
     pub data: PantoStr,
 }
 
+/// An MCP server's sampling request was settled.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PantoMcpSamplingRequest {
+    pub server: PantoStr,
+    pub summary: PantoStr,
+    pub max_tokens: u64,
+    pub outcome: PantoStr,
+}
+
+/// An MCP server's elicitation was settled.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PantoMcpElicitationRequest {
+    pub server: PantoStr,
+    pub message: PantoStr,
+    pub outcome: PantoStr,
+}
+
 /// Added after ABI 1.1.0: an answer did not match the output schema and a repair is
 /// asked for.
 #[repr(C)]
@@ -342,6 +365,8 @@ pub union PantoEventPayload {
     pub steering_delivered: PantoSteeringDelivered,
     pub tool_progress: PantoToolProgress,
     pub server_log: PantoServerLog,
+    pub mcp_sampling_request: PantoMcpSamplingRequest,
+    pub mcp_elicitation_request: PantoMcpElicitationRequest,
     pub _reserved: [u64; 32],
 }
 

@@ -20,6 +20,7 @@ mod exit;
 mod hint;
 mod interrupt;
 mod mcp;
+mod mcp_ask;
 mod mcp_resources;
 mod paths;
 mod profile;

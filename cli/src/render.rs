@@ -622,6 +622,34 @@ impl Render for Human {
                 let line = format!("{from} [{}]: {}", clean(level), clean(data));
                 self.note(&shorten(&line, LINE_CHARS))
             }
+            Event::McpSamplingRequest {
+                server,
+                summary,
+                max_tokens,
+                outcome,
+            } => {
+                let line = format!(
+                    "MCP server {} asked the model ({} tokens at most): {}: {}",
+                    clean(server),
+                    max_tokens,
+                    clean(summary),
+                    clean(outcome)
+                );
+                self.note(&shorten(&line, LINE_CHARS))
+            }
+            Event::McpElicitationRequest {
+                server,
+                message,
+                outcome,
+            } => {
+                let line = format!(
+                    "MCP server {} asked: {}: {}",
+                    clean(server),
+                    clean(message),
+                    clean(outcome)
+                );
+                self.note(&shorten(&line, LINE_CHARS))
+            }
             Event::ProviderRetry {
                 attempt,
                 max_attempts,

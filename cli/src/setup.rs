@@ -261,6 +261,7 @@ impl Setup {
         let agent = Agent::new(config)?;
         if let Some(set) = agent.mcp_servers() {
             crate::mcp::lend_oauth(set);
+            crate::mcp_ask::lend(set);
         }
         // Locked before loading: what is loaded is what this process will save over.
         let session = open_session(args)?;
@@ -300,6 +301,7 @@ impl Setup {
         let agent = Agent::new(config)?;
         if let Some(set) = agent.mcp_servers() {
             crate::mcp::lend_oauth(set);
+            crate::mcp_ask::lend(set);
         }
         agent.set_history(self.agent.history())?;
         self.agent = agent;

@@ -24,6 +24,7 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, Flow, Receiver};
 use crate::http::{Transport, TurnSink};
+use crate::mcp::sampling::{McpSamplingRequest, SampleFuture, Sampled, SampledUsage, Sampler};
 use crate::mcp::McpServers;
 use crate::media::Input;
 use crate::message::{self, Block, Message, Role, StopReason, Usage};
@@ -56,6 +57,62 @@ struct Discard;
 impl Receiver for Discard {
     fn on_event(&mut self, _: Event) -> Flow {
         Flow::Continue
+    }
+}
+
+/// A turn's way to its model for MCP servers' sampling requests: one request of the
+/// server's messages through the agent's provider and connection, its events dropped
+/// (the server's `mcp_sampling_request` event stands for it) and its usage kept for the
+/// turn.
+struct TurnSampler {
+    agent: Agent,
+    model: String,
+    cancel: CancellationToken,
+    usage: Arc<SampledUsage>,
+}
+
+impl Sampler for TurnSampler {
+    fn sample(&self, request: McpSamplingRequest) -> SampleFuture {
+        let (agent, model, cancel, usage) = (
+            self.agent.clone(),
+            self.model.clone(),
+            self.cancel.clone(),
+            self.usage.clone(),
+        );
+        Box::pin(async move {
+            let config = &agent.inner.config;
+            let params = RequestParams {
+                model: &model,
+                system: request.system_prompt.as_deref(),
+                max_tokens: Some(request.max_tokens),
+                temperature: request.temperature,
+                tools: &[],
+                messages: &request.messages,
+            };
+            let options = RequestOptions {
+                dialect: agent.inner.dialect,
+                ..RequestOptions::default()
+            };
+            let value = provider::request_body_with(config.provider, &params, &options);
+            let body = Bytes::from(
+                serde_json::to_vec(&value)
+                    .map_err(|e| Error::internal(format!("cannot serialize the request: {e}")))?,
+            );
+            let secrets = agent.inner.transport.secrets();
+            let mut discard = Discard;
+            let mut quiet = TurnSink::new(&mut discard, cancel.clone(), secrets);
+            let decoded = agent
+                .inner
+                .transport
+                .stream_message(config, &model, body, 0, &cancel, &mut quiet)
+                .await?;
+            usage.add(&decoded.usage);
+            Ok(Sampled {
+                text: decoded.message.text(),
+                model: decoded.model,
+                stop_reason: decoded.stop_reason,
+            })
+        })
     }
 }
 
@@ -1024,6 +1081,20 @@ impl Agent {
         // The usage of the response whose calls are running, recorded once its step
         // enters the history.
         let mut step_usage: Option<Usage> = None;
+        // The way to the model of MCP servers whose sampling is enabled.
+        let sampler = self
+            .inner
+            .mcp
+            .as_ref()
+            .filter(|m| m.configs().values().any(|c| c.sampling))
+            .map(|_| {
+                Arc::new(TurnSampler {
+                    agent: self.clone(),
+                    model: model.clone(),
+                    cancel: control.cancel.clone(),
+                    usage: Arc::new(SampledUsage::default()),
+                })
+            });
         loop {
             // A step boundary: steering messages queued meanwhile enter the turn.
             for input in control.shared.take_queued() {
@@ -1170,9 +1241,13 @@ impl Agent {
                         max_image_bytes: config.max_message_bytes,
                         host: &control.host,
                         cancel: &control.cancel,
+                        sampler: sampler.clone().map(|s| s as Arc<dyn Sampler>),
                     };
                     let failure =
                         tool::dispatch(dispatch, &calls, &outputs, &mut |ev| sink.emit(ev)).await;
+                    if let Some(usage) = sampler.as_ref().and_then(|s| s.usage.take()) {
+                        turn.add_usage(&usage);
+                    }
                     // Every call gets its result in call order, even when the turn stops
                     // here, so the history stays acceptable to the provider.
                     guard.commit();

@@ -150,6 +150,25 @@ pub const MCP_SERVER_KEYS: &[Key] = &[
         || json!(false),
         "Offer the model the built-in tool <prefix>read_resource, which reads one of the server's resources by its URI (to follow a resource_link a tool returned).",
     ),
+    Key::new(
+        "sampling",
+        KeyType::Bool,
+        || json!(false),
+        "Answer the server's sampling/createMessage requests through the agent's own provider while its tools run (each approved by the host's hook when it has one; usage counted in the turn's); declares the sampling capability.",
+    ),
+    Key::new(
+        "sampling_max_tokens",
+        KeyType::U32,
+        || json!(crate::mcp::DEFAULT_SAMPLING_MAX_TOKENS),
+        "The most output tokens one sampling request of the server may ask for (a larger maxTokens is cut to this).",
+    )
+    .min(1),
+    Key::new(
+        "elicitation",
+        KeyType::Bool,
+        || json!(false),
+        "Answer the server's elicitation/create requests through the host's hook (the CLI asks on the terminal; declined without one); declares the elicitation capability.",
+    ),
 ];
 
 /// The keys of an MCP server's OAuth (`mcp_servers.<name>.oauth`).
@@ -764,6 +783,13 @@ fn mcp_server_from_value(name: &str, v: &Value) -> Result<McpServer> {
             }
         }),
         read_resource: get("read_resource").and_then(Value::as_bool) == Some(true),
+        sampling: get("sampling").and_then(Value::as_bool) == Some(true),
+        sampling_max_tokens: get("sampling_max_tokens")
+            .and_then(Value::as_u64)
+            .map_or(crate::mcp::DEFAULT_SAMPLING_MAX_TOKENS, |n| {
+                u32::try_from(n).unwrap_or(u32::MAX)
+            }),
+        elicitation: get("elicitation").and_then(Value::as_bool) == Some(true),
     })
 }
 
@@ -826,6 +852,9 @@ fn mcp_server_to_value(s: &McpServer) -> Value {
         );
     }
     o.insert("read_resource".into(), s.read_resource.into());
+    o.insert("sampling".into(), s.sampling.into());
+    o.insert("sampling_max_tokens".into(), s.sampling_max_tokens.into());
+    o.insert("elicitation".into(), s.elicitation.into());
     Value::Object(o)
 }
 

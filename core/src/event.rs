@@ -545,6 +545,31 @@ events! {
         /// The line (a string as sent, anything else as its JSON; at most 2000 bytes).
         data: String,
     }
+    /// An MCP server asked the agent's model for a message (`sampling/createMessage`,
+    /// answered only for a server whose `sampling` is enabled) while one of its tools ran
+    /// in this turn; its usage is counted in the turn's. Emitted once the request is
+    /// settled, before the call's `tool_result`.
+    16 McpSamplingRequest "mcp_sampling_request" {
+        /// The MCP server's name (its key in mcp_servers).
+        server: String,
+        /// What was asked: the first line of the last message's text (at most 200 bytes).
+        summary: String,
+        /// The output limit of the request (the server's maxTokens, at most sampling_max_tokens).
+        max_tokens: u64,
+        /// answered (the model's answer went to the server), denied (the host's hook refused it) or failed (the model request failed).
+        outcome: String,
+    }
+    /// An MCP server asked the host a question (`elicitation/create`, answered only for
+    /// a server whose `elicitation` is enabled) while one of its tools ran in this turn.
+    /// Emitted once the question is settled, before the call's `tool_result`.
+    17 McpElicitationRequest "mcp_elicitation_request" {
+        /// The MCP server's name (its key in mcp_servers).
+        server: String,
+        /// The server's message to the person (at most 200 bytes).
+        message: String,
+        /// accept, decline or cancel (the host's answer; decline without a hook), or invalid (an accepted answer did not match the requested schema: the server got an error).
+        outcome: String,
+    }
 }
 
 impl Event {
@@ -823,7 +848,10 @@ mod tests {
         };
         assert_eq!(Event::type_name_of_code(ev.code()), Some(ev.type_name()));
         assert_eq!(Event::type_name_of_code(0), None);
-        assert_eq!(Event::type_name_of_code(16), None);
+        assert_eq!(
+            Event::type_name_of_code(Event::TYPES.len() as u32 + 1),
+            None
+        );
         let compacted = Event::HistoryCompacted {
             messages_before: 0,
             messages_after: 0,

@@ -131,10 +131,11 @@ pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use http::close_idle_connections;
 pub use mcp::{
+    McpApproveSampling, McpClientHooks, McpElicit, McpElicitationAnswer, McpElicitationRequest,
     McpLogLevel, McpOAuth, McpOAuthGrant, McpOAuthHooks, McpOpenUrl, McpPrompt, McpPromptArgument,
     McpPromptMessage, McpPromptResult, McpResource, McpResourceBody, McpResourceContents,
-    McpResourceTemplate, McpServer, McpServers, McpTokenFile, McpTokenStore, McpToolInfo,
-    McpTransport, DEFAULT_INHERITED_ENV,
+    McpResourceTemplate, McpSamplingRequest, McpServer, McpServers, McpTokenFile, McpTokenStore,
+    McpToolInfo, McpTransport, DEFAULT_INHERITED_ENV,
 };
 pub use media::{Input, Media, MediaSource};
 pub use message::{Block, Message, Role, StopReason, Usage};

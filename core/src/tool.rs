@@ -176,6 +176,8 @@ struct CallNotes {
     latest: Option<Report>,
     last_emit: Option<tokio::time::Instant>,
     logs: Vec<LogLine>,
+    /// Events of an MCP server's own requests (sampling, elicitation) made for the call.
+    events: Vec<Event>,
     logs_taken: usize,
     logs_dropped: usize,
     /// The call's result was delivered: later reports are too late.
@@ -224,7 +226,7 @@ impl BatchNotes {
     /// Takes the events due now: every call's log lines and its latest report unless
     /// one was delivered less than [`PROGRESS_INTERVAL`] ago — or, for the call `last`
     /// whose result is next, everything it has, after which it takes no more.
-    fn take_due(&self, last: Option<usize>) -> Vec<(usize, Vec<LogLine>, Option<Report>)> {
+    fn take_due(&self, last: Option<usize>) -> Vec<Due> {
         let now = tokio::time::Instant::now();
         let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
@@ -238,6 +240,7 @@ impl BatchNotes {
                 c.last_emit = Some(now);
             }
             let logs = std::mem::take(&mut c.logs);
+            let events = std::mem::take(&mut c.events);
             if finishing {
                 c.done = true;
                 if c.logs_dropped > 0 {
@@ -247,13 +250,17 @@ impl BatchNotes {
                     );
                 }
             }
-            if report.is_some() || !logs.is_empty() {
-                out.push((idx, logs, report));
+            if report.is_some() || !logs.is_empty() || !events.is_empty() {
+                out.push((idx, logs, report, events));
             }
         }
         out
     }
 }
+
+/// What [`BatchNotes::take_due`] gives of one call: its index, log lines, latest report
+/// and other events.
+type Due = (usize, Vec<LogLine>, Option<Report>, Vec<Event>);
 
 /// Where a running tool call reports its progress (see [`Tool::call_with_progress`]).
 /// Each report becomes a `tool_progress` event of the turn. Reports are coalesced: at
@@ -265,6 +272,8 @@ impl BatchNotes {
 pub struct CallProgress {
     notes: Option<Arc<BatchNotes>>,
     idx: usize,
+    /// The turn's way to the model, for an MCP server's sampling requests.
+    sampler: Option<Arc<dyn crate::mcp::sampling::Sampler>>,
 }
 
 impl std::fmt::Debug for CallProgress {
@@ -281,6 +290,7 @@ impl CallProgress {
         CallProgress {
             notes: None,
             idx: 0,
+            sampler: None,
         }
     }
 
@@ -325,6 +335,28 @@ impl CallProgress {
     /// Whether reports go anywhere (a call of a turn's dispatch).
     pub(crate) fn reports(&self) -> bool {
         self.notes.is_some()
+    }
+
+    /// Passes an event of the MCP server's own requests made for this call (sampling,
+    /// elicitation) to the turn, before the call's result; bounded as log lines are.
+    pub(crate) fn note(&self, event: Event) {
+        let Some(notes) = &self.notes else {
+            return;
+        };
+        notes.with_call(self.idx, |c| {
+            if c.logs_taken >= MAX_LOGS_PER_CALL {
+                c.logs_dropped += 1;
+                return false;
+            }
+            c.logs_taken += 1;
+            c.events.push(event);
+            true
+        });
+    }
+
+    /// The turn's way to the model, for an MCP server's sampling request.
+    pub(crate) fn sampler(&self) -> Option<Arc<dyn crate::mcp::sampling::Sampler>> {
+        self.sampler.clone()
     }
 }
 
@@ -537,6 +569,8 @@ pub(crate) struct Dispatch<'a> {
     pub max_image_bytes: usize,
     pub host: &'a HostToolResults,
     pub cancel: &'a CancellationToken,
+    /// The turn's way to the model, for MCP servers' sampling requests.
+    pub sampler: Option<Arc<dyn crate::mcp::sampling::Sampler>>,
 }
 
 /// The outputs of one batch, in call order, shared with whoever must commit them even
@@ -670,6 +704,7 @@ pub(crate) async fn dispatch(
             let progress = CallProgress {
                 notes: Some(notes.clone()),
                 idx: next,
+                sampler: d.sampler.clone(),
             };
             let fut = start_call(
                 req,
@@ -754,10 +789,13 @@ fn deliver_notes(
     finishing: Option<usize>,
     emit: Emit<'_>,
 ) -> Result<()> {
-    for (idx, logs, report) in notes.take_due(finishing) {
+    for (idx, logs, report, events) in notes.take_due(finishing) {
         let Some((req, _)) = calls.get(idx) else {
             continue;
         };
+        for event in events {
+            emit(event)?;
+        }
         for line in logs {
             emit(Event::ServerLog {
                 server: line.server,
@@ -848,6 +886,7 @@ mod tests {
         let p = CallProgress {
             notes: Some(notes.clone()),
             idx: 1,
+            sampler: None,
         };
         // Not a finite number: no report.
         p.report(f64::NAN, Some(1.0), None);
@@ -859,7 +898,7 @@ mod tests {
         let started = tokio::time::Instant::now();
         let due = notes.take_due(None);
         assert_eq!(due.len(), 1);
-        let (idx, logs, report) = &due[0];
+        let (idx, logs, report, _) = &due[0];
         let report = report.clone().unwrap();
         assert_eq!(
             (*idx, logs.len(), report.progress, report.total),
@@ -880,7 +919,7 @@ mod tests {
         let report = last
             .iter()
             .chain(&early)
-            .find_map(|(_, _, r)| r.clone())
+            .find_map(|(_, _, r, _)| r.clone())
             .unwrap();
         assert_eq!(
             (report.progress, report.total, report.text.as_deref()),
@@ -906,6 +945,7 @@ mod tests {
         let p = CallProgress {
             notes: Some(notes.clone()),
             idx: 0,
+            sampler: None,
         };
         for i in 0..MAX_LOGS_PER_CALL + 50 {
             p.log(LogLine {

@@ -684,6 +684,12 @@ impl Turn {
         applied
     }
 
+    /// Adds the usage of requests made for the turn's tools (an MCP server's sampling
+    /// requests) to the turn's.
+    pub(crate) fn add_usage(&mut self, usage: &Usage) {
+        self.usage.add(usage);
+    }
+
     /// Takes the pending step's results (call order; `None`: none arrived) once every
     /// call that runs has finished. The step enters the history whole — with a note for
     /// each call still deferred, which keeps the history valid while the turn is

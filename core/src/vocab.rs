@@ -681,6 +681,17 @@ mod tests {
                 logger: Some("l".into()),
                 data: "d".into(),
             },
+            Event::McpSamplingRequest {
+                server: "s".into(),
+                summary: "q".into(),
+                max_tokens: 10,
+                outcome: "answered".into(),
+            },
+            Event::McpElicitationRequest {
+                server: "s".into(),
+                message: "m".into(),
+                outcome: "decline".into(),
+            },
         ];
         assert_eq!(samples.len(), EVENTS.len(), "a sample for every event");
         for (ev, spec) in samples.iter().zip(EVENTS) {

@@ -224,6 +224,31 @@ impl Agent {
         Ok(())
     }
 
+    /// Lends the agent's MCP servers the host's answers to their own requests:
+    /// `approve_sampling(request_json) -> bool` for a server whose `sampling` is enabled
+    /// (without it every such request is answered), `elicit(request_json) ->
+    /// answer_json` for one whose `elicitation` is (without it every elicitation is
+    /// declined). See `mcp_sampling`.
+    #[pyo3(signature = (approve_sampling = None, elicit = None))]
+    fn set_mcp_client_hooks(
+        &self,
+        py: Python<'_>,
+        approve_sampling: Option<Py<PyAny>>,
+        elicit: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        let agent = self.usable(py)?;
+        let Some(set) = agent.mcp_servers() else {
+            return Err(to_pyerr(
+                py,
+                panto::Error::config(
+                    "mcp_approve_sampling, mcp_elicit: the agent has no MCP servers (mcp_servers)",
+                ),
+            ));
+        };
+        set.set_client_hooks(crate::mcp_sampling::client_hooks(approve_sampling, elicit));
+        Ok(())
+    }
+
     /// Starts a turn: appends `input` as a user message and returns its stream.
     /// `on_host_call` is called with each `ToolCallStart(host=True)` before it is handed
     /// out. Raises `BusyError` if this agent already has an active stream.

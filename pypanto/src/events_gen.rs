@@ -1484,6 +1484,169 @@ impl ServerLog {
     }
 }
 
+/// An MCP server asked the agent's model for a message (`sampling/createMessage`,
+/// answered only for a server whose `sampling` is enabled) while one of its tools ran in
+/// this turn; its usage is counted in the turn's. Emitted once the request is settled,
+/// before the call's `tool_result`.
+/// (`mcp_sampling_request`)
+#[pyclass(frozen, module = "panto", name = "McpSamplingRequest")]
+pub struct McpSamplingRequest {
+    /// The MCP server's name (its key in mcp_servers).
+    #[pyo3(get)]
+    server: String,
+    /// What was asked: the first line of the last message's text (at most 200 bytes).
+    #[pyo3(get)]
+    summary: String,
+    /// The output limit of the request (the server's maxTokens, at most
+    /// sampling_max_tokens).
+    #[pyo3(get)]
+    max_tokens: u64,
+    /// answered (the model's answer went to the server), denied (the host's hook refused
+    /// it) or failed (the model request failed).
+    #[pyo3(get)]
+    outcome: String,
+}
+
+#[pymethods]
+impl McpSamplingRequest {
+    /// The canonical `type` of this event (also a class attribute).
+    #[classattr]
+    #[pyo3(name = "type")]
+    fn type_name() -> &'static str {
+        "mcp_sampling_request"
+    }
+    /// Positional patterns in `match` (`case McpSamplingRequest(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["server", "summary", "max_tokens", "outcome"])
+    }
+    /// The canonical JSON of this event, exactly as the core writes it.
+    fn to_json(&self) -> String {
+        self.event().to_json()
+    }
+    /// The canonical JSON form as a dict (what `json.loads(self.to_json())` gives).
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "type"), intern!(py, "mcp_sampling_request"))?;
+        d.set_item(intern!(py, "server"), self.server.dict_value(py)?)?;
+        d.set_item(intern!(py, "summary"), self.summary.dict_value(py)?)?;
+        d.set_item(intern!(py, "max_tokens"), self.max_tokens.dict_value(py)?)?;
+        d.set_item(intern!(py, "outcome"), self.outcome.dict_value(py)?)?;
+        Ok(d)
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr_of(py, "McpSamplingRequest", &self.to_dict(py)?)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.cast::<McpSamplingRequest>() {
+            Ok(o) => {
+                let o = o.get();
+                self.server == o.server && self.summary == o.summary && self.max_tokens == o.max_tokens && self.outcome == o.outcome
+            }
+            Err(_) => false,
+        }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
+    }
+}
+
+impl McpSamplingRequest {
+    /// The core's event, for its canonical JSON.
+    fn event(&self) -> Event {
+        Event::McpSamplingRequest {
+            server: self.server.clone(),
+            summary: self.summary.clone(),
+            max_tokens: self.max_tokens.clone(),
+            outcome: self.outcome.clone(),
+        }
+    }
+}
+
+/// An MCP server asked the host a question (`elicitation/create`, answered only for a
+/// server whose `elicitation` is enabled) while one of its tools ran in this turn.
+/// Emitted once the question is settled, before the call's `tool_result`.
+/// (`mcp_elicitation_request`)
+#[pyclass(frozen, module = "panto", name = "McpElicitationRequest")]
+pub struct McpElicitationRequest {
+    /// The MCP server's name (its key in mcp_servers).
+    #[pyo3(get)]
+    server: String,
+    /// The server's message to the person (at most 200 bytes).
+    #[pyo3(get)]
+    message: String,
+    /// accept, decline or cancel (the host's answer; decline without a hook), or invalid
+    /// (an accepted answer did not match the requested schema: the server got an error).
+    #[pyo3(get)]
+    outcome: String,
+}
+
+#[pymethods]
+impl McpElicitationRequest {
+    /// The canonical `type` of this event (also a class attribute).
+    #[classattr]
+    #[pyo3(name = "type")]
+    fn type_name() -> &'static str {
+        "mcp_elicitation_request"
+    }
+    /// Positional patterns in `match` (`case McpElicitationRequest(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["server", "message", "outcome"])
+    }
+    /// The canonical JSON of this event, exactly as the core writes it.
+    fn to_json(&self) -> String {
+        self.event().to_json()
+    }
+    /// The canonical JSON form as a dict (what `json.loads(self.to_json())` gives).
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "type"), intern!(py, "mcp_elicitation_request"))?;
+        d.set_item(intern!(py, "server"), self.server.dict_value(py)?)?;
+        d.set_item(intern!(py, "message"), self.message.dict_value(py)?)?;
+        d.set_item(intern!(py, "outcome"), self.outcome.dict_value(py)?)?;
+        Ok(d)
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr_of(py, "McpElicitationRequest", &self.to_dict(py)?)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.cast::<McpElicitationRequest>() {
+            Ok(o) => {
+                let o = o.get();
+                self.server == o.server && self.message == o.message && self.outcome == o.outcome
+            }
+            Err(_) => false,
+        }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
+    }
+}
+
+impl McpElicitationRequest {
+    /// The core's event, for its canonical JSON.
+    fn event(&self) -> Event {
+        Event::McpElicitationRequest {
+            server: self.server.clone(),
+            message: self.message.clone(),
+            outcome: self.outcome.clone(),
+        }
+    }
+}
+
 /// The Python object for an event (moves its fields, no copy of its strings).
 pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
     Ok(match ev {
@@ -1532,6 +1695,12 @@ pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
         Event::ServerLog { server, level, logger, data } => {
             Py::new(py, ServerLog { server, level, logger, data })?.into_any()
         }
+        Event::McpSamplingRequest { server, summary, max_tokens, outcome } => {
+            Py::new(py, McpSamplingRequest { server, summary, max_tokens, outcome })?.into_any()
+        }
+        Event::McpElicitationRequest { server, message, outcome } => {
+            Py::new(py, McpElicitationRequest { server, message, outcome })?.into_any()
+        }
         // `Event` is non-exhaustive: a core newer than this description.
         other => Py::new(py, UnknownEvent::new(other))?.into_any(),
     })
@@ -1555,5 +1724,7 @@ pub fn register_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SteeringDelivered>()?;
     m.add_class::<ToolProgress>()?;
     m.add_class::<ServerLog>()?;
+    m.add_class::<McpSamplingRequest>()?;
+    m.add_class::<McpElicitationRequest>()?;
     Ok(())
 }

@@ -34,6 +34,7 @@ mod events;
 #[rustfmt::skip]
 mod events_gen;
 mod mcp;
+mod mcp_sampling;
 mod stream;
 mod text;
 

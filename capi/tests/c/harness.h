@@ -117,6 +117,7 @@ extern const TestSuite CONVERSATION_TESTS; /* test_conversation.c: reasoning, co
 extern const TestSuite ATTACHMENT_TESTS;   /* test_attachments.c: images in and out */
 extern const TestSuite MCP_TESTS;          /* test_mcp.c: MCP servers from the config */
 extern const TestSuite MCP_EVERYTHING_TESTS; /* test_mcp_everything.c: the MCP reference server */
+extern const TestSuite MCP_SAMPLING_TESTS; /* test_mcp_sampling.c: MCP sampling and elicitation */
 extern const TestSuite FORK_TESTS;         /* test_fork.c: the pre-fork server pattern */
 extern const TestSuite READINESS_TESTS;    /* test_readiness.c: descriptors, ready sets */
 extern const TestSuite DURABLE_TESTS;      /* test_durable.c: durable turns (ABI 1.3) */

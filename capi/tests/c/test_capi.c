@@ -29,6 +29,7 @@ static const TestSuite *const SUITES[] = {
     &MCP_OAUTH_TESTS,
     &MCP_RESOURCE_TESTS,
     &PRODUCTION_TESTS,
+    &MCP_SAMPLING_TESTS,
 };
 enum { SUITE_COUNT = sizeof SUITES / sizeof SUITES[0] };
 

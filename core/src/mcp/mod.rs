@@ -19,6 +19,7 @@ mod http;
 mod oauth;
 mod resources;
 mod rpc;
+pub(crate) mod sampling;
 mod server;
 #[cfg(unix)]
 mod stdio;
@@ -43,6 +44,10 @@ pub use resources::resource_contents_to_value;
 pub use resources::{
     McpPrompt, McpPromptArgument, McpPromptMessage, McpPromptResult, McpResource, McpResourceBody,
     McpResourceContents, McpResourceTemplate, READ_RESOURCE_TOOL,
+};
+pub use sampling::{
+    McpApproveSampling, McpClientHooks, McpElicit, McpElicitationAnswer, McpElicitationRequest,
+    McpSamplingRequest, DEFAULT_SAMPLING_MAX_TOKENS,
 };
 pub use tools::McpToolInfo;
 
@@ -215,6 +220,18 @@ pub struct McpServer {
     /// reads one of the server's resources by its URI (`resources/read`), so that it can
     /// follow a `resource_link` a tool gave it (default: off).
     pub read_resource: bool,
+    /// Whether the server's `sampling/createMessage` requests are answered through the
+    /// agent's provider (while one of its tools runs in a turn, each approved by the
+    /// host's hook when there is one, see [`McpClientHooks`]); also declares the
+    /// `sampling` capability. Default: off (refused, and not declared).
+    pub sampling: bool,
+    /// The most output tokens one sampling request may ask for (default
+    /// [`DEFAULT_SAMPLING_MAX_TOKENS`]).
+    pub sampling_max_tokens: u32,
+    /// Whether the server's `elicitation/create` requests are answered by the host's
+    /// hook (declined without one, see [`McpClientHooks`]); also declares the
+    /// `elicitation` capability. Default: off (refused, and not declared).
+    pub elicitation: bool,
 }
 
 impl fmt::Debug for McpServer {
@@ -244,6 +261,9 @@ impl fmt::Debug for McpServer {
             .field("log_level", &self.log_level)
             .field("oauth", &self.oauth)
             .field("read_resource", &self.read_resource)
+            .field("sampling", &self.sampling)
+            .field("sampling_max_tokens", &self.sampling_max_tokens)
+            .field("elicitation", &self.elicitation)
             .finish()
     }
 }
@@ -259,6 +279,9 @@ impl McpServer {
             log_level: None,
             oauth: None,
             read_resource: false,
+            sampling: false,
+            sampling_max_tokens: DEFAULT_SAMPLING_MAX_TOKENS,
+            elicitation: false,
         }
     }
 
@@ -370,6 +393,26 @@ impl McpServer {
         self
     }
 
+    /// Answers the server's sampling requests through the agent's provider (see
+    /// [`McpServer::sampling`]).
+    pub fn with_sampling(mut self, on: bool) -> McpServer {
+        self.sampling = on;
+        self
+    }
+
+    /// Sets the most output tokens one sampling request may ask for.
+    pub fn with_sampling_max_tokens(mut self, max: u32) -> McpServer {
+        self.sampling_max_tokens = max;
+        self
+    }
+
+    /// Answers the server's elicitation requests through the host's hook (see
+    /// [`McpServer::elicitation`]).
+    pub fn with_elicitation(mut self, on: bool) -> McpServer {
+        self.elicitation = on;
+        self
+    }
+
     /// The values panto must never show: every header value of an HTTP server (and
     /// the token of a `Bearer` one), and environment values whose names look like
     /// credentials.
@@ -404,6 +447,11 @@ impl McpServer {
         if name.is_empty() || name.len() > 64 {
             return Err(Error::config(format!(
                 "{path}: a server's name must be 1 to 64 characters"
+            )));
+        }
+        if self.sampling_max_tokens == 0 {
+            return Err(Error::config(format!(
+                "{path}.sampling_max_tokens: must be at least 1"
             )));
         }
         if self.timeout_ms == 0 {
@@ -557,6 +605,17 @@ impl McpServers {
     /// The OAuth tokens learnt so far, for an agent's redaction.
     pub(crate) fn live_secrets(&self) -> Arc<crate::secret::LiveSecrets> {
         self.inner.auth.live.clone()
+    }
+
+    /// Lends the servers a way to approve sampling requests and to answer elicitations
+    /// (see [`McpClientHooks`]). Read at each request: it may be set at any time.
+    pub fn set_client_hooks(&self, hooks: McpClientHooks) {
+        *self
+            .inner
+            .auth
+            .client_hooks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = hooks;
     }
 
     /// Stops the servers now (rather than when the last clone is dropped); a later turn

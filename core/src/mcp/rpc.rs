@@ -9,13 +9,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::sync::{oneshot, Notify};
 use tracing::debug;
 
+use super::sampling::{self, ClientFeatures, InFlight};
 use super::McpLogLevel;
 use crate::error::{Error, ErrorKind};
 use crate::tool::{CallProgress, LogLine};
@@ -86,6 +87,10 @@ pub(crate) struct Peer {
     closed: Mutex<Option<Error>>,
     /// The least level of the server's log lines that reach a turn (`None`: none do).
     pub log_level: Option<McpLogLevel>,
+    /// What the server may ask of panto beyond `ping` (`None`: nothing).
+    pub client: Option<Arc<ClientFeatures>>,
+    /// Where answers that take time (sampling, elicitation) are sent, once they are ready.
+    wire: OnceLock<Weak<dyn Wire>>,
 }
 
 impl Peer {
@@ -97,7 +102,14 @@ impl Peer {
             list_changed: AtomicBool::new(false),
             closed: Mutex::new(None),
             log_level: None,
+            client: None,
+            wire: OnceLock::new(),
         }
+    }
+
+    /// Where the answers to the server's requests that take time are sent.
+    pub fn set_wire(&self, wire: &Arc<dyn Wire>) {
+        let _ = self.wire.set(Arc::downgrade(wire));
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
@@ -147,7 +159,10 @@ impl Peer {
             Value::Object(mut o) => {
                 let method = o.get("method").and_then(Value::as_str).map(str::to_owned);
                 match (method, o.remove("id")) {
-                    (Some(method), Some(id)) => vec![self.answer_request(&method, id)],
+                    (Some(method), Some(id)) => self
+                        .answer_request(&method, id, o.get("params"))
+                        .into_iter()
+                        .collect(),
                     (Some(method), None) => {
                         self.notification(&method, o.get("params"));
                         Vec::new()
@@ -183,15 +198,67 @@ impl Peer {
         }
     }
 
-    /// The server asked something. panto declares no client capabilities, so only
-    /// `ping` has an answer; the rest are "method not found".
-    fn answer_request(&self, method: &str, id: Value) -> Value {
+    /// The server asked something: `ping` is answered at once; `sampling/createMessage`
+    /// and `elicitation/create`, where the server's declaration enables them, are
+    /// answered later by a task of their own (`None` here); the rest are "method not
+    /// found".
+    fn answer_request(&self, method: &str, id: Value, params: Option<&Value>) -> Option<Value> {
         if method == "ping" {
-            json!({"jsonrpc": "2.0", "id": id, "result": {}})
-        } else {
-            json!({"jsonrpc": "2.0", "id": id,
-                   "error": {"code": -32601, "message": "panto does not offer this method"}})
+            return Some(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
         }
+        let client = self
+            .client
+            .as_ref()
+            .filter(|c| ClientFeatures::handles(Some(c), method));
+        let refuse = |error: Value| Some(json!({"jsonrpc": "2.0", "id": id, "error": error}));
+        let Some(client) = client else {
+            return refuse(sampling::rpc_error(
+                -32601,
+                "panto does not offer this method",
+            ));
+        };
+        let (Some(wire), Ok(rt)) = (
+            self.wire.get().and_then(Weak::upgrade),
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return refuse(sampling::rpc_error(-32603, "panto cannot answer now"));
+        };
+        let Some(in_flight) = InFlight::start(client) else {
+            return refuse(sampling::too_many());
+        };
+        // The request belongs to the running tool call of this server that takes
+        // reports (the oldest): its turn reports it and, for sampling, asks the model.
+        let call = self.running_call();
+        let (client, name, method, params) = (
+            client.clone(),
+            self.name.clone(),
+            method.to_owned(),
+            params.cloned(),
+        );
+        let weak = Arc::downgrade(&wire);
+        drop(wire);
+        rt.spawn(async move {
+            let _in_flight = in_flight;
+            let outcome = sampling::answer(&name, &client, call, &method, params.as_ref()).await;
+            let reply = match outcome {
+                Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+            };
+            if let Some(wire) = weak.upgrade() {
+                wire.send(reply, None);
+            }
+        });
+        None
+    }
+
+    /// The reporter of the oldest running tool call of this server that takes reports.
+    fn running_call(&self) -> Option<CallProgress> {
+        let table = self.table();
+        table
+            .iter()
+            .filter_map(|(id, p)| p.reporter.as_ref().map(|r| (*id, r.clone())))
+            .min_by_key(|(id, _)| *id)
+            .map(|(_, r)| r)
     }
 
     fn notification(&self, method: &str, params: Option<&Value>) {
@@ -279,15 +346,7 @@ impl Peer {
         if level < min {
             return;
         }
-        let reporter = {
-            let table = self.table();
-            table
-                .iter()
-                .filter_map(|(id, p)| p.reporter.as_ref().map(|r| (*id, r.clone())))
-                .min_by_key(|(id, _)| *id)
-                .map(|(_, r)| r)
-        };
-        let Some(reporter) = reporter else {
+        let Some(reporter) = self.running_call() else {
             return;
         };
         let data = match params.get("data") {

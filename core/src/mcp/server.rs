@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use super::resources::ReadResourceTool;
 use super::rpc::{Peer, RpcError, Wire};
+use super::sampling::ClientFeatures;
 use super::tools::{self, McpTool, McpToolInfo};
 use super::{Limits, McpServer, McpTransport, ACCEPTED_VERSIONS, PROTOCOL_VERSION};
 use crate::error::{Error, ErrorKind, Result};
@@ -26,11 +27,13 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_PAGES: usize = 100;
 const MAX_TOOLS: usize = 2000;
 
-/// What the servers of a set share for OAuth: the host's hooks and the tokens learnt.
+/// What the servers of a set share: for OAuth, the host's hooks and the tokens learnt;
+/// for the servers' own requests (sampling, elicitation), the host's hooks.
 #[derive(Default)]
 pub(crate) struct AuthContext {
     pub hooks: std::sync::Mutex<super::McpOAuthHooks>,
     pub live: Arc<crate::secret::LiveSecrets>,
+    pub client_hooks: Arc<std::sync::Mutex<super::McpClientHooks>>,
 }
 
 /// What keeps a server's connection alive; dropping it stops the server.
@@ -59,9 +62,15 @@ impl Server {
         config: &McpServer,
         limits: Limits,
         oauth: Option<Arc<super::oauth::OAuth>>,
+        client_hooks: Arc<std::sync::Mutex<super::McpClientHooks>>,
     ) -> Result<Arc<Server>> {
         let mut peer = Peer::new(name);
         peer.log_level = config.log_level;
+        peer.client = ClientFeatures::new(
+            config.sampling.then_some(config.sampling_max_tokens),
+            config.elicitation,
+            client_hooks,
+        );
         let peer = Arc::new(peer);
         let timeout = Duration::from_millis(config.timeout_ms);
         let (keep, wire) = match &config.transport {
@@ -97,6 +106,7 @@ impl Server {
                 (Keep::Http(s), wire)
             }
         };
+        peer.set_wire(&wire);
         let server = Server {
             name: name.to_owned(),
             peer,
@@ -122,7 +132,7 @@ impl Server {
         let timeout = self.timeout.max(START_TIMEOUT);
         let params = json!({
             "protocolVersion": PROTOCOL_VERSION,
-            "capabilities": {},
+            "capabilities": ClientFeatures::capabilities(self.peer.client.as_deref()),
             "clientInfo": {"name": "panto", "version": env!("CARGO_PKG_VERSION")},
         });
         let result = self
@@ -400,7 +410,14 @@ impl Slot {
                 self.server = None;
                 self.tools.clear();
                 let oauth = self.oauth()?;
-                let s = Server::start(&self.name, &self.config, limits, oauth).await?;
+                let s = Server::start(
+                    &self.name,
+                    &self.config,
+                    limits,
+                    oauth,
+                    self.auth.client_hooks.clone(),
+                )
+                .await?;
                 self.server = Some(s.clone());
                 s
             }

@@ -72,6 +72,8 @@ from ._media import Document, Image, Input, Part, native_parts
 from ._output import Output, output_schema
 from . import _mcp
 from ._mcp import MCPPrompt, MCPPromptResult, MCPResource, MCPResourceContents
+from ._mcp_sampling import MCPElicitationAnswer, MCPElicitationRequest, MCPSamplingRequest
+from . import _mcp_sampling
 from ._otel import InstrumentArg, Instrumentation, instrument, uninstrument
 from . import _otel
 
@@ -107,6 +109,8 @@ __all__ = [
     "TokenCount",
     "MCPServers",
     "MCPTokenStore",
+    "MCPSamplingRequest",
+    "MCPElicitationRequest",
     "PantoError",
     "APIError",
     "APIStatusError",
@@ -336,6 +340,8 @@ class Agent:
         mcp_servers: Union[Dict[str, McpServerOptions], "MCPServers", None] = None,
         mcp_token_store: Optional[MCPTokenStore] = None,
         mcp_open_url: Optional[Callable[[str], object]] = None,
+        mcp_approve_sampling: Optional[Callable[[MCPSamplingRequest], bool]] = None,
+        mcp_elicit: Optional[Callable[[MCPElicitationRequest], MCPElicitationAnswer]] = None,
         instrument: InstrumentArg = None,
         **options: Unpack[AgentOptions],
     ) -> None:
@@ -347,7 +353,13 @@ class Agent:
         between runs (``panto.MCPTokenStore``; without one they live as long as the
         servers) and ``mcp_open_url`` is called with the authorization URL a person must
         open (the authorization code grant fails without it); both run on panto's
-        threads, and the URL opener may block until the sign-in is done. Every other
+        threads, and the URL opener may block until the sign-in is done. For MCP
+        servers whose entry enables ``"sampling"``, ``mcp_approve_sampling`` sees each
+        ``panto.MCPSamplingRequest`` and returns whether the agent's model answers it
+        (without it, each is answered); for those that enable ``"elicitation"``,
+        ``mcp_elicit`` answers each ``panto.MCPElicitationRequest`` with the content (a
+        dict), ``"decline"`` or ``"cancel"`` (without it, each is declined). Both run on
+        panto's threads and may block to ask a person. Every other
         keyword is a configuration key (``max_steps=4``, ``retry={"max_retries": 1}``,
         ``timeouts={"idle_ms": 30_000}``, ``reasoning="high"``…: ``panto.AgentOptions``
         lists them with their types). The core validates the whole configuration here:
@@ -397,6 +409,8 @@ class Agent:
         self._native = _native.Agent("{" + ",".join(parts) + "}", shared._native if shared else None)
         if mcp_token_store is not None or mcp_open_url is not None:
             self._native.set_mcp_oauth(mcp_token_store, mcp_open_url)
+        if mcp_approve_sampling is not None or mcp_elicit is not None:
+            self._native.set_mcp_client_hooks(*_mcp_sampling.native_hooks(mcp_approve_sampling, mcp_elicit))
         self._tools = python_tools
         self._instrument = kept_instrument
         # The latest stream's control handle (it keeps no stream alive): what close()

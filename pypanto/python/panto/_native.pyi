@@ -452,6 +452,62 @@ class ServerLog(_Event):
         ...
 
 @final
+class McpSamplingRequest(_Event):
+    """An MCP server asked the agent's model for a message (`sampling/createMessage`,
+    answered only for a server whose `sampling` is enabled) while one of its tools
+    ran in this turn; its usage is counted in the turn's. Emitted once the request is
+    settled, before the call's `tool_result`.
+    """
+    type: ClassVar[Literal["mcp_sampling_request"]]
+    __match_args__ = ("server", "summary", "max_tokens", "outcome")
+    @property
+    def server(self) -> str:
+        """The MCP server's name (its key in mcp_servers)."""
+        ...
+    @property
+    def summary(self) -> str:
+        """What was asked: the first line of the last message's text (at most 200
+        bytes).
+        """
+        ...
+    @property
+    def max_tokens(self) -> int:
+        """The output limit of the request (the server's maxTokens, at most
+        sampling_max_tokens).
+        """
+        ...
+    @property
+    def outcome(self) -> str:
+        """answered (the model's answer went to the server), denied (the host's hook
+        refused it) or failed (the model request failed).
+        """
+        ...
+
+@final
+class McpElicitationRequest(_Event):
+    """An MCP server asked the host a question (`elicitation/create`, answered only for
+    a server whose `elicitation` is enabled) while one of its tools ran in this turn.
+    Emitted once the question is settled, before the call's `tool_result`.
+    """
+    type: ClassVar[Literal["mcp_elicitation_request"]]
+    __match_args__ = ("server", "message", "outcome")
+    @property
+    def server(self) -> str:
+        """The MCP server's name (its key in mcp_servers)."""
+        ...
+    @property
+    def message(self) -> str:
+        """The server's message to the person (at most 200 bytes)."""
+        ...
+    @property
+    def outcome(self) -> str:
+        """accept, decline or cancel (the host's answer; decline without a hook), or
+        invalid (an accepted answer did not match the requested schema: the server
+        got an error).
+        """
+        ...
+
+@final
 class UnknownEvent(_Event):
     """An event of a type this version of the package does not know (a newer core).
     Its ``type`` is ``"unknown"`` (so ``ev.type`` narrows a union of events); the
@@ -477,6 +533,8 @@ _AnyEvent = Union[
     SteeringDelivered,
     ToolProgress,
     ServerLog,
+    McpSamplingRequest,
+    McpElicitationRequest,
     UnknownEvent,
 ]
 # --- end of the generated part ---
@@ -565,6 +623,9 @@ class McpServers:
 class Agent:
     def __new__(cls, config_json: str, mcp: Optional[McpServers] = None) -> "Agent": ...
     def set_mcp_oauth(self, store: Optional[Any] = None, open_url: Optional[Callable[[str], object]] = None) -> None: ...
+    def set_mcp_client_hooks(
+        self, approve_sampling: Optional[Callable[[str], bool]] = None, elicit: Optional[Callable[[str], str]] = None
+    ) -> None: ...
     def stream(
         self,
         input: str,

@@ -14,6 +14,8 @@ from ._native import (
     BlockStart,
     ContentDelta,
     HistoryCompacted,
+    McpElicitationRequest,
+    McpSamplingRequest,
     MessageComplete,
     MessageEnd,
     MessageStart,
@@ -34,6 +36,8 @@ __all__ = [
     "BlockStart",
     "ContentDelta",
     "HistoryCompacted",
+    "McpElicitationRequest",
+    "McpSamplingRequest",
     "MessageComplete",
     "MessageEnd",
     "MessageStart",
@@ -283,16 +287,19 @@ Event = Union[
     SteeringDelivered,
     ToolProgress,
     ServerLog,
+    McpSamplingRequest,
+    McpElicitationRequest,
     UnknownEvent,
 ]
 Event.__doc__ = """Any event a stream yields: the union of the event classes (``MessageStart``,
 ``BlockStart``, ``ContentDelta``, ``ToolDetails``, ``BlockComplete``, ``MessageEnd``,
 ``ToolCallStart``, ``ToolResult``, ``ProviderRetry``, ``MessageComplete``,
 ``HistoryCompacted``, ``OutputRepair``, ``SteeringDelivered``, ``ToolProgress``,
-``ServerLog``, and ``UnknownEvent`` for a type this version does not know). Every event
-has ``type`` (its snake_case name), ``to_dict()`` and ``to_json()`` (the canonical JSON
-every binding prints); ``ev.type == "content_delta"``, ``isinstance`` and ``match``
-narrow it for a type checker. ``MessageComplete`` is always the last event."""
+``ServerLog``, ``McpSamplingRequest``, ``McpElicitationRequest``, and ``UnknownEvent``
+for a type this version does not know). Every event has ``type`` (its snake_case name),
+``to_dict()`` and ``to_json()`` (the canonical JSON every binding prints); ``ev.type ==
+"content_delta"``, ``isinstance`` and ``match`` narrow it for a type checker.
+``MessageComplete`` is always the last event."""
 
 #: The class of each event type, in the core's order (``Event::TYPES``).
 EVENT_CLASSES: Dict[str, type] = {
@@ -311,6 +318,8 @@ EVENT_CLASSES: Dict[str, type] = {
     "steering_delivered": SteeringDelivered,
     "tool_progress": ToolProgress,
     "server_log": ServerLog,
+    "mcp_sampling_request": McpSamplingRequest,
+    "mcp_elicitation_request": McpElicitationRequest,
 }
 
 #: The attributes of each event type, in the order of its canonical JSON form:
@@ -412,6 +421,17 @@ EVENT_FIELDS: Dict[str, Tuple[Tuple[str, str, bool], ...]] = {
         ("level", "string", False),
         ("logger", "string", True),
         ("data", "string", False),
+    ),
+    "mcp_sampling_request": (
+        ("server", "string", False),
+        ("summary", "string", False),
+        ("max_tokens", "u64", False),
+        ("outcome", "string", False),
+    ),
+    "mcp_elicitation_request": (
+        ("server", "string", False),
+        ("message", "string", False),
+        ("outcome", "string", False),
     ),
 }
 
@@ -644,6 +664,23 @@ class McpServerOptions(TypedDict, total=False):
     read_resource: Optional[bool]
     """Offer the model the built-in tool <prefix>read_resource, which reads one of the
     server's resources by its URI (to follow a resource_link a tool returned).
+    (default False)
+    """
+
+    sampling: Optional[bool]
+    """Answer the server's sampling/createMessage requests through the agent's own
+    provider while its tools run (each approved by the host's hook when it has one;
+    usage counted in the turn's); declares the sampling capability. (default False)
+    """
+
+    sampling_max_tokens: Optional[int]
+    """The most output tokens one sampling request of the server may ask for (a larger
+    maxTokens is cut to this). (default 1024; at least 1)
+    """
+
+    elicitation: Optional[bool]
+    """Answer the server's elicitation/create requests through the host's hook (the CLI
+    asks on the terminal; declined without one); declares the elicitation capability.
     (default False)
     """
 
