@@ -235,7 +235,9 @@
  *     calls (PANTO_EV_TOOL_PROGRESS) and MCP servers' log lines (PANTO_EV_SERVER_LOG,
  *     only for a server whose "log_level" is set); a reader that ignores kinds it does
  *     not know is unaffected. And calling an MCP tool outside a turn
- *     (panto_agent_call_mcp_tool), for engines that run each call as a step.
+ *     (panto_agent_call_mcp_tool), for engines that run each call as a step. And
+ *     fallback models (the "fallback" configuration key, PANTO_EV_PROVIDER_FALLBACK,
+ *     PantoMessageComplete.model).
  */
 #ifndef PANTO_H
 #define PANTO_H
@@ -295,6 +297,7 @@ typedef int32_t PantoStatus;
 #define PANTO_EV_STEERING_DELIVERED 13 /* since ABI 1.3 (durable turns) */
 #define PANTO_EV_TOOL_PROGRESS 14      /* since ABI 1.3 (tool progress) */
 #define PANTO_EV_SERVER_LOG 15         /* since ABI 1.3 (MCP server logs) */
+#define PANTO_EV_PROVIDER_FALLBACK 18  /* since ABI 1.3 (fallback models) */
 #define PANTO_EV_ERROR 256 /* with PANTO_ERROR: payload.error holds the failure */
 
 /* ---------------------------------------------------------------------------------- */
@@ -529,6 +532,12 @@ typedef struct PantoMessageComplete {
    * the stream's checkpoint. Absent (ptr NULL) for every other stop reason, and from
    * older libraries (which zero-fill it). Borrowed like the event's other strings. */
   PantoStr deferred;
+  /* Since ABI 1.3 (fallback models), at the end of the struct within the payload
+   * union's fixed size: the model that answered the turn's last request, as the
+   * configuration names it — the agent's "model" (or the turn's "model" option), or that
+   * of the "fallback" entry the turn went to (PANTO_EV_PROVIDER_FALLBACK). Absent (ptr
+   * NULL) from older libraries, which zero-fill it. */
+  PantoStr model;
 } PantoMessageComplete;
 
 /* PANTO_EV_HISTORY_COMPACTED (since ABI 1.1): automatic compaction (the "compaction"
@@ -592,6 +601,22 @@ typedef struct PantoServerLog {
                       2000 bytes) */
 } PantoServerLog;
 
+/* PANTO_EV_PROVIDER_FALLBACK (since ABI 1.3): a request failed after its retries,
+ * before any block of its answer was shown, with kind rate_limited, server, connection
+ * or timeout, or a provider error that says it is overloaded: the step goes to the next
+ * model of the configuration's "fallback" list, and the rest of the turn stays on it (a
+ * checkpoint taken from here on resumes there). Emitted before that request. */
+typedef struct PantoProviderFallback {
+  uint32_t message; /* the assistant message the failed request was for */
+  uint32_t status;  /* HTTP status of the failure, 0 if none */
+  PantoStr from_provider; /* the provider that failed ("openai", "anthropic", …) */
+  PantoStr from_model;    /* its model, as the configuration names it */
+  PantoStr to_provider;   /* the provider the step goes to */
+  PantoStr to_model;      /* its model */
+  PantoStr error_kind;    /* the failure's kind name ("server", "rate_limited", …) */
+  PantoStr error_message; /* the failure's message (one line, secrets removed) */
+} PantoProviderFallback;
+
 /* PANTO_EV_ERROR (status PANTO_ERROR): the failure; the same fields as PantoError. */
 typedef struct PantoErrorInfo {
   uint32_t kind;   /* PANTO_ERR_* */
@@ -636,6 +661,7 @@ typedef union PantoEventPayload {
   PantoSteeringDelivered steering_delivered; /* since ABI 1.3 */
   PantoToolProgress tool_progress;            /* since ABI 1.3 */
   PantoServerLog server_log;                  /* since ABI 1.3 */
+  PantoProviderFallback provider_fallback;    /* since ABI 1.3 */
   uint64_t _reserved[32];
 } PantoEventPayload;
 

@@ -44,6 +44,8 @@ pub const PANTO_EV_STEERING_DELIVERED: u32 = 13;
 pub const PANTO_EV_TOOL_PROGRESS: u32 = 14;
 /// A log line of an MCP server.
 pub const PANTO_EV_SERVER_LOG: u32 = 15;
+/// Since ABI 1.3 (fallback models); 16 and 17 are taken by other events of 1.3.
+pub const PANTO_EV_PROVIDER_FALLBACK: u32 = 18;
 /// `PantoEvent::kind` with `PANTO_ERROR`: the payload is the failure. Far above the
 /// core's event codes, so new event types never collide with it.
 pub const PANTO_EV_ERROR: u32 = 256;
@@ -256,6 +258,8 @@ pub struct PantoMessageComplete {
     /// Durable turns: the deferred calls as a JSON array when the turn paused; absent
     /// otherwise.
     pub deferred: PantoStr,
+    /// Fallback models: the model that answered the turn's last request.
+    pub model: PantoStr,
 }
 
 /// Durable turns: a steered message was delivered.
@@ -291,6 +295,21 @@ pub struct PantoServerLog {
     /// Absent when the server named none.
     pub logger: PantoStr,
     pub data: PantoStr,
+}
+
+/// Fallback models: a step went to the next model of the `fallback` list.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PantoProviderFallback {
+    pub message: u32,
+    /// 0 when there was none.
+    pub status: u32,
+    pub from_provider: PantoStr,
+    pub from_model: PantoStr,
+    pub to_provider: PantoStr,
+    pub to_model: PantoStr,
+    pub error_kind: PantoStr,
+    pub error_message: PantoStr,
 }
 
 /// Added after ABI 1.1.0: an answer did not match the output schema and a repair is
@@ -342,6 +361,7 @@ pub union PantoEventPayload {
     pub steering_delivered: PantoSteeringDelivered,
     pub tool_progress: PantoToolProgress,
     pub server_log: PantoServerLog,
+    pub provider_fallback: PantoProviderFallback,
     pub _reserved: [u64; 32],
 }
 
