@@ -1304,16 +1304,26 @@ impl Agent {
     /// Where requests of route entry `entry` go: the agent's own configuration (0) or
     /// that of `fallback[entry - 1]`, with its transport and server fields.
     fn endpoint(&self, entry: usize) -> (&Config, &Transport, Dialect) {
-        match entry.checked_sub(1).and_then(|i| self.inner.fallback.get(i)) {
+        match entry
+            .checked_sub(1)
+            .and_then(|i| self.inner.fallback.get(i))
+        {
             Some(f) => (&f.config, &f.transport, f.dialect),
-            None => (&self.inner.config, &self.inner.transport, self.inner.dialect),
+            None => (
+                &self.inner.config,
+                &self.inner.transport,
+                self.inner.dialect,
+            ),
         }
     }
 
     /// The model requests of route entry `entry` ask for: the turn's `model` option or
     /// the agent's (0), else the fallback entry's.
     fn route_model(&self, turn: &Turn, entry: usize) -> String {
-        match entry.checked_sub(1).and_then(|i| self.inner.fallback.get(i)) {
+        match entry
+            .checked_sub(1)
+            .and_then(|i| self.inner.fallback.get(i))
+        {
             Some(f) => f.config.model.clone(),
             None => turn
                 .options()

@@ -535,7 +535,10 @@ mod tests {
         let mut last = 0;
         for e in events {
             let code = e["code"].as_u64().unwrap();
-            assert!(code > last, "event codes are 1-based and increasing: {code}");
+            assert!(
+                code > last,
+                "event codes are 1-based and increasing: {code}"
+            );
             last = code;
         }
         let kinds = d["error_kinds"].as_array().unwrap();

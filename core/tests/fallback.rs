@@ -6,8 +6,8 @@
 //! entry reads has no block only the first provider can read.
 
 use panto::{
-    Agent, Answers, Block, Config, ErrorKind, Event, FallbackModel, FnTool, Message,
-    ProviderKind, Role, TurnControl, TurnOptions,
+    Agent, Answers, Block, Config, ErrorKind, Event, FallbackModel, FnTool, Message, ProviderKind,
+    Role, TurnControl, TurnOptions,
 };
 use panto_testkit::{config, quick_retries, turn, turn_with, API_KEY};
 use panto_testserver::script::{self, exchange};
@@ -63,7 +63,10 @@ async fn a_503_falls_back_to_the_next_provider_within_one_turn() {
     // Its own retries first, then the fallback, then the answer.
     let kinds: Vec<&str> = events.iter().map(Event::type_name).collect();
     let retry = kinds.iter().position(|k| *k == "provider_retry").unwrap();
-    let fell = kinds.iter().position(|k| *k == "provider_fallback").unwrap();
+    let fell = kinds
+        .iter()
+        .position(|k| *k == "provider_fallback")
+        .unwrap();
     let start = kinds.iter().position(|k| *k == "message_start").unwrap();
     assert!(retry < fell && fell < start, "{kinds:?}");
     let [Event::ProviderFallback {
@@ -152,7 +155,11 @@ async fn each_entry_is_tried_in_order_and_the_last_error_is_reported() {
     assert_eq!(
         hops,
         [
-            ("scripted-model".into(), "second".into(), "rate_limited".into()),
+            (
+                "scripted-model".into(),
+                "second".into(),
+                "rate_limited".into()
+            ),
             ("second".into(), "third".into(), "server".into()),
         ]
     );
@@ -161,7 +168,10 @@ async fn each_entry_is_tried_in_order_and_the_last_error_is_reported() {
         .iter()
         .map(|r| r.body["model"].clone())
         .collect();
-    assert_eq!(models, [json!("scripted-model"), json!("second"), json!("third")]);
+    assert_eq!(
+        models,
+        [json!("scripted-model"), json!("second"), json!("third")]
+    );
 }
 
 #[tokio::test]
@@ -176,10 +186,11 @@ async fn an_error_another_model_would_share_does_not_fall_back() {
             exchange(script::openai_text(&["never asked"])),
         ]))
         .unwrap();
-        let agent = Agent::new(
-            config(ProviderKind::OpenAi, &server)
-                .with_fallback(entry(ProviderKind::OpenAi, &server, "second")),
-        )
+        let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_fallback(entry(
+            ProviderKind::OpenAi,
+            &server,
+            "second",
+        )))
         .unwrap();
         let (events, r) = turn(&agent, "hi").await;
         assert_eq!(r.unwrap_err().kind, kind, "HTTP {status}");
@@ -200,10 +211,11 @@ async fn a_failure_after_part_of_the_answer_was_shown_does_not_fall_back() {
         exchange(script::openai_text(&["never asked"])),
     ]))
     .unwrap();
-    let agent = Agent::new(
-        config(ProviderKind::OpenAi, &server)
-            .with_fallback(entry(ProviderKind::OpenAi, &server, "second")),
-    )
+    let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_fallback(entry(
+        ProviderKind::OpenAi,
+        &server,
+        "second",
+    )))
     .unwrap();
     let (events, r) = turn(&agent, "hi").await;
     assert_eq!(r.unwrap_err().kind, ErrorKind::Connection);
@@ -226,8 +238,11 @@ async fn an_overload_reported_inside_the_stream_before_any_block_falls_back() {
     ]))
     .unwrap();
     let agent = Agent::new(
-        config(ProviderKind::Anthropic, &server)
-            .with_fallback(entry(ProviderKind::OpenAi, &server, "gpt-fallback")),
+        config(ProviderKind::Anthropic, &server).with_fallback(entry(
+            ProviderKind::OpenAi,
+            &server,
+            "gpt-fallback",
+        )),
     )
     .unwrap();
     let (events, r) = turn(&agent, "hi").await;
@@ -272,8 +287,11 @@ async fn the_next_entry_reads_the_history_without_the_first_providers_blocks() {
     // The same provider (another endpoint and key): it would take the blocks, but they
     // were written for the first one.
     let agent = Agent::new(
-        config(ProviderKind::Anthropic, &server)
-            .with_fallback(entry(ProviderKind::Anthropic, &server, "claude-other")),
+        config(ProviderKind::Anthropic, &server).with_fallback(entry(
+            ProviderKind::Anthropic,
+            &server,
+            "claude-other",
+        )),
     )
     .unwrap();
     agent.set_history(signed_history()).unwrap();
@@ -288,7 +306,10 @@ async fn the_next_entry_reads_the_history_without_the_first_providers_blocks() {
         "OPAQUE-only-anthropic",
     ] {
         assert!(first.contains(only_first), "{only_first} sent to the first");
-        assert!(!second.contains(only_first), "{only_first} sent to the fallback");
+        assert!(
+            !second.contains(only_first),
+            "{only_first} sent to the fallback"
+        );
     }
     assert!(second.contains("first answer") && second.contains("second question"));
     // The history itself keeps every block (the agent's own model reads them next turn).
@@ -315,7 +336,10 @@ fn portable_drops_what_only_the_writer_reads() {
         role: Role::Assistant,
         content: vec![Block::RedactedReasoning { data: "x".into() }],
     }];
-    assert_eq!(panto::message::portable(&only)[0].content, [Block::text("")]);
+    assert_eq!(
+        panto::message::portable(&only)[0].content,
+        [Block::text("")]
+    );
 }
 
 #[tokio::test]
@@ -330,10 +354,11 @@ async fn a_checkpoint_after_a_fallback_resumes_on_the_entry_that_answered() {
     ]))
     .unwrap();
     let make = || {
-        let agent = Agent::new(
-            config(ProviderKind::OpenAi, &server)
-                .with_fallback(entry(ProviderKind::OpenAi, &server, "fallback-model")),
-        )
+        let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_fallback(entry(
+            ProviderKind::OpenAi,
+            &server,
+            "fallback-model",
+        )))
         .unwrap();
         agent
             .add_tool(FnTool::new(
@@ -384,7 +409,10 @@ async fn a_checkpoint_after_a_fallback_resumes_on_the_entry_that_answered() {
     // An agent without that entry refuses the checkpoint, naming it.
     let plain = Agent::new(config(ProviderKind::OpenAi, &server)).unwrap();
     let e = plain
-        .check_resume(&panto::Checkpoint::from_json(&json).unwrap(), &Answers::new())
+        .check_resume(
+            &panto::Checkpoint::from_json(&json).unwrap(),
+            &Answers::new(),
+        )
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Config);
     assert!(e.message.contains("fallback entry 1"), "{}", e.message);
@@ -413,7 +441,10 @@ fn the_configuration_names_each_problem_of_an_entry() {
             json!([{"provider": "mistral", "model": "x"}]),
             "fallback[0].provider",
         ),
-        (json!([{"provider": "openai"}]), "fallback[0].model: required"),
+        (
+            json!([{"provider": "openai"}]),
+            "fallback[0].model: required",
+        ),
         (
             json!([{"provider": "openai", "model": "x"}, {"model": "y"}]),
             "fallback[1].provider: required",
