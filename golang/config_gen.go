@@ -124,6 +124,10 @@ type Config struct {
 	// OpenTelemetry spans; also on when OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is
 	// true. Default: false.
 	CaptureMessageContent *bool
+	// Fallback ("fallback"): Models tried in order, at most 8, when a request fails after its
+	// retries with rate_limited, server, connection, timeout or an overloaded provider, before
+	// any of its answer was shown: each {provider, model, base_url?, api_key_env?, api_key?}.
+	Fallback []Fallback
 	// MCPTokenStore, when set, keeps the OAuth tokens of the MCP servers that sign in with
 	// OAuth (MCPServer.OAuth) between runs, keyed by the server's URL; without it they
 	// live as long as the agent's servers. Called from the library's threads. Not part
@@ -242,6 +246,9 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	if c.CaptureMessageContent != nil {
 		o.put("capture_message_content", *c.CaptureMessageContent)
 	}
+	if len(c.Fallback) != 0 {
+		o.put("fallback", c.Fallback)
+	}
 	return o.end()
 }
 
@@ -320,6 +327,8 @@ func (c *Config) UnmarshalJSON(data []byte) error {
 			return json.Unmarshal(v, &c.OutputMode)
 		case "capture_message_content":
 			return json.Unmarshal(v, &c.CaptureMessageContent)
+		case "fallback":
+			return json.Unmarshal(v, &c.Fallback)
 		}
 		return errUnknownKey
 	})
@@ -821,6 +830,62 @@ func (m *MCPServer) UnmarshalJSON(data []byte) error {
 	})
 }
 
+// Fallback is one item of the "fallback" configuration key. Models tried in order, at most
+// 8, when a request fails after its retries with rate_limited, server, connection, timeout
+// or an overloaded provider, before any of its answer was shown: each {provider, model,
+// base_url?, api_key_env?, api_key?}.
+type Fallback struct {
+	// Provider ("provider"): Which wire format the entry's provider speaks. One of "openai",
+	// "anthropic", "gemini", "openai-responses". Required.
+	Provider string
+	// Model ("model"): The model to ask. Required.
+	Model string
+	// BaseURL ("base_url"): The entry's API base URL (default: its provider's API).
+	BaseURL string
+	// APIKeyEnv ("api_key_env"): The environment variable its API key is read from when the
+	// agent is made (default: the provider's, such as ANTHROPIC_API_KEY).
+	APIKeyEnv string
+	// APIKey ("api_key"): The entry's API key, instead of api_key_env; "" sends none.
+	APIKey string
+}
+
+// MarshalJSON writes the JSON form the library reads, leaving out what is not set.
+func (f Fallback) MarshalJSON() ([]byte, error) {
+	var o jsonObject
+	o.put("provider", f.Provider)
+	o.put("model", f.Model)
+	if f.BaseURL != "" {
+		o.put("base_url", f.BaseURL)
+	}
+	if f.APIKeyEnv != "" {
+		o.put("api_key_env", f.APIKeyEnv)
+	}
+	if f.APIKey != "" {
+		o.put("api_key", f.APIKey)
+	}
+	return o.end()
+}
+
+// UnmarshalJSON reads the JSON form (the inverse of MarshalJSON): null leaves a field as it
+// is, and an unknown key or a wrong type is an error naming the key.
+func (f *Fallback) UnmarshalJSON(data []byte) error {
+	return readObject(data, func(key string, v json.RawMessage) error {
+		switch key {
+		case "provider":
+			return json.Unmarshal(v, &f.Provider)
+		case "model":
+			return json.Unmarshal(v, &f.Model)
+		case "base_url":
+			return json.Unmarshal(v, &f.BaseURL)
+		case "api_key_env":
+			return json.Unmarshal(v, &f.APIKeyEnv)
+		case "api_key":
+			return json.Unmarshal(v, &f.APIKey)
+		}
+		return errUnknownKey
+	})
+}
+
 // configFields maps a configuration key's path, as the core's errors name it (an array's
 // items as []), to its field below Config, so that a config error can name the Go field
 // (see goFieldPath).
@@ -879,6 +944,12 @@ var configFields = map[string]string{
 	"output_retries":              "OutputRetries",
 	"output_mode":                 "OutputMode",
 	"capture_message_content":     "CaptureMessageContent",
+	"fallback":                    "Fallback",
+	"fallback[].provider":         "Fallback[].Provider",
+	"fallback[].model":            "Fallback[].Model",
+	"fallback[].base_url":         "Fallback[].BaseURL",
+	"fallback[].api_key_env":      "Fallback[].APIKeyEnv",
+	"fallback[].api_key":          "Fallback[].APIKey",
 }
 
 // configMaps holds the paths of the keys that are maps: an error names an entry by the

@@ -31,6 +31,7 @@ var eventTypes = [...]string{
 	"server_log",
 	"mcp_sampling_request",
 	"mcp_elicitation_request",
+	"provider_fallback",
 }
 
 // EventTypes returns every event type name, in the order of the C ABI's event codes
@@ -316,6 +317,9 @@ type MessageComplete struct {
 	// The calls the turn paused for (stop reason deferred), each {call_id, name, arguments,
 	// reason: approval|external|deferred}; present only then. The zero value means absent.
 	Deferred json.RawMessage `json:"deferred,omitempty"`
+	// The model that answered the turn's last request, as the configuration names it (the
+	// agent's, the turn's model option, or a fallback entry's).
+	Model string `json:"model"`
 }
 
 func (*MessageComplete) isEvent() {}
@@ -514,6 +518,43 @@ func (e *McpElicitationRequest) MarshalJSON() ([]byte, error) {
 	return typed(e.Type(), (*plainMcpElicitationRequest)(e))
 }
 
+// ProviderFallback is the provider_fallback event. A request failed after its retries,
+// before any of its answer was shown, in a way another model may not (rate_limited, server,
+// connection, timeout, or a provider that said it is overloaded): the step goes to the next
+// model of the agent's `fallback` list, which the rest of the turn keeps (emitted before
+// that request).
+type ProviderFallback struct {
+	// 0-based index of the assistant message the failed request was for.
+	Message uint32 `json:"message"`
+	// The provider that failed (its configuration name).
+	FromProvider string `json:"from_provider"`
+	// The model that failed, as the configuration names it.
+	FromModel string `json:"from_model"`
+	// The provider the step goes to.
+	ToProvider string `json:"to_provider"`
+	// The model the step goes to.
+	ToModel string `json:"to_model"`
+	// The kind of the error that caused it (rate_limited, server, connection, timeout or
+	// provider).
+	ErrorKind string `json:"error_kind"`
+	// The error's message (one line).
+	ErrorMessage string `json:"error_message"`
+	// The HTTP status of the failure, when there was one. The zero value means absent.
+	Status uint32 `json:"status,omitempty"`
+}
+
+func (*ProviderFallback) isEvent() {}
+
+// Type returns "provider_fallback".
+func (*ProviderFallback) Type() string { return "provider_fallback" }
+
+type plainProviderFallback ProviderFallback
+
+// MarshalJSON writes the canonical JSON of the event.
+func (e *ProviderFallback) MarshalJSON() ([]byte, error) {
+	return typed(e.Type(), (*plainProviderFallback)(e))
+}
+
 // convert copies an event out of C memory; nil for a kind this package does not know
 // (a newer library's: skipped).
 func convert(ev *C.PantoEvent) Event {
@@ -623,6 +664,7 @@ func convert(ev *C.PantoEvent) Event {
 			Text:       goStr(p.text),
 			Output:     goRaw(p.output),
 			Deferred:   goRaw(p.deferred),
+			Model:      goStr(p.model),
 		}
 	case 11: // history_compacted
 		p := (*C.PantoHistoryCompacted)(pl)
@@ -678,6 +720,18 @@ func convert(ev *C.PantoEvent) Event {
 			Server:  goStr(p.server),
 			Message: goStr(p.message),
 			Outcome: goStr(p.outcome),
+		}
+	case 18: // provider_fallback
+		p := (*C.PantoProviderFallback)(pl)
+		return &ProviderFallback{
+			Message:      uint32(p.message),
+			FromProvider: goStr(p.from_provider),
+			FromModel:    goStr(p.from_model),
+			ToProvider:   goStr(p.to_provider),
+			ToModel:      goStr(p.to_model),
+			ErrorKind:    goStr(p.error_kind),
+			ErrorMessage: goStr(p.error_message),
+			Status:       uint32(p.status),
 		}
 	}
 	return nil

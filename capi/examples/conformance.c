@@ -261,6 +261,20 @@ static void print_event(const PantoEvent *ev) {
       if (e->output.ptr != NULL) put_key_raw("output", e->output);
       /* Present only when the turn paused (stop reason "deferred"). */
       if (e->deferred.ptr != NULL) put_key_raw("deferred", e->deferred);
+      put_key_str("model", e->model);
+      break;
+    }
+    case PANTO_EV_PROVIDER_FALLBACK: {
+      const PantoProviderFallback *e = &ev->payload.provider_fallback;
+      fputs("{\"type\":\"provider_fallback\"", stdout);
+      put_key_u("message", e->message);
+      put_key_str("from_provider", e->from_provider);
+      put_key_str("from_model", e->from_model);
+      put_key_str("to_provider", e->to_provider);
+      put_key_str("to_model", e->to_model);
+      put_key_str("error_kind", e->error_kind);
+      put_key_str("error_message", e->error_message);
+      if (e->status != 0) put_key_u("status", e->status);
       break;
     }
     case PANTO_EV_STEERING_DELIVERED: {

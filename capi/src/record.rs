@@ -498,9 +498,12 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
             text,
             output,
             deferred,
+            model,
         } => {
             terminate(text);
+            terminate(model);
             payload.message_complete = PantoMessageComplete {
+                model: view(model),
                 deferred: if deferred.is_empty() {
                     PantoStr::ABSENT
                 } else {
@@ -622,6 +625,37 @@ fn fill_event(ev: &mut Event, derived: &mut Vec<String>, payload: &mut PantoEven
                 server: view(server),
                 message: view(message),
                 outcome: view(outcome),
+            };
+        }
+        Event::ProviderFallback {
+            message,
+            from_provider,
+            from_model,
+            to_provider,
+            to_model,
+            error_kind,
+            error_message,
+            status,
+        } => {
+            for s in [
+                &mut *from_provider,
+                &mut *from_model,
+                &mut *to_provider,
+                &mut *to_model,
+                &mut *error_kind,
+                &mut *error_message,
+            ] {
+                terminate(s);
+            }
+            payload.provider_fallback = PantoProviderFallback {
+                message: *message,
+                status: status.map_or(0, u32::from),
+                from_provider: view(from_provider),
+                from_model: view(from_model),
+                to_provider: view(to_provider),
+                to_model: view(to_model),
+                error_kind: view(error_kind),
+                error_message: view(error_message),
             };
         }
         // `Event` is non-exhaustive, so this arm must exist; an event that reaches it is

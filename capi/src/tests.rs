@@ -55,7 +55,7 @@ fn upper(name: &str) -> String {
 fn header_event_and_error_codes_are_the_cores() {
     let h = header_constants();
     // Every event type of the core, under its name, with its code.
-    for code in 1..=Event::TYPES.len() as u32 {
+    for code in panto_core::event::EVENTS.iter().map(|e| e.code) {
         let name = Event::type_name_of_code(code).unwrap();
         let key = format!("PANTO_EV_{}", upper(name));
         assert_eq!(h.get(&key), Some(&(code as i64)), "{key}");
@@ -161,16 +161,17 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoToolCallStart { message, host, _reserved0, call_id, name, arguments, arguments_raw }
         PantoToolResult { message, is_error, _reserved0, call_id, name, output, parts }
         PantoProviderRetry { message, attempt, max_attempts, status, delay_ms, reason }
-        PantoMessageComplete { messages, _reserved0, stop_reason, text, usage, output, deferred }
+        PantoMessageComplete { messages, _reserved0, stop_reason, text, usage, output, deferred, model }
         PantoOutputRepair { message, attempt, max_attempts, _reserved0, error }
         PantoSteeringDelivered { message, _reserved0, text }
         PantoToolProgress { message, _reserved0, call_id, name, progress, total, text }
         PantoServerLog { server, level, logger, data }
         PantoMcpSamplingRequest { server, summary, max_tokens, outcome }
         PantoMcpElicitationRequest { server, message, outcome }
+        PantoProviderFallback { message, status, from_provider, from_model, to_provider, to_model, error_kind, error_message }
         PantoErrorInfo { kind, status, retryable, _reserved0, message, provider_code, retry_after_ms, output }
         PantoHistoryCompacted { messages_before, messages_after, tokens_before, tokens_after }
-        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, steering_delivered, tool_progress, server_log, mcp_sampling_request, mcp_elicitation_request, _reserved }
+        PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, steering_delivered, tool_progress, server_log, mcp_sampling_request, mcp_elicitation_request, provider_fallback, _reserved }
         PantoEvent { struct_size, kind, flags, _private_gen, _private, payload }
         PantoMcpOAuthHooks { load_tokens, save_tokens, open_url, user_data, free_user_data }
     }
@@ -380,6 +381,27 @@ fn sample_events() -> Vec<Event> {
                 arguments: json!({"path": "/tmp/x"}),
                 reason: panto_core::DeferReason::Approval,
             }],
+            model: "gpt-4o-mini".into(),
+        },
+        Event::ProviderFallback {
+            message: 1,
+            from_provider: "anthropic".into(),
+            from_model: "claude-sonnet-4-5".into(),
+            to_provider: "openai".into(),
+            to_model: "gpt-4o-mini".into(),
+            error_kind: "server".into(),
+            error_message: "HTTP 503: overloaded".into(),
+            status: Some(503),
+        },
+        Event::ProviderFallback {
+            message: 0,
+            from_provider: "openai".into(),
+            from_model: "a".into(),
+            to_provider: "openai".into(),
+            to_model: "b".into(),
+            error_kind: "connection".into(),
+            error_message: "connection refused".into(),
+            status: None,
         },
         Event::OutputRepair {
             message: 0,
@@ -740,8 +762,10 @@ fn payloads_carry_every_field() {
                     usage,
                     output,
                     deferred,
+                    model,
                     ..
                 } => {
+                    assert_eq!(text(p.message_complete.model).as_ref(), Some(model));
                     assert_eq!(
                         text(p.message_complete.deferred).as_deref(),
                         Some(
@@ -855,6 +879,26 @@ fn payloads_carry_every_field() {
                     assert_eq!(text(r.message).as_ref(), Some(message));
                     assert_eq!(text(r.outcome).as_ref(), Some(outcome));
                 }
+                Event::ProviderFallback {
+                    message,
+                    from_provider,
+                    from_model,
+                    to_provider,
+                    to_model,
+                    error_kind,
+                    error_message,
+                    status,
+                } => {
+                    let f = p.provider_fallback;
+                    assert_eq!(f.message, *message);
+                    assert_eq!(f.status, status.map_or(0, u32::from));
+                    assert_eq!(text(f.from_provider).as_ref(), Some(from_provider));
+                    assert_eq!(text(f.from_model).as_ref(), Some(from_model));
+                    assert_eq!(text(f.to_provider).as_ref(), Some(to_provider));
+                    assert_eq!(text(f.to_model).as_ref(), Some(to_model));
+                    assert_eq!(text(f.error_kind).as_ref(), Some(error_kind));
+                    assert_eq!(text(f.error_message).as_ref(), Some(error_message));
+                }
                 other => panic!("{}: add the checks of its payload here", other.type_name()),
             }
             // Nothing past the arm is set: the rest of the union is zero.
@@ -884,13 +928,14 @@ fn arm_size(kind: u32) -> usize {
         PANTO_EV_SERVER_LOG => size_of::<PantoServerLog>(),
         PANTO_EV_MCP_SAMPLING_REQUEST => size_of::<PantoMcpSamplingRequest>(),
         PANTO_EV_MCP_ELICITATION_REQUEST => size_of::<PantoMcpElicitationRequest>(),
+        PANTO_EV_PROVIDER_FALLBACK => size_of::<PantoProviderFallback>(),
         _ => size_of::<PantoErrorInfo>(),
     }
 }
 
 #[test]
 fn every_payload_fits_the_reserved_union() {
-    for kind in 1..=Event::TYPES.len() as u32 {
+    for kind in panto_core::event::EVENTS.iter().map(|e| e.code) {
         assert!(arm_size(kind) <= size_of::<[u64; 32]>());
     }
     assert_eq!(size_of::<PantoEventPayload>(), 256);

@@ -48,6 +48,8 @@ pub const PANTO_EV_SERVER_LOG: u32 = 15;
 pub const PANTO_EV_MCP_SAMPLING_REQUEST: u32 = 16;
 /// An MCP server's elicitation was settled.
 pub const PANTO_EV_MCP_ELICITATION_REQUEST: u32 = 17;
+/// Since ABI 1.3 (fallback models); 16 and 17 are taken by other events of 1.3.
+pub const PANTO_EV_PROVIDER_FALLBACK: u32 = 18;
 /// `PantoEvent::kind` with `PANTO_ERROR`: the payload is the failure. Far above the
 /// core's event codes, so new event types never collide with it.
 pub const PANTO_EV_ERROR: u32 = 256;
@@ -260,6 +262,8 @@ pub struct PantoMessageComplete {
     /// Durable turns: the deferred calls as a JSON array when the turn paused; absent
     /// otherwise.
     pub deferred: PantoStr,
+    /// Fallback models: the model that answered the turn's last request.
+    pub model: PantoStr,
 }
 
 /// Durable turns: a steered message was delivered.
@@ -316,6 +320,21 @@ pub struct PantoMcpElicitationRequest {
     pub outcome: PantoStr,
 }
 
+/// Fallback models: a step went to the next model of the `fallback` list.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct PantoProviderFallback {
+    pub message: u32,
+    /// 0 when there was none.
+    pub status: u32,
+    pub from_provider: PantoStr,
+    pub from_model: PantoStr,
+    pub to_provider: PantoStr,
+    pub to_model: PantoStr,
+    pub error_kind: PantoStr,
+    pub error_message: PantoStr,
+}
+
 /// Added after ABI 1.1.0: an answer did not match the output schema and a repair is
 /// asked for.
 #[repr(C)]
@@ -367,6 +386,7 @@ pub union PantoEventPayload {
     pub server_log: PantoServerLog,
     pub mcp_sampling_request: PantoMcpSamplingRequest,
     pub mcp_elicitation_request: PantoMcpElicitationRequest,
+    pub provider_fallback: PantoProviderFallback,
     pub _reserved: [u64; 32],
 }
 

@@ -334,6 +334,14 @@ pub struct AgentArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_tool_calls: Option<u32>,
 
+    /// A model to send a step to when the request fails after its retries (rate limit,
+    /// server error, connection, timeout, overload) before any of its answer was shown,
+    /// as PROVIDER:MODEL. Of the run's provider: its base URL and key; of another: that
+    /// provider's *_BASE_URL (or its API) and its key variable. Repeatable, tried in
+    /// order (at most 8).
+    #[arg(long = "fallback", value_name = "PROVIDER:MODEL", value_parser = parse_fallback)]
+    pub fallback: Vec<(panto::ProviderKind, String)>,
+
     /// Retries of a request that fails before its first byte [default: 2].
     #[arg(long, value_name = "N")]
     pub retries: Option<u32>,
@@ -528,6 +536,23 @@ fn parse_tool(s: &str) -> Result<ToolArg, String> {
         name: name.to_owned(),
         command: command.to_owned(),
     })
+}
+
+fn parse_fallback(s: &str) -> Result<(panto::ProviderKind, String), String> {
+    let Some((provider, model)) = s.split_once(':') else {
+        return Err("expected PROVIDER:MODEL".to_owned());
+    };
+    let kind = panto::ProviderKind::parse(provider.trim()).ok_or_else(|| {
+        format!(
+            "{provider:?} is not a provider (one of {})",
+            panto::provider::NAMES.join(", ")
+        )
+    })?;
+    let model = model.trim();
+    if model.is_empty() {
+        return Err("the model is missing (expected PROVIDER:MODEL)".to_owned());
+    }
+    Ok((kind, model.to_owned()))
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {

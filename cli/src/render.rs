@@ -660,6 +660,17 @@ impl Render for Human {
                 "panto: retrying (attempt {attempt} of {max_attempts}) in {delay_ms} ms: {}",
                 clean(reason)
             )),
+            Event::ProviderFallback {
+                from_provider,
+                from_model,
+                to_provider,
+                to_model,
+                error_message,
+                ..
+            } => self.note(&format!(
+                "panto: {from_provider}:{from_model} failed ({}); falling back to {to_provider}:{to_model}",
+                clean(error_message)
+            )),
             Event::HistoryCompacted {
                 messages_before,
                 messages_after,

@@ -154,6 +154,10 @@ impl Setup {
         if let Some(n) = args.max_tool_calls {
             config = config.with_max_tool_calls(n);
         }
+        for (kind, model) in &args.fallback {
+            let entry = fallback_entry(*kind, model, &config);
+            config = config.with_fallback(entry);
+        }
         let effort = args
             .reasoning
             .clone()
@@ -311,6 +315,22 @@ impl Setup {
 
 fn non_empty_env(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// A `--fallback PROVIDER:MODEL` entry: of the run's provider, its base URL and key (the
+/// same endpoint, another model); of another provider, its `*_BASE_URL` (else its API)
+/// and its key variable, read when the agent is made.
+fn fallback_entry(kind: ProviderKind, model: &str, config: &Config) -> panto::FallbackModel {
+    let entry = panto::FallbackModel::new(kind, model);
+    if kind == config.provider {
+        return entry
+            .with_base_url(config.base_url.clone())
+            .with_api_key(config.api_key.clone());
+    }
+    match non_empty_env(base_url_env(kind)) {
+        Some(url) => entry.with_base_url(url),
+        None => entry,
+    }
 }
 
 fn base_url_env(provider: ProviderKind) -> &'static str {

@@ -174,6 +174,10 @@ pub struct TurnSummary {
     pub output: Option<output::JsonText>,
     /// The calls the turn paused for (stop reason `deferred`); empty otherwise.
     pub deferred: Vec<DeferredCall>,
+    /// The model that answered the turn's last request, as the configuration names it:
+    /// the agent's (or the turn's `model` option), or that of the `fallback` entry the
+    /// turn went to.
+    pub model: String,
 }
 
 /// The outside handles of one turn: its cancellation token, where host-tool results
@@ -219,6 +223,16 @@ impl TurnControl {
 
 static NEXT_AGENT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// One entry of the configuration's `fallback` list, ready to send to: its own
+/// configuration (the agent's, with the entry's provider, model, endpoint and key), its
+/// transport (its endpoint's `max_concurrent_requests` bound is its own) and the fields
+/// its server takes.
+struct FallbackEntry {
+    config: Config,
+    transport: Transport,
+    dialect: Dialect,
+}
+
 struct Inner {
     config: Config,
     /// The server's request fields, decided once from `config`.
@@ -241,6 +255,8 @@ struct Inner {
     mcp: Option<McpServers>,
     /// The configuration's `output_schema`, checked and compiled once.
     output: Option<OutputSpec>,
+    /// The `fallback` list, in order.
+    fallback: Vec<FallbackEntry>,
 }
 
 /// An agent: one conversation with one provider configuration. Cheap to clone (clones
@@ -316,6 +332,23 @@ impl Agent {
             .as_ref()
             .map(|s| OutputSpec::new(s, config.provider, config.output_mode, "output_schema"))
             .transpose()?;
+        let fallback = config
+            .fallback
+            .iter()
+            .enumerate()
+            .map(|(i, entry)| {
+                let config = entry.config(&config);
+                let transport = Transport::new(&config).map_err(|mut e| {
+                    e.message = format!("fallback[{i}].{}", e.message);
+                    e
+                })?;
+                Ok(FallbackEntry {
+                    dialect: Dialect::resolve(config.compat, &config.base_url),
+                    config,
+                    transport,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Agent {
             inner: Arc::new(Inner {
                 dialect: Dialect::resolve(config.compat, &config.base_url),
@@ -330,6 +363,7 @@ impl Agent {
                 id: NEXT_AGENT_ID.fetch_add(1, Ordering::SeqCst),
                 mcp,
                 output,
+                fallback,
             }),
         })
     }
@@ -1073,9 +1107,11 @@ impl Agent {
         };
         let secrets = self.inner.transport.secrets();
         let publish = |turn: &Turn, outputs: Option<Outputs>| {
-            control
-                .shared
-                .publish(turn.snapshot().with(outputs, secrets.clone()));
+            control.shared.publish(
+                turn.snapshot()
+                    .with(outputs, secrets.clone())
+                    .on_model(&self.route_model(turn, turn.route().entry)),
+            );
         };
         publish(turn, None);
         // The usage of the response whose calls are running, recorded once its step
@@ -1119,11 +1155,11 @@ impl Agent {
                         late.into_iter().for_each(|i| turn.steer(i));
                         continue;
                     }
-                    return self.complete(summary, sink);
+                    return self.complete(summary, turn, sink);
                 }
                 Next::Pause(deferred) => {
                     let summary = turn.paused(deferred);
-                    return self.complete(summary, sink);
+                    return self.complete(summary, turn, sink);
                 }
                 Next::Request => {
                     if control.cancel.is_cancelled() {
@@ -1143,14 +1179,56 @@ impl Agent {
                         turn.rebase(Arc::new(self.history()));
                         publish(turn, None);
                     }
-                    let body = self.request_body(&model, &specs, &request_options)?;
+                    let route = turn.route();
+                    let (route_config, transport, dialect) = self.endpoint(route.entry);
+                    let route_model = self.route_model(turn, route.entry);
+                    // A fallback entry takes the schema in its provider's form.
+                    let route_output = match (route.entry, output) {
+                        (0, _) | (_, None) => None,
+                        (_, Some(spec)) => Some(OutputSpec::new(
+                            spec.schema(),
+                            route_config.provider,
+                            route_config.output_mode,
+                            "output_schema",
+                        )?),
+                    };
+                    let output = if route.entry == 0 {
+                        output
+                    } else {
+                        route_output.as_ref()
+                    };
+                    let route_options = if route.entry == 0 {
+                        request_options
+                    } else {
+                        RequestOptions {
+                            dialect,
+                            store: false,
+                            previous_response: None,
+                            output: output.map(OutputSpec::request),
+                            ..request_options
+                        }
+                    };
+                    let portable_until = (route.entry > 0).then_some(route.since);
+                    let body = self.request_body(
+                        route_config,
+                        &route_model,
+                        &specs,
+                        &route_options,
+                        portable_until,
+                    )?;
                     if let Some(t) = sink.telemetry() {
-                        t.request_start(config, turn.steps());
+                        t.request_start(route_config, turn.steps());
                     }
-                    let decoded = match self
-                        .inner
-                        .transport
-                        .stream_message(config, &model, body, turn.steps(), &control.cancel, sink)
+                    sink.start_response();
+                    let decoded = match transport
+                        .stream_message(
+                            route_config,
+                            &route_model,
+                            body,
+                            turn.steps(),
+                            &control.cancel,
+                            sink,
+                        )
                         .await
                     {
                         Ok(decoded) => {
@@ -1163,15 +1241,42 @@ impl Agent {
                             if let Some(t) = sink.telemetry() {
                                 t.request_end(Some(&e));
                             }
+                            let next = route.entry + 1;
+                            if next <= self.inner.fallback.len()
+                                && !sink.shown()
+                                && !control.cancel.is_cancelled()
+                                && crate::retry::falls_back(&e)
+                            {
+                                // A step of its own: the checkpoint taken from here on
+                                // resumes on the next model.
+                                turn.on_fallback(next);
+                                publish(turn, None);
+                                let (to, _, _) = self.endpoint(next);
+                                debug!(kind = %e.kind, to = %to.model, "falling back");
+                                sink.emit(Event::ProviderFallback {
+                                    message: turn.steps(),
+                                    from_provider: route_config.provider.as_str().to_owned(),
+                                    from_model: route_model,
+                                    to_provider: to.provider.as_str().to_owned(),
+                                    to_model: to.model.clone(),
+                                    error_kind: e.kind.as_str().to_owned(),
+                                    error_message: crate::text::one_line(&e.message, 1000),
+                                    status: (e.status != 0).then_some(e.status),
+                                })?;
+                                continue;
+                            }
                             turn.on_request_error(&e);
                             return Err(e);
                         }
                     };
-                    if request_options.store {
+                    if route_options.store {
                         // The answer enters the history next, at its current end: the
                         // server now holds everything up to and including it.
                         let covered = self.history_lock().len() + 1;
                         self.set_stored(decoded.response_id.clone().map(|id| (id, covered)));
+                    } else if route.entry > 0 {
+                        // The agent's own server does not hold this answer.
+                        self.set_stored(None);
                     }
                     let usage = decoded.usage;
                     let applied =
@@ -1271,22 +1376,68 @@ impl Agent {
         }
     }
 
-    /// The next request's body, from the history as it is now.
+    /// Where requests of route entry `entry` go: the agent's own configuration (0) or
+    /// that of `fallback[entry - 1]`, with its transport and server fields.
+    fn endpoint(&self, entry: usize) -> (&Config, &Transport, Dialect) {
+        match entry
+            .checked_sub(1)
+            .and_then(|i| self.inner.fallback.get(i))
+        {
+            Some(f) => (&f.config, &f.transport, f.dialect),
+            None => (
+                &self.inner.config,
+                &self.inner.transport,
+                self.inner.dialect,
+            ),
+        }
+    }
+
+    /// The model requests of route entry `entry` ask for: the turn's `model` option or
+    /// the agent's (0), else the fallback entry's.
+    fn route_model(&self, turn: &Turn, entry: usize) -> String {
+        match entry
+            .checked_sub(1)
+            .and_then(|i| self.inner.fallback.get(i))
+        {
+            Some(f) => f.config.model.clone(),
+            None => turn
+                .options()
+                .model
+                .clone()
+                .unwrap_or_else(|| self.inner.config.model.clone()),
+        }
+    }
+
+    /// The next request's body to the server of `config`, from the history as it is
+    /// now; the messages before `portable_until` (a fallback entry's) without the blocks
+    /// only the model that wrote them reads ([`message::portable`]).
     fn request_body(
         &self,
+        config: &Config,
         model: &str,
         specs: &[ToolSpec],
         request_options: &RequestOptions<'_>,
+        portable_until: Option<usize>,
     ) -> Result<Bytes> {
-        let config = &self.inner.config;
         let history = self.history_lock();
+        let converted;
+        let messages: &[Message] = match portable_until {
+            Some(until) => {
+                let until = until.min(history.len());
+                let mut v = message::portable(&history[..until]);
+                v.extend_from_slice(&history[until..]);
+                converted = v;
+                &converted
+            }
+            None => &history,
+        };
         let params = RequestParams {
             model,
             system: config.system.as_deref(),
             max_tokens: config.max_tokens,
             temperature: config.temperature,
             tools: specs,
-            messages: &history,
+            messages,
         };
         let stored = if request_options.store {
             self.inner
@@ -1447,7 +1598,13 @@ impl Agent {
         Ok(done.changed)
     }
 
-    fn complete(&self, summary: TurnSummary, sink: &mut TurnSink<'_>) -> Result<TurnSummary> {
+    fn complete(
+        &self,
+        mut summary: TurnSummary,
+        turn: &Turn,
+        sink: &mut TurnSink<'_>,
+    ) -> Result<TurnSummary> {
+        summary.model = self.route_model(turn, turn.route().entry);
         sink.emit(Event::MessageComplete {
             stop_reason: summary.stop_reason.clone(),
             usage: summary.usage,
@@ -1455,6 +1612,7 @@ impl Agent {
             text: summary.text.clone(),
             output: summary.output.clone(),
             deferred: summary.deferred.clone(),
+            model: summary.model.clone(),
         })?;
         Ok(summary)
     }
@@ -1531,12 +1689,34 @@ impl Agent {
     /// calls need is checked by the resumed turn (an MCP server's tools are known only
     /// once it started).
     pub fn check_resume(&self, checkpoint: &Checkpoint, answers: &Answers) -> Result<()> {
+        self.check_fallback(checkpoint)?;
         let options = checkpoint.options()?;
         let output = self.turn_output(&options)?;
         checkpoint
             .clone()
             .into_turn(self.limits(), output.is_some(), answers, &|_| ToolKind::Run)
             .map(drop)
+    }
+
+    /// A checkpoint taken after the turn went to a `fallback` entry resumes on that
+    /// entry: this agent must have it, with the same model (a `config` error otherwise).
+    fn check_fallback(&self, checkpoint: &Checkpoint) -> Result<()> {
+        let Some((entry, model)) = checkpoint.fallback() else {
+            return Ok(());
+        };
+        match self.inner.fallback.get(entry as usize - 1) {
+            Some(f) if f.config.model == model => Ok(()),
+            Some(f) => Err(Error::config(format!(
+                "checkpoint: the turn went to fallback entry {entry} (model {model:?}); this \
+                 agent's entry {entry} is model {:?}",
+                f.config.model
+            ))),
+            None => Err(Error::config(format!(
+                "checkpoint: the turn went to fallback entry {entry} (model {model:?}); this \
+                 agent has {} fallback entries",
+                self.inner.fallback.len()
+            ))),
+        }
     }
 
     /// Continues the turn `checkpoint` holds, with `answers` to its deferred calls:
@@ -1572,6 +1752,7 @@ impl Agent {
         sink: &mut TurnSink<'_>,
         control: &TurnControl,
     ) -> Result<TurnSummary> {
+        self.check_fallback(&checkpoint)?;
         let options = checkpoint.options()?;
         let output = self.turn_output(&options)?;
         let mcp = self.mcp_tools(&control.cancel).await?;

@@ -312,6 +312,79 @@ config_keys! {
     }
 }
 
+/// Most entries of `fallback`.
+pub const MAX_FALLBACK_MODELS: usize = 8;
+
+config_keys! {
+    /// One entry of `fallback`: a model of another provider (or another endpoint, key or
+    /// model of the same one) that a step is sent to when the models before it failed.
+    ///
+    /// The entry gets the agent's other settings (system prompt, tools, limits, retry
+    /// policy, timeouts), but not its `headers` (they may hold another endpoint's
+    /// credentials), nor `store`.
+    #[derive(Clone, PartialEq, Eq)]
+    pub struct FallbackModel in pub const FALLBACK_KEYS {
+        /// Which wire format the entry's provider speaks.
+        pub provider: ProviderKind = ProviderKind::default(), key(required());
+        /// The model to ask.
+        pub model: String = String::new(), key(required());
+        /// The entry's API base URL (default: its provider's API).
+        pub base_url: Option<String> = None, with some with_base_url(impl Into<String>);
+        /// The environment variable its API key is read from when the agent is made (default: the provider's, such as ANTHROPIC_API_KEY).
+        pub api_key_env: Option<String> = None, with some with_api_key_env(impl Into<String>);
+        /// The entry's API key, instead of api_key_env; "" sends none.
+        pub api_key: Option<String> = None, with some with_api_key(impl Into<String>),
+            write redacted_optional_key, debug redacted_optional_key;
+    }
+}
+
+impl FallbackModel {
+    /// An entry for `model` of `provider`, with its provider's base URL and API key
+    /// variable.
+    pub fn new(provider: ProviderKind, model: impl Into<String>) -> FallbackModel {
+        FallbackModel {
+            provider,
+            model: model.into(),
+            ..FallbackModel::defaults()
+        }
+    }
+
+    /// The configuration of a request to this entry: `primary` with the entry's
+    /// provider, model, base URL and API key, without `headers`, `store` and the
+    /// compatibility setting of the primary's server.
+    pub fn config(&self, primary: &Config) -> Config {
+        Config {
+            provider: self.provider,
+            model: self.model.clone(),
+            base_url: self
+                .base_url
+                .clone()
+                .unwrap_or_else(|| self.provider.default_base_url().to_owned()),
+            api_key: self.resolved_api_key(),
+            headers: BTreeMap::new(),
+            store: false,
+            compat: Compat::Auto,
+            mcp_servers: BTreeMap::new(),
+            fallback: Vec::new(),
+            ..primary.clone()
+        }
+    }
+
+    /// The entry's API key: `api_key`, else the value of `api_key_env` (else of its
+    /// provider's variable) now, else none.
+    pub fn resolved_api_key(&self) -> String {
+        match &self.api_key {
+            Some(k) => k.clone(),
+            None => std::env::var(
+                self.api_key_env
+                    .as_deref()
+                    .unwrap_or(self.provider.api_key_env()),
+            )
+            .unwrap_or_default(),
+        }
+    }
+}
+
 /// Default of `max_queued_requests`.
 pub const DEFAULT_MAX_QUEUED_REQUESTS: u32 = 1024;
 
@@ -457,6 +530,12 @@ config_keys! {
         /// See docs/observability.md. Off by default: spans then carry names, ids,
         /// models, token counts and timings, never content.
         pub capture_message_content: bool = false, with set with_capture_message_content;
+        /// Models tried in order, at most 8, when a request fails after its retries with rate_limited, server, connection, timeout or an overloaded provider, before any of its answer was shown: each {provider, model, base_url?, api_key_env?, api_key?}.
+        ///
+        /// The step goes to the next entry with a `provider_fallback` event, and the
+        /// rest of the turn stays on the entry that answered; the next turn starts with
+        /// the agent's own model again. See docs/production.md.
+        pub fallback: Vec<FallbackModel> = Vec::new(), with push with_fallback(FallbackModel);
     }
 }
 
@@ -467,6 +546,11 @@ fn redacted_key(key: &str) -> &'static str {
     } else {
         "[REDACTED]"
     }
+}
+
+/// An optional API key as `Debug` and `to_value` show it.
+fn redacted_optional_key(key: &Option<String>) -> Option<&'static str> {
+    key.as_deref().map(redacted_key)
 }
 
 /// The headers as `Debug` shows them: names only.
@@ -608,6 +692,47 @@ impl Config {
         }
         for (name, server) in &self.mcp_servers {
             server.check(name)?;
+        }
+        if self.fallback.len() > MAX_FALLBACK_MODELS {
+            return Err(Error::config(format!(
+                "fallback: at most {MAX_FALLBACK_MODELS} entries (got {})",
+                self.fallback.len()
+            )));
+        }
+        for (i, entry) in self.fallback.iter().enumerate() {
+            if entry.model.trim().is_empty() {
+                return Err(Error::config(format!("fallback[{i}].model: required")));
+            }
+            if let Some(url) = &entry.base_url {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(Error::config(format!(
+                        "fallback[{i}].base_url: must start with http:// or https:// (got {url:?})"
+                    )));
+                }
+            }
+            if let Some(var) = &entry.api_key_env {
+                if var.is_empty() || var.contains('=') || var.contains('\0') {
+                    return Err(Error::config(format!(
+                        "fallback[{i}].api_key_env: not an environment variable name"
+                    )));
+                }
+            }
+            if let Some(schema) = &self.output_schema {
+                crate::output::OutputSpec::new(
+                    schema,
+                    entry.provider,
+                    self.output_mode,
+                    &format!("fallback[{i}]: output_schema"),
+                )?;
+            }
+            for (t, tool) in self.tools.iter().enumerate() {
+                if let Some(problem) = entry.provider.wire().tool_name_problem(&tool.name) {
+                    return Err(Error::config(format!(
+                        "fallback[{i}].provider: tools[{t}] {:?}: {problem}",
+                        crate::text::truncate(&tool.name, 100)
+                    )));
+                }
+            }
         }
         if let Some(schema) = &self.output_schema {
             crate::output::OutputSpec::new(

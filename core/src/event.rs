@@ -323,7 +323,8 @@ macro_rules! events {
             pub const TYPES: [&'static str; [$($code),+].len()] = [$($name),+];
 
             /// The stable numeric code of this event type, as the C ABI reports it
-            /// (`PANTO_EV_*`): 1-based, in the order of [`Event::TYPES`], never renumbered.
+            /// (`PANTO_EV_*`): 1-based, increasing in the order of [`Event::TYPES`] (a
+            /// code reserved by work not yet merged may be skipped), never renumbered.
             pub fn code(&self) -> u32 {
                 match self { $( Event::$variant { .. } => $code, )+ }
             }
@@ -476,6 +477,9 @@ events! {
         /// The calls the turn paused for (stop reason deferred), each {call_id, name, arguments, reason: approval|external|deferred}; present only then.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         deferred: Vec<DeferredCall>,
+        /// The model that answered the turn's last request, as the configuration names it (the agent's, the turn's model option, or a fallback entry's).
+        #[serde(default)]
+        model: String,
     }
     /// The history was compacted before the next request (automatic compaction, see
     /// `compaction` in the configuration): `messages_*` count the history's messages,
@@ -570,14 +574,35 @@ events! {
         /// accept, decline or cancel (the host's answer; decline without a hook), or invalid (an accepted answer did not match the requested schema: the server got an error).
         outcome: String,
     }
+    /// A request failed after its retries, before any of its answer was shown, in a way
+    /// another model may not (rate_limited, server, connection, timeout, or a provider
+    /// that said it is overloaded): the step goes to the next model of the agent's
+    /// `fallback` list, which the rest of the turn keeps (emitted before that request).
+    18 ProviderFallback "provider_fallback" {
+        /// 0-based index of the assistant message the failed request was for.
+        message: u32,
+        /// The provider that failed (its configuration name).
+        from_provider: String,
+        /// The model that failed, as the configuration names it.
+        from_model: String,
+        /// The provider the step goes to.
+        to_provider: String,
+        /// The model the step goes to.
+        to_model: String,
+        /// The kind of the error that caused it (rate_limited, server, connection, timeout or provider).
+        error_kind: String,
+        /// The error's message (one line).
+        error_message: String,
+        /// The HTTP status of the failure, when there was one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
+    }
 }
 
 impl Event {
     /// The type name of numeric code `code` (see [`Event::code`]).
     pub fn type_name_of_code(code: u32) -> Option<&'static str> {
-        (code as usize)
-            .checked_sub(1)
-            .and_then(|i| Event::TYPES.get(i).copied())
+        EVENTS.iter().find(|e| e.code == code).map(|e| e.name)
     }
 
     /// The canonical JSON of this event (one line, no trailing newline; U+2028 and
@@ -717,11 +742,12 @@ mod tests {
                     text: "t".into(),
                     output: None,
                     deferred: Vec::new(),
+                    model: "m".into(),
                 },
                 json!({"type":"message_complete","stop_reason":"other:eos2","usage":{
                     "input_tokens":0,"output_tokens":0,"cache_read_tokens":0,
                     "cache_write_tokens":0,"reasoning_tokens":0,"reported":false},
-                       "messages":2,"text":"t"}),
+                       "messages":2,"text":"t","model":"m"}),
             ),
             (
                 Event::MessageComplete {
@@ -731,11 +757,12 @@ mod tests {
                     text: "{\"a\":1}".into(),
                     output: Some(crate::output::JsonText::from_value(&json!({"a": 1}))),
                     deferred: Vec::new(),
+                    model: "m".into(),
                 },
                 json!({"type":"message_complete","stop_reason":"end_turn","usage":{
                     "input_tokens":0,"output_tokens":0,"cache_read_tokens":0,
                     "cache_write_tokens":0,"reasoning_tokens":0,"reported":false},
-                       "messages":1,"text":"{\"a\":1}","output":{"a":1}}),
+                       "messages":1,"text":"{\"a\":1}","output":{"a":1},"model":"m"}),
             ),
             (
                 Event::OutputRepair {
@@ -760,12 +787,28 @@ mod tests {
                         arguments: json!({"path": "/tmp/x"}),
                         reason: crate::DeferReason::Approval,
                     }],
+                    model: "m".into(),
                 },
                 json!({"type":"message_complete","stop_reason":"deferred","usage":{
                     "input_tokens":0,"output_tokens":0,"cache_read_tokens":0,
                     "cache_write_tokens":0,"reasoning_tokens":0,"reported":false},
                        "messages":1,"text":"","deferred":[{"call_id":"c1","name":"rm",
-                       "arguments":{"path":"/tmp/x"},"reason":"approval"}]}),
+                       "arguments":{"path":"/tmp/x"},"reason":"approval"}],"model":"m"}),
+            ),
+            (
+                Event::ProviderFallback {
+                    message: 0,
+                    from_provider: "openai".into(),
+                    from_model: "a".into(),
+                    to_provider: "anthropic".into(),
+                    to_model: "b".into(),
+                    error_kind: "server".into(),
+                    error_message: "HTTP 503".into(),
+                    status: Some(503),
+                },
+                json!({"type":"provider_fallback","message":0,"from_provider":"openai",
+                       "from_model":"a","to_provider":"anthropic","to_model":"b",
+                       "error_kind":"server","error_message":"HTTP 503","status":503}),
             ),
             (
                 Event::SteeringDelivered {
@@ -852,6 +895,7 @@ mod tests {
             Event::type_name_of_code(Event::TYPES.len() as u32 + 1),
             None
         );
+        assert_eq!(Event::type_name_of_code(99), None);
         let compacted = Event::HistoryCompacted {
             messages_before: 0,
             messages_after: 0,
@@ -859,8 +903,8 @@ mod tests {
             tokens_after: 0,
         };
         assert_eq!(compacted.code(), 11);
-        for (i, name) in Event::TYPES.iter().enumerate() {
-            assert_eq!(Event::type_name_of_code(i as u32 + 1), Some(*name));
+        for (spec, name) in EVENTS.iter().zip(Event::TYPES) {
+            assert_eq!(Event::type_name_of_code(spec.code), Some(name));
         }
     }
 

@@ -73,6 +73,9 @@ pub(crate) struct TurnSink<'a> {
     /// What the next `message_start` says the request waited for the endpoint's
     /// bound (`None`: the agent has none).
     queued_ms: Option<u64>,
+    /// A block of the current response was shown (`block_start`, `content_delta`, …)
+    /// since [`TurnSink::start_response`]: a failure then cannot go to another model.
+    shown: bool,
 }
 
 impl<'a> TurnSink<'a> {
@@ -87,7 +90,18 @@ impl<'a> TurnSink<'a> {
             secrets,
             telemetry: None,
             queued_ms: None,
+            shown: false,
         }
+    }
+
+    /// A new request of the turn starts: nothing of its answer was shown yet.
+    pub(crate) fn start_response(&mut self) {
+        self.shown = false;
+    }
+
+    /// Whether a block of the response since [`TurnSink::start_response`] was shown.
+    pub(crate) fn shown(&self) -> bool {
+        self.shown
     }
 
     /// Records the turn's spans (see [`crate::telemetry`]).
@@ -109,6 +123,15 @@ impl<'a> TurnSink<'a> {
         }
         if let Event::MessageStart { queued_ms, .. } = &mut event {
             *queued_ms = self.queued_ms;
+        }
+        if matches!(
+            event,
+            Event::BlockStart { .. }
+                | Event::ContentDelta { .. }
+                | Event::ToolDetails { .. }
+                | Event::BlockComplete { .. }
+        ) {
+            self.shown = true;
         }
         if let Some(t) = &mut self.telemetry {
             t.observe(&event);
@@ -289,6 +312,8 @@ impl Transport {
             }
         }
         let mut secrets = vec![config.api_key.clone()];
+        // The fallback models' keys: their events and errors reach the same receiver.
+        secrets.extend(config.fallback.iter().map(|f| f.resolved_api_key()));
         // MCP servers' header values and credential-like environment values.
         secrets.extend(config.mcp_servers.values().flat_map(|s| s.secret_values()));
         for (name, value) in &config.headers {

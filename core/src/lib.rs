@@ -126,7 +126,7 @@ pub mod vocab;
 
 pub use agent::{Agent, TokenCount, TurnControl, TurnOptions, TurnSchema, TurnSlot, TurnSummary};
 pub use compaction::{CompactOptions, Compaction};
-pub use config::{CompactionConfig, Config, RetryConfig, Timeouts};
+pub use config::{CompactionConfig, Config, FallbackModel, RetryConfig, Timeouts};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{BlockKind, Collect, DeltaKind, Event, Flow, Receiver};
 pub use http::close_idle_connections;

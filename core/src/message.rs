@@ -556,6 +556,40 @@ fn explain_history_error(json: &str, parse_error: &serde_json::Error) -> String 
     format!("not a saved panto history: {parse_error}")
 }
 
+/// The conversation as another model reads it (a `fallback` entry): the blocks only the
+/// model that wrote them can read are dropped — encrypted reasoning
+/// ([`Block::RedactedReasoning`]), reasoning signatures (the reasoning keeps its text,
+/// which a provider sends back only where it takes unsigned reasoning), and opaque
+/// provider blocks ([`Block::Opaque`]: Gemini's thought signatures, OpenAI Responses'
+/// encrypted reasoning items, Anthropic's server-tool blocks). A message left with no
+/// block keeps an empty text block, so the conversation keeps its shape.
+pub fn portable(messages: &[Message]) -> Vec<Message> {
+    messages
+        .iter()
+        .map(|m| {
+            let mut content: Vec<Block> = m
+                .content
+                .iter()
+                .filter_map(|b| match b {
+                    Block::RedactedReasoning { .. } | Block::Opaque { .. } => None,
+                    Block::Reasoning { text, .. } => Some(Block::Reasoning {
+                        text: text.clone(),
+                        signature: None,
+                    }),
+                    other => Some(other.clone()),
+                })
+                .collect();
+            if content.is_empty() {
+                content.push(Block::text(""));
+            }
+            Message {
+                role: m.role,
+                content,
+            }
+        })
+        .collect()
+}
+
 /// Checks the rules the providers enforce on a conversation: it starts with a user
 /// message; every assistant tool call is answered by exactly one result in the tool
 /// message that immediately follows it, with matching ids; no result without a call;

@@ -112,6 +112,25 @@ pub fn should_retry(err: &Error, hints: &RetryHints) -> bool {
     }
 }
 
+/// Whether a request that failed with `err`, after its own retries, may go to the next
+/// model of the agent's `fallback` list: the provider is limiting, failing, unreachable,
+/// too slow or overloaded (`rate_limited`, `server`, `connection`, `timeout`, or a
+/// `provider` error whose code says overloaded) — what another provider may not be. A
+/// request the provider refused (`authentication`, `bad_request`, …) would be refused
+/// for the same reason elsewhere, or is the caller's to fix.
+pub fn falls_back(err: &Error) -> bool {
+    match err.kind {
+        ErrorKind::RateLimited | ErrorKind::Server | ErrorKind::Connection | ErrorKind::Timeout => {
+            true
+        }
+        ErrorKind::Provider => matches!(
+            err.provider_code.as_deref(),
+            Some("overloaded_error" | "server_is_overloaded" | "overloaded")
+        ),
+        _ => false,
+    }
+}
+
 /// The server's wait, when it is longer than `retry.max_retry_after_ms`: the request
 /// must then fail at once instead of being retried.
 pub fn wait_too_long(cfg: &RetryConfig, hints: &RetryHints) -> Option<Duration> {

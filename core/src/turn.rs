@@ -256,6 +256,20 @@ pub(crate) struct Limits {
     pub max_tool_calls: Option<u32>,
 }
 
+/// Which model of the agent a turn's requests go to: its own, or an entry of its
+/// `fallback` list after the models before it failed (`provider_fallback`). A turn stays
+/// on the entry that answered until it ends; the next turn starts on the agent's own
+/// model again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Route {
+    /// 0: the agent's own model; `n`: `fallback[n - 1]`.
+    pub entry: usize,
+    /// For a fallback entry: the messages of the conversation before this index were
+    /// written for an earlier model, and are sent to this one without the blocks only
+    /// that model can read ([`message::portable`]).
+    pub since: usize,
+}
+
 /// The end of a turn, kept until it is reported.
 #[derive(Debug, Clone, PartialEq)]
 struct Finished {
@@ -292,6 +306,8 @@ pub(crate) struct Turn {
     /// external or deferred call's result): the resumed stream reports each with a
     /// `tool_result`, as it does an approved call that runs. Not part of a checkpoint.
     answered: Vec<String>,
+    /// The model the turn's requests go to.
+    route: Route,
 }
 
 /// The note a deferred call's result holds in the history while the turn is paused.
@@ -361,7 +377,24 @@ impl Turn {
             pending: None,
             finished: None,
             steering: VecDeque::new(),
+            route: Route::default(),
         }
+    }
+
+    /// Which model the turn's next request goes to.
+    pub(crate) fn route(&self) -> Route {
+        self.route
+    }
+
+    /// The request to the current model failed in a way another model may not
+    /// (`provider_fallback`): the step, and the rest of the turn, go to `entry` (an
+    /// index of [`Route::entry`]), which reads the conversation so far without the
+    /// blocks only the earlier models can read.
+    pub(crate) fn on_fallback(&mut self, entry: usize) {
+        self.route = Route {
+            entry,
+            since: self.base.len() + self.added.len(),
+        };
     }
 
     /// A request failed. A `bad_request` for the turn's first request means the
@@ -421,6 +454,10 @@ impl Turn {
 
     /// The history was replaced (compaction): it is the turn's conversation from now on.
     pub(crate) fn rebase(&mut self, history: Arc<Vec<Message>>) {
+        // Compaction keeps the last messages as they were: those the fallback model
+        // wrote or read are still the last ones.
+        let written_since = (self.base.len() + self.added.len()).saturating_sub(self.route.since);
+        self.route.since = history.len().saturating_sub(written_since);
         self.base = history;
         self.added.clear();
     }
@@ -510,6 +547,8 @@ impl Turn {
             text,
             output,
             deferred,
+            // The driver names it (it knows the models of the route).
+            model: String::new(),
         }
     }
 
@@ -911,6 +950,8 @@ pub(crate) struct Snapshot {
     turn: Turn,
     outputs: Option<crate::tool::Outputs>,
     secrets: Secrets,
+    /// The model of the fallback entry the turn is on (empty on the agent's own).
+    fallback_model: String,
 }
 
 impl Snapshot {
@@ -925,6 +966,14 @@ impl Snapshot {
         self.secrets = secrets;
         self
     }
+
+    /// The same snapshot, naming the model of the fallback entry the turn is on.
+    pub(crate) fn on_model(mut self, model: &str) -> Snapshot {
+        if self.turn.route.entry > 0 {
+            self.fallback_model = model.to_owned();
+        }
+        self
+    }
 }
 
 impl Turn {
@@ -935,6 +984,7 @@ impl Turn {
             turn: self.clone(),
             outputs: None,
             secrets: Secrets::default(),
+            fallback_model: String::new(),
         }
     }
 }
@@ -1065,6 +1115,19 @@ struct Doc {
     pending: Option<DocStep>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     finished: Option<DocFinished>,
+    /// Present when the turn went to a model of the agent's `fallback` list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fallback: Option<DocFallback>,
+}
+
+/// The fallback entry a turn went to: its 1-based place in the agent's `fallback` list,
+/// its model (checked on resume), and the first message it read as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DocFallback {
+    entry: u32,
+    model: String,
+    since: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1153,6 +1216,11 @@ impl Checkpoint {
                 stop_reason: f.stop_reason.clone(),
                 text: f.text.clone(),
                 output: f.output.clone(),
+            }),
+            fallback: (t.route.entry > 0).then(|| DocFallback {
+                entry: u32::try_from(t.route.entry).unwrap_or(u32::MAX),
+                model: s.fallback_model.clone(),
+                since: t.route.since,
             }),
         };
         if !s.secrets.is_empty() {
@@ -1244,6 +1312,15 @@ impl Checkpoint {
         self.doc.finished.is_some()
     }
 
+    /// The fallback entry the turn went to, if it went to one: its 1-based place in the
+    /// agent's `fallback` list and its model.
+    pub fn fallback(&self) -> Option<(u32, &str)> {
+        self.doc
+            .fallback
+            .as_ref()
+            .map(|f| (f.entry, f.model.as_str()))
+    }
+
     /// The options of the checkpointed turn.
     pub(crate) fn options(&self) -> Result<TurnOptions> {
         TurnOptions::from_value(&self.doc.options)
@@ -1255,6 +1332,20 @@ impl Checkpoint {
         let d = &self.doc;
         message::validate_history(&d.conversation)
             .map_err(|e| Error::config(format!("checkpoint: conversation: {}", e.message)))?;
+        if let Some(f) = &d.fallback {
+            if f.entry == 0 || f.entry as usize > crate::config::MAX_FALLBACK_MODELS {
+                return Err(Error::config(format!(
+                    "checkpoint: fallback.entry must be 1 to {} (got {})",
+                    crate::config::MAX_FALLBACK_MODELS,
+                    f.entry
+                )));
+            }
+            if f.since > d.conversation.len() {
+                return Err(Error::config(
+                    "checkpoint: fallback.since is past the end of the conversation",
+                ));
+            }
+        }
         self.options()?;
         if d.pending.is_some() && d.finished.is_some() {
             return Err(Error::config(
@@ -1466,6 +1557,10 @@ impl Checkpoint {
             has_output,
             input_refused: false,
             answered,
+            route: d.fallback.map_or(Route::default(), |f| Route {
+                entry: f.entry as usize,
+                since: f.since,
+            }),
         })
     }
 }

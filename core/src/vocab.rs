@@ -532,8 +532,14 @@ mod tests {
         let d = describe();
         let events = d["events"].as_array().unwrap();
         assert_eq!(events.len(), crate::Event::TYPES.len());
-        for (i, e) in events.iter().enumerate() {
-            assert_eq!(e["code"], i as u64 + 1, "event codes are 1-based, in order");
+        let mut last = 0;
+        for e in events {
+            let code = e["code"].as_u64().unwrap();
+            assert!(
+                code > last,
+                "event codes are 1-based and increasing: {code}"
+            );
+            last = code;
         }
         let kinds = d["error_kinds"].as_array().unwrap();
         assert_eq!(kinds.len(), crate::ErrorKind::ALL.len());
@@ -650,6 +656,7 @@ mod tests {
                     arguments: serde_json::json!({}),
                     reason: crate::DeferReason::Approval,
                 }],
+                model: "m".into(),
             },
             Event::HistoryCompacted {
                 messages_before: 1,
@@ -691,6 +698,16 @@ mod tests {
                 server: "s".into(),
                 message: "m".into(),
                 outcome: "decline".into(),
+            },
+            Event::ProviderFallback {
+                message: 0,
+                from_provider: "openai".into(),
+                from_model: "a".into(),
+                to_provider: "anthropic".into(),
+                to_model: "b".into(),
+                error_kind: "server".into(),
+                error_message: "HTTP 503".into(),
+                status: Some(503),
             },
         ];
         assert_eq!(samples.len(), EVENTS.len(), "a sample for every event");

@@ -239,7 +239,8 @@
  *     servers' own requests, each only for a server whose configuration enables it:
  *     sampling through the agent's provider ("sampling", PANTO_EV_MCP_SAMPLING_REQUEST)
  *     and elicitation ("elicitation", PANTO_EV_MCP_ELICITATION_REQUEST, declined unless
- *     the host answers it).
+ *     the host answers it). And fallback models (the "fallback" configuration key,
+ *     PANTO_EV_PROVIDER_FALLBACK, PantoMessageComplete.model).
  */
 #ifndef PANTO_H
 #define PANTO_H
@@ -301,6 +302,7 @@ typedef int32_t PantoStatus;
 #define PANTO_EV_SERVER_LOG 15         /* since ABI 1.3 (MCP server logs) */
 #define PANTO_EV_MCP_SAMPLING_REQUEST 16    /* since ABI 1.3 (MCP sampling) */
 #define PANTO_EV_MCP_ELICITATION_REQUEST 17 /* since ABI 1.3 (MCP elicitation) */
+#define PANTO_EV_PROVIDER_FALLBACK 18  /* since ABI 1.3 (fallback models) */
 #define PANTO_EV_ERROR 256 /* with PANTO_ERROR: payload.error holds the failure */
 
 /* ---------------------------------------------------------------------------------- */
@@ -535,6 +537,12 @@ typedef struct PantoMessageComplete {
    * the stream's checkpoint. Absent (ptr NULL) for every other stop reason, and from
    * older libraries (which zero-fill it). Borrowed like the event's other strings. */
   PantoStr deferred;
+  /* Since ABI 1.3 (fallback models), at the end of the struct within the payload
+   * union's fixed size: the model that answered the turn's last request, as the
+   * configuration names it — the agent's "model" (or the turn's "model" option), or that
+   * of the "fallback" entry the turn went to (PANTO_EV_PROVIDER_FALLBACK). Absent (ptr
+   * NULL) from older libraries, which zero-fill it. */
+  PantoStr model;
 } PantoMessageComplete;
 
 /* PANTO_EV_HISTORY_COMPACTED (since ABI 1.1): automatic compaction (the "compaction"
@@ -619,6 +627,22 @@ typedef struct PantoMcpElicitationRequest {
                        did not match the requested schema: the server got an error) */
 } PantoMcpElicitationRequest;
 
+/* PANTO_EV_PROVIDER_FALLBACK (since ABI 1.3): a request failed after its retries,
+ * before any block of its answer was shown, with kind rate_limited, server, connection
+ * or timeout, or a provider error that says it is overloaded: the step goes to the next
+ * model of the configuration's "fallback" list, and the rest of the turn stays on it (a
+ * checkpoint taken from here on resumes there). Emitted before that request. */
+typedef struct PantoProviderFallback {
+  uint32_t message; /* the assistant message the failed request was for */
+  uint32_t status;  /* HTTP status of the failure, 0 if none */
+  PantoStr from_provider; /* the provider that failed ("openai", "anthropic", …) */
+  PantoStr from_model;    /* its model, as the configuration names it */
+  PantoStr to_provider;   /* the provider the step goes to */
+  PantoStr to_model;      /* its model */
+  PantoStr error_kind;    /* the failure's kind name ("server", "rate_limited", …) */
+  PantoStr error_message; /* the failure's message (one line, secrets removed) */
+} PantoProviderFallback;
+
 /* PANTO_EV_ERROR (status PANTO_ERROR): the failure; the same fields as PantoError. */
 typedef struct PantoErrorInfo {
   uint32_t kind;   /* PANTO_ERR_* */
@@ -665,6 +689,7 @@ typedef union PantoEventPayload {
   PantoServerLog server_log;                  /* since ABI 1.3 */
   PantoMcpSamplingRequest mcp_sampling_request;       /* since ABI 1.3 */
   PantoMcpElicitationRequest mcp_elicitation_request; /* since ABI 1.3 */
+  PantoProviderFallback provider_fallback;    /* since ABI 1.3 */
   uint64_t _reserved[32];
 } PantoEventPayload;
 

@@ -973,6 +973,10 @@ pub struct MessageComplete {
     text: String,
     output: Option<panto::JsonText>,
     deferred: Vec<panto::DeferredCall>,
+    /// The model that answered the turn's last request, as the configuration names it
+    /// (the agent's, the turn's model option, or a fallback entry's).
+    #[pyo3(get)]
+    model: String,
 }
 
 #[pymethods]
@@ -986,7 +990,7 @@ impl MessageComplete {
     /// Positional patterns in `match` (`case MessageComplete(a, b)`), in field order.
     #[classattr]
     fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
-        PyTuple::new(py, ["stop_reason", "usage", "messages", "text", "output", "deferred"])
+        PyTuple::new(py, ["stop_reason", "usage", "messages", "text", "output", "deferred", "model"])
     }
     /// Why the turn ended.
     #[getter]
@@ -1028,6 +1032,7 @@ impl MessageComplete {
         if !self.deferred.is_empty() {
             d.set_item(intern!(py, "deferred"), self.deferred.dict_value(py)?)?;
         }
+        d.set_item(intern!(py, "model"), self.model.dict_value(py)?)?;
         Ok(d)
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -1037,7 +1042,7 @@ impl MessageComplete {
         match other.cast::<MessageComplete>() {
             Ok(o) => {
                 let o = o.get();
-                self.stop_reason == o.stop_reason && self.usage == o.usage && self.messages == o.messages && self.text == o.text && self.output == o.output && self.deferred == o.deferred
+                self.stop_reason == o.stop_reason && self.usage == o.usage && self.messages == o.messages && self.text == o.text && self.output == o.output && self.deferred == o.deferred && self.model == o.model
             }
             Err(_) => false,
         }
@@ -1063,6 +1068,7 @@ impl MessageComplete {
             text: self.text.clone(),
             output: self.output.clone(),
             deferred: self.deferred.clone(),
+            model: self.model.clone(),
         }
     }
 }
@@ -1647,6 +1653,112 @@ impl McpElicitationRequest {
     }
 }
 
+/// A request failed after its retries, before any of its answer was shown, in a way
+/// another model may not (rate_limited, server, connection, timeout, or a provider that
+/// said it is overloaded): the step goes to the next model of the agent's `fallback`
+/// list, which the rest of the turn keeps (emitted before that request).
+/// (`provider_fallback`)
+#[pyclass(frozen, module = "panto", name = "ProviderFallback")]
+pub struct ProviderFallback {
+    /// 0-based index of the assistant message the failed request was for.
+    #[pyo3(get)]
+    message: u32,
+    /// The provider that failed (its configuration name).
+    #[pyo3(get)]
+    from_provider: String,
+    /// The model that failed, as the configuration names it.
+    #[pyo3(get)]
+    from_model: String,
+    /// The provider the step goes to.
+    #[pyo3(get)]
+    to_provider: String,
+    /// The model the step goes to.
+    #[pyo3(get)]
+    to_model: String,
+    /// The kind of the error that caused it (rate_limited, server, connection, timeout or
+    /// provider).
+    #[pyo3(get)]
+    error_kind: String,
+    /// The error's message (one line).
+    #[pyo3(get)]
+    error_message: String,
+    /// The HTTP status of the failure, when there was one.
+    #[pyo3(get)]
+    status: Option<u16>,
+}
+
+#[pymethods]
+impl ProviderFallback {
+    /// The canonical `type` of this event (also a class attribute).
+    #[classattr]
+    #[pyo3(name = "type")]
+    fn type_name() -> &'static str {
+        "provider_fallback"
+    }
+    /// Positional patterns in `match` (`case ProviderFallback(a, b)`), in field order.
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Bound<'_, PyTuple>> {
+        PyTuple::new(py, ["message", "from_provider", "from_model", "to_provider", "to_model", "error_kind", "error_message", "status"])
+    }
+    /// The canonical JSON of this event, exactly as the core writes it.
+    fn to_json(&self) -> String {
+        self.event().to_json()
+    }
+    /// The canonical JSON form as a dict (what `json.loads(self.to_json())` gives).
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item(intern!(py, "type"), intern!(py, "provider_fallback"))?;
+        d.set_item(intern!(py, "message"), self.message.dict_value(py)?)?;
+        d.set_item(intern!(py, "from_provider"), self.from_provider.dict_value(py)?)?;
+        d.set_item(intern!(py, "from_model"), self.from_model.dict_value(py)?)?;
+        d.set_item(intern!(py, "to_provider"), self.to_provider.dict_value(py)?)?;
+        d.set_item(intern!(py, "to_model"), self.to_model.dict_value(py)?)?;
+        d.set_item(intern!(py, "error_kind"), self.error_kind.dict_value(py)?)?;
+        d.set_item(intern!(py, "error_message"), self.error_message.dict_value(py)?)?;
+        if let Some(v) = &self.status {
+            d.set_item(intern!(py, "status"), v.dict_value(py)?)?;
+        }
+        Ok(d)
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        repr_of(py, "ProviderFallback", &self.to_dict(py)?)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        match other.cast::<ProviderFallback>() {
+            Ok(o) => {
+                let o = o.get();
+                self.message == o.message && self.from_provider == o.from_provider && self.from_model == o.from_model && self.to_provider == o.to_provider && self.to_model == o.to_model && self.error_kind == o.error_kind && self.error_message == o.error_message && self.status == o.status
+            }
+            Err(_) => false,
+        }
+    }
+    /// Immutable (an attribute holding a dict or list is a fresh copy on every access),
+    /// so hashable: the hash of the canonical JSON, which equal events share.
+    fn __hash__(&self) -> u64 {
+        hash_str(&self.event().to_json())
+    }
+    /// Pickles as its canonical JSON, which the core reads back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        reduce_event(py, self.event().to_json())
+    }
+}
+
+impl ProviderFallback {
+    /// The core's event, for its canonical JSON.
+    fn event(&self) -> Event {
+        Event::ProviderFallback {
+            message: self.message.clone(),
+            from_provider: self.from_provider.clone(),
+            from_model: self.from_model.clone(),
+            to_provider: self.to_provider.clone(),
+            to_model: self.to_model.clone(),
+            error_kind: self.error_kind.clone(),
+            error_message: self.error_message.clone(),
+            status: self.status.clone(),
+        }
+    }
+}
+
 /// The Python object for an event (moves its fields, no copy of its strings).
 pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
     Ok(match ev {
@@ -1677,8 +1789,8 @@ pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
         Event::ProviderRetry { message, attempt, max_attempts, delay_ms, reason, status } => {
             Py::new(py, ProviderRetry { message, attempt, max_attempts, delay_ms, reason, status })?.into_any()
         }
-        Event::MessageComplete { stop_reason, usage, messages, text, output, deferred } => {
-            Py::new(py, MessageComplete { stop_reason, usage, messages, text, output, deferred })?.into_any()
+        Event::MessageComplete { stop_reason, usage, messages, text, output, deferred, model } => {
+            Py::new(py, MessageComplete { stop_reason, usage, messages, text, output, deferred, model })?.into_any()
         }
         Event::HistoryCompacted { messages_before, messages_after, tokens_before, tokens_after } => {
             Py::new(py, HistoryCompacted { messages_before, messages_after, tokens_before, tokens_after })?.into_any()
@@ -1700,6 +1812,9 @@ pub fn to_py(py: Python<'_>, ev: Event) -> PyResult<Py<PyAny>> {
         }
         Event::McpElicitationRequest { server, message, outcome } => {
             Py::new(py, McpElicitationRequest { server, message, outcome })?.into_any()
+        }
+        Event::ProviderFallback { message, from_provider, from_model, to_provider, to_model, error_kind, error_message, status } => {
+            Py::new(py, ProviderFallback { message, from_provider, from_model, to_provider, to_model, error_kind, error_message, status })?.into_any()
         }
         // `Event` is non-exhaustive: a core newer than this description.
         other => Py::new(py, UnknownEvent::new(other))?.into_any(),
@@ -1726,5 +1841,6 @@ pub fn register_classes(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ServerLog>()?;
     m.add_class::<McpSamplingRequest>()?;
     m.add_class::<McpElicitationRequest>()?;
+    m.add_class::<ProviderFallback>()?;
     Ok(())
 }

@@ -97,6 +97,7 @@ def main() -> int:
     }
     tools_file = None
     temp_files = []
+    fallback_env = {}  # the other providers' *_BASE_URL and key variables
     for key, value in config.items():
         if key in flags:
             cmd += [flags[key], str(value)]
@@ -113,6 +114,26 @@ def main() -> int:
                 print(f"no CLI flag for timeouts.{sorted(rest)}", file=sys.stderr)
                 return SKIP
             cmd += ["--idle-timeout-ms", str(value["idle_ms"])]
+        elif key == "fallback":
+            # --fallback PROVIDER:MODEL: the run's endpoint and key for its own provider,
+            # else that provider's *_BASE_URL and key variable.
+            for entry in value:
+                kind = entry["provider"]
+                if set(entry) - {"provider", "model", "base_url", "api_key"}:
+                    print(f"no CLI flag for fallback[].{sorted(set(entry) - {'provider', 'model', 'base_url', 'api_key'})}", file=sys.stderr)
+                    return SKIP
+                if kind == config.get("provider", "openai"):
+                    if (entry.get("base_url"), entry.get("api_key")) != (config.get("base_url"), config.get("api_key")):
+                        print("the CLI's --fallback of the run's own provider takes the run's endpoint and key", file=sys.stderr)
+                        return SKIP
+                else:
+                    prefix = {"anthropic": "ANTHROPIC", "gemini": "GEMINI"}.get(kind, "OPENAI")
+                    if f"{prefix}_BASE_URL" in fallback_env:
+                        print("one --fallback per other provider's environment", file=sys.stderr)
+                        return SKIP
+                    fallback_env[f"{prefix}_BASE_URL"] = entry["base_url"]
+                    fallback_env[f"{prefix}_API_KEY"] = entry["api_key"]
+                cmd += ["--fallback", f"{kind}:{entry['model']}"]
         elif key == "store":
             if value:
                 cmd.append("--store")
@@ -189,7 +210,8 @@ def main() -> int:
     run.append(prompt)
     try:
         # The exit code tells the error class; the trace's error line says more.
-        subprocess.run(run, stdout=sys.stdout, stderr=sys.stderr)
+        env = {**os.environ, **fallback_env}
+        subprocess.run(run, stdout=sys.stdout, stderr=sys.stderr, env=env)
         if checkpoint_dir and os.path.exists(checkpoint):
             print(json.dumps({"runner": "resume"}), flush=True)
             resume = [panto, "resume", checkpoint, "--json", *cmd]
@@ -200,7 +222,7 @@ def main() -> int:
                     resume += ["--reject", f"{call_id}={a['reject']}"]
                 else:
                     resume += ["--result", f"{call_id}={a['output']}"]
-            subprocess.run(resume, stdout=sys.stdout, stderr=sys.stderr)
+            subprocess.run(resume, stdout=sys.stdout, stderr=sys.stderr, env=env)
     finally:
         if tools_file:
             os.unlink(tools_file)

@@ -101,6 +101,11 @@ def runner_args(client: dict, url: str) -> List[str]:
     # As each provider's SDK spells it: OpenAI's (both APIs) with the version.
     config["base_url"] = url + "/v1" if provider in ("openai", "openai-responses") else url
     config.setdefault("api_key", "conformance-key")
+    # Fallback models answer on the same server, on their provider's path.
+    for entry in config.get("fallback", []):
+        kind = entry.get("provider", "openai")
+        entry.setdefault("base_url", url + "/v1" if kind in ("openai", "openai-responses") else url)
+        entry.setdefault("api_key", "conformance-fallback-key")
     tools = client.get("tools", [])
     if tools:
         config["tools"] = [

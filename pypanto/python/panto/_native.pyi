@@ -291,7 +291,7 @@ class MessageComplete(_Event):
     parsed and validated JSON when an output schema applied to the turn.
     """
     type: ClassVar[Literal["message_complete"]]
-    __match_args__ = ("stop_reason", "usage", "messages", "text", "output", "deferred")
+    __match_args__ = ("stop_reason", "usage", "messages", "text", "output", "deferred", "model")
     @property
     def stop_reason(self) -> str:
         """Why the turn ended."""
@@ -318,6 +318,12 @@ class MessageComplete(_Event):
     def deferred(self) -> List[Dict[str, Any]]:
         """The calls the turn paused for (stop reason deferred), each {call_id, name,
         arguments, reason: approval|external|deferred}; present only then.
+        """
+        ...
+    @property
+    def model(self) -> str:
+        """The model that answered the turn's last request, as the configuration names
+        it (the agent's, the turn's model option, or a fallback entry's).
         """
         ...
 
@@ -508,6 +514,50 @@ class McpElicitationRequest(_Event):
         ...
 
 @final
+class ProviderFallback(_Event):
+    """A request failed after its retries, before any of its answer was shown, in a way
+    another model may not (rate_limited, server, connection, timeout, or a provider
+    that said it is overloaded): the step goes to the next model of the agent's
+    `fallback` list, which the rest of the turn keeps (emitted before that request).
+    """
+    type: ClassVar[Literal["provider_fallback"]]
+    __match_args__ = ("message", "from_provider", "from_model", "to_provider", "to_model", "error_kind", "error_message", "status")
+    @property
+    def message(self) -> int:
+        """0-based index of the assistant message the failed request was for."""
+        ...
+    @property
+    def from_provider(self) -> str:
+        """The provider that failed (its configuration name)."""
+        ...
+    @property
+    def from_model(self) -> str:
+        """The model that failed, as the configuration names it."""
+        ...
+    @property
+    def to_provider(self) -> str:
+        """The provider the step goes to."""
+        ...
+    @property
+    def to_model(self) -> str:
+        """The model the step goes to."""
+        ...
+    @property
+    def error_kind(self) -> str:
+        """The kind of the error that caused it (rate_limited, server, connection,
+        timeout or provider).
+        """
+        ...
+    @property
+    def error_message(self) -> str:
+        """The error's message (one line)."""
+        ...
+    @property
+    def status(self) -> Optional[int]:
+        """The HTTP status of the failure, when there was one."""
+        ...
+
+@final
 class UnknownEvent(_Event):
     """An event of a type this version of the package does not know (a newer core).
     Its ``type`` is ``"unknown"`` (so ``ev.type`` narrows a union of events); the
@@ -535,6 +585,7 @@ _AnyEvent = Union[
     ServerLog,
     McpSamplingRequest,
     McpElicitationRequest,
+    ProviderFallback,
     UnknownEvent,
 ]
 # --- end of the generated part ---

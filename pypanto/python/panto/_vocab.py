@@ -20,6 +20,7 @@ from ._native import (
     MessageEnd,
     MessageStart,
     OutputRepair,
+    ProviderFallback,
     ProviderRetry,
     ServerLog,
     SteeringDelivered,
@@ -42,6 +43,7 @@ __all__ = [
     "MessageEnd",
     "MessageStart",
     "OutputRepair",
+    "ProviderFallback",
     "ProviderRetry",
     "ServerLog",
     "SteeringDelivered",
@@ -79,6 +81,7 @@ __all__ = [
     "TimeoutsOptions",
     "ReasoningOptions",
     "CompactionOptions",
+    "FallbackItemOptions",
     "McpServerOauthOptions",
     "McpServerOptions",
     "AgentOptions",
@@ -289,17 +292,18 @@ Event = Union[
     ServerLog,
     McpSamplingRequest,
     McpElicitationRequest,
+    ProviderFallback,
     UnknownEvent,
 ]
 Event.__doc__ = """Any event a stream yields: the union of the event classes (``MessageStart``,
 ``BlockStart``, ``ContentDelta``, ``ToolDetails``, ``BlockComplete``, ``MessageEnd``,
 ``ToolCallStart``, ``ToolResult``, ``ProviderRetry``, ``MessageComplete``,
 ``HistoryCompacted``, ``OutputRepair``, ``SteeringDelivered``, ``ToolProgress``,
-``ServerLog``, ``McpSamplingRequest``, ``McpElicitationRequest``, and ``UnknownEvent``
-for a type this version does not know). Every event has ``type`` (its snake_case name),
-``to_dict()`` and ``to_json()`` (the canonical JSON every binding prints); ``ev.type ==
-"content_delta"``, ``isinstance`` and ``match`` narrow it for a type checker.
-``MessageComplete`` is always the last event."""
+``ServerLog``, ``McpSamplingRequest``, ``McpElicitationRequest``, ``ProviderFallback``,
+and ``UnknownEvent`` for a type this version does not know). Every event has ``type``
+(its snake_case name), ``to_dict()`` and ``to_json()`` (the canonical JSON every binding
+prints); ``ev.type == "content_delta"``, ``isinstance`` and ``match`` narrow it for a
+type checker. ``MessageComplete`` is always the last event."""
 
 #: The class of each event type, in the core's order (``Event::TYPES``).
 EVENT_CLASSES: Dict[str, type] = {
@@ -320,6 +324,7 @@ EVENT_CLASSES: Dict[str, type] = {
     "server_log": ServerLog,
     "mcp_sampling_request": McpSamplingRequest,
     "mcp_elicitation_request": McpElicitationRequest,
+    "provider_fallback": ProviderFallback,
 }
 
 #: The attributes of each event type, in the order of its canonical JSON form:
@@ -391,6 +396,7 @@ EVENT_FIELDS: Dict[str, Tuple[Tuple[str, str, bool], ...]] = {
         ("text", "string", False),
         ("output", "json_text", True),
         ("deferred", "deferred_calls", True),
+        ("model", "string", False),
     ),
     "history_compacted": (
         ("messages_before", "u64", False),
@@ -432,6 +438,16 @@ EVENT_FIELDS: Dict[str, Tuple[Tuple[str, str, bool], ...]] = {
         ("server", "string", False),
         ("message", "string", False),
         ("outcome", "string", False),
+    ),
+    "provider_fallback": (
+        ("message", "u32", False),
+        ("from_provider", "string", False),
+        ("from_model", "string", False),
+        ("to_provider", "string", False),
+        ("to_model", "string", False),
+        ("error_kind", "string", False),
+        ("error_message", "string", False),
+        ("status", "u16", True),
     ),
 }
 
@@ -484,6 +500,7 @@ CONFIG_KEYS: Tuple[str, ...] = (
     "output_retries",
     "output_mode",
     "capture_message_content",
+    "fallback",
 )
 
 
@@ -570,6 +587,27 @@ class CompactionOptions(TypedDict, total=False):
 
     prompt: Optional[str]
     """Replaces the summarization instructions."""
+
+
+class FallbackItemOptions(TypedDict, total=False):
+    """The ``fallback_item`` configuration key."""
+
+    provider: Optional[Literal["openai", "anthropic", "gemini", "openai-responses"]]
+    """Which wire format the entry's provider speaks. (required)"""
+
+    model: Optional[str]
+    """The model to ask. (required)"""
+
+    base_url: Optional[str]
+    """The entry's API base URL (default: its provider's API)."""
+
+    api_key_env: Optional[str]
+    """The environment variable its API key is read from when the agent is made
+    (default: the provider's, such as ANTHROPIC_API_KEY).
+    """
+
+    api_key: Optional[str]
+    """The entry's API key, instead of api_key_env; "" sends none."""
 
 
 class McpServerOauthOptions(TypedDict, total=False):
@@ -814,6 +852,13 @@ class AgentOptions(TypedDict, total=False):
     """Record message content (prompts, answers, tool arguments and results, each at
     most 16 KiB, secrets removed) on the turn's OpenTelemetry spans; also on when
     OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT is true. (default False)
+    """
+
+    fallback: Optional[List[FallbackItemOptions]]
+    """Models tried in order, at most 8, when a request fails after its retries with
+    rate_limited, server, connection, timeout or an overloaded provider, before any
+    of its answer was shown: each {provider, model, base_url?, api_key_env?,
+    api_key?}.
     """
 
 
