@@ -29,6 +29,8 @@ static const TestSuite *const SUITES[] = {
     &MCP_OAUTH_TESTS,
     &MCP_RESOURCE_TESTS,
     &PRODUCTION_TESTS,
+    /* Last: its export stays installed for the rest of the process. */
+    &TELEMETRY_TESTS,
 };
 enum { SUITE_COUNT = sizeof SUITES / sizeof SUITES[0] };
 
