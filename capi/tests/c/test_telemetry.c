@@ -114,8 +114,8 @@ static void test_telemetry_export_of_a_tool_turn(void) {
   panto_error_free(err);
   err = NULL;
 
-  stream = stream_with(agent, "What's the weather in Paris?",
-                       "{\"traceparent\":\"00-" TRACE_ID "-" PARENT_ID "-01\"}", &err);
+  const char *options = "{\"traceparent\":\"00-" TRACE_ID "-" PARENT_ID "-01\"}";
+  stream = stream_with(agent, "What's the weather in Paris?", options, &err);
   CHECK(stream != NULL);
   CHECK(drain(stream, NULL) == PANTO_DONE);
   panto_stream_free(stream);
