@@ -25,7 +25,7 @@ mod client;
 mod parent;
 mod queue;
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -61,6 +61,9 @@ pub fn configured() -> bool {
 
 /// The export of this process's turns, once installed.
 static INSTALLED: OnceLock<Export> = OnceLock::new();
+/// Held while one thread installs the export, so that a second caller waits and then
+/// finds it installed.
+static INSTALLING: Mutex<()> = Mutex::new(());
 
 /// A running export: the tracer provider and its queue.
 #[derive(Debug)]
@@ -80,10 +83,13 @@ impl Export {
         if let Some(export) = INSTALLED.get() {
             return Ok(Some(export));
         }
+        let _installing = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(export) = INSTALLED.get() {
+            return Ok(Some(export));
+        }
         if !configured() {
             return Ok(None);
         }
-        // Two threads installing at once: the loser's subscriber is refused below.
         let export = Export::start(service_name)?;
         let tracer = export.provider.tracer("panto");
         let subscriber = tracing_subscriber::registry()
@@ -92,9 +98,7 @@ impl Export {
             .with(tracing_opentelemetry::layer().with_tracer(tracer))
             .with(parent::Detach);
         if tracing::subscriber::set_global_default(subscriber).is_err() {
-            if let Some(export) = INSTALLED.get() {
-                return Ok(Some(export));
-            }
+            // The unused export's thread ends with its provider.
             return Err(Error::config(
                 "OpenTelemetry export: this process has a tracing subscriber already; \
                  install panto's spans in it with tracing-opentelemetry instead",

@@ -19,10 +19,11 @@ use tracing::Subscriber;
 use tracing_subscriber::layer::{Context, Layer};
 
 thread_local! {
-    /// The contexts [`Attach`] made current, for [`Detach`] to restore (one per span
-    /// being made on this thread; spans are not made inside each other's creation, but
-    /// a stack costs nothing).
-    static ATTACHED: RefCell<Vec<ContextGuard>> = const { RefCell::new(Vec::new()) };
+    /// What [`Attach`] made current for each span with the field being made on this
+    /// thread (`None`: nothing, the field held no valid traceparent), for [`Detach`] to
+    /// restore. Spans are not made inside each other's creation, but a stack costs
+    /// nothing.
+    static ATTACHED: RefCell<Vec<Option<ContextGuard>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Makes the caller's span current while a span with a `traceparent` is made.
@@ -64,10 +65,12 @@ impl<S: Subscriber> Layer<S> for Attach {
         }
         let mut found = TraceparentField::default();
         attrs.record(&mut found);
-        if let Some(cx) = found.0.as_deref().and_then(remote_parent) {
-            let guard = cx.attach();
-            ATTACHED.with(|a| a.borrow_mut().push(guard));
-        }
+        let guard = found
+            .0
+            .as_deref()
+            .and_then(remote_parent)
+            .map(opentelemetry::Context::attach);
+        ATTACHED.with(|a| a.borrow_mut().push(guard));
     }
 }
 
