@@ -74,7 +74,8 @@ impl Default for TurnOptions {
 impl TurnOptions {
     /// Parses the JSON form the C ABI takes: `{"model"?: string, "reasoning"?:
     /// {effort, budget_tokens?}, "output_schema"?: object | false, "defer_tools"?:
-    /// bool}`; unknown keys are `config` errors.
+    /// bool, "max_tool_calls"?: n, "traceparent"?: string}`; unknown keys, and a
+    /// traceparent that is not one, are `config` errors.
     pub fn from_json(json: &str) -> Result<TurnOptions> {
         let v: Value = serde_json::from_str(json).map_err(|e| {
             Error::config(format!(
