@@ -106,6 +106,10 @@ ROWS = [
         peer="rust/async-openai", panto=True),
     Row("rust/panto-pull", "Rust", "panto pull, `Stream::next`", "rust", "panto-pull",
         peer="rust/async-openai", panto=True),
+    # The turn's OpenTelemetry spans on (exported over OTLP/HTTP by panto-otel to the
+    # server's receiver), against the same client with them off.
+    Row("rust/panto-push-otel", "Rust", "panto push, spans exported (OTLP/HTTP)", "rust", "panto-push-otel",
+        peer="rust/panto-push", panto=True),
     Row("c/panto", "C", "panto C, `panto_next_event`", "c", "panto-next-event",
         peer="rust/panto-pull", panto=True),
     Row("go/openai-go", "Go", "openai-go v3, `NewStreaming`", "go", "openai-go"),
@@ -519,6 +523,8 @@ def targets(cells, workloads: List[Workload], conc, streams: List[int]) -> List[
                          ratio(cells, "rust/panto-pull", "rust/async-openai", w.key), 1.0, "×", w.key))
         out.append(check("C within 1.1× of Rust pull", ratio(cells, "c/panto", "rust/panto-pull", w.key),
                          1.1, "×", w.key))
+        out.append(check("spans on ≤ 1.05× off, CPU per chunk (Rust push)",
+                         ratio(cells, "rust/panto-push-otel", "rust/panto-push", w.key), 1.05, "×", w.key))
         for go in ("go/panto-next", "go/panto-iter"):
             name = go.split("-")[-1].capitalize()
             out.append(check(f"Go `{name}` ≤ 1/5 of openai-go's CPU (≤ 0.2×)",

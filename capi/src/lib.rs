@@ -11,6 +11,7 @@
 //!  panto_stream_cancel / submit_tool_result / readiness_fd ─► StreamControl (any thread)
 //!  panto_stream_checkpoint / steer / take_undelivered ──────► StreamControl (any thread)
 //!  panto_agent_resume(checkpoint, answers) ─► panto_pull::resume        (agent → stream)
+//!  panto_telemetry_export / flush ─► panto_otel::Export (the turns' spans, OTLP/HTTP)
 //! ```
 //!
 //! Modules:
@@ -27,6 +28,8 @@
 //! - [`mcp_oauth`] — the host's OAuth callbacks for MCP servers (ABI 1.3).
 //! - [`record`] — the memory behind a delivered event, and its canonical JSON.
 //! - [`string`] — `PantoString`, the owned string the caller frees.
+//! - [`telemetry`] — OTLP/HTTP export of the turns' spans (ABI 1.3), opted into by the
+//!   host.
 //!
 //! `cbindgen` reads this crate only to check the header for drift
 //! (`scripts/check-header.sh`); it never writes `include/panto.h`.
@@ -42,6 +45,7 @@ pub mod ready_set;
 pub mod record;
 pub mod stream;
 pub mod string;
+pub mod telemetry;
 pub mod types;
 
 use types::{PANTO_ABI_VERSION_MAJOR, PANTO_ABI_VERSION_MINOR};

@@ -8,6 +8,8 @@
 //!  turn: stream.next() ─► render (json | human: answer on stdout, trace on stderr)
 //!        tool_call_start{host} ─► [--confirm] ─► shell_tool thread ─► submit_tool_result
 //!  failure ─► one line + a hint (hint) ─► exit code (exit)
+//!  OTEL_EXPORTER_OTLP_ENDPOINT ─► telemetry: the turns' spans exported (parent:
+//!                                 TRACEPARENT), flushed before the exit
 //!  Ctrl-C (interrupt) ─► control.cancel() during a turn, exit 130 otherwise
 //!                        (killing tool process groups, removing a half-written save)
 //! ```
@@ -29,6 +31,7 @@ mod sanitize;
 mod session;
 mod setup;
 mod shell_tool;
+mod telemetry;
 mod turn;
 
 use std::io::{self, IsTerminal, Read, Write};
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Command::Completions { .. } | Command::Mcp(_) => false,
     };
     let interrupt = Interrupt::install(json);
+    telemetry::start();
     let code = match cli.command {
         Command::Run(args) => run(args, &interrupt),
         Command::Resume(args) => resume(args, &interrupt),
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
     };
     // MCP servers of the dropped agents are stopped on threads the exit would end.
     panto::mcp::wait_stopped(std::time::Duration::from_secs(5));
+    telemetry::finish();
     ExitCode::from(code)
 }
 

@@ -39,6 +39,10 @@ pub fn run(
     interrupt: &Interrupt,
     checkpoint: Option<&mut CheckpointFile>,
 ) -> Result<Ended, Error> {
+    let mut options = options;
+    if options.traceparent.is_none() {
+        options.traceparent = crate::telemetry::traceparent();
+    }
     let stream = setup.agent.stream_with(prompt, options)?;
     drive(stream, setup, out, interrupt, checkpoint, None)
 }
@@ -52,9 +56,11 @@ pub fn run_steered(
     interrupt: &Interrupt,
     lines: &mut TypedLines,
 ) -> Result<Ended, Error> {
-    let stream = setup
-        .agent
-        .stream_with(prompt, panto::TurnOptions::default())?;
+    let options = panto::TurnOptions {
+        traceparent: crate::telemetry::traceparent(),
+        ..panto::TurnOptions::default()
+    };
+    let stream = setup.agent.stream_with(prompt, options)?;
     drive(stream, setup, out, interrupt, None, Some(lines))
 }
 

@@ -1803,8 +1803,18 @@ impl TurnSlot {
         let secrets = agent.inner.transport.secrets();
         let mut sink = TurnSink::new(receiver, control.cancel.clone(), secrets);
         let config = &agent.inner.config;
+        if let Some(traceparent) = &options.traceparent {
+            crate::telemetry::check_traceparent(traceparent, "traceparent")?;
+        }
         let model = options.model.as_deref().unwrap_or(&config.model);
-        sink.set_telemetry(TurnTelemetry::start(config, model, false, secrets));
+        let traceparent = options.traceparent.as_deref();
+        sink.set_telemetry(TurnTelemetry::start(
+            config,
+            model,
+            false,
+            secrets,
+            traceparent,
+        ));
         let result = agent
             .turn(input, &mut sink, control, options)
             .instrument(span)
@@ -1841,7 +1851,7 @@ impl TurnSlot {
         let config = &agent.inner.config;
         let model = checkpoint.options().ok().and_then(|o| o.model);
         let model = model.as_deref().unwrap_or(&config.model);
-        sink.set_telemetry(TurnTelemetry::start(config, model, true, secrets));
+        sink.set_telemetry(TurnTelemetry::start(config, model, true, secrets, None));
         let result = agent
             .resume_turn(checkpoint, answers, &mut sink, control)
             .instrument(span)

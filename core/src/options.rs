@@ -60,6 +60,8 @@ config_keys! {
         pub defer_tools: bool = false;
         /// Most tool calls the model may ask for in this turn (replaces the configuration's max_tool_calls); past it the turn fails with kind tool.
         pub max_tool_calls: Option<u32> = None, key(min(1));
+        /// The caller's span as a W3C `traceparent` (`00-{32 hex trace id}-{16 hex span id}-{2 hex flags}`): the turn's `invoke_agent` span is its child where panto exports the spans itself (the CLI, the C library's OTLP export, docs/observability.md).
+        pub traceparent: Option<String> = None;
     }
 }
 
@@ -72,7 +74,8 @@ impl Default for TurnOptions {
 impl TurnOptions {
     /// Parses the JSON form the C ABI takes: `{"model"?: string, "reasoning"?:
     /// {effort, budget_tokens?}, "output_schema"?: object | false, "defer_tools"?:
-    /// bool}`; unknown keys are `config` errors.
+    /// bool, "max_tool_calls"?: n, "traceparent"?: string}`; unknown keys, and a
+    /// traceparent that is not one, are `config` errors.
     pub fn from_json(json: &str) -> Result<TurnOptions> {
         let v: Value = serde_json::from_str(json).map_err(|e| {
             Error::config(format!(
@@ -97,6 +100,9 @@ impl TurnOptions {
         crate::vocab::check(TURN_OPTION_KEYS, obj, "options.")?;
         let mut options = TurnOptions::default();
         options.read_keys(obj, "options.")?;
+        if let Some(traceparent) = &options.traceparent {
+            crate::telemetry::check_traceparent(traceparent, "options.traceparent")?;
+        }
         Ok(options)
     }
 }
@@ -165,12 +171,17 @@ mod tests {
             TurnSchema::Agent
         );
         for (json, want) in [
-            (r#"{"colour":1}"#, "options.colour: unknown key (known: model, reasoning, output_schema, defer_tools, max_tool_calls)"),
+            (r#"{"colour":1}"#, "options.colour: unknown key (known: model, reasoning, output_schema, defer_tools, max_tool_calls, traceparent)"),
             (r#"{"model":3}"#, "options.model: must be a string"),
             (r#"{"reasoning":{"effort":"max"}}"#, "options.reasoning.effort: must be"),
             (
                 r#"{"output_schema":true}"#,
                 "options.output_schema: must be a JSON Schema object, null (the agent's) or false (none)",
+            ),
+            (r#"{"traceparent":"00-abc"}"#, "options.traceparent: must be a W3C traceparent"),
+            (
+                r#"{"traceparent":"00-00000000000000000000000000000000-00f067aa0ba902b7-01"}"#,
+                "options.traceparent: must be a W3C traceparent",
             ),
             ("[]", "options: must be a JSON object"),
             ("{", "options: not valid JSON"),

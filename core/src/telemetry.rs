@@ -45,6 +45,35 @@ pub const CAPTURE_CONTENT_ENV: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAG
 /// result); longer content is cut at a character boundary.
 pub const MAX_CONTENT_BYTES: usize = 16 * 1024;
 
+/// The field of the `invoke_agent` span that holds the turn's `traceparent` option, the
+/// caller's span as W3C Trace Context writes it. A `tracing` span cannot name an
+/// OpenTelemetry parent; an exporter that knows this field (`panto-otel`, which the CLI
+/// and the C library use) makes the span that parent's child.
+pub const TRACEPARENT_FIELD: &str = "panto.traceparent";
+
+/// Checks a W3C `traceparent` (version `00`: `00-{trace id}-{span id}-{flags}`, lowercase
+/// hex, ids not all zero); `path` names the option in the error.
+pub fn check_traceparent(traceparent: &str, path: &str) -> Result<(), Error> {
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    let ok = matches!(parts.as_slice(), [version, trace, span, flags]
+        if *version == "00"
+            && hex(trace, 32) && trace.bytes().any(|b| b != b'0')
+            && hex(span, 16) && span.bytes().any(|b| b != b'0')
+            && hex(flags, 2));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::config(format!(
+            "{path}: must be a W3C traceparent (00-<32 hex trace id>-<16 hex span id>-<2 hex flags>, ids not all zero)"
+        )))
+    }
+}
+
 /// Whether content is captured: the configuration key, or the conventions' variable.
 fn capture_content(config: &Config) -> bool {
     config.capture_message_content
@@ -148,12 +177,14 @@ macro_rules! gen_ai_span {
 
 impl TurnTelemetry {
     /// The `invoke_agent` span of a turn (a child of the caller's current span), or
-    /// `None` when no subscriber wants it: then the turn records nothing.
+    /// `None` when no subscriber wants it: then the turn records nothing. `traceparent`
+    /// (checked) is recorded in [`TRACEPARENT_FIELD`].
     pub(crate) fn start(
         config: &Config,
         model: &str,
         resumed: bool,
         secrets: &Secrets,
+        traceparent: Option<&str>,
     ) -> Option<TurnTelemetry> {
         let agent = gen_ai_span!(
             "invoke_agent",
@@ -166,6 +197,7 @@ impl TurnTelemetry {
             panto.turn.resumed = resumed,
             panto.turn.messages = Empty,
             panto.tool.deferred = Empty,
+            panto.traceparent = traceparent,
         );
         if agent.is_disabled() {
             return None;

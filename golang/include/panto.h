@@ -843,7 +843,10 @@ PANTO_API PantoStatus panto_agent_stream(PantoAgent *agent, const char *input, s
  * "defer_tools": bool, "input": […]}, every key optional, replacing the configuration's
  * for this turn only; NULL means no options. "defer_tools" (since ABI 1.3) pauses the
  * turn at every tool call instead of running it (reason "deferred"; see Durable turns),
- * for engines that run each call as a step of their own. Unknown keys and wrong types are PANTO_ERR_CONFIG naming the key.
+ * for engines that run each call as a step of their own. "traceparent" (since ABI 1.3)
+ * is the caller's span as W3C Trace Context writes it ("00-<32 hex trace id>-<16 hex
+ * span id>-<2 hex flags>"): with panto_telemetry_export on, the turn's invoke_agent span
+ * is its child. Unknown keys and wrong types are PANTO_ERR_CONFIG naming the key.
  * Otherwise exactly panto_agent_stream.
  *
  * "input" is the turn's input as text and attachments (then `input` must be empty, len
@@ -1395,6 +1398,51 @@ typedef struct PantoMcpOAuthHooks {
 PANTO_API PantoStatus panto_agent_set_mcp_oauth(PantoAgent *agent,
                                                 const PantoMcpOAuthHooks *hooks,
                                                 PantoError **err);
+
+/* ---------------------------------------------------------------------------------- */
+/* Telemetry (since ABI 1.3)                                                           */
+/*                                                                                     */
+/* Every turn makes OpenTelemetry spans named as the GenAI semantic conventions say     */
+/* (invoke_agent, chat {model}, execute_tool {tool}; docs/observability.md). A host     */
+/* opts in with panto_telemetry_export; they are then sent over OTLP/HTTP (protobuf) to */
+/* the collector the standard variables name: OTEL_EXPORTER_OTLP_ENDPOINT (the base     */
+/* URL; /v1/traces is added) or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (the URL itself),    */
+/* OTEL_EXPORTER_OTLP_HEADERS (k=v,k2=v2, URL-encoded values; sent, never logged),      */
+/* OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES. A turn's     */
+/* invoke_agent span is a child of the span named by the turn option "traceparent"      */
+/* (panto_agent_stream_with), else the root of a trace of its own.                      */
+/*                                                                                     */
+/* A turn never waits for the export: a finished span goes to a bounded queue (4096     */
+/* spans; when it is full the span is dropped and counted) that one library thread      */
+/* sends in batches. That thread is detached and lives as long as the process: nothing  */
+/* needs joining at exit. Spans still queued at exit are lost: call                      */
+/* panto_telemetry_flush before exiting. A child made by fork() has no export thread:    */
+/* its spans are dropped (counted) and its flushes time out.                             */
+/* ---------------------------------------------------------------------------------- */
+
+/* Since ABI 1.3. Opts this process into exporting every turn's spans, when
+ * OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (not empty):
+ * then *exporting (NULL: not written) is true. With neither set, nothing happens,
+ * *exporting is false and the call succeeds. `service_name` (UTF-8, `len` bytes; NULL
+ * with len 0, or empty: "panto") is the resource's service.name unless
+ * OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES names one. The variables are read once,
+ * by the first call that starts the export; later calls change nothing and report it
+ * running. PANTO_ERR_CONFIG when the variables are unusable, or when the process has a
+ * Rust `tracing` subscriber already (a Rust host: bridge panto's spans with
+ * tracing-opentelemetry instead); no error message holds a header's value. Starts the
+ * export thread; never blocks for the network. Any thread. */
+PANTO_API PantoStatus panto_telemetry_export(const char *service_name, size_t len,
+                                             bool *exporting, PantoError **err);
+
+/* Since ABI 1.3. Waits, at most `timeout_ms`, until every span that ended before the
+ * call has been sent to the collector (or its sending failed). PANTO_OK when they were
+ * all handled in time (also when the export is not running); PANTO_ERR_TIMEOUT when
+ * not. Either way *undelivered (NULL: not written) is how many spans were lost since
+ * the export started: dropped with the queue full, refused by the collector, or not
+ * sent (unreachable, timed out). BLOCKS up to `timeout_ms`. Any thread but a panto
+ * callback's; call it before exiting. */
+PANTO_API PantoStatus panto_telemetry_flush(uint32_t timeout_ms, uint64_t *undelivered,
+                                            PantoError **err);
 
 #ifdef __cplusplus
 } /* extern "C" */

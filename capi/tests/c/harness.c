@@ -213,6 +213,46 @@ int server_request(const TestServer *s, const char *method, const char *path, ch
   return status;
 }
 
+char *server_get(const TestServer *s, const char *path) {
+  enum { MAX = 4 << 20 };
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return NULL;
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons((uint16_t)s->port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  char req[512];
+  int n = snprintf(req, sizeof req,
+                   "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
+  char *buf = malloc(MAX + 1);
+  if (!buf || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+      write(fd, req, (size_t)n) != n) {
+    free(buf);
+    close(fd);
+    return NULL;
+  }
+  size_t len = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + len, MAX - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    len += (size_t)r;
+    if (len == MAX) break;
+  }
+  close(fd);
+  buf[len] = 0;
+  int status = 0;
+  const char *body = strstr(buf, "\r\n\r\n");
+  if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1 || status != 200 || !body) {
+    free(buf);
+    return NULL;
+  }
+  body += 4;
+  memmove(buf, body, strlen(body) + 1);
+  return buf;
+}
+
 long server_stat(const TestServer *s, const char *field) {
   char body[2048];
   if (server_request(s, "GET", "/_panto/stats", body, sizeof body) != 200) return -1;

@@ -57,6 +57,9 @@ void server_stop(TestServer *s);
 /* POST (or GET) a control endpoint; returns the HTTP status, body into `body`. */
 int server_request(const TestServer *s, const char *method, const char *path, char *body,
                    size_t cap);
+/* GET `path`'s whole body (at most 4 MiB), NUL-terminated, owned by the caller (free);
+ * NULL unless the status is 200. */
+char *server_get(const TestServer *s, const char *path);
 /* An integer field of GET /_panto/stats, -1 on failure. */
 long server_stat(const TestServer *s, const char *field);
 int server_open_gate(const TestServer *s);
@@ -124,6 +127,7 @@ extern const TestSuite DURABLE_TESTS;      /* test_durable.c: durable turns (ABI
 extern const TestSuite MCP_OAUTH_TESTS;    /* test_mcp_oauth.c: OAuth callbacks (ABI 1.3) */
 extern const TestSuite MCP_RESOURCE_TESTS; /* test_mcp_resources.c: resources, prompts */
 extern const TestSuite PRODUCTION_TESTS;   /* test_production.c: token counts, limits */
+extern const TestSuite TELEMETRY_TESTS;    /* test_telemetry.c: OTLP export (ABI 1.3) */
 
 /* ---- What a test starts from ------------------------------------------------------ */
 

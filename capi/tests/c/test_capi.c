@@ -23,13 +23,15 @@ static const TestSuite *const SUITES[] = {
     &ATTACHMENT_TESTS,
     &MCP_TESTS,
     &MCP_EVERYTHING_TESTS,
+    &MCP_SAMPLING_TESTS,
     &FORK_TESTS,
     &READINESS_TESTS,
     &DURABLE_TESTS,
     &MCP_OAUTH_TESTS,
     &MCP_RESOURCE_TESTS,
     &PRODUCTION_TESTS,
-    &MCP_SAMPLING_TESTS,
+    /* Last: its export stays installed for the rest of the process. */
+    &TELEMETRY_TESTS,
 };
 enum { SUITE_COUNT = sizeof SUITES / sizeof SUITES[0] };
 

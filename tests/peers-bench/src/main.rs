@@ -15,6 +15,10 @@
 //! - `async-openai`: `client.chat().create_stream(..)`, the most used Rust OpenAI client;
 //! - `panto-push`: `agent.run` with a `Receiver` on a current-thread runtime;
 //! - `panto-pull`: `agent.stream(..)` + `Stream::next` until exhausted;
+//! - `panto-push-otel`: `panto-push` with the turn's OpenTelemetry spans on, exported over
+//!   OTLP/HTTP by `panto-otel` (as the CLI and a C host export them) to the server's own
+//!   receiver (`OTEL_EXPORTER_OTLP_ENDPOINT`, when not set already); `panto-push` is the
+//!   same with them off;
 //! - diagnostics for where time to first event goes (`bench/run.py --ttfe-sweep`):
 //!   `panto-push-mt` (push on a two-worker multi-thread runtime, where the turn and the
 //!   HTTP connection may run on different threads, as on the pull adapter's pool) and
@@ -193,6 +197,17 @@ impl Client {
                 ),
             ),
             "panto-push" => Client::PantoPush(current_thread(), panto_agent(base)),
+            "panto-push-otel" => {
+                if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_none() {
+                    let root = base.trim_end_matches('/').trim_end_matches("/v1");
+                    // Before any thread of this client exists.
+                    std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", format!("{root}/_panto/otlp"));
+                }
+                panto_otel::Export::install("panto-bench")
+                    .expect("the OpenTelemetry export starts")
+                    .expect("an endpoint is set");
+                Client::PantoPush(current_thread(), panto_agent(base))
+            }
             "panto-push-mt" => Client::PantoPush(
                 tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)

@@ -13,6 +13,8 @@
 //! - `http`: hand-written HTTP/1.1 request parsing and response framing on raw sockets.
 //! - `server`: accept loop, connections, shared state, control endpoints, body writer and
 //!   faults.
+//! - `otlp`: the OTLP/HTTP trace receiver (`/_panto/otlp/v1/traces`), for the tests of
+//!   panto's own OpenTelemetry export.
 //! - this file: [`TestServer`], the in-process handle that owns the server thread.
 //!
 //! ```no_run
@@ -24,6 +26,7 @@
 //! ```
 
 mod http;
+mod otlp;
 mod scenario;
 pub mod script;
 mod server;
@@ -124,6 +127,17 @@ impl TestServer {
     /// Every request recorded since the start, the last reset or the last scenario change.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.requests()
+    }
+
+    /// The spans its OTLP receiver took so far (set `OTEL_EXPORTER_OTLP_ENDPOINT` to
+    /// [`TestServer::otlp_endpoint`]), as `GET /_panto/otlp/spans` gives them.
+    pub fn otlp_spans(&self) -> Vec<serde_json::Value> {
+        self.shared.otlp_spans()
+    }
+
+    /// The base URL of its OTLP/HTTP receiver, for `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub fn otlp_endpoint(&self) -> String {
+        format!("{}/_panto/otlp", self.url())
     }
 
     /// Replaces the scenario, rewinds to its first exchange and clears the record.

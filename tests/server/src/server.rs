@@ -69,6 +69,8 @@ pub(crate) struct Shared {
     /// Scripted responses being sent right now, and the most ever at once.
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    /// The spans the OTLP receiver took (`otlp`), as JSON.
+    otlp_spans: Mutex<Vec<Value>>,
 }
 
 /// The gate that `hold` and `flood` faults wait for.
@@ -132,6 +134,7 @@ impl Shared {
             held: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
+            otlp_spans: Mutex::new(Vec::new()),
         }
     }
 
@@ -147,6 +150,34 @@ impl Shared {
 
     pub(crate) fn requests(&self) -> Vec<RecordedRequest> {
         self.lock().record.clone()
+    }
+
+    /// The spans the OTLP receiver took so far.
+    pub(crate) fn otlp_spans(&self) -> Vec<Value> {
+        self.otlp_spans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Takes an OTLP export request's body; `false` when it is not one, or when the
+    /// receiver is full.
+    fn receive_otlp(&self, req: &Request) -> Result<(), (u16, String)> {
+        let headers: Vec<(String, String)> = req
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let spans = crate::otlp::decode(&req.body, &headers).map_err(|e| (400, e))?;
+        let mut kept = self.otlp_spans.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() + spans.len() > crate::otlp::MAX_SPANS {
+            return Err((
+                507,
+                "the receiver holds as many spans as it keeps".to_owned(),
+            ));
+        }
+        kept.extend(spans);
+        Ok(())
     }
 
     pub(crate) fn set_scenario(&self, scenario: Scenario) {
@@ -615,6 +646,37 @@ fn simple_response(status: u16, json_body: &[u8], close: bool) -> Vec<u8> {
 fn control(shared: &Shared, req: &Request) -> (After, Vec<u8>) {
     let close = req.wants_close();
     let (status, body): (u16, Vec<u8>) = match (req.method.as_str(), req.path.as_str()) {
+        ("POST", "/_panto/otlp/v1/traces") => {
+            let (status, body, kind) = match shared.receive_otlp(req) {
+                Ok(()) => (200, crate::otlp::success(), "application/x-protobuf"),
+                Err((status, why)) => (
+                    status,
+                    error_body("testserver_bad_otlp", &why),
+                    "application/json",
+                ),
+            };
+            let mut framing = vec![("content-length", body.len().to_string())];
+            if close {
+                framing.push(("connection", "close".to_string()));
+            }
+            let mut out = response_head(status, [("content-type", kind)], &framing);
+            out.extend_from_slice(&body);
+            return (close_if(close), out);
+        }
+        ("GET", "/_panto/otlp/spans") => {
+            let mut lines = Vec::new();
+            for span in shared.otlp_spans() {
+                lines.extend_from_slice(span.to_string().as_bytes());
+                lines.push(b'\n');
+            }
+            let mut framing = vec![("content-length", lines.len().to_string())];
+            if close {
+                framing.push(("connection", "close".to_string()));
+            }
+            let mut out = response_head(200, [("content-type", "application/x-ndjson")], &framing);
+            out.extend_from_slice(&lines);
+            return (close_if(close), out);
+        }
         ("GET", "/_panto/requests") => match serde_json::to_vec(&shared.requests()) {
             Ok(b) => (200, b),
             Err(e) => (500, error_body("testserver_internal", &e.to_string())),
@@ -668,8 +730,15 @@ fn control(shared: &Shared, req: &Request) -> (After, Vec<u8>) {
         }
         (
             _,
-            "/_panto/requests" | "/_panto/stats" | "/_panto/reset" | "/_panto/scenario"
-            | "/_panto/gate/open" | "/_panto/gate/close" | "/_panto/close-idle",
+            "/_panto/requests"
+            | "/_panto/stats"
+            | "/_panto/reset"
+            | "/_panto/scenario"
+            | "/_panto/gate/open"
+            | "/_panto/gate/close"
+            | "/_panto/close-idle"
+            | "/_panto/otlp/v1/traces"
+            | "/_panto/otlp/spans",
         ) => (
             405,
             error_body(
@@ -684,7 +753,8 @@ fn control(shared: &Shared, req: &Request) -> (After, Vec<u8>) {
                 &format!(
                     "unknown control endpoint {}; known: GET /_panto/requests, GET /_panto/stats, \
                      POST /_panto/scenario, POST /_panto/reset, POST /_panto/gate/open, \
-                     POST /_panto/gate/close, POST /_panto/close-idle",
+                     POST /_panto/gate/close, POST /_panto/close-idle, \
+                     POST /_panto/otlp/v1/traces, GET /_panto/otlp/spans",
                     req.path
                 ),
             ),

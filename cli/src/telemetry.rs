@@ -1,0 +1,62 @@
+//! Owns the CLI's OpenTelemetry export: when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, every turn's spans go over OTLP/HTTP to
+//! that collector (`panto-otel`), under the span `TRACEPARENT` names, and the export is
+//! flushed, bounded, before the process exits. The spans themselves are the core's.
+
+use std::time::Duration;
+
+use panto_otel::Export;
+
+/// The variable that names the caller's span (W3C Trace Context's form, as the
+/// conventions for environment-variable carriers spell it).
+pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
+
+/// Most time spent sending the last spans before exiting.
+const EXIT_FLUSH: Duration = Duration::from_secs(5);
+
+/// Starts the export the environment asks for; a problem is one warning on stderr and
+/// the run goes on without export.
+pub fn start() {
+    if let Err(e) = Export::install("panto") {
+        eprintln!("panto: OpenTelemetry export is off: {}", e.message);
+    }
+}
+
+/// The caller's span for a turn's options: `TRACEPARENT`, when spans are exported. One
+/// that is not a W3C traceparent is left out with a warning (the turn's spans start a
+/// trace of their own) rather than failing the turn.
+pub fn traceparent() -> Option<String> {
+    Export::installed()?;
+    let value = std::env::var(TRACEPARENT_ENV).ok()?;
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    match panto::telemetry::check_traceparent(value, TRACEPARENT_ENV) {
+        Ok(()) => Some(value.to_owned()),
+        Err(e) => {
+            eprintln!(
+                "panto: {}; the turn's spans start a trace of their own",
+                e.message
+            );
+            None
+        }
+    }
+}
+
+/// Sends what is queued (at most [`EXIT_FLUSH`]) and says on stderr when spans were
+/// lost. Never names the collector's headers.
+pub fn finish() {
+    let Some(export) = Export::installed() else {
+        return;
+    };
+    let flushed = export.flush(EXIT_FLUSH);
+    let (dropped, failed) = (export.dropped_spans(), export.failed_spans());
+    if !flushed || dropped > 0 || failed > 0 {
+        eprintln!(
+            "panto: OpenTelemetry export: {} span(s) not delivered ({dropped} dropped with the queue full, {failed} refused or unsent){}",
+            dropped + failed,
+            if flushed { "" } else { "; gave up waiting for the collector" }
+        );
+    }
+}
