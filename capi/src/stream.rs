@@ -487,7 +487,7 @@ unsafe fn next_events(
         }
         // Full: look (without waiting) whether anything else is ready, which, when
         // nothing is, leaves the readiness cleared as PANTO_PENDING would.
-        consumer.stream.wait_ready(Duration::ZERO, NEXT_EVENTS_MAX)
+        consumer.stream.ready_now()
     });
     let ready = match rest {
         Ok(r) => r,

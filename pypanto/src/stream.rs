@@ -524,9 +524,8 @@ impl Stream {
         let Some(ev) = self._try_next(py)? else {
             return Ok(None);
         };
-        // Never waits: takes what is ready into the read-ahead buffer (the rest of a
-        // burst), or, finding nothing, leaves the readiness cleared as `None` would.
-        let more = self.lock(py).stream.wait_ready(Duration::ZERO, BURST);
+        // Never waits; finding nothing, it leaves the readiness cleared as `None` would.
+        let more = self.lock(py).stream.ready_now();
         Ok(Some((ev, more)))
     }
 
