@@ -515,20 +515,6 @@ impl Stream {
         }
     }
 
-    /// The async path's one call per event: `_try_next`'s event together with whether
-    /// anything else is ready right after it (more events, the end, a failure, a
-    /// cancel), as `(event, more)`; `None` when nothing is ready. After `more` is false,
-    /// as after `None`, the stream's ready set (or descriptor) reports the next arrival,
-    /// so the caller goes straight to waiting instead of asking again to hear "nothing".
-    fn _try_next_more(&self, py: Python<'_>) -> PyResult<Option<(Py<PyAny>, bool)>> {
-        let Some(ev) = self._try_next(py)? else {
-            return Ok(None);
-        };
-        // Never waits; finding nothing, it leaves the readiness cleared as `None` would.
-        let more = self.lock(py).stream.ready_now();
-        Ok(Some((ev, more)))
-    }
-
     /// Makes the stream report its readiness to `set` under `token` (the async path's way
     /// to wait: one `ReadySet` per event loop, watched with one `add_reader`) instead of
     /// through a descriptor of its own. `OSError` if it cannot (attached before, or it

@@ -1,8 +1,8 @@
 """``AsyncStream``: one turn as an async iterator, over the same native ``Stream``.
 
 ``__anext__`` first takes, on the event loop's thread, whatever the native stream has
-ready (``_try_next_more``: the native buffer, or a burst drained without waiting, and
-whether anything is left after it). Only when nothing is ready does it wait — **on the event loop itself**, through the loop's **ready
+ready (``_try_next``: the native buffer, or a burst drained without waiting). Only when
+nothing is ready does it wait — **on the event loop itself**, through the loop's **ready
 set** (``_LoopSet``): one native ``ReadySet`` per event loop, whose one descriptor is
 given to ``loop.add_reader`` once. A stream that waits is attached to its loop's set
 under a token of its own (``Stream._attach``); the set's descriptor is readable while a
@@ -13,10 +13,8 @@ would have doubled that, past common limits), and a burst of streams turning rea
 the loop one wake-up, not one per stream.
 
 The native set reports a stream once per turn to ready after it last answered "nothing"
-(``_try_next_more`` returning ``None``, or an event with ``more`` false), and never
-answers either with a report pending, so a task that found nothing and then waits cannot
-miss the report that follows. So a sparse event costs one native call, not an event and
-then a "nothing". A stream
+(``_try_next`` returning ``None``), and never answers "nothing" with a report pending, so
+a task that found nothing and then waits cannot miss the report that follows. A stream
 first awaited on one loop and later on another waits, on the second, in a thread.
 
 ``WAIT_POOL`` is what is left of the threads: it serves only loops that cannot watch a
@@ -208,7 +206,7 @@ class AsyncStream:
     """One turn as an async iterator and an async context manager
     (``agent.astream(prompt)``). ``MessageComplete`` is the last event."""
 
-    __slots__ = ("_stream", "_runner", "_token", "_set", "_waits", "_dry", "__weakref__")
+    __slots__ = ("_stream", "_runner", "_token", "_set", "_waits", "__weakref__")
 
     def __init__(self, stream: Stream, runner: Any) -> None:
         """Wraps a native stream; ``Agent.astream`` makes these (not meant to be called
@@ -220,9 +218,6 @@ class AsyncStream:
         self._token = 0
         self._set: Optional[_LoopSet] = None
         self._waits = 0
-        #: The last event came with nothing else ready (``_try_next_more``): the next
-        #: ``__anext__`` waits first instead of asking to hear "nothing".
-        self._dry = False
 
     def __aiter__(self) -> AsyncStream:
         """Returns the stream itself: ``async for event in stream``."""
@@ -234,23 +229,15 @@ class AsyncStream:
         ``MessageComplete``, or the turn's ``PantoError`` (again on every later call);
         cancelling the awaiting task cancels the turn."""
         stream = self._stream
-        if not self._dry:
-            got = stream._try_next_more()
-            if got is not None:
-                ev, more = got
-                self._dry = not more
-                return ev
-        # Nothing ready (that call, or the one that took the last event, said so): the
-        # stream's set reports the next arrival.
-        self._dry = False
+        ev = stream._try_next()
+        if ev is not None:
+            return ev
         while True:
             await self._wait()
             # A report may be for what an earlier call already took: then this is None
             # and the loop waits again.
-            got = stream._try_next_more()
-            if got is not None:
-                ev, more = got
-                self._dry = not more
+            ev = stream._try_next()
+            if ev is not None:
                 return ev
 
     def _attached(self, loop: asyncio.AbstractEventLoop) -> Optional[_LoopSet]:
