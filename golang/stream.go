@@ -67,6 +67,11 @@ type streamHandle struct {
 	rfailed bool         // no set to wait on: wait in the library
 	waiting atomic.Int32 // Nexts waiting (tests)
 
+	// The library's last answer was an event with nothing else ready (panto_next_events'
+	// more was false): the next Next waits before it polls. Only the consumer (under the
+	// read lock, one Next at a time) reads and writes it.
+	dry bool
+
 	// What Checkpoint and Undelivered answer once the C stream is freed (durable.go):
 	// kept by finish just before it frees it. final is written under the write lock;
 	// undelivered under finalMu, which Undelivered takes under the read lock.
@@ -308,8 +313,14 @@ func (s *stream) pull() (Event, error) {
 		return nil, closedError("the stream")
 	}
 	for {
-		st := h.poll() // what is ready, never waiting
+		st := C.PantoStatus(C.PANTO_PENDING)
+		if !h.dry {
+			st = h.poll() // what is ready, never waiting
+		}
 		if st == C.PANTO_PENDING {
+			// Nothing ready (this poll said so, or the last one that delivered an
+			// event did): the stream's readiness reports the next arrival.
+			h.dry = false
 			if st = h.wait(); st == C.PANTO_PENDING {
 				continue
 			}

@@ -20,7 +20,7 @@ import (
 // A goroutine inside a blocking cgo call holds its OS thread for as long as the call
 // lasts, and a Go program dies past 10,000 threads (runtime/debug.SetMaxThreads). So a
 // Next never blocks in the library when it can help it: it takes what is ready with
-// non-blocking calls (panto_next_event_timeout with 0) and otherwise parks its goroutine
+// non-blocking calls (panto_next_events with a timeout of 0) and otherwise parks its goroutine
 // on a channel of its own, holding no thread, until the library reports the stream
 // ready.
 //
@@ -34,8 +34,9 @@ import (
 // of its socket, and Go's os.NewFile would have needed a dup of it: three per stream,
 // 30,000 for 10,000 streams) and a burst of streams turning ready costs one netpoller
 // wake-up, not one per stream. The library reports a stream once per turn to ready after
-// it last answered PANTO_PENDING, and never answers PANTO_PENDING with a report pending,
-// so a Next that got PENDING and then waits cannot miss the report that follows.
+// it last answered PANTO_PENDING (or an event with more false: nothing else ready), and
+// never answers either with a report pending, so a Next that got one of them and then
+// waits cannot miss the report that follows.
 //
 // The set and its descriptor live as long as the process: they are never freed, so
 // nothing closes the descriptor the netpoller holds (the *os.File is kept reachable, so
@@ -94,11 +95,28 @@ func short(f func()) {
 }
 
 // poll takes what the library has ready for the stream, never waiting: a next call's
-// answer, PANTO_PENDING if nothing is.
+// answer, PANTO_PENDING if nothing is. It is panto_next_events with room for one event
+// (ABI 1.3), which also says whether anything else is ready (h.dry): a Next after an
+// event that left the stream dry goes straight to waiting, so a sparse event costs one
+// library call, not an event and then a PANTO_PENDING.
 func (h *streamHandle) poll() C.PantoStatus {
-	calls <- struct{}{}
-	st := C.panto_next_event_timeout(h.p, h.ev, 0)
-	<-calls
+	return h.nextEvents(0)
+}
+
+// nextEvents is one panto_next_events call of at most timeoutMS into h.ev, recording
+// in h.dry whether the stream was left with nothing ready (its readiness then reports
+// the next arrival, as after PANTO_PENDING).
+func (h *streamHandle) nextEvents(timeoutMS C.int32_t) C.PantoStatus {
+	var filled C.size_t
+	var more C.bool
+	if timeoutMS == 0 {
+		calls <- struct{}{}
+	}
+	st := C.panto_next_events(h.p, h.ev, 1, timeoutMS, &filled, &more)
+	if timeoutMS == 0 {
+		<-calls
+	}
+	h.dry = st == C.PANTO_EVENT && !bool(more)
 	return st
 }
 
@@ -321,7 +339,7 @@ func (h *streamHandle) waitInLibrary() C.PantoStatus {
 	}
 	defer w.release()
 	for {
-		st := C.panto_next_event_timeout(h.p, h.ev, waitSliceMS)
+		st := h.nextEvents(waitSliceMS)
 		if st != C.PANTO_PENDING || w.waiters.Load() > 0 {
 			return st
 		}

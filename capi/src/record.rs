@@ -1,7 +1,9 @@
 //! Owns the memory behind a delivered `PantoEvent`: a [`Record`] keeps the core's event
 //! (or error) and every string the payload points into, and computes the canonical JSON
 //! on demand. A stream keeps its latest record until the next call on it, which is the
-//! "borrowed until the next call" lifetime of the header.
+//! "borrowed until the next call" lifetime of the header. A stream's slots keep their
+//! records' allocations from event to event (`Slot::set_item`): delivering an event
+//! allocates nothing here for the record itself.
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_void};
@@ -75,8 +77,9 @@ pub(crate) enum Item {
 pub(crate) struct Record {
     item: Item,
     /// Strings the payload needs that the event does not hold as such (a stop reason, a
-    /// block's JSON, arguments as JSON text). Never mutated after construction; only
-    /// read through the payload's pointers.
+    /// block's JSON, arguments as JSON text). Never mutated while the record is
+    /// current (only `refill`, by the slot's one writer, changes it); only read through
+    /// the payload's pointers.
     #[allow(dead_code)]
     derived: Vec<String>,
     kind: u32,
@@ -90,13 +93,15 @@ pub(crate) struct Record {
 }
 
 // SAFETY: the raw pointers in `payload` point into strings this record owns (in `item`
-// and `derived`), which nothing mutates after construction; sharing or sending the
+// and `derived`), which nothing mutates while they are shared (`refill` takes the
+// record mutably, from the slot's one writer); sharing or sending the
 // record shares or sends only read-only views of its own data.
 unsafe impl Send for Record {}
 // SAFETY: as for `Send`: every access through a shared record is a read.
 unsafe impl Sync for Record {}
 
 impl Record {
+    #[cfg(test)]
     pub(crate) fn event(event: Event) -> Box<Record> {
         Record::build(Item::Event(event))
     }
@@ -105,11 +110,43 @@ impl Record {
         Record::build(Item::Error(error))
     }
 
-    fn build(mut item: Item) -> Box<Record> {
-        let mut derived = Vec::new();
-        let mut payload = PantoEventPayload::zeroed();
-        let mut mapped = true;
-        let kind = match &mut item {
+    fn build(item: Item) -> Box<Record> {
+        let mut record = Box::new(Record {
+            item,
+            derived: Vec::new(),
+            kind: 0,
+            payload: PantoEventPayload::zeroed(),
+            mapped: true,
+            json: OnceLock::new(),
+        });
+        record.map();
+        record
+    }
+
+    /// Makes this record hold `item` instead, in place: the box and the derived
+    /// strings' vector are reused (a stream delivers every event through the same
+    /// records, so delivering one allocates nothing here beyond what the event needs
+    /// derived: a stop reason, a block's JSON).
+    pub(crate) fn refill(&mut self, item: Item) {
+        self.item = item;
+        self.derived.clear();
+        self.payload = PantoEventPayload::zeroed();
+        self.mapped = true;
+        self.json = OnceLock::new();
+        self.map();
+    }
+
+    /// Computes `kind` and `payload` from `item`.
+    fn map(&mut self) {
+        let Record {
+            item,
+            derived,
+            kind,
+            payload,
+            mapped,
+            ..
+        } = self;
+        *kind = match item {
             Item::Error(e) => {
                 terminate(&mut e.message);
                 if let Some(c) = &mut e.provider_code {
@@ -132,18 +169,10 @@ impl Record {
             }
             Item::Event(ev) => {
                 let code = ev.code();
-                mapped = fill_event(ev, &mut derived, &mut payload);
+                *mapped = fill_event(ev, derived, payload);
                 code
             }
         };
-        Box::new(Record {
-            item,
-            derived,
-            kind,
-            payload,
-            mapped,
-            json: OnceLock::new(),
-        })
     }
 
     /// Writes this record's kind and payload into `ev` (the slot adds `_private`).
@@ -191,13 +220,27 @@ pub(crate) struct Slot {
     magic: u64,
     /// 0 while the record is being replaced, never for a filled event.
     gen: AtomicU32,
-    record: UnsafeCell<Option<Box<Record>>>,
+    held: UnsafeCell<Held>,
 }
 
-// SAFETY: `record` is replaced only through `Slot::set`, whose callers are the slot's
-// only writer (the stream's consumer, under its lock); readers (`panto_event_to_json`
-// on any thread) only read it while the event's lifetime lasts, that is, while no
-// `set` runs (the header's rule; breaking it is the undefined behaviour it lists).
+/// A slot's record, and whether it is the current one: a slot that is emptied keeps its
+/// record's allocation for the next event (`Record::refill`).
+struct Held {
+    record: Option<Box<Record>>,
+    live: bool,
+}
+
+impl Held {
+    fn current(&self) -> Option<&Record> {
+        self.record.as_deref().filter(|_| self.live)
+    }
+}
+
+// SAFETY: `held` is changed only through `Slot::set` / `Slot::set_item`, whose callers
+// are the slot's only writer (the stream's consumer, under its lock); readers
+// (`panto_event_to_json` on any thread) only read it while the event's lifetime lasts,
+// that is, while no writer runs (the header's rule; breaking it is the undefined
+// behaviour it lists).
 unsafe impl Send for Slot {}
 // SAFETY: as for `Send`: shared access reads, and the one writer is serialized.
 unsafe impl Sync for Slot {}
@@ -207,7 +250,10 @@ impl Slot {
         Slot {
             magic: SLOT_MAGIC,
             gen: AtomicU32::new(0),
-            record: UnsafeCell::new(None),
+            held: UnsafeCell::new(Held {
+                record: None,
+                live: false,
+            }),
         }
     }
 
@@ -225,11 +271,46 @@ impl Slot {
     /// # Safety
     /// The caller is the slot's only writer, and nobody reads the old record any more.
     pub(crate) unsafe fn set(&self, record: Option<Box<Record>>) {
+        // SAFETY: this function's contract is `replace`'s.
+        unsafe {
+            self.replace(|held| {
+                held.live = record.is_some();
+                held.record = record;
+            })
+        };
+    }
+
+    /// Like [`Slot::set`], reusing the record this slot held (emptied or not) if any:
+    /// no allocation for the record itself.
+    ///
+    /// # Safety
+    /// As for [`Slot::set`].
+    pub(crate) unsafe fn set_item(&self, item: Option<Item>) {
+        // SAFETY: this function's contract is `replace`'s.
+        unsafe {
+            self.replace(|held| match item {
+                None => held.live = false,
+                Some(item) => {
+                    match &mut held.record {
+                        Some(r) => r.refill(item),
+                        None => held.record = Some(Record::build(item)),
+                    }
+                    held.live = true;
+                }
+            })
+        };
+    }
+
+    /// Runs `change` on the held record under a new generation.
+    ///
+    /// # Safety
+    /// As for [`Slot::set`].
+    unsafe fn replace(&self, change: impl FnOnce(&mut Held)) {
         let next = self.gen.load(Ordering::SeqCst).wrapping_add(1).max(1);
         self.gen.store(0, Ordering::SeqCst);
         // SAFETY: the only writer, with no reader of the old record (this function's
         // contract): nothing else refers to the cell's contents now.
-        unsafe { *self.record.get() = record };
+        change(unsafe { &mut *self.held.get() });
         self.gen.store(next, Ordering::SeqCst);
     }
 
@@ -241,7 +322,7 @@ impl Slot {
     pub(crate) unsafe fn fill(&self, ev: &mut PantoEvent) {
         // SAFETY: no `set` runs meanwhile (this function's contract), so reading the
         // cell's contents races with no write.
-        if let Some(r) = unsafe { (*self.record.get()).as_deref() } {
+        if let Some(r) = unsafe { (*self.held.get()).current() } {
             r.fill(ev);
             ev._private = (self as *const Slot).cast::<c_void>();
             ev._private_gen = self.gen.load(Ordering::SeqCst);
@@ -264,7 +345,7 @@ impl Slot {
         // SAFETY: no `set` on this slot runs meanwhile (this function's contract); the
         // record lives until the next `set`, which the header's lifetime rule puts after
         // every use of the event.
-        unsafe { (*slot.record.get()).as_deref() }
+        unsafe { (*slot.held.get()).current() }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Owns `PantoStream`: the pull calls (`panto_next_event`, its timeout variant), cancel,
+//! Owns `PantoStream`: the pull calls (`panto_next_event`, its timeout variant, the batch
+//! `panto_next_events`), cancel,
 //! host-tool results, the readiness descriptor, the diagnostics, free — and writing a
 //! `PantoEvent` into the caller's memory without ever reading or writing past the size
 //! the caller declared.
@@ -13,7 +14,7 @@ use panto_pull::{Next, Stream, StreamControl};
 
 use crate::boundary::{guard, input_str, invalid, maybe_panic, poisoned, ErrOut};
 use crate::error::PantoError;
-use crate::record::{Record, Slot};
+use crate::record::{Item, Record, Slot};
 use crate::types::*;
 
 /// One turn as a pull stream. One next call at a time goes in (`calls`); a second one
@@ -30,6 +31,10 @@ pub struct PantoStream {
     /// The last delivered event or error: what the caller's `PantoEvent` points into.
     /// Written only by the next call that is inside (see `Slot`).
     current: Slot,
+    /// Where the second and later events of a `panto_next_events` batch live, made on
+    /// the first batch of more than one (never resized after: events point into it).
+    /// Written, like `current`, only by the next call that is inside.
+    extra: OnceLock<Box<[Slot]>>,
     pub(crate) poisoned: AtomicBool,
     /// The limit of a file a tool result's `"path"` part names (`max_message_bytes`).
     pub(crate) max_file_bytes: usize,
@@ -37,6 +42,8 @@ pub struct PantoStream {
 
 struct Consumer {
     stream: Stream,
+    /// How many of `extra`'s slots the last batch filled (emptied by the next call).
+    extra_used: usize,
 }
 
 #[derive(Default)]
@@ -52,10 +59,14 @@ impl PantoStream {
         Box::new(PantoStream {
             control: stream.control(),
             max_file_bytes,
-            consumer: Mutex::new(Consumer { stream }),
+            consumer: Mutex::new(Consumer {
+                stream,
+                extra_used: 0,
+            }),
             calls: Mutex::new(Calls::default()),
             call_returned: Condvar::new(),
             current: Slot::new(),
+            extra: OnceLock::new(),
             poisoned: AtomicBool::new(false),
         })
     }
@@ -211,7 +222,11 @@ fn static_error(function: &'static str, message: &'static str) -> &'static Slot 
     static SLOTS: OnceLock<Vec<(&'static str, &'static str, Slot)>> = OnceLock::new();
     let all = SLOTS.get_or_init(|| {
         let mut v = Vec::new();
-        for f in ["panto_next_event", "panto_next_event_timeout"] {
+        for f in [
+            "panto_next_event",
+            "panto_next_event_timeout",
+            "panto_next_events",
+        ] {
             v.push((
                 f,
                 NULL_STREAM,
@@ -283,17 +298,53 @@ unsafe fn next(
         }
     };
     let consumer = &mut *consumer;
-    // The previous event's memory ends here (the header's "until the next call").
     // SAFETY: this call is the one inside the stream (`enter`) and holds the consumer
-    // lock: the slot's only writer; the caller's previous event is dead by the header's
-    // lifetime rule, so nobody reads the old record.
-    unsafe { stream.current.set(None) };
+    // lock (the slots' only writer); the caller's previous events are dead by the
+    // header's lifetime rule.
+    unsafe { stream.start_call(consumer) };
     if stream.poisoned.load(Ordering::SeqCst) {
-        let record = Record::error(poisoned(function, "stream"));
+        let error = Item::Error(poisoned(function, "stream"));
         // SAFETY: as above: the only writer, the old record unread.
-        unsafe { stream.current.set(Some(record)) };
+        unsafe { stream.current.set_item(Some(error)) };
         return answer(&stream.current, PANTO_ERROR);
     }
+    let (status, item) = first_step(function, stream, consumer, wait);
+    // SAFETY: as above: the only writer, and the slot is empty.
+    unsafe { stream.current.set_item(item) };
+    answer(&stream.current, status)
+}
+
+impl PantoStream {
+    /// The previous call's events end here (the header's "until the next call"): every
+    /// slot they point into is emptied under a new generation, keeping its record's
+    /// allocation for the events to come.
+    ///
+    /// # Safety
+    /// The caller is the next call inside this stream, holding `consumer` (the slots'
+    /// only writer), and nobody reads the previous call's events any more.
+    unsafe fn start_call(&self, consumer: &mut Consumer) {
+        // SAFETY: the only writer, the old records unread (this function's contract).
+        unsafe { self.current.set_item(None) };
+        if consumer.extra_used > 0 {
+            if let Some(extra) = self.extra.get() {
+                for slot in &extra[..consumer.extra_used] {
+                    // SAFETY: as above.
+                    unsafe { slot.set_item(None) };
+                }
+            }
+            consumer.extra_used = 0;
+        }
+    }
+}
+
+/// One step of the stream for a next call, waiting as `wait` says; a panic poisons the
+/// stream and is answered as its error.
+fn first_step(
+    function: &'static str,
+    stream: &PantoStream,
+    consumer: &mut Consumer,
+    wait: Wait,
+) -> (PantoStatus, Option<Item>) {
     let step = guard(function, || {
         maybe_panic();
         let next = match wait {
@@ -305,22 +356,153 @@ unsafe fn next(
             Wait::For(d) => consumer.stream.next_timeout(d),
         };
         match next {
-            Ok(Next::Event(ev)) => (PANTO_EVENT, Some(Record::event(ev))),
+            Ok(Next::Event(ev)) => (PANTO_EVENT, Some(Item::Event(ev))),
             Ok(Next::Done) => (PANTO_DONE, None),
             Ok(Next::Pending) => (PANTO_PENDING, None),
-            Err(e) => (PANTO_ERROR, Some(Record::error(e))),
+            Err(e) => (PANTO_ERROR, Some(Item::Error(e))),
         }
     });
-    let (status, record) = match step {
+    match step {
         Ok(s) => s,
         Err(panic) => {
             stream.poison();
-            (PANTO_ERROR, Some(Record::error(panic)))
+            (PANTO_ERROR, Some(Item::Error(panic)))
+        }
+    }
+}
+
+/// The most events one `panto_next_events` call fills (panto.h).
+const NEXT_EVENTS_MAX: usize = PANTO_NEXT_EVENTS_MAX as usize;
+
+/// `panto_next_events`: the first answer as `panto_next_event_timeout` gives it, then,
+/// after an event, what else is ready without waiting, into the caller's array.
+///
+/// # Safety
+/// As for [`next`], with `events` an array of `capacity` events of the first one's
+/// struct_size each; `filled` and `more` NULL or writable.
+unsafe fn next_events(
+    stream: *mut PantoStream,
+    events: *mut PantoEvent,
+    capacity: usize,
+    wait: Wait,
+    filled: *mut usize,
+    more: *mut bool,
+) -> PantoStatus {
+    const F: &str = "panto_next_events";
+    if filled.is_null() || more.is_null() {
+        return PANTO_ERROR;
+    }
+    // SAFETY: both non-NULL (checked above) and writable (this function's contract).
+    unsafe {
+        filled.write(0);
+        more.write(false);
+    }
+    if capacity == 0 {
+        return PANTO_ERROR;
+    }
+    // SAFETY: NULL or a caller's event, whose first 4 bytes are readable (contract).
+    let Some(size) = (unsafe { event_size(events) }) else {
+        return PANTO_ERROR;
+    };
+    let at = |i: usize| {
+        events
+            .cast::<u8>()
+            .wrapping_add(i * size as usize)
+            .cast::<PantoEvent>()
+    };
+    let answer = |slot: &Slot, status: PantoStatus| {
+        // SAFETY: element 0 has `size` writable bytes (contract); no `set` of `slot`
+        // runs meanwhile.
+        unsafe { deliver(events, size, slot, status) }
+    };
+    // SAFETY: NULL or a live stream (contract); `as_ref` checks NULL.
+    let Some(stream) = (unsafe { stream.as_ref() }) else {
+        return answer(static_error(F, NULL_STREAM), PANTO_ERROR);
+    };
+    if stream.control.from_parent_process() {
+        return answer(static_error(F, FORKED_STREAM), PANTO_ERROR);
+    }
+    let Some(_inside) = stream.enter(wait) else {
+        return answer(static_error(F, IN_USE), PANTO_ERROR);
+    };
+    let mut consumer = match stream.consumer.lock() {
+        Ok(c) => c,
+        Err(p) => {
+            stream.poison();
+            p.into_inner()
         }
     };
-    // SAFETY: as above: the only writer, and the slot is empty.
-    unsafe { stream.current.set(record) };
-    answer(&stream.current, status)
+    let consumer = &mut *consumer;
+    // SAFETY: this call is the one inside the stream and holds the consumer lock; the
+    // previous call's events are dead by the header's lifetime rule.
+    unsafe { stream.start_call(consumer) };
+    if stream.poisoned.load(Ordering::SeqCst) {
+        // SAFETY: as above.
+        unsafe {
+            stream
+                .current
+                .set_item(Some(Item::Error(poisoned(F, "stream"))))
+        };
+        return answer(&stream.current, PANTO_ERROR);
+    }
+    let (status, item) = first_step(F, stream, consumer, wait);
+    // SAFETY: as above.
+    unsafe { stream.current.set_item(item) };
+    if status != PANTO_EVENT {
+        // The end, a failure or nothing within the timeout: as the single call says it.
+        return answer(&stream.current, status);
+    }
+    answer(&stream.current, status);
+    let capacity = capacity.min(NEXT_EVENTS_MAX);
+    let mut n = 1;
+    // The rest of what is ready, never waiting. The end or a failure met here is not
+    // delivered in this batch: both are sticky, so the next call answers it (`more`).
+    let rest = guard(F, || {
+        let extra = if capacity > 1 {
+            stream
+                .extra
+                .get_or_init(|| (1..NEXT_EVENTS_MAX).map(|_| Slot::new()).collect())
+                .as_ref()
+        } else {
+            &[]
+        };
+        while n < capacity {
+            match consumer.stream.try_next() {
+                Ok(Next::Event(ev)) => {
+                    let slot = &extra[n - 1];
+                    // SAFETY: the slots' only writer (above); this slot was emptied by
+                    // `start_call` or never filled.
+                    unsafe { slot.set_item(Some(Item::Event(ev))) };
+                    consumer.extra_used = n;
+                    // SAFETY: element `n` < capacity of the caller's array has `size`
+                    // writable bytes (contract); nothing replaces the slot meanwhile.
+                    unsafe { deliver(at(n), size, slot, PANTO_EVENT) };
+                    n += 1;
+                }
+                // Nothing ready: that look cleared the readiness as PANTO_PENDING does,
+                // so the next arrival is reported.
+                Ok(Next::Pending) => return false,
+                Ok(Next::Done) | Err(_) => return true,
+            }
+        }
+        // Full: look (without waiting) whether anything else is ready, which, when
+        // nothing is, leaves the readiness cleared as PANTO_PENDING would.
+        consumer.stream.ready_now()
+    });
+    let ready = match rest {
+        Ok(r) => r,
+        Err(_) => {
+            // The events filled stay valid; the poisoned stream fails from the next call.
+            stream.poison();
+            true
+        }
+    };
+    // SAFETY: both non-NULL and writable (checked and written above).
+    unsafe {
+        filled.write(n);
+        more.write(ready);
+    }
+    PANTO_EVENT
 }
 
 /// Blocks until the next event, the end, or a failure.
@@ -403,6 +585,30 @@ pub unsafe extern "C" fn panto_event_to_json(
         }
         Err(_) => PANTO_ERROR,
     }
+}
+
+/// Fills up to `capacity` events at once: waits like `panto_next_event_timeout` for the
+/// first, then takes what else is ready without waiting; `*more` says whether the next
+/// call would answer at once (see `panto.h` for the whole contract).
+///
+/// # Safety
+/// See `panto.h`.
+#[no_mangle]
+pub unsafe extern "C" fn panto_next_events(
+    stream: *mut PantoStream,
+    events: *mut PantoEvent,
+    capacity: usize,
+    timeout_ms: i32,
+    filled: *mut usize,
+    more: *mut bool,
+) -> PantoStatus {
+    let wait = match timeout_ms {
+        t if t < 0 => Wait::Forever,
+        0 => Wait::Poll,
+        t => Wait::For(Duration::from_millis(t as u64)),
+    };
+    // SAFETY: the pointers are as panto.h documents them (`next_events`' contract).
+    unsafe { next_events(stream, events, capacity, wait, filled, more) }
 }
 
 /// Cancels the turn; any thread, any time, idempotent, never blocks.

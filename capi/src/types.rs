@@ -101,6 +101,9 @@ pub const PANTO_EVENT_MAX_STRUCT_SIZE: u32 = 4096;
 /// every program built against 1.0 would be refused.
 pub const PANTO_EVENT_SIZE_1_0: u32 = 280;
 
+/// The most events one `panto_next_events` call fills (since ABI 1.3).
+pub const PANTO_NEXT_EVENTS_MAX: u32 = 64;
+
 /// A borrowed UTF-8 string: `len` bytes at `ptr`, then a NUL. May contain NUL bytes.
 /// `ptr` is NULL (and `len` 0) only for an absent optional value.
 #[repr(C)]

@@ -100,15 +100,15 @@
  *     streams is open is safe.
  *   - PantoStream: may be used from any thread (it is not tied to the thread that
  *     created it), but it has one consumer at a time: only one thread may be inside
- *     panto_next_event / panto_next_event_timeout on it. A second concurrent next call
- *     waits, asleep, until the one inside returns (a timeout call: at most its
- *     timeout; a timeout of 0: not at all), then returns PANTO_ERROR with kind
- *     PANTO_ERR_BUSY and consumes nothing. That error is the calling thread's, not the
- *     stream's: it is not sticky (rule 3 does not apply), it is never repeated by a later
- *     call, and the event the other thread holds stays valid. Because it waits, a
- *     second consumer that retries does not spin (it wakes once per call of the first);
- *     but a second consumer is still a bug: whichever thread gets in next ends the
- *     lifetime of the other thread's event.
+ *     panto_next_event / panto_next_event_timeout / panto_next_events on it. A second
+ *     concurrent next call waits, asleep, until the one inside returns (a timeout
+ *     call: at most its timeout; a timeout of 0: not at all), then returns PANTO_ERROR
+ *     with kind PANTO_ERR_BUSY and consumes nothing. That error is the calling
+ *     thread's, not the stream's: it is not sticky (rule 3 does not apply), it is never
+ *     repeated by a later call, and the event the other thread holds stays valid.
+ *     Because it waits, a second consumer that retries does not spin (it wakes once per
+ *     call of the first); but a second consumer is still a bug: whichever thread gets
+ *     in next ends the lifetime of the other thread's event.
  *     panto_stream_cancel, panto_stream_submit_tool_result (and _parts),
  *     panto_stream_readiness_fd, panto_stream_attach, panto_stream_checkpoint,
  *     panto_stream_steer, panto_stream_take_undelivered and the two diagnostics may be
@@ -698,10 +698,11 @@ typedef union PantoEventPayload {
  * every other field on every next call, and never changes struct_size.
  *
  * Lifetime: the strings an event points to are borrowed from its stream. They stay
- * valid until the next panto_next_event / panto_next_event_timeout call on that stream,
- * or until panto_stream_free — whichever comes first. Copy what you need to keep. A
- * copy of the struct itself (assignment, memcpy) is fine while that lifetime lasts:
- * nothing in it needs freeing. */
+ * valid until the next panto_next_event / panto_next_event_timeout / panto_next_events
+ * call on that stream, or until panto_stream_free — whichever comes first (every event
+ * of a panto_next_events batch alike). Copy what you need to keep. A copy of the struct
+ * itself (assignment, memcpy) is fine while that lifetime lasts: nothing in it needs
+ * freeing. */
 typedef struct PantoEvent {
   uint32_t struct_size;  /* set by the caller: sizeof(PantoEvent) */
   uint32_t kind;         /* PANTO_EV_* */
@@ -1046,6 +1047,42 @@ PANTO_API PantoStatus panto_next_event(PantoStream *stream, PantoEvent *out);
  * at once for 0). */
 PANTO_API PantoStatus panto_next_event_timeout(PantoStream *stream, PantoEvent *out,
                                                int32_t timeout_ms);
+
+/* Since ABI 1.3. The most events one panto_next_events call fills. */
+#define PANTO_NEXT_EVENTS_MAX 64
+
+/* Since ABI 1.3. Takes several events in one call, and says whether to call again at
+ * once: for bindings and event loops that would otherwise pay a call per event and one
+ * more per burst to learn that nothing is left.
+ *
+ * `events` is an array of `capacity` PantoEvents (capacity >= 1); events[0].struct_size
+ * is set as for panto_next_event, and every element is that size (the library reads
+ * only events[0].struct_size, and writes it into each element it fills). The first
+ * answer comes as panto_next_event_timeout(stream, &events[0], timeout_ms) gives it:
+ *   PANTO_EVENT:   events[0..*filled) hold events, in order; *filled >= 1 and at most
+ *                  min(capacity, PANTO_NEXT_EVENTS_MAX). After the first, only events
+ *                  ready without waiting are taken. *more is true when the next call
+ *                  would answer at once (more events are ready, or the stream's end or
+ *                  failure is: a batch never holds PANTO_DONE or an error after its
+ *                  events; the next call returns it), false when nothing is ready now.
+ *                  After false, as after PANTO_PENDING, the stream's readiness
+ *                  descriptor or ready set reports the next arrival (see Readiness), so
+ *                  a caller may go straight to waiting there;
+ *   PANTO_DONE, PANTO_ERROR, PANTO_PENDING: as panto_next_event_timeout, in events[0];
+ *                  *filled is 0, *more false.
+ * A cancel wins over events not yet delivered, as for panto_next_event: the call after
+ * panto_stream_cancel returns PANTO_ERROR (PANTO_ERR_CANCELLED), whatever was ready.
+ * PANTO_ERROR without writing any event if `filled` or `more` is NULL, capacity is 0,
+ * or events[0] is not a PantoEvent (as panto_next_event's `out`); *filled and *more
+ * are written first whenever they are not NULL.
+ *
+ * Lifetime: every event of the batch stays valid (strings, panto_event_to_json) until
+ * the next next call of any kind on the stream, or panto_stream_free — the same rule as
+ * a single event's. Blocking, threads and PANTO_ERR_BUSY as for
+ * panto_next_event_timeout; it is a next call like the others. */
+PANTO_API PantoStatus panto_next_events(PantoStream *stream, PantoEvent *events,
+                                        size_t capacity, int32_t timeout_ms, size_t *filled,
+                                        bool *more);
 
 /* The canonical JSON of a delivered event, {"type":"<snake_case>",…fields} — byte for
  * byte the line `panto run --json` prints for it — or, for a PANTO_EV_ERROR event, the

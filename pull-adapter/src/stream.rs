@@ -784,6 +784,21 @@ impl Stream {
         }
     }
 
+    /// Whether [`Stream::try_next`] would now answer something other than
+    /// `Next::Pending`, never waiting: for a binding that hands out an event and says in
+    /// the same call whether to ask again at once (`panto_next_events`' `more`). Items
+    /// already in the queue answer true without being moved; only when it is empty does
+    /// this look further (the outbox, the end), and then, answering false, it leaves the
+    /// readiness descriptor or ready set cleared as a `try_next` that answered `Pending`
+    /// does: the next arrival is reported, so the caller may go straight to waiting.
+    pub fn ready_now(&mut self) -> bool {
+        self.check_process();
+        if self.has_ready() || self.events.as_ref().is_some_and(|q| !q.is_empty()) {
+            return true;
+        }
+        self.wait_ready(Duration::ZERO, 1)
+    }
+
     /// Something to report without waiting: the stream is over, cancelled, or holds
     /// items read ahead.
     fn has_ready(&self) -> bool {

@@ -1,7 +1,8 @@
 /* C tests of a turn and its events: the ABI version, a whole turn with a host tool and
  * the history it leaves, PANTO_PENDING from the timeout variant, usage, structured
- * output, and the events' JSON and struct sizes. */
+ * output, the events' JSON and struct sizes, and batches (panto_next_events). */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,6 +398,191 @@ out:
   end_turn(&turn);
 }
 
+/* ---- panto_next_events (ABI 1.3): batches ------------------------------------------ */
+
+#define BATCH 3
+
+/* Whether `fd` is readable within `timeout_ms`. */
+static bool fd_readable(int fd, int timeout_ms) {
+  struct pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
+  return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
+}
+
+/* A whole turn in batches of at most BATCH gives the same events, in the same order, as
+ * panto_next_event; every event of a batch stays valid (its strings and its JSON) until
+ * the next call, which ends all of them at once; the batch that holds message_complete
+ * says more (the end is next), and the call after it answers PANTO_DONE with nothing
+ * filled. */
+static void test_next_events_batches(void) {
+  Turn turn;
+  CHECK(start_turn(&turn, scenario("text.json"), "sk-test", NULL, "hi") == 0);
+  uint32_t single[64];
+  int nsingle = 0;
+  PantoEvent ev = PANTO_EVENT_INIT;
+  PantoStatus st;
+  while ((st = panto_next_event(turn.stream, &ev)) == PANTO_EVENT && nsingle < 64)
+    single[nsingle++] = ev.kind;
+  CHECK(st == PANTO_DONE);
+  panto_stream_free(turn.stream);
+  turn.stream = start_stream(turn.agent, "again");
+  CHECK(turn.stream != NULL);
+
+  PantoEvent batch[BATCH] = {PANTO_EVENT_INIT, PANTO_EVENT_INIT, PANTO_EVENT_INIT};
+  PantoEvent kept[BATCH];
+  size_t kept_n = 0, filled = 99;
+  bool more = true, ended_with_complete = false;
+  int nbatched = 0;
+  for (;;) {
+    st = panto_next_events(turn.stream, batch, BATCH, -1, &filled, &more);
+    PantoStr json;
+    /* The previous batch ended with this call. */
+    for (size_t i = 0; i < kept_n; i++) CHECK(panto_event_to_json(&kept[i], &json) == PANTO_ERROR);
+    if (st != PANTO_EVENT) break;
+    CHECKF(filled >= 1 && filled <= BATCH, "filled %zu", filled);
+    for (size_t i = 0; i < filled; i++) {
+      CHECK(batch[i].struct_size == sizeof(PantoEvent));
+      CHECK(nbatched < nsingle && batch[i].kind == single[nbatched]);
+      nbatched++;
+    }
+    /* Every event of the batch is alive: its JSON, and a delta's text, read after the
+     * whole batch was filled (memcheck sees a use after free). */
+    for (size_t i = 0; i < filled; i++) {
+      CHECK(panto_event_to_json(&batch[i], &json) == PANTO_OK && json.len > 0);
+      if (batch[i].kind == PANTO_EV_CONTENT_DELTA)
+        CHECK(batch[i].payload.content_delta.text.ptr[batch[i].payload.content_delta.text.len] == 0);
+      kept[i] = batch[i];
+    }
+    kept_n = filled;
+    ended_with_complete = batch[filled - 1].kind == PANTO_EV_MESSAGE_COMPLETE;
+    if (ended_with_complete) CHECK(more);
+  }
+  CHECKF(st == PANTO_DONE, "status %d", st);
+  CHECK(filled == 0 && !more && batch[0].kind == PANTO_EV_NONE);
+  CHECK(ended_with_complete);
+  CHECKF(nbatched == nsingle, "%d events in batches, %d one by one", nbatched, nsingle);
+  CHECK(panto_next_events(turn.stream, batch, BATCH, 0, &filled, &more) == PANTO_DONE);
+out:
+  end_turn(&turn);
+}
+
+/* A partial batch: with the response held after "Hello", the batch that delivers it
+ * cannot be full and says nothing more is ready; the readiness descriptor is then
+ * unreadable (armed, as after PANTO_PENDING) and turns readable when the rest arrives. */
+static void test_next_events_partial_batch_arms_readiness(void) {
+  Turn turn;
+  CHECK(start_turn(&turn, scenario("text-held.json"), "sk-test", NULL, "hi") == 0);
+  int64_t fd = -1;
+  CHECK(panto_stream_readiness_fd(turn.stream, &fd) == PANTO_OK && fd >= 0);
+  StatWait held = {&turn.srv, "held", 1};
+  CHECK(wait_until(stat_is, &held, 30000));
+  PantoEvent batch[8];
+  for (int i = 0; i < 8; i++) batch[i] = (PantoEvent)PANTO_EVENT_INIT;
+  size_t filled = 0;
+  bool more = true, hello = false;
+  while (!hello) {
+    PantoStatus st = panto_next_events(turn.stream, batch, 8, 30000, &filled, &more);
+    CHECKF(st == PANTO_EVENT, "status %d", st);
+    CHECK(filled >= 1 && filled < 8);
+    for (size_t i = 0; i < filled; i++)
+      if (batch[i].kind == PANTO_EV_CONTENT_DELTA) {
+        CHECK(str_eq(batch[i].payload.content_delta.text, "Hello"));
+        CHECK(i == filled - 1);
+        hello = true;
+      }
+  }
+  CHECK(!more);
+  CHECK(!fd_readable((int)fd, 0));
+  size_t filled2 = 7;
+  bool more2 = true;
+  CHECK(panto_next_events(turn.stream, batch, 8, 0, &filled2, &more2) == PANTO_PENDING);
+  CHECK(filled2 == 0 && !more2 && batch[0].kind == PANTO_EV_NONE);
+  CHECK(server_open_gate(&turn.srv) == 0);
+  CHECK(fd_readable((int)fd, 30000));
+  PantoStatus st;
+  bool complete = false;
+  while ((st = panto_next_events(turn.stream, batch, 8, 30000, &filled, &more)) == PANTO_EVENT)
+    complete = complete || batch[filled - 1].kind == PANTO_EV_MESSAGE_COMPLETE;
+  CHECKF(st == PANTO_DONE, "status %d", st);
+  CHECK(complete);
+out:
+  end_turn(&turn);
+}
+
+/* A failure after events: the batches deliver the events before it, the failure comes
+ * alone in the call after them (never in a batch behind events), and repeats. */
+static void test_next_events_error_after_events(void) {
+  Turn turn;
+  CHECK(start_turn(&turn, scenario("text-reset.json"), "sk-test", ",\"retry\":{\"max_retries\":0}",
+                   "hi") == 0);
+  PantoEvent batch[4];
+  for (int i = 0; i < 4; i++) batch[i] = (PantoEvent)PANTO_EVENT_INIT;
+  size_t filled = 0;
+  bool more = false, hello = false;
+  PantoStatus st;
+  while ((st = panto_next_events(turn.stream, batch, 4, 30000, &filled, &more)) == PANTO_EVENT) {
+    for (size_t i = 0; i < filled; i++) {
+      CHECK(batch[i].kind != PANTO_EV_ERROR && batch[i].kind != PANTO_EV_NONE);
+      if (batch[i].kind == PANTO_EV_CONTENT_DELTA) hello = true;
+    }
+  }
+  CHECKF(st == PANTO_ERROR, "status %d", st);
+  CHECK(hello);
+  CHECK(filled == 0 && !more);
+  CHECK(batch[0].kind == PANTO_EV_ERROR);
+  uint32_t kind = batch[0].payload.error.kind;
+  CHECKF(kind == PANTO_ERR_CONNECTION || kind == PANTO_ERR_INCOMPLETE, "kind %u", kind);
+  CHECK(panto_next_events(turn.stream, batch, 4, 0, &filled, &more) == PANTO_ERROR);
+  CHECK(batch[0].kind == PANTO_EV_ERROR && batch[0].payload.error.kind == kind);
+out:
+  end_turn(&turn);
+}
+
+/* A cancel between batches wins over whatever is ready: the next call fails cancelled
+ * with nothing filled. */
+static void test_next_events_cancel_between_batches(void) {
+  Turn turn;
+  CHECK(start_turn(&turn, scenario("text.json"), "sk-test", NULL, "hi") == 0);
+  PantoEvent batch[2] = {PANTO_EVENT_INIT, PANTO_EVENT_INIT};
+  size_t filled = 0;
+  bool more = false;
+  CHECK(panto_next_events(turn.stream, batch, 2, 30000, &filled, &more) == PANTO_EVENT);
+  CHECK(filled >= 1 && batch[0].kind == PANTO_EV_MESSAGE_START);
+  CHECK(panto_stream_cancel(turn.stream) == PANTO_OK);
+  CHECK(panto_next_events(turn.stream, batch, 2, 30000, &filled, &more) == PANTO_ERROR);
+  CHECK(filled == 0 && !more);
+  CHECK(batch[0].kind == PANTO_EV_ERROR && batch[0].payload.error.kind == PANTO_ERR_CANCELLED);
+out:
+  end_turn(&turn);
+}
+
+/* Misuse: nowhere to say how many (NULL filled or more), no room, an event without its
+ * struct_size: PANTO_ERROR, nothing written to the events; a NULL stream: the config
+ * error in events[0]. */
+static void test_next_events_arguments(void) {
+  Turn turn;
+  CHECK(start_turn(&turn, scenario("text.json"), "sk-test", NULL, "hi") == 0);
+  PantoEvent batch[2] = {PANTO_EVENT_INIT, PANTO_EVENT_INIT};
+  size_t filled = 5;
+  bool more = true;
+  CHECK(panto_next_events(turn.stream, batch, 2, 0, NULL, &more) == PANTO_ERROR);
+  CHECK(panto_next_events(turn.stream, batch, 2, 0, &filled, NULL) == PANTO_ERROR);
+  CHECK(filled == 5 && more);
+  CHECK(panto_next_events(turn.stream, batch, 0, 0, &filled, &more) == PANTO_ERROR);
+  CHECK(filled == 0 && !more);
+  CHECK(batch[0].kind == PANTO_EV_NONE && batch[0]._private == NULL);
+  PantoEvent garbage[1];
+  memset(garbage, 0xab, sizeof garbage);
+  CHECK(panto_next_events(turn.stream, garbage, 1, 0, &filled, &more) == PANTO_ERROR);
+  CHECK(garbage[0].kind == 0xabababab);
+  CHECK(panto_next_events(NULL, batch, 2, 0, &filled, &more) == PANTO_ERROR);
+  CHECK(filled == 0 && batch[0].kind == PANTO_EV_ERROR &&
+        batch[0].payload.error.kind == PANTO_ERR_CONFIG);
+  /* The stream was not touched: the whole turn is still there. */
+  CHECK(drain(turn.stream, NULL) == PANTO_DONE);
+out:
+  end_turn(&turn);
+}
+
 
 static const TestCase TESTS[] = {
     {"abi_version", test_abi_version},
@@ -407,5 +593,10 @@ static const TestCase TESTS[] = {
     {"event_json_line_separators", test_event_json_line_separators},
     {"event_1_0_sized_caller", test_event_1_0_sized_caller},
     {"stale_event_copy", test_stale_event_copy},
+    {"next_events_batches", test_next_events_batches},
+    {"next_events_partial_batch_arms_readiness", test_next_events_partial_batch_arms_readiness},
+    {"next_events_error_after_events", test_next_events_error_after_events},
+    {"next_events_cancel_between_batches", test_next_events_cancel_between_batches},
+    {"next_events_arguments", test_next_events_arguments},
 };
 const TestSuite TURN_TESTS = {"test_turn.c", TESTS, sizeof TESTS / sizeof TESTS[0]};
