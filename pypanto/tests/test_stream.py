@@ -360,7 +360,10 @@ def test_typed_keyword_arguments_are_the_core_configuration_keys(server):
 
     hints = typing.get_type_hints(panto.AgentOptions)
     # The parameters that configure the Python side, not the core, are no keys.
-    host_side = {"self", "options", "instrument", "mcp_token_store", "mcp_open_url"}
+    host_side = {
+        "self", "options", "instrument", "mcp_token_store", "mcp_open_url",
+        "mcp_approve_sampling", "mcp_elicit",
+    }
     params = set(inspect.signature(panto.Agent.__init__).parameters) - host_side
     assert set(hints) | params == set(panto.CONFIG_KEYS) and not set(hints) & params
     agent = make_agent(server, **{k: None for k in hints if k != "retry"})
