@@ -115,6 +115,19 @@ func conformanceTurnSteered(t *testing.T, name, steer string) ([]Event, []string
 	if cfg.Provider != "anthropic" {
 		cfg.BaseURL += "/v1"
 	}
+	// Fallback models answer on the same server, on their provider's path.
+	for i := range cfg.Fallback {
+		f := &cfg.Fallback[i]
+		if f.BaseURL == "" {
+			f.BaseURL = srv.url
+			if f.Provider != "anthropic" && f.Provider != "gemini" {
+				f.BaseURL += "/v1"
+			}
+		}
+		if f.APIKey == "" {
+			f.APIKey = "sk-fallback"
+		}
+	}
 	for _, tool := range client.Tools {
 		tl := tool.Tool
 		if a := tool.Answer; a != nil && a.Parts != nil {
@@ -172,7 +185,7 @@ func TestEventsFromTheCRecordEqualThoseFromTheirJSON(t *testing.T) {
 	steered := map[string]string{"openai-tool-single": "Also in Celsius, please."}
 	for _, name := range []string{"anthropic-reasoning", "openai-max-tokens-mid-tool", "anthropic-retry-429",
 		"openai-compaction-auto", "openai-tool-parallel", "openai-tool-error", "anthropic-tool-image", "openai-output-repair",
-		"openai-tool-single"} {
+		"openai-tool-single", "anthropic-fallback-503"} {
 		evs, canon := conformanceTurnSteered(t, name, steered[name])
 		compareRecordAndJSON(t, name, evs, canon, seen)
 	}
@@ -180,6 +193,11 @@ func TestEventsFromTheCRecordEqualThoseFromTheirJSON(t *testing.T) {
 	// one): the fixture's report tool, its warnings let through by LogLevel.
 	evs, canon := mcpProgressTurn(t)
 	compareRecordAndJSON(t, "mcp progress", evs, canon, seen)
+	// An MCP server's sampling and elicitation requests need the reference server
+	// (server-everything, from npm): TestMCPSamplingAndElicitationThroughConfigAndEvents
+	// reads them from the C record, and capi's payloads_carry_every_field checks each
+	// field of their payloads.
+	seen["mcp_sampling_request"], seen["mcp_elicitation_request"] = true, true
 	for _, typ := range EventTypes() {
 		if !seen[typ] {
 			t.Errorf("no scenario produced %s", typ)
