@@ -28,7 +28,7 @@ fi
 src="$CARGO_TARGET_DIR/msrv-src"
 rm -rf "$src"
 mkdir -p "$src"
-git ls-files -z -- Cargo.toml Cargo.lock core pull-adapter tests/testkit tests/server cli capi tools |
+git ls-files -z -- Cargo.toml Cargo.lock core pull-adapter otel tests/testkit tests/server cli capi tools |
   tar --null -T - -c | tar -x -C "$src"
 cd "$src"
 echo "msrv: resolving for Rust $toolchain (CARGO_RESOLVER_INCOMPATIBLE_RUST_VERSIONS=fallback)"
