@@ -91,7 +91,12 @@ for f in fuzz/seeds/mcp/*; do seed mcp "$f" 100; done
 
 echo "==> fuzz: building ${#targets[@]} targets (cargo +nightly fuzz build)"
 build_started=$SECONDS
-cargo +nightly fuzz build "${flags[@]}"
+if ! cargo +nightly fuzz build "${flags[@]}"; then
+  # Not a crash: say what could explain it (the toolchain, a full disk).
+  echo "fuzz: FAILED: the targets did not build ($(cargo +nightly --version 2>&1)); free space:" >&2
+  df -h "$(dirname "$target_dir")" >&2 || true
+  exit 1
+fi
 echo "fuzz: build took $((SECONDS - build_started)) s"
 
 failed=()
