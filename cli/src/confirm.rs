@@ -5,10 +5,23 @@
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
+use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
 use crate::sanitize::clean;
+
+/// One question (or one dialog of questions) on the terminal at a time: tool calls run
+/// concurrently, and a `--confirm` question, an MCP server's sampling question and its
+/// elicitation must not interleave their lines.
+static TERMINAL: Mutex<()> = Mutex::new(());
+
+/// Holds the terminal for one dialog (a panic elsewhere does not keep it locked).
+pub fn hold_terminal() -> MutexGuard<'static, ()> {
+    TERMINAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Whether there is a terminal to ask on (`/dev/tty` opens).
 pub fn terminal_available() -> bool {
@@ -21,6 +34,7 @@ pub fn terminal_available() -> bool {
 
 /// `Ok(())` to run the call; otherwise the error result the model reads.
 pub fn ask(name: &str, arguments: &Value) -> Result<(), String> {
+    let _terminal = hold_terminal();
     let tty = OpenOptions::new()
         .read(true)
         .write(true)

@@ -3,7 +3,8 @@
 //! works while stdin is piped and stdout redirected), field by field; without a
 //! terminal it is declined. A sampling request (`sampling` enabled) is asked about on
 //! the terminal when there is one; without one, enabling `sampling` in the
-//! configuration is the consent.
+//! configuration is the consent. One dialog holds the terminal at a time
+//! (`confirm::hold_terminal`), so concurrent calls ask one after the other.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -61,6 +62,7 @@ impl Tty {
 }
 
 fn approve(r: &McpSamplingRequest) -> std::io::Result<bool> {
+    let _terminal = crate::confirm::hold_terminal();
     let mut tty = Tty::open()?;
     let answer = tty.ask(&format!(
         "the MCP server {} asks the model: {} (at most {} tokens). Allow? [y/N] ",
@@ -72,6 +74,7 @@ fn approve(r: &McpSamplingRequest) -> std::io::Result<bool> {
 }
 
 fn elicit(r: &McpElicitationRequest) -> std::io::Result<McpElicitationAnswer> {
+    let _terminal = crate::confirm::hold_terminal();
     let mut tty = Tty::open()?;
     let choice = tty.ask(&format!(
         "the MCP server {} asks: {}\nanswer it? [y]es / [N]o (decline) / [c]ancel ",

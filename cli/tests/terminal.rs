@@ -9,51 +9,11 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 
-use expectrl::process::unix::WaitStatus;
-use expectrl::{Eof, Expect, Session};
+use expectrl::{Eof, Expect};
 use panto_testkit::eventually;
 use serde_json::json;
 use support::*;
-
-type Pty = expectrl::session::OsSession;
-
-/// `panto ARGS` on a pseudo-terminal, with its own HOME and no key variables.
-fn spawn(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Pty {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_panto"));
-    cmd.args(args);
-    for var in [
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "OPENAI_BASE_URL",
-        "ANTHROPIC_BASE_URL",
-        "PANTO_PROFILE",
-        "PANTO_MODEL",
-        "PANTO_CONFIG",
-        "NO_COLOR",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("XDG_STATE_HOME", home.join("state"))
-        // A terminal the line editor knows (CI may have none set).
-        .env("TERM", "xterm");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut session = Session::spawn(cmd).expect("spawn panto on a pty");
-    session.set_expect_timeout(Some(HANG_GUARD));
-    session
-}
-
-fn wait_exit(p: &Pty) -> i32 {
-    match p.get_process().wait().expect("wait") {
-        WaitStatus::Exited(_, code) => code,
-        other => panic!("panto did not exit normally: {other:?}"),
-    }
-}
 
 /// The last user message of the last request.
 fn last_user_text(srv: &panto_testserver::TestServer) -> String {
@@ -71,7 +31,7 @@ fn the_chat_prompt_edits_remembers_and_keeps_going() {
     let home = temp_dir("pty-chat");
     let srv = server(json!({"exchanges": [answer_text("Reply.", 50)]}));
     let base = format!("{}/v1", srv.url());
-    let mut p = spawn(
+    let mut p = panto_on_pty(
         &home,
         &["chat", "--base-url", &base, "-m", "first-model"],
         &[],
@@ -135,11 +95,11 @@ fn the_chat_prompt_edits_remembers_and_keeps_going() {
 
     p.send("exit\r").unwrap();
     p.expect(Eof).unwrap();
-    assert_eq!(wait_exit(&p), 0);
+    assert_eq!(pty_exit_code(&p), 0);
 
     // The history outlives the process: Ctrl-R finds an earlier line. --continue
     // resumes the conversation.
-    let mut p = spawn(&home, &["chat", "-c", "--base-url", &base], &[]);
+    let mut p = panto_on_pty(&home, &["chat", "-c", "--base-url", &base], &[]);
     p.expect("resumed 12 messages").unwrap();
     p.expect("> ").unwrap();
     p.send(CTRL_R).unwrap();
@@ -155,7 +115,7 @@ fn the_chat_prompt_edits_remembers_and_keeps_going() {
     assert_eq!(texts.first().map(String::as_str), Some("hello there"));
     p.send(CTRL_D).unwrap();
     p.expect(Eof).unwrap();
-    assert_eq!(wait_exit(&p), 0);
+    assert_eq!(pty_exit_code(&p), 0);
 }
 
 #[test]
@@ -170,7 +130,7 @@ fn ctrl_c_cancels_a_running_turn_and_the_chat_goes_on() {
         answer_text("Afterwards.", 5),
     ]}));
     let base = format!("{}/v1", srv.url());
-    let mut p = spawn(&home, &["chat", "--base-url", &base], &[]);
+    let mut p = panto_on_pty(&home, &["chat", "--base-url", &base], &[]);
     p.expect("> ").unwrap();
     p.send("long question\r").unwrap();
     // The turn is running: its request reached the server, which stalls.
@@ -185,7 +145,7 @@ fn ctrl_c_cancels_a_running_turn_and_the_chat_goes_on() {
     p.expect("> ").unwrap();
     p.send("quit\r").unwrap();
     p.expect(Eof).unwrap();
-    assert_eq!(wait_exit(&p), 0);
+    assert_eq!(pty_exit_code(&p), 0);
 }
 
 #[test]
@@ -200,7 +160,7 @@ fn confirm_asks_on_the_terminal() {
     ]}));
     let base = format!("{}/v1", srv.url());
     let tool = format!("weather=touch {}; echo ok", marker.display());
-    let mut p = spawn(
+    let mut p = panto_on_pty(
         &home,
         &["--confirm", "--base-url", &base, "--tool", &tool, "w?"],
         &[],
@@ -209,11 +169,11 @@ fn confirm_asks_on_the_terminal() {
     p.send("y\r").unwrap();
     p.expect("Ran it.").unwrap();
     p.expect(Eof).unwrap();
-    assert_eq!(wait_exit(&p), 0);
+    assert_eq!(pty_exit_code(&p), 0);
     assert!(marker.exists());
     std::fs::remove_file(&marker).unwrap();
 
-    let mut p = spawn(
+    let mut p = panto_on_pty(
         &home,
         &["--confirm", "--base-url", &base, "--tool", &tool, "w?"],
         &[],
@@ -222,7 +182,7 @@ fn confirm_asks_on_the_terminal() {
     p.send("n\r").unwrap();
     p.expect("Did not.").unwrap();
     p.expect(Eof).unwrap();
-    assert_eq!(wait_exit(&p), 0);
+    assert_eq!(pty_exit_code(&p), 0);
     assert!(!marker.exists(), "a declined call ran");
 }
 
@@ -232,10 +192,10 @@ fn no_color_and_dumb_terminals_get_no_escape_sequences() {
     let srv = server(json!({"exchanges": [answer_text("Plain.", 10)]}));
     let base = format!("{}/v1", srv.url());
     let output = |env: &[(&str, &str)]| {
-        let mut p = spawn(&home, &["--base-url", &base, "hi"], env);
+        let mut p = panto_on_pty(&home, &["--base-url", &base, "hi"], env);
         let seen = p.expect(Eof).unwrap();
         let text = String::from_utf8_lossy(seen.get(0).unwrap_or_default()).into_owned();
-        assert_eq!(wait_exit(&p), 0, "{text}");
+        assert_eq!(pty_exit_code(&p), 0, "{text}");
         text
     };
     // On a colour terminal the usage line is dimmed: the check can tell.
@@ -265,7 +225,7 @@ fn a_line_typed_during_a_turn_steers_it() {
         started.display(),
         release.display()
     );
-    let mut p = spawn(&home, &["chat", "--base-url", &base, "--tool", &tool], &[]);
+    let mut p = panto_on_pty(&home, &["chat", "--base-url", &base, "--tool", &tool], &[]);
     p.expect("> ").unwrap();
     p.send("Weather?\r").unwrap();
     eventually("the tool to start", || started.exists());
@@ -287,7 +247,7 @@ fn a_line_typed_during_a_turn_steers_it() {
     );
     p.send("exit\r").unwrap();
     p.expect(Eof).unwrap();
-    assert_eq!(wait_exit(&p), 0);
+    assert_eq!(pty_exit_code(&p), 0);
 }
 
 /// A blocking `weather` tool for the steering tests: it announces itself with
@@ -314,7 +274,7 @@ fn a_noted_line_the_turn_did_not_deliver_is_reported() {
         answer_text("Afterwards.", 5),
     ]}));
     let base = format!("{}/v1", srv.url());
-    let mut p = spawn(&home, &["chat", "--base-url", &base, "--tool", &tool], &[]);
+    let mut p = panto_on_pty(&home, &["chat", "--base-url", &base, "--tool", &tool], &[]);
     p.expect("> ").unwrap();
     p.send("Weather?\r").unwrap();
     eventually("the tool to start", || started.exists());
@@ -328,7 +288,7 @@ fn a_noted_line_the_turn_did_not_deliver_is_reported() {
     assert_eq!(srv.requests().len(), 1);
     p.send("exit\r").unwrap();
     p.expect(Eof).unwrap();
-    assert_eq!(wait_exit(&p), 0);
+    assert_eq!(pty_exit_code(&p), 0);
 }
 
 /// Ctrl-D typed while a turn runs does not end steering: a line typed after it still
@@ -343,7 +303,7 @@ fn ctrl_d_during_a_turn_leaves_steering_on() {
          "response": {"status": 200, "sse": openai_text("18 degrees Celsius.")}},
     ]}));
     let base = format!("{}/v1", srv.url());
-    let mut p = spawn(&home, &["chat", "--base-url", &base, "--tool", &tool], &[]);
+    let mut p = panto_on_pty(&home, &["chat", "--base-url", &base, "--tool", &tool], &[]);
     p.expect("> ").unwrap();
     p.send("Weather?\r").unwrap();
     eventually("the tool to start", || started.exists());
@@ -355,7 +315,7 @@ fn ctrl_d_during_a_turn_leaves_steering_on() {
     p.expect("> ").unwrap();
     p.send("exit\r").unwrap();
     p.expect(Eof).unwrap();
-    assert_eq!(wait_exit(&p), 0);
+    assert_eq!(pty_exit_code(&p), 0);
 }
 
 /// On a terminal, a running MCP tool's progress replaces the spinner's label on one
@@ -375,7 +335,7 @@ fn a_running_tools_progress_is_drawn_on_the_spinners_line() {
         panto_testkit::mcp::python(),
         panto_testkit::mcp::fixture()
     );
-    let mut p = spawn(&home, &["--base-url", &base, "--mcp", &mcp, "go"], &[]);
+    let mut p = panto_on_pty(&home, &["--base-url", &base, "--mcp", &mcp, "go"], &[]);
     let seen = p.expect(Eof).unwrap();
     let text = String::from_utf8_lossy(seen.get(0).unwrap_or_default()).into_owned();
     // Each report is drawn right after a clear-line, as the spinner is: one line,
@@ -396,5 +356,5 @@ fn a_running_tools_progress_is_drawn_on_the_spinners_line() {
         last < result && result < text.find("Reported.").unwrap(),
         "{text:?}"
     );
-    assert_eq!(wait_exit(&p), 0);
+    assert_eq!(pty_exit_code(&p), 0);
 }

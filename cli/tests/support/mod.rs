@@ -28,6 +28,35 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// A `panto` process on a pseudo-terminal of its own (expectrl).
+pub type Pty = expectrl::session::OsSession;
+
+/// `panto ARGS` as `panto_in` makes it, on a pseudo-terminal that is its controlling
+/// terminal, stdin, stdout and stderr; `TERM` is set (CI may have none), then `env`.
+/// Its expect timeout is the hang guard.
+pub fn panto_on_pty(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Pty {
+    let mut cmd = panto_in(home, args);
+    // The pty becomes the three streams before exec; a configured Stdio would replace it.
+    cmd.stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .env("TERM", "xterm");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut session = expectrl::Session::spawn(cmd).expect("spawn panto on a pty");
+    session.set_expect_timeout(Some(HANG_GUARD));
+    session
+}
+
+/// The exit code of a `panto` on a pty (after it ended).
+pub fn pty_exit_code(p: &Pty) -> i32 {
+    match p.get_process().wait().expect("wait") {
+        expectrl::process::unix::WaitStatus::Exited(_, code) => code,
+        other => panic!("panto did not exit normally: {other:?}"),
+    }
+}
+
 /// `panto` with nothing from the developer's environment: no key or base-URL variables,
 /// HOME and the XDG directories under `home`.
 pub fn panto_in(home: &Path, args: &[&str]) -> Command {
