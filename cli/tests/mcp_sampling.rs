@@ -71,19 +71,7 @@ fn without_a_terminal_sampling_is_answered_and_elicitation_declined() {
     let base = format!("{}/v1", server.url());
     let out = run(without_terminal(&mut panto_in(
         &home,
-        &[
-            "run",
-            "--config",
-            &cfg,
-            "-p",
-            "t",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "--json",
-            "go",
-        ],
+        &run_args(&cfg, &base, "--json"),
     )));
     assert!(out.status.success(), "{}", describe(&out));
     let events = json_lines(&out);
@@ -113,6 +101,24 @@ fn without_a_terminal_sampling_is_answered_and_elicitation_declined() {
     assert_eq!(requests[1].body["max_tokens"], 64);
 }
 
+/// `panto run` of profile `t` of `cfg` against the test server at `base`, saying "go";
+/// `flag` is `--json` or `--` (nothing).
+fn run_args<'a>(cfg: &'a str, base: &'a str, flag: &'a str) -> [&'a str; 11] {
+    [
+        "run",
+        "--config",
+        cfg,
+        "-p",
+        "t",
+        "--base-url",
+        base,
+        "--api-key",
+        "k",
+        flag,
+        "go",
+    ]
+}
+
 /// The text of the tool result for `call_id` in a request body (what the model was sent).
 fn tool_result_sent(body: &Value, call_id: &str) -> String {
     body["messages"]
@@ -134,22 +140,7 @@ fn on_a_terminal_the_person_allows_sampling_and_fills_in_the_elicitation() {
     let home = temp_dir("mcp-sampling-pty");
     let cfg = sampling_profile(&home, &entry, &["ev", "ew"]);
     let base = format!("{}/v1", server.url());
-    let mut p = panto_on_pty(
-        &home,
-        &[
-            "run",
-            "--config",
-            &cfg,
-            "-p",
-            "t",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "go",
-        ],
-        &[],
-    );
+    let mut p = panto_on_pty(&home, &run_args(&cfg, &base, "--"), &[]);
     // The two calls (on two servers) run at once; their questions come one dialog at a
     // time, in either order. Each step waits for its question before answering it.
     let sampling = "Allow? [y/N] ";
@@ -231,22 +222,7 @@ fn on_a_terminal_a_refused_sampling_request_never_reaches_the_model() {
     let home = temp_dir("mcp-sampling-pty-no");
     let cfg = sampling_profile(&home, &entry, &["ev"]);
     let base = format!("{}/v1", server.url());
-    let mut p = panto_on_pty(
-        &home,
-        &[
-            "run",
-            "--config",
-            &cfg,
-            "-p",
-            "t",
-            "--base-url",
-            &base,
-            "--api-key",
-            "k",
-            "go",
-        ],
-        &[],
-    );
+    let mut p = panto_on_pty(&home, &run_args(&cfg, &base, "--"), &[]);
     p.expect("the MCP server ev asks the model: ").unwrap();
     p.expect("Allow? [y/N] ").unwrap();
     p.send("n\r").unwrap();
