@@ -318,6 +318,12 @@ impl CallProgress {
 
     /// Passes a server's log line to the turn (at most [`MAX_LOGS_PER_CALL`] per call).
     pub(crate) fn log(&self, line: LogLine) {
+        self.bounded(|c| c.logs.push(line));
+    }
+
+    /// Adds to this call's notes with `add`, while the call is under its cap of
+    /// [`MAX_LOGS_PER_CALL`] log lines and events; past it, counts what was dropped.
+    fn bounded(&self, add: impl FnOnce(&mut CallNotes)) {
         let Some(notes) = &self.notes else {
             return;
         };
@@ -327,7 +333,7 @@ impl CallProgress {
                 return false;
             }
             c.logs_taken += 1;
-            c.logs.push(line);
+            add(c);
             true
         });
     }
@@ -340,18 +346,7 @@ impl CallProgress {
     /// Passes an event of the MCP server's own requests made for this call (sampling,
     /// elicitation) to the turn, before the call's result; bounded as log lines are.
     pub(crate) fn note(&self, event: Event) {
-        let Some(notes) = &self.notes else {
-            return;
-        };
-        notes.with_call(self.idx, |c| {
-            if c.logs_taken >= MAX_LOGS_PER_CALL {
-                c.logs_dropped += 1;
-                return false;
-            }
-            c.logs_taken += 1;
-            c.events.push(event);
-            true
-        });
+        self.bounded(|c| c.events.push(event));
     }
 
     /// The turn's way to the model, for an MCP server's sampling request.

@@ -28,6 +28,16 @@ fn entry(kind: ProviderKind, server: &TestServer, model: &str) -> FallbackModel 
         .with_api_key(FALLBACK_KEY)
 }
 
+/// An agent of `kind` on `server` whose one fallback entry is `fallback` with `model`.
+fn agent_with_fallback(
+    kind: ProviderKind,
+    server: &TestServer,
+    fallback: ProviderKind,
+    model: &str,
+) -> Agent {
+    Agent::new(config(kind, server).with_fallback(entry(fallback, server, model))).unwrap()
+}
+
 fn fallbacks(events: &[Event]) -> Vec<&Event> {
     events
         .iter()
@@ -186,12 +196,12 @@ async fn an_error_another_model_would_share_does_not_fall_back() {
             exchange(script::openai_text(&["never asked"])),
         ]))
         .unwrap();
-        let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_fallback(entry(
+        let agent = agent_with_fallback(
             ProviderKind::OpenAi,
             &server,
+            ProviderKind::OpenAi,
             "second",
-        )))
-        .unwrap();
+        );
         let (events, r) = turn(&agent, "hi").await;
         assert_eq!(r.unwrap_err().kind, kind, "HTTP {status}");
         assert!(fallbacks(&events).is_empty(), "HTTP {status}");
@@ -211,12 +221,12 @@ async fn a_failure_after_part_of_the_answer_was_shown_does_not_fall_back() {
         exchange(script::openai_text(&["never asked"])),
     ]))
     .unwrap();
-    let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_fallback(entry(
+    let agent = agent_with_fallback(
         ProviderKind::OpenAi,
         &server,
+        ProviderKind::OpenAi,
         "second",
-    )))
-    .unwrap();
+    );
     let (events, r) = turn(&agent, "hi").await;
     assert_eq!(r.unwrap_err().kind, ErrorKind::Connection);
     assert!(events
@@ -237,14 +247,12 @@ async fn an_overload_reported_inside_the_stream_before_any_block_falls_back() {
         exchange(script::openai_text(&["from the fallback"])),
     ]))
     .unwrap();
-    let agent = Agent::new(
-        config(ProviderKind::Anthropic, &server).with_fallback(entry(
-            ProviderKind::OpenAi,
-            &server,
-            "gpt-fallback",
-        )),
-    )
-    .unwrap();
+    let agent = agent_with_fallback(
+        ProviderKind::Anthropic,
+        &server,
+        ProviderKind::OpenAi,
+        "gpt-fallback",
+    );
     let (events, r) = turn(&agent, "hi").await;
     assert_eq!(r.unwrap().text, "from the fallback");
     assert!(matches!(
@@ -286,14 +294,12 @@ async fn the_next_entry_reads_the_history_without_the_first_providers_blocks() {
     .unwrap();
     // The same provider (another endpoint and key): it would take the blocks, but they
     // were written for the first one.
-    let agent = Agent::new(
-        config(ProviderKind::Anthropic, &server).with_fallback(entry(
-            ProviderKind::Anthropic,
-            &server,
-            "claude-other",
-        )),
-    )
-    .unwrap();
+    let agent = agent_with_fallback(
+        ProviderKind::Anthropic,
+        &server,
+        ProviderKind::Anthropic,
+        "claude-other",
+    );
     agent.set_history(signed_history()).unwrap();
     let (_, r) = turn(&agent, "second question").await;
     assert_eq!(r.unwrap().text, "second answer");
@@ -354,12 +360,12 @@ async fn a_checkpoint_after_a_fallback_resumes_on_the_entry_that_answered() {
     ]))
     .unwrap();
     let make = || {
-        let agent = Agent::new(config(ProviderKind::OpenAi, &server).with_fallback(entry(
+        let agent = agent_with_fallback(
             ProviderKind::OpenAi,
             &server,
+            ProviderKind::OpenAi,
             "fallback-model",
-        )))
-        .unwrap();
+        );
         agent
             .add_tool(FnTool::new(
                 "probe",
