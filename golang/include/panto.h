@@ -1437,6 +1437,72 @@ PANTO_API PantoStatus panto_agent_set_mcp_oauth(PantoAgent *agent,
                                                 PantoError **err);
 
 /* ---------------------------------------------------------------------------------- */
+/* MCP sampling and elicitation (since ABI 1.3)                                        */
+/*                                                                                     */
+/* An MCP server whose configuration enables "sampling" may ask the agent's model a    */
+/* question (sampling/createMessage), one enabling "elicitation" may ask the host for  */
+/* structured input (elicitation/create); docs/mcp.md. Each is reported by its event   */
+/* (PANTO_EV_MCP_SAMPLING_REQUEST, PANTO_EV_MCP_ELICITATION_REQUEST) with its outcome.  */
+/* Without hooks every enabled sampling request is answered and every elicitation       */
+/* declined; with them the host decides.                                               */
+/*                                                                                     */
+/* The callbacks run on the library's own threads (never the caller's), possibly       */
+/* several at once, while a tool of that server runs in a turn. They may block (to ask */
+/* a person); the server's tool call waits. Every string they get is valid during the  */
+/* call only, UTF-8, with its length and a NUL after it. Host state they touch must be  */
+/* synchronized by the host (a mutex), also where the host's own threads read it.      */
+/*                                                                                     */
+/* The requests are JSON objects, the same in every language:                          */
+/*   sampling     {"server": name, "summary": the first line of the last message,      */
+/*                 "max_tokens": the output limit (at most the server's                */
+/*                 "sampling_max_tokens"), "system_prompt": string or null,            */
+/*                 "temperature": number or null,                                      */
+/*                 "messages": [{"role": "user" | "assistant", "text": string}]}       */
+/*   elicitation  {"server": name, "message": what to tell the person,                 */
+/*                 "requested_schema": the JSON Schema of the answer, an object of     */
+/*                 flat properties}                                                    */
+/* An elicitation's answer is {"action": "accept", "content": {...}} (an object        */
+/* matching the requested schema), {"action": "decline"} or {"action": "cancel"}.      */
+/* ---------------------------------------------------------------------------------- */
+
+/* The host's answers; either callback may be NULL.
+ *   approve_sampling  returns nonzero to let the agent's model answer the sampling
+ *                request `request_json` (the request is counted in the turn's usage),
+ *                0 to refuse it: the server gets a JSON-RPC error (code -1) and no model
+ *                request is made. NULL: every request is answered.
+ *   elicit       writes at most `cap` bytes of the answer's JSON to the elicitation
+ *                `request_json` into `buf` (no NUL needed) and returns its whole length;
+ *                when that length is larger than `cap`, the library calls again with a
+ *                buffer of that size. 0 declines; so does an answer over 1 MiB, or one
+ *                that is not UTF-8 or not an answer's JSON. An accepted content that
+ *                does not match the requested schema is refused to the server as an
+ *                error (the event's outcome is "invalid"). NULL: every elicitation is
+ *                declined.
+ *   user_data    passed to every callback.
+ *   free_user_data  called exactly once with user_data, after the last callback
+ *                returned and when none can run any more: the hooks were replaced (a
+ *                later call) or the agent, its streams and its MCP servers are gone; on
+ *                the thread that let go last. NULL: not called. */
+typedef struct PantoMcpClientHooks {
+  int (*approve_sampling)(void *user_data, const char *request_json, size_t request_json_len);
+  size_t (*elicit)(void *user_data, const char *request_json, size_t request_json_len,
+                   char *buf, size_t cap);
+  void *user_data;
+  void (*free_user_data)(void *user_data);
+} PantoMcpClientHooks;
+
+/* Since ABI 1.3. Lends `agent`'s MCP servers the host's answers to their sampling and
+ * elicitation requests (`hooks` is copied; the callbacks and user_data must stay usable
+ * until free_user_data). They are read at each request: a later call replaces them
+ * (from the next request on). On PANTO_OK the library owns user_data (free_user_data);
+ * on PANTO_ERROR it stays the caller's: PANTO_ERR_CONFIG for a NULL agent or hooks, or
+ * an agent without MCP servers; PANTO_ERR_INTERNAL for a poisoned agent. Never blocks;
+ * any thread. */
+PANTO_API PantoStatus panto_agent_set_mcp_client_hooks(PantoAgent *agent,
+                                                       const PantoMcpClientHooks *hooks,
+                                                       PantoError **err);
+
+/* ---------------------------------------------------------------------------------- */
 /* Telemetry (since ABI 1.3)                                                           */
 /*                                                                                     */
 /* Every turn makes OpenTelemetry spans named as the GenAI semantic conventions say     */
