@@ -1470,14 +1470,13 @@ PANTO_API PantoStatus panto_agent_set_mcp_oauth(PantoAgent *agent,
  *                request `request_json` (the request is counted in the turn's usage),
  *                0 to refuse it: the server gets a JSON-RPC error (code -1) and no model
  *                request is made. NULL: every request is answered.
- *   elicit       writes at most `cap` bytes of the answer's JSON to the elicitation
- *                `request_json` into `buf` (no NUL needed) and returns its whole length;
- *                when that length is larger than `cap`, the library calls again with a
- *                buffer of that size. 0 declines; so does an answer over 1 MiB, or one
- *                that is not UTF-8 or not an answer's JSON. An accepted content that
- *                does not match the requested schema is refused to the server as an
- *                error (the event's outcome is "invalid"). NULL: every elicitation is
- *                declined.
+ *   elicit       answers the elicitation `request_json`: writes the answer's JSON into
+ *                `buf` (`cap` bytes, 1 MiB; no NUL needed) and returns its length. It is
+ *                called once per elicitation. 0 declines; so does a length over `cap`,
+ *                or an answer that is not UTF-8 or not an answer's JSON. An accepted
+ *                content that does not match the requested schema is refused to the
+ *                server as an error (the event's outcome is "invalid"). NULL: every
+ *                elicitation is declined.
  *   user_data    passed to every callback.
  *   free_user_data  called exactly once with user_data, after the last callback
  *                returned and when none can run any more: the hooks were replaced (a

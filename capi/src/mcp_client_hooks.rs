@@ -27,7 +27,7 @@ type PantoApproveSampling = unsafe extern "C" fn(
 ) -> c_int;
 
 /// `elicit`: writes the answer's JSON into `buf` (at most `cap` bytes) and returns its
-/// whole length; 0 declines.
+/// length; 0 (or more than `cap`) declines.
 type PantoElicit = unsafe extern "C" fn(
     user_data: *mut c_void,
     request_json: *const c_char,
@@ -63,10 +63,9 @@ pub struct PantoMcpClientHooks {
     pub free_user_data: Option<unsafe extern "C" fn(user_data: *mut c_void)>,
 }
 
-/// The most bytes of an answer taken from `elicit`; a longer one declines.
+/// The most bytes of an answer taken from `elicit` (its buffer's size); a longer one
+/// declines.
 const MAX_ANSWER: usize = 1 << 20;
-/// The buffer of the first `elicit` call.
-const FIRST_BUFFER: usize = 4096;
 
 /// The callbacks and their `user_data`, shared by every place that may call them.
 struct Host {
@@ -113,33 +112,28 @@ impl Host {
 
     /// The host's answer; one that is empty, too long, not UTF-8 or not an answer's
     /// JSON declines (a content that does not match the schema is the core's to refuse).
+    /// One call with room for the longest answer taken: calling again to fetch a longer
+    /// one would ask the person twice.
     fn elicit(&self, elicit: PantoElicit, request: &McpElicitationRequest) -> McpElicitationAnswer {
         let json = request.to_json();
         let text = c_copy(&json);
-        let mut buf = vec![0u8; FIRST_BUFFER];
-        for _ in 0..2 {
-            // SAFETY: the host's callback (panto.h), with a NUL-terminated JSON text (its
-            // length given) and `buf` writable for `buf.len()` bytes during the call.
-            let n = unsafe {
-                elicit(
-                    self.user_data,
-                    text.as_ptr().cast(),
-                    json.len(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                )
-            };
-            if n == 0 || n > MAX_ANSWER {
-                return McpElicitationAnswer::Decline;
-            }
-            if n <= buf.len() {
-                buf.truncate(n);
-                return answer(&buf);
-            }
-            buf = vec![0u8; n];
+        let mut buf = vec![0u8; MAX_ANSWER];
+        // SAFETY: the host's callback (panto.h), with a NUL-terminated JSON text (its
+        // length given) and `buf` writable for `buf.len()` bytes during the call.
+        let n = unsafe {
+            elicit(
+                self.user_data,
+                text.as_ptr().cast(),
+                json.len(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n == 0 || n > buf.len() {
+            return McpElicitationAnswer::Decline;
         }
-        // The second call wanted more than the size the first one said.
-        McpElicitationAnswer::Decline
+        buf.truncate(n);
+        answer(&buf)
     }
 }
 
