@@ -92,8 +92,8 @@
  *
  * Threads. The library runs every turn on its own small pool of worker threads (about
  *   one per core, whatever the number of streams); it never calls back into the caller
- *   (except the MCP OAuth callbacks a host lends it, see "MCP OAuth") and never runs on
- *   the caller's thread except inside the calls below.
+ *   (except the MCP callbacks a host lends it, see "MCP OAuth" and "MCP sampling and
+ *   elicitation") and never runs on the caller's thread except inside the calls below.
  *   - PantoAgent: every function may be called from any thread, concurrently, on the
  *     same agent — except panto_agent_free, which must not race another call on it.
  *     Streams keep what they need of their agent: freeing the agent while one of its
@@ -1393,12 +1393,12 @@ PANTO_API PantoStatus panto_stream_take_undelivered(PantoStream *stream, PantoSt
 /* save_tokens): what is saved is the library's own JSON text, a secret, keyed by the  */
 /* server's URL, to be handed back unchanged.                                          */
 /*                                                                                     */
-/* The callbacks are the one place the library calls into the host: on the library's   */
-/* own threads (never the caller's), possibly several at once, while a turn starts an */
-/* MCP server or renews its token. They may block (a file, a prompt). Every string   */
-/* they get is valid during the call only, UTF-8, with its length and a NUL after it. */
-/* Host state they touch must be synchronized by the host (a mutex), also where the   */
-/* host's own threads read it.                                                        */
+/* These callbacks (and the MCP client hooks below) are where the library calls into   */
+/* the host: on the library's own threads (never the caller's), possibly several at    */
+/* once, while a turn starts an MCP server or renews its token. They may block (a      */
+/* file, a prompt). Every string they get is valid during the call only, UTF-8, with   */
+/* its length and a NUL after it. Host state they touch must be synchronized by the    */
+/* host (a mutex), also where the host's own threads read it.                          */
 /* ---------------------------------------------------------------------------------- */
 
 /* The host's OAuth callbacks; any of them may be NULL.
@@ -1442,15 +1442,16 @@ PANTO_API PantoStatus panto_agent_set_mcp_oauth(PantoAgent *agent,
 /* An MCP server whose configuration enables "sampling" may ask the agent's model a    */
 /* question (sampling/createMessage), one enabling "elicitation" may ask the host for  */
 /* structured input (elicitation/create); docs/mcp.md. Each is reported by its event   */
-/* (PANTO_EV_MCP_SAMPLING_REQUEST, PANTO_EV_MCP_ELICITATION_REQUEST) with its outcome.  */
-/* Without hooks every enabled sampling request is answered and every elicitation       */
+/* (PANTO_EV_MCP_SAMPLING_REQUEST, PANTO_EV_MCP_ELICITATION_REQUEST) with its outcome. */
+/* Without hooks every enabled sampling request is answered and every elicitation      */
 /* declined; with them the host decides.                                               */
 /*                                                                                     */
-/* The callbacks run on the library's own threads (never the caller's), possibly       */
-/* several at once, while a tool of that server runs in a turn. They may block (to ask */
-/* a person); the server's tool call waits. Every string they get is valid during the  */
-/* call only, UTF-8, with its length and a NUL after it. Host state they touch must be  */
-/* synchronized by the host (a mutex), also where the host's own threads read it.      */
+/* The callbacks run on the library's own threads (never the caller's; each call on a  */
+/* thread of its own), possibly several at once, while a tool of that server runs in a */
+/* turn. They may block (to ask a person); the server's tool call waits. Every string  */
+/* they get is valid during the call only, UTF-8, with its length and a NUL after it.  */
+/* Host state they touch must be synchronized by the host (a mutex), also where the    */
+/* host's own threads read it.                                                         */
 /*                                                                                     */
 /* The requests are JSON objects, the same in every language:                          */
 /*   sampling     {"server": name, "summary": the first line of the last message,      */
