@@ -138,6 +138,17 @@ type Config struct {
 	// it may block until the sign-in is done. A returned error fails the sign-in.
 	// Called from the library's threads. Not part of the JSON.
 	MCPOpenURL func(url string) error
+	// MCPApproveSampling, when set, decides each sampling request of an MCP server whose
+	// Sampling is on: true lets the agent's model answer it, false refuses it (the
+	// server gets an error, no model request is made). Nil: every such request is
+	// answered. It may block (to ask a person); a panic refuses. Called from the
+	// library's threads. Not part of the JSON.
+	MCPApproveSampling func(SamplingApproval) bool
+	// MCPElicit, when set, answers each elicitation of an MCP server whose Elicitation
+	// is on (the zero ElicitationAnswer declines). Nil: every elicitation is declined.
+	// It may block (to ask a person); a panic cancels. Called from the library's
+	// threads. Not part of the JSON.
+	MCPElicit func(ElicitationPrompt) ElicitationAnswer
 }
 
 // MarshalJSON writes the JSON form the library reads, leaving out what is not set.

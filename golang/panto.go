@@ -162,6 +162,10 @@ func NewAgent(cfg Config) (*Agent, error) {
 		short(func() { C.panto_agent_free(out) })
 		return nil, err
 	}
+	if err := setMCPClientHooks(out, &cfg); err != nil {
+		short(func() { C.panto_agent_free(out) })
+		return nil, err
+	}
 	h := &agentHandle{p: out}
 	a := &Agent{h: h, tools: tools, model: cfg.Model, providerName: otelProviderName(cfg.Provider, cfg.BaseURL)}
 	runtime.AddCleanup(a, func(h *agentHandle) { h.free() }, h)

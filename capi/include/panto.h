@@ -92,8 +92,8 @@
  *
  * Threads. The library runs every turn on its own small pool of worker threads (about
  *   one per core, whatever the number of streams); it never calls back into the caller
- *   (except the MCP OAuth callbacks a host lends it, see "MCP OAuth") and never runs on
- *   the caller's thread except inside the calls below.
+ *   (except the MCP callbacks a host lends it, see "MCP OAuth" and "MCP sampling and
+ *   elicitation") and never runs on the caller's thread except inside the calls below.
  *   - PantoAgent: every function may be called from any thread, concurrently, on the
  *     same agent — except panto_agent_free, which must not race another call on it.
  *     Streams keep what they need of their agent: freeing the agent while one of its
@@ -1393,12 +1393,12 @@ PANTO_API PantoStatus panto_stream_take_undelivered(PantoStream *stream, PantoSt
 /* save_tokens): what is saved is the library's own JSON text, a secret, keyed by the  */
 /* server's URL, to be handed back unchanged.                                          */
 /*                                                                                     */
-/* The callbacks are the one place the library calls into the host: on the library's   */
-/* own threads (never the caller's), possibly several at once, while a turn starts an */
-/* MCP server or renews its token. They may block (a file, a prompt). Every string   */
-/* they get is valid during the call only, UTF-8, with its length and a NUL after it. */
-/* Host state they touch must be synchronized by the host (a mutex), also where the   */
-/* host's own threads read it.                                                        */
+/* These callbacks (and the MCP client hooks below) are where the library calls into   */
+/* the host: on the library's own threads (never the caller's), possibly several at    */
+/* once, while a turn starts an MCP server or renews its token. They may block (a      */
+/* file, a prompt). Every string they get is valid during the call only, UTF-8, with   */
+/* its length and a NUL after it. Host state they touch must be synchronized by the    */
+/* host (a mutex), also where the host's own threads read it.                          */
 /* ---------------------------------------------------------------------------------- */
 
 /* The host's OAuth callbacks; any of them may be NULL.
@@ -1435,6 +1435,72 @@ typedef struct PantoMcpOAuthHooks {
 PANTO_API PantoStatus panto_agent_set_mcp_oauth(PantoAgent *agent,
                                                 const PantoMcpOAuthHooks *hooks,
                                                 PantoError **err);
+
+/* ---------------------------------------------------------------------------------- */
+/* MCP sampling and elicitation (since ABI 1.3)                                        */
+/*                                                                                     */
+/* An MCP server whose configuration enables "sampling" may ask the agent's model a    */
+/* question (sampling/createMessage), one enabling "elicitation" may ask the host for  */
+/* structured input (elicitation/create); docs/mcp.md. Each is reported by its event   */
+/* (PANTO_EV_MCP_SAMPLING_REQUEST, PANTO_EV_MCP_ELICITATION_REQUEST) with its outcome. */
+/* Without hooks every enabled sampling request is answered and every elicitation      */
+/* declined; with them the host decides.                                               */
+/*                                                                                     */
+/* The callbacks run on the library's own threads (never the caller's; each call on a  */
+/* thread of its own), possibly several at once, while a tool of that server runs in a */
+/* turn. They may block (to ask a person); the server's tool call waits. Every string  */
+/* they get is valid during the call only, UTF-8, with its length and a NUL after it.  */
+/* Host state they touch must be synchronized by the host (a mutex), also where the    */
+/* host's own threads read it.                                                         */
+/*                                                                                     */
+/* The requests are JSON objects, the same in every language:                          */
+/*   sampling     {"server": name, "summary": the first line of the last message,      */
+/*                 "max_tokens": the output limit (at most the server's                */
+/*                 "sampling_max_tokens"), "system_prompt": string or null,            */
+/*                 "temperature": number or null,                                      */
+/*                 "messages": [{"role": "user" | "assistant", "text": string}]}       */
+/*   elicitation  {"server": name, "message": what to tell the person,                 */
+/*                 "requested_schema": the JSON Schema of the answer, an object of     */
+/*                 flat properties}                                                    */
+/* An elicitation's answer is {"action": "accept", "content": {...}} (an object        */
+/* matching the requested schema), {"action": "decline"} or {"action": "cancel"}.      */
+/* ---------------------------------------------------------------------------------- */
+
+/* The host's answers; either callback may be NULL.
+ *   approve_sampling  returns nonzero to let the agent's model answer the sampling
+ *                request `request_json` (the request is counted in the turn's usage),
+ *                0 to refuse it: the server gets a JSON-RPC error (code -1) and no model
+ *                request is made. NULL: every request is answered.
+ *   elicit       answers the elicitation `request_json`: writes the answer's JSON into
+ *                `buf` (`cap` bytes, 1 MiB; no NUL needed) and returns its length. It is
+ *                called once per elicitation. 0 declines; so does a length over `cap`,
+ *                or an answer that is not UTF-8 or not an answer's JSON. An accepted
+ *                content that does not match the requested schema is refused to the
+ *                server as an error (the event's outcome is "invalid"). NULL: every
+ *                elicitation is declined.
+ *   user_data    passed to every callback.
+ *   free_user_data  called exactly once with user_data, after the last callback
+ *                returned and when none can run any more: the hooks were replaced (a
+ *                later call) or the agent, its streams and its MCP servers are gone; on
+ *                the thread that let go last. NULL: not called. */
+typedef struct PantoMcpClientHooks {
+  int (*approve_sampling)(void *user_data, const char *request_json, size_t request_json_len);
+  size_t (*elicit)(void *user_data, const char *request_json, size_t request_json_len,
+                   char *buf, size_t cap);
+  void *user_data;
+  void (*free_user_data)(void *user_data);
+} PantoMcpClientHooks;
+
+/* Since ABI 1.3. Lends `agent`'s MCP servers the host's answers to their sampling and
+ * elicitation requests (`hooks` is copied; the callbacks and user_data must stay usable
+ * until free_user_data). They are read at each request: a later call replaces them
+ * (from the next request on). On PANTO_OK the library owns user_data (free_user_data);
+ * on PANTO_ERROR it stays the caller's: PANTO_ERR_CONFIG for a NULL agent or hooks, or
+ * an agent without MCP servers; PANTO_ERR_INTERNAL for a poisoned agent. Never blocks;
+ * any thread. */
+PANTO_API PantoStatus panto_agent_set_mcp_client_hooks(PantoAgent *agent,
+                                                       const PantoMcpClientHooks *hooks,
+                                                       PantoError **err);
 
 /* ---------------------------------------------------------------------------------- */
 /* Telemetry (since ABI 1.3)                                                           */

@@ -26,6 +26,8 @@
 //!   streams (`panto_stream_attach`).
 //! - [`durable`] — durable turns (ABI 1.3): checkpoint, resume with answers, steering.
 //! - [`mcp_oauth`] — the host's OAuth callbacks for MCP servers (ABI 1.3).
+//! - [`mcp_client_hooks`] — the host's answers to MCP servers' sampling and
+//!   elicitation requests (ABI 1.3).
 //! - [`record`] — the memory behind a delivered event, and its canonical JSON.
 //! - [`string`] — `PantoString`, the owned string the caller frees.
 //! - [`telemetry`] — OTLP/HTTP export of the turns' spans (ABI 1.3), opted into by the
@@ -39,6 +41,7 @@ pub mod boundary;
 pub mod cancel;
 pub mod durable;
 pub mod error;
+pub mod mcp_client_hooks;
 pub mod mcp_oauth;
 pub mod mcp_resources;
 pub mod ready_set;

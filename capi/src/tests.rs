@@ -135,6 +135,7 @@ fn abi_version_is_the_crate_version() {
 
 /// `name -> (size, align)` and `name.field -> offset`, as Rust lays them out.
 fn rust_layout() -> BTreeMap<String, (usize, usize)> {
+    use crate::mcp_client_hooks::PantoMcpClientHooks;
     use crate::mcp_oauth::PantoMcpOAuthHooks;
     let mut out = BTreeMap::new();
     macro_rules! layout {
@@ -174,6 +175,7 @@ fn rust_layout() -> BTreeMap<String, (usize, usize)> {
         PantoEventPayload { message_start, block_start, content_delta, tool_details, block_complete, message_end, tool_call_start, tool_result, provider_retry, message_complete, error, history_compacted, output_repair, steering_delivered, tool_progress, server_log, mcp_sampling_request, mcp_elicitation_request, provider_fallback, _reserved }
         PantoEvent { struct_size, kind, flags, _private_gen, _private, payload }
         PantoMcpOAuthHooks { load_tokens, save_tokens, open_url, user_data, free_user_data }
+        PantoMcpClientHooks { approve_sampling, elicit, user_data, free_user_data }
     }
     out
 }

@@ -1,7 +1,7 @@
 //! Owns what the Python host lends an agent's MCP servers for their own requests: a
 //! sampling approver and an elicitation answerer, Python callables taking the request
 //! as the core's JSON (`McpSamplingRequest::to_json`, `McpElicitationRequest::to_json`).
-//! The typed facade (`panto.MCPSamplingRequest`, `panto.MCPElicitationRequest`) wraps
+//! The typed facade (`panto.SamplingApproval`, `panto.ElicitationPrompt`) wraps
 //! the host's functions into these. They are called on the library's threads, with the
 //! GIL taken there.
 

@@ -21,9 +21,9 @@ def sampling_turn(server, entry: str, approve: bool) -> tuple:
         *([text_exchange(["teal"])] if approve else []),
         text_exchange(["done"]),
     )
-    seen: List[panto.MCPSamplingRequest] = []
+    seen: List[panto.SamplingApproval] = []
 
-    def approve_sampling(r: panto.MCPSamplingRequest) -> bool:
+    def approve_sampling(r: panto.SamplingApproval) -> bool:
         seen.append(r)
         return approve
 
@@ -62,14 +62,14 @@ def test_sampling_refused_is_an_error_for_the_server(server, everything):
     assert events[-1].usage.input_tokens == 20
 
 
-def elicitation_turn(server, entry: str, answer: panto.MCPElicitationAnswer) -> tuple:
+def elicitation_turn(server, entry: str, answer: panto.ElicitationAnswer) -> tuple:
     server.scenario(
         exchange(tool_sse([("c1", "ev__trigger-elicitation-request", {})])),
         text_exchange(["done"]),
     )
-    asked: List[panto.MCPElicitationRequest] = []
+    asked: List[panto.ElicitationPrompt] = []
 
-    def elicit(r: panto.MCPElicitationRequest) -> panto.MCPElicitationAnswer:
+    def elicit(r: panto.ElicitationPrompt) -> panto.ElicitationAnswer:
         asked.append(r)
         return answer
 

@@ -111,6 +111,19 @@ GO_EXTRA_FIELDS: Dict[str, List[Tuple[str, str, str]]] = {
         "sign in to an MCP server (the authorization_code grant, which fails without it);\n"
         "it may block until the sign-in is done. A returned error fails the sign-in.\n"
         "Called from the library's threads. Not part of the JSON.",
+    ), (
+        "MCPApproveSampling", "func(SamplingApproval) bool",
+        "MCPApproveSampling, when set, decides each sampling request of an MCP server whose\n"
+        "Sampling is on: true lets the agent's model answer it, false refuses it (the\n"
+        "server gets an error, no model request is made). Nil: every such request is\n"
+        "answered. It may block (to ask a person); a panic refuses. Called from the\n"
+        "library's threads. Not part of the JSON.",
+    ), (
+        "MCPElicit", "func(ElicitationPrompt) ElicitationAnswer",
+        "MCPElicit, when set, answers each elicitation of an MCP server whose Elicitation\n"
+        "is on (the zero ElicitationAnswer declines). Nil: every elicitation is declined.\n"
+        "It may block (to ask a person); a panic cancels. Called from the library's\n"
+        "threads. Not part of the JSON.",
     )],
     "tools": [(
         "Func", "func(ctx context.Context, args json.RawMessage) (string, error)",

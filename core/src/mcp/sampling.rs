@@ -312,9 +312,21 @@ pub(crate) fn too_many() -> Value {
     )
 }
 
-/// Runs a blocking host hook on a thread of its own (it may ask a person).
+/// Runs a blocking host hook on a thread of its own (it may ask a person), detached and
+/// ended when the hook returns: not on the runtime's blocking pool, which in a binding
+/// is a worker's one name-resolution thread (a hook waiting for a person would hold up
+/// every connection of that worker, and two hooks would wait for each other), and whose
+/// idle threads outlive the hook. `None` when the hook panicked or no thread could be
+/// started.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    tokio::task::spawn_blocking(f).await.ok()
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("panto-mcp-hook".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .ok()?;
+    rx.await.ok()
 }
 
 /// Answers one of the server's requests that `features` handles: its `result`

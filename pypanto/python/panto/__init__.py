@@ -72,7 +72,7 @@ from ._media import Document, Image, Input, Part, native_parts
 from ._output import Output, output_schema
 from . import _mcp
 from ._mcp import MCPPrompt, MCPPromptResult, MCPResource, MCPResourceContents
-from ._mcp_sampling import MCPElicitationAnswer, MCPElicitationRequest, MCPSamplingRequest
+from ._mcp_sampling import ElicitationAnswer, ElicitationPrompt, SamplingApproval
 from . import _mcp_sampling
 from ._otel import InstrumentArg, Instrumentation, instrument, uninstrument
 from . import _otel
@@ -109,8 +109,9 @@ __all__ = [
     "TokenCount",
     "MCPServers",
     "MCPTokenStore",
-    "MCPSamplingRequest",
-    "MCPElicitationRequest",
+    "SamplingApproval",
+    "ElicitationPrompt",
+    "ElicitationAnswer",
     "PantoError",
     "APIError",
     "APIStatusError",
@@ -340,8 +341,8 @@ class Agent:
         mcp_servers: Union[Dict[str, McpServerOptions], "MCPServers", None] = None,
         mcp_token_store: Optional[MCPTokenStore] = None,
         mcp_open_url: Optional[Callable[[str], object]] = None,
-        mcp_approve_sampling: Optional[Callable[[MCPSamplingRequest], bool]] = None,
-        mcp_elicit: Optional[Callable[[MCPElicitationRequest], MCPElicitationAnswer]] = None,
+        mcp_approve_sampling: Optional[Callable[[SamplingApproval], bool]] = None,
+        mcp_elicit: Optional[Callable[[ElicitationPrompt], ElicitationAnswer]] = None,
         instrument: InstrumentArg = None,
         **options: Unpack[AgentOptions],
     ) -> None:
@@ -355,9 +356,9 @@ class Agent:
         open (the authorization code grant fails without it); both run on panto's
         threads, and the URL opener may block until the sign-in is done. For MCP
         servers whose entry enables ``"sampling"``, ``mcp_approve_sampling`` sees each
-        ``panto.MCPSamplingRequest`` and returns whether the agent's model answers it
+        ``panto.SamplingApproval`` and returns whether the agent's model answers it
         (without it, each is answered); for those that enable ``"elicitation"``,
-        ``mcp_elicit`` answers each ``panto.MCPElicitationRequest`` with the content (a
+        ``mcp_elicit`` answers each ``panto.ElicitationPrompt`` with the content (a
         dict), ``"decline"`` or ``"cancel"`` (without it, each is declined). Both run on
         panto's threads and may block to ask a person. Every other
         keyword is a configuration key (``max_steps=4``, ``retry={"max_retries": 1}``,

@@ -12,8 +12,10 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
 
 
 @dataclass(frozen=True)
-class MCPSamplingRequest:
-    """A server's ``sampling/createMessage``, as the agent's model would be asked it.
+class SamplingApproval:
+    """A server's ``sampling/createMessage`` waiting for the host's approval
+    (``mcp_approve_sampling``), as the agent's model would be asked it; the
+    ``McpSamplingRequest`` event then reports its outcome.
     ``max_tokens`` is the server's limit, at most its ``sampling_max_tokens``;
     ``messages`` are ``{"role": "user" | "assistant", "text": str}``; ``summary`` is
     the first line of the last message."""
@@ -27,9 +29,10 @@ class MCPSamplingRequest:
 
 
 @dataclass(frozen=True)
-class MCPElicitationRequest:
-    """A server's ``elicitation/create``: a message for a person and the JSON Schema of
-    the answer (an object of flat properties)."""
+class ElicitationPrompt:
+    """A server's ``elicitation/create``, for the host to answer (``mcp_elicit``): a
+    message for a person and the JSON Schema of the answer (an object of flat
+    properties); the ``McpElicitationRequest`` event then reports the answer's action."""
 
     server: str
     message: str
@@ -38,13 +41,13 @@ class MCPElicitationRequest:
 
 #: The answer of ``mcp_elicit``: the content (a dict matching the requested schema) to
 #: accept, ``"decline"`` (or ``None``) to decline, ``"cancel"`` to cancel.
-MCPElicitationAnswer = Union[Dict[str, Any], Literal["decline", "cancel"], None]
+ElicitationAnswer = Union[Dict[str, Any], Literal["decline", "cancel"], None]
 
-MCPSamplingRequest.__init__.__doc__ = """Made by panto from the server's request, for ``mcp_approve_sampling``."""
-MCPElicitationRequest.__init__.__doc__ = """Made by panto from the server's request, for ``mcp_elicit``."""
+SamplingApproval.__init__.__doc__ = """Made by panto from the server's request, for ``mcp_approve_sampling``."""
+ElicitationPrompt.__init__.__doc__ = """Made by panto from the server's request, for ``mcp_elicit``."""
 
-ApproveSampling = Callable[[MCPSamplingRequest], bool]
-Elicit = Callable[[MCPElicitationRequest], MCPElicitationAnswer]
+ApproveSampling = Callable[[SamplingApproval], bool]
+Elicit = Callable[[ElicitationPrompt], ElicitationAnswer]
 
 
 def native_hooks(
@@ -60,14 +63,14 @@ def native_hooks(
 
         def native_approve(request_json: str) -> bool:
             r = json.loads(request_json)
-            return bool(host_approve(MCPSamplingRequest(**r)))
+            return bool(host_approve(SamplingApproval(**r)))
 
     if elicit is not None:
         host_elicit = elicit
 
         def native_elicit(request_json: str) -> str:
             r = json.loads(request_json)
-            answer = host_elicit(MCPElicitationRequest(**r))
+            answer = host_elicit(ElicitationPrompt(**r))
             if answer is None or answer == "decline":
                 return '{"action":"decline"}'
             if answer == "cancel":

@@ -195,3 +195,21 @@ async def durable_turns_async(agent: Agent, cp: panto.Checkpoint) -> str:
         s.steer("hurry")
         assert_type(s.checkpoint(), Optional[panto.Checkpoint])
         return await s.text()
+
+
+def mcp_client_hooks() -> Agent:
+    def approve(r: panto.SamplingApproval) -> bool:
+        assert_type(r.max_tokens, int)
+        assert_type(r.system_prompt, Optional[str])
+        return r.server == "ev" and all(m["role"] == "user" for m in r.messages)
+
+    def elicit(p: panto.ElicitationPrompt) -> panto.ElicitationAnswer:
+        assert_type(p.requested_schema, Dict[str, Any])
+        return {"name": "Ada"} if p.message else "decline"
+
+    return Agent(
+        model="m",
+        mcp_servers={"ev": {"command": "node", "args": ["server.js"], "sampling": True, "elicitation": True}},
+        mcp_approve_sampling=approve,
+        mcp_elicit=elicit,
+    )
