@@ -24,15 +24,7 @@ func TestMCPSamplingAndElicitationThroughConfigAndEvents(t *testing.T) {
 		exchange(sseResponse(textSSE("teal")), "You are a helpful test server."),
 		exchange(sseResponse(textSSE("done")), "User declined"),
 	))
-	on := true
-	cfg := testConfig(srv)
-	cfg.MCPServers = map[string]MCPServer{"ev": {
-		Command:           "node",
-		Args:              []string{entry, "stdio"},
-		Sampling:          &on,
-		SamplingMaxTokens: 64,
-		Elicitation:       &on,
-	}}
+	cfg := samplingConfig(srv, entry)
 	agent := newTestAgent(t, cfg)
 	s, err := agent.Stream(context.Background(), "go")
 	if err != nil {
@@ -95,6 +87,21 @@ type hooksTurn struct {
 	requests int
 }
 
+// samplingConfig is testConfig(srv) with one MCP server "ev", server-everything at
+// entry over stdio, whose sampling (at most 64 tokens) and elicitation are on.
+func samplingConfig(srv *testServer, entry string) Config {
+	on := true
+	cfg := testConfig(srv)
+	cfg.MCPServers = map[string]MCPServer{"ev": {
+		Command:           "node",
+		Args:              []string{entry, "stdio"},
+		Sampling:          &on,
+		SamplingMaxTokens: 64,
+		Elicitation:       &on,
+	}}
+	return cfg
+}
+
 func runHooksTurn(t *testing.T, approved bool, with func(*Config)) hooksTurn {
 	t.Helper()
 	entry := everything(t)
@@ -110,15 +117,7 @@ func runHooksTurn(t *testing.T, approved bool, with func(*Config)) hooksTurn {
 		exchanges = append(exchanges, exchange(sseResponse(textSSE("done")), "User declined"))
 	}
 	srv := startServer(t, scenario(exchanges...))
-	on := true
-	cfg := testConfig(srv)
-	cfg.MCPServers = map[string]MCPServer{"ev": {
-		Command:           "node",
-		Args:              []string{entry, "stdio"},
-		Sampling:          &on,
-		SamplingMaxTokens: 64,
-		Elicitation:       &on,
-	}}
+	cfg := samplingConfig(srv, entry)
 	with(&cfg)
 	agent := newTestAgent(t, cfg)
 	s, err := agent.Stream(context.Background(), "go")

@@ -479,8 +479,8 @@ bool mcp_no_process_with(void *marker) {
   return none;
 }
 
-bool mcp_no_stop_thread(void *unused) {
-  (void)unused;
+bool no_thread_named(void *prefix) {
+  const char *want = (const char *)prefix;
   DIR *d = opendir("/proc/self/task");
   if (d == NULL) return true;
   bool none = true;
@@ -490,10 +490,15 @@ bool mcp_no_stop_thread(void *unused) {
     snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
     FILE *f = fopen(path, "r");
     if (f == NULL) continue;
-    if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "panto-mcp-stop", 14) == 0)
+    if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, want, strlen(want)) == 0)
       none = false;
     fclose(f);
   }
   closedir(d);
   return none;
+}
+
+bool mcp_no_stop_thread(void *unused) {
+  (void)unused;
+  return no_thread_named("panto-mcp-stop");
 }

@@ -181,6 +181,9 @@ bool no_client_connection(void *srv);
 /* No process's command line holds `marker` (a const char *): an MCP server started with
  * it is gone. For wait_until. */
 bool mcp_no_process_with(void *marker);
+/* No thread of this process has a name starting with `prefix` (a const char *). For
+ * wait_until. */
+bool no_thread_named(void *prefix);
 /* No thread of this process is a "panto-mcp-stop" thread (stopping an MCP server).
  * For wait_until; the argument is unused. */
 bool mcp_no_stop_thread(void *unused);

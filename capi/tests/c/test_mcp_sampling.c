@@ -16,7 +16,6 @@
  * callback; a test waits for free_user_data (which no callback can follow) before it
  * reads the final counts. */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -164,25 +163,8 @@ static bool wait_freed(void) {
 
 /* No "panto-mcp-hook" thread is left in this process: the library runs each hook on a
  * detached thread of its own, which ends once the hook returned; the test waits for
- * them so that none is alive at exit. For wait_until. */
-static bool no_hook_thread(void *unused) {
-  (void)unused;
-  DIR *d = opendir("/proc/self/task");
-  if (d == NULL) return true;
-  bool none = true;
-  struct dirent *e;
-  while (none && (e = readdir(d)) != NULL) {
-    char path[300], comm[64] = {0};
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) continue;
-    if (fgets(comm, sizeof comm, f) != NULL && strncmp(comm, "panto-mcp-hook", 14) == 0)
-      none = false;
-    fclose(f);
-  }
-  closedir(d);
-  return none;
-}
+ * them (wait_until(no_thread_named, "panto-mcp-hook", ...)) so that none is alive at
+ * exit. */
 
 /* The accepted answer, padded with spaces to more than a page (any length up to `cap`
  * is taken). */
@@ -281,7 +263,7 @@ static void test_mcp_client_hooks_approve_and_accept(void) {
   accepted[sizeof accepted - 1] = '\0';
   CHECK(hooks_turn(entry, "mcp-client-hooks-allow.json", 1, accepted, &t) == 0);
   CHECK(wait_freed());
-  CHECK(wait_until(no_hook_thread, NULL, 60000));
+  CHECK(wait_until(no_thread_named, (void *)"panto-mcp-hook", 60000));
   CHECKF(strcmp(t.sampled, "answered") == 0, "%s", t.sampled);
   CHECKF(!t.sampling_error && strstr(t.sampling_out, "\"text\": \"teal\"") != NULL, "%s",
          t.sampling_out);
@@ -314,7 +296,7 @@ static void test_mcp_client_hooks_refuse_and_decline(void) {
   /* An answer that is not an answer's JSON declines (never a crash or a hang). */
   CHECK(hooks_turn(entry, "mcp-client-hooks-deny.json", 0, "{\"action\": \"maybe\"", &t) == 0);
   CHECK(wait_freed());
-  CHECK(wait_until(no_hook_thread, NULL, 60000));
+  CHECK(wait_until(no_thread_named, (void *)"panto-mcp-hook", 60000));
   CHECKF(strcmp(t.sampled, "denied") == 0, "%s", t.sampled);
   CHECKF(t.sampling_error && strstr(t.sampling_out, "declined") != NULL, "%s", t.sampling_out);
   CHECKF(strcmp(t.elicited, "decline") == 0, "%s", t.elicited);
