@@ -106,10 +106,11 @@ ROWS = [
         peer="rust/async-openai", panto=True),
     Row("rust/panto-pull", "Rust", "panto pull, `Stream::next`", "rust", "panto-pull",
         peer="rust/async-openai", panto=True),
-    # The turn's OpenTelemetry spans on (exported over OTLP/HTTP by panto-otel to the
-    # server's receiver), against the same client with them off.
-    Row("rust/panto-push-otel", "Rust", "panto push, spans exported (OTLP/HTTP)", "rust", "panto-push-otel",
-        peer="rust/panto-push", panto=True),
+    # The turn's OpenTelemetry spans and metrics on (exported over OTLP/HTTP by panto-otel
+    # to the server's receiver, flushed at the end of every turn, inside its timing),
+    # against the same client with them off.
+    Row("rust/panto-push-otel", "Rust", "panto push, spans and metrics exported (OTLP/HTTP), flushed each turn",
+        "rust", "panto-push-otel", peer="rust/panto-push", panto=True),
     Row("c/panto", "C", "panto C, `panto_next_event`", "c", "panto-next-event",
         peer="rust/panto-pull", panto=True),
     Row("go/openai-go", "Go", "openai-go v3, `NewStreaming`", "go", "openai-go"),
@@ -1083,11 +1084,11 @@ def main() -> None:
             rate = server_rate(servers["text-100k"].base_url, 100_000)
             log(f"server raw rate (curl -o /dev/null): {fmt(rate)} µs/chunk")
             cells = measure_turns(rows, workloads, clients, servers, rounds, log)
+            # With --only, only those rows' concurrency runs are made.
             conc = measure_concurrency(streams, args.paced_chunks, args.pace_ms,
-                                       {k: v for k, v in clients.items()}, paced.base_url, conc_rounds, log) \
+                                       {k: v for k, v in clients.items()}, paced.base_url, conc_rounds, log,
+                                       only=only or None) \
                 if streams else {}
-            if only:
-                conc = {k: v for k, v in conc.items() if k[0] in only}
         finally:
             for s in list(servers.values()) + [paced]:
                 s.close()

@@ -1505,28 +1505,36 @@ PANTO_API PantoStatus panto_agent_set_mcp_client_hooks(PantoAgent *agent,
 /* ---------------------------------------------------------------------------------- */
 /* Telemetry (since ABI 1.3)                                                           */
 /*                                                                                     */
-/* Every turn makes OpenTelemetry spans named as the GenAI semantic conventions say     */
-/* (invoke_agent, chat {model}, execute_tool {tool}; docs/observability.md). A host     */
-/* opts in with panto_telemetry_export; they are then sent over OTLP/HTTP (protobuf) to */
-/* the collector the standard variables name: OTEL_EXPORTER_OTLP_ENDPOINT (the base     */
-/* URL; /v1/traces is added) or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (the URL itself),    */
-/* OTEL_EXPORTER_OTLP_HEADERS (k=v,k2=v2, URL-encoded values; sent, never logged),      */
-/* OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES. A turn's     */
-/* invoke_agent span is a child of the span named by the turn option "traceparent"      */
-/* (panto_agent_stream_with), else the root of a trace of its own.                      */
+/* Every turn makes OpenTelemetry spans named as the GenAI semantic conventions say    */
+/* (invoke_agent, chat {model}, execute_tool {tool}) and records their histograms      */
+/* (gen_ai.client.operation.duration, gen_ai.client.token.usage,                       */
+/* gen_ai.client.operation.time_to_first_chunk; docs/observability.md). A host opts in */
+/* with panto_telemetry_export; they are then sent over OTLP/HTTP (protobuf) to the    */
+/* collector the standard variables name: OTEL_EXPORTER_OTLP_ENDPOINT (the base URL;   */
+/* /v1/traces and /v1/metrics are added) or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT /       */
+/* OTEL_EXPORTER_OTLP_METRICS_ENDPOINT (a signal's URL itself),                        */
+/* OTEL_EXPORTER_OTLP_HEADERS (k=v,k2=v2, URL-encoded values; sent, never logged; or a */
+/* signal's own), OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_SERVICE_NAME,                       */
+/* OTEL_RESOURCE_ATTRIBUTES; OTEL_TRACES_EXPORTER=none or OTEL_METRICS_EXPORTER=none   */
+/* leaves that signal out, and OTEL_METRIC_EXPORT_INTERVAL (ms, default 60000) is how  */
+/* often the metrics are sent. A turn's invoke_agent span is a child of the span named */
+/* by the turn option "traceparent" (panto_agent_stream_with), else the root of a      */
+/* trace of its own.                                                                   */
 /*                                                                                     */
-/* A turn never waits for the export: a finished span goes to a bounded queue (4096     */
-/* spans; when it is full the span is dropped and counted) that one library thread      */
-/* sends in batches. That thread is detached and lives as long as the process: nothing  */
-/* needs joining at exit. Spans still queued at exit are lost: call                      */
-/* panto_telemetry_flush before exiting. A child made by fork() has no export thread:    */
-/* its spans are dropped (counted) and its flushes time out.                             */
+/* A turn never waits for the export: a finished span goes to a bounded queue (4096    */
+/* spans; when it is full the span is dropped and counted) that one library thread     */
+/* sends in batches; a metric is added to an in-memory histogram that the same thread  */
+/* sends. That thread is detached and lives as long as the process: nothing needs      */
+/* joining at exit. Spans still queued and metrics not yet sent at exit are lost: call */
+/* panto_telemetry_flush before exiting. A child made by fork() has no export thread:  */
+/* its spans are dropped (counted) and its flushes time out.                           */
 /* ---------------------------------------------------------------------------------- */
 
-/* Since ABI 1.3. Opts this process into exporting every turn's spans, when
- * OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (not empty):
- * then *exporting (NULL: not written) is true. With neither set, nothing happens,
- * *exporting is false and the call succeeds. `service_name` (UTF-8, `len` bytes; NULL
+/* Since ABI 1.3. Opts this process into exporting every turn's spans and metrics, when
+ * OTEL_EXPORTER_OTLP_ENDPOINT or a signal's own endpoint variable is set (not empty; a
+ * signal turned off with OTEL_*_EXPORTER=none does not count): then *exporting (NULL:
+ * not written) is true. With none set, nothing happens, *exporting is false and the
+ * call succeeds. `service_name` (UTF-8, `len` bytes; NULL
  * with len 0, or empty: "panto") is the resource's service.name unless
  * OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES names one. The variables are read once,
  * by the first call that starts the export; later calls change nothing and report it
@@ -1538,11 +1546,12 @@ PANTO_API PantoStatus panto_telemetry_export(const char *service_name, size_t le
                                              bool *exporting, PantoError **err);
 
 /* Since ABI 1.3. Waits, at most `timeout_ms`, until every span that ended before the
- * call has been sent to the collector (or its sending failed). PANTO_OK when they were
- * all handled in time (also when the export is not running); PANTO_ERR_TIMEOUT when
- * not. Either way *undelivered (NULL: not written) is how many spans were lost since
- * the export started: dropped with the queue full, refused by the collector, or not
- * sent (unreachable, timed out). BLOCKS up to `timeout_ms`. Any thread but a panto
+ * call has been sent to the collector (or its sending failed), and the metrics recorded
+ * before the call too. PANTO_OK when they were all handled in time (also when the
+ * export is not running); PANTO_ERR_TIMEOUT when not. Either way *undelivered (NULL:
+ * not written) is how many spans were lost since the export started: dropped with the
+ * queue full, refused by the collector, or not sent (unreachable, timed out); a failed
+ * metrics export is not counted there. BLOCKS up to `timeout_ms`. Any thread but a panto
  * callback's; call it before exiting. */
 PANTO_API PantoStatus panto_telemetry_flush(uint32_t timeout_ms, uint64_t *undelivered,
                                             PantoError **err);

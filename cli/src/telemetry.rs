@@ -1,7 +1,8 @@
-//! Owns the CLI's OpenTelemetry export: when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
-//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, every turn's spans go over OTLP/HTTP to
-//! that collector (`panto-otel`), under the span `TRACEPARENT` names, and the export is
-//! flushed, bounded, before the process exits. The spans themselves are the core's.
+//! Owns the CLI's OpenTelemetry export: when `OTEL_EXPORTER_OTLP_ENDPOINT` (or a
+//! signal's own endpoint variable) is set, every turn's spans and metrics go over
+//! OTLP/HTTP to that collector (`panto-otel`), the spans under the span `TRACEPARENT`
+//! names, and the export is flushed, bounded, before the process exits. The spans and
+//! metrics themselves are the core's.
 
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ pub fn start() {
 /// that is not a W3C traceparent is left out with a warning (the turn's spans start a
 /// trace of their own) rather than failing the turn.
 pub fn traceparent() -> Option<String> {
-    Export::installed()?;
+    Export::installed()?.tracer_provider()?;
     let value = std::env::var(TRACEPARENT_ENV).ok()?;
     let value = value.trim();
     if value.is_empty() {
@@ -44,19 +45,29 @@ pub fn traceparent() -> Option<String> {
     }
 }
 
-/// Sends what is queued (at most [`EXIT_FLUSH`]) and says on stderr when spans were
-/// lost. Never names the collector's headers.
+/// Sends what is queued and recorded (at most [`EXIT_FLUSH`]) and says on stderr when
+/// spans or metrics were lost. Never names the collector's headers.
 pub fn finish() {
     let Some(export) = Export::installed() else {
         return;
     };
     let flushed = export.flush(EXIT_FLUSH);
     let (dropped, failed) = (export.dropped_spans(), export.failed_spans());
-    if !flushed || dropped > 0 || failed > 0 {
+    let gave_up = if flushed {
+        ""
+    } else {
+        "; gave up waiting for the collector"
+    };
+    if dropped > 0 || failed > 0 || (!flushed && export.tracer_provider().is_some()) {
         eprintln!(
-            "panto: OpenTelemetry export: {} span(s) not delivered ({dropped} dropped with the queue full, {failed} refused or unsent){}",
+            "panto: OpenTelemetry export: {} span(s) not delivered ({dropped} dropped with the queue full, {failed} refused or unsent){gave_up}",
             dropped + failed,
-            if flushed { "" } else { "; gave up waiting for the collector" }
+        );
+    }
+    let failed_metrics = export.failed_metric_exports();
+    if failed_metrics > 0 || (!flushed && export.meter_provider().is_some()) {
+        eprintln!(
+            "panto: OpenTelemetry export: the metrics were not delivered ({failed_metrics} export(s) refused or unsent){gave_up}"
         );
     }
 }

@@ -1,9 +1,11 @@
 //! The CLI's OpenTelemetry export: with `OTEL_EXPORTER_OTLP_ENDPOINT` set, a turn's spans
-//! reach an OTLP/HTTP receiver (the test server's, which decodes the protobuf with
-//! `opentelemetry-proto`) before `panto` exits: the span tree of a tool turn under the
-//! span `TRACEPARENT` names, the GenAI attributes, `error.type` on a failure, the
-//! collector's headers sent and never shown, no API key anywhere; without the variable
-//! nothing is sent; an unreachable collector does not hold the turn up.
+//! and metrics reach an OTLP/HTTP receiver (the test server's, which decodes the protobuf
+//! with `opentelemetry-proto`) before `panto` exits: the span tree of a tool turn under
+//! the span `TRACEPARENT` names, the GenAI attributes, `error.type` on a failure, the
+//! collector's headers sent and never shown, no API key anywhere; the conventions'
+//! histograms with their attributes, units and buckets, the token counts the turn's own;
+//! `OTEL_METRICS_EXPORTER=none` leaves the metrics out; without the variable nothing is
+//! sent; an unreachable collector does not hold the turn up.
 
 mod support;
 
@@ -48,8 +50,14 @@ fn run(
     for var in [
         "OTEL_EXPORTER_OTLP_ENDPOINT",
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
         "OTEL_EXPORTER_OTLP_HEADERS",
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+        "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+        "OTEL_TRACES_EXPORTER",
+        "OTEL_METRICS_EXPORTER",
+        "OTEL_METRIC_EXPORT_INTERVAL",
         "OTEL_SERVICE_NAME",
         "OTEL_RESOURCE_ATTRIBUTES",
         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
@@ -171,6 +179,219 @@ fn a_tool_turn_exports_its_span_tree_under_traceparent() {
         "nothing lost, nothing said: {}",
         describe(&out)
     );
+}
+
+/// An OpenAI chunk that reports the request's usage.
+fn openai_usage(input: u64, output: u64) -> Value {
+    json!({"data": {"id": "chatcmpl-t", "object": "chat.completion.chunk", "model": "gpt-test",
+        "choices": [], "usage": {"prompt_tokens": input, "completion_tokens": output}}})
+}
+
+/// `sse` with a usage chunk before its `[DONE]`.
+fn with_usage(mut sse: Vec<Value>, input: u64, output: u64) -> Vec<Value> {
+    let done = sse.pop().unwrap();
+    sse.push(openai_usage(input, output));
+    sse.push(done);
+    sse
+}
+
+/// The data points of metric `name` whose attribute `key` is `value`.
+fn points<'a>(metrics: &'a [Value], name: &str, key: &str, value: &str) -> Vec<&'a Value> {
+    metrics
+        .iter()
+        .filter(|m| m["name"] == name && m["attributes"][key] == value)
+        .collect()
+}
+
+/// The one data point of metric `name` whose attribute `key` is `value`.
+fn point<'a>(metrics: &'a [Value], name: &str, key: &str, value: &str) -> &'a Value {
+    let found = points(metrics, name, key, value);
+    assert_eq!(
+        found.len(),
+        1,
+        "one {name} point with {key}={value}: {metrics:#?}"
+    );
+    found[0]
+}
+
+const DURATION_BUCKETS: [f64; 14] = [
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+];
+const TOKEN_BUCKETS: [f64; 14] = [
+    1.0,
+    4.0,
+    16.0,
+    64.0,
+    256.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262_144.0,
+    1_048_576.0,
+    4_194_304.0,
+    16_777_216.0,
+    67_108_864.0,
+];
+
+#[test]
+fn a_tool_turn_exports_the_conventions_metrics() {
+    let srv = support::server(json!({"exchanges": [
+        {"response": {"status": 200, "sse": with_usage(openai_tool_call("call_1"), 30, 7)}},
+        {"response": {"status": 200, "sse": with_usage(openai_text("Sunny, 18 degrees."), 50, 4)}}
+    ]}));
+    let headers = format!("authorization=Bearer {COLLECTOR_TOKEN}");
+    let out = run(
+        &srv,
+        Some(&srv.otlp_endpoint()),
+        &[
+            ("OTEL_EXPORTER_OTLP_HEADERS", &headers),
+            ("OTEL_SERVICE_NAME", "panto-otel-test"),
+        ],
+        &["--tool", WEATHER_TOOL, "Weather in Paris?"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(stderr_of(&out).is_empty(), "{}", describe(&out));
+    // The turn's own usage, as the CLI reports it.
+    let done: Value = stdout_of(&out)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["type"] == "message_complete")
+        .unwrap_or_else(|| panic!("no message_complete line: {}", describe(&out)));
+    let (input, output) = (
+        done["usage"]["input_tokens"].as_u64().unwrap(),
+        done["usage"]["output_tokens"].as_u64().unwrap(),
+    );
+    assert_eq!((input, output), (80, 11), "{done}");
+
+    // Sent at exit, once: one cumulative point per attribute set.
+    let metrics = srv.otlp_metrics();
+    let chat_attrs = json!({
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "m",
+        "gen_ai.response.model": "gpt-test",
+        "server.address": "127.0.0.1",
+    });
+    for (kind, tokens) in [("input", input), ("output", output)] {
+        let p = point(
+            &metrics,
+            "gen_ai.client.token.usage",
+            "gen_ai.token.type",
+            kind,
+        );
+        assert_eq!(p["type"], "histogram");
+        assert_eq!(p["unit"], "{token}");
+        assert_eq!(p["temporality"], 2, "cumulative");
+        assert_eq!(p["count"], 2, "one record per request: {p}");
+        assert_eq!(
+            p["sum"],
+            json!(tokens as f64),
+            "the turn's {kind} tokens: {p}"
+        );
+        assert_eq!(p["explicit_bounds"], json!(TOKEN_BUCKETS));
+        let mut want = chat_attrs.clone();
+        want["gen_ai.token.type"] = json!(kind);
+        assert_eq!(p["attributes"], want);
+        assert_eq!(p["resource"]["service.name"], "panto-otel-test");
+        assert_eq!(p["scope"], "panto");
+    }
+    let chat = point(
+        &metrics,
+        "gen_ai.client.operation.duration",
+        "gen_ai.operation.name",
+        "chat",
+    );
+    assert_eq!(chat["unit"], "s");
+    assert_eq!(chat["count"], 2, "one per model request");
+    assert_eq!(chat["attributes"], chat_attrs);
+    assert_eq!(chat["explicit_bounds"], json!(DURATION_BUCKETS));
+    assert!(chat["sum"].as_f64().unwrap() > 0.0);
+    let tool = point(
+        &metrics,
+        "gen_ai.client.operation.duration",
+        "gen_ai.operation.name",
+        "execute_tool",
+    );
+    assert_eq!(tool["count"], 1, "one per tool call");
+    assert_eq!(
+        tool["attributes"],
+        json!({
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.provider.name": "openai",
+            "gen_ai.request.model": "m",
+        })
+    );
+    let ttfc = point(
+        &metrics,
+        "gen_ai.client.operation.time_to_first_chunk",
+        "gen_ai.operation.name",
+        "chat",
+    );
+    assert_eq!(ttfc["unit"], "s");
+    assert_eq!(ttfc["count"], 2, "one per streamed request");
+    assert_eq!(ttfc["explicit_bounds"], json!(DURATION_BUCKETS));
+    assert!(ttfc["sum"].as_f64().unwrap() <= chat["sum"].as_f64().unwrap());
+    let mut names: Vec<&str> = metrics.iter().filter_map(|m| m["name"].as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(
+        names,
+        [
+            "gen_ai.client.operation.duration",
+            "gen_ai.client.operation.time_to_first_chunk",
+            "gen_ai.client.token.usage"
+        ]
+    );
+
+    // The collector's header went with them; no key or token in any attribute.
+    assert_eq!(
+        chat["headers"]["authorization"],
+        format!("Bearer {COLLECTOR_TOKEN}")
+    );
+    let text = span_text(&metrics);
+    for secret in [API_KEY, COLLECTOR_TOKEN] {
+        assert!(!text.contains(secret), "{secret} in the metrics: {text}");
+    }
+}
+
+#[test]
+fn otel_metrics_exporter_none_leaves_the_metrics_out() {
+    let srv = support::server(json!({"exchanges": [
+        {"response": {"status": 200, "sse": with_usage(openai_text("Hello."), 3, 2)}}
+    ]}));
+    let out = run(
+        &srv,
+        Some(&srv.otlp_endpoint()),
+        &[("OTEL_METRICS_EXPORTER", "none")],
+        &["hi"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(srv.otlp_metrics().is_empty(), "{:#?}", srv.otlp_metrics());
+    one(&srv.otlp_spans(), "invoke_agent");
+    assert!(stderr_of(&out).is_empty(), "{}", describe(&out));
+
+    // The metrics' own endpoint alone: metrics, no spans.
+    let srv = support::server(json!({"exchanges": [
+        {"response": {"status": 200, "sse": with_usage(openai_text("Hello."), 3, 2)}}
+    ]}));
+    let metrics_url = format!("{}/v1/metrics", srv.otlp_endpoint());
+    let out = run(
+        &srv,
+        None,
+        &[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", &metrics_url)],
+        &["hi"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let metrics = srv.otlp_metrics();
+    let tokens = point(
+        &metrics,
+        "gen_ai.client.token.usage",
+        "gen_ai.token.type",
+        "output",
+    );
+    assert_eq!(tokens["sum"], json!(2.0));
+    assert!(srv.otlp_spans().is_empty(), "{:#?}", srv.otlp_spans());
 }
 
 #[test]

@@ -1,6 +1,8 @@
-//! Owns the way finished spans reach the exporter without a turn ever waiting: the span
-//! processor [`Queue`] hands each finished span to a bounded queue (full: the span is
-//! dropped and counted), and one export thread takes them off in batches and sends them.
+//! Owns the way finished spans and recorded metrics reach the collector without a turn
+//! ever waiting: the span processor [`Queue`] hands each finished span to a bounded queue
+//! (full: the span is dropped and counted), and one export thread takes them off in
+//! batches and sends them; the same thread collects and sends the metrics
+//! ([`crate::metrics::Pipe`]) every export interval and at each flush.
 //!
 //! The thread is detached: it lives as long as the process, blocked on the queue when
 //! idle, and nothing has to join it at exit (a C host under ThreadSanitizer sees no
@@ -13,11 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{bounded, never, Receiver, Sender, TrySendError};
 use opentelemetry::Context;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use panto::Error;
+
+use crate::metrics::Pipe;
 
 /// Most spans sent in one request.
 const MAX_BATCH: usize = 512;
@@ -34,6 +38,7 @@ struct Counts {
     dropped: AtomicU64,
     failed: AtomicU64,
     exported: AtomicU64,
+    metric_exports_failed: AtomicU64,
 }
 
 /// The span processor: a finished span goes to the queue, never waiting.
@@ -51,13 +56,17 @@ pub(crate) struct Handle {
 }
 
 impl Queue {
-    /// Starts the export thread that sends with `exporter`; the queue holds at most
-    /// `capacity` spans.
+    /// Starts the export thread that sends spans with `exporter` (`None`: no spans, and no
+    /// queue) and the metrics through `metrics`; the queue holds at most `capacity` spans.
     pub(crate) fn start<E: SpanExporter + 'static>(
-        exporter: E,
+        exporter: Option<E>,
         capacity: usize,
-    ) -> Result<(Queue, Handle), Error> {
+        metrics: Option<Pipe>,
+    ) -> Result<(Option<Queue>, Handle), Error> {
         let (spans, span_rx) = bounded(capacity);
+        // Without spans to send, the thread waits on nothing rather than on a queue whose
+        // sender is gone (which would end it).
+        let span_rx = if exporter.is_some() { span_rx } else { never() };
         let (flushes, flush_rx) = bounded(MAX_PENDING_FLUSHES);
         let counts = Arc::new(Counts::default());
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -69,6 +78,7 @@ impl Queue {
             .on_thread_start(block_sigpipe)
             .build()
             .map_err(|e| Error::internal(format!("OpenTelemetry export: runtime: {e}")))?;
+        let worker_has_spans = exporter.is_some();
         let worker = Worker {
             exporter,
             runtime,
@@ -76,6 +86,7 @@ impl Queue {
             flushes: flush_rx,
             counts: counts.clone(),
             batch: Vec::new(),
+            metrics,
         };
         // Dropping the JoinHandle detaches the thread.
         std::thread::Builder::new()
@@ -86,18 +97,17 @@ impl Queue {
             })
             .map_err(|e| Error::internal(format!("OpenTelemetry export: thread: {e}")))?;
         let handle = Handle { flushes, counts };
-        Ok((
-            Queue {
-                spans,
-                handle: handle.clone(),
-            },
-            handle,
-        ))
+        let queue = worker_has_spans.then(|| Queue {
+            spans,
+            handle: handle.clone(),
+        });
+        Ok((queue, handle))
     }
 }
 
 impl Handle {
-    /// Waits, at most `timeout`, until the spans queued before this call were handled.
+    /// Waits, at most `timeout`, until the spans queued before this call were handled and
+    /// the metrics recorded before it were sent.
     pub(crate) fn flush(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let (done, done_rx) = bounded(1);
@@ -117,6 +127,10 @@ impl Handle {
 
     pub(crate) fn exported(&self) -> u64 {
         self.counts.exported.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn metric_exports_failed(&self) -> u64 {
+        self.counts.metric_exports_failed.load(Ordering::Relaxed)
     }
 }
 
@@ -153,19 +167,23 @@ impl SpanProcessor for Queue {
 
 /// The export thread's state.
 struct Worker<E> {
-    exporter: E,
+    exporter: Option<E>,
     runtime: tokio::runtime::Runtime,
     spans: Receiver<SpanData>,
     flushes: Receiver<Sender<()>>,
     counts: Arc<Counts>,
     batch: Vec<SpanData>,
+    metrics: Option<Pipe>,
 }
 
 impl<E: SpanExporter> Worker<E> {
     fn run(mut self) {
         let mut due: Option<Instant> = None;
+        let interval = self.metrics.as_ref().map(|m| m.interval);
+        let mut metrics_due = interval.map(|i| Instant::now() + i);
         loop {
-            let wait = due.map_or(Duration::from_secs(3600), |d| {
+            let next = due.into_iter().chain(metrics_due).min();
+            let wait = next.map_or(Duration::from_secs(3600), |d| {
                 d.saturating_duration_since(Instant::now())
             });
             crossbeam_channel::select! {
@@ -181,6 +199,7 @@ impl<E: SpanExporter> Worker<E> {
                     // The processor is gone (its provider was dropped).
                     Err(_) => {
                         self.send();
+                        self.send_metrics();
                         return;
                     }
                 },
@@ -195,20 +214,40 @@ impl<E: SpanExporter> Worker<E> {
                         }
                         self.send();
                         due = None;
+                        self.send_metrics();
+                        metrics_due = interval.map(|i| Instant::now() + i);
                         let _ = done.send(());
                     }
                     Err(_) => {
                         self.send();
+                        self.send_metrics();
                         return;
                     }
                 },
                 default(wait) => {
-                    if due.is_some_and(|d| d <= Instant::now()) {
+                    let now = Instant::now();
+                    if due.is_some_and(|d| d <= now) {
                         self.send();
                         due = None;
                     }
+                    if metrics_due.is_some_and(|d| d <= now) {
+                        self.send_metrics();
+                        metrics_due = interval.map(|i| Instant::now() + i);
+                    }
                 }
             }
+        }
+    }
+
+    /// Sends the metrics when something was recorded since the last time.
+    fn send_metrics(&mut self) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        if metrics.export(&self.runtime) == Some(false) {
+            self.counts
+                .metric_exports_failed
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -219,9 +258,12 @@ impl<E: SpanExporter> Worker<E> {
         }
         let batch = std::mem::take(&mut self.batch);
         let n = batch.len() as u64;
+        let Some(exporter) = &self.exporter else {
+            return;
+        };
         // The error is not logged: it may quote the collector's answer, and this thread
         // has nowhere to report to but the counts.
-        match self.runtime.block_on(self.exporter.export(batch)) {
+        match self.runtime.block_on(exporter.export(batch)) {
             Ok(()) => self.counts.exported.fetch_add(n, Ordering::Relaxed),
             Err(_) => self.counts.failed.fetch_add(n, Ordering::Relaxed),
         };

@@ -1,8 +1,9 @@
 /* panto's own OpenTelemetry export through the C ABI (ABI 1.3): panto_telemetry_export
- * opts in, configured by the OTEL_EXPORTER_OTLP_* variables; a turn's spans reach the test
- * server's OTLP/HTTP receiver (it decodes the protobuf with opentelemetry-proto), under
- * the span the turn option "traceparent" names; panto_telemetry_flush waits for them.
- * The export's thread is detached: nothing is left to join at exit (ThreadSanitizer). */
+ * opts in, configured by the OTEL_EXPORTER_OTLP_* variables; a turn's spans and metrics
+ * reach the test server's OTLP/HTTP receiver (it decodes the protobuf with
+ * opentelemetry-proto), the spans under the span the turn option "traceparent" names;
+ * panto_telemetry_flush waits for them. The export's thread is detached: nothing is left
+ * to join at exit (ThreadSanitizer). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,33 @@ static bool field_is(const char *line, const char *key, const char *want) {
   return field(line, key, got, sizeof got) && strcmp(got, want) == 0;
 }
 
+/* The line of `metrics` (one data point a line, keys sorted) of metric `name` holding
+ * every one of `needles` (NULL-terminated) and not `absent` (NULL: anything), copied into
+ * `line`. */
+static bool metric_line(const char *metrics, const char *name, const char *const *needles,
+                        const char *absent, char *line, size_t cap) {
+  char want[128];
+  snprintf(want, sizeof want, ",\"name\":\"%s\",", name);
+  for (const char *p = metrics; p && *p;) {
+    const char *end = strchr(p, '\n');
+    if (!end) end = p + strlen(p);
+    snprintf(line, cap, "%.*s", (int)(end - p), p);
+    bool all = strstr(line, want) != NULL && !(absent && strstr(line, absent));
+    for (const char *const *n = needles; all && *n; n++) all = strstr(line, *n) != NULL;
+    if (all) return true;
+    p = *end ? end + 1 : end;
+  }
+  return false;
+}
+
+/* The number after `"key":` in `line` (-1 when absent). */
+static double number(const char *line, const char *key) {
+  char needle[128];
+  snprintf(needle, sizeof needle, "\"%s\":", key);
+  const char *p = strstr(line, needle);
+  return p ? strtod(p + strlen(needle), NULL) : -1;
+}
+
 static PantoStream *stream_with(PantoAgent *agent, const char *input, const char *options,
                                 PantoError **err) {
   PantoStream *stream = NULL;
@@ -81,7 +109,8 @@ static void test_telemetry_export_of_a_tool_turn(void) {
   PantoAgent *agent = NULL, *agent2 = NULL;
   PantoStream *stream = NULL;
   PantoError *err = NULL;
-  char *spans = NULL;
+  char *spans = NULL, *metrics = NULL;
+  PantoUsage usage = {0};
   bool exporting = true;
   uint64_t undelivered = 99;
   static char line[16384], agent_id[64];
@@ -99,6 +128,9 @@ static void test_telemetry_export_of_a_tool_turn(void) {
   CHECK(setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20" TOKEN, 1) == 0);
   CHECK(unsetenv("OTEL_SERVICE_NAME") == 0 && unsetenv("OTEL_RESOURCE_ATTRIBUTES") == 0);
   CHECK(unsetenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == 0);
+  CHECK(unsetenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") == 0);
+  CHECK(unsetenv("OTEL_TRACES_EXPORTER") == 0 && unsetenv("OTEL_METRICS_EXPORTER") == 0);
+  CHECK(unsetenv("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE") == 0);
   CHECK(panto_telemetry_export("c-host", strlen("c-host"), &exporting, &err) == PANTO_OK);
   CHECK(exporting && err == NULL);
   /* Again: it is running. */
@@ -117,7 +149,8 @@ static void test_telemetry_export_of_a_tool_turn(void) {
   const char *options = "{\"traceparent\":\"00-" TRACE_ID "-" PARENT_ID "-01\"}";
   stream = stream_with(agent, "What's the weather in Paris?", options, &err);
   CHECK(stream != NULL);
-  CHECK(drain(stream, NULL) == PANTO_DONE);
+  CHECK(drain(stream, &usage) == PANTO_DONE);
+  CHECK(usage.reported && usage.input_tokens > 0 && usage.output_tokens > 0);
   panto_stream_free(stream);
   stream = NULL;
   /* A failed turn, to another provider; no traceparent. */
@@ -183,8 +216,58 @@ static void test_telemetry_export_of_a_tool_turn(void) {
   CHECK(field_is(line, "parent_span_id", ""));
   CHECK(!field_is(line, "trace_id", TRACE_ID));
   CHECK(strstr(line, "\"status\":{\"code\":2,") != NULL);
+
+  /* The metrics, sent by the same flush: the conventions' histograms, their attributes,
+   * units and buckets; the token counts are the tool turn's usage. */
+  metrics = server_get(&srv, "/_panto/otlp/metrics");
+  CHECK(metrics != NULL);
+  CHECKF(strstr(metrics, KEY) == NULL, "the API key in the metrics: %s", metrics);
+  const char *chat_attrs[] = {"\"gen_ai.operation.name\":\"chat\"",
+                              "\"gen_ai.provider.name\":\"openai\"",
+                              "\"gen_ai.request.model\":\"gpt-4o-mini\"",
+                              "\"gen_ai.response.model\":\"gpt-4o-2024-08-06\"",
+                              "\"server.address\":\"127.0.0.1\"",
+                              NULL};
+  const char *kinds[] = {"input", "output"};
+  uint64_t want[] = {usage.input_tokens, usage.output_tokens};
+  for (int i = 0; i < 2; i++) {
+    char kind[64];
+    snprintf(kind, sizeof kind, "\"gen_ai.token.type\":\"%s\"", kinds[i]);
+    const char *needles[] = {kind, chat_attrs[0], chat_attrs[1], chat_attrs[2], chat_attrs[3],
+                             chat_attrs[4], "\"unit\":\"{token}\"", "\"type\":\"histogram\"",
+                             "\"explicit_bounds\":[1.0,4.0,16.0,64.0,256.0,", "\"c-host\"",
+                             NULL};
+    CHECKF(metric_line(metrics, "gen_ai.client.token.usage", needles, NULL, line, sizeof line),
+           "%s tokens: %s", kinds[i], metrics);
+    CHECKF(number(line, "count") == 2, "one record per request: %s", line);
+    CHECKF(number(line, "sum") == (double)want[i], "the turn's %s tokens (%llu): %s", kinds[i],
+           (unsigned long long)want[i], line);
+  }
+  const char *chat_ok[] = {chat_attrs[0], chat_attrs[1], chat_attrs[2], chat_attrs[3],
+                           chat_attrs[4], "\"unit\":\"s\"",
+                           "\"explicit_bounds\":[0.01,0.02,0.04,0.08,", NULL};
+  /* The successful requests' point: the one without error.type. */
+  CHECKF(metric_line(metrics, "gen_ai.client.operation.duration", chat_ok, "error.type", line,
+                     sizeof line),
+         "%s", metrics);
+  CHECKF(number(line, "count") == 2, "two requests: %s", line);
+  const char *chat_failed[] = {chat_attrs[0], "\"error.type\":\"authentication\"", NULL};
+  CHECKF(metric_line(metrics, "gen_ai.client.operation.duration", chat_failed, NULL, line,
+                     sizeof line),
+         "the failed request's duration: %s", metrics);
+  CHECK(number(line, "count") == 1);
+  const char *tool[] = {"\"gen_ai.operation.name\":\"execute_tool\"", NULL};
+  CHECKF(metric_line(metrics, "gen_ai.client.operation.duration", tool, NULL, line, sizeof line),
+         "%s", metrics);
+  CHECK(number(line, "count") == 1);
+  const char *ttfc[] = {chat_attrs[0], chat_attrs[2], "\"unit\":\"s\"", NULL};
+  CHECKF(metric_line(metrics, "gen_ai.client.operation.time_to_first_chunk", ttfc, NULL, line,
+                     sizeof line),
+         "%s", metrics);
+  CHECKF(number(line, "count") == 2, "the two streamed answers: %s", line);
 out:
   free(spans);
+  free(metrics);
   panto_stream_free(stream);
   panto_error_free(err);
   panto_agent_free(agent);

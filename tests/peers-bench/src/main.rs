@@ -15,10 +15,14 @@
 //! - `async-openai`: `client.chat().create_stream(..)`, the most used Rust OpenAI client;
 //! - `panto-push`: `agent.run` with a `Receiver` on a current-thread runtime;
 //! - `panto-pull`: `agent.stream(..)` + `Stream::next` until exhausted;
-//! - `panto-push-otel`: `panto-push` with the turn's OpenTelemetry spans on, exported over
-//!   OTLP/HTTP by `panto-otel` (as the CLI and a C host export them) to the server's own
-//!   receiver (`OTEL_EXPORTER_OTLP_ENDPOINT`, when not set already); `panto-push` is the
-//!   same with them off;
+//! - `panto-push-otel`: `panto-push` with the turn's OpenTelemetry spans and metrics on,
+//!   exported over OTLP/HTTP by `panto-otel` (as the CLI and a C host export them) to the
+//!   server's own receiver (`OTEL_EXPORTER_OTLP_ENDPOINT`, when not set already), and
+//!   flushed at the end of every turn, inside its timing: each turn's spans and metrics are
+//!   encoded and sent in requests of their own, the most the export can cost a turn (a
+//!   host that lets them batch shares a request between turns); `panto-push` is the same
+//!   with them off; `panto-push-otel-batched` flushes only once, after the last turn
+//!   (untimed), as the CLI does at exit: the spans go in batches, the metrics once;
 //! - diagnostics for where time to first event goes (`bench/run.py --ttfe-sweep`):
 //!   `panto-push-mt` (push on a two-worker multi-thread runtime, where the turn and the
 //!   HTTP connection may run on different threads, as on the pull adapter's pool) and
@@ -146,12 +150,47 @@ impl Seen {
     }
 }
 
+/// Sends what the export holds, and checks nothing was lost.
+fn flush(export: &panto_otel::Export) {
+    assert!(
+        export.flush(Duration::from_secs(60)),
+        "the turns' spans and metrics are sent"
+    );
+    assert_eq!(
+        export.dropped_spans() + export.failed_spans() + export.failed_metric_exports(),
+        0,
+        "nothing lost"
+    );
+}
+
+/// One `agent.run` turn, every event counted.
+async fn push_turn(agent: &Agent, seen: &mut Seen) {
+    let mut receiver = Counting { seen, gaps: None };
+    agent
+        .run(
+            "bench",
+            &mut receiver,
+            &TurnControl::default(),
+            Default::default(),
+        )
+        .await
+        .expect("turn");
+}
+
 /// A client, created inside the first (cold) turn.
 enum Client {
     Floor(tokio::runtime::Runtime, reqwest::Client),
     EventSource(tokio::runtime::Runtime, reqwest::Client),
     AsyncOpenAi(tokio::runtime::Runtime, async_openai::Client<OpenAIConfig>),
     PantoPush(tokio::runtime::Runtime, Agent),
+    /// `PantoPush` whose turns are exported, flushed at the end of each turn (`true`) or
+    /// once after the last.
+    PantoPushExported(
+        tokio::runtime::Runtime,
+        Agent,
+        &'static panto_otel::Export,
+        bool,
+    ),
     PantoPull(Agent),
     PantoPullTry(Agent),
 }
@@ -197,16 +236,21 @@ impl Client {
                 ),
             ),
             "panto-push" => Client::PantoPush(current_thread(), panto_agent(base)),
-            "panto-push-otel" => {
+            "panto-push-otel" | "panto-push-otel-batched" => {
                 if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_none() {
                     let root = base.trim_end_matches('/').trim_end_matches("/v1");
                     // Before any thread of this client exists.
                     std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", format!("{root}/_panto/otlp"));
                 }
-                panto_otel::Export::install("panto-bench")
+                let export = panto_otel::Export::install("panto-bench")
                     .expect("the OpenTelemetry export starts")
                     .expect("an endpoint is set");
-                Client::PantoPush(current_thread(), panto_agent(base))
+                Client::PantoPushExported(
+                    current_thread(),
+                    panto_agent(base),
+                    export,
+                    variant == "panto-push-otel",
+                )
             }
             "panto-push-mt" => Client::PantoPush(
                 tokio::runtime::Builder::new_multi_thread()
@@ -226,6 +270,7 @@ impl Client {
     /// response per turn and be sent back each time; the peers send none either.
     fn prepare(&self) {
         if let Client::PantoPush(_, agent)
+        | Client::PantoPushExported(_, agent, _, _)
         | Client::PantoPull(agent)
         | Client::PantoPullTry(agent) = self
         {
@@ -238,18 +283,13 @@ impl Client {
             Client::Floor(rt, http) => rt.block_on(floor(http, base, seen, None)),
             Client::EventSource(rt, http) => rt.block_on(eventsource_serde(http, base, seen)),
             Client::AsyncOpenAi(rt, client) => rt.block_on(async_openai_turn(client, seen)),
-            Client::PantoPush(rt, agent) => rt.block_on(async {
-                let mut receiver = Counting { seen, gaps: None };
-                agent
-                    .run(
-                        "bench",
-                        &mut receiver,
-                        &TurnControl::default(),
-                        Default::default(),
-                    )
-                    .await
-                    .expect("turn");
-            }),
+            Client::PantoPush(rt, agent) => rt.block_on(push_turn(agent, seen)),
+            Client::PantoPushExported(rt, agent, export, each_turn) => {
+                rt.block_on(push_turn(agent, seen));
+                if *each_turn {
+                    flush(export);
+                }
+            }
             Client::PantoPull(agent) => {
                 let mut stream = agent.stream("bench").expect("stream");
                 while let Some(event) = stream.next().expect("event") {
@@ -302,6 +342,9 @@ fn run_turns(variant: &str, base: &str, turns: usize) {
             seen.items,
             peak_rss_kib()
         );
+    }
+    if let Some(Client::PantoPushExported(_, _, export, false)) = &client {
+        flush(export);
     }
 }
 

@@ -13,8 +13,8 @@
 //! - `http`: hand-written HTTP/1.1 request parsing and response framing on raw sockets.
 //! - `server`: accept loop, connections, shared state, control endpoints, body writer and
 //!   faults.
-//! - `otlp`: the OTLP/HTTP trace receiver (`/_panto/otlp/v1/traces`), for the tests of
-//!   panto's own OpenTelemetry export.
+//! - `otlp`: the OTLP/HTTP trace and metrics receiver (`/_panto/otlp/v1/traces`,
+//!   `/_panto/otlp/v1/metrics`), for the tests of panto's own OpenTelemetry export.
 //! - this file: [`TestServer`], the in-process handle that owns the server thread.
 //!
 //! ```no_run
@@ -133,6 +133,12 @@ impl TestServer {
     /// [`TestServer::otlp_endpoint`]), as `GET /_panto/otlp/spans` gives them.
     pub fn otlp_spans(&self) -> Vec<serde_json::Value> {
         self.shared.otlp_spans()
+    }
+
+    /// The metric data points its OTLP receiver took so far, as
+    /// `GET /_panto/otlp/metrics` gives them (one object per data point).
+    pub fn otlp_metrics(&self) -> Vec<serde_json::Value> {
+        self.shared.otlp_metrics()
     }
 
     /// The base URL of its OTLP/HTTP receiver, for `OTEL_EXPORTER_OTLP_ENDPOINT`.

@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     max_in_flight: AtomicUsize,
     /// The spans the OTLP receiver took (`otlp`), as JSON.
     otlp_spans: Mutex<Vec<Value>>,
+    /// The metric data points the OTLP receiver took (`otlp`), as JSON.
+    otlp_metrics: Mutex<Vec<Value>>,
 }
 
 /// The gate that `hold` and `flood` faults wait for.
@@ -135,6 +137,7 @@ impl Shared {
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
             otlp_spans: Mutex::new(Vec::new()),
+            otlp_metrics: Mutex::new(Vec::new()),
         }
     }
 
@@ -160,15 +163,18 @@ impl Shared {
             .clone()
     }
 
-    /// Takes an OTLP export request's body; `false` when it is not one, or when the
-    /// receiver is full.
+    /// The metric data points the OTLP receiver took so far.
+    pub(crate) fn otlp_metrics(&self) -> Vec<Value> {
+        self.otlp_metrics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Takes an OTLP trace export request's body; an error when it is not one, or when
+    /// the receiver is full.
     fn receive_otlp(&self, req: &Request) -> Result<(), (u16, String)> {
-        let headers: Vec<(String, String)> = req
-            .headers
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let spans = crate::otlp::decode(&req.body, &headers).map_err(|e| (400, e))?;
+        let spans = crate::otlp::decode(&req.body, &req.headers).map_err(|e| (400, e))?;
         let mut kept = self.otlp_spans.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() + spans.len() > crate::otlp::MAX_SPANS {
             return Err((
@@ -177,6 +183,21 @@ impl Shared {
             ));
         }
         kept.extend(spans);
+        Ok(())
+    }
+
+    /// Takes an OTLP metrics export request's body; an error when it is not one, or when
+    /// the receiver is full.
+    fn receive_otlp_metrics(&self, req: &Request) -> Result<(), (u16, String)> {
+        let points = crate::otlp::decode_metrics(&req.body, &req.headers).map_err(|e| (400, e))?;
+        let mut kept = self.otlp_metrics.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() + points.len() > crate::otlp::MAX_POINTS {
+            return Err((
+                507,
+                "the receiver holds as many metric points as it keeps".to_owned(),
+            ));
+        }
+        kept.extend(points);
         Ok(())
     }
 
@@ -646,9 +667,16 @@ fn simple_response(status: u16, json_body: &[u8], close: bool) -> Vec<u8> {
 fn control(shared: &Shared, req: &Request) -> (After, Vec<u8>) {
     let close = req.wants_close();
     let (status, body): (u16, Vec<u8>) = match (req.method.as_str(), req.path.as_str()) {
-        ("POST", "/_panto/otlp/v1/traces") => {
-            let (status, body, kind) = match shared.receive_otlp(req) {
-                Ok(()) => (200, crate::otlp::success(), "application/x-protobuf"),
+        ("POST", path @ ("/_panto/otlp/v1/traces" | "/_panto/otlp/v1/metrics")) => {
+            let received = if path.ends_with("traces") {
+                shared.receive_otlp(req).map(|()| crate::otlp::success())
+            } else {
+                shared
+                    .receive_otlp_metrics(req)
+                    .map(|()| crate::otlp::metrics_success())
+            };
+            let (status, body, kind) = match received {
+                Ok(answer) => (200, answer, "application/x-protobuf"),
                 Err((status, why)) => (
                     status,
                     error_body("testserver_bad_otlp", &why),
@@ -663,10 +691,15 @@ fn control(shared: &Shared, req: &Request) -> (After, Vec<u8>) {
             out.extend_from_slice(&body);
             return (close_if(close), out);
         }
-        ("GET", "/_panto/otlp/spans") => {
+        ("GET", path @ ("/_panto/otlp/spans" | "/_panto/otlp/metrics")) => {
+            let items = if path.ends_with("spans") {
+                shared.otlp_spans()
+            } else {
+                shared.otlp_metrics()
+            };
             let mut lines = Vec::new();
-            for span in shared.otlp_spans() {
-                lines.extend_from_slice(span.to_string().as_bytes());
+            for item in items {
+                lines.extend_from_slice(item.to_string().as_bytes());
                 lines.push(b'\n');
             }
             let mut framing = vec![("content-length", lines.len().to_string())];
@@ -738,7 +771,9 @@ fn control(shared: &Shared, req: &Request) -> (After, Vec<u8>) {
             | "/_panto/gate/close"
             | "/_panto/close-idle"
             | "/_panto/otlp/v1/traces"
-            | "/_panto/otlp/spans",
+            | "/_panto/otlp/spans"
+            | "/_panto/otlp/v1/metrics"
+            | "/_panto/otlp/metrics",
         ) => (
             405,
             error_body(
@@ -754,7 +789,8 @@ fn control(shared: &Shared, req: &Request) -> (After, Vec<u8>) {
                     "unknown control endpoint {}; known: GET /_panto/requests, GET /_panto/stats, \
                      POST /_panto/scenario, POST /_panto/reset, POST /_panto/gate/open, \
                      POST /_panto/gate/close, POST /_panto/close-idle, \
-                     POST /_panto/otlp/v1/traces, GET /_panto/otlp/spans",
+                     POST /_panto/otlp/v1/traces, GET /_panto/otlp/spans, \
+                     POST /_panto/otlp/v1/metrics, GET /_panto/otlp/metrics",
                     req.path
                 ),
             ),
