@@ -552,7 +552,7 @@ def targets(cells, workloads: List[Workload], conc, streams: List[int]) -> List[
 
 
 def scale_targets(scale: Dict[Tuple[str, int], ConcCell], n: int) -> List[Target]:
-    """Issue 21's targets at ``n`` streams, each against a figure of the same run."""
+    """Issues 21's and 38's targets at ``n`` streams, each against a figure of the same run."""
     med = statistics.median
     where = f"{n:,} streams"
 
@@ -596,6 +596,21 @@ def scale_targets(scale: Dict[Tuple[str, int], ConcCell], n: int) -> List[Target
                      where))
     out.append(check("Python CPU per event ≤ 0.1× openai-python `AsyncOpenAI`",
                      cpu_ratio("py/panto-async", "py/openai-python-async"), 0.1, "×", where))
+
+    def overhead_ratio(a: str, b: str) -> Optional[float]:
+        """``a``'s CPU per event above the floor row's, over ``b``'s above it."""
+        x, y, f = (value(k, "cpu_per_event_us") for k in (a, b, "rust/floor"))
+        return (x - f) / (y - f) if x is not None and y is not None and f is not None and y > f else None
+
+    # Issue 38's, against the same run.
+    out.append(check("issue 38: Go `Iter` CPU per event ≤ 0.8× openai-go",
+                     cpu_ratio("go/panto-iter", "go/openai-go"), 0.8, "×", where))
+    out.append(check("issue 38: Go `Iter` CPU above the floor ≤ 0.6× openai-go's",
+                     overhead_ratio("go/panto-iter", "go/openai-go"), 0.6, "×", where))
+    out.append(check("issue 38: Python `async for` CPU per event ≤ 0.05× `AsyncOpenAI`",
+                     cpu_ratio("py/panto-async", "py/openai-python-async"), 0.05, "×", where))
+    out.append(check("issue 38: Rust pull CPU above the floor ≤ 2× push's",
+                     overhead_ratio("rust/panto-pull-async", "rust/panto-push"), 2.0, "×", where))
     return out
 
 
@@ -690,7 +705,7 @@ def render_scale(scale: Dict[Tuple[str, int], ConcCell], n: int, chunks: int, pa
     L.append("")
     L.append(SCALE_END)
     tlist = scale_targets(scale, n)
-    T = [TARGETS_BEGIN, f"### Targets at {n:,} streams (issue 21)", ""]
+    T = [TARGETS_BEGIN, f"### Targets at {n:,} streams (issues 21 and 38)", ""]
     T.extend(target_lines(tlist))
     T.append("")
     missed = [t for t in tlist if t.met is False]

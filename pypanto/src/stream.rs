@@ -171,6 +171,12 @@ impl Stream {
     /// Takes what the pull stream has ready now, never waiting for the turn: an event,
     /// the end, a failure, or `Pending`.
     fn take(&self, py: Python<'_>) -> Result<Next, panto::Error> {
+        self.take_more(py, false).0
+    }
+
+    /// `take`, and with `more`, whether anything else is ready after the event taken
+    /// (`panto_pull::Stream::ready_now`, under the same lock; false otherwise).
+    fn take_more(&self, py: Python<'_>, more: bool) -> (Result<Next, panto::Error>, bool) {
         let mut c = self.lock(py);
         let stream = &mut c.stream;
         // A cancelled stream's answer waits for its turn to end (the history is then
@@ -180,12 +186,16 @@ impl Stream {
         } else {
             stream.try_next()
         };
+        let mut ready = false;
         if let Ok(Next::Event(ev)) = &next {
             if ev.is_terminal() {
                 c.complete = Some(ev.clone());
             }
+            // Never waits; finding nothing, it leaves the readiness cleared as a
+            // `Pending` would.
+            ready = more && c.stream.ready_now();
         }
-        next
+        (next, ready)
     }
 
     /// Waits without the GIL, up to `timeout`, until the pull stream has something to
@@ -210,6 +220,26 @@ impl Stream {
             }
         }
         Ok(obj)
+    }
+
+    /// `_try_next` and `_try_next_more`: the next event if one is ready now, and (with
+    /// `more`) whether anything else is ready after it; raises `StopAsyncIteration` once
+    /// exhausted. Never blocks.
+    fn try_next_more(&self, py: Python<'_>, more: bool) -> PyResult<Option<(Py<PyAny>, bool)>> {
+        let mut took = self.take_more(py, more);
+        if matches!(took.0, Ok(Next::Pending)) {
+            // Whatever the worker's outbox holds is taken now, without waiting (the
+            // pull stream's zero-timeout wait), rather than at its next hand-off.
+            self.waits.fetch_add(1, Ordering::Relaxed);
+            py.detach(|| self.wait_ready(Duration::ZERO));
+            took = self.take_more(py, more);
+        }
+        match took {
+            (Ok(Next::Event(ev)), ready) => Ok(Some((self.deliver(py, ev)?, ready))),
+            (Ok(Next::Done), _) => Err(PyStopAsyncIteration::new_err(())),
+            (Err(e), _) => Err(self.fail(py, e)),
+            (Ok(Next::Pending), _) => Ok(None),
+        }
     }
 
     fn fail(&self, py: Python<'_>, e: panto::Error) -> PyErr {
@@ -498,21 +528,17 @@ impl Stream {
     /// within the few microseconds a burst being produced right now takes), else
     /// `None`; raises `StopAsyncIteration` once exhausted. Never blocks.
     fn _try_next(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let mut took = self.take(py);
-        if matches!(took, Ok(Next::Pending)) {
-            // While the turn is being polled on its worker, its next burst is microseconds
-            // away: the pull stream spins for it (at most 20 µs, and only then) when asked
-            // with a zero timeout. That costs the loop far less than a hop to a thread.
-            self.waits.fetch_add(1, Ordering::Relaxed);
-            py.detach(|| self.wait_ready(Duration::ZERO));
-            took = self.take(py);
-        }
-        match took {
-            Ok(Next::Event(ev)) => self.deliver(py, ev).map(Some),
-            Ok(Next::Done) => Err(PyStopAsyncIteration::new_err(())),
-            Err(e) => Err(self.fail(py, e)),
-            Ok(Next::Pending) => Ok(None),
-        }
+        Ok(self.try_next_more(py, false)?.map(|(ev, _)| ev))
+    }
+
+    /// The async path's one call per event: what `_try_next` returns, with whether
+    /// anything else is ready right after it (more events, the end, a failure, a
+    /// cancel), as `(event, more)`; `None` when nothing is ready. After `more` is false,
+    /// as after `None`, the stream's ready set (or descriptor) reports the next arrival
+    /// — once: a caller that goes straight to waiting must not lose that report if
+    /// the loop's reader takes it before the wait begins (`AsyncStream`'s `armed`).
+    fn _try_next_more(&self, py: Python<'_>) -> PyResult<Option<(Py<PyAny>, bool)>> {
+        self.try_next_more(py, true)
     }
 
     /// Makes the stream report its readiness to `set` under `token` (the async path's way

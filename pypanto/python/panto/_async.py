@@ -1,7 +1,8 @@
 """``AsyncStream``: one turn as an async iterator, over the same native ``Stream``.
 
 ``__anext__`` first takes, on the event loop's thread, whatever the native stream has
-ready (``_try_next``: the native buffer, or a burst drained without waiting). Only when
+ready (``_try_next_more``: the native buffer, or a burst drained without waiting, and
+whether anything is left after it). Only when
 nothing is ready does it wait — **on the event loop itself**, through the loop's **ready
 set** (``_LoopSet``): one native ``ReadySet`` per event loop, whose one descriptor is
 given to ``loop.add_reader`` once. A stream that waits is attached to its loop's set
@@ -13,9 +14,16 @@ would have doubled that, past common limits), and a burst of streams turning rea
 the loop one wake-up, not one per stream.
 
 The native set reports a stream once per turn to ready after it last answered "nothing"
-(``_try_next`` returning ``None``), and never answers "nothing" with a report pending, so
-a task that found nothing and then waits cannot miss the report that follows. A stream
-first awaited on one loop and later on another waits, on the second, in a thread.
+(``_try_next_more`` returning ``None``, or an event with ``more`` false), and never
+answers either with a report pending, so a task that found nothing and then waits cannot
+miss the report that follows. So a sparse event costs one native call, not an event and
+then a "nothing": after ``more`` false the next ``__anext__`` waits at once. Between that
+answer and the wait the task may be elsewhere (the body of ``async for`` awaits), and the
+loop's reader may take the stream's one report with no task waiting for it: the stream
+is **armed** in its set meanwhile (``_LoopSet.armed``), and a report taken for an armed
+stream with nobody waiting disarms it, so its next ``__anext__`` asks the native stream
+first instead of waiting for a report that already came. A stream first awaited on one
+loop and later on another waits, on the second, in a thread.
 
 ``WAIT_POOL`` is what is left of the threads: it serves only loops that cannot watch a
 descriptor (``add_reader`` raises ``NotImplementedError``: Windows' Proactor loop) and
@@ -40,7 +48,7 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Union
 
 from ._pool import Pool
 
@@ -90,7 +98,7 @@ class _LoopSet:
     the next loop's set is made. The stranded tasks then hold the only references to
     their streams, and the collector, closing their coroutines, closes the streams."""
 
-    __slots__ = ("native", "fd", "waiters", "__weakref__")
+    __slots__ = ("native", "fd", "waiters", "armed", "__weakref__")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         from ._native import ReadySet
@@ -99,6 +107,10 @@ class _LoopSet:
         self.fd = self.native.fd()
         #: The futures of the tasks waiting, by stream token.
         self.waiters: Dict[int, List[asyncio.Future[None]]] = {}
+        #: The tokens of streams whose last answer was an event with nothing else ready
+        #: and whose consumer has not waited since: their next ``__anext__`` waits
+        #: without asking first, unless a report is taken for them before (``_ready``).
+        self.armed: Set[int] = set()
         # Level-triggered: called on every loop iteration while readable, and `take`
         # leaves it unreadable once it has taken everything. The reader is an object of
         # its own, so that the loop letting go of it (its close) is seen.
@@ -111,11 +123,16 @@ class _LoopSet:
         if native is None:
             return
         waiters = self.waiters
+        armed = self.armed
         for token in native.take():
             futs = waiters.get(token)
             if futs:
                 for fut in futs:
                     _wake(fut)
+            elif armed:
+                # Nobody waits: the stream's one report would be lost to a consumer that
+                # waits for it next. Disarmed, that consumer asks the stream first.
+                armed.discard(token)
 
     def _discard(self, token: int, fut: "asyncio.Future[None]") -> None:
         """A wait ended: its future leaves the waiters and the count (unless the set
@@ -134,6 +151,7 @@ class _LoopSet:
         set (its descriptor closes; streams still attached to it report nowhere)."""
         gone = sum(len(futs) for futs in self.waiters.values())
         self.waiters.clear()
+        self.armed.clear()
         _count_loop_wait(-gone)
         self.native = None
 
@@ -206,7 +224,7 @@ class AsyncStream:
     """One turn as an async iterator and an async context manager
     (``agent.astream(prompt)``). ``MessageComplete`` is the last event."""
 
-    __slots__ = ("_stream", "_runner", "_token", "_set", "_waits", "__weakref__")
+    __slots__ = ("_stream", "_runner", "_token", "_set", "_waits", "_dry", "__weakref__")
 
     def __init__(self, stream: Stream, runner: Any) -> None:
         """Wraps a native stream; ``Agent.astream`` makes these (not meant to be called
@@ -218,6 +236,13 @@ class AsyncStream:
         self._token = 0
         self._set: Optional[_LoopSet] = None
         self._waits = 0
+        #: Armed in ``_set`` (``_arm``): the next ``__anext__`` looks there first.
+        self._dry = False
+
+    def __del__(self) -> None:
+        # Armed and never reported again (dropped unclosed): its token leaves the set.
+        if getattr(self, "_dry", False) and self._set is not None:
+            self._set.armed.discard(self._token)
 
     def __aiter__(self) -> AsyncStream:
         """Returns the stream itself: ``async for event in stream``."""
@@ -229,16 +254,41 @@ class AsyncStream:
         ``MessageComplete``, or the turn's ``PantoError`` (again on every later call);
         cancelling the awaiting task cancels the turn."""
         stream = self._stream
-        ev = stream._try_next()
-        if ev is not None:
-            return ev
+        ask = True
+        if self._dry:
+            # The last event came with nothing else ready: unless a report for this
+            # stream was taken since (which disarmed it), wait for the next one without
+            # asking to hear "nothing".
+            self._dry = False
+            ls = self._set
+            if ls is not None and self._token in ls.armed:
+                ls.armed.discard(self._token)
+                ask = False
+        if ask:
+            got = stream._try_next_more()
+            if got is not None:
+                ev, more = got
+                if not more:
+                    self._arm()
+                return ev
         while True:
             await self._wait()
             # A report may be for what an earlier call already took: then this is None
             # and the loop waits again.
-            ev = stream._try_next()
-            if ev is not None:
+            got = stream._try_next_more()
+            if got is not None:
+                ev, more = got
+                if not more:
+                    self._arm()
                 return ev
+
+    def _arm(self) -> None:
+        """The stream said nothing else is ready: armed in its loop's set (if it has
+        one), its next ``__anext__`` waits without asking."""
+        ls = self._set
+        if ls is not None:
+            ls.armed.add(self._token)
+            self._dry = True
 
     def _attached(self, loop: asyncio.AbstractEventLoop) -> Optional[_LoopSet]:
         """The loop's set with this stream attached to it (attached on its first wait);
