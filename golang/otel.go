@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,7 +39,15 @@ type instruments struct {
 	content  bool
 	provider string
 	model    string
+	server   []attribute.KeyValue // server.address and server.port, when known
 }
+
+// The conventions' bucket advice for the time histograms (seconds) and for
+// gen_ai.client.token.usage (tokens).
+var (
+	durationBuckets = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+	tokenBuckets    = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
+)
 
 // Instrument makes every turn this agent starts afterwards record OpenTelemetry spans
 // and metrics named as the GenAI semantic conventions say (docs/observability.md): an
@@ -53,7 +63,7 @@ func (a *Agent) Instrument(in *Instrumentation) error {
 		a.instr.Store(nil)
 		return nil
 	}
-	ins := &instruments{provider: a.providerName, model: a.model, content: in.CaptureContent || captureEnv()}
+	ins := &instruments{provider: a.providerName, model: a.model, server: a.server, content: in.CaptureContent || captureEnv()}
 	if in.TracerProvider != nil {
 		ins.tracer = in.TracerProvider.Tracer("panto")
 	}
@@ -61,15 +71,18 @@ func (a *Agent) Instrument(in *Instrumentation) error {
 		m := in.MeterProvider.Meter("panto")
 		var err error
 		if ins.duration, err = m.Float64Histogram("gen_ai.client.operation.duration",
-			metric.WithUnit("s"), metric.WithDescription("GenAI operation duration")); err != nil {
+			metric.WithUnit("s"), metric.WithDescription("GenAI operation duration"),
+			metric.WithExplicitBucketBoundaries(durationBuckets...)); err != nil {
 			return err
 		}
 		if ins.tokens, err = m.Int64Histogram("gen_ai.client.token.usage",
-			metric.WithUnit("{token}"), metric.WithDescription("Number of input and output tokens used")); err != nil {
+			metric.WithUnit("{token}"), metric.WithDescription("Number of input and output tokens used"),
+			metric.WithExplicitBucketBoundaries(tokenBuckets...)); err != nil {
 			return err
 		}
 		if ins.ttfc, err = m.Float64Histogram("gen_ai.client.operation.time_to_first_chunk",
-			metric.WithUnit("s"), metric.WithDescription("Time to the first chunk of a streamed response")); err != nil {
+			metric.WithUnit("s"), metric.WithDescription("Time to the first chunk of a streamed response"),
+			metric.WithExplicitBucketBoundaries(durationBuckets...)); err != nil {
 			return err
 		}
 	}
@@ -93,6 +106,39 @@ func otelProviderName(provider, baseURL string) string {
 		return "azure.ai.openai"
 	}
 	return "openai"
+}
+
+// otelServer is server.address and server.port of the agent's base URL, or of its
+// provider's default API when none is set (the port the URL's scheme implies when it
+// names none); nothing when the URL has no host.
+func otelServer(provider, baseURL string) []attribute.KeyValue {
+	if baseURL == "" {
+		switch provider {
+		case "anthropic":
+			baseURL = "https://api.anthropic.com"
+		case "gemini":
+			baseURL = "https://generativelanguage.googleapis.com"
+		default:
+			baseURL = "https://api.openai.com/v1"
+		}
+	}
+	u, err := url.Parse(baseURL)
+	if err != nil || u.Hostname() == "" {
+		return nil
+	}
+	kv := []attribute.KeyValue{attribute.String("server.address", u.Hostname())}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		switch strings.ToLower(u.Scheme) {
+		case "https":
+			port = 443
+		case "http":
+			port = 80
+		default:
+			return kv
+		}
+	}
+	return append(kv, attribute.Int("server.port", port))
 }
 
 func bounded(s string) string {
@@ -140,6 +186,7 @@ func (ins *instruments) start(parent context.Context, input string, resumed bool
 		attribute.String("gen_ai.request.model", ins.model),
 		attribute.Bool("panto.turn.resumed", resumed),
 	}
+	attrs = append(attrs, ins.server...)
 	if ins.content && !resumed {
 		attrs = append(attrs, attribute.String("gen_ai.input.messages", messageJSON("user", bounded(input))))
 	}
@@ -159,6 +206,10 @@ func (o *observer) metricAttrs(op string, extra ...attribute.KeyValue) metric.Me
 		attribute.String("gen_ai.provider.name", o.ins.provider),
 		attribute.String("gen_ai.request.model", o.ins.model),
 	}, extra...)
+	if op == "chat" {
+		// A model request's: the server's address and port (a tool call has none).
+		kv = append(kv, o.ins.server...)
+	}
 	return metric.WithAttributes(kv...)
 }
 
@@ -176,7 +227,7 @@ func (o *observer) chatSpan(m uint32) {
 				attribute.String("gen_ai.provider.name", o.ins.provider),
 				attribute.String("gen_ai.request.model", o.ins.model),
 				attribute.Int64("panto.message", int64(m)),
-			))
+			), trace.WithAttributes(o.ins.server...))
 	} else {
 		o.chat = trace.SpanFromContext(context.Background()) // a no-op span
 	}

@@ -3,6 +3,9 @@ package panto
 import (
 	"context"
 	"encoding/json"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +90,8 @@ func allSpanText(p *otelPipeline) string {
 }
 
 // instrumentedTurn runs a weather tool turn under a caller's span.
-func instrumentedTurn(t *testing.T, p *otelPipeline, content bool) (trace.SpanContext, error) {
+// It returns the server's port as well.
+func instrumentedTurn(t *testing.T, p *otelPipeline, content bool) (trace.SpanContext, int, error) {
 	srv := startServer(t, weatherScenario())
 	cfg := testConfig(srv)
 	cfg.Tools = []Tool{{
@@ -108,13 +112,21 @@ func instrumentedTurn(t *testing.T, p *otelPipeline, content bool) (trace.SpanCo
 	for range s.Iter() {
 	}
 	caller.End()
-	return caller.SpanContext(), s.Err()
+	u, err := url.Parse(srv.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatalf("the test server's URL %q has no port", srv.url)
+	}
+	return caller.SpanContext(), port, s.Err()
 }
 
 func TestInstrumentToolTurnSpanTree(t *testing.T) {
 	defer verifyNoLeaks(t)
 	p := newOtelPipeline(t)
-	caller, err := instrumentedTurn(t, p, false)
+	caller, port, err := instrumentedTurn(t, p, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +158,9 @@ func TestInstrumentToolTurnSpanTree(t *testing.T) {
 		if _, ok := spanAttr(c, "gen_ai.response.time_to_first_chunk"); !ok {
 			t.Errorf("no time to first chunk")
 		}
+		checkServerAttrs(t, "chat span", attribute.NewSet(c.Attributes()...), port)
 	}
+	checkServerAttrs(t, "invoke_agent span", attribute.NewSet(agent.Attributes()...), port)
 	tool := oneSpan(t, p, "execute_tool weather")
 	if tool.Parent().SpanID() != agent.SpanContext().SpanID() {
 		t.Errorf("execute_tool is not the turn's child")
@@ -177,12 +191,98 @@ func TestInstrumentToolTurnSpanTree(t *testing.T) {
 			t.Errorf("no metric %s in %v", want, names)
 		}
 	}
+	checkMetricPoints(t, rm, port)
+}
+
+// The GenAI conventions' bucket advice, written out here rather than taken from the
+// package so that a wrong constant fails.
+var (
+	wantDurationBounds = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+	wantTokenBounds    = []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864}
+)
+
+func checkServerAttrs(t *testing.T, what string, attrs attribute.Set, port int) {
+	t.Helper()
+	if v, _ := attrs.Value("server.address"); v.AsString() != "127.0.0.1" {
+		t.Errorf("%s server.address = %q", what, v.Emit())
+	}
+	if v, ok := attrs.Value("server.port"); !ok || v.AsInt64() != int64(port) {
+		t.Errorf("%s server.port = %s, want %d", what, v.Emit(), port)
+	}
+}
+
+// checkMetricPoints: a model request's data points carry server.address and
+// server.port, a tool call's neither; every histogram's bounds are the advice.
+func checkMetricPoints(t *testing.T, rm metricdata.ResourceMetrics, port int) {
+	t.Helper()
+	points := 0
+	check := func(name string, attrs attribute.Set, bounds, want []float64) {
+		points++
+		if !slices.Equal(bounds, want) {
+			t.Errorf("%s bounds %v, want %v", name, bounds, want)
+		}
+		if op, _ := attrs.Value("gen_ai.operation.name"); op.AsString() == "execute_tool" {
+			if attrs.HasValue("server.address") || attrs.HasValue("server.port") {
+				t.Errorf("%s: a tool call's point has server attributes: %v", name, attrs.ToSlice())
+			}
+			return
+		}
+		checkServerAttrs(t, name, attrs, port)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					check(m.Name, dp.Attributes, dp.Bounds, wantDurationBounds)
+				}
+			case metricdata.Histogram[int64]:
+				for _, dp := range d.DataPoints {
+					check(m.Name, dp.Attributes, dp.Bounds, wantTokenBounds)
+				}
+			default:
+				t.Errorf("%s is a %T", m.Name, m.Data)
+			}
+		}
+	}
+	// chat and execute_tool durations, input and output tokens, time to first chunk.
+	if points != 5 {
+		t.Errorf("%d data points, want 5", points)
+	}
+}
+
+func TestInstrumentServerAttributes(t *testing.T) {
+	for _, c := range []struct {
+		provider, baseURL, host string
+		port                    int
+	}{
+		{"openai", "", "api.openai.com", 443},
+		{"", "", "api.openai.com", 443},
+		{"openai-responses", "", "api.openai.com", 443},
+		{"anthropic", "", "api.anthropic.com", 443},
+		{"gemini", "", "generativelanguage.googleapis.com", 443},
+		{"openai", "http://127.0.0.1:8080/v1", "127.0.0.1", 8080},
+		{"openai", "http://localhost/v1", "localhost", 80},
+		{"openai", "https://x.openai.azure.com/openai", "x.openai.azure.com", 443},
+		{"openai", "http://[::1]:9000/v1", "::1", 9000},
+	} {
+		attrs := attribute.NewSet(otelServer(c.provider, c.baseURL)...)
+		if v, _ := attrs.Value("server.address"); v.AsString() != c.host {
+			t.Errorf("%q %q: server.address %q, want %q", c.provider, c.baseURL, v.Emit(), c.host)
+		}
+		if v, _ := attrs.Value("server.port"); v.AsInt64() != int64(c.port) {
+			t.Errorf("%q %q: server.port %s, want %d", c.provider, c.baseURL, v.Emit(), c.port)
+		}
+	}
+	if kv := otelServer("openai", "not a url"); len(kv) != 0 {
+		t.Errorf("a URL without a host gives %v", kv)
+	}
 }
 
 func TestInstrumentContentWhenAsked(t *testing.T) {
 	defer verifyNoLeaks(t)
 	p := newOtelPipeline(t)
-	if _, err := instrumentedTurn(t, p, true); err != nil {
+	if _, _, err := instrumentedTurn(t, p, true); err != nil {
 		t.Fatal(err)
 	}
 	agent := oneSpan(t, p, "invoke_agent")

@@ -53,6 +53,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 	"weak"
+
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Agent is one conversation with one provider configuration. Its methods may be called
@@ -73,6 +75,7 @@ type Agent struct {
 	instr        atomic.Pointer[instruments]
 	model        string
 	providerName string
+	server       []attribute.KeyValue
 }
 
 type agentHandle struct {
@@ -167,7 +170,8 @@ func NewAgent(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	h := &agentHandle{p: out}
-	a := &Agent{h: h, tools: tools, model: cfg.Model, providerName: otelProviderName(cfg.Provider, cfg.BaseURL)}
+	a := &Agent{h: h, tools: tools, model: cfg.Model, providerName: otelProviderName(cfg.Provider, cfg.BaseURL),
+		server: otelServer(cfg.Provider, cfg.BaseURL)}
 	runtime.AddCleanup(a, func(h *agentHandle) { h.free() }, h)
 	return a, nil
 }

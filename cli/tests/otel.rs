@@ -272,6 +272,7 @@ fn a_tool_turn_exports_the_conventions_metrics() {
         "gen_ai.request.model": "m",
         "gen_ai.response.model": "gpt-test",
         "server.address": "127.0.0.1",
+        "server.port": srv.addr().port(),
     });
     for (kind, tokens) in [("input", input), ("output", output)] {
         let p = point(
@@ -331,6 +332,8 @@ fn a_tool_turn_exports_the_conventions_metrics() {
     assert_eq!(ttfc["unit"], "s");
     assert_eq!(ttfc["count"], 2, "one per streamed request");
     assert_eq!(ttfc["explicit_bounds"], json!(DURATION_BUCKETS));
+    assert_eq!(ttfc["attributes"]["server.address"], "127.0.0.1");
+    assert_eq!(ttfc["attributes"]["server.port"], json!(srv.addr().port()));
     assert!(ttfc["sum"].as_f64().unwrap() <= chat["sum"].as_f64().unwrap());
     let mut names: Vec<&str> = metrics.iter().filter_map(|m| m["name"].as_str()).collect();
     names.sort_unstable();

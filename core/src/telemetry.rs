@@ -457,6 +457,7 @@ impl TurnTelemetry {
             gen_ai.provider.name = c.provider,
             gen_ai.request.model = c.model.as_str(),
             server.address = c.server_address.as_deref().unwrap_or(""),
+            server.port = c.server_port.map(i64::from),
         );
     }
 
@@ -523,6 +524,7 @@ impl TurnTelemetry {
         let c = &self.common;
         let d = secs(started);
         let server = c.server_address.as_deref().unwrap_or("");
+        let port = c.server_port.map(i64::from);
         match error {
             None => tracing::event!(
                 target: TARGET,
@@ -534,6 +536,7 @@ impl TurnTelemetry {
                 gen_ai.request.model = c.model.as_str(),
                 gen_ai.response.model = model,
                 server.address = server,
+                server.port = port,
             ),
             Some(e) => tracing::event!(
                 target: TARGET,
@@ -545,6 +548,7 @@ impl TurnTelemetry {
                 gen_ai.request.model = c.model.as_str(),
                 gen_ai.response.model = model,
                 server.address = server,
+                server.port = port,
                 error.type = e.kind.as_str(),
             ),
         }
@@ -583,6 +587,7 @@ impl TurnTelemetry {
         }
         let c = &self.common;
         let server = c.server_address.as_deref().unwrap_or("");
+        let port = c.server_port.map(i64::from);
         for (kind, n) in [
             ("input", usage.input_tokens),
             ("output", usage.output_tokens),
@@ -598,6 +603,7 @@ impl TurnTelemetry {
                 gen_ai.request.model = c.model.as_str(),
                 gen_ai.response.model = model,
                 server.address = server,
+                server.port = port,
             );
         }
     }

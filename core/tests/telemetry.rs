@@ -4,7 +4,7 @@
 //! caller's span. What is checked: the span tree and the GenAI conventions' names and
 //! attributes, a retry as a span event, a failure's `error.type` and status, a cancel,
 //! content off by default, on when asked and cut at 16 KiB, no key anywhere, a resumed
-//! turn, and the three metrics.
+//! turn, and the three metrics (with the server's address and port).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -588,6 +588,36 @@ async fn the_turn_records_the_conventions_metrics() {
         has(&ttfc, "gen_ai.request.model", "scripted-model"),
         "{ttfc:?}"
     );
+    // The conventions' server attributes on every model request's data points (a tool
+    // call's have none): the address, and the port it requires along with it.
+    let port = reqwest_port(&server).to_string();
+    let chat_points = tokens.iter().chain(&ttfc).chain(
+        duration
+            .iter()
+            .filter(|a| a.contains(&("gen_ai.operation.name".to_owned(), "chat".to_owned()))),
+    );
+    let mut n = 0;
+    for a in chat_points {
+        n += 1;
+        assert!(
+            a.contains(&("server.address".to_owned(), "127.0.0.1".to_owned())),
+            "{a:?}"
+        );
+        assert!(
+            a.contains(&("server.port".to_owned(), port.clone())),
+            "{a:?}"
+        );
+    }
+    assert!(n >= 4, "the tokens, ttfc and chat duration points");
+    let tool_points = duration.iter().filter(|a| {
+        a.contains(&(
+            "gen_ai.operation.name".to_owned(),
+            "execute_tool".to_owned(),
+        ))
+    });
+    for a in tool_points {
+        assert!(!a.iter().any(|(k, _)| k.starts_with("server.")), "{a:?}");
+    }
 }
 
 #[tokio::test]

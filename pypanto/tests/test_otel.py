@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import threading
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -24,9 +25,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 import panto  # noqa: E402
+from panto import _otel  # noqa: E402
 from conftest import error_exchange, exchange, make_agent, text_exchange, text_sse, tool_sse, wait_until  # noqa: E402
 
 KEY = "sk-test-0123456789"
+
+# The GenAI conventions' bucket advice (gen-ai-metrics.md), written out here rather than
+# taken from panto so that a wrong constant fails.
+DURATION_BOUNDS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+TOKEN_BOUNDS = tuple(4.0**i for i in range(14))
 
 
 class Pipeline:
@@ -286,6 +293,27 @@ def test_the_three_metrics(server, otel):
     assert tokens["output"].sum == 10
     ttfc = m["gen_ai.client.operation.time_to_first_chunk"].data.data_points
     assert sum(dp.count for dp in ttfc) == 2
+    # The model requests' points carry the server's address and port; a tool call's none.
+    port = urlsplit(server.base_url).port
+    assert port is not None
+    for dp in [ops["chat"], *tokens.values(), *ttfc]:
+        assert dp.attributes["server.address"] == "127.0.0.1", dp.attributes
+        assert dp.attributes["server.port"] == port, dp.attributes
+    assert not any(k.startswith("server.") for k in ops["execute_tool"].attributes)
+    # The histograms' boundaries are the conventions' advice.
+    assert tuple(ops["chat"].explicit_bounds) == DURATION_BOUNDS
+    assert tuple(ops["execute_tool"].explicit_bounds) == DURATION_BOUNDS
+    assert all(tuple(dp.explicit_bounds) == DURATION_BOUNDS for dp in ttfc)
+    assert all(tuple(dp.explicit_bounds) == TOKEN_BOUNDS for dp in tokens.values())
+
+
+def test_a_meter_without_bucket_advice_still_makes_the_histograms():
+    # A meter whose create_histogram predates explicit_bucket_boundaries_advisory.
+    class OldMeter:
+        def create_histogram(self, name, unit="", description=""):
+            return (name, unit, description)
+
+    assert _otel._histogram(OldMeter(), "h", "s", "d", DURATION_BOUNDS) == ("h", "s", "d")
 
 
 def test_panto_instrument_covers_every_agent_but_those_that_opt_out(server, otel):

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.metrics import Histogram, MeterProvider
+    from opentelemetry.metrics import Histogram, Meter, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
     from opentelemetry.util.types import AttributeValue
 
@@ -55,6 +55,28 @@ def provider_name(provider: str, base_url: str) -> str:
     if ".openai.azure.com" in base_url or ".services.ai.azure.com" in base_url:
         return "azure.ai.openai"
     return "openai"
+
+
+#: The conventions' bucket advice for the time histograms (seconds).
+_DURATION_BUCKETS: Sequence[float] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)
+#: The conventions' bucket advice for ``gen_ai.client.token.usage`` (tokens).
+_TOKEN_BUCKETS: Sequence[float] = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)
+
+
+def _histogram(meter: "Meter", name: str, unit: str, description: str, buckets: Sequence[float]) -> "Histogram":
+    """A histogram with the conventions' bucket advice, or without it when the meter's
+    ``create_histogram`` predates the ``explicit_bucket_boundaries_advisory`` parameter
+    (opentelemetry-api before 1.23, or a meter of the host's own that lacks it)."""
+    try:
+        return meter.create_histogram(
+            name, unit=unit, description=description, explicit_bucket_boundaries_advisory=buckets
+        )
+    except TypeError:
+        return meter.create_histogram(name, unit=unit, description=description)
 
 
 def _server(base_url: str) -> "Attributes":
@@ -107,16 +129,18 @@ class Instrumentation:
         self._tracer: Tracer = tp.get_tracer("panto", _native.__version__)
         mp = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         meter = mp.get_meter("panto", _native.__version__)
-        self._duration: Histogram = meter.create_histogram(
-            "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration"
+        self._duration: Histogram = _histogram(
+            meter, "gen_ai.client.operation.duration", "s", "GenAI operation duration", _DURATION_BUCKETS
         )
-        self._tokens: Histogram = meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}", description="Number of input and output tokens used"
+        self._tokens: Histogram = _histogram(
+            meter, "gen_ai.client.token.usage", "{token}", "Number of input and output tokens used", _TOKEN_BUCKETS
         )
-        self._ttfc: Histogram = meter.create_histogram(
+        self._ttfc: Histogram = _histogram(
+            meter,
             "gen_ai.client.operation.time_to_first_chunk",
-            unit="s",
-            description="Time to the first chunk of a streamed response",
+            "s",
+            "Time to the first chunk of a streamed response",
+            _DURATION_BUCKETS,
         )
         self.capture_content: bool = bool(capture_content) or _capture_env()
 
@@ -239,8 +263,9 @@ class _Observer:
             "gen_ai.provider.name": self._provider,
             "gen_ai.request.model": self._model,
         }
-        if "server.address" in self._server:
-            out["server.address"] = self._server["server.address"]
+        if op == "chat":
+            # A model request's: the server's address and port (a tool call has none).
+            out.update(self._server)
         for k, v in extra.items():
             out[k.replace("__", ".")] = v
         return out
