@@ -42,6 +42,9 @@ class ElicitationPrompt:
 #: The answer of ``mcp_elicit``: the content (a dict matching the requested schema) to
 #: accept, ``"decline"`` (or ``None``) to decline, ``"cancel"`` to cancel.
 ElicitationAnswer = Union[Dict[str, Any], Literal["decline", "cancel"], None]
+ElicitationAnswer.__doc__ = """What ``mcp_elicit`` returns: the content (a ``dict`` matching the
+requested schema) to accept, ``"decline"`` (or ``None``) to decline, ``"cancel"`` to
+cancel."""
 
 SamplingApproval.__init__.__doc__ = """Made by panto from the server's request, for ``mcp_approve_sampling``."""
 ElicitationPrompt.__init__.__doc__ = """Made by panto from the server's request, for ``mcp_elicit``."""
