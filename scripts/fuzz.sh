@@ -3,7 +3,7 @@
 # finds a crash (panic, failed property, timeout or out-of-memory).
 #
 #   scripts/fuzz.sh          # 60 s per target
-#   scripts/fuzz.sh 20       # 20 s per target (what scripts/test.sh runs)
+#   scripts/fuzz.sh 10       # 10 s per target (what scripts/test.sh runs)
 #   FUZZ_TARGETS="sse config" scripts/fuzz.sh 300
 #   FUZZ_SANITIZER=none scripts/fuzz.sh 20    # no AddressSanitizer: faster build and runs
 #
