@@ -165,11 +165,15 @@ fn flush(export: &panto_otel::Export) {
 
 /// One `agent.run` turn, every event counted.
 async fn push_turn(agent: &Agent, seen: &mut Seen) {
-    let mut receiver = Counting { seen, gaps: None };
+    run_counted(agent, &mut Counting { seen, gaps: None }).await;
+}
+
+/// One `agent.run` turn into `receiver`.
+async fn run_counted(agent: &Agent, receiver: &mut Counting<'_>) {
     agent
         .run(
             "bench",
-            &mut receiver,
+            receiver,
             &TurnControl::default(),
             Default::default(),
         )
@@ -676,15 +680,7 @@ fn concurrent_push(base: &str, streams: usize, pace: Duration, ramp: Duration) -
                 seen: &mut seen,
                 gaps: Some((Vec::new(), pace, None)),
             };
-            agent
-                .run(
-                    "bench",
-                    &mut receiver,
-                    &TurnControl::default(),
-                    Default::default(),
-                )
-                .await
-                .expect("turn");
+            run_counted(agent, &mut receiver).await;
             let gaps = receiver.gaps.map(|g| g.0).unwrap_or_default();
             (seen.items, gaps)
         });
