@@ -467,7 +467,8 @@ func (e *ServerLog) MarshalJSON() ([]byte, error) { return typed(e.Type(), (*pla
 // McpSamplingRequest is the mcp_sampling_request event. An MCP server asked the agent's
 // model for a message (`sampling/createMessage`, answered only for a server whose
 // `sampling` is enabled) while one of its tools ran in this turn; its usage is counted in
-// the turn's. Emitted once the request is settled, before the call's `tool_result`.
+// the turn's. Emitted once the request is settled, before the `tool_result` of a call of
+// that server still running then.
 type McpSamplingRequest struct {
 	// The MCP server's name (its key in mcp_servers).
 	Server string `json:"server"`
@@ -495,7 +496,7 @@ func (e *McpSamplingRequest) MarshalJSON() ([]byte, error) {
 // McpElicitationRequest is the mcp_elicitation_request event. An MCP server asked the host
 // a question (`elicitation/create`, answered only for a server whose `elicitation` is
 // enabled) while one of its tools ran in this turn. Emitted once the question is settled,
-// before the call's `tool_result`.
+// before the `tool_result` of a call of that server still running then.
 type McpElicitationRequest struct {
 	// The MCP server's name (its key in mcp_servers).
 	Server string `json:"server"`

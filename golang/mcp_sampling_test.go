@@ -13,7 +13,10 @@ import (
 // reference server with sampling and elicitation enabled in its configuration: the
 // server's sampling request is answered by the agent's model (capped at
 // SamplingMaxTokens) and its elicitation declined (a Go host lends no answerer), each
-// reported by its event before the call's result.
+// reported by its event before the calls' results are in. Both calls are the same
+// server's, and nothing on stdio says which call a server's request was made for: an
+// event comes before the result of a call still running when its request was settled,
+// so before the second result, not necessarily before its own call's.
 func TestMCPSamplingAndElicitationThroughConfigAndEvents(t *testing.T) {
 	entry := everything(t)
 	srv := startServer(t, scenario(
@@ -38,13 +41,13 @@ func TestMCPSamplingAndElicitationThroughConfigAndEvents(t *testing.T) {
 	for ev := range s.Iter() {
 		switch e := ev.(type) {
 		case *McpSamplingRequest:
-			if results["c1"] != nil {
-				t.Errorf("the sampling event after the result: %+v", e)
+			if len(results) == 2 {
+				t.Errorf("the sampling event after both results: %+v", e)
 			}
 			sampled = append(sampled, e)
 		case *McpElicitationRequest:
-			if results["c2"] != nil {
-				t.Errorf("the elicitation event after the result: %+v", e)
+			if len(results) == 2 {
+				t.Errorf("the elicitation event after both results: %+v", e)
 			}
 			elicited = append(elicited, e)
 		case *ToolResult:

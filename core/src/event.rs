@@ -552,7 +552,7 @@ events! {
     /// An MCP server asked the agent's model for a message (`sampling/createMessage`,
     /// answered only for a server whose `sampling` is enabled) while one of its tools ran
     /// in this turn; its usage is counted in the turn's. Emitted once the request is
-    /// settled, before the call's `tool_result`.
+    /// settled, before the `tool_result` of a call of that server still running then.
     16 McpSamplingRequest "mcp_sampling_request" {
         /// The MCP server's name (its key in mcp_servers).
         server: String,
@@ -565,7 +565,8 @@ events! {
     }
     /// An MCP server asked the host a question (`elicitation/create`, answered only for
     /// a server whose `elicitation` is enabled) while one of its tools ran in this turn.
-    /// Emitted once the question is settled, before the call's `tool_result`.
+    /// Emitted once the question is settled, before the `tool_result` of a call of that
+    /// server still running then.
     17 McpElicitationRequest "mcp_elicitation_request" {
         /// The MCP server's name (its key in mcp_servers).
         server: String,

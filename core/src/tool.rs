@@ -200,17 +200,20 @@ impl BatchNotes {
         })
     }
 
-    fn with_call(&self, idx: usize, f: impl FnOnce(&mut CallNotes) -> bool) {
-        let woke = {
+    /// Runs `f` on call `idx`'s notes, waking the turn if `f` says it added something.
+    /// `false` when the call's result was already taken (it takes no more notes).
+    fn with_call(&self, idx: usize, f: impl FnOnce(&mut CallNotes) -> bool) -> bool {
+        let (open, woke) = {
             let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
             match calls.get_mut(idx) {
-                Some(c) if !c.done => f(c),
-                _ => false,
+                Some(c) if !c.done => (true, f(c)),
+                _ => (false, false),
             }
         };
         if woke {
             self.wake.notify_one();
         }
+        open
     }
 
     /// The earliest time a coalesced report becomes due, if one waits.
@@ -323,9 +326,10 @@ impl CallProgress {
 
     /// Adds to this call's notes with `add`, while the call is under its cap of
     /// [`MAX_LOGS_PER_CALL`] log lines and events; past it, counts what was dropped.
-    fn bounded(&self, add: impl FnOnce(&mut CallNotes)) {
+    /// `false` when the call takes no notes (none are reported, or its result was taken).
+    fn bounded(&self, add: impl FnOnce(&mut CallNotes)) -> bool {
         let Some(notes) = &self.notes else {
-            return;
+            return false;
         };
         notes.with_call(self.idx, |c| {
             if c.logs_taken >= MAX_LOGS_PER_CALL {
@@ -335,7 +339,7 @@ impl CallProgress {
             c.logs_taken += 1;
             add(c);
             true
-        });
+        })
     }
 
     /// Whether reports go anywhere (a call of a turn's dispatch).
@@ -345,8 +349,10 @@ impl CallProgress {
 
     /// Passes an event of the MCP server's own requests made for this call (sampling,
     /// elicitation) to the turn, before the call's result; bounded as log lines are.
-    pub(crate) fn note(&self, event: Event) {
-        self.bounded(|c| c.events.push(event));
+    /// `false` when the call takes no notes (none are reported, or its result was
+    /// already delivered): the event was not passed on.
+    pub(crate) fn note(&self, event: Event) -> bool {
+        self.bounded(|c| c.events.push(event))
     }
 
     /// The turn's way to the model, for an MCP server's sampling request.
@@ -874,6 +880,39 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_request_event_goes_to_the_oldest_call_still_running() {
+        use crate::mcp::sampling::Calls;
+        let notes = BatchNotes::new(2);
+        let call = |idx| CallProgress {
+            notes: Some(notes.clone()),
+            idx,
+            sampler: None,
+        };
+        let calls = Calls(vec![call(0), call(1)]);
+        let event = |outcome: &str| Event::McpElicitationRequest {
+            server: "ev".into(),
+            message: "m".into(),
+            outcome: outcome.into(),
+        };
+        // Both run: the oldest takes it.
+        calls.note(&event("accept"));
+        // The oldest's result is delivered (it takes no more): the next one takes it.
+        let first = notes.take_due(Some(0));
+        assert_eq!(first[0].3, vec![event("accept")]);
+        assert!(!call(0).note(event("late")));
+        calls.note(&event("decline"));
+        let second = notes.take_due(Some(1));
+        assert_eq!(
+            second.iter().find(|d| d.0 == 1).unwrap().3,
+            vec![event("decline")]
+        );
+        // None is left to take it: the event goes nowhere, and nothing fails.
+        calls.note(&event("cancel"));
+        assert!(notes.take_due(None).iter().all(|d| d.3.is_empty()));
+        assert!(!CallProgress::none().note(event("x")));
+    }
 
     #[tokio::test]
     async fn progress_reports_are_checked_coalesced_and_end_with_the_result() {

@@ -1493,7 +1493,7 @@ impl ServerLog {
 /// An MCP server asked the agent's model for a message (`sampling/createMessage`,
 /// answered only for a server whose `sampling` is enabled) while one of its tools ran in
 /// this turn; its usage is counted in the turn's. Emitted once the request is settled,
-/// before the call's `tool_result`.
+/// before the `tool_result` of a call of that server still running then.
 /// (`mcp_sampling_request`)
 #[pyclass(frozen, module = "panto", name = "McpSamplingRequest")]
 pub struct McpSamplingRequest {
@@ -1577,7 +1577,8 @@ impl McpSamplingRequest {
 
 /// An MCP server asked the host a question (`elicitation/create`, answered only for a
 /// server whose `elicitation` is enabled) while one of its tools ran in this turn.
-/// Emitted once the question is settled, before the call's `tool_result`.
+/// Emitted once the question is settled, before the `tool_result` of a call of that
+/// server still running then.
 /// (`mcp_elicitation_request`)
 #[pyclass(frozen, module = "panto", name = "McpElicitationRequest")]
 pub struct McpElicitationRequest {

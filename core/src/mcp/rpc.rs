@@ -226,9 +226,10 @@ impl Peer {
         let Some(in_flight) = InFlight::start(client) else {
             return refuse(sampling::too_many());
         };
-        // The request belongs to the running tool call of this server that takes
-        // reports (the oldest): its turn reports it and, for sampling, asks the model.
-        let call = self.running_call();
+        // The request belongs to a running tool call of this server that takes reports
+        // (the oldest still running when it is answered): its turn reports it and, for
+        // sampling, asks the model.
+        let calls = self.running_calls();
         let (client, name, method, params) = (
             client.clone(),
             self.name.clone(),
@@ -239,7 +240,7 @@ impl Peer {
         drop(wire);
         rt.spawn(async move {
             let _in_flight = in_flight;
-            let outcome = sampling::answer(&name, &client, call, &method, params.as_ref()).await;
+            let outcome = sampling::answer(&name, &client, calls, &method, params.as_ref()).await;
             let reply = match outcome {
                 Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
                 Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
@@ -251,14 +252,16 @@ impl Peer {
         None
     }
 
-    /// The reporter of the oldest running tool call of this server that takes reports.
-    fn running_call(&self) -> Option<CallProgress> {
-        let table = self.table();
-        table
+    /// The reporters of this server's running tool calls that take reports, oldest
+    /// first.
+    fn running_calls(&self) -> sampling::Calls {
+        let mut calls: Vec<(u64, CallProgress)> = self
+            .table()
             .iter()
             .filter_map(|(id, p)| p.reporter.as_ref().map(|r| (*id, r.clone())))
-            .min_by_key(|(id, _)| *id)
-            .map(|(_, r)| r)
+            .collect();
+        calls.sort_unstable_by_key(|(id, _)| *id);
+        sampling::Calls(calls.into_iter().map(|(_, r)| r).collect())
     }
 
     fn notification(&self, method: &str, params: Option<&Value>) {
@@ -346,7 +349,7 @@ impl Peer {
         if level < min {
             return;
         }
-        let Some(reporter) = self.running_call() else {
+        let Some(reporter) = self.running_calls().0.into_iter().next() else {
             return;
         };
         let data = match params.get("data") {

@@ -329,24 +329,45 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     rx.await.ok()
 }
 
+/// The running tool calls of a server that take reports, oldest first, when one of its
+/// own requests arrived. Over stdio nothing on the wire says which call a request was
+/// made for, so it belongs to the oldest. Its event goes to the oldest of them whose
+/// result is not yet delivered by the time the request is answered: two calls of one
+/// server run at once, and the first may end while the person still answers the
+/// second's question; the event is then reported before the second's result, never lost.
+#[derive(Default)]
+pub(crate) struct Calls(pub Vec<CallProgress>);
+
+impl Calls {
+    /// Passes `event` to the turn through the oldest call that still takes it.
+    pub(crate) fn note(&self, event: &Event) {
+        let _ = self.0.iter().any(|c| c.note(event.clone()));
+    }
+
+    /// The turn's way to the model, through the oldest call.
+    fn sampler(&self) -> Option<Arc<dyn Sampler>> {
+        self.0.first().and_then(CallProgress::sampler)
+    }
+}
+
 /// Answers one of the server's requests that `features` handles: its `result`
-/// (`Ok`) or JSON-RPC `error` object (`Err`). `call` is the running tool call of the
-/// server the request belongs to, if one runs: its turn reports the request, and a
-/// sampling request needs its model.
+/// (`Ok`) or JSON-RPC `error` object (`Err`). `calls` are the running tool calls of the
+/// server the request may belong to: their turn reports the request, and a sampling
+/// request needs its model.
 pub(crate) async fn answer(
     server: &str,
     features: &ClientFeatures,
-    call: Option<CallProgress>,
+    calls: Calls,
     method: &str,
     params: Option<&Value>,
 ) -> std::result::Result<Value, Value> {
     match method {
         "sampling/createMessage" => match features.sampling {
-            Some(cap) => sample(server, features, cap, call, params).await,
+            Some(cap) => sample(server, features, cap, calls, params).await,
             None => Err(rpc_error(METHOD_NOT_FOUND, "sampling is not enabled")),
         },
         "elicitation/create" if features.elicitation => {
-            elicit(server, features, call, params).await
+            elicit(server, features, calls, params).await
         }
         _ => Err(rpc_error(
             METHOD_NOT_FOUND,
@@ -359,22 +380,20 @@ async fn sample(
     server: &str,
     features: &ClientFeatures,
     cap: u32,
-    call: Option<CallProgress>,
+    calls: Calls,
     params: Option<&Value>,
 ) -> std::result::Result<Value, Value> {
     let request =
         sampling_request(server, params, cap).map_err(|why| rpc_error(INVALID_PARAMS, why))?;
     let note = |outcome: &str| {
-        if let Some(call) = &call {
-            call.note(Event::McpSamplingRequest {
-                server: server.to_owned(),
-                summary: request.summary.clone(),
-                max_tokens: u64::from(request.max_tokens),
-                outcome: outcome.to_owned(),
-            });
-        }
+        calls.note(&Event::McpSamplingRequest {
+            server: server.to_owned(),
+            summary: request.summary.clone(),
+            max_tokens: u64::from(request.max_tokens),
+            outcome: outcome.to_owned(),
+        });
     };
-    let Some(sampler) = call.as_ref().and_then(CallProgress::sampler) else {
+    let Some(sampler) = calls.sampler() else {
         return Err(rpc_error(
             INTERNAL,
             "panto answers sampling only while a tool of this server runs in a turn",
@@ -408,19 +427,17 @@ async fn sample(
 async fn elicit(
     server: &str,
     features: &ClientFeatures,
-    call: Option<CallProgress>,
+    calls: Calls,
     params: Option<&Value>,
 ) -> std::result::Result<Value, Value> {
     let request =
         elicitation_request(server, params).map_err(|why| rpc_error(INVALID_PARAMS, why))?;
     let note = |outcome: &str| {
-        if let Some(call) = &call {
-            call.note(Event::McpElicitationRequest {
-                server: server.to_owned(),
-                message: crate::text::truncate(&request.message, MAX_SUMMARY).to_owned(),
-                outcome: outcome.to_owned(),
-            });
-        }
+        calls.note(&Event::McpElicitationRequest {
+            server: server.to_owned(),
+            message: crate::text::truncate(&request.message, MAX_SUMMARY).to_owned(),
+            outcome: outcome.to_owned(),
+        });
     };
     let answer = match features.hooks().elicit {
         Some(hook) => {
@@ -925,21 +942,42 @@ mod tests {
         let f = ClientFeatures::new(Some(10), true, hooks.clone()).unwrap();
         let params =
             json!({"message": "m", "requestedSchema": {"type": "object", "properties": {}}});
-        let r = answer("s", &f, None, "elicitation/create", Some(&params)).await;
+        let r = answer(
+            "s",
+            &f,
+            Calls::default(),
+            "elicitation/create",
+            Some(&params),
+        )
+        .await;
         assert_eq!(r, Ok(json!({"action": "decline"})));
         hooks.lock().unwrap().elicit = Some(Arc::new(|_: &McpElicitationRequest| {
             McpElicitationAnswer::Accept(json!({"nope": 1}).as_object().unwrap().clone())
         }));
-        let r = answer("s", &f, None, "elicitation/create", Some(&params)).await;
+        let r = answer(
+            "s",
+            &f,
+            Calls::default(),
+            "elicitation/create",
+            Some(&params),
+        )
+        .await;
         assert_eq!(r.unwrap_err()["code"], INTERNAL);
         let sampling =
             json!({"messages": [{"role": "user", "content": {"type": "text", "text": "x"}}]});
-        let r = answer("s", &f, None, "sampling/createMessage", Some(&sampling)).await;
+        let r = answer(
+            "s",
+            &f,
+            Calls::default(),
+            "sampling/createMessage",
+            Some(&sampling),
+        )
+        .await;
         assert!(r.unwrap_err()["message"]
             .as_str()
             .unwrap()
             .contains("while a tool"));
-        let r = answer("s", &f, None, "roots/list", None).await;
+        let r = answer("s", &f, Calls::default(), "roots/list", None).await;
         assert_eq!(r.unwrap_err()["code"], METHOD_NOT_FOUND);
     }
 }

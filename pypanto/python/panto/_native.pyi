@@ -462,7 +462,7 @@ class McpSamplingRequest(_Event):
     """An MCP server asked the agent's model for a message (`sampling/createMessage`,
     answered only for a server whose `sampling` is enabled) while one of its tools
     ran in this turn; its usage is counted in the turn's. Emitted once the request is
-    settled, before the call's `tool_result`.
+    settled, before the `tool_result` of a call of that server still running then.
     """
     type: ClassVar[Literal["mcp_sampling_request"]]
     __match_args__ = ("server", "summary", "max_tokens", "outcome")
@@ -493,7 +493,8 @@ class McpSamplingRequest(_Event):
 class McpElicitationRequest(_Event):
     """An MCP server asked the host a question (`elicitation/create`, answered only for
     a server whose `elicitation` is enabled) while one of its tools ran in this turn.
-    Emitted once the question is settled, before the call's `tool_result`.
+    Emitted once the question is settled, before the `tool_result` of a call of that
+    server still running then.
     """
     type: ClassVar[Literal["mcp_elicitation_request"]]
     __match_args__ = ("server", "message", "outcome")
