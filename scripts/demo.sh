@@ -8,6 +8,10 @@
 #   scripts/demo.sh --all      # the same turn from Rust (pull and push), C, Go and
 #                              # Python (sync and async), each answering the tool in
 #                              # its own language (needs cc, Go and python3 as well)
+#
+# The CLI, the server and the Rust examples are release builds; PANTO_DEMO_PROFILE=debug
+# runs the debug ones instead (scripts/test.sh: the workspace build it already made). The
+# C and Go demos link the release libpanto.a either way.
 set -euo pipefail
 
 # Work from the repository root whatever the caller's directory.
@@ -17,6 +21,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 export CARGO_TARGET_DIR="$target_dir"
 scenario=tests/server/scenarios/demo-weather.json
+profile="${PANTO_DEMO_PROFILE:-release}"
+case "$profile" in
+    release) cargo_profile=(--release) ;;
+    debug) cargo_profile=() ;;
+    *) echo "demo: PANTO_DEMO_PROFILE is release or debug, not '$profile'" >&2; exit 2 ;;
+esac
+bin="$target_dir/$profile"
 
 all=
 if [ "${1:-}" = "--all" ]; then
@@ -24,15 +35,15 @@ if [ "${1:-}" = "--all" ]; then
     shift
 fi
 
-echo "building… (cargo build --release -p panto-cli -p panto-testserver)" >&2
-cargo build --quiet --release -p panto-cli -p panto-testserver
+echo "building… (cargo build ${cargo_profile[*]:+${cargo_profile[*]} }-p panto-cli -p panto-testserver)" >&2
+cargo build --quiet ${cargo_profile[@]+"${cargo_profile[@]}"} -p panto-cli -p panto-testserver
 
 server_pid=
 # Starts a fresh server on the demo scenario and sets $url. The server's stdin is our
 # pipe to it: closing it (or our dying) stops the server (--exit-on-stdin-eof), so it
 # can never outlive the demo.
 start_server() {
-    coproc SERVER { exec "$target_dir/release/panto-testserver" \
+    coproc SERVER { exec "$bin/panto-testserver" \
         --scenario "$scenario" --exit-on-stdin-eof; }
     server_pid=$SERVER_PID
     server_in=${SERVER[1]}
@@ -74,13 +85,13 @@ if [ -z "$all" ]; then
     printf '$' >&2
     printf ' %q' "${command[@]}" >&2
     printf '\n\n' >&2
-    "$target_dir/release/panto" "${command[@]:1}"
+    "$bin/panto" "${command[@]:1}"
     exit
 fi
 
 # --all: build each language's demo program once, then run the turn with each.
 echo "building… (the Rust examples, libpanto, the C and Go demos, the Python package)" >&2
-cargo build --quiet --release -p panto-pull --example demo -p panto --example demo_push
+cargo build --quiet ${cargo_profile[@]+"${cargo_profile[@]}"} -p panto-pull --example demo -p panto --example demo_push
 cargo build --quiet --release --locked -p panto-capi
 out="$target_dir/demo"
 mkdir -p "$out"
@@ -112,11 +123,11 @@ run_demo() { # $1: header; rest: the command, @URL@ replaced by the provider's U
     "${args[@]}"
     stop_server
 }
-run_demo "CLI (panto run)" "$target_dir/release/panto" run --base-url "@URL@/v1" \
+run_demo "CLI (panto run)" "$bin/panto" run --base-url "@URL@/v1" \
     --tool weather='cat >/dev/null; echo "{\"city\":\"Paris\",\"temp_c\":18,\"sky\":\"sunny\"}"' \
     "What's the weather in Paris?"
-run_demo "Rust, pull (pull-adapter/examples/demo.rs)" "$target_dir/release/examples/demo" "@URL@/v1"
-run_demo "Rust, push (core/examples/demo_push.rs)" "$target_dir/release/examples/demo_push" "@URL@/v1"
+run_demo "Rust, pull (pull-adapter/examples/demo.rs)" "$bin/examples/demo" "@URL@/v1"
+run_demo "Rust, push (core/examples/demo_push.rs)" "$bin/examples/demo_push" "@URL@/v1"
 run_demo "C (capi/examples/demo.c)" "$out/demo-c" "@URL@/v1"
 run_demo "Go (golang/internal/demo)" "$out/demo-go" "@URL@/v1"
 run_demo "Python (pypanto/examples/demo.py)" "$python" pypanto/examples/demo.py "@URL@/v1"
