@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-$PWD/target}/debug"
-cargo build -q -p panto --example push
-cargo build -q -p panto-cli -p panto-testserver
+scripts/debug-build.sh -q -p panto --example push
+scripts/debug-build.sh -q -p panto-cli -p panto-testserver
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; kill "${server_pid:-0}" 2>/dev/null || true' EXIT
 

@@ -39,9 +39,9 @@ done
 wanted() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 
 echo "conformance: building the runners" >&2
-cargo build --locked -q -p panto-testserver -p panto-cli
-cargo build --locked -q -p panto-pull --example conformance
-cargo build --locked -q -p panto --example conformance_push
+scripts/debug-build.sh --locked -q -p panto-testserver -p panto-cli
+scripts/debug-build.sh --locked -q -p panto-pull --example conformance
+scripts/debug-build.sh --locked -q -p panto --example conformance_push
 if wanted c || wanted go; then
   cargo build --locked -q --release -p panto-capi
 fi

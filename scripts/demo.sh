@@ -23,8 +23,7 @@ export CARGO_TARGET_DIR="$target_dir"
 scenario=tests/server/scenarios/demo-weather.json
 profile="${PANTO_DEMO_PROFILE:-release}"
 case "$profile" in
-    release) cargo_profile=(--release) ;;
-    debug) cargo_profile=() ;;
+    release | debug) ;;
     *) echo "demo: PANTO_DEMO_PROFILE is release or debug, not '$profile'" >&2; exit 2 ;;
 esac
 bin="$target_dir/$profile"
@@ -35,8 +34,11 @@ if [ "${1:-}" = "--all" ]; then
     shift
 fi
 
-echo "building… (cargo build ${cargo_profile[*]:+${cargo_profile[*]} }-p panto-cli -p panto-testserver)" >&2
-cargo build --quiet ${cargo_profile[@]+"${cargo_profile[@]}"} -p panto-cli -p panto-testserver
+echo "building… (cargo build$([ "$profile" = release ] && echo " --release") -p panto-cli -p panto-testserver)" >&2
+build() { # the debug ones through scripts/debug-build.sh (built already under scripts/test.sh)
+    if [ "$profile" = debug ]; then scripts/debug-build.sh --quiet "$@"; else cargo build --quiet --release "$@"; fi
+}
+build -p panto-cli -p panto-testserver
 
 server_pid=
 # Starts a fresh server on the demo scenario and sets $url. The server's stdin is our
@@ -91,7 +93,7 @@ fi
 
 # --all: build each language's demo program once, then run the turn with each.
 echo "building… (the Rust examples, libpanto, the C and Go demos, the Python package)" >&2
-cargo build --quiet ${cargo_profile[@]+"${cargo_profile[@]}"} -p panto-pull --example demo -p panto --example demo_push
+build -p panto-pull --example demo -p panto --example demo_push
 cargo build --quiet --release --locked -p panto-capi
 out="$target_dir/demo"
 mkdir -p "$out"

@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 mkdir -p "$CARGO_TARGET_DIR"
 vocab="$CARGO_TARGET_DIR/vocab.json"
-cargo run --quiet --locked -p panto-gen > "$vocab.tmp"
+scripts/debug-build.sh --quiet --locked -p panto-gen
+"$CARGO_TARGET_DIR/debug/panto-gen" > "$vocab.tmp"
 mv "$vocab.tmp" "$vocab"
 exec python3 scripts/gen/gen.py "$vocab" "$@"

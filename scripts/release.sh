@@ -166,7 +166,7 @@ for crate_dir in panto:core panto-pull:pull-adapter; do
 done
 
 step "binaries the tests run: panto-testserver and the CLI (reference output)"
-cargo build --locked -q -p panto-testserver -p panto-cli
+scripts/debug-build.sh --locked -q -p panto-testserver -p panto-cli
 testserver="$target_dir/debug/panto-testserver"
 cli="$target_dir/debug/panto"
 

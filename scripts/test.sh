@@ -113,12 +113,16 @@ background msrv scripts/check-msrv.sh
 step "dependencies: licenses, bans and sources (scripts/check-deps.sh: cargo deny, and its self-test)"
 scripts/check-deps.sh
 
+step "build workspace (all targets, once)"
+cargo build --workspace --all-targets --locked
+# Every debug binary, example and library the scripts below run is built now, against
+# one resolution of the dependencies' features: their own narrower `cargo build -p …`
+# would build the dependency tree again (scripts/debug-build.sh).
+export PANTO_DEBUG_BUILT=1
+
 step "generated files are fresh and the C header agrees with the core's vocabulary (scripts/gen.sh)"
 scripts/gen.sh --check
 scripts/gen.sh --self-test
-
-step "build workspace (all targets, once)"
-cargo build --workspace --all-targets --locked
 
 step "cargo test (core, pull adapter, CLI, test server; fixtures, properties, faults)"
 cargo test --workspace --locked

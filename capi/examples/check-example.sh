@@ -28,7 +28,7 @@ command -v valgrind >/dev/null || {
   echo "valgrind is required (apt-get install valgrind)" >&2
   exit 1
 }
-cargo build --locked -q -p panto-cli -p panto-testserver
+scripts/debug-build.sh --locked -q -p panto-cli -p panto-testserver
 prefix="$target/capi-install"
 rm -rf "$prefix"
 scripts/install-capi.sh "$prefix" >/dev/null

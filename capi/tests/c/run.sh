@@ -28,7 +28,7 @@ cc="${CC:-cc}"
 cxx="${CXX:-c++}"
 say() { printf -- '--- %s\n' "$*"; }
 
-cargo build --locked -q -p panto-capi -p panto-testserver
+scripts/debug-build.sh --locked -q -p panto-capi -p panto-testserver
 # The MCP fixture server and its pinned `mcp` package (test mcp_server_tools).
 PANTO_MCP_VENV="$(tests/mcp/venv.sh)"
 export PANTO_MCP_VENV
