@@ -73,14 +73,22 @@ pub(crate) fn flush_pending() {
     if listed.is_empty() {
         return;
     }
-    // One ready-set descriptor write for all of them, at the end (see `ReadySet`'s
-    // docs, "Coalescing").
-    #[cfg(unix)]
-    let _coalesce = crate::ready_set::Deferred::begin();
-    for l in listed {
-        l.shared.flush_listed();
+    // One ready-set descriptor write per `COALESCE_AT_MOST` of them, at the end of each
+    // such run (see `ReadySet`'s docs, "Coalescing").
+    let mut listed = listed.into_iter().peekable();
+    while listed.peek().is_some() {
+        #[cfg(unix)]
+        let _coalesce = crate::ready_set::Deferred::begin();
+        for l in listed.by_ref().take(COALESCE_AT_MOST) {
+            l.shared.flush_listed();
+        }
     }
 }
+
+/// Most outboxes an idle worker hands over before it writes the ready sets their
+/// reports put off: a report waits at most for that many flushes (tens of
+/// microseconds, well within `FLUSH_AFTER`), however many streams the worker holds.
+const COALESCE_AT_MOST: usize = 64;
 
 /// Hands over the outboxes on this worker's list whose oldest event is `FLUSH_AFTER`
 /// old at `now`.

@@ -27,12 +27,13 @@
 //! (`handoff::flush_pending`); with many streams attached to one set, each report used
 //! to find the descriptor just cleared by a consumer that took the previous one, and
 //! wrote it again: a system call and a wake-up of the consumer per stream. Inside such a
-//! hand-over (`Deferred`) a report queues its token at once but leaves the descriptor
-//! write to the hand-over's end, which makes the descriptor readable once if a token is
-//! still queued then (and not at all if a consumer awake meanwhile took them all). A
-//! token queued behind an unreadable descriptor waits at most until that end, a few
-//! microseconds later on the same thread, which no early return or panic skips (the
-//! write is in `Deferred`'s `drop`).
+//! hand-over (`Deferred`, at most 64 outboxes long) a report queues its token at once
+//! but leaves the descriptor write to the hand-over's end, which makes the descriptor
+//! readable once if a token is still queued then (and not at all if a consumer awake
+//! meanwhile took them all: it is known to be awake, and has what it would be woken
+//! for). A token queued behind an unreadable descriptor waits at most until that end,
+//! tens of microseconds later on the same thread, which no early return or panic skips
+//! (the write is in `Deferred`'s `drop`).
 //!
 //! Fork: a child shares the set's descriptor with its parent (the same eventfd or pipe),
 //! and its copy of the set's lock may have been held by a thread that does not exist in
