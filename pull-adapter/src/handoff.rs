@@ -70,10 +70,25 @@ thread_local! {
 /// The worker is about to go idle: hands over every outbox on its list.
 pub(crate) fn flush_pending() {
     let listed = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    for l in listed {
-        l.shared.flush_listed();
+    if listed.is_empty() {
+        return;
+    }
+    // One ready-set descriptor write per `COALESCE_AT_MOST` of them, at the end of each
+    // such run (see `ReadySet`'s docs, "Coalescing").
+    let mut listed = listed.into_iter().peekable();
+    while listed.peek().is_some() {
+        #[cfg(unix)]
+        let _coalesce = crate::ready_set::Deferred::begin();
+        for l in listed.by_ref().take(COALESCE_AT_MOST) {
+            l.shared.flush_listed();
+        }
     }
 }
+
+/// Most outboxes an idle worker hands over before it writes the ready sets their
+/// reports put off: a report waits at most for that many flushes (tens of
+/// microseconds, well within `FLUSH_AFTER`), however many streams the worker holds.
+const COALESCE_AT_MOST: usize = 64;
 
 /// Hands over the outboxes on this worker's list whose oldest event is `FLUSH_AFTER`
 /// old at `now`.
@@ -646,8 +661,21 @@ mod tests {
         worker: &tokio::runtime::Handle,
         n: u32,
     ) -> (QueueRx<Item>, tokio::sync::oneshot::Sender<()>) {
+        let (rx, go, _) = turn_with(worker, n, |_| {});
+        (rx, go)
+    }
+
+    /// `turn`, with `setup` run on the stream's state before the turn starts; also
+    /// returns that state.
+    fn turn_with(
+        worker: &tokio::runtime::Handle,
+        n: u32,
+        setup: impl FnOnce(&Shared),
+    ) -> (QueueRx<Item>, tokio::sync::oneshot::Sender<()>, Arc<Shared>) {
         let (tx, rx) = bounded(256);
         let shared = Arc::new(Shared::new(tx));
+        setup(&shared);
+        let state = shared.clone();
         let (task_done, _) = bounded(0);
         let mut forward = Forward {
             shared: shared.clone(),
@@ -668,7 +696,7 @@ mod tests {
             _task_done: task_done,
             started: false,
         }));
-        (rx, go)
+        (rx, go, state)
     }
 
     fn received(rx: &QueueRx<Item>, i: u32) {
@@ -717,6 +745,59 @@ mod tests {
             started: false,
         }));
         go.send(()).unwrap();
+        for i in 1..=3 {
+            received(&rx, i);
+        }
+        let _ = stop.send(());
+    }
+
+    /// The idle worker's hand-over reports to a ready set once, at its end
+    /// (`ready_set::Deferred`): a poller blocked on the set's descriptor (established
+    /// from its thread's state) is still woken, by that deferred write.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_poller_blocked_on_a_ready_set_is_woken_by_the_idle_workers_hand_over() {
+        let set = crate::ReadySet::new().unwrap();
+        let (worker, stop) = worker();
+        let (rx, go, shared) = turn_with(&worker, 3, |s| s.attach(&set, 9).unwrap());
+        // The first burst goes at once (not deferred): take it and its report, and find
+        // the stream empty, as a consumer does before it waits.
+        received(&rx, 0);
+        let mut tokens = [0u64; 4];
+        let deadline = Instant::now() + HANG;
+        while set.take(&mut tokens) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the first burst was not reported"
+            );
+            std::thread::yield_now();
+        }
+        assert_eq!(tokens[0], 9);
+        assert!(shared.clear_ready_if_empty());
+        let fd = set.fd();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let poller = std::thread::spawn(move || {
+            // SAFETY: gettid has no arguments.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd; the timeout only turns a lost wake-up into a failure.
+            let n = unsafe { libc::poll(&mut p, 1, HANG.as_millis() as libc::c_int) };
+            n == 1 && p.revents & libc::POLLIN != 0
+        });
+        crate::test_support::wait_until_blocked(tid_rx.recv().unwrap());
+        // The rest is produced in a later poll and handed over when the worker idles.
+        go.send(()).unwrap();
+        assert!(poller.join().unwrap(), "the poller was not woken");
+        assert_eq!(set.take(&mut tokens), 1);
+        assert_eq!(tokens[0], 9);
+        assert!(
+            set.inner_deferred_writes() >= 1,
+            "the report did not come through the hand-over's deferred write"
+        );
         for i in 1..=3 {
             received(&rx, i);
         }

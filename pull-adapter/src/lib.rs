@@ -78,6 +78,8 @@ mod readiness;
 #[cfg(unix)]
 mod ready_set;
 mod stream;
+#[cfg(all(test, target_os = "linux"))]
+mod test_support;
 
 pub use blocking::block_on_worker;
 pub use pool::{active_streams, agent_from_parent_process, fork_generation, worker_threads};

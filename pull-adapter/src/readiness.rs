@@ -128,6 +128,11 @@ impl Readiness {
         self.read_fd.as_raw_fd()
     }
 
+    /// Readable now (set and not cleared since).
+    pub(crate) fn is_set(&self) -> bool {
+        self.signaled
+    }
+
     pub(crate) fn set(&mut self) {
         if self.signaled {
             return;

@@ -23,6 +23,18 @@
 //!
 //! Locks: a stream's outbox lock, then the set's lock (never the other way round).
 //!
+//! Coalescing: a worker about to go idle hands over every outbox on its list at once
+//! (`handoff::flush_pending`); with many streams attached to one set, each report used
+//! to find the descriptor just cleared by a consumer that took the previous one, and
+//! wrote it again: a system call and a wake-up of the consumer per stream. Inside such a
+//! hand-over (`Deferred`, at most 64 outboxes long) a report queues its token at once
+//! but leaves the descriptor write to the hand-over's end, which makes the descriptor
+//! readable once if a token is still queued then (and not at all if a consumer awake
+//! meanwhile took them all: it is known to be awake, and has what it would be woken
+//! for). A token queued behind an unreadable descriptor waits at most until that end,
+//! tens of microseconds later on the same thread, which no early return or panic skips
+//! (the write is in `Deferred`'s `drop`).
+//!
 //! Fork: a child shares the set's descriptor with its parent (the same eventfd or pipe),
 //! and its copy of the set's lock may have been held by a thread that does not exist in
 //! the child. So a set made before the fork is inert in the child: `take` answers
@@ -32,6 +44,7 @@
 //! descriptor, for good) and its drop would make the parent's descriptor readable with
 //! nothing queued (a level-triggered loop then spins). The child makes a set of its own.
 
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -57,6 +70,10 @@ impl std::fmt::Debug for ReadySet {
 
 struct SetInner {
     state: Mutex<SetState>,
+    /// How many times a `Deferred` scope's end made the descriptor readable (tests
+    /// check that a wake-up came that way).
+    #[cfg(test)]
+    deferred_writes: std::sync::atomic::AtomicUsize,
 }
 
 struct SetState {
@@ -111,6 +128,77 @@ fn watch_fork() {
     });
 }
 
+thread_local! {
+    /// This thread's `Deferred` scope: `NO_SCOPE`, `SCOPE` (open, nothing put off yet)
+    /// or `SCOPE_PUT_OFF` (open, and `DEFERRED` holds sets). A `Cell` of its own, so
+    /// that a hand-over with no set member costs two flag writes.
+    static SCOPE_STATE: Cell<u8> = const { Cell::new(NO_SCOPE) };
+    /// The sets whose descriptor a report inside the scope left unreadable, to be made
+    /// readable when the scope ends.
+    static DEFERRED: RefCell<Vec<Arc<SetInner>>> = const { RefCell::new(Vec::new()) };
+}
+
+const NO_SCOPE: u8 = 0;
+const SCOPE: u8 = 1;
+const SCOPE_PUT_OFF: u8 = 2;
+
+/// A scope in which reports to ready sets queue their tokens but put off the
+/// descriptor write to the scope's end (see the module docs, "Coalescing"). Scopes do
+/// not nest: an inner one is inert.
+pub(crate) struct Deferred {
+    active: bool,
+}
+
+impl Deferred {
+    pub(crate) fn begin() -> Deferred {
+        let active = SCOPE_STATE.with(|s| {
+            if s.get() != NO_SCOPE {
+                return false;
+            }
+            s.set(SCOPE);
+            true
+        });
+        Deferred { active }
+    }
+}
+
+impl Drop for Deferred {
+    fn drop(&mut self) {
+        if !self.active || SCOPE_STATE.with(|s| s.replace(NO_SCOPE)) != SCOPE_PUT_OFF {
+            return;
+        }
+        let sets = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        for set in sets {
+            let mut state = set.state();
+            if !state.queue.is_empty() {
+                if let Some(r) = state.readiness.as_mut() {
+                    #[cfg(test)]
+                    if !r.is_set() {
+                        set.deferred_writes.fetch_add(1, Ordering::SeqCst);
+                    }
+                    r.set();
+                }
+            }
+        }
+    }
+}
+
+/// Inside a `Deferred` scope: remembers `set` for the scope's end (true); outside one,
+/// false (the caller writes now).
+fn defer(set: &Arc<SetInner>) -> bool {
+    if SCOPE_STATE.with(|s| s.get()) == NO_SCOPE {
+        return false;
+    }
+    DEFERRED.with(|d| {
+        let mut sets = d.borrow_mut();
+        if !sets.iter().any(|s| Arc::ptr_eq(s, set)) {
+            sets.push(set.clone());
+        }
+    });
+    SCOPE_STATE.with(|s| s.set(SCOPE_PUT_OFF));
+    true
+}
+
 impl ReadySet {
     /// A new, empty set with its descriptor (non-blocking, close-on-exec: an eventfd on
     /// Linux and Android, a pipe's read end elsewhere). Fails only if the process is out
@@ -126,6 +214,8 @@ impl ReadySet {
                     dead: 0,
                     readiness: Some(readiness),
                 }),
+                #[cfg(test)]
+                deferred_writes: std::sync::atomic::AtomicUsize::new(0),
             }),
             fd,
             generation: FORKS.load(Ordering::SeqCst),
@@ -179,6 +269,12 @@ impl ReadySet {
         n
     }
 
+    /// How many times a `Deferred` scope's end made the descriptor readable.
+    #[cfg(test)]
+    pub(crate) fn inner_deferred_writes(&self) -> usize {
+        self.inner.deferred_writes.load(Ordering::SeqCst)
+    }
+
     /// A stream's membership under `token`.
     pub(crate) fn membership(&self, token: u64) -> Membership {
         Membership {
@@ -225,7 +321,9 @@ impl Membership {
         self.member.queued.store(true, Ordering::Relaxed);
         state.queue.push_back(self.member.clone());
         if let Some(r) = state.readiness.as_mut() {
-            r.set();
+            if !r.is_set() && !defer(&self.set) {
+                r.set();
+            }
         }
     }
 
@@ -309,6 +407,98 @@ mod tests {
         assert_eq!(one[0], 3);
         assert_eq!(set.take(&mut one), 0);
         assert!(!readable(set.fd()));
+    }
+
+    #[test]
+    fn reports_inside_a_hand_over_make_the_descriptor_readable_once_at_its_end() {
+        let set = ReadySet::new().unwrap();
+        let mut a = set.membership(1);
+        let mut b = set.membership(2);
+        {
+            let _scope = Deferred::begin();
+            a.set();
+            b.set();
+            // Queued at once, written at the scope's end.
+            assert!(!readable(set.fd()));
+            assert_eq!(set.inner.state().queue.len(), 2);
+        }
+        assert!(readable(set.fd()));
+        assert_eq!(set.inner.deferred_writes.load(Ordering::SeqCst), 1);
+        let mut buf = [0u64; 8];
+        assert_eq!(set.take(&mut buf), 2);
+        assert!(!readable(set.fd()));
+
+        // A consumer awake during the scope took the token: nothing to write at its end.
+        a.clear();
+        {
+            let _scope = Deferred::begin();
+            a.set();
+            assert_eq!(set.take(&mut buf), 1);
+        }
+        assert!(!readable(set.fd()), "readable with nothing queued");
+
+        // An inner scope is inert: the outer one's end writes.
+        a.clear();
+        {
+            let _outer = Deferred::begin();
+            {
+                let _inner = Deferred::begin();
+                a.set();
+            }
+            assert!(!readable(set.fd()));
+        }
+        assert!(readable(set.fd()));
+        assert_eq!(set.take(&mut buf), 1);
+
+        // A panic inside the scope still writes (the write is in the scope's drop).
+        b.clear();
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _scope = Deferred::begin();
+            b.set();
+            panic!("a waker panicked");
+        }));
+        assert!(unwound.is_err());
+        assert!(readable(set.fd()));
+        // The thread's scope state was reset: a report outside any scope writes at once.
+        assert_eq!(set.take(&mut buf), 1);
+        a.clear();
+        a.set();
+        assert!(readable(set.fd()));
+    }
+
+    /// A thread blocked in `poll` on the set's descriptor (established from the thread's
+    /// state, not by sleeping) is woken by the end of a hand-over that reported to the
+    /// set: no report inside a scope is left behind an unreadable descriptor.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_poller_blocked_on_the_set_is_woken_by_a_deferred_report() {
+        let set = ReadySet::new().unwrap();
+        let fd = set.fd();
+        let mut m = set.membership(7);
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let poller = std::thread::spawn(move || {
+            // SAFETY: gettid has no arguments.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd; 60 s only catches a lost wake-up (then the assert
+            // below fails instead of the test hanging).
+            let n = unsafe { libc::poll(&mut p, 1, 60_000) };
+            n == 1 && p.revents & libc::POLLIN != 0
+        });
+        let tid = tid_rx.recv().unwrap();
+        crate::test_support::wait_until_blocked(tid);
+        {
+            let _scope = Deferred::begin();
+            m.set();
+        }
+        assert!(poller.join().unwrap(), "the poller was not woken");
+        let mut buf = [0u64; 4];
+        assert_eq!(set.take(&mut buf), 1);
+        assert_eq!(buf[0], 7);
     }
 
     #[test]
