@@ -787,20 +787,7 @@ mod tests {
         assert_eq!(tokens[0], 9);
         assert!(shared.clear_ready_if_empty());
         let fd = set.fd();
-        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let poller = std::thread::spawn(move || {
-            // SAFETY: gettid has no arguments.
-            tid_tx.send(unsafe { libc::gettid() }).unwrap();
-            let mut p = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd; the timeout only turns a lost wake-up into a failure.
-            let n = unsafe { libc::poll(&mut p, 1, HANG.as_millis() as libc::c_int) };
-            n == 1 && p.revents & libc::POLLIN != 0
-        });
-        crate::test_support::wait_until_blocked(tid_rx.recv().unwrap());
+        let poller = crate::test_support::spawn_poller(fd);
         // The rest is produced in a later poll and handed over when the worker idles.
         go.send(()).unwrap();
         assert!(poller.join().unwrap(), "the poller was not woken");

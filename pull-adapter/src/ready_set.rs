@@ -475,22 +475,7 @@ mod tests {
         let set = ReadySet::new().unwrap();
         let fd = set.fd();
         let mut m = set.membership(7);
-        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let poller = std::thread::spawn(move || {
-            // SAFETY: gettid has no arguments.
-            tid_tx.send(unsafe { libc::gettid() }).unwrap();
-            let mut p = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd; 60 s only catches a lost wake-up (then the assert
-            // below fails instead of the test hanging).
-            let n = unsafe { libc::poll(&mut p, 1, 60_000) };
-            n == 1 && p.revents & libc::POLLIN != 0
-        });
-        let tid = tid_rx.recv().unwrap();
-        crate::test_support::wait_until_blocked(tid);
+        let poller = crate::test_support::spawn_poller(fd);
         {
             let _scope = Deferred::begin();
             m.set();

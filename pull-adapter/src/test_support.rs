@@ -1,4 +1,6 @@
-//! Helpers of the crate's unit tests.
+//! Helpers of the crate's tests: its unit tests, and `tests/ready.rs`, which includes
+//! this file (`#[path]`) and uses part of it.
+#![allow(dead_code)]
 
 /// The scheduling state of thread `tid` of this process (`R`, `S`, `D`…).
 fn thread_state(tid: libc::pid_t) -> Option<char> {
@@ -7,7 +9,7 @@ fn thread_state(tid: libc::pid_t) -> Option<char> {
 }
 
 /// Thread `tid` sleeps inside `poll` (the kernel's wait channel or system call says so).
-fn blocked_in_poll(tid: libc::pid_t) -> bool {
+pub(crate) fn blocked_in_poll(tid: libc::pid_t) -> bool {
     if thread_state(tid) != Some('S') {
         return false;
     }
@@ -41,4 +43,25 @@ pub(crate) fn wait_until_blocked(tid: libc::pid_t) {
         );
         std::thread::yield_now();
     }
+}
+
+/// A thread blocked in `poll` on `fd` (established from its state before this returns);
+/// it answers whether `fd` turned readable within a minute (the bound only turns a lost
+/// wake-up into a failure instead of a hang).
+pub(crate) fn spawn_poller(fd: std::os::fd::RawFd) -> std::thread::JoinHandle<bool> {
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let poller = std::thread::spawn(move || {
+        // SAFETY: gettid has no arguments.
+        tid_tx.send(unsafe { libc::gettid() }).unwrap();
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack.
+        let n = unsafe { libc::poll(&mut p, 1, 60_000) };
+        n == 1 && p.revents & libc::POLLIN != 0
+    });
+    wait_until_blocked(tid_rx.recv().unwrap());
+    poller
 }

@@ -71,35 +71,10 @@ fn is_hello(ev: &Event) -> bool {
     matches!(ev, Event::ContentDelta { text, .. } if text == "Hello")
 }
 
-/// The scheduling state of thread `tid` of this process (`R`, `S`, `D`…).
-fn thread_state(tid: libc::pid_t) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    stat.rsplit_once(") ")?.1.chars().next()
-}
-
-/// Thread `tid` sleeps inside `poll` (the kernel's wait channel or system call says so).
-fn blocked_in_poll(tid: libc::pid_t) -> bool {
-    if thread_state(tid) != Some('S') {
-        return false;
-    }
-    let task = format!("/proc/self/task/{tid}");
-    let wchan = std::fs::read_to_string(format!("{task}/wchan")).unwrap_or_default();
-    if wchan.contains("poll") {
-        return true;
-    }
-    // A kernel that hides wait channels still shows the system call a thread is in.
-    let syscall = std::fs::read_to_string(format!("{task}/syscall")).unwrap_or_default();
-    let nr: i64 = syscall
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(-1);
-    #[cfg(target_arch = "x86_64")]
-    if nr == libc::SYS_poll {
-        return true;
-    }
-    nr == libc::SYS_ppoll
-}
+// The thread-state checks the crate's unit tests use too (one copy).
+#[path = "../src/test_support.rs"]
+mod test_support;
+use test_support::blocked_in_poll;
 
 fn os_threads() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
