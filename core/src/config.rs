@@ -209,8 +209,8 @@ pub const MCP_OAUTH_KEYS: &[Key] = &[
 /// The largest `output_retries` accepted.
 pub const MAX_OUTPUT_RETRIES: u32 = 10;
 
-/// The largest `queue_capacity` accepted: the queue is allocated up front, so a larger
-/// value would be a multi-gigabyte allocation rather than a setting.
+/// The largest `queue_capacity` accepted: a queue that full holds that many events, so a
+/// larger value would be gigabytes of memory for one slow consumer rather than a setting.
 pub const MAX_QUEUE_CAPACITY: usize = 65_536;
 
 /// Custom headers that carry the provider credentials panto sets itself. Setting one in

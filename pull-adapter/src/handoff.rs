@@ -27,12 +27,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{
-    Receiver as QueueRx, RecvTimeoutError, Sender as QueueTx, TryRecvError, TrySendError,
-};
+use crossbeam_channel::{RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use panto::{Error, Event, Flow, Receiver};
 
 use crate::pool::ACTIVE;
+use crate::queue::{QueueRx, QueueTx};
 use crate::readiness::ReadyFd;
 #[cfg(unix)]
 use crate::readiness::{closed_error, member_error, Readiness};
@@ -552,7 +551,7 @@ impl Forward {
 pub(crate) struct Pump {
     pub(crate) turn: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     pub(crate) shared: Arc<Shared>,
-    pub(crate) _task_done: QueueTx<()>,
+    pub(crate) _task_done: Sender<()>,
     /// Some event was handed over already (the first burst goes at once).
     pub(crate) started: bool,
 }
@@ -675,7 +674,7 @@ mod tests {
         n: u32,
         setup: impl FnOnce(&Shared),
     ) -> (QueueRx<Item>, tokio::sync::oneshot::Sender<()>, Arc<Shared>) {
-        let (tx, rx) = bounded(256);
+        let (tx, rx) = crate::queue::queue(256);
         let shared = Arc::new(Shared::new(tx));
         setup(&shared);
         let state = shared.clone();
@@ -733,7 +732,7 @@ mod tests {
         // Another turn that is always ready: the worker never goes idle, so only the
         // age of the waiting events (checked at the end of every poll of a turn on this
         // worker) gets them out.
-        let (tx, _busy_rx) = bounded(1);
+        let (tx, _busy_rx) = crate::queue::queue(1);
         let (task_done, _) = bounded(0);
         let busy = Arc::new(Shared::new(tx));
         ACTIVE.fetch_add(1, Ordering::SeqCst);
@@ -758,7 +757,7 @@ mod tests {
     /// 10,000 streams that are waiting for their first event cost.
     #[test]
     fn a_new_outbox_allocates_nothing_until_it_holds_events() {
-        let (tx, _rx) = bounded(8);
+        let (tx, _rx) = crate::queue::queue(8);
         let shared = Shared::new(tx);
         assert_eq!(shared.outbox.lock().unwrap().items.capacity(), 0);
     }

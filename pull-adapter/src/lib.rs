@@ -74,10 +74,13 @@ mod blocking;
 mod handoff;
 pub mod mcp;
 mod pool;
+mod queue;
 mod readiness;
 #[cfg(unix)]
 mod ready_set;
 mod stream;
+#[cfg(test)]
+mod test_alloc;
 #[cfg(all(test, target_os = "linux"))]
 mod test_support;
 

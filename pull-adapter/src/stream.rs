@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver as QueueRx, RecvTimeoutError, TryRecvError};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, TryRecvError};
 use futures_util::FutureExt;
 use panto::{
     Agent, Answers, CancellationToken, Checkpoint, CompactOptions, Compaction, Error, Event, Input,
@@ -21,6 +21,7 @@ use panto::{
 
 use crate::handoff::{Forward, Item, Pump, Shared};
 use crate::pool::{fork_generation, forked_error, on_worker, worker_for, ACTIVE};
+use crate::queue::{queue, QueueRx};
 
 /// What [`Stream::next_timeout`] saw.
 #[derive(Debug, Clone, PartialEq)]
@@ -234,7 +235,7 @@ pub struct Stream {
     events: Option<QueueRx<Item>>,
     /// Disconnected when the turn's task has ended (completed, failed or dropped).
     /// Never dropped in a forked child (see `release`).
-    task_done: ManuallyDrop<QueueRx<()>>,
+    task_done: ManuallyDrop<Receiver<()>>,
     control: StreamControl,
     state: State,
     /// The burst read ahead by `drain_ready` / `wait_ready`, delivered by `next` and
@@ -400,7 +401,7 @@ impl Stream {
         }
         // Reserve on the caller's thread so `busy` is reported synchronously.
         let slot = agent.reserve()?;
-        let (tx, rx) = bounded::<Item>(agent.config().queue_capacity);
+        let (tx, rx) = queue::<Item>(agent.config().queue_capacity);
         let (done_tx, done_rx) = bounded::<()>(0);
         let shared = Arc::new(Shared::new(tx));
         let control = StreamControl {
@@ -886,7 +887,7 @@ impl Stream {
             let low_water = self
                 .events
                 .as_ref()
-                .is_none_or(|q| q.len() <= q.capacity().unwrap_or(0) / 2);
+                .is_none_or(|q| q.len() <= q.capacity() / 2);
             if low_water {
                 shared.flush_for_consumer();
             }
