@@ -349,10 +349,12 @@ impl CallProgress {
 
     /// Passes an event of the MCP server's own requests made for this call (sampling,
     /// elicitation) to the turn, before the call's result; bounded as log lines are.
-    /// `false` when the call takes no notes (none are reported, or its result was
-    /// already delivered): the event was not passed on.
-    pub(crate) fn note(&self, event: Event) -> bool {
-        self.bounded(|c| c.events.push(event))
+    /// Gives the event back when the call takes no notes (none are reported, or its
+    /// result was already delivered): it was not passed on.
+    pub(crate) fn note(&self, event: Event) -> Option<Event> {
+        let mut event = Some(event);
+        self.bounded(|c| c.events.extend(event.take()));
+        event
     }
 
     /// The turn's way to the model, for an MCP server's sampling request.
@@ -897,21 +899,21 @@ mod tests {
             outcome: outcome.into(),
         };
         // Both run: the oldest takes it.
-        calls.note(&event("accept"));
+        calls.note(event("accept"));
         // The oldest's result is delivered (it takes no more): the next one takes it.
         let first = notes.take_due(Some(0));
         assert_eq!(first[0].3, vec![event("accept")]);
-        assert!(!call(0).note(event("late")));
-        calls.note(&event("decline"));
+        assert_eq!(call(0).note(event("late")), Some(event("late")));
+        calls.note(event("decline"));
         let second = notes.take_due(Some(1));
         assert_eq!(
             second.iter().find(|d| d.0 == 1).unwrap().3,
             vec![event("decline")]
         );
         // None is left to take it: the event goes nowhere, and nothing fails.
-        calls.note(&event("cancel"));
+        calls.note(event("cancel"));
         assert!(notes.take_due(None).iter().all(|d| d.3.is_empty()));
-        assert!(!CallProgress::none().note(event("x")));
+        assert_eq!(CallProgress::none().note(event("x")), Some(event("x")));
     }
 
     #[tokio::test]

@@ -14,6 +14,12 @@
 //! - at `MAX_BATCH` events, at the terminal event, and at the end of the first poll
 //!   that produced any (the time to the first event is not traded for batching).
 //!
+//! A worker busy with many streams (at least `LINGER_TURNS` turns, and idle with events
+//! to hand over again within `BUSY_GAP`) lingers instead (see [`Linger`]): its
+//! `flusher` task hands every outbox over once the oldest waiting event is `LINGER`
+//! old, the first burst and the terminal event included, so each consumer is woken
+//! once per millisecond or so rather than once per event.
+//!
 //! A consumer that ran dry parks on its `Waiter` (or leaves its task's waker there) and
 //! is woken by whoever fills or ends the queue. A full outbox parks the turn (not the
 //! worker) until the consumer pops.
@@ -66,8 +72,19 @@ thread_local! {
     static PENDING: RefCell<VecDeque<Listed>> = const { RefCell::new(VecDeque::new()) };
 }
 
-/// The worker is about to go idle: hands over every outbox on its list.
+/// The worker is about to go idle: hands over every outbox on its list — unless the
+/// worker is busy with many streams, when its flusher hands them over within `LINGER`
+/// (see [`Linger`]).
 pub(crate) fn flush_pending() {
+    if !any_pending() || LINGER_STATE.with(|l| l.borrow_mut().lingers(Instant::now())) {
+        return;
+    }
+    hand_over_all();
+}
+
+/// Hands over every outbox on this worker's list, writing the ready sets their reports
+/// put off once per `COALESCE_AT_MOST` of them.
+fn hand_over_all() {
     let listed = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     if listed.is_empty() {
         return;
@@ -89,9 +106,178 @@ pub(crate) fn flush_pending() {
 /// microseconds, well within `FLUSH_AFTER`), however many streams the worker holds.
 const COALESCE_AT_MOST: usize = 64;
 
-/// Hands over the outboxes on this worker's list whose oldest event is `FLUSH_AFTER`
-/// old at `now`.
+/// Longest an event waits in its outbox on a worker that lingers (see [`Linger`]).
+/// Tokio's timers tick every millisecond, so the flusher's wake-up comes up to a
+/// millisecond later still: an event waits 2 ms at most, against the 200 ms or so
+/// between two events of one stream that make a worker hold thousands.
+pub(crate) const LINGER: Duration = Duration::from_millis(1);
+
+/// Turns a worker must be running before it may linger: a worker with a few streams
+/// always hands over as it goes idle, so their events never wait for a timer.
+pub(crate) const LINGER_TURNS: usize = 64;
+
+/// Longest gap between two of a worker's idle moments with events to hand over, for it
+/// to count as busy: under it the worker goes idle with events for its consumers more
+/// than 5,000 times a second.
+pub(crate) const BUSY_GAP: Duration = Duration::from_micros(200);
+
+/// Whether a worker lingers: hands over its outboxes when the oldest waiting event is
+/// `LINGER` old rather than each time it goes idle.
+///
+/// A worker holding thousands of slow streams (a gateway: each stream an event every
+/// 200 ms or so) goes idle between almost every two events, and handing over at each
+/// idle moment costs a wake-up of the consumer per event: its thread's context switch,
+/// an eventfd write for its runtime, a netpoller round and a goroutine switch in Go.
+/// At 10,000 streams those wake-ups were most of what the pull adapter cost beyond push.
+/// Lingering gathers what the worker's streams produce for up to `LINGER`, then wakes
+/// each consumer once for the lot.
+///
+/// It lingers only while both hold: at least `LINGER_TURNS` turns run on it, and it
+/// went idle with events to hand over less than `BUSY_GAP` before. One stream, or a
+/// handful, or many streams that produce rarely, hand over as the worker goes idle, as
+/// before; so does a worker without a flusher (the tests' own workers).
+struct Linger {
+    /// Turns running on this worker (`Pump`s polled and not yet ended).
+    turns: usize,
+    /// The last time the worker went idle with outboxes on its list.
+    last_idle_with_news: Option<Instant>,
+    /// The worker lingered since its flusher last looked: the flusher hands over.
+    wanted: bool,
+    /// The worker's flusher, while it waits to be wanted.
+    flusher: Option<Waker>,
+    /// The worker has a flusher (see [`flusher`]).
+    has_flusher: bool,
+    /// Tests: count every idle moment as busy.
+    #[cfg(test)]
+    always_busy: bool,
+    /// Tests: hand-overs made by the flusher.
+    #[cfg(test)]
+    flusher_hand_overs: usize,
+}
+
+impl Linger {
+    /// The worker is about to go idle with outboxes on its list: true if it leaves them
+    /// to its flusher (woken here if it was waiting). Every time this says true, the
+    /// flusher hands over afterwards: it was waiting and is woken now, or it is queued
+    /// to run, or it sleeps until the oldest outbox is due and hands over then.
+    fn lingers(&mut self, now: Instant) -> bool {
+        let busy = self
+            .last_idle_with_news
+            .is_some_and(|t| now.saturating_duration_since(t) < BUSY_GAP);
+        #[cfg(test)]
+        let busy = busy || self.always_busy;
+        self.last_idle_with_news = Some(now);
+        if !busy || !self.lingering() {
+            return false;
+        }
+        self.wanted = true;
+        if let Some(flusher) = self.flusher.take() {
+            // A wake from this thread, inside its runtime: the task is queued here (no
+            // system call), and the runtime polls it before it sleeps.
+            flusher.wake();
+        }
+        true
+    }
+
+    /// The worker holds enough turns to linger, and has a flusher to linger with.
+    fn lingering(&self) -> bool {
+        self.has_flusher && self.turns >= LINGER_TURNS
+    }
+}
+
+thread_local! {
+    /// This worker's lingering (see [`Linger`]).
+    static LINGER_STATE: RefCell<Linger> = const {
+        RefCell::new(Linger {
+            turns: 0,
+            last_idle_with_news: None,
+            wanted: false,
+            flusher: None,
+            has_flusher: false,
+            #[cfg(test)]
+            always_busy: false,
+            #[cfg(test)]
+            flusher_hand_overs: 0,
+        })
+    };
+}
+
+/// A worker's flusher, a task of its runtime for the life of the worker: when the worker
+/// lingers, it sleeps until the oldest outbox on the list is `LINGER` old, then hands over
+/// every outbox on the list.
+pub(crate) async fn flusher() {
+    LINGER_STATE.with(|l| l.borrow_mut().has_flusher = true);
+    loop {
+        std::future::poll_fn(|cx| {
+            LINGER_STATE.with(|l| {
+                let mut l = l.borrow_mut();
+                if std::mem::take(&mut l.wanted) {
+                    return Poll::Ready(());
+                }
+                l.flusher = Some(cx.waker().clone());
+                Poll::Pending
+            })
+        })
+        .await;
+        let oldest = PENDING.with(|p| p.borrow().front().map(|l| l.since));
+        if let Some(oldest) = oldest {
+            tokio::time::sleep_until((oldest + LINGER).into()).await;
+        }
+        #[cfg(test)]
+        if any_pending() {
+            LINGER_STATE.with(|l| l.borrow_mut().flusher_hand_overs += 1);
+        }
+        hand_over_all();
+    }
+}
+
+/// The worker holds enough turns to linger: a turn's first burst and its end wait for
+/// the next hand-over like any other event, rather than waking the consumer on their
+/// own.
+fn lingering_here() -> bool {
+    LINGER_STATE.with(|l| l.borrow().lingering())
+}
+
+/// A turn started running on this worker (`Pump`'s first poll).
+fn turn_started() {
+    LINGER_STATE.with(|l| l.borrow_mut().turns += 1);
+}
+
+/// A turn counted by `turn_started` ended or was dropped.
+fn turn_ended() {
+    let _ = LINGER_STATE.try_with(|l| {
+        let mut l = l.borrow_mut();
+        l.turns = l.turns.saturating_sub(1);
+    });
+}
+
+/// How long an outbox may wait on this worker before the checks at each poll hand it
+/// over: `LINGER` while the worker lingers, `FLUSH_AFTER` otherwise.
+fn hold() -> Duration {
+    if LINGER_STATE.with(|l| l.borrow().lingering()) {
+        LINGER
+    } else {
+        FLUSH_AFTER
+    }
+}
+
+/// Hands over the outboxes on this worker's list whose oldest event is `FLUSH_AFTER` old
+/// at `now`, or, on a worker that lingers, every outbox once the oldest is `LINGER` old.
 fn flush_expired(now: Instant) {
+    if lingering_here() {
+        // Once the oldest is due, every outbox goes: handing over the due ones alone
+        // would wake consumers at every poll, a few at a time, which is what lingering
+        // is there to stop.
+        let due = PENDING.with(|p| {
+            p.borrow()
+                .front()
+                .is_some_and(|l| now.saturating_duration_since(l.since) >= LINGER)
+        });
+        if due {
+            hand_over_all();
+        }
+        return;
+    }
     loop {
         let next = PENDING.with(|p| {
             let mut p = p.borrow_mut();
@@ -482,7 +668,7 @@ pub(crate) struct Forward {
 
 impl Receiver for Forward {
     fn on_event(&mut self, event: Event) -> Flow {
-        let urgent = event.is_terminal();
+        let urgent = event.is_terminal() && !lingering_here();
         let mut outbox = self.shared.outbox();
         if outbox.closed {
             return Flow::Stop;
@@ -495,7 +681,7 @@ impl Receiver for Forward {
         let old = now.is_some_and(|now| {
             outbox
                 .since
-                .is_some_and(|t| now.saturating_duration_since(t) >= FLUSH_AFTER)
+                .is_some_and(|t| now.saturating_duration_since(t) >= hold())
         });
         if urgent || old || n >= MAX_BATCH {
             outbox.flush();
@@ -554,6 +740,8 @@ pub(crate) struct Pump {
     pub(crate) _task_done: Sender<()>,
     /// Some event was handed over already (the first burst goes at once).
     pub(crate) started: bool,
+    /// Counted in its worker's running turns (see `Linger`).
+    pub(crate) counted: bool,
 }
 
 impl Future for Pump {
@@ -564,6 +752,10 @@ impl Future for Pump {
         let Some(turn) = this.turn.as_mut() else {
             return Poll::Ready(());
         };
+        if !this.counted {
+            this.counted = true;
+            turn_started();
+        }
         this.shared.producer_running.store(true, Ordering::SeqCst);
         let done = turn.as_mut().poll(cx).is_ready();
         if done {
@@ -575,13 +767,18 @@ impl Future for Pump {
             this.shared.producer_running.store(false, Ordering::SeqCst);
         }
         let mut outbox = this.shared.outbox();
-        if done {
+        let linger = lingering_here();
+        if done && (outbox.items.is_empty() || !linger) {
             outbox.finished = true;
             outbox.flush();
         } else if !outbox.items.is_empty() {
+            // The end goes with the last events, by the next hand-over.
+            outbox.finished |= done;
             if !this.started {
                 this.started = true;
-                outbox.flush();
+                if !linger {
+                    outbox.flush();
+                }
             }
             // Whatever the queue could not take (the first burst included, on a full
             // queue) waits on the worker's list: a consumer that saw the turn running
@@ -603,6 +800,9 @@ impl Future for Pump {
         }
         if done {
             self.turn = None;
+            if std::mem::take(&mut self.counted) {
+                turn_ended();
+            }
             Poll::Ready(())
         } else {
             Poll::Pending
@@ -619,6 +819,9 @@ impl Drop for Pump {
             outbox.finished = true;
             outbox.flush();
             outbox.end();
+        }
+        if self.counted {
+            turn_ended();
         }
         ACTIVE.fetch_sub(1, Ordering::SeqCst);
     }
@@ -697,6 +900,7 @@ mod tests {
             shared,
             _task_done: task_done,
             started: false,
+            counted: false,
         }));
         (rx, go, state)
     }
@@ -745,6 +949,7 @@ mod tests {
             shared: busy,
             _task_done: task_done,
             started: false,
+            counted: false,
         }));
         go.send(()).unwrap();
         for i in 1..=3 {
@@ -800,5 +1005,185 @@ mod tests {
             received(&rx, i);
         }
         let _ = stop.send(());
+    }
+    /// Runs `f` on the worker's thread (where its lingering state lives) and returns
+    /// what it returns.
+    fn on_worker<T: Send + 'static>(
+        worker: &tokio::runtime::Handle,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        drop(worker.spawn(async move {
+            let _ = tx.send(f());
+        }));
+        rx.recv_timeout(HANG)
+            .expect("the worker did not run the task")
+    }
+
+    /// A worker as the pool makes one, flusher included, running `LINGER_TURNS` turns
+    /// that wait forever, so it lingers whenever it is busy; with `always_busy`, every
+    /// idle moment counts as busy. Returns the quiet turns' queues (to keep them open).
+    fn lingering_worker(
+        always_busy: bool,
+    ) -> (
+        tokio::runtime::Handle,
+        tokio::sync::oneshot::Sender<()>,
+        Vec<QueueRx<Item>>,
+    ) {
+        let (worker, stop) = worker();
+        drop(worker.spawn(flusher()));
+        let quiet = (0..LINGER_TURNS)
+            .map(|_| {
+                let (tx, rx) = crate::queue::queue(4);
+                let (task_done, _) = bounded(0);
+                ACTIVE.fetch_add(1, Ordering::SeqCst);
+                drop(worker.spawn(Pump {
+                    turn: Some(Box::pin(std::future::pending())),
+                    shared: Arc::new(Shared::new(tx)),
+                    _task_done: task_done,
+                    started: false,
+                    counted: false,
+                }));
+                rx
+            })
+            .collect();
+        // Every turn is counted at its first poll, which comes before a task spawned
+        // after them all; wait for it all the same rather than rely on the order.
+        let deadline = Instant::now() + HANG;
+        while !on_worker(&worker, lingering_here) {
+            assert!(Instant::now() < deadline, "the worker never lingered");
+        }
+        on_worker(&worker, move || {
+            LINGER_STATE.with(|l| l.borrow_mut().always_busy = always_busy);
+        });
+        (worker, stop, quiet)
+    }
+
+    fn flusher_hand_overs(worker: &tokio::runtime::Handle) -> usize {
+        on_worker(worker, || {
+            LINGER_STATE.with(|l| l.borrow().flusher_hand_overs)
+        })
+    }
+
+    /// A worker busy with many turns leaves its outboxes to its flusher instead of
+    /// handing them over each time it goes idle, and the flusher hands every event
+    /// over: the first burst and the later ones.
+    #[test]
+    fn a_busy_worker_with_many_turns_leaves_the_hand_over_to_its_flusher() {
+        let (worker, stop, _quiet) = lingering_worker(true);
+        assert_eq!(flusher_hand_overs(&worker), 0);
+        let (rx, go) = turn(&worker, 3);
+        received(&rx, 0);
+        assert_eq!(
+            flusher_hand_overs(&worker),
+            1,
+            "the first burst did not go by the flusher"
+        );
+        go.send(()).unwrap();
+        for i in 1..=3 {
+            received(&rx, i);
+        }
+        assert_eq!(flusher_hand_overs(&worker), 2);
+        let _ = stop.send(());
+    }
+
+    /// A turn that ends on a lingering worker: its last events and its end go together
+    /// by the flusher, and the consumer sees the queue end after the last event.
+    #[test]
+    fn a_turn_that_ends_on_a_lingering_worker_still_ends_its_queue() {
+        let (worker, stop, _quiet) = lingering_worker(true);
+        let (tx, rx) = crate::queue::queue(256);
+        let shared = Arc::new(Shared::new(tx));
+        let mut forward = Forward {
+            shared: shared.clone(),
+        };
+        let (task_done, _) = bounded(0);
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        drop(worker.spawn(Pump {
+            turn: Some(Box::pin(async move {
+                for i in 0..3 {
+                    forward.on_event(delta(i));
+                }
+            })),
+            shared,
+            _task_done: task_done,
+            started: false,
+            counted: false,
+        }));
+        for i in 0..3 {
+            received(&rx, i);
+        }
+        assert!(
+            matches!(rx.recv_timeout(HANG), Err(RecvTimeoutError::Disconnected)),
+            "the queue did not end"
+        );
+        assert_eq!(flusher_hand_overs(&worker), 1);
+        let _ = stop.send(());
+    }
+
+    /// Many turns alone do not make a worker linger: one that goes idle with events
+    /// rarely (here, once) hands them over as it goes idle, without its flusher.
+    #[test]
+    fn a_worker_with_many_turns_that_idles_rarely_hands_over_as_it_goes_idle() {
+        let (worker, stop, _quiet) = lingering_worker(false);
+        let (rx, go) = turn(&worker, 3);
+        received(&rx, 0);
+        // The first idle moment with events is never busy (there was none before it).
+        assert_eq!(flusher_hand_overs(&worker), 0);
+        // The next may or may not come within `BUSY_GAP` (that depends on the
+        // consumer's round trip): either way, every event arrives.
+        go.send(()).unwrap();
+        for i in 1..=3 {
+            received(&rx, i);
+        }
+        let _ = stop.send(());
+    }
+
+    /// When a worker lingers, decided at each idle moment with events to hand over.
+    #[test]
+    fn a_worker_lingers_only_when_busy_with_many_turns_and_a_flusher() {
+        let fresh = |turns, has_flusher| Linger {
+            turns,
+            last_idle_with_news: None,
+            wanted: false,
+            flusher: None,
+            has_flusher,
+            always_busy: false,
+            flusher_hand_overs: 0,
+        };
+        let t0 = Instant::now();
+        let soon = t0 + BUSY_GAP / 2;
+        let later = soon + BUSY_GAP * 2;
+
+        // Busy (two idle moments close together) with many turns and a flusher.
+        let mut l = fresh(LINGER_TURNS, true);
+        assert!(!l.lingers(t0), "the first idle moment is not busy");
+        assert!(l.lingers(soon));
+        assert!(l.wanted, "the flusher was not asked to hand over");
+        assert!(!l.lingers(later), "a long gap is not busy");
+
+        // A waiting flusher is woken.
+        let woken = Arc::new(AtomicBool::new(false));
+        struct Flag(Arc<AtomicBool>);
+        impl std::task::Wake for Flag {
+            fn wake(self: Arc<Self>) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let mut l = fresh(LINGER_TURNS, true);
+        l.flusher = Some(Waker::from(Arc::new(Flag(woken.clone()))));
+        l.lingers(t0);
+        assert!(!woken.load(Ordering::SeqCst));
+        assert!(l.lingers(soon));
+        assert!(woken.load(Ordering::SeqCst), "the flusher was not woken");
+        assert!(l.flusher.is_none());
+
+        // Too few turns, or no flusher: never.
+        for (turns, has_flusher) in [(LINGER_TURNS - 1, true), (LINGER_TURNS, false)] {
+            let mut l = fresh(turns, has_flusher);
+            assert!(!l.lingers(t0));
+            assert!(!l.lingers(soon));
+            assert!(!l.wanted);
+        }
     }
 }

@@ -177,6 +177,8 @@ fn start_worker(i: usize) -> Result<tokio::runtime::Handle, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let handle = rt.handle().clone();
+    // The worker's flusher, for when it holds many busy streams (see `handoff`).
+    drop(handle.spawn(crate::handoff::flusher()));
     std::thread::Builder::new()
         .name(format!("panto-worker-{i}"))
         .spawn(move || {

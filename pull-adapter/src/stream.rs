@@ -449,6 +449,7 @@ impl Stream {
             shared,
             _task_done: done_tx,
             started: false,
+            counted: false,
         };
         // The worker runtimes live as long as the process: the task always runs.
         drop(worker.spawn(pump));
@@ -469,7 +470,8 @@ impl Stream {
     /// - It becomes readable when the worker hands events over, when the turn ends or
     ///   fails, on [`StreamControl::cancel`] and on [`Stream::close`]. The worker hands a
     ///   stream's events over in bursts, at the latest `FLUSH_AFTER` after the first of
-    ///   them was produced (see the crate docs, "Hand-off").
+    ///   them was produced, or about 2 ms on a worker busy with many streams (see the
+    ///   crate docs, "Hand-off").
     /// - It stays readable until a call finds the stream empty: after each readiness,
     ///   take events with `try_next` until it returns [`Next::Pending`]. (It may stay
     ///   readable after the last ready event was taken, until that `Pending`.)

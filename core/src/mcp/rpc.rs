@@ -264,6 +264,15 @@ impl Peer {
         sampling::Calls(calls.into_iter().map(|(_, r)| r).collect())
     }
 
+    /// The reporter of this server's oldest running tool call that takes reports.
+    fn oldest_call(&self) -> Option<CallProgress> {
+        self.table()
+            .iter()
+            .filter_map(|(id, p)| p.reporter.as_ref().map(|r| (*id, r)))
+            .min_by_key(|(id, _)| *id)
+            .map(|(_, r)| r.clone())
+    }
+
     fn notification(&self, method: &str, params: Option<&Value>) {
         match method {
             "notifications/progress" => {
@@ -349,7 +358,7 @@ impl Peer {
         if level < min {
             return;
         }
-        let Some(reporter) = self.running_calls().0.into_iter().next() else {
+        let Some(reporter) = self.oldest_call() else {
             return;
         };
         let data = match params.get("data") {

@@ -340,8 +340,14 @@ pub(crate) struct Calls(pub Vec<CallProgress>);
 
 impl Calls {
     /// Passes `event` to the turn through the oldest call that still takes it.
-    pub(crate) fn note(&self, event: &Event) {
-        let _ = self.0.iter().any(|c| c.note(event.clone()));
+    pub(crate) fn note(&self, event: Event) {
+        let mut event = event;
+        for call in &self.0 {
+            match call.note(event) {
+                Some(back) => event = back,
+                None => return,
+            }
+        }
     }
 
     /// The turn's way to the model, through the oldest call.
@@ -386,7 +392,7 @@ async fn sample(
     let request =
         sampling_request(server, params, cap).map_err(|why| rpc_error(INVALID_PARAMS, why))?;
     let note = |outcome: &str| {
-        calls.note(&Event::McpSamplingRequest {
+        calls.note(Event::McpSamplingRequest {
             server: server.to_owned(),
             summary: request.summary.clone(),
             max_tokens: u64::from(request.max_tokens),
@@ -433,7 +439,7 @@ async fn elicit(
     let request =
         elicitation_request(server, params).map_err(|why| rpc_error(INVALID_PARAMS, why))?;
     let note = |outcome: &str| {
-        calls.note(&Event::McpElicitationRequest {
+        calls.note(Event::McpElicitationRequest {
             server: server.to_owned(),
             message: crate::text::truncate(&request.message, MAX_SUMMARY).to_owned(),
             outcome: outcome.to_owned(),
