@@ -6,7 +6,7 @@
 //!                          current-thread runtime; many streams share it
 //!                            Pump(turn future) ── Forward::on_event ──► outbox (≤ 64)
 //!                                                                          │ flush
-//!                                          bounded crossbeam queue (queue_capacity)
+//!                                          bounded queue (queue_capacity)
 //!                                                                          │
 //!  Stream::next() ◄────────────────────────────────────────────────────────┘
 //!                 enforces the contract (DESIGN.md)
