@@ -212,3 +212,47 @@ async fn the_idle_pool_is_bounded_and_closes_on_request() {
     )]));
     assert_eq!(one_turn(&agent, "I am agent 099".into()).await, "again");
 }
+
+/// A finished response whose end has arrived goes back to the pool from the turn itself,
+/// without a task of its own to read that end (at thousands of streams, that task was
+/// the largest allocation cost of a turn); a body the server holds open is still read in
+/// the background, and the turn does not wait for it. On a current-thread runtime, as
+/// the pull adapter's workers are: the connection's task runs before the turn looks again.
+#[tokio::test]
+async fn a_finished_body_is_read_to_its_end_without_a_task_of_its_own() {
+    let _serial = SERIAL.lock().await;
+    const TURNS: u64 = 20;
+    let server = TestServer::start(script::scenario(vec![json!({
+        "times": TURNS,
+        "response": script::openai_text(&["hello"]),
+    })]))
+    .unwrap();
+    let agent = Agent::new(agent_config(&server, 0)).unwrap();
+    let before = panto::http::background_drains();
+    for i in 0..TURNS {
+        assert_eq!(one_turn(&agent, format!("turn {i}")).await, "hello");
+    }
+    let drains = panto::http::background_drains() - before;
+    // The server sends a body's end with its last event; a loaded machine may deliver
+    // it late now and then, never for most turns.
+    assert!(
+        drains < TURNS / 2,
+        "{drains} of {TURNS} turns left their body's end to a task of its own"
+    );
+    assert_eq!(server.connections_total(), 1, "a turn paid a new connect");
+
+    // The whole answer, [DONE] included, then a body held open: the turn ends without
+    // it, and a task of its own reads the end once the server sends it.
+    let sse = script::openai_text_events(&["finished"]);
+    let all = script::sse_len(&sse).unwrap();
+    let held = TestServer::start(script::scenario(vec![json!({
+        "response": {"sse": sse, "fault": {"kind": "hold", "after_bytes": all}},
+    })]))
+    .unwrap();
+    let agent = Agent::new(agent_config(&held, 1)).unwrap();
+    let before = panto::http::background_drains();
+    assert_eq!(one_turn(&agent, "held".into()).await, "finished");
+    assert_eq!(held.held(), 1, "the turn waited for the body's end");
+    assert_eq!(panto::http::background_drains() - before, 1);
+    held.open_gate();
+}

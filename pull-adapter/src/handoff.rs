@@ -976,9 +976,10 @@ mod tests {
         let set = crate::ReadySet::new().unwrap();
         let (worker, stop) = worker();
         let (rx, go, shared) = turn_with(&worker, 3, |s| s.attach(&set, 9).unwrap());
-        // The first burst goes at once (not deferred): take it and its report, and find
-        // the stream empty, as a consumer does before it waits.
-        received(&rx, 0);
+        // The first burst goes at once (not deferred): take its report, then the event,
+        // and find the stream empty, as a consumer does before it waits. (The other way
+        // round, a consumer that takes the event while the worker is still handing it
+        // over makes the report needless, and the worker rightly skips it.)
         let mut tokens = [0u64; 4];
         let deadline = Instant::now() + HANG;
         while set.take(&mut tokens) == 0 {
@@ -989,6 +990,7 @@ mod tests {
             std::thread::yield_now();
         }
         assert_eq!(tokens[0], 9);
+        received(&rx, 0);
         assert!(shared.clear_ready_if_empty());
         let fd = set.fd();
         let poller = crate::test_support::spawn_poller(fd);
