@@ -176,6 +176,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Reads an object, calling `on_field` with each key; the callback reads its value.
+    #[inline]
     pub(crate) fn object(
         &mut self,
         mut on_field: impl FnMut(&mut Self, &'a str) -> Option<()>,
@@ -201,6 +202,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Reads an array, calling `on_item` for each element; the callback reads it.
+    #[inline]
     pub(crate) fn array(&mut self, mut on_item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.eat(b'[')?;
         if self.peek()? == b']' {
