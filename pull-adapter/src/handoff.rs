@@ -254,7 +254,7 @@ fn turn_ended() {
 /// How long an outbox may wait on this worker before the checks at each poll hand it
 /// over: `LINGER` while the worker lingers, `FLUSH_AFTER` otherwise.
 fn hold() -> Duration {
-    if LINGER_STATE.with(|l| l.borrow().lingering()) {
+    if lingering_here() {
         LINGER
     } else {
         FLUSH_AFTER
@@ -859,6 +859,23 @@ mod tests {
         (handle, stop)
     }
 
+    /// Runs `turn` on `worker` as the stream of `shared`, the way `Stream` starts one.
+    fn spawn_turn(
+        worker: &tokio::runtime::Handle,
+        shared: Arc<Shared>,
+        turn: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let (task_done, _) = bounded(0);
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        drop(worker.spawn(Pump {
+            turn: Some(Box::pin(turn)),
+            shared,
+            _task_done: task_done,
+            started: false,
+            counted: false,
+        }));
+    }
+
     /// A stream's turn that hands over one event, waits for `go`, then hands over
     /// `1..=n` in that later poll and waits forever (like a turn waiting for a host
     /// tool's answer). Returns the consumer's end of its queue.
@@ -881,7 +898,6 @@ mod tests {
         let shared = Arc::new(Shared::new(tx));
         setup(&shared);
         let state = shared.clone();
-        let (task_done, _) = bounded(0);
         let mut forward = Forward {
             shared: shared.clone(),
         };
@@ -894,14 +910,7 @@ mod tests {
             }
             std::future::pending::<()>().await;
         };
-        ACTIVE.fetch_add(1, Ordering::SeqCst);
-        drop(worker.spawn(Pump {
-            turn: Some(Box::pin(turn)),
-            shared,
-            _task_done: task_done,
-            started: false,
-            counted: false,
-        }));
+        spawn_turn(worker, shared, turn);
         (rx, go, state)
     }
 
@@ -937,20 +946,11 @@ mod tests {
         // age of the waiting events (checked at the end of every poll of a turn on this
         // worker) gets them out.
         let (tx, _busy_rx) = crate::queue::queue(1);
-        let (task_done, _) = bounded(0);
-        let busy = Arc::new(Shared::new(tx));
-        ACTIVE.fetch_add(1, Ordering::SeqCst);
-        drop(worker.spawn(Pump {
-            turn: Some(Box::pin(async {
-                loop {
-                    tokio::task::yield_now().await;
-                }
-            })),
-            shared: busy,
-            _task_done: task_done,
-            started: false,
-            counted: false,
-        }));
+        spawn_turn(&worker, Arc::new(Shared::new(tx)), async {
+            loop {
+                tokio::task::yield_now().await;
+            }
+        });
         go.send(()).unwrap();
         for i in 1..=3 {
             received(&rx, i);
@@ -1037,15 +1037,7 @@ mod tests {
         let quiet = (0..LINGER_TURNS)
             .map(|_| {
                 let (tx, rx) = crate::queue::queue(4);
-                let (task_done, _) = bounded(0);
-                ACTIVE.fetch_add(1, Ordering::SeqCst);
-                drop(worker.spawn(Pump {
-                    turn: Some(Box::pin(std::future::pending())),
-                    shared: Arc::new(Shared::new(tx)),
-                    _task_done: task_done,
-                    started: false,
-                    counted: false,
-                }));
+                spawn_turn(&worker, Arc::new(Shared::new(tx)), std::future::pending());
                 rx
             })
             .collect();
@@ -1099,19 +1091,11 @@ mod tests {
         let mut forward = Forward {
             shared: shared.clone(),
         };
-        let (task_done, _) = bounded(0);
-        ACTIVE.fetch_add(1, Ordering::SeqCst);
-        drop(worker.spawn(Pump {
-            turn: Some(Box::pin(async move {
-                for i in 0..3 {
-                    forward.on_event(delta(i));
-                }
-            })),
-            shared,
-            _task_done: task_done,
-            started: false,
-            counted: false,
-        }));
+        spawn_turn(&worker, shared, async move {
+            for i in 0..3 {
+                forward.on_event(delta(i));
+            }
+        });
         for i in 0..3 {
             received(&rx, i);
         }
