@@ -24,7 +24,7 @@
 //! is woken by whoever fills or ends the queue. A full outbox parks the turn (not the
 //! worker) until the consumer pops.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -95,8 +95,189 @@ fn hand_over_all() {
     while listed.peek().is_some() {
         #[cfg(unix)]
         let _coalesce = crate::ready_set::Deferred::begin();
+        let _wakes = WakeLater::begin();
         for l in listed.by_ref().take(COALESCE_AT_MOST) {
             l.shared.flush_listed();
+        }
+    }
+}
+
+thread_local! {
+    /// Whether a hand-over on this thread gathers the task wakers it takes (`WakeLater`).
+    static GATHERING: Cell<bool> = const { Cell::new(false) };
+    /// The task wakers a hand-over took, and the relay their consumers were told of;
+    /// the room is kept.
+    static LATER: RefCell<Gathered> = const {
+        RefCell::new(Gathered { wakers: Vec::new(), relay: None })
+    };
+    /// This worker's relays not yet known to be passed on, oldest first (see `Relay`).
+    static RELAYS: RefCell<VecDeque<(Instant, Arc<Relay>)>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// What a hand-over in progress gathered (see `WakeLater`).
+struct Gathered {
+    wakers: Vec<Waker>,
+    relay: Option<Arc<Relay>>,
+}
+
+/// A hand-over of many outboxes wakes their consumers' tasks together, at its end, and
+/// from another thread only one of them: the rest are passed on by that consumer.
+///
+/// Waking a task from another thread costs its runtime a wake-up (tokio writes the
+/// runtime's eventfd), and the woken thread, placed on the waker's core, usually runs at
+/// once, ahead of the worker. Woken one by one from the worker, the consumer's thread
+/// woke, polled the one task woken so far, went back to sleep and gave the core back,
+/// once per stream of the hand-over: at 10,000 streams that was a context switch of the
+/// consumer and a preemption of the worker per event. So the consumers' wakers go into
+/// a `Relay`, which each of their streams knows of; the worker wakes one of them, and
+/// the first consumer to poll its stream wakes the rest from its own thread (on its own
+/// runtime that queues them, with no system call). If no consumer passes them on
+/// within `RELAY_WAIT` (a task woken that no longer polls its stream), the worker's
+/// flusher wakes them itself. Only a worker with a flusher relays.
+///
+/// The wakes happen in `drop`, so no early return or panic skips them.
+struct WakeLater {
+    /// This scope started the gathering (scopes do not nest; an inner one is inert).
+    outer: bool,
+}
+
+/// Longest a relay's wakers wait for a consumer to pass them on before the worker's
+/// flusher wakes them itself (a consumer's runtime takes microseconds to wake).
+pub(crate) const RELAY_WAIT: Duration = Duration::from_millis(1);
+
+/// Task wakers of one hand-over, passed on by the first of their consumers to poll (see
+/// `WakeLater`), or by the worker's flusher after `RELAY_WAIT`.
+pub(crate) struct Relay {
+    wakers: Mutex<Vec<Waker>>,
+    /// The wakers were passed on (or are being): nothing is left to wake.
+    passed: AtomicBool,
+}
+
+impl Relay {
+    /// Wakes the wakers left (once: a later call finds none).
+    pub(crate) fn pass_on(&self) {
+        if self.passed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let wakers =
+            std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+}
+
+impl WakeLater {
+    fn begin() -> WakeLater {
+        WakeLater {
+            outer: !GATHERING.with(|g| g.replace(true)),
+        }
+    }
+
+    /// Gathers `waker` if a hand-over on this thread gathers them (telling `relay`, the
+    /// waiter's relay slot, which relay will hold it); else gives it back.
+    fn gather(waker: Waker, relay: &mut Option<Arc<Relay>>) -> Option<Waker> {
+        if !GATHERING.with(Cell::get) || !LINGER_STATE.with(|l| l.borrow().has_flusher) {
+            return Some(waker);
+        }
+        LATER.with(|l| {
+            let mut l = l.borrow_mut();
+            let current = l.relay.get_or_insert_with(|| {
+                Arc::new(Relay {
+                    wakers: Mutex::new(Vec::new()),
+                    passed: AtomicBool::new(false),
+                })
+            });
+            *relay = Some(current.clone());
+            l.wakers.push(waker);
+        });
+        None
+    }
+}
+
+impl Drop for WakeLater {
+    fn drop(&mut self) {
+        if !self.outer {
+            return;
+        }
+        GATHERING.with(|g| g.set(false));
+        let (mut wakers, relay) = LATER.with(|l| {
+            let mut l = l.borrow_mut();
+            (std::mem::take(&mut l.wakers), l.relay.take())
+        });
+        let first = wakers.pop();
+        if let Some(relay) = relay {
+            if wakers.is_empty() {
+                relay.passed.store(true, Ordering::SeqCst);
+            } else {
+                relay
+                    .wakers
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .append(&mut wakers);
+                keep_relay(relay);
+            }
+        }
+        if let Some(first) = first {
+            first.wake();
+        }
+        LATER.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.wakers.capacity() < wakers.capacity() {
+                l.wakers = wakers;
+            }
+        });
+    }
+}
+
+/// Keeps `relay` on this worker's list until it is passed on, waking the flusher to
+/// watch its time if the list was empty; drops the passed ones at the list's front.
+fn keep_relay(relay: Arc<Relay>) {
+    let was_empty = RELAYS.with(|r| {
+        let mut r = r.borrow_mut();
+        while r
+            .front()
+            .is_some_and(|(_, f)| f.passed.load(Ordering::Relaxed))
+        {
+            r.pop_front();
+        }
+        let was_empty = r.is_empty();
+        r.push_back((Instant::now(), relay));
+        was_empty
+    });
+    if was_empty {
+        LINGER_STATE.with(|l| {
+            let mut l = l.borrow_mut();
+            l.relays_news = true;
+            if let Some(flusher) = l.flusher.take() {
+                // On this worker's thread, inside its runtime: queued here.
+                flusher.wake();
+            }
+        });
+    }
+}
+
+/// Passes on the relays of this worker whose consumers did not within `RELAY_WAIT`,
+/// and drops those passed on already. Returns when the next one is due, if any.
+fn pass_on_stale_relays(now: Instant) -> Option<Instant> {
+    loop {
+        let stale = RELAYS.with(|r| {
+            let mut r = r.borrow_mut();
+            loop {
+                let (made, relay) = r.front()?;
+                if relay.passed.load(Ordering::Relaxed) {
+                    r.pop_front();
+                } else if now.saturating_duration_since(*made) >= RELAY_WAIT {
+                    return r.pop_front().map(|(_, relay)| Ok(relay));
+                } else {
+                    return Some(Err(*made + RELAY_WAIT));
+                }
+            }
+        });
+        match stale {
+            None => return None,
+            Some(Err(due)) => return Some(due),
+            Some(Ok(relay)) => relay.pass_on(),
         }
     }
 }
@@ -145,6 +326,8 @@ struct Linger {
     wanted: bool,
     /// The worker's flusher, while it waits to be wanted.
     flusher: Option<Waker>,
+    /// A relay was kept while none was: the flusher watches its time (see `Relay`).
+    relays_news: bool,
     /// The worker has a flusher (see [`flusher`]).
     has_flusher: bool,
     /// Tests: count every idle moment as busy.
@@ -193,6 +376,7 @@ thread_local! {
             last_idle_with_news: None,
             wanted: false,
             flusher: None,
+            relays_news: false,
             has_flusher: false,
             #[cfg(test)]
             always_busy: false,
@@ -208,17 +392,33 @@ thread_local! {
 pub(crate) async fn flusher() {
     LINGER_STATE.with(|l| l.borrow_mut().has_flusher = true);
     loop {
-        std::future::poll_fn(|cx| {
-            LINGER_STATE.with(|l| {
+        // Wanted, or the oldest relay not passed on is due.
+        let due = pass_on_stale_relays(Instant::now());
+        let mut sleep = std::pin::pin!(due.map(|d| tokio::time::sleep_until(d.into())));
+        let wanted = std::future::poll_fn(|cx| {
+            let woken = LINGER_STATE.with(|l| {
                 let mut l = l.borrow_mut();
                 if std::mem::take(&mut l.wanted) {
-                    return Poll::Ready(());
+                    return Some(true);
+                }
+                if std::mem::take(&mut l.relays_news) {
+                    return Some(false);
                 }
                 l.flusher = Some(cx.waker().clone());
-                Poll::Pending
-            })
+                None
+            });
+            if let Some(wanted) = woken {
+                return Poll::Ready(wanted);
+            }
+            match sleep.as_mut().as_pin_mut().map(|s| s.poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(false),
+                _ => Poll::Pending,
+            }
         })
         .await;
+        if !wanted {
+            continue;
+        }
         let oldest = PENDING.with(|p| p.borrow().front().map(|l| l.since));
         if let Some(oldest) = oldest {
             tokio::time::sleep_until((oldest + LINGER).into()).await;
@@ -309,6 +509,10 @@ pub(crate) struct Waiter {
     pub(crate) waiting: AtomicBool,
     /// Who to wake (a stream may be consumed from different threads or tasks in turn).
     pub(crate) wake: Mutex<Option<Wake>>,
+    /// The relay this consumer's waker went into at the last hand-over (see `Relay`):
+    /// the consumer passes it on when it polls. `relayed` says one is there.
+    pub(crate) relay: Mutex<Option<Arc<Relay>>>,
+    pub(crate) relayed: AtomicBool,
 }
 
 /// A waiting consumer: a parked thread, or an async task.
@@ -339,11 +543,34 @@ impl Waiter {
                 Some(Wake::Task(_)) => {
                     if let Some(Wake::Task(waker)) = slot.take() {
                         drop(slot);
-                        waker.wake();
+                        let mut relay = self.relay.lock().unwrap_or_else(PoisonError::into_inner);
+                        match WakeLater::gather(waker, &mut relay) {
+                            Some(waker) => {
+                                drop(relay);
+                                waker.wake();
+                            }
+                            None => self.relayed.store(true, Ordering::SeqCst),
+                        }
                     }
                 }
                 None => {}
             }
+        }
+    }
+
+    /// An async consumer is being polled: wakes the other consumers of the relay its
+    /// waker went into, if any (see `Relay`). Cheap when there is none.
+    pub(crate) fn pass_on_relay(&self) {
+        if !self.relayed.load(Ordering::Relaxed) {
+            return;
+        }
+        let relay = {
+            let mut slot = self.relay.lock().unwrap_or_else(PoisonError::into_inner);
+            self.relayed.store(false, Ordering::SeqCst);
+            slot.take()
+        };
+        if let Some(relay) = relay {
+            relay.pass_on();
         }
     }
 
@@ -526,6 +753,8 @@ impl Shared {
         let waiter = Arc::new(Waiter {
             waiting: AtomicBool::new(false),
             wake: Mutex::new(None),
+            relay: Mutex::new(None),
+            relayed: AtomicBool::new(false),
         });
         Shared {
             outbox: Mutex::new(Outbox {
@@ -1053,6 +1282,131 @@ mod tests {
         (worker, stop, quiet)
     }
 
+    /// A worker as the pool makes one, with its flusher running.
+    fn worker_with_flusher() -> (tokio::runtime::Handle, tokio::sync::oneshot::Sender<()>) {
+        let (worker, stop) = worker();
+        drop(worker.spawn(flusher()));
+        let deadline = Instant::now() + HANG;
+        while !on_worker(&worker, || LINGER_STATE.with(|l| l.borrow().has_flusher)) {
+            assert!(Instant::now() < deadline, "the flusher never ran");
+        }
+        (worker, stop)
+    }
+
+    /// A task waker that reports its wakes, by index, on a channel.
+    struct Report(usize, crossbeam_channel::Sender<usize>);
+
+    impl std::task::Wake for Report {
+        fn wake(self: Arc<Self>) {
+            let _ = self.1.send(self.0);
+        }
+    }
+
+    /// `n` streams' waiters, each with an async consumer waiting (its task's waker left
+    /// there), and the channel their wakes are reported on.
+    fn waiting_consumers(n: usize) -> (Vec<Arc<Waiter>>, crossbeam_channel::Receiver<usize>) {
+        let (woke, wakes) = crossbeam_channel::unbounded();
+        let waiters = (0..n)
+            .map(|i| {
+                let (tx, _) = crate::queue::queue::<Item>(1);
+                let waiter = Shared::new(tx).waiter.clone();
+                waiter.register_task(&Waker::from(Arc::new(Report(i, woke.clone()))));
+                waiter
+            })
+            .collect();
+        (waiters, wakes)
+    }
+
+    /// What was reported so far.
+    fn reported(wakes: &crossbeam_channel::Receiver<usize>) -> Vec<usize> {
+        let mut seen: Vec<usize> = wakes.try_iter().collect();
+        seen.sort_unstable();
+        seen
+    }
+
+    /// A hand-over that takes many consumers' wakers wakes them at its end, not one by
+    /// one; from the worker only one of them, and the first consumer to poll wakes the
+    /// rest (here, on the worker's thread, the flusher cannot run in between).
+    #[test]
+    fn a_hand_over_wakes_one_consumer_which_passes_the_rest_on() {
+        let (worker, _stop) = worker_with_flusher();
+        let (waiters, wakes) = waiting_consumers(5);
+        let (during, first, rest, after) = on_worker(&worker, move || {
+            let gathering = WakeLater::begin();
+            for w in &waiters {
+                w.wake();
+            }
+            let during = reported(&wakes);
+            drop(gathering);
+            let first = reported(&wakes);
+            // Any consumer of the hand-over may be the first to poll.
+            let woken = first.first().copied().unwrap_or(0);
+            waiters[(woken + 1) % waiters.len()].pass_on_relay();
+            let rest = reported(&wakes);
+            waiters[woken].pass_on_relay();
+            (during, first, rest, reported(&wakes))
+        });
+        assert!(
+            during.is_empty(),
+            "woken before the hand-over's end: {during:?}"
+        );
+        assert_eq!(first.len(), 1, "woken from the worker: {first:?}");
+        let mut all = first.clone();
+        all.extend(&rest);
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 1, 2, 3, 4], "the rest, passed on: {rest:?}");
+        assert!(after.is_empty(), "passed on twice: {after:?}");
+    }
+
+    /// A relay nobody passes on (the woken task no longer polls its stream) is passed on
+    /// by the worker's flusher within `RELAY_WAIT`: no consumer is left waiting.
+    #[test]
+    fn a_relay_no_consumer_passes_on_is_passed_on_by_the_flusher() {
+        let (worker, _stop) = worker_with_flusher();
+        let (waiters, wakes) = waiting_consumers(4);
+        let woke = on_worker(&worker, {
+            let wakes = wakes.clone();
+            move || {
+                let _gathering = WakeLater::begin();
+                for w in &waiters {
+                    w.wake();
+                }
+                drop(_gathering);
+                // The flusher runs on this thread: it cannot have passed anything on yet.
+                reported(&wakes)
+            }
+        });
+        assert_eq!(woke.len(), 1, "woken from the worker: {woke:?}");
+        let mut all = woke;
+        for _ in 0..3 {
+            all.push(
+                wakes
+                    .recv_timeout(HANG)
+                    .expect("the flusher passed the relay on"),
+            );
+        }
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 1, 2, 3]);
+        assert!(on_worker(&worker, || RELAYS.with(|r| r.borrow().is_empty())));
+    }
+
+    /// A worker without a flusher (nothing would pass a relay on) wakes every consumer
+    /// itself at the hand-over's end.
+    #[test]
+    fn a_worker_without_a_flusher_wakes_every_consumer_itself() {
+        let (worker, _stop) = worker();
+        let (waiters, wakes) = waiting_consumers(3);
+        let woke = on_worker(&worker, move || {
+            let gathering = WakeLater::begin();
+            for w in &waiters {
+                w.wake();
+            }
+            drop(gathering);
+            reported(&wakes)
+        });
+        assert_eq!(woke, vec![0, 1, 2]);
+    }
+
     fn flusher_hand_overs(worker: &tokio::runtime::Handle) -> usize {
         on_worker(worker, || {
             LINGER_STATE.with(|l| l.borrow().flusher_hand_overs)
@@ -1133,6 +1487,7 @@ mod tests {
             last_idle_with_news: None,
             wanted: false,
             flusher: None,
+            relays_news: false,
             has_flusher,
             always_busy: false,
             flusher_hand_overs: 0,

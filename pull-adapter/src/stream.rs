@@ -514,6 +514,14 @@ impl Stream {
     /// The poll behind [`Stream::next_async`] and the `futures` `Stream` impl: the next
     /// event if one is ready, else registers `cx`'s waker and returns `Pending`.
     pub fn poll_next_event(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Event>, Error>> {
+        // Woken perhaps by a hand-over that left this consumer the other streams' wakes
+        // (not in a forked child for a stream of the parent: its lock may be held by a
+        // thread gone there).
+        if self.control.shared.waiter.relayed.load(Ordering::Relaxed)
+            && !self.control.from_parent_process()
+        {
+            self.control.shared.waiter.pass_on_relay();
+        }
         let ready = |next: Result<Next, Error>| match next {
             Ok(Next::Event(ev)) => Some(Ok(Some(ev))),
             Ok(Next::Done) => Some(Ok(None)),
