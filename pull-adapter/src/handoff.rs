@@ -960,11 +960,21 @@ impl Forward {
     }
 }
 
+/// A turn's future, as a worker runs it.
+pub(crate) type TurnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Wraps a turn's task: puts its outbox on the worker's list when the turn waits with
 /// events in it (handing over the first burst at once), ends the queue when the turn
 /// ends, and tells `Stream::drop` (through `task_done`) that it is gone.
 pub(crate) struct Pump {
-    pub(crate) turn: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// Makes the turn's future, at the first poll: on the worker, which runs it to the
+    /// end and frees it. The future is several kilobytes (6.8 KB for a chat turn); made
+    /// by the thread that starts the stream, it was written there, read on the worker
+    /// and freed on the worker into the starting thread's allocator arena. The maker
+    /// holds only what the future starts from.
+    pub(crate) start: Option<Box<dyn FnOnce() -> TurnFuture + Send>>,
+    /// The turn's future once made; `None` (with `start` taken) once it ended.
+    pub(crate) turn: Option<TurnFuture>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) _task_done: Sender<()>,
     /// Some event was handed over already (the first burst goes at once).
@@ -978,6 +988,9 @@ impl Future for Pump {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
+        if let Some(make) = this.start.take() {
+            this.turn = Some(make());
+        }
         let Some(turn) = this.turn.as_mut() else {
             return Poll::Ready(());
         };
@@ -1041,7 +1054,7 @@ impl Future for Pump {
 
 impl Drop for Pump {
     fn drop(&mut self) {
-        if self.turn.take().is_some() {
+        if self.turn.take().is_some() | self.start.take().is_some() {
             // Dropped before its turn ended (the runtime went away): end the queue, so a
             // consumer sees `incomplete` rather than waiting forever.
             let mut outbox = self.shared.outbox();
@@ -1097,7 +1110,8 @@ mod tests {
         let (task_done, _) = bounded(0);
         ACTIVE.fetch_add(1, Ordering::SeqCst);
         drop(worker.spawn(Pump {
-            turn: Some(Box::pin(turn)),
+            start: Some(Box::new(move || Box::pin(turn) as TurnFuture)),
+            turn: None,
             shared,
             _task_done: task_done,
             started: false,
@@ -1185,6 +1199,52 @@ mod tests {
             received(&rx, i);
         }
         let _ = stop.send(());
+    }
+
+    /// A turn's future is made by its worker, at the first poll, not by the thread that
+    /// starts the stream.
+    #[test]
+    fn a_turns_future_is_made_on_its_worker() {
+        let (worker, _stop) = worker();
+        let (tx, _rx) = crate::queue::queue::<Item>(4);
+        let (made, made_on) = crossbeam_channel::bounded(1);
+        let (task_done, _) = bounded(0);
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        drop(worker.spawn(Pump {
+            start: Some(Box::new(move || {
+                let _ = made.send(std::thread::current().id());
+                Box::pin(std::future::pending()) as TurnFuture
+            })),
+            turn: None,
+            shared: Arc::new(Shared::new(tx)),
+            _task_done: task_done,
+            started: false,
+            counted: false,
+        }));
+        let worker_thread = on_worker(&worker, || std::thread::current().id());
+        assert_eq!(made_on.recv_timeout(HANG).unwrap(), worker_thread);
+        assert_ne!(worker_thread, std::thread::current().id());
+    }
+
+    /// A turn whose task is dropped before its first poll (its worker's runtime went
+    /// away) still ends its queue: the consumer is told, not left waiting.
+    #[test]
+    fn a_turn_dropped_before_it_was_made_ends_its_queue() {
+        let (tx, rx) = crate::queue::queue::<Item>(4);
+        let (task_done, done) = bounded::<()>(0);
+        ACTIVE.fetch_add(1, Ordering::SeqCst);
+        let pump = Pump {
+            start: Some(Box::new(|| Box::pin(std::future::pending()) as TurnFuture)),
+            turn: None,
+            shared: Arc::new(Shared::new(tx)),
+            _task_done: task_done,
+            started: false,
+            counted: false,
+        };
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        drop(pump);
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
+        assert!(matches!(done.try_recv(), Err(TryRecvError::Disconnected)));
     }
 
     /// A new stream's outbox holds no slots until events come: its memory is what

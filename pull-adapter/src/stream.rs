@@ -19,7 +19,7 @@ use panto::{
     NotSteered, TokenCount, ToolOutput, TurnControl, TurnOptions,
 };
 
-use crate::handoff::{Forward, Item, Pump, Shared};
+use crate::handoff::{Forward, Item, Pump, Shared, TurnFuture};
 use crate::pool::{fork_generation, forked_error, on_worker, worker_for, ACTIVE};
 use crate::queue::{queue, QueueRx};
 
@@ -413,39 +413,49 @@ impl Stream {
         let mut forward = Forward {
             shared: shared.clone(),
         };
-        let turn = async move {
-            let run = match begin {
-                Begin::Run(input, options) => {
-                    AssertUnwindSafe(slot.run(input, &mut forward, &turn_control, options))
+        // Made on the worker (see `Pump::start`): the closure holds what the turn starts
+        // from, the future it makes is several kilobytes.
+        let make = move || -> TurnFuture {
+            Box::pin(async move {
+                let run = match begin {
+                    Begin::Run(input, options) => {
+                        AssertUnwindSafe(slot.run(input, &mut forward, &turn_control, options))
+                            .catch_unwind()
+                            .await
+                    }
+                    Begin::Resume(resume) => {
+                        let (checkpoint, answers) = *resume;
+                        AssertUnwindSafe(slot.resume(
+                            checkpoint,
+                            answers,
+                            &mut forward,
+                            &turn_control,
+                        ))
                         .catch_unwind()
                         .await
+                    }
+                };
+                match run {
+                    Ok(Ok(_summary)) => {} // message_complete already went to the outbox
+                    Ok(Err(e)) => forward.push_final(Err(e)),
+                    Err(panic) => {
+                        turn_control.cancel.cancel();
+                        let what = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "a non-string panic payload".into());
+                        forward.push_final(Err(Error::internal(format!(
+                            "the stream's turn panicked: {what}"
+                        ))));
+                    }
                 }
-                Begin::Resume(resume) => {
-                    let (checkpoint, answers) = *resume;
-                    AssertUnwindSafe(slot.resume(checkpoint, answers, &mut forward, &turn_control))
-                        .catch_unwind()
-                        .await
-                }
-            };
-            match run {
-                Ok(Ok(_summary)) => {} // message_complete already went to the outbox
-                Ok(Err(e)) => forward.push_final(Err(e)),
-                Err(panic) => {
-                    turn_control.cancel.cancel();
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a non-string panic payload".into());
-                    forward.push_final(Err(Error::internal(format!(
-                        "the stream's turn panicked: {what}"
-                    ))));
-                }
-            }
+            })
         };
         ACTIVE.fetch_add(1, Ordering::SeqCst);
         let pump = Pump {
-            turn: Some(Box::pin(turn)),
+            start: Some(Box::new(make)),
+            turn: None,
             shared,
             _task_done: done_tx,
             started: false,
