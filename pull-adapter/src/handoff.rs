@@ -1232,11 +1232,13 @@ mod tests {
     fn a_turn_dropped_before_it_was_made_ends_its_queue() {
         let (tx, rx) = crate::queue::queue::<Item>(4);
         let (task_done, done) = bounded::<()>(0);
+        // The stream holds its state too (so dropping the task alone ends nothing).
+        let stream_state = Arc::new(Shared::new(tx));
         ACTIVE.fetch_add(1, Ordering::SeqCst);
         let pump = Pump {
             start: Some(Box::new(|| Box::pin(std::future::pending()) as TurnFuture)),
             turn: None,
-            shared: Arc::new(Shared::new(tx)),
+            shared: stream_state.clone(),
             _task_done: task_done,
             started: false,
             counted: false,
@@ -1245,6 +1247,7 @@ mod tests {
         drop(pump);
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
         assert!(matches!(done.try_recv(), Err(TryRecvError::Disconnected)));
+        drop(stream_state);
     }
 
     /// A new stream's outbox holds no slots until events come: its memory is what
