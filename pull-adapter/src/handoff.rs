@@ -105,10 +105,9 @@ fn hand_over_all() {
 thread_local! {
     /// Whether a hand-over on this thread gathers the task wakers it takes (`WakeLater`).
     static GATHERING: Cell<bool> = const { Cell::new(false) };
-    /// The task wakers a hand-over took, and the relay their consumers were told of;
-    /// the room is kept.
+    /// The task wakers a hand-over took, and their streams' waiters.
     static LATER: RefCell<Gathered> = const {
-        RefCell::new(Gathered { wakers: Vec::new(), relay: None })
+        RefCell::new(Gathered { wakers: Vec::new(), waiters: Vec::new() })
     };
     /// This worker's relays not yet known to be passed on, oldest first (see `Relay`).
     static RELAYS: RefCell<VecDeque<(Instant, Arc<Relay>)>> = const { RefCell::new(VecDeque::new()) };
@@ -117,7 +116,8 @@ thread_local! {
 /// What a hand-over in progress gathered (see `WakeLater`).
 struct Gathered {
     wakers: Vec<Waker>,
-    relay: Option<Arc<Relay>>,
+    /// `waiters[i]` is where `wakers[i]` was taken from; the room is kept.
+    waiters: Vec<Arc<Waiter>>,
 }
 
 /// A hand-over of many outboxes wakes their consumers' tasks together, at its end, and
@@ -174,22 +174,16 @@ impl WakeLater {
         }
     }
 
-    /// Gathers `waker` if a hand-over on this thread gathers them (telling `relay`, the
-    /// waiter's relay slot, which relay will hold it); else gives it back.
-    fn gather(waker: Waker, relay: &mut Option<Arc<Relay>>) -> Option<Waker> {
+    /// Gathers `waker`, taken from `waiter`, if a hand-over on this thread gathers them;
+    /// else gives it back.
+    fn gather(waker: Waker, waiter: &Arc<Waiter>) -> Option<Waker> {
         if !GATHERING.with(Cell::get) || !LINGER_STATE.with(|l| l.borrow().has_flusher) {
             return Some(waker);
         }
         LATER.with(|l| {
             let mut l = l.borrow_mut();
-            let current = l.relay.get_or_insert_with(|| {
-                Arc::new(Relay {
-                    wakers: Mutex::new(Vec::new()),
-                    passed: AtomicBool::new(false),
-                })
-            });
-            *relay = Some(current.clone());
             l.wakers.push(waker);
+            l.waiters.push(waiter.clone());
         });
         None
     }
@@ -201,30 +195,38 @@ impl Drop for WakeLater {
             return;
         }
         GATHERING.with(|g| g.set(false));
-        let (mut wakers, relay) = LATER.with(|l| {
+        let (mut wakers, mut waiters) = LATER.with(|l| {
             let mut l = l.borrow_mut();
-            (std::mem::take(&mut l.wakers), l.relay.take())
+            (
+                std::mem::take(&mut l.wakers),
+                std::mem::take(&mut l.waiters),
+            )
         });
-        let first = wakers.pop();
-        if let Some(relay) = relay {
-            if wakers.is_empty() {
-                relay.passed.store(true, Ordering::SeqCst);
-            } else {
-                relay
-                    .wakers
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .append(&mut wakers);
-                keep_relay(relay);
+        // The one woken from here: the last gathered (its stream's events were the last
+        // moved). A hand-over with one consumer needs no relay.
+        let direct = wakers.pop();
+        if !wakers.is_empty() {
+            let relay = Arc::new(Relay {
+                wakers: Mutex::new(std::mem::take(&mut wakers)),
+                passed: AtomicBool::new(false),
+            });
+            for waiter in &waiters {
+                *waiter.relay.lock().unwrap_or_else(PoisonError::into_inner) = Some(relay.clone());
+                waiter.relayed.store(true, Ordering::SeqCst);
             }
+            keep_relay(relay);
         }
-        if let Some(first) = first {
-            first.wake();
+        waiters.clear();
+        if let Some(direct) = direct {
+            direct.wake();
         }
         LATER.with(|l| {
             let mut l = l.borrow_mut();
             if l.wakers.capacity() < wakers.capacity() {
                 l.wakers = wakers;
+            }
+            if l.waiters.capacity() < waiters.capacity() {
+                l.waiters = waiters;
             }
         });
     }
@@ -528,7 +530,7 @@ impl Waiter {
 
     /// Wakes the consumer if it waits (called after new items or the queue's end). A
     /// task's waker is used once: the task registers again if it still has to wait.
-    pub(crate) fn wake(&self) {
+    pub(crate) fn wake(self: &Arc<Self>) {
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.waiting.load(Ordering::SeqCst) {
             // The wake-up itself (a futex system call) happens after the lock is let go:
@@ -543,13 +545,8 @@ impl Waiter {
                 Some(Wake::Task(_)) => {
                     if let Some(Wake::Task(waker)) = slot.take() {
                         drop(slot);
-                        let mut relay = self.relay.lock().unwrap_or_else(PoisonError::into_inner);
-                        match WakeLater::gather(waker, &mut relay) {
-                            Some(waker) => {
-                                drop(relay);
-                                waker.wake();
-                            }
-                            None => self.relayed.store(true, Ordering::SeqCst),
+                        if let Some(waker) = WakeLater::gather(waker, self) {
+                            waker.wake();
                         }
                     }
                 }
@@ -1451,6 +1448,24 @@ mod tests {
         all.sort_unstable();
         assert_eq!(all, vec![0, 1, 2, 3]);
         assert!(on_worker(&worker, || RELAYS.with(|r| r.borrow().is_empty())));
+    }
+
+    /// A hand-over with one consumer wakes it from the worker and makes no relay (one
+    /// stream, or a few that produce at different times, pay nothing for relaying).
+    #[test]
+    fn a_hand_over_with_one_consumer_makes_no_relay() {
+        let (worker, _stop) = worker_with_flusher();
+        let (waiters, wakes) = waiting_consumers(1);
+        let waiter = waiters[0].clone();
+        let (woke, relays) = on_worker(&worker, move || {
+            let gathering = WakeLater::begin();
+            waiters[0].wake();
+            drop(gathering);
+            (reported(&wakes), RELAYS.with(|r| r.borrow().len()))
+        });
+        assert_eq!(woke, vec![0]);
+        assert_eq!(relays, 0);
+        assert!(!waiter.relayed.load(Ordering::SeqCst));
     }
 
     /// A worker without a flusher (nothing would pass a relay on) wakes every consumer
