@@ -36,7 +36,10 @@
 //! turns or more, going idle with events to hand over more than 5,000 times a second)
 //! lingers: a task of its own hands every outbox over once the oldest waiting event is
 //! 1 ms old (2 ms at most with tokio's timer tick), so thousands of slow streams wake
-//! their consumers once per millisecond rather than once per event.
+//! their consumers once per millisecond rather than once per event. A hand-over that
+//! wakes several async consumers wakes one of them from the worker; the first to poll
+//! its stream wakes the rest from its own thread (queued on its runtime without a system
+//! call), or the worker does after 1 ms if none did.
 //!
 //! **Backpressure.** When the queue is full the outbox fills; at 64 waiting events the
 //! receiver's `poll_ready` returns `Pending` and the core stops reading the socket until
