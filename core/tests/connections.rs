@@ -252,7 +252,10 @@ async fn a_finished_body_is_read_to_its_end_without_a_task_of_its_own() {
     let agent = Agent::new(agent_config(&held, 1)).unwrap();
     let before = panto::http::background_drains();
     assert_eq!(one_turn(&agent, "held".into()).await, "finished");
-    assert_eq!(held.held(), 1, "the turn waited for the body's end");
+    // The turn is over while the gate, still closed, keeps the body's end from being
+    // sent: it did not wait for it, a task of its own does. (The server counts the hold
+    // once it has written the last byte before it, which the turn may read first.)
     assert_eq!(panto::http::background_drains() - before, 1);
+    eventually("the server to hold the body's end", || held.held() == 1).await;
     held.open_gate();
 }
