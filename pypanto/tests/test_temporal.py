@@ -9,12 +9,14 @@ Outside CI, without a Temporal CLI or ``temporalio``, the module is skipped; in 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -95,6 +97,29 @@ class TemporalServer:
                 return False
 
         wait_until(up, timeout=120, what="the Temporal server to listen")
+        # Listening is not serving yet: for a while the frontend answers "not healthy
+        # yet", and a test's first connect failed on it. Wait until a client connects.
+        ready: List[BaseException] = []
+
+        def connect() -> None:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    asyncio.run(Client.connect(self.address))
+                    return
+                except RuntimeError as e:
+                    assert self.proc.poll() is None, "the Temporal server exited"
+                    if time.monotonic() > deadline:
+                        ready.append(e)
+                        return
+                    time.sleep(0.2)
+
+        # On a thread of its own: the fixture may run where an event loop is current.
+        t = threading.Thread(target=connect)
+        t.start()
+        t.join()
+        if ready:
+            raise ready[0]
 
     def close(self) -> None:
         self.proc.terminate()
