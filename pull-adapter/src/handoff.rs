@@ -1105,15 +1105,25 @@ mod tests {
         turn: impl Future<Output = ()> + Send + 'static,
     ) {
         let (task_done, _) = bounded(0);
+        drop(worker.spawn(pump(shared, task_done, move || Box::pin(turn))));
+    }
+
+    /// A turn's task as `Stream` makes one (counted as active), its future made by
+    /// `start` at the first poll.
+    fn pump(
+        shared: Arc<Shared>,
+        task_done: Sender<()>,
+        start: impl FnOnce() -> TurnFuture + Send + 'static,
+    ) -> Pump {
         ACTIVE.fetch_add(1, Ordering::SeqCst);
-        drop(worker.spawn(Pump {
-            start: Some(Box::new(move || Box::pin(turn) as TurnFuture)),
+        Pump {
+            start: Some(Box::new(start)),
             turn: None,
             shared,
             _task_done: task_done,
             started: false,
             counted: false,
-        }));
+        }
     }
 
     /// A stream's turn that hands over one event, waits for `go`, then hands over
@@ -1206,18 +1216,12 @@ mod tests {
         let (tx, _rx) = crate::queue::queue::<Item>(4);
         let (made, made_on) = crossbeam_channel::bounded(1);
         let (task_done, _) = bounded(0);
-        ACTIVE.fetch_add(1, Ordering::SeqCst);
-        drop(worker.spawn(Pump {
-            start: Some(Box::new(move || {
+        drop(
+            worker.spawn(pump(Arc::new(Shared::new(tx)), task_done, move || {
                 let _ = made.send(std::thread::current().id());
-                Box::pin(std::future::pending()) as TurnFuture
+                Box::pin(std::future::pending())
             })),
-            turn: None,
-            shared: Arc::new(Shared::new(tx)),
-            _task_done: task_done,
-            started: false,
-            counted: false,
-        }));
+        );
         let worker_thread = on_worker(&worker, || std::thread::current().id());
         assert_eq!(made_on.recv_timeout(HANG).unwrap(), worker_thread);
         assert_ne!(worker_thread, std::thread::current().id());
@@ -1231,17 +1235,11 @@ mod tests {
         let (task_done, done) = bounded::<()>(0);
         // The stream holds its state too (so dropping the task alone ends nothing).
         let stream_state = Arc::new(Shared::new(tx));
-        ACTIVE.fetch_add(1, Ordering::SeqCst);
-        let pump = Pump {
-            start: Some(Box::new(|| Box::pin(std::future::pending()) as TurnFuture)),
-            turn: None,
-            shared: stream_state.clone(),
-            _task_done: task_done,
-            started: false,
-            counted: false,
-        };
+        let task = pump(stream_state.clone(), task_done, || {
+            Box::pin(std::future::pending())
+        });
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
-        drop(pump);
+        drop(task);
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
         assert!(matches!(done.try_recv(), Err(TryRecvError::Disconnected)));
         drop(stream_state);
