@@ -139,6 +139,9 @@ CONCURRENCY = [
 # agent). Peers in the same run are the yardstick for the CPU targets.
 SCALE = [
     ("rust/floor", "Rust", "floor: reqwest + line split, one runtime (no client work)", "rust", "floor"),
+    ("rust/floor-crossing", "Rust", "crossing floor: the floor on the adapter's worker count of threads, each "
+     "content line sent to one current-thread runtime through a `tokio::sync::mpsc` channel (no client work)",
+     "rust", "floor-crossing"),
     ("rust/panto-push", "Rust", "panto push, every turn on one current-thread runtime", "rust", "panto-push"),
     ("rust/panto-pull-async", "Rust", "panto pull, `next_async().await`, one current-thread runtime", "rust",
      "panto-pull-async"),
@@ -148,7 +151,7 @@ SCALE = [
      "python", "openai-python-async"),
     ("py/panto-async", "Python", "panto Python, one asyncio task per stream, `async for`", "python", "panto-async"),
 ]
-SCALE_PEER = {"rust/panto-pull-async": "rust/panto-push", "go/panto-iter": "go/openai-go",
+SCALE_PEER = {"rust/floor-crossing": "rust/floor", "rust/panto-pull-async": "rust/panto-push", "go/panto-iter": "go/openai-go",
               "py/panto-async": "py/openai-python-async"}
 SCALE_PANTO = {"rust/panto-push", "rust/panto-pull-async", "go/panto-iter", "py/panto-async"}
 
@@ -703,6 +706,10 @@ def render_scale(scale: Dict[Tuple[str, int], ConcCell], n: int, chunks: int, pa
                  f"{int(med(c.peak_open)) if c.peak_open else '–'} | "
                  f"{int(med(c.listen_drops)) if c.listen_drops else '–'} |")
     L.append("")
+    crossing = crossing_lines(scale, n)
+    if crossing:
+        L.extend(crossing)
+        L.append("")
     L.append(SCALE_END)
     tlist = scale_targets(scale, n)
     T = [TARGETS_BEGIN, f"### Targets at {n:,} streams (issues 21 and 38)", ""]
@@ -713,6 +720,24 @@ def render_scale(scale: Dict[Tuple[str, int], ConcCell], n: int, chunks: int, pa
     T.append("")
     T.append(TARGETS_END)
     return L, T
+
+
+def crossing_lines(scale: Dict[Tuple[str, int], ConcCell], n: int) -> List[str]:
+    """What the pull adapter's crossing costs, against a crossing with no client work
+    (issue 38), from the medians of this run; empty without the four rows it needs."""
+    med = statistics.median
+    keys = ("rust/floor", "rust/floor-crossing", "rust/panto-push", "rust/panto-pull-async")
+    cells = [scale.get((k, n)) for k in keys]
+    if any(c is None or c.error or not c.cpu_per_event_us for c in cells):
+        return []
+    floor, crossing, push, pull = (med(c.cpu_per_event_us) for c in cells if c is not None)
+    bare, own, work = crossing - floor, pull - push, push - floor
+    return [f"**The crossing.** The design puts the turn on a worker thread and its consumer on another, with "
+            f"a channel between: a cost push never pays. The crossing floor pays it with no client work: "
+            f"{bare:.1f} µs per event above the floor. Rust pull pays {own:.1f} µs per event above push "
+            f"({own / bare:.2f}× the bare crossing, when both are medians of this run), on top of push's own "
+            f"work ({work:.1f} µs above the floor). Pull's overhead is within 2× push's only when its crossing "
+            f"costs no more than push's whole work: here {own:.1f} against {work:.1f} µs."]
 
 
 def merge_scale(path: str, section: List[str], targets_block: List[str], misses: Optional[str]) -> str:

@@ -41,8 +41,10 @@
 //! pacing; p50 / p99). Variants: `panto-pull` (one thread blocked in `Stream::next` per
 //! stream, the way to wait before `next_async` existed), `panto-pull-async` (every
 //! stream's `next_async().await` on one current-thread runtime: no thread per stream),
-//! `panto-push` (every `agent.run` on one current-thread runtime) and `floor` (the same
-//! raw line splitter, showing what the server and the OS add without any client work).
+//! `panto-push` (every `agent.run` on one current-thread runtime), `floor` (the same
+//! raw line splitter, showing what the server and the OS add without any client work)
+//! and `floor-crossing` (the floor's splitter on worker threads, each line sent to its
+//! consumer on one current-thread runtime: what crossing between threads costs alone).
 //! With RAMP_MS, stream `i` starts `i × RAMP_MS / STREAMS` after the first, so that the
 //! connections arrive at a rate the server's listen queue takes (a burst of 10,000 SYNs
 //! overflows it, and the kernel's SYN retries would spread the starts over half a
@@ -573,6 +575,7 @@ fn run_concurrency(variant: &str, base: &str, streams: usize, pace: Duration, ra
         "panto-pull-async" => concurrent_pull_async(base, streams, pace, ramp),
         "panto-push" => concurrent_push(base, streams, pace, ramp),
         "floor" => concurrent_floor(base, streams, pace, ramp),
+        "floor-crossing" => concurrent_floor_crossing(base, streams, pace, ramp),
         other => panic!("unknown concurrency variant {other:?}"),
     };
     let wall = t0.elapsed();
@@ -688,6 +691,82 @@ fn concurrent_push(base: &str, streams: usize, pace: Duration, ramp: Duration) -
         let items = results.iter().map(|r| r.0).sum();
         (items, results.into_iter().flat_map(|r| r.1).collect())
     })
+}
+
+/// The floor's line splitter run the way the pull adapter runs a turn: on one of as many
+/// worker threads as the adapter starts (each a current-thread runtime), every content
+/// line sent as an owned buffer through a bounded `tokio::sync::mpsc` channel to its
+/// consumer, a task on this thread's current-thread runtime. What this costs above
+/// `floor` is the crossing alone (a thread per side, a wake per hand-over, memory made
+/// on one side and freed on the other), with none of panto's work.
+fn concurrent_floor_crossing(
+    base: &str,
+    streams: usize,
+    pace: Duration,
+    ramp: Duration,
+) -> (u64, Vec<u32>) {
+    let workers: Vec<tokio::runtime::Handle> = (0..crossing_workers())
+        .map(|i| {
+            let rt = current_thread();
+            let handle = rt.handle().clone();
+            std::thread::Builder::new()
+                .name(format!("crossing-worker-{i}"))
+                .spawn(move || rt.block_on(std::future::pending::<()>()))
+                .expect("worker thread");
+            handle
+        })
+        .collect();
+    let clients: Vec<reqwest::Client> = (0..streams).map(|_| reqwest_client()).collect();
+    current_thread().block_on(async {
+        let start = tokio::time::Instant::now();
+        let turns = clients.iter().enumerate().map(|(i, http)| {
+            let worker = &workers[i % workers.len()];
+            async move {
+                ramp_wait(start, i, streams, ramp).await;
+                let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+                let (http, base) = (http.clone(), base.to_string());
+                worker.spawn(async move { floor_lines(&http, &base, tx).await });
+                let (mut items, mut gaps, mut last) = (0u64, Vec::new(), None);
+                while let Some(line) = rx.recv().await {
+                    black_box(line);
+                    items += 1;
+                    let now = Instant::now();
+                    if let Some(prev) = last {
+                        gaps.push(added_us(now - prev, pace));
+                    }
+                    last = Some(now);
+                }
+                // The last data line is the finish chunk, not content (as in `floor`).
+                (items.saturating_sub(1), gaps)
+            }
+        });
+        let results = futures_util::future::join_all(turns).await;
+        let items = results.iter().map(|r| r.0).sum();
+        (items, results.into_iter().flat_map(|r| r.1).collect())
+    })
+}
+
+/// As many workers as the pull adapter runs: one per core, at least two.
+fn crossing_workers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
+}
+
+/// `floor`'s splitter, sending each data line to `tx` instead of counting it.
+async fn floor_lines(http: &reqwest::Client, base: &str, tx: tokio::sync::mpsc::Sender<Vec<u8>>) {
+    let mut resp = post(http, base).await;
+    let mut rest: Vec<u8> = Vec::new();
+    while let Some(bytes) = resp.chunk().await.expect("body") {
+        rest.extend_from_slice(&bytes);
+        let mut start = 0;
+        while let Some(pos) = rest[start..].iter().position(|b| *b == b'\n') {
+            let line = &rest[start..start + pos];
+            if line.starts_with(b"data: {") {
+                tx.send(line.to_vec()).await.expect("consumer");
+            }
+            start += pos + 1;
+        }
+        rest.drain(..start);
+    }
 }
 
 fn concurrent_floor(base: &str, streams: usize, pace: Duration, ramp: Duration) -> (u64, Vec<u32>) {
