@@ -294,6 +294,11 @@ impl Agent {
     /// Nothing is sent, and no MCP server starts, before the first turn.
     pub fn new(config: Config) -> Result<Agent> {
         config.validate()?;
+        Agent::validated(config)
+    }
+
+    /// An agent with a configuration already validated.
+    fn validated(config: Config) -> Result<Agent> {
         let mcp = if config.mcp_servers.is_empty() {
             None
         } else {
@@ -370,7 +375,8 @@ impl Agent {
 
     /// An agent from the JSON configuration (see [`Config::from_json`]).
     pub fn from_json(json: &str) -> Result<Agent> {
-        Agent::new(Config::from_json(json)?)
+        // `Config::from_json` validates what it reads: not twice per agent made.
+        Agent::validated(Config::from_json(json)?)
     }
 
     /// The agent's configuration.

@@ -652,6 +652,14 @@ impl Config {
 
     /// Checks values a request would fail on anyway, so the caller hears it early.
     pub fn validate(&self) -> Result<()> {
+        self.validate_with(true)
+    }
+
+    /// `validate`, with or without the schema's types and bounds. A configuration read
+    /// by `from_json` has had its JSON checked against the schema already, and what it
+    /// did not set holds the defaults: checking its JSON form again (written out whole,
+    /// then checked key by key) would only repeat that, once per agent made.
+    fn validate_with(&self, schema: bool) -> Result<()> {
         if self.model.trim().is_empty() {
             return Err(Error::config("model: required"));
         }
@@ -743,8 +751,10 @@ impl Config {
             )?;
         }
         // Types and bounds, from the schema: the same checks as the JSON form gets.
-        if let Value::Object(obj) = self.to_value() {
-            crate::vocab::check(CONFIG, &obj, "")?;
+        if schema {
+            if let Value::Object(obj) = self.to_value() {
+                crate::vocab::check(CONFIG, &obj, "")?;
+            }
         }
         for (name, value) in &self.headers {
             if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
@@ -784,7 +794,8 @@ impl Config {
         crate::config_keys::read_key(obj, "provider", "", &mut provider)?;
         let mut c = Config::new(provider, "");
         c.read_keys(obj, "")?;
-        c.validate()?;
+        // The schema's checks ran on `obj` above.
+        c.validate_with(false)?;
         Ok(c)
     }
 

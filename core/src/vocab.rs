@@ -404,9 +404,21 @@ fn keys_json(keys: &[Key]) -> Value {
 /// Checks a configuration object against `keys`: unknown keys, types, allowed values,
 /// bounds and required keys, each a `config` error that starts with the key's path
 /// (`retry.max_retries: …`). `null` is the same as an absent key.
+///
+/// Every agent made checks its whole configuration (a few dozen keys) once or twice, and
+/// a process holding thousands of streams makes an agent per stream: so the check looks
+/// each key of the table up once, and spells a key's path only for an error or a nested
+/// object, not for every key it passes.
 pub fn check(keys: &[Key], obj: &Map<String, Value>, prefix: &str) -> Result<()> {
-    for k in obj.keys() {
-        if !keys.iter().any(|key| key.name == k) {
+    // The table's names are distinct (a test holds every table to it), so `obj` has a key
+    // outside the table exactly when fewer of the table's keys are in `obj` than `obj`
+    // has keys; only then is the first such key searched for, to name it.
+    let known = keys.iter().filter(|key| obj.contains_key(key.name)).count();
+    if known < obj.len() {
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !keys.iter().any(|key| key.name == k.as_str()))
+        {
             let known: Vec<&str> = keys.iter().map(|key| key.name).collect();
             return Err(Error::config(format!(
                 "{prefix}{k}: unknown key (known: {})",
@@ -415,24 +427,40 @@ pub fn check(keys: &[Key], obj: &Map<String, Value>, prefix: &str) -> Result<()>
         }
     }
     for key in keys {
-        let path = format!("{prefix}{}", key.name);
+        let path = KeyPath {
+            prefix,
+            name: key.name,
+        };
         match obj.get(key.name) {
             None | Some(Value::Null) => {
                 if key.required {
                     return Err(Error::config(format!("{path}: required")));
                 }
             }
-            Some(v) => check_value(key, v, &path)?,
+            Some(v) => check_value(key, v, path)?,
         }
     }
     Ok(())
 }
 
-fn wrong_type(path: &str, want: &str) -> Error {
+/// A key's path (`retry.max_retries`), spelled out only when it is shown.
+#[derive(Clone, Copy)]
+struct KeyPath<'a> {
+    prefix: &'a str,
+    name: &'a str,
+}
+
+impl std::fmt::Display for KeyPath<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.prefix, self.name)
+    }
+}
+
+fn wrong_type(path: impl std::fmt::Display, want: &str) -> Error {
     Error::config(format!("{path}: must be {want}"))
 }
 
-fn check_value(key: &Key, v: &Value, path: &str) -> Result<()> {
+fn check_value(key: &Key, v: &Value, path: KeyPath<'_>) -> Result<()> {
     match key.ty {
         KeyType::Bool => {
             v.as_bool().ok_or_else(|| wrong_type(path, "a boolean"))?;
@@ -888,5 +916,89 @@ mod tests {
             let e = check(CONFIG, &o, "").unwrap_err();
             assert!(e.message.starts_with(want), "{json}: {}", e.message);
         }
+    }
+
+    /// `check` finds an unknown key by counting the table's keys present, which holds
+    /// only if no table names a key twice.
+    #[test]
+    fn every_key_table_has_distinct_names() {
+        fn walk(keys: &'static [Key], path: &str, tables: &mut usize) {
+            *tables += 1;
+            let mut names: Vec<&str> = keys.iter().map(|k| k.name).collect();
+            names.sort_unstable();
+            let before = names.len();
+            names.dedup();
+            assert_eq!(names.len(), before, "{path}: a key named twice");
+            for k in keys {
+                match k.ty {
+                    KeyType::Object(inner) | KeyType::Array(inner) | KeyType::ObjectMap(inner) => {
+                        walk(inner, &format!("{path}{}.", k.name), tables)
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut tables = 0;
+        walk(CONFIG, "", &mut tables);
+        walk(crate::config::REASONING_KEYS, "reasoning.", &mut tables);
+        walk(
+            crate::config::MCP_SERVER_KEYS,
+            "mcp_servers.*.",
+            &mut tables,
+        );
+        walk(crate::options::TURN_OPTION_KEYS, "options.", &mut tables);
+        walk(crate::options::COMPACT_OPTION_KEYS, "compact.", &mut tables);
+        assert!(tables > 5, "nested tables are walked too ({tables})");
+    }
+
+    /// `Config::from_json` and `Agent::from_json` leave out the schema check of the
+    /// configuration they read (its JSON was checked): what they read must pass it.
+    #[test]
+    fn a_configuration_read_from_json_passes_the_whole_validation() {
+        for json in [
+            r#"{"model":"m"}"#,
+            r#"{"model":"m","base_url":"http://127.0.0.1:1/v1","api_key":"k","max_steps":1,"retry":{"max_retries":0}}"#,
+            r#"{"provider":"anthropic","model":"m","max_tokens":100,"compaction":{"threshold_tokens":5},"tools":[{"name":"t"}],"reasoning":{"effort":"low"},"headers":{"x-a":"b"},"timeouts":{"idle_ms":5}}"#,
+        ] {
+            let c =
+                crate::Config::from_json(json).unwrap_or_else(|e| panic!("{json}: {}", e.message));
+            c.validate()
+                .unwrap_or_else(|e| panic!("{json}: {}", e.message));
+            crate::Agent::from_json(json).unwrap_or_else(|e| panic!("{json}: {}", e.message));
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_among_known_ones() {
+        // Every key of the table present (as `validate` checks it), plus one unknown: the
+        // count of known keys falls short of the object's by one, and the unknown is named.
+        let mut full = crate::config::Config::new(crate::ProviderKind::OpenAi, "m").to_value();
+        assert!(check(CONFIG, full.as_object().unwrap(), "").is_ok());
+        full["colour"] = 1.into();
+        let e = check(CONFIG, full.as_object().unwrap(), "").unwrap_err();
+        assert!(
+            e.message
+                .starts_with("colour: unknown key (known: provider, model, "),
+            "{}",
+            e.message
+        );
+        // The first unknown in the object's key order, with known keys on either side.
+        let o: Value =
+            serde_json::from_str(r#"{"a_unknown":1,"model":"m","zz_unknown":2}"#).unwrap();
+        let e = check(CONFIG, o.as_object().unwrap(), "").unwrap_err();
+        assert!(
+            e.message.starts_with("a_unknown: unknown key"),
+            "{}",
+            e.message
+        );
+        // A nested table's unknown key, with its path.
+        let o: Value =
+            serde_json::from_str(r#"{"model":"m","retry":{"max_retries":1,"x":1}}"#).unwrap();
+        let e = check(CONFIG, o.as_object().unwrap(), "").unwrap_err();
+        assert!(
+            e.message.starts_with("retry.x: unknown key"),
+            "{}",
+            e.message
+        );
     }
 }
