@@ -527,14 +527,14 @@ fn check_value(key: &Key, v: &Value, path: KeyPath<'_>) -> Result<()> {
             let o = v.as_object().ok_or_else(|| wrong_type(path, "an object"))?;
             for (name, item) in o {
                 item.as_str()
-                    .ok_or_else(|| wrong_type(&format!("{path}.{name}"), "a string"))?;
+                    .ok_or_else(|| wrong_type(format!("{path}.{name}"), "a string"))?;
             }
         }
         KeyType::StringArray => {
             let items = v.as_array().ok_or_else(|| wrong_type(path, "an array"))?;
             for (i, item) in items.iter().enumerate() {
                 item.as_str()
-                    .ok_or_else(|| wrong_type(&format!("{path}[{i}]"), "a string"))?;
+                    .ok_or_else(|| wrong_type(format!("{path}[{i}]"), "a string"))?;
             }
         }
         KeyType::ObjectMap(keys) => {
