@@ -389,11 +389,7 @@ async fn floor(
             if rest[start..].starts_with(b"data: {") {
                 data_lines += 1;
                 if let Some((gaps, pace)) = gaps.as_mut() {
-                    let now = Instant::now();
-                    if let Some(prev) = last {
-                        gaps.push(added_us(now - prev, *pace));
-                    }
-                    last = Some(now);
+                    record_gap(gaps, &mut last, *pace);
                 }
             }
             start += pos + 1;
@@ -529,11 +525,7 @@ impl Receiver for Counting<'_> {
             black_box(text);
             self.seen.items += 1;
             if let Some((gaps, pace, last)) = self.gaps.as_mut() {
-                let now = Instant::now();
-                if let Some(prev) = *last {
-                    gaps.push(added_us(now - prev, *pace));
-                }
-                *last = Some(now);
+                record_gap(gaps, last, *pace);
             }
         }
         Flow::Continue
@@ -544,6 +536,16 @@ impl Receiver for Counting<'_> {
 // Concurrent paced streams
 
 /// The arrival gap minus the server's pacing, in µs (never below 0).
+/// Records the gap since the last content event (`last`), less the pacing, and makes
+/// this event the last.
+fn record_gap(gaps: &mut Vec<u32>, last: &mut Option<Instant>, pace: Duration) {
+    let now = Instant::now();
+    if let Some(prev) = *last {
+        gaps.push(added_us(now - prev, pace));
+    }
+    *last = Some(now);
+}
+
 fn added_us(gap: Duration, pace: Duration) -> u32 {
     u32::try_from(gap.saturating_sub(pace).as_micros()).unwrap_or(u32::MAX)
 }
@@ -616,11 +618,7 @@ fn concurrent_pull(base: &str, streams: usize, pace: Duration, ramp: Duration) -
                         if let Event::ContentDelta { text, .. } = &event {
                             black_box(text);
                             items += 1;
-                            let now = Instant::now();
-                            if let Some(prev) = last {
-                                gaps.push(added_us(now - prev, pace));
-                            }
-                            last = Some(now);
+                            record_gap(&mut gaps, &mut last, pace);
                         }
                     }
                     let mut all = all.lock().expect("lock");
@@ -657,11 +655,7 @@ fn concurrent_pull_async(
                 if let Event::ContentDelta { text, .. } = &event {
                     black_box(text);
                     items += 1;
-                    let now = Instant::now();
-                    if let Some(prev) = last {
-                        gaps.push(added_us(now - prev, pace));
-                    }
-                    last = Some(now);
+                    record_gap(&mut gaps, &mut last, pace);
                 }
             }
             (items, gaps)
@@ -730,11 +724,7 @@ fn concurrent_floor_crossing(
                 while let Some(line) = rx.recv().await {
                     black_box(line);
                     items += 1;
-                    let now = Instant::now();
-                    if let Some(prev) = last {
-                        gaps.push(added_us(now - prev, pace));
-                    }
-                    last = Some(now);
+                    record_gap(&mut gaps, &mut last, pace);
                 }
                 // The last data line is the finish chunk, not content (as in `floor`).
                 (items.saturating_sub(1), gaps)
