@@ -157,13 +157,17 @@ SCALE_PANTO = {"rust/panto-push", "rust/panto-pull-async", "go/panto-iter", "py/
 
 
 def adapter_workers_rule() -> int:
-    """The pull adapter's worker count by its rule (one per available core, 2 to 64), for
-    the Go and Python clients, which cannot ask; the Rust pull client reports the real one."""
+    """The pull adapter's worker count by its rule (one per available core but one, 1 to
+    64, unless ``PANTO_WORKER_THREADS`` says), for the Go and Python clients, which cannot
+    ask; the Rust pull client reports the real one."""
+    asked = os.environ.get("PANTO_WORKER_THREADS", "").strip()
+    if asked.isdigit() and 1 <= int(asked) <= 64:
+        return int(asked)
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         n = os.cpu_count() or 2
-    return min(max(n, 2), 64)
+    return min(max(n - 1, 1), 64)
 
 
 def fd_budget_note(streams: int, nofile: int) -> Optional[str]:

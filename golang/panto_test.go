@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "%d C stream handles were never freed\n", n)
 			code = 1
 		}
-		// The worker pool is fixed (one per core, 2..64); its name-resolution helpers
+		// The worker pool is fixed (one per core but one, 1..64); its name-resolution helpers
 		// may exist only while resolving. Nothing panto started per stream survives.
 		workers, others := pantoThreads()
 		if workers > 64 || others > workers {

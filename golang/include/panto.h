@@ -90,8 +90,10 @@
  *   accepts NULL as a no-op. Freeing twice is undefined behaviour (except
  *   panto_string_free, which empties the PantoString it frees).
  *
- * Threads. The library runs every turn on its own small pool of worker threads (about
- *   one per core, whatever the number of streams); it never calls back into the caller
+ * Threads. The library runs every turn on its own small pool of worker threads (one
+ *   per core but one, at least one, whatever the number of streams; the environment
+ *   variable PANTO_WORKER_THREADS, read when the first stream starts, sets another
+ *   count from 1 to 64); it never calls back into the caller
  *   (except the MCP callbacks a host lends it, see "MCP OAuth" and "MCP sampling and
  *   elicitation") and never runs on the caller's thread except inside the calls below.
  *   - PantoAgent: every function may be called from any thread, concurrently, on the

@@ -13,7 +13,8 @@
 //! ```
 //!
 //! **Runtime model.** The adapter owns the runtimes; the core never sees them. A small
-//! fixed pool of worker threads (one per core, at least two), each driving its own
+//! fixed pool of worker threads (one per core but one, at least one, or
+//! `PANTO_WORKER_THREADS`), each driving its own
 //! current-thread tokio runtime for the life of the process, runs every stream's turn as
 //! an ordinary task — the push loop, unchanged. All turns of one agent go to the same
 //! worker, so the connections the agent's pool keeps for that runtime are always driven
@@ -92,7 +93,10 @@ mod test_alloc;
 mod test_support;
 
 pub use blocking::block_on_worker;
-pub use pool::{active_streams, agent_from_parent_process, fork_generation, worker_threads};
+pub use pool::{
+    active_streams, agent_from_parent_process, fork_generation, worker_threads, MAX_WORKER_THREADS,
+    WORKER_THREADS_VAR,
+};
 #[cfg(unix)]
 pub use ready_set::ReadySet;
 pub use stream::{

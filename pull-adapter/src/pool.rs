@@ -16,7 +16,7 @@ use panto::{Agent, Error};
 
 /// The pool of this process; NULL until the first turn, and again in a forked child.
 /// A pool, once made, is never freed: its threads live as long as the process.
-static POOL: AtomicPtr<Result<Pool, String>> = AtomicPtr::new(std::ptr::null_mut());
+static POOL: AtomicPtr<Result<Pool, Error>> = AtomicPtr::new(std::ptr::null_mut());
 /// A thread of this process is making the pool (the others wait for it).
 static MAKING: AtomicBool = AtomicBool::new(false);
 /// Streams whose turn task has not ended yet (see [`active_streams`]).
@@ -41,9 +41,7 @@ fn pool() -> Result<&'static Pool, Error> {
         let made = POOL.load(Ordering::Acquire);
         // SAFETY: a non-null POOL points to a leaked, never-freed box (below).
         if let Some(made) = unsafe { made.as_ref() } {
-            return made.as_ref().map_err(|e| {
-                Error::internal(format!("cannot start the panto worker threads: {e}"))
-            });
+            return made.as_ref().map_err(Error::clone);
         }
         if MAKING
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
@@ -55,18 +53,58 @@ fn pool() -> Result<&'static Pool, Error> {
         }
         if POOL.load(Ordering::Acquire).is_null() {
             watch_fork();
-            let n = std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2)
-                .clamp(2, 64);
-            let made = (0..n)
-                .map(start_worker)
-                .collect::<Result<Vec<_>, String>>()
-                .map(|workers| Pool { workers });
+            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let asked = std::env::var_os(WORKER_THREADS_VAR);
+            let made = worker_count(asked.as_deref(), cores).and_then(|n| {
+                (0..n)
+                    .map(start_worker)
+                    .collect::<Result<Vec<_>, String>>()
+                    .map(|workers| Pool { workers })
+                    .map_err(|e| {
+                        Error::internal(format!("cannot start the panto worker threads: {e}"))
+                    })
+            });
             POOL.store(Box::into_raw(Box::new(made)), Ordering::Release);
         }
         MAKING.store(false, Ordering::Release);
     }
+}
+
+/// The environment variable that sets how many worker threads the pool starts.
+pub const WORKER_THREADS_VAR: &str = "PANTO_WORKER_THREADS";
+
+/// Most worker threads the pool starts, whatever it is asked.
+pub const MAX_WORKER_THREADS: usize = 64;
+
+/// How many worker threads the pool starts on a machine with `cores` cores (what the
+/// process may run on), given `asked`, the value of `PANTO_WORKER_THREADS` if set.
+///
+/// By default one per core but one, at least one: the events the workers make are
+/// used by the host's own threads, which need a core too. With a worker per core, a
+/// busy host and the workers share the cores with one thread too many, and every
+/// worker goes idle and wakes on its own for the network: at 10,000 streams on 2 cores,
+/// two workers made twice the context switches of one (0.15 against 0.07 per event)
+/// and cost about 0.8 µs more CPU per event in Rust and 1 µs in Go, for no gain in
+/// latency (docs/decisions.md, "How many workers"). One worker decodes well over
+/// 100,000 events a second, and all turns of one agent run on one worker whatever the
+/// count. A host whose own threads stay idle while it holds many fast streams on few
+/// cores can ask for more: `PANTO_WORKER_THREADS`, a whole number from 1 to 64, read
+/// when the first stream starts. Anything else is a `config` error for every stream.
+pub(crate) fn worker_count(asked: Option<&std::ffi::OsStr>, cores: usize) -> Result<usize, Error> {
+    let Some(asked) = asked else {
+        return Ok(cores.saturating_sub(1).clamp(1, MAX_WORKER_THREADS));
+    };
+    asked
+        .to_str()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| (1..=MAX_WORKER_THREADS).contains(n))
+        .ok_or_else(|| {
+            Error::config(format!(
+                "{WORKER_THREADS_VAR}={:?}: expected a whole number of worker threads from 1 to \
+                 {MAX_WORKER_THREADS} (unset, panto starts one per core but one)",
+                asked.to_string_lossy()
+            ))
+        })
 }
 
 /// Registers [`after_fork_in_child`] with `pthread_atfork`, once, before the first worker
@@ -190,9 +228,10 @@ fn start_worker(i: usize) -> Result<tokio::runtime::Handle, String> {
     Ok(handle)
 }
 
-/// How many worker threads the adapter runs (fixed once the first stream starts; one
-/// per core, at least two). With their name-resolution helpers, the adapter never runs
-/// more than twice this many threads, however many streams are open.
+/// How many worker threads the adapter runs (fixed once the first stream starts: one
+/// per core but one, at least one, or what `PANTO_WORKER_THREADS` asks; 0 if they cannot
+/// start). With their name-resolution helpers, the adapter never runs more than twice
+/// this many threads, however many streams are open.
 pub fn worker_threads() -> usize {
     pool().map(|p| p.workers.len()).unwrap_or(0)
 }
@@ -201,4 +240,54 @@ pub fn worker_threads() -> usize {
 /// earlier value once every stream has ended or been dropped).
 pub fn active_streams() -> usize {
     ACTIVE.load(Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn the_pool_has_a_worker_per_core_but_one() {
+        for (cores, workers) in [
+            (1, 1),
+            (2, 1),
+            (3, 2),
+            (8, 7),
+            (64, 63),
+            (65, 64),
+            (512, 64),
+        ] {
+            assert_eq!(worker_count(None, cores).unwrap(), workers, "{cores} cores");
+        }
+        // No core reported (cannot happen on a running machine): still one.
+        assert_eq!(worker_count(None, 0).unwrap(), 1);
+    }
+
+    #[test]
+    fn panto_worker_threads_sets_the_count_from_1_to_64() {
+        for (asked, workers) in [("1", 1), ("3", 3), (" 4\n", 4), ("64", 64)] {
+            assert_eq!(
+                worker_count(Some(OsStr::new(asked)), 2).unwrap(),
+                workers,
+                "{asked:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_worker_count_out_of_range_or_not_a_number_is_a_config_error_naming_the_variable() {
+        for asked in ["0", "65", "-1", "two", "", "2.5"] {
+            let e = worker_count(Some(OsStr::new(asked)), 8).unwrap_err();
+            assert_eq!(e.kind, panto::ErrorKind::Config, "{asked:?}");
+            assert!(e.message.contains("PANTO_WORKER_THREADS"), "{}", e.message);
+            assert!(e.message.contains(&format!("{asked:?}")), "{}", e.message);
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            let e = worker_count(Some(OsStr::from_bytes(b"4\xff")), 8).unwrap_err();
+            assert_eq!(e.kind, panto::ErrorKind::Config);
+        }
+    }
 }

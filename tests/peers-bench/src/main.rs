@@ -736,9 +736,15 @@ fn concurrent_floor_crossing(
     })
 }
 
-/// As many workers as the pull adapter runs: one per core, at least two.
+/// As many workers as the pull adapter runs by default: one per core but one, at least
+/// one (or `PANTO_WORKER_THREADS`, as the adapter reads it).
 fn crossing_workers() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::env::var(panto_pull::WORKER_THREADS_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| (1..=64).contains(n))
+        .unwrap_or_else(|| cores.saturating_sub(1).clamp(1, 64))
 }
 
 /// `floor`'s splitter, sending each data line to `tx` instead of counting it.
