@@ -142,6 +142,9 @@ SCALE = [
     ("rust/floor-crossing", "Rust", "crossing floor: the floor on the adapter's worker count of threads, each "
      "content line sent to one current-thread runtime through a `tokio::sync::mpsc` channel (no client work)",
      "rust", "floor-crossing"),
+    ("rust/floor-batched", "Rust", "batched crossing floor: the crossing floor with pull's batching at scale (each "
+     "worker hands its lines over once per millisecond, one wake per batch; a dispatcher task gives each line to "
+     "its stream's task) (no client work)", "rust", "floor-batched"),
     ("rust/panto-push", "Rust", "panto push, every turn on one current-thread runtime", "rust", "panto-push"),
     ("rust/panto-pull-async", "Rust", "panto pull, `next_async().await`, one current-thread runtime", "rust",
      "panto-pull-async"),
@@ -151,7 +154,7 @@ SCALE = [
      "python", "openai-python-async"),
     ("py/panto-async", "Python", "panto Python, one asyncio task per stream, `async for`", "python", "panto-async"),
 ]
-SCALE_PEER = {"rust/floor-crossing": "rust/floor", "rust/panto-pull-async": "rust/panto-push", "go/panto-iter": "go/openai-go",
+SCALE_PEER = {"rust/floor-crossing": "rust/floor", "rust/floor-batched": "rust/floor", "rust/panto-pull-async": "rust/panto-push", "go/panto-iter": "go/openai-go",
               "py/panto-async": "py/openai-python-async"}
 SCALE_PANTO = {"rust/panto-push", "rust/panto-pull-async", "go/panto-iter", "py/panto-async"}
 
@@ -736,12 +739,19 @@ def crossing_lines(scale: Dict[Tuple[str, int], ConcCell], n: int) -> List[str]:
         return []
     floor, crossing, push, pull = (med(c.cpu_per_event_us) for c in cells if c is not None)
     bare, own, work = crossing - floor, pull - push, push - floor
+    batched = scale.get(("rust/floor-batched", n))
+    least = []
+    if batched is not None and not batched.error and batched.cpu_per_event_us:
+        b = med(batched.cpu_per_event_us) - floor
+        least = [f"The batched crossing floor, which hands lines over the way pull does at scale (once per "
+                 f"millisecond per worker) and does nothing else, costs {b:.1f} µs per event above the floor: "
+                 f"{b / work:.2f}× push's whole work, and pull's crossing is {own / b:.2f}× it."]
     return [f"**The crossing.** The design puts the turn on a worker thread and its consumer on another, with "
             f"a channel between: a cost push never pays. The crossing floor pays it with no client work: "
             f"{bare:.1f} µs per event above the floor. Rust pull pays {own:.1f} µs per event above push "
             f"({own / bare:.2f}× the bare crossing, when both are medians of this run), on top of push's own "
             f"work ({work:.1f} µs above the floor). Pull's overhead is within 2× push's only when its crossing "
-            f"costs no more than push's whole work: here {own:.1f} against {work:.1f} µs."]
+            f"costs no more than push's whole work: here {own:.1f} against {work:.1f} µs."] + least
 
 
 def merge_scale(path: str, section: List[str], targets_block: List[str], misses: Optional[str]) -> str:

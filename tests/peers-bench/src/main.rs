@@ -44,7 +44,9 @@
 //! `panto-push` (every `agent.run` on one current-thread runtime), `floor` (the same
 //! raw line splitter, showing what the server and the OS add without any client work)
 //! and `floor-crossing` (the floor's splitter on worker threads, each line sent to its
-//! consumer on one current-thread runtime: what crossing between threads costs alone).
+//! consumer on one current-thread runtime: what crossing between threads costs alone)
+//! and `floor-batched` (the same crossing with pull's batching: each worker hands its
+//! lines over at most once per millisecond, in one batch, one wake for all of them).
 //! With RAMP_MS, stream `i` starts `i × RAMP_MS / STREAMS` after the first, so that the
 //! connections arrive at a rate the server's listen queue takes (a burst of 10,000 SYNs
 //! overflows it, and the kernel's SYN retries would spread the starts over half a
@@ -578,6 +580,7 @@ fn run_concurrency(variant: &str, base: &str, streams: usize, pace: Duration, ra
         "panto-push" => concurrent_push(base, streams, pace, ramp),
         "floor" => concurrent_floor(base, streams, pace, ramp),
         "floor-crossing" => concurrent_floor_crossing(base, streams, pace, ramp),
+        "floor-batched" => concurrent_floor_batched(base, streams, pace, ramp),
         other => panic!("unknown concurrency variant {other:?}"),
     };
     let wall = t0.elapsed();
@@ -734,6 +737,129 @@ fn concurrent_floor_crossing(
         let items = results.iter().map(|r| r.0).sum();
         (items, results.into_iter().flat_map(|r| r.1).collect())
     })
+}
+
+/// What a content line crossing in a batch is: its stream and the line, or `None` once
+/// the stream's response ended.
+type Crossed = (usize, Option<Vec<u8>>);
+
+/// The crossing floor with the batching the pull adapter does at scale (a worker that
+/// holds thousands of streams lingers: it hands everything over once per millisecond).
+/// Each worker's splitters gather their lines in one list; a task of the worker hands
+/// the list over every millisecond, in one message through an unbounded
+/// `tokio::sync::mpsc` channel: one wake of this thread per worker and millisecond, not
+/// one per line. Here a dispatcher task gives each line to its stream's task through
+/// that stream's own channel (a wake on this thread: no system call). What this costs
+/// above `floor` is the least a crossing batched like panto's costs, with none of
+/// panto's work: two threads, memory made on one side and freed on the other, each
+/// line read on the other core, a wake per batch, a task poll per line.
+fn concurrent_floor_batched(
+    base: &str,
+    streams: usize,
+    pace: Duration,
+    ramp: Duration,
+) -> (u64, Vec<u32>) {
+    type Gathered = std::sync::Arc<std::sync::Mutex<Vec<Crossed>>>;
+    let (batch_tx, mut batch_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<Crossed>>();
+    let workers: Vec<(tokio::runtime::Handle, Gathered)> = (0..crossing_workers())
+        .map(|i| {
+            let rt = current_thread();
+            let handle = rt.handle().clone();
+            let gathered = Gathered::default();
+            let (list, tx) = (gathered.clone(), batch_tx.clone());
+            handle.spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(1));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let batch = std::mem::take(&mut *list.lock().expect("list"));
+                    if !batch.is_empty() && tx.send(batch).is_err() {
+                        return;
+                    }
+                }
+            });
+            std::thread::Builder::new()
+                .name(format!("batched-worker-{i}"))
+                .spawn(move || rt.block_on(std::future::pending::<()>()))
+                .expect("worker thread");
+            (handle, gathered)
+        })
+        .collect();
+    drop(batch_tx);
+    let clients: Vec<reqwest::Client> = (0..streams).map(|_| reqwest_client()).collect();
+    current_thread().block_on(async {
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..streams)
+            .map(|_| tokio::sync::mpsc::unbounded_channel::<Vec<u8>>())
+            .map(|(tx, rx)| (Some(tx), rx))
+            .unzip();
+        tokio::spawn(async move {
+            let mut senders = senders;
+            while let Some(batch) = batch_rx.recv().await {
+                for (i, line) in batch {
+                    match line {
+                        Some(line) => {
+                            if let Some(tx) = &senders[i] {
+                                tx.send(line).expect("consumer");
+                            }
+                        }
+                        None => senders[i] = None,
+                    }
+                }
+            }
+        });
+        let start = tokio::time::Instant::now();
+        let turns =
+            receivers
+                .into_iter()
+                .zip(clients.iter())
+                .enumerate()
+                .map(|(i, (mut rx, http))| {
+                    let (worker, gathered) = &workers[i % workers.len()];
+                    async move {
+                        ramp_wait(start, i, streams, ramp).await;
+                        let (http, base, list) = (http.clone(), base.to_string(), gathered.clone());
+                        worker.spawn(
+                            async move { floor_lines_gathered(&http, &base, i, &list).await },
+                        );
+                        let (mut items, mut gaps, mut last) = (0u64, Vec::new(), None);
+                        while let Some(line) = rx.recv().await {
+                            black_box(line);
+                            items += 1;
+                            record_gap(&mut gaps, &mut last, pace);
+                        }
+                        // The last data line is the finish chunk, not content (as in `floor`).
+                        (items.saturating_sub(1), gaps)
+                    }
+                });
+        let results = futures_util::future::join_all(turns).await;
+        let items = results.iter().map(|r| r.0).sum();
+        (items, results.into_iter().flat_map(|r| r.1).collect())
+    })
+}
+
+/// `floor`'s splitter, adding each data line of stream `i` to its worker's `list`, and
+/// the stream's end after the last.
+async fn floor_lines_gathered(
+    http: &reqwest::Client,
+    base: &str,
+    i: usize,
+    list: &std::sync::Mutex<Vec<Crossed>>,
+) {
+    let mut resp = post(http, base).await;
+    let mut rest: Vec<u8> = Vec::new();
+    while let Some(bytes) = resp.chunk().await.expect("body") {
+        rest.extend_from_slice(&bytes);
+        let mut start = 0;
+        while let Some(pos) = rest[start..].iter().position(|b| *b == b'\n') {
+            let line = &rest[start..start + pos];
+            if line.starts_with(b"data: {") {
+                list.lock().expect("list").push((i, Some(line.to_vec())));
+            }
+            start += pos + 1;
+        }
+        rest.drain(..start);
+    }
+    list.lock().expect("list").push((i, None));
 }
 
 /// As many workers as the pull adapter runs by default: one per core but one, at least
