@@ -723,20 +723,42 @@ fn concurrent_floor_crossing(
                 let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
                 let (http, base) = (http.clone(), base.to_string());
                 worker.spawn(async move { floor_lines(&http, &base, tx).await });
-                let (mut items, mut gaps, mut last) = (0u64, Vec::new(), None);
-                while let Some(line) = rx.recv().await {
-                    black_box(line);
-                    items += 1;
-                    record_gap(&mut gaps, &mut last, pace);
-                }
-                // The last data line is the finish chunk, not content (as in `floor`).
-                (items.saturating_sub(1), gaps)
+                count_crossed(&mut rx, pace).await
             }
         });
         let results = futures_util::future::join_all(turns).await;
         let items = results.iter().map(|r| r.0).sum();
         (items, results.into_iter().flat_map(|r| r.1).collect())
     })
+}
+
+/// The receiving end of a crossing floor's channel (bounded or not).
+trait Crossing {
+    async fn next_line(&mut self) -> Option<Vec<u8>>;
+}
+
+impl Crossing for tokio::sync::mpsc::Receiver<Vec<u8>> {
+    async fn next_line(&mut self) -> Option<Vec<u8>> {
+        self.recv().await
+    }
+}
+
+impl Crossing for tokio::sync::mpsc::UnboundedReceiver<Vec<u8>> {
+    async fn next_line(&mut self) -> Option<Vec<u8>> {
+        self.recv().await
+    }
+}
+
+/// A crossing floor's consumer: counts the lines that cross and the gaps between them.
+/// The last data line is the finish chunk, not content (as in `floor`).
+async fn count_crossed(rx: &mut impl Crossing, pace: Duration) -> (u64, Vec<u32>) {
+    let (mut items, mut gaps, mut last) = (0u64, Vec::new(), None);
+    while let Some(line) = rx.next_line().await {
+        black_box(line);
+        items += 1;
+        record_gap(&mut gaps, &mut last, pace);
+    }
+    (items.saturating_sub(1), gaps)
 }
 
 /// What a content line crossing in a batch is: its stream and the line, or `None` once
@@ -821,14 +843,7 @@ fn concurrent_floor_batched(
                         worker.spawn(
                             async move { floor_lines_gathered(&http, &base, i, &list).await },
                         );
-                        let (mut items, mut gaps, mut last) = (0u64, Vec::new(), None);
-                        while let Some(line) = rx.recv().await {
-                            black_box(line);
-                            items += 1;
-                            record_gap(&mut gaps, &mut last, pace);
-                        }
-                        // The last data line is the finish chunk, not content (as in `floor`).
-                        (items.saturating_sub(1), gaps)
+                        count_crossed(&mut rx, pace).await
                     }
                 });
         let results = futures_util::future::join_all(turns).await;
