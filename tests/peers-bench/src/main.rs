@@ -884,8 +884,12 @@ fn crossing_workers() -> usize {
     std::env::var(panto_pull::WORKER_THREADS_VAR)
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|n| (1..=64).contains(n))
-        .unwrap_or_else(|| cores.saturating_sub(1).clamp(1, 64))
+        .filter(|n| (1..=panto_pull::MAX_WORKER_THREADS).contains(n))
+        .unwrap_or_else(|| {
+            cores
+                .saturating_sub(1)
+                .clamp(1, panto_pull::MAX_WORKER_THREADS)
+        })
 }
 
 /// `floor`'s splitter, sending each data line to `tx` instead of counting it.
